@@ -1,0 +1,123 @@
+"""Which accelerator nodes exist now, with their identity and role.
+
+Compute nodes are the ones a job uses to run work on the device; holding one
+means the job must be drained. Management nodes are opened by monitoring and
+management tools too (npu-smi, nvidia-smi): holding only those is reported,
+not signalled.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import stat
+from collections.abc import Iterable, Sequence
+
+from .config import DevicesConfig
+from .model import Inventory, Node, NodeKey, Role
+
+# family -> role -> globs. Edited here only; the README documents the split.
+FAMILY_NODES: dict[str, dict[Role, tuple[str, ...]]] = {
+    "ascend": {
+        "compute": (
+            "/dev/davinci[0-9]*",
+            "/dev/vdavinci[0-9]*",
+            "/dev/devmm_svm",
+            "/dev/svm0",
+            "/dev/ts_aisle",
+            "/dev/event_sched",
+            "/dev/xsmem_dev",
+            # media (DVPP) and audio/video paths of RC/edge boards
+            "/dev/vdec",
+            "/dev/venc",
+            "/dev/vpc",
+            "/dev/pngd",
+            "/dev/dvpp_cmdlist",
+            "/dev/acodec",
+            "/dev/ai",
+            "/dev/ao",
+            "/dev/vo",
+            "/dev/hdmi",
+        ),
+        "management": (
+            "/dev/davinci_manager*",
+            "/dev/hisi_hdc",
+            "/dev/upgrade",
+            "/dev/log_drv",
+            "/dev/user_config",
+            "/dev/sys",
+            "/dev/memory_bandwidth",
+        ),
+    },
+    "nvidia": {
+        "compute": (
+            "/dev/nvidia[0-9]*",
+            "/dev/nvidia-uvm",
+        ),
+        "management": (
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidia-modeset",
+            "/dev/nvidia-caps/*",
+        ),
+    },
+}
+
+# Driver daemons that hold nodes by design; draining them would break the
+# driver rather than free the device. Reported as "ignore".
+FAMILY_DAEMONS: dict[str, tuple[str, ...]] = {
+    "ascend": ("dmp_daemon", "slogd", "sklogd", "log-daemon", "ascend_monitor"),
+    "nvidia": ("nvidia-persistenced", "nv-fabricmanager"),
+}
+
+
+def identity(st: os.stat_result) -> NodeKey:
+    if stat.S_ISCHR(st.st_mode):
+        return ("char", st.st_rdev)
+    return ("file", st.st_dev, st.st_ino)
+
+
+def _expand(patterns: Iterable[str]) -> list[str]:
+    paths: list[str] = []
+    for pattern in patterns:
+        paths.extend(sorted(glob.glob(pattern)))
+    return paths
+
+
+def take_inventory(config: DevicesConfig) -> Inventory:
+    """Stat every node the configuration names; what is absent is simply absent."""
+    wanted: list[tuple[str, str, Role]] = []
+    for family in config.families:
+        for role, patterns in FAMILY_NODES[family].items():
+            for path in _expand(patterns):
+                wanted.append((path, family, role))
+    notes: list[str] = []
+    for role, patterns in (("compute", config.nodes), ("management", config.management)):
+        for pattern in patterns:
+            found = sorted(glob.glob(pattern))
+            if not found:
+                notes.append(f"[devices] {'nodes' if role == 'compute' else 'management'}: "
+                             f"{pattern} matched nothing")
+            for path in found:
+                wanted.append((path, "extra", role))  # type: ignore[arg-type]
+    return Inventory(tuple(_stat_nodes(wanted, notes)), tuple(notes))
+
+
+def _stat_nodes(wanted: Sequence[tuple[str, str, Role]], notes: list[str]) -> list[Node]:
+    seen: dict[NodeKey, Node] = {}
+    for path, family, role in wanted:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            notes.append(f"{path}: {exc.strerror or exc}")
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            continue
+        key = identity(st)
+        if key in seen:
+            # The same device under two names: a compute role wins.
+            if role == "compute" and seen[key].role != "compute":
+                seen[key] = Node(seen[key].path, family, role, key, (st.st_dev, st.st_ino))
+            continue
+        seen[key] = Node(path, family, role, key, (st.st_dev, st.st_ino))
+    return list(seen.values())

@@ -1,0 +1,132 @@
+"""Plain data shared by the pipeline: nodes, holders, decisions, verdicts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["compute", "management"]
+Action = Literal["drain", "protect", "ignore", "never"]
+Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
+VerdictKind = Literal["allow", "veto"]
+IdleState = Literal["busy", "idle", "unknown"]
+
+# Identity of a node: ("char", rdev) for character devices, ("file", st_dev,
+# st_ino) for anything else (plain-file stand-ins in unprivileged tests).
+NodeKey = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Node:
+    """A device node that exists now."""
+
+    path: str
+    family: str  # "ascend", "nvidia" or "extra"
+    role: Role
+    key: NodeKey
+    file_id: tuple[int, int] = (0, 0)  # (st_dev, st_ino) of the node file itself
+
+    @property
+    def identity(self) -> str:
+        if self.key[0] == "char":
+            rdev = int(self.key[1])
+            return f"char {os.major(rdev)}:{os.minor(rdev)}"
+        return f"file {self.key[1]}:{self.key[2]}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "family": self.family, "role": self.role,
+                "identity": self.identity}
+
+
+@dataclass(frozen=True)
+class Inventory:
+    nodes: tuple[Node, ...]
+    notes: tuple[str, ...] = ()
+
+    def by_key(self) -> dict[NodeKey, Node]:
+        return {n.key: n for n in self.nodes}
+
+    def families(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n.family for n in self.nodes))
+
+
+@dataclass(frozen=True)
+class HeldNode:
+    node: Node
+    seen_as: str  # the path as the holder sees it (may differ: containers)
+    via: Literal["fd", "map"]
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process holding an accelerator node (or reported by the device)."""
+
+    pid: int
+    start_time: int  # field 22 of /proc/PID/stat, clock ticks since boot
+    ppid: int
+    uid: int
+    user: str
+    comm: str
+    exe: str
+    cmdline: tuple[str, ...]
+    unit: str | None
+    container: str | None
+    nspid: tuple[int, ...]
+    nodes: tuple[HeldNode, ...]
+    sigint: Disposition
+    fatal_handlers: tuple[str, ...] = ()
+    frozen: bool = False
+    source: str = "proc"  # "proc", or the backend that reported it
+
+    @property
+    def roles(self) -> frozenset[str]:
+        return frozenset(h.node.role for h in self.nodes)
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.cmdline) if self.cmdline else f"[{self.comm}]"
+
+    def node_paths(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(h.node.path for h in self.nodes))
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    holders: tuple[Holder, ...]
+    unreadable: int  # processes whose fds/maps could not be read
+    unreadable_pids: tuple[int, ...] = ()
+    scanned: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    holder: Holder
+    action: Action
+    rule: str  # which rule decided, in words
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one holder: exited, timeout, not-signalled, ..."""
+
+    kind: str
+    seconds: float | None = None
+    why: str = ""
+
+    def describe(self) -> str:
+        if self.kind == "exited" and self.seconds is not None:
+            return f"exited after {self.seconds:.2f} s"
+        return f"{self.kind}: {self.why}" if self.why else self.kind
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: VerdictKind
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def exit_status(self) -> int:
+        return 0 if self.kind == "allow" else 1

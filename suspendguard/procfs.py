@@ -1,0 +1,234 @@
+"""Reading /proc (and the cgroup tree) through one configurable root.
+
+Processes vanish mid-read and some entries refuse even root; every reader
+here turns that into ``None`` (gone) or ``ProcAccessError`` (refused) at the
+place it happens, so callers never see ENOENT/ESRCH/EACCES.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+SIGINT_BIT = 1 << (2 - 1)
+FATAL_SIGNALS = {"SIGILL": 4, "SIGABRT": 6, "SIGBUS": 7, "SIGFPE": 8, "SIGSEGV": 11}
+
+_GONE = (errno.ENOENT, errno.ESRCH)
+_REFUSED = (errno.EACCES, errno.EPERM)
+
+
+class ProcAccessError(Exception):
+    """An entry exists but may not be read (EACCES/EPERM)."""
+
+
+@dataclass(frozen=True)
+class Stat:
+    comm: str
+    state: str
+    ppid: int
+    start_time: int
+
+
+@dataclass(frozen=True)
+class Status:
+    uid: int
+    sig_blk: int
+    sig_ign: int
+    sig_cgt: int
+    nspid: tuple[int, ...]
+    kthread: bool
+
+
+def _gone_or_refused(exc: OSError) -> None:
+    if exc.errno in _REFUSED:
+        raise ProcAccessError(str(exc)) from None
+    if exc.errno not in _GONE:
+        raise exc
+
+
+class ProcFS:
+    def __init__(self, root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> None:
+        self.root = root
+        self.cgroup_root = cgroup_root
+
+    def path(self, pid: int | str, *parts: str) -> str:
+        return os.path.join(self.root, str(pid), *parts)
+
+    def pids(self) -> list[int]:
+        return [int(name) for name in os.listdir(self.root) if name.isdigit()]
+
+    def read(self, pid: int, name: str) -> bytes | None:
+        try:
+            with open(self.path(pid, name), "rb") as f:
+                return f.read()
+        except OSError as exc:
+            _gone_or_refused(exc)
+            return None
+
+    def stat(self, pid: int) -> Stat | None:
+        data = self.read(pid, "stat")
+        if not data:
+            return None
+        return parse_stat(data)
+
+    def status(self, pid: int) -> Status | None:
+        data = self.read(pid, "status")
+        if data is None:
+            return None
+        return parse_status(data.decode("utf-8", "replace"))
+
+    def cmdline(self, pid: int) -> tuple[str, ...]:
+        try:
+            data = self.read(pid, "cmdline")
+        except ProcAccessError:
+            return ()
+        if not data:
+            return ()
+        return tuple(p.decode("utf-8", "replace") for p in data.rstrip(b"\0").split(b"\0"))
+
+    def exe(self, pid: int) -> str:
+        try:
+            return os.readlink(self.path(pid, "exe"))
+        except OSError:
+            return ""
+
+    def cgroup(self, pid: int) -> str | None:
+        """The cgroup v2 path (or the systemd v1 one) of a process."""
+        try:
+            data = self.read(pid, "cgroup")
+        except ProcAccessError:
+            return None
+        if data is None:
+            return None
+        return parse_cgroup(data.decode("utf-8", "replace"))
+
+    def cgroup_frozen(self, cgroup: str | None) -> bool:
+        """True when the process's cgroup (or an ancestor) is frozen."""
+        if not cgroup:
+            return False
+        try:
+            with open(os.path.join(self.cgroup_root, cgroup.lstrip("/"), "cgroup.events")) as f:
+                for line in f:
+                    if line.startswith("frozen "):
+                        return line.split()[1] == "1"
+        except OSError:
+            return False
+        return False
+
+    def mnt_ns(self, pid: int | str) -> str | None:
+        try:
+            return os.readlink(self.path(pid, "ns", "mnt"))
+        except OSError:
+            return None
+
+
+def parse_stat(data: bytes) -> Stat | None:
+    text = data.decode("utf-8", "replace")
+    lpar = text.find("(")
+    rpar = text.rfind(")")
+    if lpar < 0 or rpar < 0:
+        return None
+    fields = text[rpar + 2:].split()
+    try:
+        # fields[0] is field 3 (state); start time is field 22.
+        return Stat(text[lpar + 1:rpar], fields[0], int(fields[1]), int(fields[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def parse_status(text: str) -> Status:
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        values[key] = value.strip()
+
+    def hexval(key: str) -> int:
+        try:
+            return int(values.get(key, "0"), 16)
+        except ValueError:
+            return 0
+
+    try:
+        uid = int(values.get("Uid", "-1").split()[0])
+    except (ValueError, IndexError):
+        uid = -1
+    nspid = tuple(int(x) for x in values.get("NSpid", "").split() if x.isdigit())
+    return Status(
+        uid=uid,
+        sig_blk=hexval("SigBlk"),
+        sig_ign=hexval("SigIgn"),
+        sig_cgt=hexval("SigCgt"),
+        nspid=nspid,
+        kthread=values.get("Kthread", "0") == "1",
+    )
+
+
+def disposition(status: Status, signum: int = 2) -> str:
+    """How a process will take ``signum``: ignored, blocked, caught or default."""
+    bit = 1 << (signum - 1)
+    if status.sig_ign & bit:
+        return "ignored"
+    if status.sig_blk & bit:
+        return "blocked"
+    if status.sig_cgt & bit:
+        return "caught"
+    return "default"
+
+
+def fatal_handlers(status: Status) -> tuple[str, ...]:
+    return tuple(name for name, num in FATAL_SIGNALS.items() if status.sig_cgt & (1 << (num - 1)))
+
+
+def parse_cgroup(text: str) -> str | None:
+    fallback = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            return parts[2]
+        if parts[1] == "name=systemd":
+            fallback = parts[2]
+    return fallback
+
+
+_CONTAINER_PATTERNS = (
+    (re.compile(r"docker-([0-9a-f]{12})[0-9a-f]*\.scope"), "docker"),
+    (re.compile(r"/docker/([0-9a-f]{12})"), "docker"),
+    (re.compile(r"libpod-([0-9a-f]{12})[0-9a-f]*\.scope"), "podman"),
+    (re.compile(r"cri-containerd-([0-9a-f]{12})[0-9a-f]*\.scope"), "containerd"),
+    (re.compile(r"crio-([0-9a-f]{12})[0-9a-f]*\.scope"), "cri-o"),
+    (re.compile(r"machine-([^/]+)\.scope"), "machine"),
+    (re.compile(r"systemd-nspawn@([^/]+)\.service"), "nspawn"),
+)
+
+
+def unit_and_container(cgroup: str | None) -> tuple[str | None, str | None]:
+    """The innermost systemd unit and the container (kind:id) of a cgroup path."""
+    if not cgroup:
+        return None, None
+    unit = None
+    for part in cgroup.strip("/").split("/"):
+        if part.endswith((".service", ".scope")):
+            unit = part
+    container = None
+    for pattern, kind in _CONTAINER_PATTERNS:
+        m = pattern.search(cgroup)
+        if m:
+            container = f"{kind}:{m.group(1)}"
+            break
+    if container is None and "/kubepods" in cgroup:
+        container = "kubernetes:" + cgroup.rstrip("/").rsplit("/", 1)[-1][:24]
+    return unit, container
+
+
+@lru_cache(maxsize=256)
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return str(uid)

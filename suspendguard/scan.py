@@ -1,0 +1,200 @@
+"""Find every process holding an inventoried node: open fds and live mappings.
+
+Nodes are matched by identity (rdev for character devices), never by name:
+a container that made its own node under another name still holds the
+device. Link targets are read first (one readlink per fd); only absolute
+targets are stat-ed, once per distinct path and mount namespace.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Collection
+
+from .inventory import identity
+from .model import HeldNode, Holder, Inventory, Node, NodeKey, ScanResult
+from .procfs import (
+    ProcAccessError,
+    ProcFS,
+    disposition,
+    fatal_handlers,
+    unit_and_container,
+    user_name,
+)
+
+_GONE = (errno.ENOENT, errno.ESRCH)
+
+
+class _Scanner:
+    def __init__(self, inventory: Inventory, proc: ProcFS) -> None:
+        self.proc = proc
+        self.nodes = inventory.by_key()
+        self.by_file = {n.file_id: n for n in inventory.nodes}
+        self.map_sigs = {
+            f" {os.major(dev):02x}:{os.minor(dev):02x} {ino} ".encode(): node
+            for (dev, ino), node in self.by_file.items()
+        }
+        self.own_ns = proc.mnt_ns("self") if proc.root == "/proc" else None
+        self.path_cache: dict[tuple[str | None, str], NodeKey | None] = {}
+        self.map_cache: dict[bytes, Node | None] = {}
+
+    # -- fds --------------------------------------------------------------
+
+    def held_fds(self, pid: int) -> list[HeldNode]:
+        fd_dir = self.proc.path(pid, "fd")
+        try:
+            dfd = os.open(fd_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM):
+                raise ProcAccessError(str(exc)) from None
+            return []
+        held: list[HeldNode] = []
+        ns: str | None | bool = False  # False: not read yet
+        try:
+            try:
+                names = os.listdir(dfd)
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EPERM):
+                    raise ProcAccessError(str(exc)) from None
+                return []
+            for name in names:
+                try:
+                    target = os.readlink(name, dir_fd=dfd)
+                except OSError:
+                    continue
+                if not target.startswith("/"):
+                    continue  # socket:[..], pipe:[..], anon_inode:..
+                if ns is False:
+                    ns = self.proc.mnt_ns(pid)
+                key = self._key_of(ns, target, name, dfd)
+                if key is not None:
+                    node = self.nodes.get(key)
+                    if node is not None:
+                        held.append(HeldNode(node, target, "fd"))
+        finally:
+            os.close(dfd)
+        return held
+
+    def _key_of(self, ns: str | None | bool, target: str, name: str, dfd: int) -> NodeKey | None:
+        same_ns = self.own_ns is not None and ns == self.own_ns
+        deleted = target.endswith(" (deleted)")
+        cache_key = (self.own_ns if same_ns else str(ns), target)
+        if not deleted and cache_key in self.path_cache:
+            return self.path_cache[cache_key]
+        try:
+            # In our own namespace the path names the same file for everyone;
+            # elsewhere only the magic link itself reaches the real file.
+            st = os.stat(target) if same_ns and not deleted else os.stat(name, dir_fd=dfd)
+        except OSError:
+            return None
+        key = identity(st)
+        if not deleted and ns is not None:
+            self.path_cache[cache_key] = key
+        return key
+
+    # -- mappings ---------------------------------------------------------
+
+    def held_maps(self, pid: int) -> list[HeldNode]:
+        data = self.proc.read(pid, "maps")
+        if not data:
+            return []
+        found = [node for sig, node in self.map_sigs.items() if sig in data]
+        held = [HeldNode(n, n.path, "map") for n in found]
+        if b" /dev/" in data:
+            held.extend(self._dev_maps(pid, data, {n.key for n in found}))
+        return held
+
+    def _dev_maps(self, pid: int, data: bytes, have: set[NodeKey]) -> list[HeldNode]:
+        out: list[HeldNode] = []
+        for line in data.split(b"\n"):
+            if b" /dev/" not in line:
+                continue
+            parts = line.split(None, 5)
+            if len(parts) < 6 or parts[4] == b"0":
+                continue
+            path = parts[5]
+            if path.startswith(b"/dev/shm/") or path.endswith(b" (deleted)"):
+                continue
+            ident = parts[3] + b" " + parts[4]
+            if ident not in self.map_cache:
+                self.map_cache[ident] = self._map_node(pid, parts[0].decode())
+            node = self.map_cache[ident]
+            if node is not None and node.key not in have:
+                have.add(node.key)
+                out.append(HeldNode(node, path.decode("utf-8", "replace"), "map"))
+        return out
+
+    def _map_node(self, pid: int, span: str) -> Node | None:
+        try:
+            st = os.stat(self.proc.path(pid, "map_files", span))
+        except OSError:
+            return None
+        return self.nodes.get(identity(st))
+
+    # -- the holder record -------------------------------------------------
+
+    def holder(self, pid: int, held: list[HeldNode]) -> Holder | None:
+        proc = self.proc
+        st = proc.stat(pid)
+        status = proc.status(pid)
+        if st is None or status is None:
+            return None
+        cgroup = proc.cgroup(pid)
+        unit, container = unit_and_container(cgroup)
+        unique: dict[tuple[NodeKey, str], HeldNode] = {}
+        for h in held:
+            unique.setdefault((h.node.key, h.via), h)
+        return Holder(
+            pid=pid,
+            start_time=st.start_time,
+            ppid=st.ppid,
+            uid=status.uid,
+            user=user_name(status.uid),
+            comm=st.comm,
+            exe=proc.exe(pid),
+            cmdline=proc.cmdline(pid),
+            unit=unit,
+            container=container,
+            nspid=status.nspid or (pid,),
+            nodes=tuple(unique.values()),
+            sigint=disposition(status),  # type: ignore[arg-type]
+            fatal_handlers=fatal_handlers(status),
+            frozen=proc.cgroup_frozen(cgroup),
+        )
+
+
+def scan_holders(
+    inventory: Inventory,
+    proc: ProcFS | None = None,
+    exclude: Collection[int] = (),
+) -> ScanResult:
+    """Every process holding a node of ``inventory``, never aborting on a race."""
+    proc = proc or ProcFS()
+    if not inventory.nodes:
+        return ScanResult((), 0, (), 0)
+    scanner = _Scanner(inventory, proc)
+    skip = {os.getpid(), *exclude}
+    holders: list[Holder] = []
+    unreadable: list[int] = []
+    scanned = 0
+    for pid in proc.pids():
+        if pid in skip:
+            continue
+        scanned += 1
+        try:
+            held = scanner.held_fds(pid)
+            held.extend(scanner.held_maps(pid))
+            if not held:
+                continue
+            holder = scanner.holder(pid, held)
+        except ProcAccessError:
+            unreadable.append(pid)
+            continue
+        except OSError as exc:
+            if exc.errno in _GONE:
+                continue
+            raise
+        if holder is not None:
+            holders.append(holder)
+    return ScanResult(tuple(holders), len(unreadable), tuple(unreadable), scanned)
