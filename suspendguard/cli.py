@@ -102,15 +102,16 @@ def _cmd_sleep_hook(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    config_help = "configuration file (default: $SUSPENDGUARD_CONFIG or /etc/suspendguard/config.toml)"
+    # Accepted before or after the subcommand; SUPPRESS keeps the subcommand's
+    # parser from overwriting a value given before it.
     common = _Parser(add_help=False)
-    common.add_argument(
-        "--config", metavar="PATH",
-        help="configuration file (default: $SUSPENDGUARD_CONFIG or /etc/suspendguard/config.toml)",
-    )
+    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=config_help)
     parser = _Parser(
-        prog="suspendguard", parents=[common],
+        prog="suspendguard",
         description="Pre-suspend guard for accelerator hosts (Ascend NPUs, NVIDIA GPUs).",
     )
+    parser.add_argument("--config", metavar="PATH", default=None, help=config_help)
     parser.add_argument("--version", action="version", version=f"suspendguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

@@ -99,7 +99,7 @@ def take_inventory(config: DevicesConfig) -> Inventory:
                 notes.append(f"[devices] {'nodes' if role == 'compute' else 'management'}: "
                              f"{pattern} matched nothing")
             for path in found:
-                wanted.append((path, "extra", role))  # type: ignore[arg-type]
+                wanted.append((path, "extra", role))
     return Inventory(tuple(_stat_nodes(wanted, notes)), tuple(notes))
 
 

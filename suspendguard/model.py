@@ -78,6 +78,21 @@ class Holder:
     fatal_handlers: tuple[str, ...] = ()
     frozen: bool = False
     source: str = "proc"  # "proc", or the backend that reported it
+    sig_masks: tuple[int, int, int] = (0, 0, 0)  # SigBlk, SigIgn, SigCgt
+
+    def disposition(self, signum: int) -> Disposition:
+        """How this process takes ``signum`` (as read when it was scanned)."""
+        if self.source != "proc" and self.sig_masks == (0, 0, 0):
+            return "unknown"
+        blk, ign, cgt = self.sig_masks
+        bit = 1 << (signum - 1)
+        if ign & bit:
+            return "ignored"
+        if blk & bit:
+            return "blocked"
+        if cgt & bit:
+            return "caught"
+        return "default"
 
     @property
     def roles(self) -> frozenset[str]:
@@ -85,7 +100,10 @@ class Holder:
 
     @property
     def command(self) -> str:
-        return " ".join(self.cmdline) if self.cmdline else f"[{self.comm}]"
+        """The command line on one printable line."""
+        if not self.cmdline:
+            return f"[{self.comm}]"
+        return " ".join(" ".join(part.split()) for part in self.cmdline)
 
     def node_paths(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(h.node.path for h in self.nodes))

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from .config import PolicyConfig, Rule
 from .inventory import FAMILY_DAEMONS
-from .model import Decision, Holder
+from .model import Action, Decision, Holder
 from .procfs import ProcFS
 
 # Python's faulthandler installs exactly these; it dumps a traceback and
@@ -95,7 +95,7 @@ def _first(rules: Sequence[Rule], holder: Holder) -> int | None:
 
 def _action(
     holder: Holder, policy: PolicyConfig, never_pids: frozenset[int], daemons: dict[str, str]
-) -> tuple[str, str]:
+) -> tuple[Action, str]:
     why = _never(holder, never_pids)
     if why:
         return "never", why
@@ -107,6 +107,8 @@ def _action(
         return "ignore", f"[policy] ignore #{i + 1} ({policy.ignore[i].describe()})"
     if holder.comm in daemons:
         return "ignore", f"built-in: {daemons[holder.comm]} driver daemon"
+    if holder.source != "proc" and not holder.nodes:
+        return "drain", f"reported by the device ({holder.source})"
     if "compute" not in holder.roles:
         return "ignore", "holds management nodes only (monitoring/management tool)"
     return "drain", "holds a compute node"

@@ -50,7 +50,7 @@ class _Scanner:
                 raise ProcAccessError(str(exc)) from None
             return []
         held: list[HeldNode] = []
-        ns: str | None | bool = False  # False: not read yet
+        ns: str | bool | None = False  # False: not read yet
         try:
             try:
                 names = os.listdir(dfd)
@@ -76,7 +76,7 @@ class _Scanner:
             os.close(dfd)
         return held
 
-    def _key_of(self, ns: str | None | bool, target: str, name: str, dfd: int) -> NodeKey | None:
+    def _key_of(self, ns: str | bool | None, target: str, name: str, dfd: int) -> NodeKey | None:
         same_ns = self.own_ns is not None and ns == self.own_ns
         deleted = target.endswith(" (deleted)")
         cache_key = (self.own_ns if same_ns else str(ns), target)
@@ -132,36 +132,40 @@ class _Scanner:
             return None
         return self.nodes.get(identity(st))
 
-    # -- the holder record -------------------------------------------------
 
-    def holder(self, pid: int, held: list[HeldNode]) -> Holder | None:
-        proc = self.proc
-        st = proc.stat(pid)
-        status = proc.status(pid)
-        if st is None or status is None:
-            return None
-        cgroup = proc.cgroup(pid)
-        unit, container = unit_and_container(cgroup)
-        unique: dict[tuple[NodeKey, str], HeldNode] = {}
-        for h in held:
-            unique.setdefault((h.node.key, h.via), h)
-        return Holder(
-            pid=pid,
-            start_time=st.start_time,
-            ppid=st.ppid,
-            uid=status.uid,
-            user=user_name(status.uid),
-            comm=st.comm,
-            exe=proc.exe(pid),
-            cmdline=proc.cmdline(pid),
-            unit=unit,
-            container=container,
-            nspid=status.nspid or (pid,),
-            nodes=tuple(unique.values()),
-            sigint=disposition(status),  # type: ignore[arg-type]
-            fatal_handlers=fatal_handlers(status),
-            frozen=proc.cgroup_frozen(cgroup),
-        )
+def describe_process(
+    pid: int, held: list[HeldNode], proc: ProcFS | None = None, source: str = "proc"
+) -> Holder | None:
+    """The holder record of ``pid``; None when it is gone."""
+    proc = proc or ProcFS()
+    st = proc.stat(pid)
+    status = proc.status(pid)
+    if st is None or status is None:
+        return None
+    cgroup = proc.cgroup(pid)
+    unit, container = unit_and_container(cgroup)
+    unique: dict[tuple[NodeKey, str], HeldNode] = {}
+    for h in held:
+        unique.setdefault((h.node.key, h.via), h)
+    return Holder(
+        pid=pid,
+        start_time=st.start_time,
+        ppid=st.ppid,
+        uid=status.uid,
+        user=user_name(status.uid),
+        comm=st.comm,
+        exe=proc.exe(pid),
+        cmdline=proc.cmdline(pid),
+        unit=unit,
+        container=container,
+        nspid=status.nspid or (pid,),
+        nodes=tuple(unique.values()),
+        sigint=disposition(status),  # type: ignore[arg-type]
+        fatal_handlers=fatal_handlers(status),
+        frozen=proc.cgroup_frozen(cgroup),
+        source=source,
+        sig_masks=(status.sig_blk, status.sig_ign, status.sig_cgt),
+    )
 
 
 def scan_holders(
@@ -187,7 +191,7 @@ def scan_holders(
             held.extend(scanner.held_maps(pid))
             if not held:
                 continue
-            holder = scanner.holder(pid, held)
+            holder = describe_process(pid, held, proc)
         except ProcAccessError:
             unreadable.append(pid)
             continue

@@ -1,0 +1,104 @@
+"""The guard's own subcommands: check, pre-sleep, history."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from .drain import Cancel
+from .errors import EXIT_USAGE
+from .history import History, HistoryError
+from .log import Logger
+
+if TYPE_CHECKING:
+    from .cli import Context
+
+
+@contextmanager
+def _sigterm_cancels() -> Iterator[Cancel]:
+    """SIGTERM (and SIGHUP) to the guard end the run as a veto, recorded."""
+    cancel = Cancel()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        cancel.cancel(f"guard received {signal.Signals(signum).name}")
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield cancel
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        cancel.close()
+
+
+def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool) -> int:
+    from .pipeline import run
+    from .report import render
+
+    config = ctx.config()
+    log = Logger(ctx.err, ctx.environ)
+    with _sigterm_cancels() as cancel:
+        report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
+                     cancel=cancel)
+    if as_json:
+        json.dump(report.to_json(), ctx.out, indent=2)
+        ctx.out.write("\n")
+    else:
+        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ)
+    return report.verdict.exit_status
+
+
+def check(args: argparse.Namespace, ctx: Context) -> int:
+    return _run(ctx, args.dry_run, None, "cli", args.json)
+
+
+def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
+    return _run(ctx, False, args.action, "unit", args.json)
+
+
+def history(args: argparse.Namespace, ctx: Context) -> int:
+    if args.n < 1:
+        ctx.err.write("suspendguard history: -n must be at least 1\n")
+        return EXIT_USAGE
+    config = ctx.config()
+    try:
+        with History.open(config.state.dir, readonly=True) as h:
+            attempts = h.attempts(args.n)
+    except HistoryError as exc:
+        if args.json:
+            json.dump({"attempts": [], "note": str(exc)}, ctx.out, indent=2)
+            ctx.out.write("\n")
+        else:
+            ctx.out.write(f"history: {exc}\n")
+        return 0
+    if args.json:
+        json.dump({"attempts": [a.to_json() for a in attempts]}, ctx.out, indent=2)
+        ctx.out.write("\n")
+        return 0
+    if not attempts:
+        ctx.out.write("history: no attempts recorded yet\n")
+        return 0
+    from .report import table
+
+    rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "HOLDERS", "FIRST REASON")]
+    for a in attempts:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.started))
+        action = a.action or ("dry run" if a.dry_run else "check")
+        seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
+        drained = sum(1 for h in a.holders if h.outcome == "exited")
+        holders = f"{drained}/{len(a.holders)} drained" if a.holders else "-"
+        first = a.reasons[0] if a.reasons else ""
+        if a.findings:
+            rules = sorted({str(f["rule"]) for f in a.findings})
+            first = (first + "; " if first else "") + "after resume: " + ", ".join(rules)
+        rows.append((str(a.id), started, action, a.verdict, seconds, holders, first[:80]))
+    ctx.out.write("\n".join(table(rows, indent="")) + "\n")
+    return 0
+
+

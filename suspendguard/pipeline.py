@@ -1,0 +1,428 @@
+"""The guard's pipeline: inventory -> scan -> policy -> drain -> idle -> verdict.
+
+Plain Python over plain data; collaborators (the /proc root, the idle
+check, the logger, the clock) are arguments so tests hand it real or fake
+ones. The same function serves the dry run, the veto unit and the sleep
+hook's fallback; only its arguments differ.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from . import runner
+from .config import Config, IdleConfig
+from .drain import Cancel, HolderId, drain, holder_id
+from .history import History, HistoryError, HolderRow
+from .inventory import take_inventory
+from .log import Logger
+from .model import Decision, Holder, Inventory, Outcome, Verdict
+from .policy import ancestors, decide
+from .procfs import ProcFS
+from .scan import describe_process, scan_holders
+
+
+class IdleResult(Protocol):
+    state: str
+    veto_reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    def processes(self) -> Sequence[Any]: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleResult]
+
+
+def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleResult:
+    from .idle import check_idle
+
+    result: IdleResult = check_idle(config, families, deadline)
+    return result
+
+
+@dataclass(frozen=True)
+class HolderResult:
+    decision: Decision
+    outcome: Outcome
+    round: int = 1
+    respawned: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        h = self.decision.holder
+        return {
+            "pid": h.pid,
+            "start_time": h.start_time,
+            "ppid": h.ppid,
+            "comm": h.comm,
+            "exe": h.exe,
+            "cmdline": list(h.cmdline),
+            "user": h.user,
+            "uid": h.uid,
+            "unit": h.unit,
+            "container": h.container,
+            "nspid": list(h.nspid),
+            "nodes": [
+                {"path": n.node.path, "seen_as": n.seen_as, "role": n.node.role, "via": n.via}
+                for n in h.nodes
+            ],
+            "sigint": h.sigint,
+            "frozen": h.frozen,
+            "source": h.source,
+            "action": self.decision.action,
+            "rule": self.decision.rule,
+            "notes": list(self.decision.notes),
+            "outcome": {"kind": self.outcome.kind, "seconds": self.outcome.seconds,
+                        "why": self.outcome.why},
+            "round": self.round,
+            "respawned": self.respawned or None,
+        }
+
+    def row(self) -> HolderRow:
+        h = self.decision.holder
+        return HolderRow(
+            pid=h.pid, start_time=h.start_time, user=h.user, unit=h.unit, comm=h.comm,
+            cmdline=h.command, action=self.decision.action, rule=self.decision.rule,
+            outcome=self.outcome.kind, seconds=self.outcome.seconds,
+            why=self.outcome.why or self.respawned, source=h.source, round=self.round,
+        )
+
+
+@dataclass(frozen=True)
+class Report:
+    verdict: Verdict
+    dry_run: bool
+    action: str | None
+    origin: str
+    inventory: Inventory
+    holders: tuple[HolderResult, ...]
+    unreadable: int
+    idle: IdleResult | None
+    started: float
+    duration_s: float
+    attempt_id: int | None = None
+    history_note: str = ""
+    can_veto: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.kind,
+            "dry_run": self.dry_run,
+            "action": self.action,
+            "origin": self.origin,
+            "reasons": list(self.verdict.reasons),
+            "warnings": list(self.verdict.warnings),
+            "devices": [n.to_json() for n in self.inventory.nodes],
+            "holders": [h.to_json() for h in self.holders],
+            "unreadable": self.unreadable,
+            "idle": self.idle.to_json() if self.idle is not None else None,
+            "attempt_id": self.attempt_id,
+            "history": self.history_note or "recorded",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+            "duration_s": round(self.duration_s, 3),
+            "can_veto": self.can_veto,
+        }
+
+
+def sigint_ignored_reason(h: Holder, signame: str = "SIGINT") -> str:
+    return (
+        f"pid {h.pid} {h.comm} ignores {signame} (SIG_IGN inherited, e.g. started with & from a "
+        f"script or under nohup): kill -{int(signal.Signals[signame])} cannot stop it"
+    )
+
+
+@dataclass
+class _State:
+    reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    results: dict[HolderId, HolderResult] = field(default_factory=dict)
+
+
+class _Run:
+    def __init__(self, config: Config, dry_run: bool, proc: ProcFS, log: Logger,
+                 cancel: Cancel | None, skip_frozen: bool, can_veto: bool,
+                 clock: Callable[[], float]) -> None:
+        self.config = config
+        self.dry_run = dry_run
+        self.proc = proc
+        self.log = log
+        self.cancel = cancel
+        self.skip_frozen = skip_frozen
+        self.can_veto = can_veto
+        self.clock = clock
+        self.signame = config.drain.signal
+        self.signum = int(signal.Signals[self.signame])
+        self.state = _State()
+        self.never = ancestors(os.getpid(), proc) | {os.getpid()}
+
+    # -- deciding before signalling -------------------------------------------
+
+    def sort(self, decisions: Sequence[Decision], round_no: int,
+             respawn: dict[HolderId, str]) -> list[Decision]:
+        """Record outcomes for holders not to drain; return those to drain."""
+        st = self.state
+        drain_mode = self.config.drain.on_sigint_ignored
+        to_drain: list[Decision] = []
+        for d in decisions:
+            h = d.holder
+            key = holder_id(h)
+            tag = respawn.get(key, "")
+            label = f"pid {h.pid} {h.comm}" + (f" ({tag})" if tag else "")
+            if d.action == "protect":
+                st.reasons.append(f"{label} is protected by {d.rule}: the suspend waits for it")
+                outcome = Outcome("not-signalled", why="protected")
+            elif d.action in ("ignore", "never"):
+                outcome = Outcome("not-signalled", why=d.rule)
+            elif h.frozen and self.skip_frozen:
+                st.warnings.append(f"{label} is in a frozen cgroup: skipped (a signal would stay "
+                                   "pending until it is thawed)")
+                outcome = Outcome("not-signalled", why="frozen cgroup")
+            elif h.frozen:
+                st.reasons.append(f"{label} is in a frozen cgroup: it cannot exit until thawed")
+                outcome = Outcome("not-signalled", why="frozen cgroup")
+            elif h.disposition(self.signum) == "ignored" and drain_mode == "veto":
+                st.reasons.append(sigint_ignored_reason(h, self.signame))
+                outcome = Outcome("not-signalled", why=f"ignores {self.signame}")
+            elif (h.disposition(self.signum) == "ignored" and drain_mode == "escalate"
+                  and not self.config.drain.escalate):
+                st.reasons.append(sigint_ignored_reason(h, self.signame)
+                                  + " and [drain] escalate is empty")
+                outcome = Outcome("not-signalled", why=f"ignores {self.signame}")
+            else:
+                to_drain.append(d)
+                continue
+            st.results[key] = HolderResult(d, outcome, round_no, tag)
+        return to_drain
+
+    def predicted(self, d: Decision) -> Outcome:
+        disp = d.holder.disposition(self.signum)
+        why = {
+            "default": f"{self.signame} ends it (default action)",
+            "caught": f"{self.signame} handler installed: expected to exit gracefully",
+            "blocked": f"{self.signame} blocked: delivered when it unblocks",
+            "ignored": f"ignores {self.signame}; signalled anyway, then escalation",
+            "unknown": f"{self.signame} disposition unknown",
+        }[disp]
+        return Outcome("would-signal", why=why)
+
+    # -- draining --------------------------------------------------------------
+
+    def drain_rounds(self, first: list[Decision], seen: set[HolderId], deadline: float,
+                     idle_reserve: float, inventory: Inventory) -> None:
+        st = self.state
+        pending = first
+        round_no = 1
+        parents = {d.holder.ppid for d in first if d.holder.ppid > 1}
+        units = {d.holder.unit for d in first if d.holder.unit}
+        while pending:
+            if self.cancelled():
+                for d in pending:
+                    st.results[holder_id(d.holder)] = HolderResult(
+                        d, Outcome("not-signalled", why=self.cancel_reason()), round_no)
+                return
+            until = max(self.clock() + 0.5, deadline - idle_reserve)
+            result = drain(
+                [d.holder for d in pending], self.signame, self.config.drain.timeout_s, until,
+                self.config.drain.escalate, proc=self.proc, cancel=self.cancel,
+                log=self.log.info, clock=self.clock,
+            )
+            for d in pending:
+                key = holder_id(d.holder)
+                prev = st.results.get(key)
+                tag = prev.respawned if prev else ""
+                st.results[key] = HolderResult(d, result.outcomes[key], round_no, tag)
+                outcome = result.outcomes[key]
+                if outcome.kind == "timeout":
+                    st.reasons.append(f"pid {d.holder.pid} {d.holder.comm} {outcome.why}")
+            if any(o.kind == "timeout" for o in result.outcomes.values()) or self.cancelled():
+                return
+            # Rescan: a supervisor may have restarted the job, or a new one started.
+            rescan = scan_holders(inventory, self.proc, exclude=runner.active_children())
+            new = [h for h in rescan.holders if holder_id(h) not in seen]
+            seen.update(holder_id(h) for h in new)
+            decisions = decide(new, self.config.policy, self.never)
+            respawn = {
+                holder_id(h): "respawned" for h in new
+                if (h.ppid > 1 and h.ppid in parents) or (h.unit and h.unit in units)
+            }
+            parents |= {h.ppid for h in new if h.ppid > 1}
+            units |= {h.unit for h in new if h.unit}
+            round_no += 1
+            before = len(st.reasons)
+            pending = self.sort(decisions, round_no, respawn)
+            for d in pending:
+                st.results[holder_id(d.holder)] = HolderResult(
+                    d, Outcome("not-signalled", why="appeared during the drain"), round_no,
+                    respawn.get(holder_id(d.holder), ""))
+            if len(st.reasons) > before:
+                return  # certain veto now: signal nobody else
+            if pending and round_no > self.config.drain.rounds:
+                for d in pending:
+                    tag = respawn.get(holder_id(d.holder), "")
+                    what = "respawned" if tag else "appeared"
+                    st.reasons.append(
+                        f"pid {d.holder.pid} {d.holder.comm} {what} after {self.config.drain.rounds}"
+                        f" drain round(s): {d.holder.command}")
+                return
+
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.cancelled
+
+    def cancel_reason(self) -> str:
+        return self.cancel.reason if self.cancel else ""
+
+
+def run(
+    config: Config,
+    *,
+    dry_run: bool,
+    action: str | None = None,
+    origin: str = "cli",
+    proc: ProcFS | None = None,
+    idle_check: IdleCheck | None = default_idle_check,
+    log: Logger | None = None,
+    cancel: Cancel | None = None,
+    record: bool = True,
+    skip_frozen: bool = False,
+    can_veto: bool = True,
+    clock: Callable[[], float] = time.monotonic,
+) -> Report:
+    proc = proc or ProcFS()
+    log = log or Logger()
+    started_wall = time.time()
+    start = clock()
+    # Leave time to record and answer before systemd's TimeoutStartSec.
+    deadline = start + config.drain.deadline_s - 2.0
+    r = _Run(config, dry_run, proc, log, cancel, skip_frozen, can_veto, clock)
+    st = r.state
+
+    history: History | None = None
+    attempt_id: int | None = None
+    history_note = ""
+    if record:
+        try:
+            history = History.open(config.state.dir)
+            st.warnings.extend(history.warnings)
+            attempt_id = history.begin(action, origin, dry_run, config.digest, started_wall)
+        except HistoryError as exc:
+            history_note = f"not recorded: {exc}"
+            if not dry_run:
+                st.warnings.append(f"history not recorded: {exc}")
+            if history is not None:
+                history.close()
+                history = None
+    else:
+        history_note = "not recorded"
+
+    inventory = take_inventory(config.devices)
+    st.warnings.extend(inventory.notes)
+    scan = scan_holders(inventory, proc, exclude=runner.active_children())
+    if scan.unreadable:
+        pids = ", ".join(str(p) for p in scan.unreadable_pids[:10])
+        st.warnings.append(f"{scan.unreadable} process(es) could not be inspected "
+                           f"(permission denied): {pids}")
+    decisions = decide(scan.holders, config.policy, r.never)
+    seen = {holder_id(h) for h in scan.holders}
+    to_drain = r.sort(decisions, 1, {})
+    certain_veto = bool(st.reasons)
+
+    if certain_veto and to_drain:
+        for d in to_drain:
+            st.results[holder_id(d.holder)] = HolderResult(
+                d, Outcome("not-signalled",
+                           why="the suspend is refused anyway: nobody is signalled"))
+        to_drain = []
+    if dry_run:
+        for d in to_drain:
+            st.results[holder_id(d.holder)] = HolderResult(d, r.predicted(d))
+    elif to_drain:
+        idle_reserve = config.idle.settle_s + config.idle.command_timeout_s + 1.0
+        r.drain_rounds(to_drain, seen, deadline, idle_reserve, inventory)
+
+    idle: IdleResult | None = None
+    if not inventory.nodes:
+        if not scan.holders:
+            log.info("no accelerator nodes found")
+    elif idle_check is not None and not (certain_veto and not dry_run) and not r.cancelled():
+        idle = idle_check(config.idle, inventory.families(), max(deadline, clock() + 0.5))
+        _fold_idle(r, idle, seen, bool(to_drain) and dry_run)
+
+    if r.cancelled():
+        st.reasons.append(f"the guard was stopped ({r.cancel_reason()}) before it finished")
+    verdict = Verdict("veto" if st.reasons else "allow", tuple(st.reasons), tuple(st.warnings))
+    order = {holder_id(h): i for i, h in enumerate(scan.holders)}
+    holders = tuple(sorted(st.results.values(),
+                           key=lambda hr: (hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
+    duration = clock() - start
+    if history is not None and attempt_id is not None:
+        try:
+            history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
+                           [h.row() for h in holders])
+        except HistoryError as exc:
+            history_note = f"not recorded: {exc}"
+            verdict = replace(verdict, warnings=(*verdict.warnings, f"history not recorded: {exc}"))
+        finally:
+            history.close()
+    report = Report(verdict, dry_run, action, origin, inventory, holders, scan.unreadable, idle,
+                    started_wall, duration, attempt_id, history_note, can_veto)
+    log_verdict(report, log)
+    return report
+
+
+def _fold_idle(r: _Run, idle: IdleResult, seen: set[HolderId], drain_pending: bool) -> None:
+    """Fold the device's own view into the verdict, device-reported pids included."""
+    st = r.state
+    known_pids = {k[0] for k in st.results}
+    extra: list[Holder] = []
+    for p in idle.processes():
+        pid = int(p.pid)
+        if pid in known_pids or pid <= 0:
+            continue
+        known_pids.add(pid)
+        holder = describe_process(pid, [], r.proc, source=str(p.source))
+        if holder is None:
+            st.reasons.append(f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
+                              + ", which is not visible here (another PID namespace?)")
+            continue
+        extra.append(holder)
+    if extra:
+        decisions = decide(extra, r.config.policy, r.never)
+        to_drain = r.sort(decisions, 1, {})
+        for d in to_drain:
+            if r.dry_run:
+                st.results[holder_id(d.holder)] = HolderResult(d, r.predicted(d))
+            else:
+                st.results[holder_id(d.holder)] = HolderResult(
+                    d, Outcome("not-signalled", why="reported by the device after the drain"))
+                st.reasons.append(
+                    f"pid {d.holder.pid} {d.holder.comm} is using the device (reported by "
+                    f"{d.holder.source}) but holds no node this guard can see")
+        seen.update(holder_id(h) for h in extra)
+    if drain_pending or (r.dry_run and any(hr.decision.action == "drain" for hr in st.results.values())):
+        st.warnings.extend(f"(expected before the drain) {w}" for w in idle.veto_reasons)
+    else:
+        st.reasons.extend(idle.veto_reasons)
+    st.warnings.extend(idle.warnings)
+
+
+def log_verdict(report: Report, log: Logger) -> None:
+    what = report.action or ("dry run" if report.dry_run else "check")
+    attempt = f"attempt {report.attempt_id} " if report.attempt_id else ""
+    if report.verdict.kind == "veto":
+        tail = "; ".join(report.verdict.reasons)
+        if report.can_veto:
+            log.error(f"{attempt}({what}): veto: {tail}")
+        else:
+            log.error(f"{attempt}({what}): would veto, but a sleep hook cannot stop the "
+                      f"suspend: {tail}")
+    else:
+        drained = sum(1 for h in report.holders if h.outcome.kind == "exited")
+        log.info(f"{attempt}({what}): allow: {drained} holder(s) drained"
+                 + (f"; warnings: {'; '.join(report.verdict.warnings)}"
+                    if report.verdict.warnings else ""))

@@ -1,0 +1,80 @@
+"""Human rendering of a report: the verdict line first, then short aligned tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TextIO
+
+from .pipeline import Report
+
+_COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "warn": "\033[33m"}
+_RESET = "\033[0m"
+
+
+def table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+            for r in rows]
+
+
+def paint(text: str, kind: str, colour: bool) -> str:
+    return f"{_COLOURS[kind]}{text}{_RESET}" if colour else text
+
+
+def render(report: Report, out: TextIO, colour: bool = False) -> None:
+    v = report.verdict
+    mode = "dry run" if report.dry_run else (report.action or "check")
+    head = "ALLOW" if v.kind == "allow" else "VETO"
+    if v.kind == "veto" and not report.can_veto:
+        head = "VETO (advisory: a sleep hook cannot stop the suspend)"
+    lines = [f"verdict: {paint(head, v.kind, colour)} ({mode})"]
+    lines += [f"  - {r}" for r in v.reasons]
+    lines += [f"  ! {paint(w, 'warn', colour)}" for w in v.warnings]
+    if v.kind == "allow" and not v.reasons and not report.holders:
+        lines.append("  no process holds an accelerator node")
+    lines.append("")
+    nodes = report.inventory.nodes
+    if nodes:
+        families = ", ".join(report.inventory.families())
+        lines.append(f"devices: {len(nodes)} node(s) ({families})")
+        lines += table([(n.path, n.role, n.identity) for n in nodes])
+    else:
+        lines.append("devices: no accelerator nodes found")
+    lines.append("")
+    if report.holders:
+        rows = [("PID", "USER", "ACTION", "SIGINT", "OUTCOME", "NODES", "COMMAND")]
+        for hr in report.holders:
+            h = hr.decision.holder
+            rows.append((str(h.pid), h.user, hr.decision.action, h.sigint,
+                         hr.outcome.describe()[:48], ",".join(h.node_paths())[:40] or h.source,
+                         h.command[:60]))
+        lines.append(f"holders: {len(report.holders)}")
+        lines += table(rows)
+        for hr in report.holders:
+            h = hr.decision.holder
+            notes = [f"rule: {hr.decision.rule}", *list(hr.decision.notes)]
+            if hr.respawned:
+                notes.append(hr.respawned)
+            where = h.unit or "-"
+            if h.container:
+                where += f", container {h.container}"
+            lines.append(f"  pid {h.pid} ({where}): " + "; ".join(notes))
+    else:
+        lines.append("holders: none")
+    if report.unreadable:
+        lines.append(f"  ({report.unreadable} process(es) could not be inspected)")
+    if report.idle is not None:
+        data = report.idle.to_json()
+        lines.append("")
+        lines.append(f"idle: {data.get('state')}")
+        for dev in data.get("devices", []):
+            readings = ", ".join(f"{k} {v}" for k, v in (dev.get("readings") or {}).items()
+                                 if v is not None)
+            lines.append(f"  {dev.get('id')}: {dev.get('state')} ({dev.get('source')})"
+                         + (f" {readings}" if readings else ""))
+        for b in data.get("backends", []):
+            if not b.get("available"):
+                lines.append(f"  backend {b.get('name')}: unavailable: {b.get('reason')}")
+    out.write("\n".join(lines) + "\n")
