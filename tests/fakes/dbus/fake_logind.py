@@ -1,0 +1,162 @@
+"""A fake org.freedesktop.login1 Manager: the calls and properties suspendguard reads.
+
+It speaks logind's real names, path, interface and signatures. Inhibit works
+the way logind does it: the service makes a pipe, hands the caller the write
+end as a real fd (D-Bus type h) and keeps the read end; when every copy of the
+write end is closed the read end sees end-of-file and the lock is dropped.
+No `from __future__ import annotations`: dbus-next reads the D-Bus signatures
+from the annotations.
+"""
+
+# D-Bus signatures in annotations ("s", "a(ssssuu)") are not Python names.
+# ruff: noqa: F821
+
+import asyncio
+import os
+from dataclasses import dataclass
+
+from dbus_next import Message, MessageType
+from dbus_next.service import PropertyAccess, ServiceInterface, dbus_property, method
+
+NAME = "org.freedesktop.login1"
+PATH = "/org/freedesktop/login1"
+INTERFACE = "org.freedesktop.login1.Manager"
+
+# logind's order when it joins lock types into BlockInhibited/DelayInhibited.
+WHATS = ("shutdown", "sleep", "idle", "handle-power-key", "handle-suspend-key",
+         "handle-hibernate-key", "handle-lid-switch", "handle-reboot-key")
+MODES = ("block", "delay", "block-weak")
+
+
+@dataclass
+class Lock:
+    what: str
+    who: str
+    why: str
+    mode: str
+    uid: int
+    pid: int
+    read_fd: int | None = None  # None: a lock preset by the test, never released
+
+    def row(self) -> list[object]:
+        return [self.what, self.who, self.why, self.mode, self.uid, self.pid]
+
+
+class LoginManager(ServiceInterface):
+    def __init__(self, state: dict[str, object]) -> None:
+        super().__init__(INTERFACE)
+        self.can_suspend = str(state.get("can_suspend", "yes"))
+        self.can_hibernate = str(state.get("can_hibernate", "no"))
+        self.delay_max_usec = int(state.get("inhibit_delay_max_usec", 5_000_000))
+        self.preparing = bool(state.get("preparing_for_sleep", False))
+        self.locks: list[Lock] = [Lock(*row) for row in state.get("inhibitors", [])]
+        self.bus: object = None
+        self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+
+    def attach(self, bus: object) -> None:
+        """Export on the bus, and take Inhibit calls before dbus-next's dispatcher.
+
+        dbus-next's own method dispatch cannot tell when the reply carrying the
+        fd has been written, and our copy of the write end must stay open until
+        then; so Inhibit is answered here, and still declared below so that
+        introspection shows it.
+        """
+        self.bus = bus
+        bus.export(PATH, self)
+        bus.add_message_handler(self._intercept_inhibit)
+
+    # --- methods ----------------------------------------------------------------
+
+    @method()
+    def CanSuspend(self) -> "s":
+        return self.can_suspend
+
+    @method()
+    def CanHibernate(self) -> "s":
+        return self.can_hibernate
+
+    @method()
+    def ListInhibitors(self) -> "a(ssssuu)":
+        return [lock.row() for lock in self.locks]
+
+    @method()
+    def Inhibit(self, what: "s", who: "s", why: "s", mode: "s") -> "h":
+        raise AssertionError("Inhibit is answered by _intercept_inhibit")
+
+    # --- properties -------------------------------------------------------------
+
+    @dbus_property(access=PropertyAccess.READ)
+    def InhibitDelayMaxUSec(self) -> "t":
+        return self.delay_max_usec
+
+    @dbus_property(access=PropertyAccess.READ)
+    def BlockInhibited(self) -> "s":
+        return self._inhibited("block")
+
+    @dbus_property(access=PropertyAccess.READ)
+    def DelayInhibited(self) -> "s":
+        return self._inhibited("delay")
+
+    @dbus_property(access=PropertyAccess.READ)
+    def PreparingForSleep(self) -> "b":
+        return self.preparing
+
+    # --- Inhibit, the real way ------------------------------------------------------
+
+    def _inhibited(self, mode: str) -> str:
+        held = {w for lock in self.locks if lock.mode == mode for w in lock.what.split(":")}
+        return ":".join(w for w in WHATS if w in held)
+
+    def _intercept_inhibit(self, msg: Message) -> bool:
+        if (msg.message_type == MessageType.METHOD_CALL and msg.path == PATH
+                and msg.interface == INTERFACE and msg.member == "Inhibit"):
+            task = asyncio.ensure_future(self._inhibit(msg))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            return True
+        return False
+
+    async def _inhibit(self, msg: Message) -> None:
+        bus = self.bus
+        if msg.signature != "ssss":
+            bus.send(Message.new_error(msg, "org.freedesktop.DBus.Error.InvalidArgs",
+                                       f"Invalid signature {msg.signature!r}"))
+            return
+        what, who, why, mode = msg.body
+        whats = what.split(":")
+        if not what or any(w not in WHATS for w in whats):
+            bus.send(Message.new_error(msg, "org.freedesktop.DBus.Error.InvalidArgs",
+                                       "Invalid what specification"))
+            return
+        if mode not in MODES:
+            bus.send(Message.new_error(msg, "org.freedesktop.DBus.Error.InvalidArgs",
+                                       "Invalid mode specification"))
+            return
+        pid = await self._credential("GetConnectionUnixProcessID", msg.sender)
+        uid = await self._credential("GetConnectionUnixUser", msg.sender)
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        lock = Lock(what, who, why, mode, uid, pid, read_fd)
+        self.locks.append(lock)
+        asyncio.get_running_loop().add_reader(read_fd, self._on_readable, lock)
+        sent = bus.send(Message.new_method_return(msg, "h", [0], [write_fd]))
+        # The bus has its own copy once the message is written: drop ours then.
+        sent.add_done_callback(lambda _: os.close(write_fd))
+
+    async def _credential(self, member: str, sender: str) -> int:
+        reply = await self.bus.call(Message(
+            destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
+            interface="org.freedesktop.DBus", member=member, signature="s", body=[sender]))
+        return int(reply.body[0]) if reply.message_type == MessageType.METHOD_RETURN else 0
+
+    def _on_readable(self, lock: Lock) -> None:
+        assert lock.read_fd is not None
+        try:
+            data = os.read(lock.read_fd, 64)
+        except BlockingIOError:
+            return
+        if data:
+            return  # logind ignores writes too
+        asyncio.get_running_loop().remove_reader(lock.read_fd)
+        os.close(lock.read_fd)
+        lock.read_fd = None
+        self.locks.remove(lock)
