@@ -7,6 +7,7 @@ never reports the guard's own probes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -94,7 +95,5 @@ def run(
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
