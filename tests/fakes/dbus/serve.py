@@ -18,11 +18,10 @@ import json
 import signal
 import sys
 
-from dbus_next import BusType, Message, MessageType, NameFlag, RequestNameReply
-from dbus_next.aio import MessageBus
-
 import fake_logind
 import fake_systemd
+from dbus_next import BusType, Message, MessageType, NameFlag, RequestNameReply
+from dbus_next.aio import MessageBus
 
 
 async def serve(address: str, services: list[str], state: dict[str, object],
