@@ -9,6 +9,7 @@ hook's fallback; only its arguments differ.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +37,9 @@ class IdleResult(Protocol):
 
     def to_json(self) -> dict[str, Any]: ...
 
+
+# How long a supervisor gets to restart a drained job before the rescan.
+RESPAWN_GRACE_S = 0.5
 
 IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleResult]
 
@@ -242,6 +246,7 @@ class _Run:
                     st.reasons.append(f"pid {d.holder.pid} {d.holder.comm} {outcome.why}")
             if any(o.kind == "timeout" for o in result.outcomes.values()) or self.cancelled():
                 return
+            self.respawn_grace(pending, deadline)
             # Rescan: a supervisor may have restarted the job, or a new one started.
             rescan = scan_holders(inventory, self.proc, exclude=runner.active_children())
             new = [h for h in rescan.holders if holder_id(h) not in seen]
@@ -270,6 +275,22 @@ class _Run:
                         f"pid {d.holder.pid} {d.holder.comm} {what} after {self.config.drain.rounds}"
                         f" drain round(s): {d.holder.command}")
                 return
+
+    def respawn_grace(self, drained: Sequence[Decision], deadline: float) -> None:
+        """Give a supervisor a moment to restart what it supervised before the rescan.
+
+        Only when a drained job's parent is still there and could restart it:
+        not init, not the guard itself (its own children are supervised by
+        nobody else).
+        """
+        parents = {d.holder.ppid for d in drained} - self.never - {0, 1}
+        if not any(os.path.exists(self.proc.path(p)) for p in parents):
+            return
+        wait = min(RESPAWN_GRACE_S, max(0.0, deadline - self.clock()))
+        if self.cancel is not None:
+            select.select([self.cancel.fd], [], [], wait)
+        else:
+            time.sleep(wait)
 
     def cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.cancelled

@@ -1,0 +1,100 @@
+"""Shared fixtures: real device nodes (or plain-file stand-ins) and real holders."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suspendguard.config import Config, build
+
+ROOT = os.geteuid() == 0
+HOLDER = str(Path(__file__).parent / "helpers" / "holder.py")
+FIXTURES = Path(__file__).parent / "fixtures"
+
+needs_root = pytest.mark.skipif(not ROOT, reason="needs root (mknod, namespaces)")
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> str:
+    """A compute node nothing else holds: rdev 1:7 (as /dev/full) as root, a plain file otherwise."""
+    path = tmp_path / "npu0"
+    if ROOT:
+        os.mknod(path, 0o666 | 0o020000, os.makedev(1, 7))
+    else:
+        path.write_bytes(b"\0" * 4096)
+    return str(path)
+
+
+@pytest.fixture
+def make_config(tmp_path: Path, node: str) -> Any:
+    def make(**sections: dict[str, Any]) -> Config:
+        data: dict[str, dict[str, Any]] = {
+            "devices": {"families": [], "nodes": [node]},
+            "state": {"dir": str(tmp_path / "state")},
+            "idle": {"backends": []},
+            "drain": {"timeout_s": 5},
+        }
+        for name, values in sections.items():
+            data.setdefault(name, {}).update(values)
+        return build(data)
+
+    return make
+
+
+class Holders:
+    """Starts holder processes and always cleans them up."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+        self.marker = str(tmp_path / "signals.log")
+        self.extra_pids: list[int] = []
+
+    def start(self, node: str, mode: str = "graceful", delay: float = 0.3,
+              argv_prefix: list[str] | None = None) -> tuple[subprocess.Popen[str], int]:
+        argv = [sys.executable, HOLDER, "--node", node, "--mode", mode, "--delay", str(delay),
+                "--marker", self.marker]
+        proc = subprocess.Popen((argv_prefix or []) + argv, stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert line and line[0] == "ready", f"holder did not start: {line}"
+        pid = int(line[1])
+        if len(line) > 3:
+            self.extra_pids.append(int(line[3]))
+        if pid != proc.pid:
+            self.extra_pids.append(pid)
+        return proc, pid
+
+    def signals(self) -> list[str]:
+        try:
+            return Path(self.marker).read_text().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+        for pid in self.extra_pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def holders(tmp_path: Path) -> Iterator[Holders]:
+    h = Holders(tmp_path)
+    yield h
+    h.cleanup()

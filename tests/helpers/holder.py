@@ -1,0 +1,76 @@
+"""A test job that holds a device node, with a chosen reaction to signals.
+
+Prints "ready <pid>" once the node is held. Every signal it handles is
+appended to --marker so tests can prove who was (not) signalled.
+"""
+
+import argparse
+import ctypes
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("--node", required=True)
+p.add_argument("--mode", default="graceful",
+               choices=["graceful", "deaf", "slow", "inherit", "stubborn", "map", "supervisor"])
+p.add_argument("--delay", type=float, default=0.3)
+p.add_argument("--marker", default="")
+args = p.parse_args()
+
+
+def mark(what: str) -> None:
+    if args.marker:
+        with open(args.marker, "a") as f:
+            f.write(f"{os.getpid()} {what}\n")
+
+
+if args.mode == "supervisor":
+    # Restarts its child whenever it exits, like a job supervisor would.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    child_args = [sys.executable, __file__, "--node", args.node, "--mode", "graceful",
+                  "--delay", "0", "--marker", args.marker]
+    first = True
+    while True:
+        child = subprocess.Popen(child_args, stdout=subprocess.PIPE, text=True)
+        line = child.stdout.readline()
+        if first:
+            print(f"ready {os.getpid()} child {line.split()[1]}", flush=True)
+            first = False
+        child.wait()
+        mark("restarted")
+
+f = open(args.node, "rb")
+if args.mode == "map":
+    # libc mmap directly: Python's mmap object keeps a dup of the fd, and
+    # this job must hold the node through the mapping alone.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    addr = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_PRIVATE, f.fileno(), 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    f.close()
+
+if args.mode in ("graceful", "slow", "map"):
+    # Explicitly: a supervisor that ignores SIGINT must not pass that on.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+elif args.mode == "deaf":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+elif args.mode == "stubborn":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda s, _f: mark("SIGTERM"))
+
+print(f"ready {os.getpid()}", flush=True)
+try:
+    while True:
+        time.sleep(3600)
+except KeyboardInterrupt:
+    mark("SIGINT")
+    if args.mode == "slow":
+        time.sleep(3600)
+    time.sleep(args.delay)
+    sys.exit(0)

@@ -1,0 +1,159 @@
+"""The guard on real child processes: drain, veto before signalling, respawns, escalation."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from typing import Any
+
+from conftest import Holders
+from suspendguard.drain import Cancel, drain
+from suspendguard.log import Logger
+from suspendguard.pipeline import Report, run
+from suspendguard.scan import scan_holders
+from suspendguard.inventory import take_inventory
+
+
+def guard(config: Any, dry_run: bool = False, **kw: Any) -> Report:
+    return run(config, dry_run=dry_run, action="suspend", origin="test", idle_check=None,
+               log=Logger(io.StringIO(), {}), **kw)
+
+
+def outcome_of(report: Report, pid: int) -> Any:
+    return next(h.outcome for h in report.holders if h.decision.holder.pid == pid)
+
+
+def test_graceful_holder_is_drained_and_allowed(make_config: Any, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node, delay=0.3)
+    report = guard(make_config())
+    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.exit_status == 0
+    out = outcome_of(report, pid)
+    assert out.kind == "exited" and out.seconds is not None and out.seconds >= 0.25
+    assert proc.wait(timeout=5) == 0
+    assert holders.signals() == [f"{pid} SIGINT"]
+
+
+def test_holder_slower_than_the_timeout_vetoes(make_config: Any, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node, mode="slow")
+    report = guard(make_config(drain={"timeout_s": 1}))
+    assert report.verdict.kind == "veto"
+    assert any(f"pid {pid}" in r and "still running" in r for r in report.verdict.reasons)
+    assert outcome_of(report, pid).kind == "timeout"
+    assert proc.poll() is None  # still running at the verdict: never killed by default
+
+
+def test_deaf_holder_vetoes_before_anyone_is_signalled(make_config: Any, node: str,
+                                                        holders: Holders) -> None:
+    graceful, gpid = holders.start(node)
+    deaf, dpid = holders.start(node, mode="deaf")
+    report = guard(make_config())
+    assert report.verdict.kind == "veto"
+    assert any(f"pid {dpid}" in r and "ignores SIGINT" in r and "kill -2 cannot stop it" in r
+               for r in report.verdict.reasons)
+    assert outcome_of(report, gpid).kind == "not-signalled"
+    time.sleep(0.2)
+    assert holders.signals() == []
+    assert graceful.poll() is None and deaf.poll() is None
+
+
+def test_protected_holder_vetoes_and_nobody_is_signalled(make_config: Any, node: str,
+                                                         holders: Holders) -> None:
+    protected, ppid = holders.start(node, mode="deaf")
+    graceful, gpid = holders.start(node)
+    cfg = make_config(policy={"protect": [{"cmdline": "--mode deaf"}]})
+    report = guard(cfg)
+    assert report.verdict.kind == "veto"
+    assert any(f"pid {ppid}" in r and "protected" in r for r in report.verdict.reasons)
+    decision = next(h.decision for h in report.holders if h.decision.holder.pid == ppid)
+    assert decision.action == "protect" and "[policy] protect #1" in decision.rule
+    time.sleep(0.2)
+    assert holders.signals() == [] and graceful.poll() is None
+
+
+def test_ignore_rule_does_not_count(make_config: Any, node: str, holders: Holders) -> None:
+    _, pid = holders.start(node, mode="deaf")
+    report = guard(make_config(policy={"ignore": [{"cmdline": "--mode deaf"}]}))
+    assert report.verdict.kind == "allow"
+    assert outcome_of(report, pid).kind == "not-signalled"
+
+
+def test_supervisor_restarting_its_job_is_a_respawn_veto(make_config: Any, node: str,
+                                                        holders: Holders) -> None:
+    holders.start(node, mode="supervisor")
+    report = guard(make_config(drain={"rounds": 2}))
+    assert report.verdict.kind == "veto"
+    assert any("respawned" in r for r in report.verdict.reasons), report.verdict.reasons
+    assert max(h.round for h in report.holders) >= 2
+    assert sum(1 for s in holders.signals() if s.endswith("SIGINT")) == 2  # one per round
+
+
+def test_escalation_reaches_a_holder_that_ignores_sigint(make_config: Any, node: str,
+                                                        holders: Holders) -> None:
+    proc, pid = holders.start(node, mode="stubborn")
+    cfg = make_config(drain={"timeout_s": 0.5, "on_sigint_ignored": "escalate",
+                             "escalate": ["SIGTERM:0.5", "SIGKILL:5"]})
+    report = guard(cfg)
+    assert report.verdict.kind == "allow", report.verdict.reasons
+    out = outcome_of(report, pid)
+    assert out.kind == "exited" and "SIGKILL" in out.why
+    assert f"{pid} SIGTERM" in holders.signals()
+    assert proc.wait(timeout=5) == -9
+
+
+def test_default_never_escalates(make_config: Any, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node, mode="stubborn")
+    report = guard(make_config(drain={"timeout_s": 0.5, "on_sigint_ignored": "signal-anyway"}))
+    assert report.verdict.kind == "veto"
+    assert proc.poll() is None and holders.signals() == []
+
+
+def test_recycled_pid_is_never_signalled(node: str, holders: Holders) -> None:
+    # The start time is injected: the scanned record says the process started
+    # one tick later than the one now behind that PID, i.e. the PID was reused.
+    proc, pid = holders.start(node)
+    inv = take_inventory(make_devices(node))
+    scanned = next(h for h in scan_holders(inv).holders if h.pid == pid)
+    from dataclasses import replace
+    stale = replace(scanned, start_time=scanned.start_time + 1)
+    result = drain([stale], "SIGINT", 1.0, time.monotonic() + 5)
+    out = result.outcomes[(pid, stale.start_time)]
+    assert out.kind == "not-signalled" and "reused" in out.why
+    time.sleep(0.2)
+    assert proc.poll() is None and holders.signals() == []
+
+
+def make_devices(node: str) -> Any:
+    from suspendguard.config import DevicesConfig
+    return DevicesConfig((), (node,), ())
+
+
+def test_dry_run_sends_nothing(make_config: Any, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    deaf, dpid = holders.start(node, mode="deaf")
+    report = guard(make_config(), dry_run=True)
+    assert report.verdict.kind == "veto"
+    assert outcome_of(report, pid).kind == "not-signalled"
+    report = guard(make_config(policy={"ignore": [{"cmdline": "--mode deaf"}]}), dry_run=True)
+    assert report.verdict.kind == "allow"
+    assert outcome_of(report, pid).kind == "would-signal"
+    time.sleep(0.3)
+    assert holders.signals() == [] and proc.poll() is None and deaf.poll() is None
+
+
+def test_sigterm_to_the_guard_ends_as_veto(make_config: Any, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node, mode="slow")
+    cancel = Cancel()
+    threading.Timer(0.5, cancel.cancel, args=("guard received SIGTERM",)).start()
+    started = time.monotonic()
+    report = guard(make_config(drain={"timeout_s": 20}), cancel=cancel)
+    assert time.monotonic() - started < 10
+    assert report.verdict.kind == "veto"
+    assert any("guard received SIGTERM" in r for r in report.verdict.reasons)
+    cancel.close()
+
+
+def test_no_holders_allows(make_config: Any) -> None:
+    report = guard(make_config())
+    assert report.verdict.kind == "allow" and report.holders == ()
