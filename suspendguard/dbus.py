@@ -243,7 +243,6 @@ class _Session:
             self._waiting.discard(msg.serial)
         if reply is None:
             raise _Failure(f"{self.step}: the connection closed before a reply")
-        self._received.update(reply.unix_fds)
         if reply.message_type == MessageType.ERROR:
             raise _CallError(reply.error_name or "", _error_text(reply), self.step, destination)
         if reply.signature != expect:
@@ -257,14 +256,17 @@ class _Session:
         return fd
 
     def _note_fds(self, msg: Any) -> bool:
-        # dbus-next never closes the fds that come with a message. Replies to our
-        # calls are handled in call(); anything else (signals, late replies) is
-        # closed here, now.
+        # dbus-next never closes the fds that come with a message. Those of a reply
+        # we wait for are noted here, before any await can be cancelled, and closed
+        # with the session unless kept; anything else (signals, late replies) is
+        # closed now.
         fds = list(msg.unix_fds or ())
-        if fds and not (msg.message_type in (MessageType.METHOD_RETURN, MessageType.ERROR)
-                        and msg.reply_serial in self._waiting):
+        if (msg.message_type in (MessageType.METHOD_RETURN, MessageType.ERROR)
+                and msg.reply_serial in self._waiting):
+            self._received.update(fds)
+        else:
             _close_all(fds)
-        return False
+        return False  # not handled: dbus-next goes on to deliver the message
 
     def close(self, *, keep_kept: bool) -> None:
         bus = self._bus
