@@ -115,9 +115,11 @@ def template_dir() -> Path:
     )
 
 
-def _systemd_arg(arg: str) -> str:
-    """One ExecStart= word: specifiers and variables escaped, quoted when needed."""
-    out = arg.replace("%", "%%").replace("$", "$$")
+def _systemd_arg(arg: str, exec_line: bool = True) -> str:
+    """One unit-file word: specifiers (and in ExecStart= variables) escaped, quoted if needed."""
+    out = arg.replace("%", "%%")
+    if exec_line:
+        out = out.replace("$", "$$")
     if re.search(r"[\s\"'\\;]", out):
         out = '"' + out.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return out
@@ -149,7 +151,7 @@ def render_unit(
         # missing folder must not fail the unit (and so veto every suspend).
         rw = [
             "StateDirectory=suspendguard",
-            f"ReadWritePaths=-{_systemd_arg(os.path.normpath(state_dir))}",
+            f"ReadWritePaths=-{_systemd_arg(os.path.normpath(state_dir), exec_line=False)}",
         ]
         text = _replace_key(text, "StateDirectory", rw, UNIT_TEMPLATE)
     return text
