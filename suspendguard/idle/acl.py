@@ -1,0 +1,114 @@
+"""The pyACL backend: the CANN toolkit's ``acl`` module, asked by a child.
+
+The module is the ``acl`` that the CANN toolkit's set_env.sh puts on the
+path, never the unrelated PyPI package named ``pyacl``. It is imported only
+in a child process (idle/acl_probe.py), for two reasons: initialising pyACL
+registers the caller with the device runtime, which the guard must never do
+to itself; and a runtime that hangs or crashes takes only the child with it,
+which the runner kills at the timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import runner
+from .base import Backend, DeviceReading, Family, QueryFailed
+
+DEFAULT_ENV_SCRIPTS = (
+    "/usr/local/Ascend/ascend-toolkit/set_env.sh",
+    "/usr/local/Ascend/cann/set_env.sh",
+    "/usr/local/Ascend/nnrt/set_env.sh",
+)
+
+# The child sources set_env.sh with no arguments (some CANN scripts parse
+# theirs) from / (so no acl.py in the guard's working directory can shadow
+# the toolkit's), then replaces itself with the probe.
+CHILD_SCRIPT = (
+    'cd / || exit 111; env_file="$SUSPENDGUARD_ACL_ENV"; set --; '
+    '. "$env_file" >/dev/null 2>&1; '
+    'exec "$SUSPENDGUARD_PYTHON" -m suspendguard.idle.acl_probe'
+)
+
+# The directory holding the suspendguard package, so the child imports the
+# same code even when the guard runs from a checkout.
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+class AclBackend(Backend):
+    name = "acl"
+    family: Family = "ascend"
+
+    def env_script(self) -> tuple[str | None, str]:
+        """(the set_env.sh to source, why none) from [idle] ascend_env or the defaults."""
+        configured = self.config.ascend_env
+        if configured:
+            if os.path.isfile(configured):
+                return configured, ""
+            return None, f"{configured}: not found ([idle] ascend_env)"
+        for candidate in DEFAULT_ENV_SCRIPTS:
+            if os.path.isfile(candidate):
+                return candidate, ""
+        return None, "no CANN set_env.sh found (" + ", ".join(DEFAULT_ENV_SCRIPTS) + \
+            "); set [idle] ascend_env"
+
+    def probe(self) -> tuple[bool, str]:
+        script, why = self.env_script()
+        if script is None:
+            return False, why
+        return True, script
+
+    def query(self, timeout_s: float) -> list[DeviceReading]:
+        script, why = self.env_script()
+        if script is None:
+            raise QueryFailed(why)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
+        )
+        env["SUSPENDGUARD_ACL_ENV"] = script
+        env["SUSPENDGUARD_PYTHON"] = sys.executable
+        result = runner.run(["bash", "-c", CHILD_SCRIPT], timeout=timeout_s, env=env)
+        if not result.ok:
+            raise QueryFailed(f"pyACL probe: {_failure(result)}")
+        answer = parse_probe_output(result.stdout)
+        if "error" in answer:
+            raise QueryFailed(f"pyACL probe: {answer['error']}")
+        return [self._device(entry) for entry in answer.get("devices", [])]
+
+    def _device(self, entry: dict[str, Any]) -> DeviceReading:
+        ident = f"device {entry.get('device')}"
+        ret = entry.get("ret", 0)
+        keys = ("cube_pct", "vector_pct", "aicpu_pct", "memory_pct")
+        readings: dict[str, float | None] = {}
+        for key in keys:
+            value = entry.get(key)
+            readings[key] = float(value) if isinstance(value, (int, float)) else None
+        reason = f"acl.rt.get_device_utilization_rate returned {ret}" if ret != 0 else ""
+        return self.reading(ident, readings, (), reason)
+
+
+def _failure(result: runner.RunResult) -> str:
+    text = result.describe_failure()
+    # argv[0] is bash; say what bash was running instead
+    return text[len("bash: "):] if text.startswith("bash: ") else text
+
+
+def parse_probe_output(stdout: str) -> dict[str, Any]:
+    """The probe's JSON line (the last one; set_env.sh or pyACL may print before it)."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                break
+            if isinstance(value, dict):
+                return value
+            break
+    tail = stdout.strip().splitlines()[-1][:200] if stdout.strip() else "nothing"
+    raise QueryFailed(f"pyACL probe: no JSON answer (printed {tail!r})")

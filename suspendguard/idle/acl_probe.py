@@ -1,0 +1,61 @@
+"""The pyACL probe, run as a short-lived child by the acl backend.
+
+Kept out of the guard's own process because pyACL registers the process
+with the device runtime: the guard must never hold the device itself, and a
+child that finalizes and exits leaves nothing behind, even if it crashes.
+It only reads: it never calls acl.rt.set_device, which would create a
+context ON the device. Prints one JSON object on stdout and exits 0 when it
+could ask at all; stdlib only apart from ``acl``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+# Field names of the dict acl.rt.get_device_utilization_rate returns, and the
+# readings they become. memory_utilization is memory in use, not activity.
+FIELDS = {
+    "cube_utilization": "cube_pct",
+    "vector_utilization": "vector_pct",
+    "aicpu_utilization": "aicpu_pct",
+    "memory_utilization": "memory_pct",
+}
+
+
+def probe() -> dict[str, Any]:
+    try:
+        import acl
+    except ImportError as exc:
+        return {"error": f"cannot import acl ({exc}); is [idle] ascend_env the CANN set_env.sh?"}
+    ret = acl.init()
+    if ret != 0:
+        return {"error": f"acl.init() returned {ret}"}
+    try:
+        count, ret = acl.rt.get_device_count()
+        if ret != 0:
+            return {"error": f"acl.rt.get_device_count() returned {ret}"}
+        devices = []
+        for dev in range(count):
+            info, ret = acl.rt.get_device_utilization_rate(dev)
+            entry: dict[str, Any] = {"device": dev, "ret": ret}
+            if ret == 0 and isinstance(info, dict):
+                for field, key in FIELDS.items():
+                    value = info.get(field)
+                    # -1 is pyACL's "not supported on this device"
+                    entry[key] = None if value is None or value < 0 else float(value)
+            devices.append(entry)
+        return {"devices": devices}
+    finally:
+        acl.finalize()
+
+
+def main() -> int:
+    json.dump(probe(), sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

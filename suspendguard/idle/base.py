@@ -1,0 +1,208 @@
+"""The contract every idle backend speaks, and the data it answers with.
+
+A backend is one outside system (npu-smi, pyACL, DCMI, NVML) turned into
+plain readings. Only the backend's own module knows its tool or library;
+everything here is plain Python so the sampler and the tests never need one.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from ..config import IdleConfig
+
+Family = Literal["ascend", "nvidia"]
+DeviceState = Literal["busy", "idle", "unknown"]
+ReportState = Literal["idle", "busy", "unknown", "none"]
+
+# The readings that say whether the device is computing, with the words a
+# veto uses for them. Everything else a backend reports (memory in use, AI
+# CPU, power) is shown but decides nothing: memory stays allocated by idle
+# daemons, and the AI CPU of an idle Atlas 200I A2 reads 9 % (see
+# tests/fixtures/npu-smi/usages-atlas200i-a2.txt), so counting either would
+# veto suspends for nothing.
+LOAD_READINGS: dict[str, str] = {
+    "aicore_pct": "AI Core",
+    "cube_pct": "AI Core cube",
+    "vector_pct": "AI Core vector",
+    "gpu_pct": "GPU",
+    "gpu_memory_pct": "GPU memory controller",
+}
+
+
+@dataclass(frozen=True)
+class DeviceProcess:
+    """A process the device itself reports (host pid where the tool gives one)."""
+
+    pid: int
+    name: str
+    memory_mb: float | None
+    device: str  # the DeviceReading.id it runs on
+    source: str  # the backend that reported it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "name": self.name, "memory_mb": self.memory_mb,
+                "device": self.device, "source": self.source}
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """One device as one backend saw it at one moment."""
+
+    id: str  # "npu 0", "npu 1 chip 1", "device 0", "gpu 0"
+    family: str
+    state: DeviceState
+    source: str
+    readings: Mapping[str, float | None]
+    processes: tuple[DeviceProcess, ...] = ()
+    reason: str = ""  # why unknown, or what was not supported
+
+    def load(self) -> tuple[str, float] | None:
+        """The highest compute-load reading as (words, percent), if any was read."""
+        best: tuple[str, float] | None = None
+        for key, words in LOAD_READINGS.items():
+            value = self.readings.get(key)
+            if value is not None and (best is None or value > best[1]):
+                best = (words, value)
+        return best
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state,
+            "source": self.source,
+            "readings": dict(self.readings),
+            "processes": [p.to_json() for p in self.processes],
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    name: str
+    available: bool
+    reason: str  # why not available, why it stopped answering, or what it is
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "available": self.available, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class IdleReport:
+    """The idle step's answer: overall state, each device, each backend, and why."""
+
+    state: ReportState
+    devices: tuple[DeviceReading, ...]
+    backends: tuple[BackendStatus, ...]
+    veto_reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def processes(self) -> tuple[DeviceProcess, ...]:
+        """Every process a device reported, once per (source, device, pid)."""
+        seen: dict[tuple[str, str, int], DeviceProcess] = {}
+        for device in self.devices:
+            for proc in device.processes:
+                seen.setdefault((proc.source, proc.device, proc.pid), proc)
+        return tuple(seen.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "devices": [d.to_json() for d in self.devices],
+            "backends": [b.to_json() for b in self.backends],
+            "veto_reasons": list(self.veto_reasons),
+            "warnings": list(self.warnings),
+        }
+
+
+class QueryFailed(Exception):
+    """The backend could not answer at all this time (tool hung, library error).
+
+    Raised by ``Backend.query`` only; the sampler turns it into an unknown
+    state with this reason and stops asking that backend.
+    """
+
+
+class Backend(ABC):
+    """One way of asking devices of one family whether they are busy."""
+
+    name: str
+    family: Family
+
+    def __init__(self, config: IdleConfig) -> None:
+        self.config = config
+
+    @abstractmethod
+    def probe(self) -> tuple[bool, str]:
+        """(usable here, why not / what it found); cheap, never raises."""
+
+    @abstractmethod
+    def query(self, timeout_s: float) -> list[DeviceReading]:
+        """Read every device once, within ``timeout_s``; raises QueryFailed."""
+
+    def reading(
+        self,
+        device: str,
+        readings: Mapping[str, float | None],
+        processes: tuple[DeviceProcess, ...] = (),
+        reason: str = "",
+    ) -> DeviceReading:
+        """A DeviceReading whose state follows from its load readings."""
+        state, why = judge(readings, self.config.busy_threshold)
+        return DeviceReading(
+            id=device, family=self.family, state=state, source=self.name,
+            readings=dict(readings), processes=processes,
+            reason="; ".join(r for r in (why, reason) if r),
+        )
+
+
+def judge(readings: Mapping[str, float | None], threshold: float) -> tuple[DeviceState, str]:
+    """busy if any load reading is above ``threshold``, unknown if none was read."""
+    loads = [readings[k] for k in LOAD_READINGS if k in readings]
+    numbers = [v for v in loads if v is not None]
+    if not numbers:
+        return "unknown", "no utilization reading (not supported)" if loads else \
+            "no utilization reading"
+    return ("busy" if max(numbers) > threshold else "idle"), ""
+
+
+def ascend_device_id(npu: int, chip: int, chips_on_npu: int) -> str:
+    """"npu 0" for one-chip NPUs (most boards), "npu 0 chip 1" otherwise.
+
+    npu-smi's NPU/Chip and DCMI's card/device are the same numbers, so both
+    backends name a device alike.
+    """
+    return f"npu {npu}" if chips_on_npu <= 1 and chip == 0 else f"npu {npu} chip {chip}"
+
+
+T = TypeVar("T")
+
+
+def call_with_timeout(fn: Callable[[], T], timeout_s: float, what: str) -> T:
+    """Run an in-process library call, giving up on it after ``timeout_s``.
+
+    DCMI and NVML are C libraries called in this process; a driver that
+    hangs would hang the guard, and with it the suspend. The call runs in a
+    daemon thread that is abandoned (it cannot be killed) if it overruns.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed back to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"suspendguard-{what}", daemon=True)
+    worker.start()
+    worker.join(max(timeout_s, 0.001))
+    if worker.is_alive():
+        raise QueryFailed(f"{what}: no answer within {timeout_s:.1f} s (abandoned)")
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value

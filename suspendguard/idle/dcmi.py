@@ -1,0 +1,168 @@
+"""The DCMI backend: libdcmi.so, the Ascend driver's management library.
+
+Called in this process through ctypes: loading a shared library needs no
+toolkit and no child. Each query runs in a worker thread with a timeout
+(base.call_with_timeout) because a C call that hangs in the driver cannot be
+interrupted; once one has hung, this backend is not called again in this
+process. Return code -8255 is DCMI's "not supported": an unknown reading,
+never busy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+from .base import (
+    Backend,
+    DeviceProcess,
+    DeviceReading,
+    Family,
+    QueryFailed,
+    ascend_device_id,
+    call_with_timeout,
+)
+
+DEFAULT_LIBRARIES = (
+    "/usr/local/Ascend/driver/lib64/driver/libdcmi.so",
+    "/usr/local/Ascend/driver/lib64/libdcmi.so",
+    "/usr/local/dcmi/libdcmi.so",
+)
+NOT_SUPPORTED = -8255
+UTIL_AICORE = 2  # input_type of dcmi_get_device_utilization_rate
+MAX_PROCESSES = 32  # the most dcmi_get_device_resource_info reports per device
+MAX_CARDS = 64
+MB = 1024 * 1024
+
+
+class ProcMemInfo(ctypes.Structure):
+    """struct dcmi_proc_mem_info {int proc_id; unsigned long proc_mem_usage;}"""
+
+    _fields_ = [("proc_id", ctypes.c_int), ("proc_mem_usage", ctypes.c_ulong)]
+
+
+_SIGNATURES: dict[str, list[Any]] = {
+    "dcmi_init": [],
+    # (int *card_num, int *card_list, int list_len)
+    "dcmi_get_card_list": [ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int),
+                           ctypes.c_int],
+    # (int card_id, int *device_num)
+    "dcmi_get_device_num_in_card": [ctypes.c_int, ctypes.POINTER(ctypes.c_int)],
+    # (int card_id, int device_id, int input_type, unsigned int *utilization_rate)
+    "dcmi_get_device_utilization_rate": [ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                         ctypes.POINTER(ctypes.c_uint)],
+    # (int card_id, int device_id, struct dcmi_proc_mem_info *proc_info, int *proc_num)
+    "dcmi_get_device_resource_info": [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ProcMemInfo),
+                                      ctypes.POINTER(ctypes.c_int)],
+}
+
+
+def _code(ret: int) -> str:
+    return "not supported (-8255)" if ret == NOT_SUPPORTED else f"returned {ret}"
+
+
+class DcmiBackend(Backend):
+    name = "dcmi"
+    family: Family = "ascend"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lib: ctypes.CDLL | None = None
+        self._initialised = False
+        self._hung = ""
+
+    def library_path(self) -> tuple[str | None, str]:
+        configured = self.config.dcmi_library
+        if configured:
+            if os.path.isfile(configured):
+                return configured, ""
+            return None, f"{configured}: not found ([idle] dcmi_library)"
+        for candidate in DEFAULT_LIBRARIES:
+            if os.path.isfile(candidate):
+                return candidate, ""
+        return None, "libdcmi.so not found (" + ", ".join(DEFAULT_LIBRARIES) + \
+            "); set [idle] dcmi_library"
+
+    def _load(self) -> ctypes.CDLL:
+        if self._lib is not None:
+            return self._lib
+        path, why = self.library_path()
+        if path is None:
+            raise QueryFailed(why)
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as exc:
+            raise QueryFailed(f"{path}: cannot load ({exc})") from None
+        for symbol, argtypes in _SIGNATURES.items():
+            try:
+                fn = getattr(lib, symbol)
+            except AttributeError:
+                raise QueryFailed(f"{path}: no {symbol}") from None
+            fn.argtypes = argtypes
+            fn.restype = ctypes.c_int
+        self._lib = lib
+        return lib
+
+    def probe(self) -> tuple[bool, str]:
+        try:
+            self._load()
+        except QueryFailed as exc:
+            return False, str(exc)
+        path, _ = self.library_path()
+        return True, path or ""
+
+    def query(self, timeout_s: float) -> list[DeviceReading]:
+        if self._hung:
+            raise QueryFailed(self._hung)
+        try:
+            return call_with_timeout(self._read, timeout_s, "dcmi")
+        except QueryFailed as exc:
+            if "abandoned" in str(exc):
+                self._hung = f"{exc}; not asked again while that call is stuck"
+            raise
+
+    def _read(self) -> list[DeviceReading]:
+        lib = self._load()
+        if not self._initialised:
+            ret = lib.dcmi_init()
+            if ret != 0:
+                raise QueryFailed(f"dcmi_init {_code(ret)}")
+            self._initialised = True
+        count = ctypes.c_int(0)
+        cards = (ctypes.c_int * MAX_CARDS)()
+        ret = lib.dcmi_get_card_list(ctypes.byref(count), cards, MAX_CARDS)
+        if ret != 0:
+            raise QueryFailed(f"dcmi_get_card_list {_code(ret)}")
+        out: list[DeviceReading] = []
+        for card in list(cards)[: max(0, min(count.value, MAX_CARDS))]:
+            devices = ctypes.c_int(0)
+            ret = lib.dcmi_get_device_num_in_card(card, ctypes.byref(devices))
+            if ret != 0:
+                out.append(self.reading(f"npu {card}", {"aicore_pct": None}, (),
+                                        f"dcmi_get_device_num_in_card {_code(ret)}"))
+                continue
+            for dev in range(devices.value):
+                out.append(self._device(lib, card, dev, devices.value))
+        return out
+
+    def _device(self, lib: ctypes.CDLL, card: int, dev: int, devices: int) -> DeviceReading:
+        ident = ascend_device_id(card, dev, devices)
+        notes: list[str] = []
+        rate = ctypes.c_uint(0)
+        ret = lib.dcmi_get_device_utilization_rate(card, dev, UTIL_AICORE, ctypes.byref(rate))
+        aicore: float | None = float(rate.value) if ret == 0 else None
+        if ret != 0:
+            notes.append(f"AI Core rate {_code(ret)}")
+        infos = (ProcMemInfo * MAX_PROCESSES)()
+        found = ctypes.c_int(0)
+        ret = lib.dcmi_get_device_resource_info(card, dev, infos, ctypes.byref(found))
+        processes: tuple[DeviceProcess, ...] = ()
+        if ret == 0:
+            processes = tuple(
+                DeviceProcess(info.proc_id, "", info.proc_mem_usage / MB, ident, self.name)
+                for info in list(infos)[: max(0, min(found.value, MAX_PROCESSES))]
+            )
+        else:
+            notes.append(f"process list {_code(ret)}")
+        return self.reading(ident, {"aicore_pct": aicore}, processes, "; ".join(notes))
