@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Collection
 
 from .inventory import identity
@@ -179,13 +180,35 @@ def scan_holders(
         return ScanResult((), 0, (), 0)
     scanner = _Scanner(inventory, proc)
     skip = {os.getpid(), *exclude}
-    holders: list[Holder] = []
-    unreadable: list[int] = []
-    scanned = 0
-    for pid in proc.pids():
-        if pid in skip:
-            continue
-        scanned += 1
+    pids = [pid for pid in proc.pids() if pid not in skip]
+    # The work is almost all kernel time in readlink() on /proc, which
+    # releases the GIL: a few threads over disjoint pid ranges use every core.
+    workers = min(MAX_THREADS, os.cpu_count() or 1, max(1, len(pids) // PIDS_PER_THREAD))
+    parts: list[tuple[list[Holder], list[int]]] = [([], []) for _ in range(workers)]
+    if workers == 1:
+        _scan_pids(scanner, pids, *parts[0])
+    else:
+        threads = [
+            threading.Thread(target=_scan_pids, args=(scanner, pids[i::workers], *parts[i]))
+            for i in range(workers)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    holders = sorted((h for part in parts for h in part[0]), key=lambda h: h.pid)
+    unreadable = sorted(p for part in parts for p in part[1])
+    return ScanResult(tuple(holders), len(unreadable), tuple(unreadable), len(pids))
+
+
+MAX_THREADS = 4
+PIDS_PER_THREAD = 200
+
+
+def _scan_pids(scanner: _Scanner, pids: list[int], holders: list[Holder],
+               unreadable: list[int]) -> None:
+    proc = scanner.proc
+    for pid in pids:
         try:
             held = scanner.held_fds(pid)
             held.extend(scanner.held_maps(pid))
@@ -201,4 +224,3 @@ def scan_holders(
             raise
         if holder is not None:
             holders.append(holder)
-    return ScanResult(tuple(holders), len(unreadable), tuple(unreadable), scanned)
