@@ -30,6 +30,7 @@ from .base import (
     IdleReport,
     QueryFailed,
     ReportState,
+    judge,
 )
 from .dcmi import DcmiBackend
 from .npusmi import NpuSmiBackend
@@ -156,7 +157,12 @@ def check_idle(
             answered.add(backend.name)
             now = clock()
             for reading in readings:
-                _update(tracks, reading, now >= settle_end, config.samples)
+                _update(tracks, reading, now >= settle_end, config)
+            present = {r.id for r in readings}
+            for (source, ident), track in tracks.items():
+                if source == backend.name and ident not in present and not track.decided:
+                    track.decided = "unknown"
+                    track.why = f"no longer reported by {backend.name}"
             if all(t.decided for (src, _), t in tracks.items() if src == backend.name):
                 active.remove(backend)  # nothing left for it to settle
         if active:
@@ -181,12 +187,18 @@ def check_idle(
 
 
 def _update(tracks: dict[tuple[str, str], _Track], reading: DeviceReading,
-            settled: bool, samples: int) -> None:
+            settled: bool, config: IdleConfig) -> None:
+    if reading.state != "unknown":
+        # One threshold for the whole run: this config's, whatever the
+        # backend was built with.
+        reading = dataclasses.replace(
+            reading, state=judge(reading.readings, config.busy_threshold)[0])
     track = tracks.setdefault((reading.source, reading.id), _Track(reading))
     for proc in reading.processes:
         track.processes[proc.pid] = proc
     if track.decided:
         return
+    samples = config.samples
     track.latest = reading
     if reading.state == "unknown":
         track.decided, track.why = "unknown", reading.reason or "no utilization reading"
@@ -216,7 +228,7 @@ def _busy_reason(track: _Track, config: IdleConfig) -> str:
     reading = track.busy or track.latest
     load = reading.load()
     figure = f"{load[0]} {_pct(load[1])}" if load else "busy"
-    when = track.why or f"after {config.settle_s:g} s settle"
+    when = track.why or f"after {config.settle_s:.1f} s settle"
     return (f"{reading.id} ({reading.source}): {figure} > "
             f"{_pct(config.busy_threshold)} {when}")
 

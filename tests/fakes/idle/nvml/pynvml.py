@@ -11,7 +11,7 @@ with a ``value``, as in the real module.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -35,7 +35,7 @@ _STRINGS = {
 
 
 class NVMLError(Exception):
-    _valClassMapping: dict[int, type[NVMLError]] = {}
+    _valClassMapping: ClassVar[dict[int, type[NVMLError]]] = {}
 
     def __new__(cls, value: int) -> NVMLError:
         if cls is NVMLError:

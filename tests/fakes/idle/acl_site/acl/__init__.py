@@ -51,7 +51,7 @@ def finalize() -> int:
     return 0
 
 
-class rt:  # noqa: N801 - pyACL's own spelling: acl.rt.get_device_count()
+class rt:  # pyACL's own spelling: acl.rt.get_device_count()
     @staticmethod
     def get_device_count() -> tuple[int, int]:
         _log("rt.get_device_count")
