@@ -1,0 +1,341 @@
+"""The catalog of documented Ascend failures: every wording, old and new, in one place.
+
+Matching must stay linear in the length of a line, because logs are untrusted
+input and one line can be a megabyte. So a pattern is a plain substring (the
+``needle``, also the scanner's prefilter), optional further substrings that
+must all appear (``also``), and at most a small regex used only to check a
+boundary next to the needle. The regexes use no unbounded repetition at all
+(the tests enforce it), so each costs at most a constant per needle position.
+
+Where a wording comes from is written next to it. "seed" means the AscendCL
+troubleshooting cases the project started from (DESIGN.md, "The problem").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+ERROR = "error"
+WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    needle: str
+    also: tuple[str, ...] = ()
+    regex: str | None = None
+    _compiled: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.regex is not None:
+            object.__setattr__(self, "_compiled", re.compile(self.regex))
+
+    def matches(self, text: str) -> bool:
+        if self.needle not in text:
+            return False
+        for token in self.also:
+            if token not in text:
+                return False
+        return self._compiled is None or self._compiled.search(text) is not None
+
+
+def _p(needle: str, *also: str, regex: str | None = None) -> Pattern:
+    return Pattern(needle, tuple(also), regex)
+
+
+def _w(wording: str, anchor: str, *also: str, regex: str | None = None) -> Pattern:
+    """A wording found through a shorter anchor several wordings share.
+
+    Each distinct needle costs the scanner one pass over the data, so
+    wordings are grouped under common anchors ("resource" for six of them);
+    the wording itself is still required in full.
+    """
+    if anchor not in wording:
+        raise ValueError(f"anchor {anchor!r} is not part of {wording!r}")
+    return Pattern(anchor, (wording, *also), regex)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: str
+    quote: str  # what the device said, short, for the journal line
+    summary: str  # what it means, one short clause, for the journal line
+    meaning: str
+    remedy: str
+    patterns: tuple[Pattern, ...]
+
+    def matches(self, text: str) -> bool:
+        return any(p.matches(text) for p in self.patterns)
+
+
+# Order matters: a record is reported under the first rule that matches it,
+# so the rules that name a cause come before those that name a consequence
+# (a RecentErrMsg block for an out-of-memory also says "open device failed").
+RULES: tuple[Rule, ...] = (
+    Rule(
+        id="hwts-busy-suspend",
+        severity=ERROR,
+        quote="hwts is busy",
+        summary="AI processes were still running on the NPU",
+        meaning=(
+            "The suspend was refused by the NPU: its task scheduler (hwts, the task "
+            "distribution module) was busy because an AI application had not exited."
+        ),
+        remedy=(
+            "End AI processes gracefully with `kill -2 PID` (SIGINT) before suspending, "
+            "and resume them only after wake-up. suspendguard does this before every suspend; "
+            "this finding means a process was missed, ignored SIGINT, or the guard did not run."
+        ),
+        patterns=(
+            # seed case 4; hiascend.com CANN 8.0.0 troubleshooting_0116 "The System
+            # Fails to Be Suspended Because the AI Application Process Does Not Exit".
+            _p("suspend pre check fail, hwts is busy"),
+            _p("hwts is busy"),
+            # Same document, the companion EVENT line. ret=1 only: ret=0 is success.
+            _p("ts suspend ack ret=1", regex=r"ts suspend ack ret=1(?![0-9])"),
+        ),
+    ),
+    Rule(
+        id="stream-unbind-running",
+        severity=ERROR,
+        quote="unbind model stream failed, stream is running",
+        summary="an application freed device resources in its own crash handler",
+        meaning=(
+            "An application caught an abnormal-exit signal and released device resources "
+            "in its handler while its model stream was still running; this breaks the "
+            "driver's own cleanup and the next run fails."
+        ),
+        remedy=(
+            "Remove the signal handler that frees device resources: when a process dies the "
+            "host kernel driver releases its device resources by itself."
+        ),
+        patterns=(
+            # seed case 3 (TSCH device log, old and new timestamps alike).
+            _w("unbind model stream failed, stream is running", "unbind"),
+            _w("proc_model_stream_unbind", "unbind", "stream is running"),
+            # CANN runtime error table (error_message_manage.cc, rtErrMap_):
+            # RT_ERROR_MODEL_EXIT_STREAM_UNBIND is reported on the host as this text.
+            _w("model stream unbind error", "unbind"),
+        ),
+    ),
+    Rule(
+        id="event-id-exhausted",
+        severity=ERROR,
+        quote="event id alloc error",
+        summary="the application ran out of NPU event IDs",
+        meaning=(
+            "aclrtRecordEvent (or event creation) failed because the device's event IDs are "
+            "used up (1,023 per device on Atlas inference products, 65,535 or more on training "
+            "products): events are recorded and never reset or destroyed."
+        ),
+        remedy=(
+            "Call aclrtResetEvent once an event recorded with aclrtRecordEvent (and waited on "
+            "with aclrtStreamWaitEvent) has completed; pair every aclrtCreateEvent with "
+            "aclrtDestroyEvent, especially in loops."
+        ),
+        patterns=(
+            # seed case 2, driver side: "[devdrv] [drvEventIdAlloc 647] error."
+            _w("[drvEventIdAlloc ", "EventIdAlloc", "] error"),
+            # seed case 2, runtime side, old form and masked form alike.
+            _w("drvEventIdAlloc", "EventIdAlloc", regex=r"errorcode ?= ?7(?![0-9])"),
+            _w("EventIdAlloc:id = -1", "EventIdAlloc"),
+            # newer runtime wordings (DESIGN.md "Ascend", Logs).
+            _w("Event id alloc error", "vent id alloc error"),
+            _w("event id alloc error", "vent id alloc error"),
+            # CANN runtime error table: RT_ERROR_DRV_NO_EVENT_RESOURCES ->
+            # ACL_ERROR_RT_NO_EVENT_RESOURCE (207007), "driver error:no event resource";
+            # plog prints "ErrCode=207007, desc=[driver error:no event resource]".
+            _w("no event resource", "resource"),
+            # CANN troubleshooting "EE1023 resource shortage" (Event section): plog lines
+            # "GenEventId:Alloc Event resource failed. ... ErrorCode=EE1023." and
+            # "Failed to allocate event id, device_id=0, tsId=0, retCode=0x7020019."
+            # (also "InnerCode=0x7020019"; both end in "Code=").
+            _w("Code=0x7020019", "Code=0x70200", regex=r"Code=0x7020019(?![0-9a-fA-F])"),
+            _w("Alloc Event resource failed", "resource"),
+            _w("Failed to allocate event id", "Failed to alloc"),
+            # rtEventRecord / aclrtRecordEvent failures (seed case 2 is about the latter).
+            _w("rtEventRecord", "Record", "fail"),
+            _w("aclrtRecordEvent", "Record", "fail"),
+        ),
+    ),
+    Rule(
+        id="stream-exhausted",
+        severity=ERROR,
+        quote="alloc stream resource failed",
+        summary="the application ran out of NPU streams",
+        meaning=(
+            "Creating a stream failed: the device's streams (shared by every process on it) "
+            "are used up, usually by streams created and never destroyed, or by too many "
+            "ACL graphs running at once."
+        ),
+        remedy=(
+            "Pair every aclrtCreateStream with aclrtDestroyStream and destroy idle streams; "
+            "run fewer ACL graphs concurrently; check `npu-smi info` for other processes."
+        ),
+        patterns=(
+            # CANN troubleshooting "EE1023 resource shortage" (Stream section): retCode
+            # 0x7020023 with "Alloc Stream resource failed", "resource alloc fail" or
+            # "Failed to alloc stream id".
+            _w("Code=0x7020023", "Code=0x70200", regex=r"Code=0x7020023(?![0-9a-fA-F])"),
+            _w("Alloc Stream resource failed", "resource"),
+            _w("Failed to alloc stream id", "Failed to alloc"),
+            # CANN runtime error table: ACL_ERROR_RT_NO_STREAM_RESOURCE; also printed when
+            # the async-copy queue of an ACL graph is full (retCode 0x7110019).
+            _w("no stream resource", "resource"),
+        ),
+    ),
+    Rule(
+        id="notify-exhausted",
+        severity=ERROR,
+        quote="no notify resource",
+        summary="the application ran out of NPU notify objects",
+        meaning=(
+            "Creating a notify object failed: the device's notifies are used up, usually by "
+            "notifies or finished ACL graphs that were never destroyed."
+        ),
+        remedy=(
+            "Pair aclrtCreateNotify with aclrtDestroyNotify; destroy finished ACL graphs with "
+            "aclmdlRIDestroy; run fewer ACL graphs concurrently."
+        ),
+        patterns=(
+            # CANN troubleshooting "EE1023 resource shortage" (Notify section).
+            _w("Code=0x702001b", "Code=0x70200", regex=r"Code=0x702001b(?![0-9a-fA-F])"),
+            _w("Alloc Notify resource failed", "resource"),
+            # CANN runtime error table: ACL_ERROR_RT_NO_NOTIFY_RESOURCE.
+            _w("no notify resource", "resource"),
+        ),
+    ),
+    Rule(
+        id="device-oom",
+        severity=ERROR,
+        quote="out of memory",
+        summary="the NPU ran out of device memory",
+        meaning=(
+            "A device memory allocation failed. When memory use grows run after run, an "
+            "application allocates without releasing."
+        ),
+        remedy=(
+            "Pair every allocation with its release (aclrtMalloc/aclrtFree, "
+            "aclrtMallocHost/aclrtFreeHost, aclrtCreateStream/aclrtDestroyStream) and release "
+            "in order: streams first (aclrtDestroyStream), then the device (aclrtResetDevice). "
+            "Close applications that are not in use."
+        ),
+        patterns=(
+            # RecentErrMsg blocks, e.g. hw-native-sys/PTOAS PR 341 (CANN 8.x):
+            # "Memory_Allocation_Failure(EL0004): Failed to allocate memory." followed by
+            # "allocate device memory failed.[FUNC:Init][FILE:memory_pool_manager.cc]".
+            _w("Memory_Allocation_Failure(EL0004)", "Memory_Allocation_Failure"),
+            _p("allocate device memory failed"),
+            # torch_npu's message (vllm-ascend issue 19, vllm-omni issues 1199, 2128).
+            _w("NPU out of memory", "out of memory"),
+            # CANN runtime error table: RT_ERROR_DRV_OUT_MEMORY -> "driver error:out of memory".
+            _w("driver error:out of memory", "out of memory"),
+        ),
+    ),
+    Rule(
+        id="device-busy",
+        severity=WARNING,
+        quote="resources are busy",
+        summary="the NPU could not be opened because it was busy",
+        meaning=(
+            "An application could not open or set the device: it was occupied by another "
+            "process, being reset, or its software was not ready (for example right after "
+            "a resume)."
+        ),
+        remedy=(
+            "Check `npu-smi info` and `suspendguard status` for processes still holding the "
+            "device; after a resume wait until the device is ready, then start the application "
+            "again."
+        ),
+        patterns=(
+            # Brief's field case; CANN runtime source prints
+            # "[drv api] halDeviceOpen failed. device_id=%u, drvRetCode=%d." and, newer,
+            # "Call driver api halDeviceOpen failed, drvRetCode=%d, drvDevId=%u.".
+            # 7 is DRV_ERROR_INNER_ERR and 13 DRV_ERROR_BUSY in ascend_hal_error.h; the
+            # field case reports 7 next to Resource_Busy, so both count.
+            _p("halDeviceOpen failed", regex=r"drvRetCode=(?:7|13)(?![0-9])"),
+            # CANN error text "Resource_Busy(EL0005): The resources are busy. Possible
+            # Cause: 1. occupied 2. device is being reset 3. software is not ready".
+            _w("Resource_Busy(EL0005)", "Resource_Busy"),
+            # Ascend/samples issue 16: "acl set device 0 failed, errorCode = 507033".
+            _p("acl set device", regex=r"errorCode ?= ?507033(?![0-9])"),
+        ),
+    ),
+    Rule(
+        id="heartbeat-lost",
+        severity=ERROR,
+        quote="lost heartbeat",
+        summary="the NPU stopped answering the host",
+        meaning=(
+            "The host lost the device's heartbeat: the device hung or reset, for example "
+            "after a suspend or resume that went wrong."
+        ),
+        remedy=(
+            "Check `npu-smi info` health and the device logs (device-os, device-N) around that "
+            "time; a device that does not come back needs a reset or a reboot."
+        ),
+        patterns=(
+            # Brief: "Device[N] lost heartbeat".
+            _p("lost heartbeat", regex=r"Device\[[0-9]{1,6}\] ?lost heartbeat"),
+        ),
+    ),
+    Rule(
+        id="hccl-peer-lost",
+        severity=WARNING,
+        quote="Heartbeat Lost Occurred",
+        summary="a peer rank of a collective job stopped answering",
+        meaning=(
+            "HCCL lost the heartbeat of another rank of the same job (no heartbeat for 30 s): "
+            "that process exited or the network broke. Expected when a job was stopped "
+            "for a suspend on one host only."
+        ),
+        remedy=(
+            "Stop every rank of a multi-device job before suspending any host it runs on, and "
+            "restart the job as a whole after resume."
+        ),
+        patterns=(
+            # hiascend.com HCCL user guide (hcclug_000055) and torch_npu docs
+            # troubleshooting/HCCL_timeout.md: "ExceptionType:[Heartbeat Lost Occurred]".
+            _p("Heartbeat Lost Occurred"),
+        ),
+    ),
+)
+
+BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
+
+
+def classify(text: str, rules: Sequence[Rule] = RULES) -> Rule | None:
+    """The first rule (in catalog order) that matches a record's text, or None."""
+    for rule in rules:
+        if rule.matches(text):
+            return rule
+    return None
+
+
+def needles(rules: Sequence[Rule] = RULES) -> tuple[str, ...]:
+    """The scanner's prefilter: a record can only match if it contains one of these.
+
+    A needle that contains another is dropped: finding the shorter one finds it too.
+    """
+    every = list(dict.fromkeys(p.needle for r in rules for p in r.patterns))
+    return tuple(n for n in every if not any(o != n and o in n for o in every))
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def markdown_table(rules: Sequence[Rule] = RULES) -> str:
+    """The README's troubleshooting table, generated so it cannot drift from the catalog."""
+    lines = [
+        "| rule | severity | meaning | remedy |",
+        "|---|---|---|---|",
+    ]
+    for r in rules:
+        lines.append(
+            f"| `{r.id}` | {r.severity} | {_cell(r.meaning)} | {_cell(r.remedy)} |"
+        )
+    return "\n".join(lines) + "\n"
