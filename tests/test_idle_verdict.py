@@ -362,3 +362,15 @@ def test_default_backends_come_from_the_config(npu_smi: Path, tmp_path: Path) ->
     assert not status["dcmi"].available and status["nvml"].reason.startswith("not needed")
     assert [(p.pid, p.device) for p in report.processes()] == [(124528, "npu 0")]
     assert isinstance(make_backends(cfg)[1], NpuSmiBackend)
+
+
+def test_backend_that_falls_silent_while_busy_still_vetoes() -> None:
+    clock = Clock()
+    silent = Scripted(config(), "npu-smi", "ascend",
+                      lambda t: {"npu 0": {"aicore_pct": 37.0}} if t < 0.1 else
+                      QueryFailed("npu-smi: no answer within the timeout (killed)"), clock)
+    report = run(config(), ["ascend"], [silent], clock)
+    assert report.state == "busy"
+    assert report.veto_reasons == (
+        "npu 0 (npu-smi): AI Core 37% > 0% when npu-smi stopped answering "
+        "(npu-smi: no answer within the timeout (killed))",)

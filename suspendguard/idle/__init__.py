@@ -175,7 +175,12 @@ def check_idle(
             failed[backend.name] = f"{backend.name}: no answer before the deadline"
     for (source, _), track in tracks.items():
         if track.decided is None and source in failed:
-            track.decided, track.why = "unknown", f"no verdict: {failed[source]}"
+            if track.latest.state == "busy":
+                # Its last word was "busy"; silence afterwards proves nothing.
+                track.decided = "busy"
+                track.why = f"when {source} stopped answering ({failed[source]})"
+            else:
+                track.decided, track.why = "unknown", f"no verdict: {failed[source]}"
         elif track.decided is None:
             _at_deadline(track, config.samples, clock() - start)
     for name, why in failed.items():

@@ -61,6 +61,9 @@ class NvmlBackend(Backend):
             raise QueryFailed(f"NVML: {_text(exc)}") from None
 
     def _read(self, nvml: ModuleType) -> list[DeviceReading]:
+        # Init and shut down around every query: an initialised NVML keeps
+        # /dev/nvidiactl and /dev/nvidiaN open in the guard, which must hold
+        # no device node of its own when the suspend goes on.
         nvml.nvmlInit()
         try:
             count = nvml.nvmlDeviceGetCount()
