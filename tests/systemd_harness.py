@@ -1,0 +1,370 @@
+"""Boot a real systemd and logind in a container, with a fake /sys/power.
+
+    with Container(repo) as box:
+        box.run("systemctl", "suspend")
+
+The container is this machine's own /usr under a volatile root
+(``systemd-nspawn --directory=/ --volatile=yes``), with no network, and
+these bound in:
+
+- a plain folder at /sys/power holding ``state`` ("freeze mem disk"),
+  ``mem_sleep`` and ``disk``: systemd-sleep writes "mem" (or "disk") into the
+  plain file instead of putting the machine to sleep. Before anything can
+  ask for a sleep, :meth:`Container.boot` proves from inside that /sys/power
+  is this folder (same inode, not sysfs, a random token readable) and
+  refuses to go on otherwise: the container shares the host's kernel.
+- a writable temporary folder at /usr/lib/systemd/system-sleep (the only
+  folder systemd-sleep reads hooks from; /usr itself is read-only there);
+- the checkout, its virtual environment and the interpreter behind it,
+  read-only at the same paths.
+
+Commands run inside with ``nsenter -t PID -a`` (PID: the container's
+systemd as the host sees it). :meth:`Container.close` always stops it: a
+clean poweroff first, then SIGKILL to the container's init, which ends
+every process of its PID namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+FAKE_POWER = {
+    "state": "freeze mem disk\n",
+    "mem_sleep": "s2idle [deep]\n",
+    "disk": "[platform] shutdown reboot suspend\n",
+    # systemd-sleep writes the resume device here before it hibernates
+    "resume": "0:0\n",
+    "resume_offset": "0\n",
+}
+FAKE_SWAP_DEVICE = "/dev/suspendguard-test-swap"
+TOKEN_FILE = ".suspendguard-harness-token"
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class HarnessError(RuntimeError):
+    """The container could not be booted, proven safe, or driven."""
+
+
+def unavailable_reason() -> str | None:
+    """Why the container tests cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (systemd-nspawn, nsenter)"
+    for tool in ("systemd-nspawn", "nsenter"):
+        if shutil.which(tool) is None:
+            package = "systemd-container" if tool == "systemd-nspawn" else "util-linux"
+            return f"{tool} is not installed (package {package})"
+    if not Path("/usr/lib/systemd/systemd").exists() and not Path("/lib/systemd/systemd").exists():
+        return "systemd is not installed"
+    return None
+
+
+def _binds_for_python(repo: Path) -> list[str]:
+    """The checkout, the venv and the interpreter's prefix, minus what /usr already gives."""
+    wanted = [repo.resolve(), Path(sys.prefix), Path(sys.base_prefix),
+              Path(os.path.realpath(sys.executable)).parent.parent]
+    out: list[str] = []
+    for path in sorted({str(p) for p in wanted}, key=len):
+        if path == "/" or path == "/usr" or path.startswith("/usr/"):
+            continue
+        if any(path == o or path.startswith(o + "/") for o in out):
+            continue
+        out.append(path)
+    return out
+
+
+class Container:
+    def __init__(self, repo: Path, extra_ro: Iterable[str] = (), boot_timeout: float = 90.0) -> None:
+        self.repo = repo.resolve()
+        self.workdir = Path(tempfile.mkdtemp(prefix="suspendguard-nspawn-"))
+        self.power = self.workdir / "power"
+        self.hooks = self.workdir / "system-sleep"
+        self.log_path = self.workdir / "nspawn.log"
+        self.name = f"sg-test-{os.getpid()}-{secrets.token_hex(2)}"
+        self.binds_ro = _binds_for_python(self.repo) + list(extra_ro)
+        self.boot_timeout = boot_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pid: int | None = None
+        self.token = secrets.token_hex(16)
+        self.booted = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def __enter__(self) -> Container:
+        try:
+            self.boot()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def command_line(self) -> list[str]:
+        argv = [
+            "systemd-nspawn", "--quiet", "--directory=/", "--volatile=yes", "--private-network",
+            "--boot", "--register=no", "--keep-unit", "--console=passive",
+            f"--machine={self.name}",
+            f"--bind={self.power}:/sys/power",
+            f"--bind={self.hooks}:/usr/lib/systemd/system-sleep",
+        ]
+        argv += [f"--bind-ro={path}" for path in self.binds_ro]
+        return [*argv, "--", "systemd.firstboot=off"]
+
+    def boot(self) -> None:
+        self.power.mkdir()
+        self.hooks.mkdir()
+        self.reset_power()
+        (self.power / TOKEN_FILE).write_text(self.token)
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(self.command_line(), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        self.pid = self._find_init(deadline=time.monotonic() + 30)
+        self._prove_fake_power()
+        self._wait_booted(deadline=time.monotonic() + self.boot_timeout)
+        self.booted = True
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            if self.booted:
+                proc.send_signal(signal.SIGTERM)  # nspawn: a clean poweroff of the container
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=15)
+            if proc.poll() is None:
+                if self.pid is not None:
+                    _kill(self.pid)  # init dies: every process of its namespace dies
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+                _kill(proc.pid)
+                proc.wait(timeout=10)
+        self.booted = False
+        self.pid = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _find_init(self, deadline: float) -> int:
+        assert self.proc is not None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise HarnessError(f"systemd-nspawn exited ({self.proc.returncode}): {self.log_tail()}")
+            for pid in _descendants(self.proc.pid):
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except OSError:
+                    continue
+                nspid = re.search(r"^NSpid:\s+(.*)$", status, re.M)
+                if nspid and nspid.group(1).split()[-1] == "1" and len(nspid.group(1).split()) > 1:
+                    return pid
+            time.sleep(0.05)
+        raise HarnessError(f"no init process appeared in the container: {self.log_tail()}")
+
+    def _prove_fake_power(self) -> None:
+        """Refuse to go on unless /sys/power inside is the plain folder made here."""
+        assert self.pid is not None
+        want = os.stat(self.power / "state")
+        deadline = time.monotonic() + 20
+        while True:
+            got = self.run("stat", "-c", "%d %i", "/sys/power/state", check=False)
+            if got.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)  # the container's /sys may not be mounted yet
+        fs = self.run("stat", "-f", "-c", "%T", "/sys/power/state", check=False)
+        token = self.run("cat", f"/sys/power/{TOKEN_FILE}", check=False)
+        if (got.stdout.split() == [str(want.st_dev), str(want.st_ino)]
+                and fs.stdout.strip() not in ("sysfs", "") and token.stdout == self.token):
+            return
+        raise HarnessError(
+            "refusing to run: /sys/power inside the container is not the fake folder "
+            f"(stat {got.stdout.strip()!r}, fs {fs.stdout.strip()!r}, want "
+            f"{want.st_dev} {want.st_ino}); nothing may ask this kernel to sleep"
+        )
+
+    def _wait_booted(self, deadline: float) -> None:
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.run("systemctl", "is-system-running", check=False).stdout.strip()
+            if state in ("running", "degraded"):
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise HarnessError(f"the container did not boot (state {state!r}): {self.log_tail()}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(text.splitlines()[-lines:])
+
+    # -- commands inside -------------------------------------------------------
+
+    def run(self, *argv: str, check: bool = True, timeout: float = 60.0,
+            input: str | None = None, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+        if self.pid is None:
+            raise HarnessError("the container is not running")
+        environ = {"PATH": PATH, "LANG": "C.UTF-8", "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0",
+                   **(env or {})}
+        result = subprocess.run(
+            ["nsenter", "-t", str(self.pid), "-a", "env", "-i",
+             *(f"{k}={v}" for k, v in environ.items()), *argv],
+            input=input, capture_output=True, text=True, timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise HarnessError(
+                f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()[-2000:]}"
+            )
+        return result
+
+    def sh(self, script: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return self.run("sh", "-c", script, **kwargs)  # type: ignore[arg-type]
+
+    def write(self, path: str, text: str, mode: int = 0o644) -> None:
+        self.run("sh", "-c", f'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod {mode:o} "$1"',
+                 "sh", path, input=text)
+
+    def suspendguard(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run(sys.executable, "-m", "suspendguard", *args, check=check)
+
+    # -- the journal ------------------------------------------------------------
+
+    def cursor(self) -> str:
+        out = self.run("journalctl", "-n", "0", "--show-cursor", "--no-pager").stdout
+        match = re.search(r"^-- cursor: (.*)$", out, re.M)
+        if not match:
+            raise HarnessError(f"no journal cursor in {out!r}")
+        return match.group(1)
+
+    def journal(self, cursor: str, *args: str) -> str:
+        return self.run("journalctl", f"--after-cursor={cursor}", "--no-pager", "-o", "short",
+                        *args).stdout
+
+    def wait_journal(self, cursor: str, pattern: str, timeout: float = 60.0,
+                     args: Sequence[str] = ()) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.journal(cursor, *args)
+            if re.search(pattern, text):
+                return text
+            if time.monotonic() > deadline:
+                raise HarnessError(f"no journal line matching {pattern!r} within {timeout} s:\n"
+                                   + text[-4000:])
+            time.sleep(0.2)
+
+    # -- sleeping ---------------------------------------------------------------
+
+    def reset_power(self) -> None:
+        for name, text in FAKE_POWER.items():
+            (self.power / name).write_text(text)
+
+    def power_state(self) -> str:
+        return (self.power / "state").read_text()
+
+    def suspend(self, verb: str = "suspend", timeout: float = 150.0) -> str:
+        """``systemctl VERB`` through logind; the journal of the whole attempt.
+
+        systemctl returns at once (logind works asynchronously), so this waits
+        for logind to say the operation finished, then for the job queue to empty.
+        """
+        cursor = self.cursor()
+        self.run("systemctl", verb)
+        self.wait_journal(cursor, r"systemd-logind\[\d+\]: Operation '[\w-]+' finished",
+                          timeout=timeout)
+        self.wait_idle()
+        return self.journal(cursor)
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while "No jobs running" not in self.run("systemctl", "list-jobs").stdout:
+            if time.monotonic() > deadline:
+                raise HarnessError("systemd still has jobs queued")
+            time.sleep(0.1)
+
+    def fake_swap(self) -> None:
+        """Make logind and systemd-sleep believe in a swap partition, for hibernate.
+
+        A real swapon would change the host's kernel, which the container
+        shares. Instead a block node nothing uses and a /proc/swaps listing
+        it are bound (BindReadOnlyPaths=) into systemd-logind and
+        systemd-hibernate only; systemd-sleep then writes the node's number
+        into the fake /sys/power/resume and "disk" into the fake state.
+        """
+        swaps = ("Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
+                 f"{FAKE_SWAP_DEVICE}\tpartition\t16777212\t0\t-2\n")
+        self.sh(f"test -b {FAKE_SWAP_DEVICE} || mknod {FAKE_SWAP_DEVICE} b 7 200")
+        self.write("/run/suspendguard-test/swaps", swaps)
+        for unit in ("systemd-logind", "systemd-hibernate", "systemd-hybrid-sleep",
+                     "systemd-suspend-then-hibernate"):
+            self.write(f"/run/systemd/system/{unit}.service.d/fake-swap.conf",
+                       "[Service]\nBindReadOnlyPaths=/run/suspendguard-test/swaps:/proc/swaps\n")
+        self.run("systemctl", "daemon-reload")
+        self.run("systemctl", "restart", "systemd-logind")
+        deadline = time.monotonic() + 20
+        while self.can("Hibernate") != "yes":
+            if time.monotonic() > deadline:
+                raise HarnessError(f"logind still says CanHibernate {self.can('Hibernate')!r}")
+            time.sleep(0.2)
+
+    def can(self, what: str) -> str:
+        """logind's CanSuspend / CanHibernate answer ("yes", "na", ...)."""
+        out = self.run("busctl", "call", "org.freedesktop.login1", "/org/freedesktop/login1",
+                       "org.freedesktop.login1.Manager", f"Can{what}", check=False).stdout
+        return out.strip().removeprefix("s ").strip('"')
+
+    # -- jobs inside ------------------------------------------------------------
+
+    def start_job(self, unit: str, argv: Sequence[str], ready: str = "ready",
+                  timeout: float = 30.0) -> int:
+        """A transient system service; its main pid once it printed ``ready``."""
+        cursor = self.cursor()
+        self.run("systemd-run", f"--unit={unit}", "--service-type=simple", "--", *argv)
+        self.wait_journal(cursor, rf"\b{re.escape(ready)}\b", timeout=timeout,
+                          args=("-u", unit, "-o", "cat"))
+        return int(self.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout)
+
+    def unit_active(self, unit: str) -> bool:
+        return self.run("systemctl", "is-active", unit, check=False).stdout.strip() == "active"
+
+    def stop_units(self, *units: str) -> None:
+        for unit in units:
+            self.run("systemctl", "stop", unit, check=False)
+            self.run("systemctl", "reset-failed", unit, check=False)
+
+
+def _descendants(pid: int) -> list[int]:
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = Path(f"/proc/{current}/task/{task}/children").read_text().split()
+            except OSError:
+                continue
+            for child in children:
+                out.append(int(child))
+                todo.append(int(child))
+    return out
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
