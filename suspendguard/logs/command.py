@@ -1,0 +1,140 @@
+"""``suspendguard logs [PATH ...] [--since T] [--until T] [--json]``.
+
+Exit 0 when the scan ran, findings or not (a finding is information, not a
+failure of the command); 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TextIO, cast
+
+from ..errors import UsageError
+from .finding import Finding
+from .rules import BY_ID
+from .scan import ScanReport, scan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..cli import Context
+    from ..config import Config
+
+LAST_ATTEMPT = "last-attempt"
+
+
+def parse_time(value: str, option: str) -> datetime:
+    """ISO 8601 -> naive local time, the way the device writes its timestamps."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"  # fromisoformat learns "Z" only in 3.11
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"{option} {value!r}: expected an ISO 8601 time such as 2026-11-29T00:00:00"
+            + (" or last-attempt" if option == "--since" else "")
+        ) from None
+    if when.tzinfo is not None:
+        when = when.astimezone().replace(tzinfo=None)
+    return when
+
+
+def last_attempt(config: Config) -> datetime:
+    """When the last recorded suspend attempt started (the history module knows)."""
+    try:
+        history = importlib.import_module("suspendguard.history")
+        lookup = cast(
+            "Callable[[str], datetime | None]", history.last_attempt_start
+        )
+    except (ImportError, AttributeError):
+        raise UsageError("--since last-attempt: no recorded attempt (no history available)") from None
+    start = lookup(config.state.dir)
+    if start is None:
+        raise UsageError(f"--since last-attempt: no recorded attempt in {config.state.dir}")
+    return start
+
+
+def _fmt(when: datetime | None) -> str:
+    return when.isoformat(sep=" ", timespec="seconds") if when else "no time"
+
+
+def _human(report: ScanReport, out: TextIO, since: datetime | None) -> None:
+    out.write(
+        f"Read {report.files_read} file(s), {report.bytes_read} bytes"
+        + (f", since {_fmt(since)}" if since else "")
+        + (f"; {report.files_older} older file(s) left unread" if report.files_older else "")
+        + ".\n"
+    )
+    groups: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        groups.setdefault(f.rule, []).append(f)
+    if not groups:
+        out.write("No documented failure found.\n")
+    for rule_id, found in sorted(groups.items(), key=lambda kv: list(BY_ID).index(kv[0])):
+        rule = BY_ID[rule_id]
+        times = sorted(f.time for f in found if f.time)
+        sample = next((f for f in found if f.time == (times[-1] if times else None)), found[0])
+        pids = sorted({f.pid for f in found if f.pid is not None})
+        out.write(f"\n{rule.id} ({rule.severity}): {len(found)} line(s)")
+        if times:
+            out.write(f", first {_fmt(times[0])}, last {_fmt(times[-1])}")
+        out.write("\n")
+        first_line = sample.text.split("\n", 1)[0]
+        out.write(f"  e.g. {sample.file}:{sample.line}: {first_line[:300]}\n")
+        if pids:
+            shown = ", ".join(str(p) for p in pids[:20])
+            out.write(f"  pids: {shown}{' ...' if len(pids) > 20 else ''}\n")
+        out.write(f"  what it means: {rule.meaning}\n")
+        out.write(f"  what to do: {rule.remedy}\n")
+    if report.skipped:
+        out.write("\nNot read:\n")
+        for s in report.skipped:
+            out.write(f"  {s.path}: {s.reason}\n")
+
+
+def run(
+    config: Config,
+    paths: Sequence[str],
+    since: datetime | None,
+    until: datetime | None,
+    environ: dict[str, str] | None = None,
+    homes: Sequence[str] = (),
+) -> ScanReport:
+    """Explicit paths, or else the configured globs; [logs] max_bytes either way."""
+    if paths:
+        return scan(paths, since=since, until=until, max_bytes=config.logs.max_bytes)
+    return scan(
+        patterns=config.logs.paths,
+        homes=homes,
+        since=since,
+        until=until,
+        max_bytes=config.logs.max_bytes,
+        environ=environ,
+    )
+
+
+def command(args: argparse.Namespace, ctx: Context) -> int:
+    since_arg: str | None = args.since
+    until_arg: str | None = args.until
+    since = until = None
+    if until_arg is not None:
+        until = parse_time(until_arg, "--until")
+    if since_arg == LAST_ATTEMPT:
+        since = last_attempt(ctx.config())
+    elif since_arg is not None:
+        since = parse_time(since_arg, "--since")
+    if since and until and until < since:
+        raise UsageError(f"--until {until_arg} is before --since {since_arg}")
+    report = run(ctx.config(), list(args.paths or ()), since, until, ctx.environ)
+    if args.json:
+        doc: dict[str, Any] = report.to_json()
+        doc["since"] = since.isoformat() if since else None
+        doc["until"] = until.isoformat() if until else None
+        json.dump(doc, ctx.out, indent=2)
+        ctx.out.write("\n")
+    else:
+        _human(report, ctx.out, since)
+    return 0
