@@ -98,6 +98,7 @@ class Container:
         self.pid: int | None = None
         self.token = secrets.token_hex(16)
         self.booted = False
+        self.jobs: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -331,6 +332,7 @@ class Container:
                   timeout: float = 30.0) -> int:
         """A transient system service; its main pid once it printed ``ready``."""
         cursor = self.cursor()
+        self.jobs.append(unit)
         self.run("systemd-run", f"--unit={unit}", "--service-type=simple", "--", *argv)
         self.wait_journal(cursor, rf"\b{re.escape(ready)}\b", timeout=timeout,
                           args=("-u", unit, "-o", "cat"))
@@ -339,8 +341,10 @@ class Container:
     def unit_active(self, unit: str) -> bool:
         return self.run("systemctl", "is-active", unit, check=False).stdout.strip() == "active"
 
-    def stop_units(self, *units: str) -> None:
-        for unit in units:
+    def stop_jobs(self) -> None:
+        """Stop every job start_job started (SIGTERM, which even a deaf job obeys)."""
+        jobs, self.jobs = self.jobs, []
+        for unit in jobs:
             self.run("systemctl", "stop", unit, check=False)
             self.run("systemctl", "reset-failed", unit, check=False)
 

@@ -84,18 +84,15 @@ def clean(installed: Container) -> Iterator[Container]:
     box = installed
     box.reset_power()
     box.sh(f"rm -f {MARKER}")
-    units: list[str] = []
-    box.units = units  # type: ignore[attr-defined]
     yield box
-    box.stop_units(*units)
+    box.stop_jobs()
     box.reset_power()
 
 
 def start_holder(box: Container, name: str, mode: str) -> int:
-    unit = f"sg-test-{name}.service"
-    box.units.append(unit)  # type: ignore[attr-defined]
-    return box.start_job(unit, [sys.executable, HOLDER, "--node", NODE, "--mode", mode,
-                                "--delay", "0.2", "--marker", MARKER])
+    return box.start_job(f"sg-test-{name}.service",
+                         [sys.executable, HOLDER, "--node", NODE, "--mode", mode,
+                          "--delay", "0.2", "--marker", MARKER])
 
 
 def signals(box: Container) -> list[str]:
@@ -267,10 +264,48 @@ def test_hibernate_through_the_same_guard(clean: Container) -> None:
     assert newest_unit_attempt(box, "hibernate")["verdict"] == "veto"
 
 
-def test_the_guard_has_what_it_needs_under_its_sandbox(installed: Container) -> None:
-    """The unit's hardening leaves the guard able to run: it started and finished in time."""
-    box = installed
-    props = box.run("systemctl", "show", "suspendguard@suspend.service", "-p",
-                    "TimeoutStartUSec", "-p", "ProtectSystem", "-p", "Result").stdout
+def test_hybrid_sleep_through_the_same_guard(clean: Container) -> None:
+    box = clean
+    box.fake_swap()
+    pid = start_holder(box, "hybrid-graceful", "graceful")
+    journal = box.suspend("hybrid-sleep")
+    assert first_line(box.power_state()) == "disk", journal
+    assert first_line((box.power / "disk").read_text()) == "suspend"
+    assert f"{pid} SIGINT" in signals(box)
+    assert newest_unit_attempt(box, "hybrid-sleep")["verdict"] == "allow"
+
+
+def test_unit_settings_as_systemd_loaded_them(installed: Container) -> None:
+    props = installed.run("systemctl", "show", "suspendguard@suspend.service", "-p",
+                          "TimeoutStartUSec", "-p", "ProtectSystem", "-p", "Type",
+                          "-p", "RequiredBy", "-p", "Before", "-p", "ExecStart").stdout
     assert f"TimeoutStartUSec={DEADLINE_S + 20}s" in props
-    assert "ProtectSystem=strict" in props
+    assert "ProtectSystem=strict" in props and "Type=oneshot" in props
+    assert "RequiredBy=systemd-suspend.service" in props
+    assert "Before=systemd-suspend.service" in props
+    assert f"path={sys.executable} ; argv[]={sys.executable} -m suspendguard pre-sleep suspend" \
+        in props
+
+
+def test_uninstall_live(installed: Container) -> None:
+    """Last: uninstall from the running system, then the suspend no longer runs the guard."""
+    box = installed
+    box.reset_power()
+    out = box.suspendguard("uninstall").stdout
+    assert "removed /etc/systemd/system/suspendguard@.service" in out
+    for action in ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate"):
+        assert box.run("systemctl", "is-enabled", f"suspendguard@{action}.service",
+                       check=False).returncode != 0
+        assert "suspendguard" not in box.run("systemctl", "show", "-p", "Requires",
+                                             f"systemd-{action}.service").stdout
+    assert box.run("test", "-e", "/usr/lib/systemd/system-sleep/suspendguard",
+                   check=False).returncode != 0
+    journal = box.suspend()
+    assert "suspendguard@" not in journal and first_line(box.power_state()) == "mem"
+    # the config and the history stay, until --purge
+    assert box.run("test", "-f", "/etc/suspendguard/config.toml", check=False).returncode == 0
+    assert history(box)
+    box.suspendguard("uninstall", "--purge")
+    assert box.run("test", "-e", "/etc/suspendguard/config.toml", check=False).returncode != 0
+    assert box.run("test", "-e", STATE_DIR, check=False).returncode != 0
+    box.reset_power()
