@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from . import runner
-from .config import Config, IdleConfig
+from .config import FAMILIES, Config, IdleConfig
 from .drain import Cancel, HolderId, drain, holder_id
 from .history import History, HistoryError, HolderRow
 from .inventory import take_inventory
@@ -29,9 +29,14 @@ from .scan import describe_process, scan_holders
 
 
 class IdleResult(Protocol):
-    state: str
-    veto_reasons: tuple[str, ...]
-    warnings: tuple[str, ...]
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def veto_reasons(self) -> tuple[str, ...]: ...
+
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
 
     def processes(self) -> Sequence[Any]: ...
 
@@ -45,10 +50,17 @@ IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleResult]
 
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleResult:
+    return _default_idle_check()(config, families, deadline)
+
+
+def _default_idle_check() -> IdleCheck:
     from .idle import check_idle
 
-    result: IdleResult = check_idle(config, families, deadline)
-    return result
+    def check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleResult:
+        result: IdleResult = check_idle(config, families, deadline)
+        return result
+
+    return check
 
 
 @dataclass(frozen=True)
@@ -248,7 +260,11 @@ class _Run:
                 return
             self.respawn_grace(pending, deadline)
             # Rescan: a supervisor may have restarted the job, or a new one started.
-            rescan = scan_holders(inventory, self.proc, exclude=runner.active_children())
+            # fds only: a restarted job opens its nodes first; a mapping
+            # without an fd comes later in a job's life. This keeps the step
+            # between the last exit and the verdict short.
+            rescan = scan_holders(inventory, self.proc, exclude=runner.active_children(),
+                                  maps=False)
             new = [h for h in rescan.holders if holder_id(h) not in seen]
             seen.update(holder_id(h) for h in new)
             decisions = decide(new, self.config.policy, self.never)
@@ -343,11 +359,19 @@ def run(
 
     inventory = take_inventory(config.devices)
     st.warnings.extend(inventory.notes)
+    # Only the built-in families have idle backends. Resolve the check (and
+    # its imports) now, so none of that cost lands between the last exit
+    # and the verdict.
+    if idle_check is default_idle_check:
+        idle_check = _default_idle_check() if set(inventory.families()) & set(FAMILIES) else None
     scan = scan_holders(inventory, proc, exclude=runner.active_children())
-    if scan.unreadable:
-        pids = ", ".join(str(p) for p in scan.unreadable_pids[:10])
-        st.warnings.append(f"{scan.unreadable} process(es) could not be inspected "
-                           f"(permission denied): {pids}")
+    # PID 1 is never signalled whatever it holds; some containers refuse
+    # reading it even to root, which is worth counting but not a warning.
+    refused = [p for p in scan.unreadable_pids if p != 1]
+    if refused:
+        pids = ", ".join(str(p) for p in refused[:10])
+        st.warnings.append(f"{len(refused)} process(es) could not be inspected "
+                           f"(permission denied{'' if os.geteuid() == 0 else '; not root'}): {pids}")
     decisions = decide(scan.holders, config.policy, r.never)
     seen = {holder_id(h) for h in scan.holders}
     to_drain = r.sort(decisions, 1, {})

@@ -173,6 +173,7 @@ def scan_holders(
     inventory: Inventory,
     proc: ProcFS | None = None,
     exclude: Collection[int] = (),
+    maps: bool = True,
 ) -> ScanResult:
     """Every process holding a node of ``inventory``, never aborting on a race."""
     proc = proc or ProcFS()
@@ -186,10 +187,11 @@ def scan_holders(
     workers = min(MAX_THREADS, os.cpu_count() or 1, max(1, len(pids) // PIDS_PER_THREAD))
     parts: list[tuple[list[Holder], list[int]]] = [([], []) for _ in range(workers)]
     if workers == 1:
-        _scan_pids(scanner, pids, *parts[0])
+        _scan_pids(scanner, pids, *parts[0], maps)
     else:
         threads = [
-            threading.Thread(target=_scan_pids, args=(scanner, pids[i::workers], *parts[i]))
+            threading.Thread(target=_scan_pids,
+                             args=(scanner, pids[i::workers], *parts[i], maps))
             for i in range(workers)
         ]
         for t in threads:
@@ -206,12 +208,13 @@ PIDS_PER_THREAD = 200
 
 
 def _scan_pids(scanner: _Scanner, pids: list[int], holders: list[Holder],
-               unreadable: list[int]) -> None:
+               unreadable: list[int], maps: bool = True) -> None:
     proc = scanner.proc
     for pid in pids:
         try:
             held = scanner.held_fds(pid)
-            held.extend(scanner.held_maps(pid))
+            if maps:
+                held.extend(scanner.held_maps(pid))
             if not held:
                 continue
             holder = describe_process(pid, held, proc)
