@@ -132,8 +132,9 @@ class Status:
         """"N processes could not be inspected (not root)", or ""."""
         if isinstance(self.report, Missing) or not self.report.unreadable:
             return ""
+        n = self.report.unreadable
         why = "not root" if not self.root else "permission denied"
-        return f"{self.report.unreadable} processes could not be inspected ({why})"
+        return f"{n} process{'es' if n != 1 else ''} could not be inspected ({why})"
 
     def to_json(self) -> dict[str, Any]:
         report = self.report
@@ -414,23 +415,22 @@ def _history_lines(s: Status) -> list[str]:
         return [f"history: no suspend attempts recorded yet ({h.path})"]
     counts = ", ".join(f"{k} {v}" for k, v in sorted(h.counts.items()))
     lines = [f"history: {sum(h.counts.values())} attempt(s): {counts}; the last {len(h.attempts)}:"]
-    if h.attempts:
-        rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "DRAINED", "FIRST REASON")]
-        for a in h.attempts:
-            seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
-            drained = sum(1 for x in a.holders if x.outcome == "exited")
-            rows.append((str(a.id), _when(a.started), a.action or "check", a.verdict, seconds,
-                         f"{drained}/{len(a.holders)}" if a.holders else "-",
-                         (a.reasons[0] if a.reasons else "")[:70]))
-        lines += table(rows)
-        for a in h.attempts:
-            if a.holders:
-                jobs = ", ".join(f"{x.pid} {x.comm} {x.outcome}" for x in a.holders[:6])
-                more = f" (+{len(a.holders) - 6})" if len(a.holders) > 6 else ""
-                lines.append(f"  #{a.id} jobs: {jobs}{more}")
-            if a.findings:
-                rules = sorted({str(f.get("rule")) for f in a.findings})
-                lines.append(f"  #{a.id} after resume: {', '.join(rules)}")
+    rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "DRAINED", "FIRST REASON")]
+    for a in h.attempts:
+        seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
+        drained = sum(1 for x in a.holders if x.outcome == "exited")
+        rows.append((str(a.id), _when(a.started), a.action or "check", a.verdict, seconds,
+                     f"{drained}/{len(a.holders)}" if a.holders else "-",
+                     (a.reasons[0] if a.reasons else "")[:70]))
+    lines += table(rows)
+    for a in h.attempts:
+        if a.holders:
+            jobs = ", ".join(f"{x.pid} {x.comm} {x.outcome}" for x in a.holders[:6])
+            more = f" (+{len(a.holders) - 6})" if len(a.holders) > 6 else ""
+            lines.append(f"  #{a.id} jobs: {jobs}{more}")
+        if a.findings:
+            rules = sorted({str(f.get("rule")) for f in a.findings})
+            lines.append(f"  #{a.id} after resume: {', '.join(rules)}")
     if h.findings:
         lines.append("  findings after resume: "
                      + ", ".join(f"{k} {v}" for k, v in sorted(h.findings.items())))
