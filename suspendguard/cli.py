@@ -160,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _hook_parser() -> argparse.ArgumentParser:
+    """Only sleep-hook's arguments: systemd-sleep waits on this path, keep it short."""
+    parser = _Parser(prog="suspendguard sleep-hook")
+    parser.add_argument("phase", choices=("pre", "post"))
+    parser.add_argument("action", nargs="?", default="suspend")
+    parser.add_argument("--config", metavar="PATH", default=None)
+    parser.set_defaults(handler=_cmd_sleep_hook)
+    return parser
+
+
 def main(
     argv: Sequence[str] | None = None,
     out: TextIO | None = None,
@@ -168,8 +178,12 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        if argv[:1] == ["sleep-hook"]:
+            args = _hook_parser().parse_args(argv[1:])
+        else:
+            args = build_parser().parse_args(argv)
         if not getattr(args, "handler", None):
             build_parser().print_usage(err)
             return EXIT_USAGE

@@ -125,6 +125,7 @@ class Report:
     attempt_id: int | None = None
     history_note: str = ""
     can_veto: bool = True
+    idle_skipped: str = ""  # why the idle step did not run, when it did not
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,7 +138,10 @@ class Report:
             "devices": [n.to_json() for n in self.inventory.nodes],
             "holders": [h.to_json() for h in self.holders],
             "unreadable": self.unreadable,
-            "idle": self.idle.to_json() if self.idle is not None else None,
+            "idle": self.idle.to_json() if self.idle is not None else {
+                "state": "none" if not self.idle_skipped.startswith("skipped") else "skipped",
+                "devices": [], "backends": [], "reason": self.idle_skipped,
+            },
             "attempt_id": self.attempt_id,
             "history": self.history_note or "recorded",
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
@@ -391,10 +395,17 @@ def run(
         r.drain_rounds(to_drain, seen, deadline, idle_reserve, inventory)
 
     idle: IdleResult | None = None
+    idle_skipped = ""
     if not inventory.nodes:
-        if not scan.holders:
-            log.info("no accelerator nodes found")
-    elif idle_check is not None and not (certain_veto and not dry_run) and not r.cancelled():
+        idle_skipped = "no accelerator nodes found"
+    elif idle_check is None:
+        idle_skipped = "no idle backend for the nodes found (" + \
+            ", ".join(inventory.families()) + ")"
+    elif certain_veto and not dry_run:
+        idle_skipped = "skipped: the verdict was already veto"
+    elif r.cancelled():
+        idle_skipped = "skipped: the guard was stopped"
+    else:
         idle = idle_check(config.idle, inventory.families(), max(deadline, clock() + 0.5))
         _fold_idle(r, idle, seen, bool(to_drain) and dry_run)
 
@@ -415,7 +426,7 @@ def run(
         finally:
             history.close()
     report = Report(verdict, dry_run, action, origin, inventory, holders, scan.unreadable, idle,
-                    started_wall, duration, attempt_id, history_note, can_veto)
+                    started_wall, duration, attempt_id, history_note, can_veto, idle_skipped)
     log_verdict(report, log)
     return report
 
