@@ -27,12 +27,12 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from suspendguard.config import DevicesConfig, build  # noqa: E402
-from suspendguard.drain import drain  # noqa: E402
-from suspendguard.inventory import take_inventory  # noqa: E402
-from suspendguard.log import Logger  # noqa: E402
-from suspendguard.pipeline import run  # noqa: E402
-from suspendguard.scan import scan_holders  # noqa: E402
+from suspendguard.config import DevicesConfig, build
+from suspendguard.drain import drain
+from suspendguard.inventory import take_inventory
+from suspendguard.log import Logger
+from suspendguard.pipeline import run
+from suspendguard.scan import scan_holders
 
 HOLDER = r"""
 import os, random, signal, sys, time
@@ -103,7 +103,7 @@ def main() -> int:
         ps = [psutil.Process(pr.pid) for pr in procs]
         for pr in procs:
             os.kill(pr.pid, signal.SIGINT)
-        gone, alive = psutil.wait_procs(ps, timeout=30)
+        _gone, alive = psutil.wait_procs(ps, timeout=30)
         done_at = time.monotonic()
         assert not alive
         base.append(done_at - last_exit(exits))

@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from suspendguard.config import load  # noqa: E402
-from suspendguard.log import Logger  # noqa: E402
-from suspendguard.pipeline import run  # noqa: E402
+from suspendguard.config import load
+from suspendguard.log import Logger
+from suspendguard.pipeline import run
 
 
 def wall(argv: list[str], env: dict[str, str]) -> float:

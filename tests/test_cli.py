@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import Holders
+
 from suspendguard.cli import main
 from suspendguard.history import History
 
@@ -68,7 +68,7 @@ def test_human_output_puts_the_verdict_first(conf: Path, node: str, holders: Hol
 def test_pre_sleep_exit_status(conf: Path, node: str, holders: Holders, mode: str,
                                status: int) -> None:
     holders.start(node, mode=mode)
-    code, out, err = cli("pre-sleep", "hybrid-sleep", "--config", str(conf))
+    code, _out, err = cli("pre-sleep", "hybrid-sleep", "--config", str(conf))
     assert code == status, err
     with History.open(str(conf.parent / "state"), readonly=True) as h:
         assert h.attempts(1)[0].action == "hybrid-sleep"
@@ -109,7 +109,7 @@ def test_sigterm_to_the_guard_process_is_a_recorded_veto(conf: Path, node: str,
             if holders.signals():  # the drain has begun
                 break
         guard.send_signal(signal.SIGTERM)
-        out, err = guard.communicate(timeout=20)
+        _out, err = guard.communicate(timeout=20)
     finally:
         guard.kill()
     assert guard.returncode == 1, err

@@ -8,11 +8,12 @@ import time
 from typing import Any
 
 from conftest import Holders
+
 from suspendguard.drain import Cancel, drain
+from suspendguard.inventory import take_inventory
 from suspendguard.log import Logger
 from suspendguard.pipeline import Report, run
 from suspendguard.scan import scan_holders
-from suspendguard.inventory import take_inventory
 
 
 def guard(config: Any, dry_run: bool = False, **kw: Any) -> Report:
@@ -60,8 +61,8 @@ def test_deaf_holder_vetoes_before_anyone_is_signalled(make_config: Any, node: s
 
 def test_protected_holder_vetoes_and_nobody_is_signalled(make_config: Any, node: str,
                                                          holders: Holders) -> None:
-    protected, ppid = holders.start(node, mode="deaf")
-    graceful, gpid = holders.start(node)
+    _protected, ppid = holders.start(node, mode="deaf")
+    graceful, _gpid = holders.start(node)
     cfg = make_config(policy={"protect": [{"cmdline": "--mode deaf"}]})
     report = guard(cfg)
     assert report.verdict.kind == "veto"
@@ -103,7 +104,7 @@ def test_escalation_reaches_a_holder_that_ignores_sigint(make_config: Any, node:
 
 
 def test_default_never_escalates(make_config: Any, node: str, holders: Holders) -> None:
-    proc, pid = holders.start(node, mode="stubborn")
+    proc, _pid = holders.start(node, mode="stubborn")
     report = guard(make_config(drain={"timeout_s": 0.5, "on_sigint_ignored": "signal-anyway"}))
     assert report.verdict.kind == "veto"
     assert proc.poll() is None and holders.signals() == []
@@ -131,7 +132,7 @@ def make_devices(node: str) -> Any:
 
 def test_dry_run_sends_nothing(make_config: Any, node: str, holders: Holders) -> None:
     proc, pid = holders.start(node)
-    deaf, dpid = holders.start(node, mode="deaf")
+    deaf, _dpid = holders.start(node, mode="deaf")
     report = guard(make_config(), dry_run=True)
     assert report.verdict.kind == "veto"
     assert outcome_of(report, pid).kind == "not-signalled"
@@ -143,7 +144,7 @@ def test_dry_run_sends_nothing(make_config: Any, node: str, holders: Holders) ->
 
 
 def test_sigterm_to_the_guard_ends_as_veto(make_config: Any, node: str, holders: Holders) -> None:
-    proc, pid = holders.start(node, mode="slow")
+    _proc, _pid = holders.start(node, mode="slow")
     cancel = Cancel()
     threading.Timer(0.5, cancel.cancel, args=("guard received SIGTERM",)).start()
     started = time.monotonic()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Holders
+
 from suspendguard.cli import main
 from suspendguard.history import History, last_attempt_start
 from suspendguard.log import Logger
@@ -98,7 +99,7 @@ def test_unwritable_state_dir_keeps_the_verdict(make_config: Any, node: str, hol
                                                 tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    _, pid = holders.start(node)
+    _, _pid = holders.start(node)
     cfg = make_config(state={"dir": str(blocker / "state")})
     report = guard(cfg)
     assert report.verdict.kind == "allow"

@@ -8,10 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 import pytest
-
 from conftest import Holders
+
 from suspendguard.cli import main
 from suspendguard.history import History
 from suspendguard.log import Logger
@@ -48,7 +47,7 @@ def test_pre_after_the_unit_only_records(conf: Path, node: str, holders: Holders
     cfg = load(str(conf))
     report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
                  log=Logger(io.StringIO(), {}))
-    proc, pid = holders.start(node)  # started after the unit's drain
+    proc, _pid = holders.start(node)  # started after the unit's drain
     code, err = hook(conf, "pre", "suspend")
     assert code == 0
     assert f"attempt {report.attempt_id}: system going down" in err
@@ -60,8 +59,8 @@ def test_pre_after_the_unit_only_records(conf: Path, node: str, holders: Holders
 
 def test_pre_without_the_unit_drains_as_a_fallback(conf: Path, node: str,
                                                    holders: Holders) -> None:
-    proc, pid = holders.start(node)
-    deaf, dpid = holders.start(node, mode="deaf")
+    _proc, _pid = holders.start(node)
+    _deaf, _dpid = holders.start(node, mode="deaf")
     code, err = hook(conf, "pre", "suspend")
     assert code == 0  # a hook can never veto
     assert "the veto unit did not run" in err

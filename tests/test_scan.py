@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import HOLDER, ROOT, Holders, needs_root
+
 from suspendguard.config import DevicesConfig
 from suspendguard.inventory import take_inventory
 from suspendguard.model import Inventory
-from suspendguard.procfs import ProcFS, parse_cgroup, parse_status, unit_and_container, disposition
+from suspendguard.procfs import ProcFS, disposition, parse_cgroup, parse_status, unit_and_container
 from suspendguard.scan import scan_holders
 
 

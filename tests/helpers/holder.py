@@ -43,7 +43,7 @@ if args.mode == "supervisor":
         child.wait()
         mark("restarted")
 
-f = open(args.node, "rb")
+f = open(args.node, "rb")  # noqa: SIM115 - held open for the life of the job
 if args.mode == "map":
     # libc mmap directly: Python's mmap object keeps a dup of the fd, and
     # this job must hold the node through the mapping alone.
