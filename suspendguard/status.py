@@ -320,16 +320,15 @@ def _holder_lines(s: Status) -> list[str]:
         for hr in report.holders:
             h = hr.decision.holder
             rows.append((str(h.pid), h.user, hr.decision.action, h.sigint,
-                         hr.outcome.describe()[:50], h.command[:60]))
+                         hr.outcome.describe()[:60], h.command[:60]))
         lines.append(f"holders now: {len(report.holders)}")
         lines += table(rows)
         for hr in report.holders:
             h = hr.decision.holder
-            where = h.unit or "-"
-            if h.container:
-                where += f", container {h.container}"
+            where = ", ".join(x for x in (h.unit, h.container and f"container {h.container}") if x)
             notes = [f"rule: {hr.decision.rule}", *hr.decision.notes]
-            lines.append(f"  pid {h.pid} ({where}): " + "; ".join(notes))
+            lines.append(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": "
+                         + "; ".join(notes))
     else:
         lines.append("holders now: none")
     note = s.unreadable_note()
