@@ -235,7 +235,8 @@ def test_human_output_shows_holders_and_sends_nothing(conf: Path, node: str, hol
     assert header == ["PID", "USER", "ACTION", "SIGINT", "WOULD", "COMMAND"]
     row = next(line.split() for line in lines[head + 2:] if line.split()[:1] == [str(pid)])
     assert row[2:4] == ["drain", "ignored"]
-    assert any(line.startswith(f"  pid {pid} ") and "rule:" in line for line in lines)
+    assert any(line.startswith((f"  pid {pid}: ", f"  pid {pid} (")) and "rule: " in line
+               for line in lines)
     # sections in the order of importance
     order = [next(i for i, line in enumerate(lines) if line.startswith(word))
              for word in ("verdict:", "accelerators:", "holders now:", "installation:",
