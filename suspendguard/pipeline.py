@@ -407,7 +407,8 @@ def run(
         idle_skipped = "skipped: the guard was stopped"
     else:
         idle = idle_check(config.idle, inventory.families(), max(deadline, clock() + 0.5))
-        _fold_idle(r, idle, seen, bool(to_drain) and dry_run)
+        idle = _fold_idle(r, idle, bool(to_drain) and dry_run, deadline, idle_check,
+                          inventory.families())
 
     if r.cancelled():
         st.reasons.append(f"the guard was stopped ({r.cancel_reason()}) before it finished")
@@ -431,8 +432,8 @@ def run(
     return report
 
 
-def _fold_idle(r: _Run, idle: IdleResult, seen: set[HolderId], drain_pending: bool) -> None:
-    """Fold the device's own view into the verdict, device-reported pids included."""
+def _device_holders(r: _Run, idle: IdleResult) -> list[Decision]:
+    """Processes the device reports that the scan did not see, as decided holders."""
     st = r.state
     known_pids = {k[0] for k in st.results}
     extra: list[Holder] = []
@@ -447,24 +448,47 @@ def _fold_idle(r: _Run, idle: IdleResult, seen: set[HolderId], drain_pending: bo
                               + ", which is not visible here (another PID namespace?)")
             continue
         extra.append(holder)
-    if extra:
-        decisions = decide(extra, r.config.policy, r.never)
-        to_drain = r.sort(decisions, 1, {})
+    return decide(extra, r.config.policy, r.never)
+
+
+def _fold_idle(r: _Run, idle: IdleResult, drain_pending: bool, deadline: float,
+               idle_check: IdleCheck, families: Sequence[str]) -> IdleResult:
+    """Fold the device's own view into the verdict, device-reported pids included.
+
+    A process the device reports but the scan missed (a container the guard
+    could not read) goes through the same policy and drain; the device is
+    then asked again.
+    """
+    st = r.state
+    decisions = _device_holders(r, idle)
+    before = len(st.reasons)
+    to_drain = r.sort(decisions, 1, {})
+    if r.dry_run or len(st.reasons) > before:
         for d in to_drain:
-            if r.dry_run:
-                st.results[holder_id(d.holder)] = HolderResult(d, r.predicted(d))
-            else:
-                st.results[holder_id(d.holder)] = HolderResult(
-                    d, Outcome("not-signalled", why="reported by the device after the drain"))
-                st.reasons.append(
-                    f"pid {d.holder.pid} {d.holder.comm} is using the device (reported by "
-                    f"{d.holder.source}) but holds no node this guard can see")
-        seen.update(holder_id(h) for h in extra)
-    if drain_pending or (r.dry_run and any(hr.decision.action == "drain" for hr in st.results.values())):
+            st.results[holder_id(d.holder)] = HolderResult(
+                d, r.predicted(d) if r.dry_run else Outcome(
+                    "not-signalled", why="the suspend is refused anyway: nobody is signalled"))
+    elif to_drain:
+        result = drain([d.holder for d in to_drain], r.signame, r.config.drain.timeout_s,
+                       max(r.clock() + 0.5, deadline - r.config.idle.settle_s - 1.0),
+                       r.config.drain.escalate, proc=r.proc, cancel=r.cancel,
+                       log=r.log.info, clock=r.clock)
+        for d in to_drain:
+            outcome = result.outcomes[holder_id(d.holder)]
+            st.results[holder_id(d.holder)] = HolderResult(d, outcome, 1)
+            if outcome.kind == "timeout":
+                st.reasons.append(f"pid {d.holder.pid} {d.holder.comm} (reported by "
+                                  f"{d.holder.source}) {outcome.why}")
+        if not r.cancelled():
+            idle = idle_check(r.config.idle, families, max(deadline, r.clock() + 0.5))
+    pending = drain_pending or (r.dry_run and any(
+        hr.decision.action == "drain" for hr in st.results.values()))
+    if pending:
         st.warnings.extend(f"(expected before the drain) {w}" for w in idle.veto_reasons)
     else:
         st.reasons.extend(idle.veto_reasons)
     st.warnings.extend(idle.warnings)
+    return idle
 
 
 def log_verdict(report: Report, log: Logger) -> None:

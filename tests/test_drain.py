@@ -158,3 +158,15 @@ def test_sigterm_to_the_guard_ends_as_veto(make_config: Any, node: str, holders:
 def test_no_holders_allows(make_config: Any) -> None:
     report = guard(make_config())
     assert report.verdict.kind == "allow" and report.holders == ()
+
+
+def test_fatal_signal_handler_is_diagnosed_but_faulthandler_is_not(
+        make_config: Any, node: str, holders: Holders) -> None:
+    _, segv = holders.start(node, mode="segv-handler")
+    _, fh = holders.start(node, mode="faulthandler")
+    report = guard(make_config(), dry_run=True)
+    notes = {h.decision.holder.pid: h.decision.notes for h in report.holders}
+    assert any("catches fatal signals (SIGSEGV)" in n and "driver's own cleanup" in n
+               for n in notes[segv])
+    assert notes[fh] == ()
+    assert report.verdict.kind == "allow"  # a note, not a veto

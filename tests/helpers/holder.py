@@ -16,7 +16,8 @@ import time
 p = argparse.ArgumentParser()
 p.add_argument("--node", required=True)
 p.add_argument("--mode", default="graceful",
-               choices=["graceful", "deaf", "slow", "inherit", "stubborn", "map", "supervisor"])
+               choices=["graceful", "deaf", "slow", "inherit", "stubborn", "map", "supervisor",
+                        "segv-handler", "faulthandler"])
 p.add_argument("--delay", type=float, default=0.3)
 p.add_argument("--marker", default="")
 args = p.parse_args()
@@ -58,6 +59,13 @@ if args.mode == "map":
 if args.mode in ("graceful", "slow", "map"):
     # Explicitly: a supervisor that ignores SIGINT must not pass that on.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+elif args.mode == "segv-handler":
+    # Case 3 of the vendor notes: an application that catches fatal signals.
+    signal.signal(signal.SIGSEGV, lambda s, _f: os._exit(1))
+elif args.mode == "faulthandler":
+    import faulthandler
+
+    faulthandler.enable()
 elif args.mode == "deaf":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 elif args.mode == "stubborn":
