@@ -11,9 +11,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from .drain import Cancel
+from .cancel import Cancel
 from .errors import EXIT_USAGE
-from .history import History, HistoryError
 from .log import Logger
 
 if TYPE_CHECKING:
@@ -44,8 +43,9 @@ def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: 
     config = ctx.config()
     log = Logger(ctx.err, ctx.environ)
     with _sigterm_cancels() as cancel:
+        # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
-                     cancel=cancel)
+                     cancel=cancel, record=not dry_run)
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")
@@ -66,6 +66,8 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
     if args.n < 1:
         ctx.err.write("suspendguard history: -n must be at least 1\n")
         return EXIT_USAGE
+    from .history import History, HistoryError
+
     config = ctx.config()
     try:
         with History.open(config.state.dir, readonly=True) as h:

@@ -8,7 +8,6 @@ the guard's own wake-up pipe), so an exit is seen the moment it happens.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
@@ -16,42 +15,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from .cancel import Cancel
 from .config import EscalationStep
-from .model import Holder, Outcome
+from .model import Holder, HolderId, Outcome, holder_id
 from .procfs import ProcAccessError, ProcFS
 
 Log = Callable[[str], None]
-HolderId = tuple[int, int]  # (pid, start time)
-
-
-def holder_id(holder: Holder) -> HolderId:
-    return (holder.pid, holder.start_time)
-
-
-class Cancel:
-    """Set when the guard itself is told to stop (SIGTERM); wakes any poll()."""
-
-    def __init__(self) -> None:
-        self.reason = ""
-        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-
-    @property
-    def fd(self) -> int:
-        return self._r
-
-    @property
-    def cancelled(self) -> bool:
-        return bool(self.reason)
-
-    def cancel(self, reason: str) -> None:
-        self.reason = self.reason or reason
-        with contextlib.suppress(OSError):
-            os.write(self._w, b"x")
-
-    def close(self) -> None:
-        for fd in (self._r, self._w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
 
 @dataclass

@@ -109,6 +109,13 @@ class Holder:
         return tuple(dict.fromkeys(h.node.path for h in self.nodes))
 
 
+HolderId = tuple[int, int]  # (pid, start time): a process, not a reusable number
+
+
+def holder_id(holder: Holder) -> HolderId:
+    return (holder.pid, holder.start_time)
+
+
 @dataclass(frozen=True)
 class ScanResult:
     holders: tuple[Holder, ...]

@@ -14,18 +14,20 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import runner
+from .cancel import Cancel
 from .config import FAMILIES, Config, IdleConfig
-from .drain import Cancel, HolderId, drain, holder_id
-from .history import History, HistoryError, HolderRow
 from .inventory import take_inventory
 from .log import Logger
-from .model import Decision, Holder, Inventory, Outcome, Verdict
+from .model import Decision, Holder, HolderId, Inventory, Outcome, Verdict, holder_id
 from .policy import ancestors, decide
 from .procfs import ProcFS
 from .scan import describe_process, scan_holders
+
+if TYPE_CHECKING:
+    from .history import History, HolderRow
 
 
 class IdleResult(Protocol):
@@ -101,6 +103,8 @@ class HolderResult:
         }
 
     def row(self) -> HolderRow:
+        from .history import HolderRow
+
         h = self.decision.holder
         return HolderRow(
             pid=h.pid, start_time=h.start_time, user=h.user, unit=h.unit, comm=h.comm,
@@ -247,6 +251,8 @@ class _Run:
                         d, Outcome("not-signalled", why=self.cancel_reason()), round_no)
                 return
             until = max(self.clock() + 0.5, deadline - idle_reserve)
+            from .drain import drain
+
             result = drain(
                 [d.holder for d in pending], self.signame, self.config.drain.timeout_s, until,
                 self.config.drain.escalate, proc=self.proc, cancel=self.cancel,
@@ -347,6 +353,8 @@ def run(
     attempt_id: int | None = None
     history_note = ""
     if record:
+        from .history import History, HistoryError
+
         try:
             history = History.open(config.state.dir)
             st.warnings.extend(history.warnings)
@@ -418,6 +426,8 @@ def run(
                            key=lambda hr: (hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
     duration = clock() - start
     if history is not None and attempt_id is not None:
+        from .history import HistoryError
+
         try:
             history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
                            [h.row() for h in holders])
@@ -469,6 +479,8 @@ def _fold_idle(r: _Run, idle: IdleResult, drain_pending: bool, deadline: float,
                 d, r.predicted(d) if r.dry_run else Outcome(
                     "not-signalled", why="the suspend is refused anyway: nobody is signalled"))
     elif to_drain:
+        from .drain import drain
+
         result = drain([d.holder for d in to_drain], r.signame, r.config.drain.timeout_s,
                        max(r.clock() + 0.5, deadline - r.config.idle.settle_s - 1.0),
                        r.config.drain.escalate, proc=r.proc, cancel=r.cancel,

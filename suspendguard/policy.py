@@ -86,6 +86,15 @@ def decide(
     return decisions
 
 
+def _is_own_probe(holder: Holder) -> bool:
+    """A concurrent guard's pyACL child (e.g. the metrics timer's status run).
+
+    It holds the device for well under a second and exits by itself;
+    draining it would only race its own finalize.
+    """
+    return "suspendguard.idle.acl_probe" in holder.cmdline[:4]
+
+
 def _first(rules: Sequence[Rule], holder: Holder) -> int | None:
     for i, rule in enumerate(rules):
         if rule_matches(rule, holder):
@@ -105,6 +114,8 @@ def _action(
     i = _first(policy.ignore, holder)
     if i is not None:
         return "ignore", f"[policy] ignore #{i + 1} ({policy.ignore[i].describe()})"
+    if _is_own_probe(holder):
+        return "ignore", "suspendguard's own short-lived pyACL probe (of another guard run)"
     if holder.comm in daemons:
         return "ignore", f"built-in: {daemons[holder.comm]} driver daemon"
     if holder.source != "proc" and not holder.nodes:

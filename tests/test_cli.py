@@ -124,3 +124,9 @@ def test_python_dash_m_works() -> None:
     proc = subprocess.run([sys.executable, "-m", "suspendguard", "--version"],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("suspendguard ")
+
+
+def test_dry_run_records_nothing(conf: Path) -> None:
+    code, _, _ = cli("check", "--dry-run", "--config", str(conf))
+    assert code == 0
+    assert not (conf.parent / "state" / "history.db").exists()

@@ -9,7 +9,8 @@ from typing import Any
 
 from conftest import Holders
 
-from suspendguard.drain import Cancel, drain
+from suspendguard.cancel import Cancel
+from suspendguard.drain import drain
 from suspendguard.inventory import take_inventory
 from suspendguard.log import Logger
 from suspendguard.pipeline import Report, run
