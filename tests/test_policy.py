@@ -19,7 +19,10 @@ def holder(pid: int = 4242, comm: str = "python3", cmdline: tuple[str, ...] = ("
                   source=source)
 
 
-def action(h: Holder, policy: PolicyConfig = PolicyConfig((), ()),
+NO_RULES = PolicyConfig((), ())
+
+
+def action(h: Holder, policy: PolicyConfig = NO_RULES,
            never: frozenset[int] = frozenset()) -> tuple[str, str]:
     [d] = decide([h], policy, never)
     return d.action, d.rule
