@@ -108,7 +108,7 @@ def test_since_filters_lines_and_skips_old_files_cheaply(tmp_path: Path) -> None
 
 def test_symlink_to_a_secret_is_skipped_with_reason(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
-    secret.write_text("root:hwts is busy:secret\n")
+    secret.write_text("root:suspend pre check fail, hwts is busy:secret\n")
     logdir = tmp_path / "home" / "ascend" / "log"
     logdir.mkdir(parents=True)
     (logdir / "plog-1.log").symlink_to(secret)
@@ -175,9 +175,9 @@ def test_sparse_200mb_file_reads_only_max_bytes(tmp_path: Path) -> None:
 def test_junk_bytes_are_skipped_line_by_line(tmp_path: Path) -> None:
     log = tmp_path / "junk.log"
     log.write_bytes(
-        b"\xff\xfe\xfa garbage hwts is busy\n"
+        b"\xff\xfe\xfa garbage suspend pre check fail, hwts is busy\n"
         + HWTS.format(t="2023-01-01-00:00:00.000.000").encode()
-        + b"bin\x00ary hwts is busy\n"
+        + b"bin\x00ary suspend pre check fail, hwts is busy\n"
         + "[INFO] RUNTIME(1,a):2023-01-01-00:00:00.000.000 \u6587\u5b57 ok\n".encode()
         + b"\r\n"
         + HWTS.format(t="2023-01-01-00:00:02.000.000").replace("\n", "\r\n").encode()
