@@ -141,7 +141,7 @@ def render_unit(
     config_path: str | None = None,
 ) -> str:
     """The veto unit for ``python``; ``config_path`` only when it is not the default."""
-    exec_start = [f"ExecStart={_systemd_arg(python)} -m suspendguard pre-sleep %i"]
+    exec_start = [f"ExecStart={_systemd_arg(python)} -I -m suspendguard pre-sleep %i"]
     if config_path is not None:
         exec_start.append(f'Environment="{ENV_VAR}={_env_value(config_path)}"')
     text = _replace_key(template, "ExecStart", exec_start, UNIT_TEMPLATE)
@@ -162,14 +162,10 @@ def _env_value(value: str) -> str:
 
 
 def render_hook(template: str, python: str, config_path: str | None = None) -> str:
-    text = _replace_key(template, "PYTHON", [f"PYTHON={shlex.quote(python)}"], HOOK_TEMPLATE)
+    lines = [f"PYTHON={shlex.quote(python)}"]
     if config_path is not None:
-        text = _replace_key(
-            text, "PYTHON",
-            [f"PYTHON={shlex.quote(python)}", f"export {ENV_VAR}={shlex.quote(config_path)}"],
-            HOOK_TEMPLATE,
-        )
-    return text
+        lines.append(f"export {ENV_VAR}={shlex.quote(config_path)}")
+    return _replace_key(template, "PYTHON", lines, HOOK_TEMPLATE)
 
 
 # --- the manifest -----------------------------------------------------------

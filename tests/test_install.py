@@ -89,7 +89,7 @@ def test_install_stages_exactly_these_files(root: Path) -> None:
     assert all(after[k] == v for k, v in before.items()), "install changed what was there"
     assert after[UNIT][1] == 0o644 and after[HOOK][1] == 0o755 and after[CONFIG][1] == 0o644
     unit = (root / UNIT).read_text()
-    assert f"ExecStart={sys.executable} -m suspendguard pre-sleep %i\n" in unit
+    assert f"ExecStart={sys.executable} -I -m suspendguard pre-sleep %i\n" in unit
     assert "TimeoutStartSec=120\n" in unit
     assert f"PYTHON={sys.executable}\n" in (root / HOOK).read_text()
     from suspendguard.config import commented_default
@@ -235,7 +235,7 @@ def test_installation_state(root: Path) -> None:
     }
     assert state["unit"]["path"] == "/etc/systemd/system/suspendguard@.service"
     assert state["unit"]["timeout_start_s"] == 120
-    assert state["unit"]["exec_start"] == f"{sys.executable} -m suspendguard pre-sleep %i"
+    assert state["unit"]["exec_start"] == f"{sys.executable} -I -m suspendguard pre-sleep %i"
     assert state["hook"] == {"path": "/usr/lib/systemd/system-sleep/suspendguard",
                              "present": True, "executable": True}
     assert state["config"] == {"path": "/etc/suspendguard/config.toml", "present": True}

@@ -46,7 +46,7 @@ def test_template_dir_is_the_shipped_folder() -> None:
 def test_shipped_files_document_the_defaults() -> None:
     assert re.search(r"^TimeoutStartSec=120$", UNIT, re.M)
     assert install.timeout_start_s(defaults()) == 120
-    assert re.search(r"^ExecStart=/usr/bin/python3 -m suspendguard pre-sleep %i$", UNIT, re.M)
+    assert re.search(r"^ExecStart=/usr/bin/python3 -I -m suspendguard pre-sleep %i$", UNIT, re.M)
     assert os.access(SHIPPED / install.HOOK_TEMPLATE, os.X_OK)
 
 
@@ -78,7 +78,7 @@ def test_render_unit_sets_interpreter_and_timeout() -> None:
     text = install.render_unit(UNIT, "/opt/sg venv/bin/python", install.timeout_start_s(config))
     assert re.findall(r"^TimeoutStartSec=(.*)$", text, re.M) == ["66"]
     assert re.findall(r"^ExecStart=(.*)$", text, re.M) == [
-        '"/opt/sg venv/bin/python" -m suspendguard pre-sleep %i'
+        '"/opt/sg venv/bin/python" -I -m suspendguard pre-sleep %i'
     ]
     assert not re.search(r"^(ReadWritePaths|Environment)=", text, re.M)
 
@@ -94,7 +94,7 @@ def test_render_unit_state_dir_and_config_elsewhere() -> None:
 def test_render_hook() -> None:
     text = install.render_hook(HOOK, "/opt/venv/bin/python")
     assert "PYTHON=/opt/venv/bin/python\n" in text
-    assert '"$PYTHON" -m suspendguard sleep-hook "$1" "$2"' in text
+    assert '"$PYTHON" -I -m suspendguard sleep-hook "$1" "$2"' in text
     assert text.rstrip().endswith("exit 0")
     text = install.render_hook(HOOK, "/opt/venv/bin/python", "/etc/x y.toml")
     assert "export SUSPENDGUARD_CONFIG='/etc/x y.toml'\n" in text
@@ -115,7 +115,7 @@ def test_hook_always_exits_0(tmp_path: Path) -> None:
     hook.chmod(0o755)
     result = subprocess.run([str(hook), "pre", "suspend"], capture_output=True, timeout=30)
     assert result.returncode == 0
-    assert (tmp_path / "args").read_text() == "-m suspendguard sleep-hook pre suspend\n"
+    assert (tmp_path / "args").read_text() == "-I -m suspendguard sleep-hook pre suspend\n"
     missing = tmp_path / "hook2"
     missing.write_text(install.render_hook(HOOK, str(tmp_path / "nonexistent")))
     missing.chmod(0o755)
