@@ -7,8 +7,9 @@ would leave:
 - ``/etc/systemd/system/suspendguard@.service``: the veto unit. /etc, not
   /usr/lib/systemd/system: this is the administrator's local install, and
   /usr/lib belongs to the package manager (systemd reads both).
-- ``/etc/systemd/system/systemd-ACTION.service.requires/suspendguard@ACTION.service``:
-  the enable links, what ``systemctl enable`` makes from ``RequiredBy=``.
+- ``/etc/systemd/system/systemd-ACTION.service.requires/suspendguard@ACTION.service``
+  and the same under ``nvidia-ACTION.service.requires``: the enable links,
+  what ``systemctl enable`` makes from ``RequiredBy=``.
 - ``/usr/lib/systemd/system-sleep/suspendguard``: the hook (systemd-sleep
   reads no other folder).
 - ``/etc/suspendguard/config.toml``: the commented defaults, only when no
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
     from .cli import Context
 
 SLEEP_ACTIONS = ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")
+# As in the unit's [Install] RequiredBy=, with %i as {}.
+REQUIRED_BY = ("systemd-{}.service", "nvidia-{}.service")
 
 UNIT_TEMPLATE = "suspendguard@.service"
 HOOK_TEMPLATE = "system-sleep/suspendguard"
@@ -91,9 +94,19 @@ def instance(action: str) -> str:
     return f"suspendguard@{action}.service"
 
 
-def enable_link(action: str) -> str:
-    """The link ``systemctl enable`` makes for ``RequiredBy=systemd-%i.service``."""
-    return f"{UNIT_DIR}/systemd-{action}.service.requires/{instance(action)}"
+def required_by(action: str) -> tuple[str, ...]:
+    """The units an instance is ``RequiredBy=``: the sleep step, and NVIDIA's preparation."""
+    return tuple(name.format(action) for name in REQUIRED_BY)
+
+
+def enable_link(action: str, unit: str | None = None) -> str:
+    """The link ``systemctl enable`` makes for ``RequiredBy=unit`` (default: the sleep step)."""
+    unit = unit or required_by(action)[0]
+    return f"{UNIT_DIR}/{unit}.requires/{instance(action)}"
+
+
+def enable_links(action: str) -> list[str]:
+    return [enable_link(action, unit) for unit in required_by(action)]
 
 
 def timeout_start_s(config: Config) -> int:
@@ -103,9 +116,9 @@ def timeout_start_s(config: Config) -> int:
 # --- templates ------------------------------------------------------------
 
 
-def template_dir() -> Path:
+def template_dir(package: Path | None = None) -> Path:
     """The shipped ``systemd/`` folder: package data first, then the checkout."""
-    here = Path(__file__).resolve().parent
+    here = package or Path(__file__).resolve().parent
     for candidate in (here / "data" / "systemd", here.parent / "systemd"):
         if (candidate / UNIT_TEMPLATE).is_file() and (candidate / HOOK_TEMPLATE).is_file():
             return candidate
@@ -303,7 +316,7 @@ def _systemctl(*argv: str) -> None:
         raise InstallError(f"systemctl {' '.join(argv)} failed: {result.describe_failure()}")
 
 
-def _config_for(args: argparse.Namespace, ctx: Context, tree: _Tree | None) -> tuple[Config, str, bool]:
+def _config_for(ctx: Context, tree: _Tree | None) -> tuple[Config, str, bool]:
     """(config, its path in the target system, chosen explicitly)."""
     path, explicit = resolve_path(ctx.config_arg, ctx.environ)
     if tree is None:
@@ -382,15 +395,14 @@ def install(
     if enable:
         if live:
             _systemctl("enable", *(instance(a) for a in SLEEP_ACTIONS))
-        for action in SLEEP_ACTIONS:
-            link = enable_link(action)
+        for link in (link for action in SLEEP_ACTIONS for link in enable_links(action)):
             if live:
+                # Recorded, so uninstall removes them: a link left to a removed unit
+                # would fail nvidia-suspend.service, and the suspend with it.
                 if tree.at(link).is_symlink():
                     manifest.links[link] = os.readlink(tree.at(link))
                     continue
-                raise InstallError(
-                    f"systemctl enable {instance(action)} made no link {link}"
-                )
+                raise InstallError(f"systemctl enable made no link {link}")
             tree.makedirs(os.path.dirname(link), manifest)
             _symlink(tree.at(link), UNIT_PATH)
             manifest.links[link] = UNIT_PATH
@@ -533,7 +545,7 @@ def command_install(args: argparse.Namespace, ctx: Context) -> int:
     if root is None:
         check_live_system()
     tree = _Tree(root) if root is not None else None
-    config, config_path, explicit = _config_for(args, ctx, tree)
+    config, config_path, explicit = _config_for(ctx, tree)
     install(
         root, config, config_path, explicit,
         enable=not getattr(args, "no_enable", False), out=ctx.out,
@@ -560,8 +572,22 @@ def _unit_setting(text: str, key: str) -> str | None:
 def installation_state(root: str = "/") -> dict[str, Any]:
     """What is installed under ``root``, read without changing anything.
 
-    ``installed`` is true when the unit is present and enabled for every
-    sleep service and the hook is present and executable.
+    Paths are as the target system sees them (without ``root``)::
+
+        {"root": "/", "installed": bool,   # unit + hook executable + all 4 enabled
+         "unit": {"path": str | None, "present": bool,
+                  "exec_start": str | None, "timeout_start_s": int | str | None},
+         "instances": {"suspend": {"unit": "suspendguard@suspend.service",
+                                   "enabled": bool, "link": str | None,
+                                   "required_by": ["nvidia-suspend.service",
+                                                   "systemd-suspend.service"]}, ...},
+         "enabled": ["suspend", ...],      # in SLEEP_ACTIONS order
+         "hook": {"path": str, "present": bool, "executable": bool},
+         "config": {"path": str, "present": bool},
+         "manifest": {"path": str, "present": bool, "python": str,
+                      "installed_at": str, "state_dir": str}}  # the last three if present
+
+    A unit shipped by a package in /usr/lib/systemd/system counts too.
     """
     tree = _Tree(root)
     unit_path = next((d + "/" + UNIT_TEMPLATE for d in UNIT_DIRS
@@ -578,9 +604,15 @@ def installation_state(root: str = "/") -> dict[str, Any]:
         unit["timeout_start_s"] = int(timeout) if timeout and timeout.isdigit() else timeout
     instances: dict[str, dict[str, Any]] = {}
     for action in SLEEP_ACTIONS:
-        links = [f"{d}/systemd-{action}.service.requires/{instance(action)}" for d in UNIT_DIRS]
-        link = next((p for p in links if tree.at(p).is_symlink() or tree.at(p).exists()), None)
-        instances[action] = {"unit": instance(action), "enabled": link is not None, "link": link}
+        found: dict[str, str] = {}
+        for wanting in required_by(action):
+            links = [f"{d}/{wanting}.requires/{instance(action)}" for d in UNIT_DIRS]
+            link = next((p for p in links if tree.at(p).is_symlink() or tree.at(p).exists()), None)
+            if link is not None:
+                found[wanting] = link
+        step = required_by(action)[0]
+        instances[action] = {"unit": instance(action), "enabled": step in found,
+                             "link": found.get(step), "required_by": sorted(found)}
     hook_path = next((d + "/suspendguard" for d in HOOK_DIRS
                       if tree.at(d + "/suspendguard").is_file()), None)
     hook = {

@@ -27,9 +27,9 @@ MANIFEST = "var/lib/suspendguard/installed.json"
 
 def links() -> dict[str, str]:
     return {
-        f"etc/systemd/system/systemd-{a}.service.requires/suspendguard@{a}.service":
+        f"etc/systemd/system/{by}-{a}.service.requires/suspendguard@{a}.service":
             "/etc/systemd/system/suspendguard@.service"
-        for a in ACTIONS
+        for a in ACTIONS for by in ("systemd", "nvidia")
     }
 
 
@@ -85,6 +85,7 @@ def test_install_stages_exactly_these_files(root: Path) -> None:
     assert {k for k, v in added.items() if v[0] == "d"} == {
         "etc/suspendguard", "var", "var/lib", "var/lib/suspendguard",
         *(f"etc/systemd/system/systemd-{a}.service.requires" for a in ACTIONS[1:]),
+        *(f"etc/systemd/system/nvidia-{a}.service.requires" for a in ACTIONS),
     }
     assert all(after[k] == v for k, v in before.items()), "install changed what was there"
     assert after[UNIT][1] == 0o644 and after[HOOK][1] == 0o755 and after[CONFIG][1] == 0o644
@@ -232,6 +233,7 @@ def test_installation_state(root: Path) -> None:
     assert state["instances"]["suspend"] == {
         "unit": "suspendguard@suspend.service", "enabled": True,
         "link": "/etc/systemd/system/systemd-suspend.service.requires/suspendguard@suspend.service",
+        "required_by": ["nvidia-suspend.service", "systemd-suspend.service"],
     }
     assert state["unit"]["path"] == "/etc/systemd/system/suspendguard@.service"
     assert state["unit"]["timeout_start_s"] == 120

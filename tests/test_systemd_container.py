@@ -63,6 +63,22 @@ paths = ["{LOG_DIR}/**"]
 [state]
 dir = "{STATE_DIR}"
 """
+NVIDIA_LOG = "/run/suspendguard-test/nvidia.log"
+# Shaped like the NVIDIA driver's own unit (Before= and RequiredBy= the sleep
+# step), standing in for it: the GPU's preparation must come after the drain
+# and must not happen at all when the guard vetoes.
+NVIDIA_SUSPEND = f"""\
+[Unit]
+Description=NVIDIA system suspend actions (test stand-in)
+Before=systemd-suspend.service
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'echo suspend >> {NVIDIA_LOG}'
+
+[Install]
+RequiredBy=systemd-suspend.service
+"""
 SUSPEND_FAILED = r"Dependency failed for \S*\s*-?\s*System Suspend"
 HIBERNATE_FAILED = r"Dependency failed for \S*\s*-?\s*System Hibernate"
 
@@ -72,6 +88,9 @@ def box() -> Iterator[Container]:
     with Container(REPO) as container:
         container.sh(f"mkdir -p {Path(NODE).parent} /run/suspendguard-test {LOG_DIR} && "
                      f"mknod -m 666 {NODE} c {NODE_RDEV}")
+        container.write("/etc/systemd/system/nvidia-suspend.service", NVIDIA_SUSPEND)
+        container.run("systemctl", "daemon-reload")
+        container.run("systemctl", "enable", "nvidia-suspend.service")
         held = container.sh("ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c ' -> /dev/random$' || :")
         assert held.stdout.strip() == "0", "something in the container holds /dev/random"
         yield container
@@ -90,7 +109,7 @@ def clean(installed: Container) -> Iterator[Container]:
     """Each scenario starts from an untouched /sys/power and no marker, and stops its jobs."""
     box = installed
     box.reset_power()
-    box.sh(f"rm -f {MARKER}")
+    box.sh(f"rm -f {MARKER} {NVIDIA_LOG}")
     yield box
     box.stop_jobs()
     box.reset_power()
@@ -104,6 +123,10 @@ def start_holder(box: Container, name: str, mode: str) -> int:
 
 def signals(box: Container) -> list[str]:
     return box.run("sh", "-c", f"cat {MARKER} 2>/dev/null || :").stdout.splitlines()
+
+
+def nvidia_ran(box: Container) -> list[str]:
+    return box.run("sh", "-c", f"cat {NVIDIA_LOG} 2>/dev/null || :").stdout.splitlines()
 
 
 def history(box: Container) -> list[dict[str, Any]]:
@@ -187,7 +210,9 @@ def test_graceful_job_is_drained_and_the_suspend_goes_on(clean: Container) -> No
     assert first_line(box.power_state()) == "mem", journal
     assert f"{pid} SIGINT" in signals(box)
     assert not box.unit_active("sg-test-graceful.service")
-    assert re.search(r"Finished suspendguard@suspend\.service", journal), journal
+    finished = journal.index("Finished suspendguard@suspend.service")
+    assert finished < journal.index("Starting nvidia-suspend.service"), journal
+    assert nvidia_ran(box) == ["suspend"]
     attempt = newest_unit_attempt(box, "suspend")
     assert attempt["verdict"] == "allow", attempt
     [holder] = [h for h in attempt["holders"] if h["pid"] == pid] or [attempt]
@@ -207,6 +232,8 @@ def test_deaf_job_vetoes_and_nobody_is_signalled(clean: Container) -> None:
     assert box.unit_active("sg-test-bystander.service")
     assert box.unit_active("sg-test-deaf.service")
     assert signals(box) == []  # the graceful job was not signalled either
+    assert re.search(r"Dependency failed for nvidia-suspend\.service", journal), journal
+    assert nvidia_ran(box) == []  # the GPU was not prepared for a sleep that did not come
     attempt = newest_unit_attempt(box, "suspend")
     assert attempt["verdict"] == "veto", attempt
     assert any(str(deaf) in reason for reason in attempt["reasons"]), attempt["reasons"]
@@ -289,8 +316,10 @@ def test_unit_settings_as_systemd_loaded_them(installed: Container) -> None:
                           "-p", "RequiredBy", "-p", "Before", "-p", "ExecStart").stdout
     assert f"TimeoutStartUSec={DEADLINE_S + 20}s" in props
     assert "ProtectSystem=strict" in props and "Type=oneshot" in props
-    assert "RequiredBy=systemd-suspend.service" in props
-    assert "Before=systemd-suspend.service" in props
+    assert re.search(r"^RequiredBy=.*\bsystemd-suspend\.service", props, re.M)
+    assert re.search(r"^RequiredBy=.*\bnvidia-suspend\.service", props, re.M)
+    assert re.search(r"^Before=.*\bsystemd-suspend\.service", props, re.M)
+    assert re.search(r"^Before=.*\bnvidia-suspend\.service", props, re.M)
     assert f"path={sys.executable} ; argv[]={sys.executable} -I -m suspendguard pre-sleep suspend" \
         in props
 
@@ -308,8 +337,11 @@ def test_uninstall_live(installed: Container) -> None:
                                              f"systemd-{action}.service").stdout
     assert box.run("test", "-e", "/usr/lib/systemd/system-sleep/suspendguard",
                    check=False).returncode != 0
+    box.sh(f"rm -f {NVIDIA_LOG}")
     journal = box.suspend()
     assert "suspendguard@" not in journal and first_line(box.power_state()) == "mem"
+    # no link left behind: nvidia-suspend.service would fail on a removed unit, and the suspend
+    assert nvidia_ran(box) == ["suspend"], journal
     # the config and the history stay, until --purge
     assert box.run("test", "-f", "/etc/suspendguard/config.toml", check=False).returncode == 0
     assert history(box)

@@ -39,8 +39,12 @@ def _render(tmp_path: Path, **kwargs: object) -> Path:
     return tmp_path
 
 
-def test_template_dir_is_the_shipped_folder() -> None:
+def test_template_dir_is_the_shipped_folder(tmp_path: Path) -> None:
     assert install.template_dir() == SHIPPED
+    # installed without the systemd/ files (a wheel that does not ship them): one clear line
+    with pytest.raises(install.InstallError, match="shipped unit files are missing") as exc:
+        install.template_dir(tmp_path / "site-packages" / "suspendguard")
+    assert "\n" not in str(exc.value) and exc.value.exit_status == 3
 
 
 def test_shipped_files_document_the_defaults() -> None:
@@ -56,8 +60,11 @@ def test_unit_is_the_veto_shape() -> None:
 
     assert values("Type") == ["oneshot"]
     assert values("DefaultDependencies") == ["no"]
-    assert values("Before") == ["systemd-%i.service"]
-    assert values("RequiredBy") == ["systemd-%i.service"]
+    # NVIDIA's nvidia-%i.service prepares the GPU for sleep: after the drain, never after a veto
+    assert values("Before") == ["systemd-%i.service nvidia-%i.service"]
+    assert values("RequiredBy") == ["systemd-%i.service nvidia-%i.service"]
+    assert tuple(n.replace("{}", "%i") for n in install.REQUIRED_BY) == tuple(
+        values("RequiredBy")[0].split())
     assert values("StandardOutput") == ["journal"]
     # What it must keep: /dev visible, every process visible, root's powers to read and signal.
     assert not values("PrivateDevices") and not values("ProtectProc") and not values("User")
