@@ -147,12 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--prometheus", action="store_true", help="text exposition format")
 
     p = add("install", _cmd_install, "install the veto units, the sleep hook and a default config")
-    p.add_argument("--root", metavar="DIR", help="stage into DIR instead of the running system")
+    p.add_argument("--root", metavar="DIR",
+                   help="stage into DIR (same layout under DIR; systemctl is never called)")
     p.add_argument("--no-enable", action="store_true", help="do not enable the units")
 
     p = add("uninstall", _cmd_uninstall, "remove what install put in place")
     p.add_argument("--root", metavar="DIR")
-    p.add_argument("--purge", action="store_true", help="also remove the config and the history")
+    p.add_argument("--purge", action="store_true",
+                   help="also remove the config file and the history (kept by default)")
 
     p = add("sleep-hook", _cmd_sleep_hook, "called by systemd-sleep: sleep-hook pre|post ACTION")
     p.add_argument("phase", choices=("pre", "post"))

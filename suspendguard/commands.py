@@ -41,7 +41,9 @@ def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: 
     from .report import render
 
     config = ctx.config()
-    log = Logger(ctx.err, ctx.environ)
+    # On a terminal the report already says what the log lines would; keep
+    # the errors and warnings, drop the chatter.
+    log = Logger(ctx.err, ctx.environ, quiet=dry_run and not as_json)
     with _sigterm_cancels() as cancel:
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,

@@ -506,15 +506,19 @@ def _fold_idle(r: _Run, idle: IdleResult, drain_pending: bool, deadline: float,
 def log_verdict(report: Report, log: Logger) -> None:
     what = report.action or ("dry run" if report.dry_run else "check")
     attempt = f"attempt {report.attempt_id} " if report.attempt_id else ""
+    would = "would " if report.dry_run else ""
     if report.verdict.kind == "veto":
         tail = "; ".join(report.verdict.reasons)
         if report.can_veto:
-            log.error(f"{attempt}({what}): veto: {tail}")
+            log.error(f"{attempt}({what}): {would}veto: {tail}")
         else:
             log.error(f"{attempt}({what}): would veto, but a sleep hook cannot stop the "
                       f"suspend: {tail}")
     else:
-        drained = sum(1 for h in report.holders if h.outcome.kind == "exited")
-        log.info(f"{attempt}({what}): allow: {drained} holder(s) drained"
+        count = sum(1 for h in report.holders
+                    if h.outcome.kind == ("would-signal" if report.dry_run else "exited"))
+        done = f"{count} holder(s) would be drained" if report.dry_run else \
+            f"{count} holder(s) drained"
+        log.info(f"{attempt}({what}): {would}allow: {done}"
                  + (f"; warnings: {'; '.join(report.verdict.warnings)}"
                     if report.verdict.warnings else ""))
