@@ -73,7 +73,10 @@ def test_unit_is_the_veto_shape() -> None:
     assert values("ProtectSystem") == ["strict"]
     assert values("ProtectHome") == ["read-only"]
     assert values("StateDirectory") == ["suspendguard"]
-    for key in ("PrivateTmp", "NoNewPrivileges", "ProtectKernelTunables", "ProtectKernelModules",
+    # No private /tmp: it would hide an interpreter living there (see the unit).
+    assert not values("PrivateTmp")
+    assert values("ReadWritePaths") == ["-/var/log/npu -/root/ascend"]
+    for key in ("NoNewPrivileges", "ProtectKernelTunables", "ProtectKernelModules",
                 "ProtectKernelLogs", "ProtectControlGroups", "RestrictNamespaces",
                 "LockPersonality"):
         assert values(key) == ["yes"], key
@@ -87,12 +90,14 @@ def test_render_unit_sets_interpreter_and_timeout() -> None:
     assert re.findall(r"^ExecStart=(.*)$", text, re.M) == [
         '"/opt/sg venv/bin/python" -I -m suspendguard pre-sleep %i'
     ]
-    assert not re.search(r"^(ReadWritePaths|Environment)=", text, re.M)
+    assert not re.search(r"^Environment=", text, re.M)
+    assert re.findall(r"^ReadWritePaths=(.*)$", text, re.M) == ["-/var/log/npu -/root/ascend"]
 
 
 def test_render_unit_state_dir_and_config_elsewhere() -> None:
     text = install.render_unit(UNIT, "/usr/bin/python3", 120, "/srv/sg/state", "/srv/sg/c%1.toml")
-    assert re.findall(r"^ReadWritePaths=(.*)$", text, re.M) == ["-/srv/sg/state"]
+    assert re.findall(r"^ReadWritePaths=(.*)$", text, re.M) == [
+        "-/srv/sg/state", "-/var/log/npu -/root/ascend"]
     assert re.findall(r"^Environment=(.*)$", text, re.M) == [
         '"SUSPENDGUARD_CONFIG=/srv/sg/c%%1.toml"'
     ]
