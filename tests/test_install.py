@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import nobody_prefix, python_for_nobody
 
 from suspendguard import install
 from suspendguard.cli import main
@@ -278,11 +279,20 @@ def test_live_install_without_systemd_is_one_line_exit_3() -> None:
 
 
 def _as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "suspendguard", *argv]
-    if os.geteuid() == 0:
-        cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *cmd]
     env = {k: v for k, v in os.environ.items() if k != "SUSPENDGUARD_CONFIG"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    prefix: list[str] = []
+    python: str | None = sys.executable
+    if os.geteuid() == 0:
+        prefix = nobody_prefix() or []
+        repo = str(Path(__file__).resolve().parent.parent)
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        env["PYTHONPATH"] = os.pathsep.join([repo, *paths])
+        python = python_for_nobody(prefix, env)
+        if python is None:
+            pytest.skip("no python interpreter that user nobody can run imports suspendguard")
+    assert python is not None
+    return subprocess.run([*prefix, python, "-m", "suspendguard", *argv], capture_output=True,
+                          text=True, timeout=60, env=env, cwd="/")
 
 
 @pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None,

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import Holders
+from conftest import Holders, nobody_prefix, python_for_nobody
 from conftest_dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -401,35 +401,8 @@ def test_missing_explicit_config_is_invalid_not_fatal(tmp_path: Path, no_bus: st
 
 # --- not root ---------------------------------------------------------------------------
 
-def _nobody_prefix() -> list[str] | None:
-    if os.geteuid() != 0:
-        return None
-    if shutil.which("setpriv"):
-        return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-    if shutil.which("runuser"):
-        return ["runuser", "-u", "nobody", "--"]
-    return None
-
-
-def _python_for_nobody(prefix: list[str], env: dict[str, str]) -> str | None:
-    """An interpreter user nobody can run that imports this checkout.
-
-    The test's own interpreter may live under /root (pyenv): then the system
-    python3 of the same version, with this interpreter's import path, stands in.
-    """
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    for python in (sys.executable, shutil.which(version), f"/usr/bin/{version}"):
-        if not python:
-            continue
-        probe = subprocess.run([*prefix, python, "-c", "import suspendguard.status"],
-                               env=env, capture_output=True, text=True, cwd="/", timeout=60)
-        if probe.returncode == 0:
-            return python
-    return None
-
-
 def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders) -> None:
-    prefix = _nobody_prefix()
+    prefix = nobody_prefix()
     if prefix is None:
         pytest.skip("needs root and setpriv or runuser to run as nobody")
     # Somewhere nobody can read: pytest's tmp_path is root's, mode 0700.
@@ -451,7 +424,7 @@ def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders
                "PYTHONPATH": os.pathsep.join([repo, *paths]),
                "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={folder / 'no-bus'}",
                "HOME": "/nonexistent"}
-        python = _python_for_nobody(prefix, env)
+        python = python_for_nobody(prefix, env)
         if python is None:
             pytest.skip("no python interpreter that user nobody can run imports suspendguard")
         proc = subprocess.run([*prefix, python, "-m", "suspendguard", "status", "--json",
