@@ -256,6 +256,12 @@ class _Tree:
 
     def makedirs(self, path: str, manifest: Manifest) -> None:
         """mkdir -p, recording every folder it made so uninstall can remove it."""
+        try:
+            # A staging root that does not exist yet is made (not recorded:
+            # it is the caller's folder, not part of the installed tree).
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InstallError(f"{self.root}: cannot create ({exc.strerror})") from None
         missing: list[str] = []
         current = os.path.normpath(path)
         while current != "/" and not self.at(current).exists():

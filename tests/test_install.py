@@ -303,3 +303,12 @@ def test_not_root_is_one_line_exit_3(command: str) -> None:
     assert result.returncode == 3, result.stderr
     assert result.stderr.count("\n") == 1 and "needs root" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_staging_root_that_does_not_exist_yet_is_made(tmp_path: Path) -> None:
+    stage = tmp_path / "new" / "stage"
+    status, _, err = run("install", "--root", str(stage))
+    assert status == 0, err
+    assert (stage / "etc/systemd/system/suspendguard@.service").is_file()
+    status, _, err = run("uninstall", "--root", str(stage), "--purge")
+    assert status == 0, err
