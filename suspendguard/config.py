@@ -16,11 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10
-    import tomli as tomllib
-
 from .errors import ConfigError
 
 DEFAULT_PATH = "/etc/suspendguard/config.toml"
@@ -448,6 +443,12 @@ def load(cli_path: str | None = None, environ: Mapping[str, str] | None = None) 
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+    # Imported here: most runs (the sleep hook, a host without a config
+    # file) never parse TOML, and the parser is a noticeable part of start-up.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10
+        import tomli as tomllib
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
