@@ -20,12 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-# Start-up is measured as an installed package runs: the base interpreter with
-# the checkout on PYTHONPATH. A development venv's editable-install hook adds
-# a few tens of ms to every start that no installed copy pays.
-PYTHON = getattr(sys, "_base_executable", sys.executable)
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _installed import installed_python
 
 from suspendguard.config import load
 from suspendguard.log import Logger
@@ -47,10 +45,11 @@ def main() -> int:
     conf = tmp / "config.toml"
     conf.write_text(f'[state]\ndir = "{tmp / "state"}"\n[logs]\npaths = ["{tmp / "logs"}/**"]\n')
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    base = [PYTHON, "-m", "suspendguard"]
+    python = installed_python()
+    base = [python, "-I", "-m", "suspendguard"]
     results = {}
     for name, argv in {
-        "python -c pass": [PYTHON, "-c", "pass"],
+        "python -c pass": [python, "-c", "pass"],
         "sleep-hook pre": [*base, "sleep-hook", "pre", "suspend", "--config", str(conf)],
         "sleep-hook post": [*base, "sleep-hook", "post", "suspend", "--config", str(conf)],
     }.items():

@@ -24,12 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-# Start-up is measured as an installed package runs: the base interpreter with
-# the checkout on PYTHONPATH. A development venv's editable-install hook adds
-# a few tens of ms to every start that no installed copy pays.
-PYTHON = getattr(sys, "_base_executable", sys.executable)
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _installed import installed_python
+
 SCAN_CHILD = (
     "import sys\n"
     "from suspendguard.config import DevicesConfig\n"
@@ -60,6 +59,7 @@ def main() -> int:
         if not shutil.which(tool):
             print(f"benchmarks/scan.py: {tool} not found", file=sys.stderr)
             return 2
+    python = installed_python()
     tmp = Path(tempfile.mkdtemp(prefix="sg-bench-"))
     binary = tmp / "population"
     subprocess.run(["gcc", "-O2", "-o", str(binary), str(HERE / "population.c")], check=True)
@@ -81,9 +81,9 @@ def main() -> int:
         if pop.stdout.readline().strip() != "ready":
             print("population did not start", file=sys.stderr)
             return 1
-        env = dict(os.environ, PYTHONPATH=str(HERE.parent))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         tools = {
-            "suspendguard scan": [PYTHON, "-c", SCAN_CHILD, str(node)],
+            "suspendguard scan": [python, "-c", SCAN_CHILD, str(node)],
             "fuser": ["fuser", str(node)],
             "lsof": ["lsof", str(node)],
         }
@@ -113,7 +113,7 @@ def main() -> int:
     conf = Path(tempfile.mkdtemp()) / "c.toml"
     conf.write_text(f'[state]\ndir = "{conf.parent}"\n')
     for _ in range(args.runs):
-        wall, rss, _ = measure([PYTHON, "-m", "suspendguard", "--config", str(conf),
+        wall, rss, _ = measure([python, "-m", "suspendguard", "--config", str(conf),
                                 "check", "--dry-run"], env)
         walls.append(wall)
     print(f"  check --dry-run (this machine's nodes, default families): "

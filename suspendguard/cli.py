@@ -8,42 +8,59 @@ hook's path stays fast and never imports dbus-next or asyncio.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TextIO
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, TextIO
 
 from . import __version__
-from .config import Config, load
 from .errors import EXIT_USAGE, SuspendGuardError, UsageError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from .config import Config
 
 SLEEP_ACTIONS = ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")
 
 
-@dataclass
 class Context:
     """What every subcommand gets: where its config is and where to print."""
 
-    config_arg: str | None
-    out: TextIO
-    err: TextIO
-    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    _config: Config | None = None
+    def __init__(self, config_arg: str | None, out: TextIO, err: TextIO,
+                 environ: dict[str, str] | None = None) -> None:
+        self.config_arg = config_arg
+        self.out = out
+        self.err = err
+        self.environ = dict(os.environ) if environ is None else environ
+        self._config: Config | None = None
 
     def config(self) -> Config:
         if self._config is None:
+            from .config import load
+
             self._config = load(self.config_arg, self.environ)
         return self._config
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+def _parser(**kwargs: Any) -> argparse.ArgumentParser:
+    """An ArgumentParser whose errors are one-line UsageErrors (exit status 2).
+
+    argparse is imported here, not at the top: the sleep hook's path parses
+    its three arguments by hand and never pays for it.
+    """
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            where = self.prog.removeprefix("suspendguard").strip()
+            raise UsageError(f"{where}: {message}" if where else message)
+
+    return Parser(**kwargs)
 
 
-Handler = Callable[[argparse.Namespace, Context], int]
+Handler = Callable[["argparse.Namespace", Context], int]
 
 
 def _cmd_check(args: argparse.Namespace, ctx: Context) -> int:
@@ -101,13 +118,21 @@ def _cmd_sleep_hook(args: argparse.Namespace, ctx: Context) -> int:
     return command(args, ctx)
 
 
-def build_parser() -> argparse.ArgumentParser:
+COMMANDS = ("check", "pre-sleep", "config", "history", "logs", "status", "install", "uninstall",
+            "sleep-hook")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that subcommand's (argparse's set-up is
+    a large part of start-up, and the guard runs on the suspend path)."""
     config_help = "configuration file (default: $SUSPENDGUARD_CONFIG or /etc/suspendguard/config.toml)"
     # Accepted before or after the subcommand; SUPPRESS keeps the subcommand's
     # parser from overwriting a value given before it.
-    common = _Parser(add_help=False)
+    import argparse
+
+    common = _parser(add_help=False)
     common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=config_help)
-    parser = _Parser(
+    parser = _parser(
         prog="suspendguard",
         description="Pre-suspend guard for accelerator hosts (Ascend NPUs, NVIDIA GPUs).",
     )
@@ -116,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+        if only is not None and name != only:
+            return _parser(add_help=False)  # not used on this run
         p = sub.add_parser(name, parents=[common], help=help, description=help)
         p.set_defaults(handler=handler)
         return p
@@ -162,14 +189,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _hook_parser() -> argparse.ArgumentParser:
-    """Only sleep-hook's arguments: systemd-sleep waits on this path, keep it short."""
-    parser = _Parser(prog="suspendguard sleep-hook")
-    parser.add_argument("phase", choices=("pre", "post"))
-    parser.add_argument("action", nargs="?", default="suspend")
-    parser.add_argument("--config", metavar="PATH", default=None)
-    parser.set_defaults(handler=_cmd_sleep_hook)
-    return parser
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand named in argv, when it is certain; None builds every parser."""
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--config":
+            rest = rest[1:]
+        elif arg.startswith("--config="):
+            continue
+        elif arg.startswith("-"):
+            return None  # --help, --version, or an error argparse should word
+        else:
+            return arg if arg in COMMANDS else None
+    return None
+
+
+HOOK_USAGE = "usage: suspendguard sleep-hook pre|post [ACTION] [--config PATH]"
+
+
+def _hook_args(argv: Sequence[str]) -> SimpleNamespace:
+    """sleep-hook's arguments, by hand: systemd-sleep waits on this path."""
+    rest = list(argv)
+    config: str | None = None
+    positional: list[str] = []
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--config":
+            if not rest:
+                raise UsageError(f"sleep-hook: --config needs a PATH ({HOOK_USAGE})")
+            config = rest.pop(0)
+        elif arg.startswith("--config="):
+            config = arg.partition("=")[2]
+        elif arg.startswith("-"):
+            raise UsageError(f"sleep-hook: unknown option {arg} ({HOOK_USAGE})")
+        else:
+            positional.append(arg)
+    if not positional or positional[0] not in ("pre", "post") or len(positional) > 2:
+        raise UsageError(f"sleep-hook: expected pre or post, then the action ({HOOK_USAGE})")
+    action = positional[1] if len(positional) > 1 else "suspend"
+    return SimpleNamespace(phase=positional[0], action=action, config=config,
+                           handler=_cmd_sleep_hook)
 
 
 def main(
@@ -183,9 +243,9 @@ def main(
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["sleep-hook"]:
-            args = _hook_parser().parse_args(argv[1:])
+            args: Any = _hook_args(argv[1:])
         else:
-            args = build_parser().parse_args(argv)
+            args = build_parser(_command_in(argv)).parse_args(argv)
         if not getattr(args, "handler", None):
             build_parser().print_usage(err)
             return EXIT_USAGE

@@ -6,17 +6,16 @@ the README's configuration reference is checked against it by the tests.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import os
 import re
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError
+from .record import record
 
 DEFAULT_PATH = "/etc/suspendguard/config.toml"
 ENV_VAR = "SUSPENDGUARD_CONFIG"
@@ -26,8 +25,9 @@ BACKENDS = ("acl", "npu-smi", "dcmi", "nvml")
 RULE_FIELDS = ("comm", "exe", "cmdline", "user", "unit")
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(NamedTuple):
+    """One key of the schema (a NamedTuple: cheap to define, read-only)."""
+
     default: Any
     kind: str
     doc: str
@@ -113,7 +113,7 @@ SCHEMA: dict[str, dict[str, Spec]] = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Rule:
     """A policy rule: every field given must match."""
 
@@ -128,26 +128,26 @@ class Rule:
         return ", ".join(parts)
 
 
-@dataclass(frozen=True)
+@record
 class DevicesConfig:
     families: tuple[str, ...]
     nodes: tuple[str, ...]
     management: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class PolicyConfig:
     protect: tuple[Rule, ...]
     ignore: tuple[Rule, ...]
 
 
-@dataclass(frozen=True)
+@record
 class EscalationStep:
     signal: str
     wait_s: float
 
 
-@dataclass(frozen=True)
+@record
 class DrainConfig:
     signal: str
     timeout_s: float
@@ -157,7 +157,7 @@ class DrainConfig:
     deadline_s: float
 
 
-@dataclass(frozen=True)
+@record
 class IdleConfig:
     backends: tuple[str, ...]
     samples: int
@@ -171,18 +171,18 @@ class IdleConfig:
     dcmi_library: str
 
 
-@dataclass(frozen=True)
+@record
 class LogsConfig:
     paths: tuple[str, ...]
     max_bytes: int
 
 
-@dataclass(frozen=True)
+@record
 class StateConfig:
     dir: str
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     devices: DevicesConfig
     policy: PolicyConfig
@@ -192,7 +192,13 @@ class Config:
     state: StateConfig
     path: str | None = None
     loaded: bool = False
-    digest: str = field(default="")
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A short fingerprint of the effective configuration, for the history."""
+        import hashlib
+
+        return hashlib.sha256(to_toml(self).encode()).hexdigest()[:16]
 
 
 # --- validation ----------------------------------------------------------
@@ -398,7 +404,6 @@ def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> 
             f"{_where(path, 'idle', 'samples', _line_of(text, 'idle', 'samples'))}: "
             "expected an integer >= 1"
         )
-    digest = hashlib.sha256(to_toml_values(values).encode()).hexdigest()[:16]
     return Config(
         devices=DevicesConfig(**values["devices"]),
         policy=PolicyConfig(**values["policy"]),
@@ -408,7 +413,6 @@ def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> 
         state=StateConfig(**values["state"]),
         path=None if path == "<defaults>" else path,
         loaded=path != "<defaults>",
-        digest=digest,
     )
 
 
@@ -430,7 +434,8 @@ def load(cli_path: str | None = None, environ: Mapping[str, str] | None = None) 
     """Read and validate the configuration; a missing default file means defaults."""
     path, explicit = resolve_path(cli_path, environ)
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"{path}: configuration file not found") from None

@@ -15,12 +15,12 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .procfs import ProcFS
+from .record import asdict, record
 
 DB_NAME = "history.db"
 
@@ -70,7 +70,7 @@ class HistoryError(Exception):
     """History could not be opened or written; the message is the reason."""
 
 
-@dataclass(frozen=True)
+@record
 class HolderRow:
     pid: int
     start_time: int
@@ -87,10 +87,10 @@ class HolderRow:
     round: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
-@dataclass(frozen=True)
+@record
 class Attempt:
     id: int
     started: float
@@ -104,7 +104,7 @@ class Attempt:
     config_digest: str
     holders: tuple[HolderRow, ...] = ()
     findings: tuple[dict[str, Any], ...] = ()
-    events: tuple[dict[str, Any], ...] = field(default=())
+    events: tuple[dict[str, Any], ...] = ()
 
     @property
     def duration(self) -> float | None:

@@ -11,18 +11,19 @@ neither dbus-next nor asyncio.
 
 from __future__ import annotations
 
-import argparse
 import pwd
 import time
-from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .config import Config
 from .history import Attempt, History, HistoryError
 from .log import Logger
+from .record import replace
 
 if TYPE_CHECKING:
+    import argparse
+
     from .cli import Context
 
 # systemd-sleep gives all hooks together 90 s; the fallback stays well inside.

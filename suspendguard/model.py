@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from .record import record
 
 Role = Literal["compute", "management"]
 Action = Literal["drain", "protect", "ignore", "never"]
@@ -17,7 +18,7 @@ IdleState = Literal["busy", "idle", "unknown"]
 NodeKey = tuple[Any, ...]
 
 
-@dataclass(frozen=True)
+@record
 class Node:
     """A device node that exists now."""
 
@@ -39,7 +40,7 @@ class Node:
                 "identity": self.identity}
 
 
-@dataclass(frozen=True)
+@record
 class Inventory:
     nodes: tuple[Node, ...]
     notes: tuple[str, ...] = ()
@@ -51,14 +52,14 @@ class Inventory:
         return tuple(dict.fromkeys(n.family for n in self.nodes))
 
 
-@dataclass(frozen=True)
+@record
 class HeldNode:
     node: Node
     seen_as: str  # the path as the holder sees it (may differ: containers)
     via: Literal["fd", "map"]
 
 
-@dataclass(frozen=True)
+@record
 class Holder:
     """A process holding an accelerator node (or reported by the device)."""
 
@@ -116,7 +117,7 @@ def holder_id(holder: Holder) -> HolderId:
     return (holder.pid, holder.start_time)
 
 
-@dataclass(frozen=True)
+@record
 class ScanResult:
     holders: tuple[Holder, ...]
     unreadable: int  # processes whose fds/maps could not be read
@@ -124,7 +125,7 @@ class ScanResult:
     scanned: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class Decision:
     holder: Holder
     action: Action
@@ -132,7 +133,7 @@ class Decision:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class Outcome:
     """What happened to one holder: exited, timeout, not-signalled, ..."""
 
@@ -146,11 +147,11 @@ class Outcome:
         return f"{self.kind}: {self.why}" if self.why else self.kind
 
 
-@dataclass(frozen=True)
+@record
 class Verdict:
     kind: VerdictKind
     reasons: tuple[str, ...]
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
     @property
     def exit_status(self) -> int:

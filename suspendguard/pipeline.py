@@ -13,10 +13,9 @@ import select
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from . import runner
+from . import children
 from .cancel import Cancel
 from .config import FAMILIES, Config, IdleConfig
 from .inventory import take_inventory
@@ -24,31 +23,32 @@ from .log import Logger
 from .model import Decision, Holder, HolderId, Inventory, Outcome, Verdict, holder_id
 from .policy import ancestors, decide
 from .procfs import ProcFS
+from .record import record, replace
 from .scan import describe_process, scan_holders
-
-if TYPE_CHECKING:
-    from .history import History, HolderRow
-
-
-class IdleResult(Protocol):
-    @property
-    def state(self) -> str: ...
-
-    @property
-    def veto_reasons(self) -> tuple[str, ...]: ...
-
-    @property
-    def warnings(self) -> tuple[str, ...]: ...
-
-    def processes(self) -> Sequence[Any]: ...
-
-    def to_json(self) -> dict[str, Any]: ...
-
 
 # How long a supervisor gets to restart a drained job before the rescan.
 RESPAWN_GRACE_S = 0.5
 
-IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleResult]
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from .history import History, HolderRow
+
+    class IdleResult(Protocol):
+        @property
+        def state(self) -> str: ...
+
+        @property
+        def veto_reasons(self) -> tuple[str, ...]: ...
+
+        @property
+        def warnings(self) -> tuple[str, ...]: ...
+
+        def processes(self) -> Sequence[Any]: ...
+
+        def to_json(self) -> dict[str, Any]: ...
+
+    IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleResult]
 
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleResult:
@@ -65,7 +65,7 @@ def _default_idle_check() -> IdleCheck:
     return check
 
 
-@dataclass(frozen=True)
+@record
 class HolderResult:
     decision: Decision
     outcome: Outcome
@@ -114,7 +114,7 @@ class HolderResult:
         )
 
 
-@dataclass(frozen=True)
+@record
 class Report:
     verdict: Verdict
     dry_run: bool
@@ -161,11 +161,13 @@ def sigint_ignored_reason(h: Holder, signame: str = "SIGINT") -> str:
     )
 
 
-@dataclass
 class _State:
-    reasons: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    results: dict[HolderId, HolderResult] = field(default_factory=dict)
+    """What a run has found so far: reasons, warnings, each holder's result."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self.warnings: list[str] = []
+        self.results: dict[HolderId, HolderResult] = {}
 
 
 class _Run:
@@ -273,7 +275,7 @@ class _Run:
             # fds only: a restarted job opens its nodes first; a mapping
             # without an fd comes later in a job's life. This keeps the step
             # between the last exit and the verdict short.
-            rescan = scan_holders(inventory, self.proc, exclude=runner.active_children(),
+            rescan = scan_holders(inventory, self.proc, exclude=children.active(),
                                   maps=False)
             new = [h for h in rescan.holders if holder_id(h) not in seen]
             seen.update(holder_id(h) for h in new)
@@ -376,7 +378,7 @@ def run(
     # and the verdict.
     if idle_check is default_idle_check:
         idle_check = _default_idle_check() if set(inventory.families()) & set(FAMILIES) else None
-    scan = scan_holders(inventory, proc, exclude=runner.active_children())
+    scan = scan_holders(inventory, proc, exclude=children.active())
     # PID 1 is never signalled whatever it holds; some containers refuse
     # reading it even to root, which is worth counting but not a warning.
     refused = [p for p in scan.unreadable_pids if p != 1]

@@ -11,8 +11,8 @@ import errno
 import os
 import pwd
 import re
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 SIGINT_BIT = 1 << (2 - 1)
 FATAL_SIGNALS = {"SIGILL": 4, "SIGABRT": 6, "SIGBUS": 7, "SIGFPE": 8, "SIGSEGV": 11}
@@ -25,16 +25,14 @@ class ProcAccessError(Exception):
     """An entry exists but may not be read (EACCES/EPERM)."""
 
 
-@dataclass(frozen=True)
-class Stat:
+class Stat(NamedTuple):
     comm: str
     state: str
     ppid: int
     start_time: int
 
 
-@dataclass(frozen=True)
-class Status:
+class Status(NamedTuple):
     uid: int
     sig_blk: int
     sig_ign: int

@@ -11,15 +11,13 @@ import contextlib
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-_lock = threading.Lock()
-_active: set[int] = set()
+from . import children
+from .record import record
 
 
-@dataclass(frozen=True)
+@record
 class RunResult:
     argv: tuple[str, ...]
     returncode: int | None  # None: did not run or was killed at the timeout
@@ -50,8 +48,7 @@ class RunResult:
 
 
 def active_children() -> frozenset[int]:
-    with _lock:
-        return frozenset(_active)
+    return children.active()
 
 
 def run(
@@ -79,8 +76,7 @@ def run(
         return RunResult(args, None, "", "", error="permission denied")
     except OSError as exc:
         return RunResult(args, None, "", "", error=exc.strerror or str(exc))
-    with _lock:
-        _active.add(proc.pid)
+    children.add(proc.pid)
     try:
         try:
             out, err = proc.communicate(stdin, timeout=max(timeout, 0.001))
@@ -90,8 +86,7 @@ def run(
             return RunResult(args, None, out, err, timed_out=True)
         return RunResult(args, proc.returncode, out, err)
     finally:
-        with _lock:
-            _active.discard(proc.pid)
+        children.discard(proc.pid)
 
 
 def _kill_group(pid: int) -> None:

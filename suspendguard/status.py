@@ -30,12 +30,13 @@ from .errors import ConfigError, SuspendGuardError
 from .history import DB_NAME, Attempt, History, HistoryError
 from .install import SLEEP_ACTIONS, installation_state, instance
 from .log import Logger
-from .pipeline import IdleCheck, Report, default_idle_check, run
+from .pipeline import Report, default_idle_check, run
 from .procfs import ProcFS
 from .report import paint, table
 
 if TYPE_CHECKING:
     from .cli import Context
+    from .pipeline import IdleCheck
 
 # Enough to see a pattern, short enough for a terminal.
 HISTORY_ATTEMPTS = 5

@@ -117,7 +117,7 @@ def test_recycled_pid_is_never_signalled(node: str, holders: Holders) -> None:
     proc, pid = holders.start(node)
     inv = take_inventory(make_devices(node))
     scanned = next(h for h in scan_holders(inv).holders if h.pid == pid)
-    from dataclasses import replace
+    from suspendguard.record import replace
     stale = replace(scanned, start_time=scanned.start_time + 1)
     result = drain([stale], "SIGINT", 1.0, time.monotonic() + 5)
     out = result.outcomes[(pid, stale.start_time)]

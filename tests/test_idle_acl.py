@@ -3,7 +3,6 @@ by a fake set_env.sh, exactly as CANN's own set_env.sh would."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -14,14 +13,15 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.acl import DEFAULT_ENV_SCRIPTS, AclBackend
 from suspendguard.idle.base import QueryFailed
+from suspendguard.record import replace
 
 SITE = Path(__file__).parent / "fakes" / "idle" / "acl_site"
 SET_ENV = SITE / "set_env.sh"
 
 
 def config(**kw: object) -> IdleConfig:
-    base = dataclasses.replace(defaults().idle, ascend_env=str(SET_ENV))
-    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+    base = replace(defaults().idle, ascend_env=str(SET_ENV))
+    return replace(base, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture

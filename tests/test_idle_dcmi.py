@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.dcmi import DEFAULT_LIBRARIES, DcmiBackend
+from suspendguard.record import replace
 
 SOURCE = Path(__file__).parent / "fakes" / "idle" / "fake_dcmi.c"
 MB = 1024 * 1024
@@ -39,8 +39,8 @@ def hardware(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def config(lib: Path | str, **kw: object) -> IdleConfig:
-    base = dataclasses.replace(defaults().idle, dcmi_library=str(lib))
-    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+    base = replace(defaults().idle, dcmi_library=str(lib))
+    return replace(base, **kw)  # type: ignore[arg-type]
 
 
 def test_utilization_and_host_processes(libdcmi: Path, hardware: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend, parse_info, parse_list, parse_usages
+from suspendguard.record import replace
 
 HERE = Path(__file__).parent
 RECORDED = HERE / "fixtures" / "npu-smi"
@@ -42,8 +42,8 @@ LAYOUTS = {
 
 
 def config(**kw: object) -> IdleConfig:
-    base = dataclasses.replace(defaults().idle, npu_smi=str(FAKE), command_timeout_s=5.0)
-    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+    base = replace(defaults().idle, npu_smi=str(FAKE), command_timeout_s=5.0)
+    return replace(base, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture

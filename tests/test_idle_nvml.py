@@ -3,7 +3,6 @@ scripted with the figures of the H200 capture (tests/fixtures/nvidia-h200/)."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import sys
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
+from suspendguard.record import replace
 
 FAKES = Path(__file__).parent / "fakes" / "idle" / "nvml"
 MiB = 1024 * 1024
@@ -39,7 +39,7 @@ def pynvml(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
 
 
 def config() -> IdleConfig:
-    return dataclasses.replace(defaults().idle, command_timeout_s=5.0)
+    return replace(defaults().idle, command_timeout_s=5.0)
 
 
 def test_busy_h200_with_its_three_holders(pynvml: ModuleType) -> None:

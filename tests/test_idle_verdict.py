@@ -19,6 +19,7 @@ from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle import BACKEND_TYPES, check_idle, make_backends
 from suspendguard.idle.base import Backend, DeviceProcess, DeviceReading, IdleReport, QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
+from suspendguard.record import replace
 
 HERE = Path(__file__).parent
 RECORDED = HERE / "fixtures" / "npu-smi"
@@ -73,9 +74,9 @@ class Scripted(Backend):
 
 
 def config(**kw: object) -> IdleConfig:
-    base = dataclasses.replace(defaults().idle, samples=3, interval_ms=200, settle_s=3.0,
+    base = replace(defaults().idle, samples=3, interval_ms=200, settle_s=3.0,
                                busy_threshold=0.0, on_unknown="allow")
-    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+    return replace(base, **kw)  # type: ignore[arg-type]
 
 
 def run(cfg: IdleConfig, families: Sequence[str], backends: Sequence[Backend], clock: Clock,

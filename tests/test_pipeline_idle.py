@@ -17,7 +17,8 @@ from suspendguard.config import IdleConfig
 from suspendguard.idle import check_idle
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.log import Logger
-from suspendguard.pipeline import IdleResult, run
+from suspendguard.pipeline import run
+from suspendguard.record import replace
 
 FAKE_NPU_SMI = Path(__file__).parent / "fakes" / "idle" / "npu-smi"
 TEMPLATE = (FIXTURES / "npu-smi" / "910b2c-hbm-one-process.txt").read_text()
@@ -44,12 +45,11 @@ def idle_via_npu_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, texts: lis
     monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(files[0]))
     calls = {"n": 0}
 
-    def check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleResult:
+    def check(config: IdleConfig, families: Sequence[str], deadline: float) -> Any:
         monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(files[min(calls["n"], len(files) - 1)]))
         calls["n"] += 1
-        cfg = IdleConfig(**{**config.__dict__, "npu_smi": str(FAKE_NPU_SMI),
-                            "backends": ("npu-smi",), "samples": 1, "interval_ms": 10,
-                            "settle_s": 0.3})
+        cfg = replace(config, npu_smi=str(FAKE_NPU_SMI), backends=("npu-smi",), samples=1,
+                      interval_ms=10, settle_s=0.3)
         return check_idle(cfg, ["ascend"], deadline, backends=[NpuSmiBackend(cfg)])
 
     return check

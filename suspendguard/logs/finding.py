@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..record import record
 
-@dataclass(frozen=True)
+
+@record
 class Finding:
     """A log record that matched a rule of the catalog.
 

@@ -13,24 +13,27 @@ troubleshooting cases the project started from (DESIGN.md, "The problem").
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+from ..record import record
 
 ERROR = "error"
 WARNING = "warning"
 
 
-@dataclass(frozen=True)
+@record
 class Pattern:
     needle: str
     also: tuple[str, ...] = ()
     regex: str | None = None
-    _compiled: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        if self.regex is not None:
-            object.__setattr__(self, "_compiled", re.compile(self.regex))
+    @functools.cached_property
+    def compiled(self) -> re.Pattern[str] | None:
+        # Compiled on first use: the catalog is built at import, on the
+        # sleep hook's path, and most patterns never get this far.
+        return re.compile(self.regex) if self.regex is not None else None
 
     def matches(self, text: str) -> bool:
         if self.needle not in text:
@@ -38,7 +41,7 @@ class Pattern:
         for token in self.also:
             if token not in text:
                 return False
-        return self._compiled is None or self._compiled.search(text) is not None
+        return self.compiled is None or self.compiled.search(text) is not None
 
 
 def _p(needle: str, *also: str, regex: str | None = None) -> Pattern:
@@ -59,7 +62,7 @@ def _w(wording: str, anchor: str, *also: str, regex: str | None = None) -> Patte
     return Pattern(anchor, (wording, *also), regex)
 
 
-@dataclass(frozen=True)
+@record
 class Rule:
     id: str
     severity: str

@@ -23,11 +23,11 @@ import pwd
 import re
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
+from ..record import record
 from .finding import Finding
 from .reader import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, make_record, parse_head_time
 from .rules import RULES, Rule, classify, needles
@@ -52,7 +52,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-@dataclass(frozen=True)
+@record
 class Skipped:
     path: str
     reason: str
@@ -61,7 +61,7 @@ class Skipped:
         return {"path": self.path, "reason": self.reason}
 
 
-@dataclass(frozen=True)
+@record
 class ScanReport:
     findings: tuple[Finding, ...]
     files_read: int
@@ -255,29 +255,35 @@ def _open_relative(base_fd: int, rel: tuple[str, ...]) -> int:
 # --- finding files ------------------------------------------------------------
 
 
-@dataclass
 class _Base:
-    display: str
-    fd: int
-    is_dir: bool
+    def __init__(self, display: str, fd: int, is_dir: bool) -> None:
+        self.display = display
+        self.fd = fd
+        self.is_dir = is_dir
 
 
-@dataclass(order=True)
 class _Candidate:
-    sort_key: float
-    display: str = field(compare=False)
-    base: _Base = field(compare=False)
-    rel: tuple[str, ...] = field(compare=False)
-    mtime: float = field(compare=False)
+    """A file to read; candidates sort newest first (by ``sort_key``)."""
+
+    def __init__(self, sort_key: float, display: str, base: _Base, rel: tuple[str, ...],
+                 mtime: float) -> None:
+        self.sort_key = sort_key
+        self.display = display
+        self.base = base
+        self.rel = rel
+        self.mtime = mtime
+
+    def __lt__(self, other: _Candidate) -> bool:
+        return self.sort_key < other.sort_key
 
 
-@dataclass
 class _Plan:
-    candidates: list[_Candidate] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    bases: list[_Base] = field(default_factory=list)
-    seen: set[tuple[int, int]] = field(default_factory=set)
-    older: int = 0
+    def __init__(self) -> None:
+        self.candidates: list[_Candidate] = []
+        self.skipped: list[Skipped] = []
+        self.bases: list[_Base] = []
+        self.seen: set[tuple[int, int]] = set()
+        self.older = 0
 
 
 def _walk(
@@ -385,11 +391,11 @@ def _add_base(
 # --- reading one file -----------------------------------------------------------
 
 
-@dataclass
 class _FileResult:
-    findings: list[Finding]
-    bytes_read: int
-    skipped: list[Skipped]
+    def __init__(self, findings: list[Finding], bytes_read: int, skipped: list[Skipped]) -> None:
+        self.findings = findings
+        self.bytes_read = bytes_read
+        self.skipped = skipped
 
 
 def _line_bounds(buf: bytes, pos: int, lo: int, hi: int) -> tuple[int, int]:
