@@ -40,13 +40,18 @@ SCAN_CHILD = (
 
 
 def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MiB, stdout) of one run of argv."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    out = proc.stdout.read() if proc.stdout else b""
-    _, _, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    return wall, usage.ru_maxrss / 1024, out.decode()
+    """(wall seconds, peak RSS MiB, stdout) of one run of argv.
+
+    Peak RSS comes from GNU time, a small parent: a child forked from this
+    Python would report this process's own size as its high-water mark.
+    """
+    with tempfile.NamedTemporaryFile("r") as report:
+        start = time.perf_counter()
+        proc = subprocess.run(["/usr/bin/time", "-o", report.name, "-f", "%M", *argv],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        wall = time.perf_counter() - start
+        rss_kib = float(report.read().split()[-1])
+    return wall, rss_kib / 1024, proc.stdout.decode()
 
 
 def main() -> int:
@@ -55,7 +60,7 @@ def main() -> int:
     p.add_argument("--holders", type=int, default=5)
     p.add_argument("--runs", type=int, default=5)
     args = p.parse_args()
-    for tool in ("gcc", "fuser", "lsof"):
+    for tool in ("gcc", "fuser", "lsof", "/usr/bin/time"):
         if not shutil.which(tool):
             print(f"benchmarks/scan.py: {tool} not found", file=sys.stderr)
             return 2
