@@ -130,6 +130,7 @@ class Report:
     history_note: str = ""
     can_veto: bool = True
     idle_skipped: str = ""  # why the idle step did not run, when it did not
+    unreadable_pids: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -230,9 +231,9 @@ class _Run:
         disp = d.holder.disposition(self.signum)
         why = {
             "default": f"{self.signame} ends it (default action)",
-            "caught": f"{self.signame} handler installed: expected to exit gracefully",
-            "blocked": f"{self.signame} blocked: delivered when it unblocks",
-            "ignored": f"ignores {self.signame}; signalled anyway, then escalation",
+            "caught": f"has a {self.signame} handler",
+            "blocked": f"{self.signame} blocked until it unblocks",
+            "ignored": f"ignores {self.signame}; escalation follows",
             "unknown": f"{self.signame} disposition unknown",
         }[disp]
         return Outcome("would-signal", why=why)
@@ -394,8 +395,7 @@ def run(
     if certain_veto and to_drain:
         for d in to_drain:
             st.results[holder_id(d.holder)] = HolderResult(
-                d, Outcome("not-signalled",
-                           why="the suspend is refused anyway: nobody is signalled"))
+                d, Outcome("not-signalled", why="veto anyway: nobody is signalled"))
         to_drain = []
     if dry_run:
         for d in to_drain:
@@ -439,7 +439,8 @@ def run(
         finally:
             history.close()
     report = Report(verdict, dry_run, action, origin, inventory, holders, scan.unreadable, idle,
-                    started_wall, duration, attempt_id, history_note, can_veto, idle_skipped)
+                    started_wall, duration, attempt_id, history_note, can_veto, idle_skipped,
+                    scan.unreadable_pids)
     log_verdict(report, log)
     return report
 
@@ -479,7 +480,7 @@ def _fold_idle(r: _Run, idle: IdleResult, drain_pending: bool, deadline: float,
         for d in to_drain:
             st.results[holder_id(d.holder)] = HolderResult(
                 d, r.predicted(d) if r.dry_run else Outcome(
-                    "not-signalled", why="the suspend is refused anyway: nobody is signalled"))
+                    "not-signalled", why="veto anyway: nobody is signalled"))
     elif to_drain:
         from .drain import drain
 
@@ -506,6 +507,8 @@ def _fold_idle(r: _Run, idle: IdleResult, drain_pending: bool, deadline: float,
 
 
 def log_verdict(report: Report, log: Logger) -> None:
+    if report.dry_run and log.quiet:
+        return  # an interactive dry run: the report itself says it
     what = report.action or ("dry run" if report.dry_run else "check")
     attempt = f"attempt {report.attempt_id} " if report.attempt_id else ""
     would = "would " if report.dry_run else ""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TextIO
 
+from .model import Holder
 from .pipeline import Report
 
 _COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "warn": "\033[33m"}
@@ -17,6 +19,14 @@ def table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
             for r in rows]
+
+
+def short_command(holder: Holder) -> str:
+    """The command line with the program's folder left out: easier to read in a table."""
+    if not holder.cmdline:
+        return f"[{holder.comm}]"
+    first, *rest = holder.command.split(" ", 1)
+    return " ".join([os.path.basename(first), *rest])
 
 
 def paint(text: str, kind: str, colour: bool) -> str:
@@ -49,7 +59,7 @@ def render(report: Report, out: TextIO, colour: bool = False) -> None:
             h = hr.decision.holder
             rows.append((str(h.pid), h.user, hr.decision.action, h.sigint,
                          hr.outcome.describe()[:48], ",".join(h.node_paths())[:40] or h.source,
-                         h.command[:60]))
+                         short_command(h)[:70]))
         lines.append(f"holders: {len(report.holders)}")
         lines += table(rows)
         for hr in report.holders:
@@ -57,14 +67,15 @@ def render(report: Report, out: TextIO, colour: bool = False) -> None:
             notes = [f"rule: {hr.decision.rule}", *list(hr.decision.notes)]
             if hr.respawned:
                 notes.append(hr.respawned)
-            where = h.unit or "-"
-            if h.container:
-                where += f", container {h.container}"
-            lines.append(f"  pid {h.pid} ({where}): " + "; ".join(notes))
+            where = ", ".join(w for w in (h.unit, h.container and f"container {h.container}") if w)
+            lines.append(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": " + "; ".join(notes))
     else:
         lines.append("holders: none")
     if report.unreadable:
-        lines.append(f"  ({report.unreadable} process(es) could not be inspected)")
+        pids = ", ".join(str(p) for p in report.unreadable_pids[:8])
+        more = ", ..." if len(report.unreadable_pids) > 8 else ""
+        lines.append(f"  (could not inspect {report.unreadable} process(es): pid {pids}{more}; "
+                     "permission denied)")
     if report.idle is not None:
         data = report.idle.to_json()
         lines.append("")
