@@ -60,6 +60,19 @@ def start(n: int, node: Path, exits: Path) -> list[subprocess.Popen[str]]:
     return procs
 
 
+class VerdictClock(Logger):
+    """Notes when the verdict line is logged: the moment the verdict is given."""
+
+    def __init__(self) -> None:
+        super().__init__(io.StringIO(), {})
+        self.at = 0.0
+
+    def log(self, priority: int, message: str) -> None:
+        if "allow" in message or "veto" in message:
+            self.at = time.monotonic()
+        super().log(priority, message)
+
+
 def last_exit(exits: Path) -> float:
     return max(float(x) for x in exits.read_text().split())
 
@@ -76,7 +89,7 @@ def main() -> int:
     node.write_bytes(b"")
     config = build({"devices": {"families": [], "nodes": [str(node)]},
                     "state": {"dir": str(tmp / "state")}, "idle": {"backends": []}})
-    ours, waits, base = [], [], []
+    ours, waits, base, recorded = [], [], [], []
     inventory = take_inventory(DevicesConfig((), (str(node),), ()))
     for i in range(args.runs):
         # The wait alone: drain()'s pidfd poll, same holders, same signal.
@@ -90,11 +103,12 @@ def main() -> int:
 
         exits = tmp / f"exits-{i}-sg"
         procs = start(args.holders, node, exits)
-        report = run(config, dry_run=False, action="suspend", origin="bench",
-                     log=Logger(io.StringIO(), {}))
-        verdict_at = time.monotonic()
+        clock = VerdictClock()
+        report = run(config, dry_run=False, action="suspend", origin="bench", log=clock)
+        returned_at = time.monotonic()
         assert report.verdict.kind == "allow", report.verdict.reasons
-        ours.append(verdict_at - last_exit(exits))
+        ours.append(clock.at - last_exit(exits))
+        recorded.append(returned_at - last_exit(exits))
         for pr in procs:
             pr.wait()
 
@@ -113,7 +127,9 @@ def main() -> int:
     print(f"{args.holders} holders, {args.runs} runs; milliseconds after the last holder's exit")
     print(f"  pidfd poll (drain) returns        median {m_wait * 1000:6.1f}  max {max(waits) * 1000:6.1f}")
     print(f"  psutil.wait_procs returns         median {m_base * 1000:6.1f}  max {max(base) * 1000:6.1f}")
-    print(f"  full verdict (rescan + history)   median {m_ours * 1000:6.1f}  max {max(ours) * 1000:6.1f}")
+    print(f"  verdict line (after the rescan)   median {m_ours * 1000:6.1f}  max {max(ours) * 1000:6.1f}")
+    print(f"  ... and recorded in the history   median {statistics.median(recorded) * 1000:6.1f}"
+          f"  max {max(recorded) * 1000:6.1f}")
     print(f"  wait ratio vs baseline {m_wait / m_base:.2f}x (target <= 1); "
           f"verdict median target < 10 ms")
     return 0

@@ -427,6 +427,12 @@ def run(
     holders = tuple(sorted(st.results.values(),
                            key=lambda hr: (hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
     duration = clock() - start
+    report = Report(verdict, dry_run, action, origin, inventory, holders, scan.unreadable, idle,
+                    started_wall, duration, attempt_id, history_note, can_veto, idle_skipped,
+                    scan.unreadable_pids)
+    # The verdict line first: it is what the operator and the journal wait
+    # for; recording it (a commit, and SQLite's checkpoint on close) follows.
+    log_verdict(report, log)
     if history is not None and attempt_id is not None:
         from .history import HistoryError
 
@@ -434,14 +440,11 @@ def run(
             history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
                            [h.row() for h in holders])
         except HistoryError as exc:
-            history_note = f"not recorded: {exc}"
-            verdict = replace(verdict, warnings=(*verdict.warnings, f"history not recorded: {exc}"))
+            log.warning(f"history not recorded: {exc}")
+            report = replace(report, history_note=f"not recorded: {exc}", verdict=replace(
+                verdict, warnings=(*verdict.warnings, f"history not recorded: {exc}")))
         finally:
             history.close()
-    report = Report(verdict, dry_run, action, origin, inventory, holders, scan.unreadable, idle,
-                    started_wall, duration, attempt_id, history_note, can_veto, idle_skipped,
-                    scan.unreadable_pids)
-    log_verdict(report, log)
     return report
 
 
