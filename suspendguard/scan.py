@@ -9,9 +9,10 @@ targets are stat-ed, once per distinct path and mount namespace.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from .inventory import identity
 from .model import HeldNode, Holder, Inventory, Node, NodeKey, ScanResult
@@ -182,42 +183,39 @@ def scan_holders(
     scanner = _Scanner(inventory, proc)
     skip = {os.getpid(), *exclude}
     pids = [pid for pid in proc.pids() if pid not in skip]
-    # The work is almost all kernel time in readlink() on /proc, which
-    # releases the GIL: a few threads over disjoint pid ranges use every core.
-    workers = min(MAX_THREADS, os.cpu_count() or 1, max(1, len(pids) // PIDS_PER_THREAD))
-    parts: list[tuple[list[Holder], list[int]]] = [([], []) for _ in range(workers)]
-    if workers == 1:
-        _scan_pids(scanner, pids, *parts[0], maps)
-    else:
-        threads = [
-            threading.Thread(target=_scan_pids,
-                             args=(scanner, pids[i::workers], *parts[i], maps))
-            for i in range(workers)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    holders = sorted((h for part in parts for h in part[0]), key=lambda h: h.pid)
-    unreadable = sorted(p for part in parts for p in part[1])
-    return ScanResult(tuple(holders), len(unreadable), tuple(unreadable), len(pids))
+    workers = min(MAX_WORKERS, os.cpu_count() or 1, max(1, len(pids) // PIDS_PER_WORKER))
+    found, unreadable = _held_parallel(scanner, pids, workers, maps)
+    holders = []
+    for pid in sorted(found):
+        try:
+            holder = describe_process(pid, found[pid], proc)
+        except ProcAccessError:
+            unreadable.append(pid)
+            continue
+        if holder is not None:
+            holders.append(holder)
+    return ScanResult(tuple(holders), len(unreadable), tuple(sorted(unreadable)), len(pids))
 
 
-MAX_THREADS = 4
-PIDS_PER_THREAD = 200
+# Almost all of a scan is kernel time in readlink() on /proc, one call per fd,
+# as for fuser. On a busy host (thousands of processes) disjoint pid ranges
+# are scanned by forked workers: every core works and, unlike threads, the
+# Python side of each call is not serialised by the GIL. A small host is
+# scanned in-process.
+MAX_WORKERS = 4
+PIDS_PER_WORKER = 500
+
+_Found = dict[int, list[HeldNode]]
 
 
-def _scan_pids(scanner: _Scanner, pids: list[int], holders: list[Holder],
-               unreadable: list[int], maps: bool = True) -> None:
-    proc = scanner.proc
+def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> tuple[_Found, list[int]]:
+    found: _Found = {}
+    unreadable: list[int] = []
     for pid in pids:
         try:
             held = scanner.held_fds(pid)
             if maps:
                 held.extend(scanner.held_maps(pid))
-            if not held:
-                continue
-            holder = describe_process(pid, held, proc)
         except ProcAccessError:
             unreadable.append(pid)
             continue
@@ -225,5 +223,67 @@ def _scan_pids(scanner: _Scanner, pids: list[int], holders: list[Holder],
             if exc.errno in _GONE:
                 continue
             raise
-        if holder is not None:
-            holders.append(holder)
+        if held:
+            found[pid] = held
+    return found, unreadable
+
+
+def _held_parallel(scanner: _Scanner, pids: list[int], workers: int,
+                   maps: bool) -> tuple[_Found, list[int]]:
+    # fork() only from a single-threaded process: a child forked while
+    # another thread holds a lock (status runs D-Bus queries in threads)
+    # could deadlock.
+    if workers <= 1 or threading.active_count() > 1 or not hasattr(os, "fork"):
+        return _held_in(scanner, pids, maps)
+    nodes = list(scanner.nodes.values())
+    index = {n.key: i for i, n in enumerate(nodes)}
+    children: list[tuple[int, int, list[int]]] = []
+    for i in range(1, workers):
+        part = pids[i::workers]
+        try:
+            r, w = os.pipe()
+        except OSError:
+            break
+        try:
+            child = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            break
+        if child == 0:  # pragma: no cover - runs in the forked worker
+            status = 1
+            try:
+                os.close(r)
+                found, unreadable = _held_in(scanner, part, maps)
+                answer = {"found": {str(pid): [[index[h.node.key], h.seen_as, h.via] for h in held]
+                                    for pid, held in found.items()},
+                          "unreadable": unreadable}
+                data = json.dumps(answer).encode()
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(w, view):]
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(w)
+        children.append((child, r, part))
+    done = {i for i in range(workers)} - set(range(1, len(children) + 1))
+    found, unreadable = _held_in(scanner, [p for i in sorted(done) for p in pids[i::workers]], maps)
+    for child, r, part in children:
+        chunks = []
+        with os.fdopen(r, "rb") as pipe:
+            chunks.append(pipe.read())
+        _, status = os.waitpid(child, 0)
+        try:
+            if status != 0:
+                raise ValueError(f"worker exited with status {status}")
+            answer = json.loads(b"".join(chunks))
+            for pid, held in answer["found"].items():
+                found[int(pid)] = [HeldNode(nodes[n], seen, via) for n, seen, via in held]
+            unreadable.extend(answer["unreadable"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            # A worker that failed: its share is scanned here instead.
+            more, refused = _held_in(scanner, part, maps)
+            found.update(more)
+            unreadable.extend(refused)
+    return found, unreadable

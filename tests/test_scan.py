@@ -157,3 +157,19 @@ def test_scanner_ignores_its_own_probe_children(node: str) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_forked_workers_find_the_same_holders(node: str, holders: Holders,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import suspendguard.scan as scan_module
+
+    _, pid1 = holders.start(node)
+    _, pid2 = holders.start(node, mode="deaf")
+    alone = scan_holders(inventory(node))
+    monkeypatch.setattr(scan_module, "PIDS_PER_WORKER", 1)  # workers even on a small host
+    monkeypatch.setattr(scan_module, "MAX_WORKERS", 3)
+    parallel = scan_holders(inventory(node))
+    assert {h.pid for h in parallel.holders} >= {pid1, pid2}
+    assert [(h.pid, h.nodes) for h in parallel.holders] == [(h.pid, h.nodes) for h in alone.holders]
+    assert parallel.unreadable_pids == alone.unreadable_pids
+    assert parallel.scanned == alone.scanned
