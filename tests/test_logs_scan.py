@@ -237,3 +237,23 @@ def test_unreadable_file_is_reported(tmp_path: Path, mode: int) -> None:
     log.chmod(mode)
     report = scan([str(tmp_path)])
     assert report.skipped and "ermission" in report.skipped[0].reason
+
+
+def test_forked_workers_give_the_serial_answer(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import suspendguard.logs.scan as scan_module
+
+    fixtures = Path(__file__).parent / "fixtures" / "ascend-logs"
+    for i, name in enumerate(sorted(os.listdir(fixtures)) * 3):
+        target = tmp_path / f"device-{i}" / name
+        target.parent.mkdir()
+        shutil.copy(fixtures / name, target)
+        os.utime(target, (1_700_000_000 + i, 1_700_000_000 + i))
+    os.symlink("/etc/passwd", tmp_path / "device-0" / "planted.log")
+    serial = scan([str(tmp_path)])
+    monkeypatch.setattr(scan_module, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(scan_module, "MAX_WORKERS", 3)
+    parallel = scan([str(tmp_path)])
+    assert parallel.findings == serial.findings and len(serial.findings) > 6
+    assert parallel.skipped == serial.skipped and any("planted" in s.path for s in serial.skipped)
+    assert (parallel.files_read, parallel.bytes_read) == (serial.files_read, serial.bytes_read)

@@ -18,10 +18,12 @@ only the records around a hit are parsed and classified.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import pwd
 import re
 import stat
+import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from fnmatch import fnmatchcase
@@ -266,12 +268,13 @@ class _Candidate:
     """A file to read; candidates sort newest first (by ``sort_key``)."""
 
     def __init__(self, sort_key: float, display: str, base: _Base, rel: tuple[str, ...],
-                 mtime: float) -> None:
+                 mtime: float, size: int = 0) -> None:
         self.sort_key = sort_key
         self.display = display
         self.base = base
         self.rel = rel
         self.mtime = mtime
+        self.size = size
 
     def __lt__(self, other: _Candidate) -> bool:
         return self.sort_key < other.sort_key
@@ -348,7 +351,7 @@ def _walk(
                     plan.older += 1
                     continue
                 plan.candidates.append(
-                    _Candidate(-st.st_mtime, shown, base, (*rel, name), st.st_mtime)
+                    _Candidate(-st.st_mtime, shown, base, (*rel, name), st.st_mtime, st.st_size)
                 )
         finally:
             if dfd != base.fd:
@@ -385,7 +388,7 @@ def _add_base(
     if since_ts is not None and st.st_mtime < since_ts:
         plan.older += 1
         return
-    plan.candidates.append(_Candidate(-st.st_mtime, path, base, (), st.st_mtime))
+    plan.candidates.append(_Candidate(-st.st_mtime, path, base, (), st.st_mtime, st.st_size))
 
 
 # --- reading one file -----------------------------------------------------------
@@ -672,17 +675,11 @@ def scan(
     skipped = list(plan.skipped)
     files = total = 0
     try:
-        for cand in sorted(plan.candidates):
-            try:
-                fd = cand.base.fd if not cand.rel else _open_relative(cand.base.fd, cand.rel)
-            except _Refused as exc:
-                skipped.append(Skipped(cand.display, str(exc)))
+        cands = sorted(plan.candidates)
+        for result in _read_all(cands, max_bytes, rules, since, until):
+            if isinstance(result, Skipped):
+                skipped.append(result)
                 continue
-            try:
-                result = read_file(fd, cand.display, max_bytes, rules, since, until)
-            finally:
-                if cand.rel:
-                    os.close(fd)
             files += 1
             total += result.bytes_read
             findings.extend(result.findings)
@@ -691,3 +688,95 @@ def scan(
         for base in plan.bases:
             os.close(base.fd)
     return ScanReport(tuple(findings), files, total, tuple(skipped), plan.older)
+
+
+def _read_one(cand: _Candidate, max_bytes: int, rules: Sequence[Rule],
+              since: datetime | None, until: datetime | None) -> _FileResult | Skipped:
+    try:
+        fd = cand.base.fd if not cand.rel else _open_relative(cand.base.fd, cand.rel)
+    except _Refused as exc:
+        return Skipped(cand.display, str(exc))
+    try:
+        return read_file(fd, cand.display, max_bytes, rules, since, until)
+    finally:
+        if cand.rel:
+            os.close(fd)
+
+
+# Above this many bytes to read, files are shared among forked workers: the
+# search is C code on bytes, but one core of it is the bottleneck. Below it
+# (the sleep hook's usual case) a fork costs more than it saves.
+PARALLEL_BYTES = 48 * 1024 * 1024
+MAX_WORKERS = 4
+
+
+def _read_all(cands: Sequence[_Candidate], max_bytes: int, rules: Sequence[Rule],
+              since: datetime | None, until: datetime | None) -> list[_FileResult | Skipped]:
+    """Each candidate's result, in the candidates' order."""
+    sizes = [min(c.size, max_bytes) for c in cands]
+    workers = min(MAX_WORKERS, os.cpu_count() or 1, len(cands))
+    if (workers <= 1 or sum(sizes) < PARALLEL_BYTES or threading.active_count() > 1
+            or not hasattr(os, "fork")):
+        return [_read_one(c, max_bytes, rules, since, until) for c in cands]
+    # Largest files first, each to the least loaded worker.
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for i in sorted(range(len(cands)), key=lambda i: -sizes[i]):
+        w = load.index(min(load))
+        shares[w].append(i)
+        load[w] += sizes[i]
+    results: dict[int, _FileResult | Skipped] = {}
+    children: list[tuple[int, int, list[int]]] = []
+    for share in shares[1:]:
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the forked worker
+            status = 1
+            try:
+                os.close(r)
+                out = {str(i): _to_wire(_read_one(cands[i], max_bytes, rules, since, until))
+                       for i in share}
+                view = memoryview(json.dumps(out).encode())
+                while view:
+                    view = view[os.write(w, view):]
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(w)
+        children.append((child, r, share))
+    for i in shares[0]:
+        results[i] = _read_one(cands[i], max_bytes, rules, since, until)
+    for child, r, share in children:
+        with os.fdopen(r, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(child, 0)
+        try:
+            if status != 0:
+                raise ValueError(f"worker exited with status {status}")
+            for key, wire in json.loads(data).items():
+                results[int(key)] = _from_wire(wire)
+        except (ValueError, KeyError, TypeError):
+            for i in share:  # a failed worker's files are read here instead
+                results[i] = _read_one(cands[i], max_bytes, rules, since, until)
+    return [results[i] for i in range(len(cands))]
+
+
+def _to_wire(result: _FileResult | Skipped) -> dict[str, Any]:
+    if isinstance(result, Skipped):
+        return {"refused": result.to_json()}
+    return {
+        "findings": [f.to_json() for f in result.findings],
+        "bytes_read": result.bytes_read,
+        "skipped": [k.to_json() for k in result.skipped],
+    }
+
+
+def _from_wire(wire: dict[str, Any]) -> _FileResult | Skipped:
+    if "refused" in wire:
+        return Skipped(**wire["refused"])
+    findings = [
+        Finding(f["rule"], f["severity"], f["file"], f["line"],
+                datetime.fromisoformat(f["time"]) if f["time"] else None, f["pid"], f["text"])
+        for f in wire["findings"]
+    ]
+    return _FileResult(findings, wire["bytes_read"], [Skipped(**k) for k in wire["skipped"]])
