@@ -119,17 +119,28 @@ class ProcFS:
         return parse_cgroup(data.decode("utf-8", "replace"))
 
     def cgroup_frozen(self, cgroup: str | None) -> bool:
-        """True when the process's cgroup (or an ancestor) is frozen."""
-        if not cgroup:
+        """True when the process's cgroup (v2 freezer) is frozen."""
+        root = self.unified_root()
+        if not cgroup or root is None:
             return False
         try:
-            with open(os.path.join(self.cgroup_root, cgroup.lstrip("/"), "cgroup.events")) as f:
+            with open(os.path.join(root, cgroup.lstrip("/"), "cgroup.events")) as f:
                 for line in f:
                     if line.startswith("frozen "):
                         return line.split()[1] == "1"
         except OSError:
             return False
         return False
+
+    def unified_root(self) -> str | None:
+        """Where the cgroup v2 tree is mounted: the root itself, or unified/ on hybrid hosts."""
+        if not hasattr(self, "_unified"):
+            self._unified: str | None = None
+            for root in (self.cgroup_root, os.path.join(self.cgroup_root, "unified")):
+                if os.path.exists(os.path.join(root, "cgroup.controllers")):
+                    self._unified = root
+                    break
+        return self._unified
 
     def mnt_ns(self, pid: int | str) -> str | None:
         try:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from conftest import Holders
 
 from suspendguard.cancel import Cancel
@@ -171,3 +176,73 @@ def test_fatal_signal_handler_is_diagnosed_but_faulthandler_is_not(
                for n in notes[segv])
     assert notes[fh] == ()
     assert report.verdict.kind == "allow"  # a note, not a veto
+
+
+@pytest.fixture
+def frozen_cgroup() -> Iterator[Callable[[int], None]]:
+    """A cgroup v2 of this test's own, frozen with the holders put in it."""
+    from suspendguard.procfs import ProcFS
+
+    root = ProcFS().unified_root()
+    if root is None or os.geteuid() != 0:
+        pytest.skip("needs root and a cgroup v2 tree")
+    path = os.path.join(root, f"suspendguard-test-{os.getpid()}")
+    try:
+        os.mkdir(path)
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup here: {exc.strerror}")
+
+    def freeze(pid: int) -> None:
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+        with open(os.path.join(path, "cgroup.freeze"), "w") as f:
+            f.write("1")
+        for _ in range(50):
+            with open(os.path.join(path, "cgroup.events")) as f:
+                if "frozen 1" in f.read():
+                    return
+            time.sleep(0.02)
+
+    try:
+        yield freeze
+    finally:
+        with open(os.path.join(path, "cgroup.freeze"), "w") as f:
+            f.write("0")
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            members = [int(p) for p in f.read().split()]
+        for pid in members:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for _ in range(50):
+            try:
+                os.rmdir(path)
+                break
+            except OSError:
+                time.sleep(0.05)
+
+
+def test_frozen_holder_vetoes_in_the_unit_and_is_skipped_by_the_hook(
+        make_config: Any, node: str, holders: Holders, frozen_cgroup: Any) -> None:
+    _, pid = holders.start(node)
+    frozen_cgroup(pid)
+    report = guard(make_config())
+    assert report.verdict.kind == "veto"
+    assert any(f"pid {pid}" in r and "frozen cgroup" in r for r in report.verdict.reasons)
+    # The sleep hook's fallback: skip it with a note, never wait on it.
+    report = guard(make_config(), skip_frozen=True, can_veto=False)
+    assert outcome_of(report, pid).why == "frozen cgroup"
+    assert any("frozen cgroup: skipped" in w for w in report.verdict.warnings)
+    assert holders.signals() == []
+
+
+def test_progress_is_logged_while_waiting(node: str, holders: Holders) -> None:
+    _, pid = holders.start(node, mode="slow")
+    inv = take_inventory(make_devices(node))
+    [holder] = [h for h in scan_holders(inv).holders if h.pid == pid]
+    lines: list[str] = []
+    result = drain([holder], "SIGINT", 1.0, time.monotonic() + 5, log=lines.append,
+                   progress_every_s=0.3)
+    assert result.outcomes[(pid, holder.start_time)].kind == "timeout"
+    assert lines[0].startswith("sent SIGINT to 1 holder(s)")
+    waiting = [line for line in lines if line.startswith("still waiting for 1 holder(s)")]
+    assert len(waiting) >= 2 and f"pid {pid} python" in waiting[0]
