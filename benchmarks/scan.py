@@ -114,10 +114,11 @@ def main() -> int:
         pop.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     del soft, hard
+    time.sleep(3)  # let the kernel finish reaping the population first
     walls = []
     conf = Path(tempfile.mkdtemp()) / "c.toml"
     conf.write_text(f'[state]\ndir = "{conf.parent}"\n')
-    for _ in range(args.runs):
+    for _ in range(max(args.runs, 9)):
         wall, rss, _ = measure([python, "-m", "suspendguard", "--config", str(conf),
                                 "check", "--dry-run"], env)
         walls.append(wall)
