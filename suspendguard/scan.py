@@ -9,10 +9,9 @@ targets are stat-ed, once per distinct path and mount namespace.
 from __future__ import annotations
 
 import errno
-import json
 import os
-import threading
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from .inventory import identity
 from .model import HeldNode, Holder, Inventory, Node, NodeKey, ScanResult
@@ -24,6 +23,7 @@ from .procfs import (
     unit_and_container,
     user_name,
 )
+from .workers import run_shares
 
 _GONE = (errno.ENOENT, errno.ESRCH)
 
@@ -230,60 +230,26 @@ def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> tuple[_Found
 
 def _held_parallel(scanner: _Scanner, pids: list[int], workers: int,
                    maps: bool) -> tuple[_Found, list[int]]:
-    # fork() only from a single-threaded process: a child forked while
-    # another thread holds a lock (status runs D-Bus queries in threads)
-    # could deadlock.
-    if workers <= 1 or threading.active_count() > 1 or not hasattr(os, "fork"):
-        return _held_in(scanner, pids, maps)
     nodes = list(scanner.nodes.values())
     index = {n.key: i for i, n in enumerate(nodes)}
-    children: list[tuple[int, int, list[int]]] = []
-    for i in range(1, workers):
-        part = pids[i::workers]
-        try:
-            r, w = os.pipe()
-        except OSError:
-            break
-        try:
-            child = os.fork()
-        except OSError:
-            os.close(r)
-            os.close(w)
-            break
-        if child == 0:  # pragma: no cover - runs in the forked worker
-            status = 1
-            try:
-                os.close(r)
-                found, unreadable = _held_in(scanner, part, maps)
-                answer = {"found": {str(pid): [[index[h.node.key], h.seen_as, h.via] for h in held]
-                                    for pid, held in found.items()},
-                          "unreadable": unreadable}
-                data = json.dumps(answer).encode()
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(w, view):]
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(w)
-        children.append((child, r, part))
-    done = {i for i in range(workers)} - set(range(1, len(children) + 1))
-    found, unreadable = _held_in(scanner, [p for i in sorted(done) for p in pids[i::workers]], maps)
-    for child, r, part in children:
-        chunks = []
-        with os.fdopen(r, "rb") as pipe:
-            chunks.append(pipe.read())
-        _, status = os.waitpid(child, 0)
-        try:
-            if status != 0:
-                raise ValueError(f"worker exited with status {status}")
-            answer = json.loads(b"".join(chunks))
-            for pid, held in answer["found"].items():
-                found[int(pid)] = [HeldNode(nodes[n], seen, via) for n, seen, via in held]
-            unreadable.extend(answer["unreadable"])
-        except (ValueError, KeyError, IndexError, TypeError):
-            # A worker that failed: its share is scanned here instead.
-            more, refused = _held_in(scanner, part, maps)
-            found.update(more)
-            unreadable.extend(refused)
+
+    def work(part: list[int]) -> tuple[_Found, list[int]]:
+        return _held_in(scanner, part, maps)
+
+    def to_wire(result: tuple[_Found, list[int]]) -> Any:
+        found, unreadable = result
+        return [[[pid, [[index[h.node.key], h.seen_as, h.via] for h in held]]
+                 for pid, held in found.items()], unreadable]
+
+    def from_wire(wire: Any) -> tuple[_Found, list[int]]:
+        found = {int(pid): [HeldNode(nodes[n], seen, via) for n, seen, via in held]
+                 for pid, held in wire[0]}
+        return found, [int(p) for p in wire[1]]
+
+    found: _Found = {}
+    unreadable: list[int] = []
+    for part_found, part_unreadable in run_shares(
+            [pids[i::workers] for i in range(workers)], work, to_wire, from_wire):
+        found.update(part_found)
+        unreadable.extend(part_unreadable)
     return found, unreadable

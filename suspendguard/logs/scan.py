@@ -18,18 +18,17 @@ only the records around a hit are parsed and classified.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import pwd
 import re
 import stat
-import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
 from ..record import record
+from ..workers import run_shares
 from .finding import Finding
 from .reader import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, make_record, parse_head_time
 from .rules import RULES, Rule, classify, needles
@@ -715,8 +714,7 @@ def _read_all(cands: Sequence[_Candidate], max_bytes: int, rules: Sequence[Rule]
     """Each candidate's result, in the candidates' order."""
     sizes = [min(c.size, max_bytes) for c in cands]
     workers = min(MAX_WORKERS, os.cpu_count() or 1, len(cands))
-    if (workers <= 1 or sum(sizes) < PARALLEL_BYTES or threading.active_count() > 1
-            or not hasattr(os, "fork")):
+    if workers <= 1 or sum(sizes) < PARALLEL_BYTES:
         return [_read_one(c, max_bytes, rules, since, until) for c in cands]
     # Largest files first, each to the least loaded worker.
     shares: list[list[int]] = [[] for _ in range(workers)]
@@ -725,39 +723,19 @@ def _read_all(cands: Sequence[_Candidate], max_bytes: int, rules: Sequence[Rule]
         w = load.index(min(load))
         shares[w].append(i)
         load[w] += sizes[i]
+
+    def work(share: list[int]) -> dict[int, _FileResult | Skipped]:
+        return {i: _read_one(cands[i], max_bytes, rules, since, until) for i in share}
+
+    def to_wire(results: dict[int, _FileResult | Skipped]) -> Any:
+        return [[i, _to_wire(r)] for i, r in results.items()]
+
+    def from_wire(wire: Any) -> dict[int, _FileResult | Skipped]:
+        return {int(i): _from_wire(r) for i, r in wire}
+
     results: dict[int, _FileResult | Skipped] = {}
-    children: list[tuple[int, int, list[int]]] = []
-    for share in shares[1:]:
-        r, w = os.pipe()
-        child = os.fork()
-        if child == 0:  # pragma: no cover - runs in the forked worker
-            status = 1
-            try:
-                os.close(r)
-                out = {str(i): _to_wire(_read_one(cands[i], max_bytes, rules, since, until))
-                       for i in share}
-                view = memoryview(json.dumps(out).encode())
-                while view:
-                    view = view[os.write(w, view):]
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(w)
-        children.append((child, r, share))
-    for i in shares[0]:
-        results[i] = _read_one(cands[i], max_bytes, rules, since, until)
-    for child, r, share in children:
-        with os.fdopen(r, "rb") as pipe:
-            data = pipe.read()
-        _, status = os.waitpid(child, 0)
-        try:
-            if status != 0:
-                raise ValueError(f"worker exited with status {status}")
-            for key, wire in json.loads(data).items():
-                results[int(key)] = _from_wire(wire)
-        except (ValueError, KeyError, TypeError):
-            for i in share:  # a failed worker's files are read here instead
-                results[i] = _read_one(cands[i], max_bytes, rules, since, until)
+    for part in run_shares(shares, work, to_wire, from_wire):
+        results.update(part)
     return [results[i] for i in range(len(cands))]
 
 
