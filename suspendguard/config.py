@@ -12,10 +12,16 @@ import re
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
 
 from .errors import ConfigError
 from .record import record
+
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_PATH = "/etc/suspendguard/config.toml"
 ENV_VAR = "SUSPENDGUARD_CONFIG"
@@ -25,8 +31,9 @@ BACKENDS = ("acl", "npu-smi", "dcmi", "nvml")
 RULE_FIELDS = ("comm", "exe", "cmdline", "user", "unit")
 
 
-class Spec(NamedTuple):
-    """One key of the schema (a NamedTuple: cheap to define, read-only)."""
+@record
+class Spec:
+    """One key of the schema."""
 
     default: Any
     kind: str

@@ -16,11 +16,16 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from pathlib import Path
-from typing import Any
 
 from .procfs import ProcFS
 from .record import asdict, record
+
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import Any
 
 DB_NAME = "history.db"
 
@@ -142,7 +147,7 @@ def _alive(pid: int, start: int) -> bool:
 
 
 class History:
-    def __init__(self, conn: sqlite3.Connection, path: Path, warnings: list[str]) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: str, warnings: list[str]) -> None:
         self.conn = conn
         self.path = path
         self.warnings = warnings
@@ -152,16 +157,18 @@ class History:
     @classmethod
     def open(cls, state_dir: str, readonly: bool = False) -> History:
         """Open (or create) the database; raises HistoryError with the reason."""
-        path = Path(state_dir) / DB_NAME
+        # os.path, not pathlib: this runs in the sleep hook, and pathlib's
+        # imports are a noticeable part of its start-up.
+        path = os.path.join(state_dir, DB_NAME)
         warnings: list[str] = []
         if readonly:
-            if not path.exists():
+            if not os.path.exists(path):
                 raise HistoryError(f"no history yet ({path} does not exist)")
             return cls(_connect_ro(path), path, warnings)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            os.makedirs(state_dir, mode=0o755, exist_ok=True)
         except OSError as exc:
-            raise HistoryError(f"cannot create {path.parent}: {exc.strerror}") from None
+            raise HistoryError(f"cannot create {state_dir}: {exc.strerror}") from None
         try:
             conn = _connect_rw(path)
         except sqlite3.DatabaseError as exc:
@@ -343,8 +350,8 @@ class History:
         return self.attempt(row[0]) if row else None
 
 
-def _connect_rw(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), timeout=5.0, isolation_level="DEFERRED")
+def _connect_rw(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=5.0, isolation_level="DEFERRED")
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -360,7 +367,7 @@ def _connect_rw(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _connect_ro(path: Path) -> sqlite3.Connection:
+def _connect_ro(path: str) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
         conn.execute("SELECT count(*) FROM attempts").fetchone()
@@ -382,13 +389,11 @@ def _looks_corrupt(exc: sqlite3.Error) -> bool:
     return any(s in text for s in ("not a database", "malformed", "corrupt", "integrity"))
 
 
-def _move_aside(path: Path) -> Path:
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+def _move_aside(path: str) -> str:
+    aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
     for suffix in ("", "-wal", "-shm"):
-        src = Path(str(path) + suffix)
-        if src.exists():
-            os.replace(src, Path(str(aside) + suffix))
+        if os.path.exists(path + suffix):
+            os.replace(path + suffix, aside + suffix)
     return aside
 
 

@@ -14,7 +14,12 @@ import stat
 from collections.abc import Iterable, Sequence
 
 from .config import DevicesConfig
-from .model import Inventory, Node, NodeKey, Role
+from .model import Inventory, Node
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from .model import NodeKey, Role
 
 # family -> role -> globs. Edited here only; the README documents the split.
 FAMILY_NODES: dict[str, dict[Role, tuple[str, ...]]] = {

@@ -10,7 +10,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import TextIO
+
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import TextIO
 
 ERR, WARNING, NOTICE, INFO, DEBUG = 3, 4, 5, 6, 7
 _WORDS = {ERR: "error: ", WARNING: "warning: "}

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
 
 from .record import record
 
-Role = Literal["compute", "management"]
-Action = Literal["drain", "protect", "ignore", "never"]
-Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
-VerdictKind = Literal["allow", "veto"]
-IdleState = Literal["busy", "idle", "unknown"]
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
 
-# Identity of a node: ("char", rdev) for character devices, ("file", st_dev,
-# st_ino) for anything else (plain-file stand-ins in unprivileged tests).
-NodeKey = tuple[Any, ...]
+if TYPE_CHECKING:
+    from typing import Any, Literal
+
+    Role = Literal["compute", "management"]
+    Action = Literal["drain", "protect", "ignore", "never"]
+    Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
+    VerdictKind = Literal["allow", "veto"]
+    IdleState = Literal["busy", "idle", "unknown"]
+
+    # Identity of a node: ("char", rdev) for character devices, ("file",
+    # st_dev, st_ino) for anything else (plain-file stand-ins in tests).
+    NodeKey = tuple[Any, ...]
 
 
 @record

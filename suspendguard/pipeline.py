@@ -13,7 +13,6 @@ import select
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
 from . import children
 from .cancel import Cancel
@@ -29,8 +28,13 @@ from .scan import describe_process, scan_holders
 # How long a supervisor gets to restart a drained job before the rescan.
 RESPAWN_GRACE_S = 0.5
 
+
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
+
 if TYPE_CHECKING:
-    from typing import Protocol
+    from typing import Any, Protocol
 
     from .history import History, HolderRow
 

@@ -9,8 +9,13 @@ from collections.abc import Iterable, Sequence
 
 from .config import PolicyConfig, Rule
 from .inventory import FAMILY_DAEMONS
-from .model import Action, Decision, Holder
+from .model import Decision, Holder
 from .procfs import ProcFS
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from .model import Action
 
 # Python's faulthandler installs exactly these; it dumps a traceback and
 # re-raises, so it never frees device resources behind the driver's back.

@@ -12,7 +12,8 @@ import os
 import pwd
 import re
 from functools import lru_cache
-from typing import NamedTuple
+
+from .record import record
 
 SIGINT_BIT = 1 << (2 - 1)
 FATAL_SIGNALS = {"SIGILL": 4, "SIGABRT": 6, "SIGBUS": 7, "SIGFPE": 8, "SIGSEGV": 11}
@@ -25,14 +26,16 @@ class ProcAccessError(Exception):
     """An entry exists but may not be read (EACCES/EPERM)."""
 
 
-class Stat(NamedTuple):
+@record
+class Stat:
     comm: str
     state: str
     ppid: int
     start_time: int
 
 
-class Status(NamedTuple):
+@record
+class Status:
     uid: int
     sig_blk: int
     sig_ign: int

@@ -18,8 +18,12 @@ from typing import Any
 from .dbus import LogindInfo
 from .idle import BACKEND_TYPES
 from .install import SLEEP_ACTIONS, instance
-from .model import Action, Disposition
 from .status import Missing, Status
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from .model import Action, Disposition
 
 ACTIONS: tuple[Action, ...] = ("drain", "protect", "ignore", "never")
 DISPOSITIONS: tuple[Disposition, ...] = ("default", "caught", "ignored", "blocked", "unknown")

@@ -17,15 +17,20 @@ immutable ones: tuples, frozensets), ``__init__`` by position or keyword,
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
     from typing_extensions import dataclass_transform
+
+    T = TypeVar("T")
 else:
     def dataclass_transform(**_kwargs: Any) -> Callable[[Any], Any]:
         return lambda f: f
-
-T = TypeVar("T")
 
 _MISSING = object()
 _FIELDS = "__record_fields__"

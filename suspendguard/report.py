@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TextIO
 
 from .model import Holder
 from .pipeline import Report
+
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import TextIO
 
 _COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "warn": "\033[33m"}
 _RESET = "\033[0m"

@@ -11,10 +11,9 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Collection, Sequence
-from typing import Any
 
 from .inventory import identity
-from .model import HeldNode, Holder, Inventory, Node, NodeKey, ScanResult
+from .model import HeldNode, Holder, Inventory, Node, ScanResult
 from .procfs import (
     ProcAccessError,
     ProcFS,
@@ -24,6 +23,15 @@ from .procfs import (
     user_name,
 )
 from .workers import run_shares
+
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .model import NodeKey
 
 _GONE = (errno.ENOENT, errno.ESRCH)
 

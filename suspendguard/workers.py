@@ -13,10 +13,16 @@ import json
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
 
-S = TypeVar("S")
-R = TypeVar("R")
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    S = TypeVar("S")
+    R = TypeVar("R")
 
 
 def can_fork() -> bool:

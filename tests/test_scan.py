@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -159,17 +160,28 @@ def test_scanner_ignores_its_own_probe_children(node: str) -> None:
         child.wait()
 
 
-def test_forked_workers_find_the_same_holders(node: str, holders: Holders,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import suspendguard.scan as scan_module
-
+def test_forked_workers_find_the_same_holders(node: str, holders: Holders) -> None:
     _, pid1 = holders.start(node)
     _, pid2 = holders.start(node, mode="deaf")
     alone = scan_holders(inventory(node))
-    monkeypatch.setattr(scan_module, "PIDS_PER_WORKER", 1)  # workers even on a small host
-    monkeypatch.setattr(scan_module, "MAX_WORKERS", 3)
-    parallel = scan_holders(inventory(node))
-    assert {h.pid for h in parallel.holders} >= {pid1, pid2}
-    assert [(h.pid, h.nodes) for h in parallel.holders] == [(h.pid, h.nodes) for h in alone.holders]
-    assert parallel.unreadable_pids == alone.unreadable_pids
-    assert parallel.scanned == alone.scanned
+    # In a fresh interpreter, where nothing else runs threads (then nothing
+    # forks, by design), with workers even for this small host.
+    code = f"""
+import json
+import suspendguard.scan as s
+from suspendguard.config import DevicesConfig
+from suspendguard.inventory import take_inventory
+s.PIDS_PER_WORKER = 1
+s.MAX_WORKERS = 3
+r = s.scan_holders(take_inventory(DevicesConfig((), ({node!r},), ())))
+print(json.dumps([[h.pid, [[n.node.path, n.seen_as, n.via] for n in h.nodes]] for h in r.holders]
+                 + [r.scanned, list(r.unreadable_pids)]))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    *found, scanned, unreadable = json.loads(proc.stdout)
+    assert {pid for pid, _ in found} >= {pid1, pid2}
+    assert found == [[h.pid, [[n.node.path, n.seen_as, n.via] for n in h.nodes]]
+                     for h in alone.holders]
+    assert unreadable == list(alone.unreadable_pids)
+    assert scanned > 0

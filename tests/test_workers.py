@@ -3,40 +3,50 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
-from suspendguard.workers import can_fork, run_shares
+from suspendguard.workers import run_shares
 
 
 def test_results_come_back_in_order_from_forked_workers() -> None:
-    parent = os.getpid()
-    pids: list[int] = []
-
-    def work(share: list[int]) -> list[int]:
-        return [x * x for x in share]
-
-    def to_wire(result: list[int]) -> list[int]:
-        return [*result, os.getpid()]  # the worker says who it was
-
-    def from_wire(wire: list[int]) -> list[int]:
-        pids.append(wire[-1])
-        return wire[:-1]
-
-    assert can_fork()
-    out = run_shares([[1, 2], [3], [4, 5, 6]], work, to_wire, from_wire)
-    assert out == [[1, 4], [9], [16, 25, 36]]
-    assert len(pids) == 2 and parent not in pids  # two shares really ran elsewhere
+    # In a fresh interpreter: other tests may leave threads behind (a hung
+    # backend call is abandoned in one), and then nothing forks, by design.
+    code = """
+import os
+from suspendguard.workers import can_fork, run_shares
+parent = os.getpid()
+pids = []
+def from_wire(wire):
+    pids.append(wire[-1])
+    return wire[:-1]
+assert can_fork()
+out = run_shares([[1, 2], [3], [4, 5, 6]], lambda share: [x * x for x in share],
+                 lambda result: [*result, os.getpid()], from_wire)
+assert out == [[1, 4], [9], [16, 25, 36]], out
+assert len(pids) == 2 and parent not in pids, pids
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
 def test_a_failing_worker_share_is_done_here() -> None:
-    parent = os.getpid()
-
-    def work(share: list[int]) -> int:
-        if os.getpid() != parent:
-            raise RuntimeError("this worker breaks")
-        return sum(share)
-
-    assert run_shares([[1], [2, 3], [4]], work, lambda r: r, lambda w: int(w)) == [1, 5, 4]
+    code = """
+import os
+from suspendguard.workers import can_fork, run_shares
+parent = os.getpid()
+def work(share):
+    if os.getpid() != parent:
+        raise RuntimeError("this worker breaks")
+    return sum(share)
+assert can_fork()
+assert run_shares([[1], [2, 3], [4]], work, lambda r: r, int) == [1, 5, 4]
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
 def test_no_fork_from_a_threaded_process() -> None:

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from ..record import record
+
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @record

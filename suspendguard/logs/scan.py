@@ -25,13 +25,19 @@ import stat
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from fnmatch import fnmatchcase
-from typing import Any
 
 from ..record import record
 from ..workers import run_shares
 from .finding import Finding
 from .reader import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, make_record, parse_head_time
 from .rules import RULES, Rule, classify, needles
+
+# typing is not imported at run time: it is a noticeable part of start-up,
+# and every name from it is needed by the type checker only.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 # Windows that fit in L2 cache: every needle pass then reads from cache (measured ~10 % faster
