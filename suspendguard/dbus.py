@@ -156,18 +156,20 @@ def sleep_blockers(info: LogindInfo,
                  if i.mode == "block" and "sleep" in i.whats and i.pid not in mine)
 
 
-def logind_info(timeout: float = DEFAULT_TIMEOUT) -> LogindInfo | Unavailable:
-    return _run("logind", timeout, _logind_info)
+def logind_info(timeout: float = DEFAULT_TIMEOUT,
+                address: str | None = None) -> LogindInfo | Unavailable:
+    """``address``: the system bus to ask (default: system_bus_address())."""
+    return _run("logind", timeout, _logind_info, address)
 
 
-def unit_info(names: Sequence[str],
-              timeout: float = DEFAULT_TIMEOUT) -> dict[str, UnitInfo] | Unavailable:
+def unit_info(names: Sequence[str], timeout: float = DEFAULT_TIMEOUT,
+              address: str | None = None) -> dict[str, UnitInfo] | Unavailable:
     wanted = tuple(names)
 
     async def body(session: _Session) -> dict[str, UnitInfo]:
         return {name: await _one_unit(session, name) for name in wanted}
 
-    return _run("systemd", timeout, body)
+    return _run("systemd", timeout, body, address)
 
 
 def take_inhibitor(what: str, who: str, why: str, mode: str = "block",
@@ -288,12 +290,12 @@ class _CallError(_Failure):
         super().__init__(reason)
 
 
-def _run(service: str, timeout: float,
-         body: Callable[[_Session], Awaitable[T]]) -> T | Unavailable:
+def _run(service: str, timeout: float, body: Callable[[_Session], Awaitable[T]],
+         address: str | None = None) -> T | Unavailable:
     """Run one bounded D-Bus conversation in a fresh event loop."""
 
     async def conversation() -> T | Unavailable:
-        session = _Session(system_bus_address())
+        session = _Session(address or system_bus_address())
         ok = False
         try:
             async def steps() -> T:

@@ -25,7 +25,16 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from . import __version__
 from .config import Config, defaults, resolve_path
-from .dbus import Inhibitor, LogindInfo, Unavailable, UnitInfo, logind_info, sleep_blockers, unit_info
+from .dbus import (
+    Inhibitor,
+    LogindInfo,
+    Unavailable,
+    UnitInfo,
+    logind_info,
+    sleep_blockers,
+    system_bus_address,
+    unit_info,
+)
 from .errors import ConfigError, SuspendGuardError
 from .history import DB_NAME, Attempt, History, HistoryError
 from .install import SLEEP_ACTIONS, installation_state, instance
@@ -216,8 +225,8 @@ def _history(state_dir: str, n: int) -> HistoryState:
         return HistoryState(where, error=f"cannot read {where}: {exc.strerror or exc}")
 
 
-def _units(timeout: float) -> Mapping[str, UnitInfo] | Unavailable:
-    return unit_info([instance(a) for a in SLEEP_ACTIONS], timeout)
+def _units(timeout: float, address: str) -> Mapping[str, UnitInfo] | Unavailable:
+    return unit_info([instance(a) for a in SLEEP_ACTIONS], timeout, address)
 
 
 def _pipeline(config: Config, proc: ProcFS | None, idle_check: IdleCheck | None) -> Report | Missing:
@@ -243,8 +252,11 @@ def collect(
     config, config_state = _load_config(ctx)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2,
                                                thread_name_prefix="suspendguard-status") as pool:
-        logind_f = pool.submit(logind_info, dbus_timeout)
-        units_f = pool.submit(_units, dbus_timeout)
+        # The bus the caller's environment names (the CLI's, not only this
+        # process's: tests and wrappers hand one in).
+        bus = system_bus_address(ctx.environ)
+        logind_f = pool.submit(logind_info, dbus_timeout, bus)
+        units_f = pool.submit(_units, dbus_timeout, bus)
         report = _pipeline(config, proc, idle_check)
         installation = installation_state(root)
         state_dir = _state_dir(config.state.dir)

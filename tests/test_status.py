@@ -172,6 +172,21 @@ def test_json_carries_logind_and_systemd(conf: Path, fakes: Any) -> None:
 
 
 @needs_dbus
+def test_the_bus_named_by_the_callers_environment_is_used(conf: Path, fakes: Any, bus: Any,
+                                                          tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    fakes(FAKE_STATE)
+    # This process's own environment points nowhere; the CLI's environ names the bus.
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", f"unix:path={tmp_path / 'nowhere'}")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["status", "--json", "--config", str(conf)], out=out, err=err,
+                environ={"DBUS_SYSTEM_BUS_ADDRESS": bus.address})
+    assert code == 0
+    data = json.loads(out.getvalue())
+    assert data["logind"]["available"] is True and data["systemd"]["available"] is True
+
+
+@needs_dbus
 def test_logind_missing_from_a_live_bus_is_named(conf: Path, fakes: Any) -> None:
     fakes(FAKE_STATE, services=["systemd"])
     code, out, _ = status("--config", str(conf))
