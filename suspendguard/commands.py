@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from .cancel import Cancel
-from .errors import EXIT_USAGE
+from .errors import UsageError
 from .log import Logger
 
 # typing is not imported at run time: it is a noticeable part of start-up,
@@ -69,8 +69,7 @@ def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
 
 def history(args: argparse.Namespace, ctx: Context) -> int:
     if args.n < 1:
-        ctx.err.write("suspendguard history: -n must be at least 1\n")
-        return EXIT_USAGE
+        raise UsageError(f"history: -n must be at least 1, got {args.n}")
     from .history import History, HistoryError
 
     config = ctx.config()
