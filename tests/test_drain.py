@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import signal
@@ -15,10 +16,12 @@ import pytest
 from conftest import Holders
 
 from suspendguard.cancel import Cancel
+from suspendguard.config import EscalationStep
 from suspendguard.drain import drain
 from suspendguard.inventory import take_inventory
 from suspendguard.log import Logger
 from suspendguard.pipeline import Report, run
+from suspendguard.record import replace
 from suspendguard.scan import scan_holders
 
 
@@ -246,3 +249,36 @@ def test_progress_is_logged_while_waiting(node: str, holders: Holders) -> None:
     assert lines[0].startswith("sent SIGINT to 1 holder(s)")
     waiting = [line for line in lines if line.startswith("still waiting for 1 holder(s)")]
     assert len(waiting) >= 2 and f"pid {pid} python" in waiting[0]
+
+
+def _no_pidfd(pid: int) -> int:
+    """A kernel before 5.3, as Ascend's older supported distributions ship."""
+    raise OSError(errno.ENOSYS, "Function not implemented")
+
+
+def test_without_pidfds_the_drain_still_works(node: str, holders: Holders) -> None:
+    graceful, gpid = holders.start(node, delay=0.2)
+    _, spid = holders.start(node, mode="slow")
+    inv = take_inventory(make_devices(node))
+    found = {h.pid: h for h in scan_holders(inv).holders}
+    stale = replace(found[spid], start_time=found[spid].start_time + 1)
+    result = drain([found[gpid], found[spid]], "SIGINT", 1.0, time.monotonic() + 10,
+                   opener=_no_pidfd)
+    out = result.outcomes[(gpid, found[gpid].start_time)]
+    assert out.kind == "exited" and out.seconds is not None and out.seconds >= 0.15
+    assert result.outcomes[(spid, found[spid].start_time)].kind == "timeout"
+    assert graceful.wait(timeout=5) == 0
+    # A recycled pid is not signalled here either.
+    result = drain([stale], "SIGINT", 1.0, time.monotonic() + 5, opener=_no_pidfd)
+    assert result.outcomes[(spid, stale.start_time)].kind == "not-signalled"
+    assert sorted(holders.signals()) == sorted([f"{gpid} SIGINT", f"{spid} SIGINT"])
+
+
+def test_without_pidfds_escalation_reaches_a_deaf_holder(node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node, mode="stubborn")
+    [holder] = [h for h in scan_holders(take_inventory(make_devices(node))).holders if h.pid == pid]
+    result = drain([holder], "SIGINT", 0.3, time.monotonic() + 10,
+                   (EscalationStep("SIGTERM", 0.3), EscalationStep("SIGKILL", 5)),
+                   opener=_no_pidfd)
+    assert result.outcomes[(pid, holder.start_time)].kind == "exited"
+    assert proc.wait(timeout=5) == -9 and f"{pid} SIGTERM" in holders.signals()
