@@ -50,6 +50,18 @@ def make_config(tmp_path: Path, node: str) -> Any:
     return make
 
 
+@pytest.fixture
+def conf(tmp_path: Path, node: str) -> Path:
+    """A config file on disk for CLI runs: the test node only, no idle backends."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+        f'[state]\ndir = "{tmp_path / "state"}"\n'
+        '[idle]\nbackends = []\n[drain]\ntimeout_s = 5\n'
+    )
+    return path
+
+
 class Holders:
     """Starts holder processes and always cleans them up."""
 

@@ -18,17 +18,6 @@ from suspendguard.cli import main
 from suspendguard.history import History
 
 
-@pytest.fixture
-def conf(tmp_path: Path, node: str) -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(
-        f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
-        f'[state]\ndir = "{tmp_path / "state"}"\n'
-        '[idle]\nbackends = []\n[drain]\ntimeout_s = 5\n'
-    )
-    return path
-
-
 def cli(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), out=out, err=err, environ=env or {})

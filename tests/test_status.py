@@ -49,17 +49,6 @@ TOP_KEYS = {"verdict", "accelerators", "holders", "installation", "logind", "sys
 
 
 @pytest.fixture
-def conf(tmp_path: Path, node: str) -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(
-        f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
-        f'[state]\ndir = "{tmp_path / "state"}"\n'
-        '[idle]\nbackends = []\n[drain]\ntimeout_s = 5\n'
-    )
-    return path
-
-
-@pytest.fixture
 def no_bus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A system bus address where nothing listens."""
     address = f"unix:path={tmp_path / 'no-bus-here'}"

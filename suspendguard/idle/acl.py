@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
-from .base import Backend, DeviceReading, Family, QueryFailed
+from .base import Backend, DeviceReading, Family, QueryFailed, find_file
 
 DEFAULT_ENV_SCRIPTS = (
     "/usr/local/Ascend/ascend-toolkit/set_env.sh",
@@ -45,16 +45,8 @@ class AclBackend(Backend):
 
     def env_script(self) -> tuple[str | None, str]:
         """(the set_env.sh to source, why none) from [idle] ascend_env or the defaults."""
-        configured = self.config.ascend_env
-        if configured:
-            if os.path.isfile(configured):
-                return configured, ""
-            return None, f"{configured}: not found ([idle] ascend_env)"
-        for candidate in DEFAULT_ENV_SCRIPTS:
-            if os.path.isfile(candidate):
-                return candidate, ""
-        return None, "no CANN set_env.sh found (" + ", ".join(DEFAULT_ENV_SCRIPTS) + \
-            "); set [idle] ascend_env"
+        return find_file(self.config.ascend_env, DEFAULT_ENV_SCRIPTS, "ascend_env",
+                         "no CANN set_env.sh found")
 
     def probe(self) -> tuple[bool, str]:
         script, why = self.env_script()

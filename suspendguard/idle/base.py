@@ -7,9 +7,10 @@ everything here is plain Python so the sampler and the tests never need one.
 
 from __future__ import annotations
 
+import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -158,6 +159,19 @@ class Backend(ABC):
             readings=dict(readings), processes=processes,
             reason="; ".join(r for r in (why, reason) if r),
         )
+
+
+def find_file(configured: str, defaults: Sequence[str], key: str,
+              missing: str) -> tuple[str | None, str]:
+    """(the file to use, why none): the configured one, else the first default that exists."""
+    if configured:
+        if os.path.isfile(configured):
+            return configured, ""
+        return None, f"{configured}: not found ([idle] {key})"
+    for candidate in defaults:
+        if os.path.isfile(candidate):
+            return candidate, ""
+    return None, f"{missing} ({', '.join(defaults)}); set [idle] {key}"
 
 
 def judge(readings: Mapping[str, float | None], threshold: float) -> tuple[DeviceState, str]:

@@ -11,7 +11,6 @@ never busy.
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Any
 
 from .base import (
@@ -22,6 +21,7 @@ from .base import (
     QueryFailed,
     ascend_device_id,
     call_with_timeout,
+    find_file,
 )
 
 DEFAULT_LIBRARIES = (
@@ -73,16 +73,8 @@ class DcmiBackend(Backend):
         self._hung = ""
 
     def library_path(self) -> tuple[str | None, str]:
-        configured = self.config.dcmi_library
-        if configured:
-            if os.path.isfile(configured):
-                return configured, ""
-            return None, f"{configured}: not found ([idle] dcmi_library)"
-        for candidate in DEFAULT_LIBRARIES:
-            if os.path.isfile(candidate):
-                return candidate, ""
-        return None, "libdcmi.so not found (" + ", ".join(DEFAULT_LIBRARIES) + \
-            "); set [idle] dcmi_library"
+        return find_file(self.config.dcmi_library, DEFAULT_LIBRARIES, "dcmi_library",
+                         "libdcmi.so not found")
 
     def _load(self) -> ctypes.CDLL:
         if self._lib is not None:
