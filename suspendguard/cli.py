@@ -12,13 +12,10 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import EXIT_USAGE, SuspendGuardError, UsageError
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     import argparse

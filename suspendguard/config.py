@@ -12,13 +12,10 @@ import re
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
-from .record import record
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import Any
@@ -31,7 +28,7 @@ BACKENDS = ("acl", "npu-smi", "dcmi", "nvml")
 RULE_FIELDS = ("comm", "exe", "cmdline", "user", "unit")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Spec:
     """One key of the schema."""
 
@@ -120,7 +117,7 @@ SCHEMA: dict[str, dict[str, Spec]] = {
 }
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Rule:
     """A policy rule: every field given must match."""
 
@@ -135,26 +132,26 @@ class Rule:
         return ", ".join(parts)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class DevicesConfig:
     families: tuple[str, ...]
     nodes: tuple[str, ...]
     management: tuple[str, ...]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     protect: tuple[Rule, ...]
     ignore: tuple[Rule, ...]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class EscalationStep:
     signal: str
     wait_s: float
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class DrainConfig:
     signal: str
     timeout_s: float
@@ -164,7 +161,7 @@ class DrainConfig:
     deadline_s: float
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class IdleConfig:
     backends: tuple[str, ...]
     samples: int
@@ -178,18 +175,18 @@ class IdleConfig:
     dcmi_library: str
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LogsConfig:
     paths: tuple[str, ...]
     max_bytes: int
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class StateConfig:
     dir: str
 
 
-@record
+@dataclass(frozen=True)
 class Config:
     devices: DevicesConfig
     policy: PolicyConfig

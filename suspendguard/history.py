@@ -15,14 +15,11 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from .procfs import ProcFS
-from .record import asdict, record
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import Any
@@ -75,7 +72,7 @@ class HistoryError(Exception):
     """History could not be opened or written; the message is the reason."""
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class HolderRow:
     pid: int
     start_time: int
@@ -95,7 +92,7 @@ class HolderRow:
         return asdict(self)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Attempt:
     id: int
     started: float

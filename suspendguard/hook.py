@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import pwd
 import time
+from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from .config import Config
 from .history import Attempt, History, HistoryError
 from .log import Logger
-from .record import replace
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     import argparse

@@ -12,11 +12,10 @@ import glob
 import os
 import stat
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from .config import DevicesConfig
 from .model import Inventory, Node
-
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from .model import NodeKey, Role

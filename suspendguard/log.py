@@ -10,10 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing import TextIO

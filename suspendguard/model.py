@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import os
-
-from .record import record
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing import Any, Literal
@@ -24,7 +20,7 @@ if TYPE_CHECKING:
     NodeKey = tuple[Any, ...]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Node:
     """A device node that exists now."""
 
@@ -46,7 +42,7 @@ class Node:
                 "identity": self.identity}
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Inventory:
     nodes: tuple[Node, ...]
     notes: tuple[str, ...] = ()
@@ -58,14 +54,14 @@ class Inventory:
         return tuple(dict.fromkeys(n.family for n in self.nodes))
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class HeldNode:
     node: Node
     seen_as: str  # the path as the holder sees it (may differ: containers)
     via: Literal["fd", "map"]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Holder:
     """A process holding an accelerator node (or reported by the device)."""
 
@@ -123,7 +119,7 @@ def holder_id(holder: Holder) -> HolderId:
     return (holder.pid, holder.start_time)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ScanResult:
     holders: tuple[Holder, ...]
     unreadable: int  # processes whose fds/maps could not be read
@@ -131,7 +127,7 @@ class ScanResult:
     scanned: int = 0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Decision:
     holder: Holder
     action: Action
@@ -139,7 +135,7 @@ class Decision:
     notes: tuple[str, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What happened to one holder: exited, timeout, not-signalled, ..."""
 
@@ -153,7 +149,7 @@ class Outcome:
         return f"{self.kind}: {self.why}" if self.why else self.kind
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Verdict:
     kind: VerdictKind
     reasons: tuple[str, ...]

@@ -13,6 +13,8 @@ import select
 import signal
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from . import children
 from .cancel import Cancel
@@ -22,16 +24,12 @@ from .log import Logger
 from .model import Decision, Holder, HolderId, Inventory, Outcome, Verdict, holder_id
 from .policy import ancestors, decide
 from .procfs import ProcFS
-from .record import record, replace
 from .scan import describe_process, scan_holders
 
 # How long a supervisor gets to restart a drained job before the rescan.
 RESPAWN_GRACE_S = 0.5
 
 
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import Any, Protocol
@@ -69,7 +67,7 @@ def _default_idle_check() -> IdleCheck:
     return check
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class HolderResult:
     decision: Decision
     outcome: Outcome
@@ -118,7 +116,7 @@ class HolderResult:
         )
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Report:
     verdict: Verdict
     dry_run: bool

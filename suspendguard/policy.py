@@ -6,13 +6,12 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from .config import PolicyConfig, Rule
 from .inventory import FAMILY_DAEMONS
 from .model import Decision, Holder
 from .procfs import ProcFS
-
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from .model import Action

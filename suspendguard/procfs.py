@@ -11,9 +11,8 @@ import errno
 import os
 import pwd
 import re
+from dataclasses import dataclass
 from functools import lru_cache
-
-from .record import record
 
 SIGINT_BIT = 1 << (2 - 1)
 FATAL_SIGNALS = {"SIGILL": 4, "SIGABRT": 6, "SIGBUS": 7, "SIGFPE": 8, "SIGSEGV": 11}
@@ -26,7 +25,7 @@ class ProcAccessError(Exception):
     """An entry exists but may not be read (EACCES/EPERM)."""
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Stat:
     comm: str
     state: str
@@ -34,7 +33,7 @@ class Stat:
     start_time: int
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Status:
     uid: int
     sig_blk: int

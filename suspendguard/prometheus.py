@@ -13,14 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .dbus import LogindInfo
 from .idle import BACKEND_TYPES
 from .install import SLEEP_ACTIONS, instance
 from .status import Missing, Status
-
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from .model import Action, Disposition

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .model import Holder
 from .pipeline import Report
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import TextIO

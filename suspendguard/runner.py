@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from . import children
-from .record import record
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class RunResult:
     argv: tuple[str, ...]
     returncode: int | None  # None: did not run or was killed at the timeout

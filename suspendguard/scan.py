@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
 from .inventory import identity
 from .model import HeldNode, Holder, Inventory, Node, ScanResult
@@ -23,10 +24,6 @@ from .procfs import (
     user_name,
 )
 from .workers import run_shares
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import Any

@@ -13,10 +13,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Sequence
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing import Any, TypeVar

@@ -21,7 +21,7 @@ from suspendguard.drain import drain
 from suspendguard.inventory import take_inventory
 from suspendguard.log import Logger
 from suspendguard.pipeline import Report, run
-from suspendguard.record import replace
+from dataclasses import replace
 from suspendguard.scan import scan_holders
 
 
@@ -125,7 +125,7 @@ def test_recycled_pid_is_never_signalled(node: str, holders: Holders) -> None:
     proc, pid = holders.start(node)
     inv = take_inventory(make_devices(node))
     scanned = next(h for h in scan_holders(inv).holders if h.pid == pid)
-    from suspendguard.record import replace
+    from dataclasses import replace
     stale = replace(scanned, start_time=scanned.start_time + 1)
     result = drain([stale], "SIGINT", 1.0, time.monotonic() + 5)
     out = result.outcomes[(pid, stale.start_time)]

@@ -13,7 +13,7 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.acl import DEFAULT_ENV_SCRIPTS, AclBackend
 from suspendguard.idle.base import QueryFailed
-from suspendguard.record import replace
+from dataclasses import replace
 
 SITE = Path(__file__).parent / "fakes" / "idle" / "acl_site"
 SET_ENV = SITE / "set_env.sh"

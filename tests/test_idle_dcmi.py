@@ -11,7 +11,7 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.dcmi import DEFAULT_LIBRARIES, DcmiBackend
-from suspendguard.record import replace
+from dataclasses import replace
 
 SOURCE = Path(__file__).parent / "fakes" / "idle" / "fake_dcmi.c"
 MB = 1024 * 1024

@@ -9,7 +9,7 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend, parse_info, parse_list, parse_usages
-from suspendguard.record import replace
+from dataclasses import replace
 
 HERE = Path(__file__).parent
 RECORDED = HERE / "fixtures" / "npu-smi"

@@ -14,7 +14,7 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
-from suspendguard.record import replace
+from dataclasses import replace
 
 FAKES = Path(__file__).parent / "fakes" / "idle" / "nvml"
 MiB = 1024 * 1024

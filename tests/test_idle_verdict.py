@@ -19,7 +19,7 @@ from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle import BACKEND_TYPES, check_idle, make_backends
 from suspendguard.idle.base import Backend, DeviceProcess, DeviceReading, IdleReport, QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
-from suspendguard.record import replace
+from dataclasses import replace
 
 HERE = Path(__file__).parent
 RECORDED = HERE / "fixtures" / "npu-smi"

@@ -18,7 +18,7 @@ from suspendguard.idle import check_idle
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.log import Logger
 from suspendguard.pipeline import run
-from suspendguard.record import replace
+from dataclasses import replace
 
 FAKE_NPU_SMI = Path(__file__).parent / "fakes" / "idle" / "npu-smi"
 TEMPLATE = (FIXTURES / "npu-smi" / "910b2c-hbm-one-process.txt").read_text()

@@ -7,16 +7,16 @@ findings, the journal gets one line per rule found.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from ..config import Config
-from ..record import record
 from .finding import Finding
 from .rules import BY_ID
 from .scan import Skipped, scan
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class AfterResult:
     findings: tuple[Finding, ...]
     files_read: int = 0

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-
-from ..record import record
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing import Any
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Finding:
     """A log record that matched a rule of the catalog.
 

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
-
-from ..record import record
 
 # Headers are short; look no further than this into a line for structure.
 HEAD_SPAN = 512
@@ -61,7 +60,7 @@ _TID_FUNC = re.compile(r"(?P<tid>[0-9]{1,12}) (?P<func>\w{1,128}):")
 _RECENT = re.compile(r"\[PID: ?(?P<pid>[0-9]{1,10})\] ?")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Record:
     """One log record: a line, plus the indented lines that continue it."""
 
@@ -102,7 +101,7 @@ def _pid(field: str) -> int | None:
     return pid if pid > 0 else None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class _Head:
     level: str | None
     module: str | None

@@ -23,18 +23,15 @@ import pwd
 import re
 import stat
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
 
-from ..record import record
 from ..workers import run_shares
 from .finding import Finding
 from .reader import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, make_record, parse_head_time
 from .rules import RULES, Rule, classify, needles
-
-# typing is not imported at run time: it is a noticeable part of start-up,
-# and every name from it is needed by the type checker only.
-TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import Any
@@ -59,7 +56,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Skipped:
     path: str
     reason: str
@@ -68,7 +65,7 @@ class Skipped:
         return {"path": self.path, "reason": self.reason}
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ScanReport:
     findings: tuple[Finding, ...]
     files_read: int
