@@ -28,11 +28,11 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from suspendguard.config import DevicesConfig, build
-from suspendguard.drain import drain
-from suspendguard.inventory import take_inventory
-from suspendguard.log import Logger
-from suspendguard.pipeline import run
-from suspendguard.scan import scan_holders
+from suspendguard.guard.drain import drain
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.pipeline import run
+from suspendguard.guard.scan import scan_holders
+from suspendguard.system.log import Logger
 
 HOLDER = r"""
 import os, random, signal, sys, time

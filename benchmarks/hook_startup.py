@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _installed import installed_python
 
 from suspendguard.config import load
-from suspendguard.log import Logger
-from suspendguard.pipeline import run
+from suspendguard.guard.pipeline import run
+from suspendguard.system.log import Logger
 
 
 def wall(argv: list[str], env: dict[str, str]) -> float:

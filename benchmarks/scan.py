@@ -32,8 +32,8 @@ from _installed import installed_python
 SCAN_CHILD = (
     "import sys\n"
     "from suspendguard.config import DevicesConfig\n"
-    "from suspendguard.inventory import take_inventory\n"
-    "from suspendguard.scan import scan_holders\n"
+    "from suspendguard.guard.inventory import take_inventory\n"
+    "from suspendguard.guard.scan import scan_holders\n"
     "r = scan_holders(take_inventory(DevicesConfig((), (sys.argv[1],), ())))\n"
     "print(len(r.holders))\n"
 )

@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from suspendguard.cli import main
 
 sys.exit(main())

@@ -14,35 +14,14 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from . import __version__
-from .errors import EXIT_USAGE, SuspendGuardError, UsageError
+from suspendguard import __version__
+from suspendguard.commands.context import Context
+from suspendguard.errors import EXIT_USAGE, SuspendGuardError, UsageError
+from suspendguard.model import SLEEP_ACTIONS
 
 if TYPE_CHECKING:
     import argparse
     from typing import Any, TextIO
-
-    from .config import Config
-
-SLEEP_ACTIONS = ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")
-
-
-class Context:
-    """What every subcommand gets: where its config is and where to print."""
-
-    def __init__(self, config_arg: str | None, out: TextIO, err: TextIO,
-                 environ: dict[str, str] | None = None) -> None:
-        self.config_arg = config_arg
-        self.out = out
-        self.err = err
-        self.environ = dict(os.environ) if environ is None else environ
-        self._config: Config | None = None
-
-    def config(self) -> Config:
-        if self._config is None:
-            from .config import load
-
-            self._config = load(self.config_arg, self.environ)
-        return self._config
 
 
 def _parser(**kwargs: Any) -> argparse.ArgumentParser:
@@ -65,56 +44,56 @@ Handler = Callable[["argparse.Namespace", Context], int]
 
 
 def _cmd_check(args: argparse.Namespace, ctx: Context) -> int:
-    from .commands import check
+    from suspendguard.commands.check import check
 
     return check(args, ctx)
 
 
 def _cmd_pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
-    from .commands import pre_sleep
+    from suspendguard.commands.check import pre_sleep
 
     return pre_sleep(args, ctx)
 
 
 def _cmd_config(args: argparse.Namespace, ctx: Context) -> int:
-    from .config import to_toml
+    from suspendguard.config import to_toml
 
     ctx.out.write(to_toml(ctx.config()))
     return 0
 
 
 def _cmd_history(args: argparse.Namespace, ctx: Context) -> int:
-    from .commands import history
+    from suspendguard.commands.check import history
 
     return history(args, ctx)
 
 
 def _cmd_logs(args: argparse.Namespace, ctx: Context) -> int:
-    from .logs.command import command
+    from suspendguard.commands.logs import command
 
     return command(args, ctx)
 
 
 def _cmd_status(args: argparse.Namespace, ctx: Context) -> int:
-    from .status import command
+    from suspendguard.status import command
 
     return command(args, ctx)
 
 
 def _cmd_install(args: argparse.Namespace, ctx: Context) -> int:
-    from .install import command_install
+    from suspendguard.install import command_install
 
     return command_install(args, ctx)
 
 
 def _cmd_uninstall(args: argparse.Namespace, ctx: Context) -> int:
-    from .install import command_uninstall
+    from suspendguard.install import command_uninstall
 
     return command_uninstall(args, ctx)
 
 
 def _cmd_sleep_hook(args: argparse.Namespace, ctx: Context) -> int:
-    from .hook import command
+    from suspendguard.commands.sleep_hook import command
 
     return command(args, ctx)
 

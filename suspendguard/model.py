@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from typing import Any, Literal
+Role = Literal["compute", "management"]
+Action = Literal["drain", "protect", "ignore", "never"]
+Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
+VerdictKind = Literal["allow", "veto"]
+IdleState = Literal["busy", "idle", "unknown"]
 
-    Role = Literal["compute", "management"]
-    Action = Literal["drain", "protect", "ignore", "never"]
-    Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
-    VerdictKind = Literal["allow", "veto"]
-    IdleState = Literal["busy", "idle", "unknown"]
+# Identity of a node: ("char", rdev) for character devices, ("file",
+# st_dev, st_ino) for anything else (plain-file stand-ins in tests).
+NodeKey = tuple[Any, ...]
 
-    # Identity of a node: ("char", rdev) for character devices, ("file",
-    # st_dev, st_ino) for anything else (plain-file stand-ins in tests).
-    NodeKey = tuple[Any, ...]
+# The sleep actions systemd knows, each with its systemd-ACTION.service.
+SLEEP_ACTIONS = ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ import pytest
 from conftest import Holders
 
 from suspendguard.cli import main
-from suspendguard.history import History
+from suspendguard.store.history import History
 
 
 def cli(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:

@@ -1,4 +1,4 @@
-"""suspendguard.dbus against a real dbus-daemon with fake logind and systemd1 on it."""
+"""suspendguard.system.dbus against a real dbus-daemon with fake logind and systemd1 on it."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from conftest_dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
 
-from suspendguard import dbus
-from suspendguard.dbus import Inhibitor, LogindInfo, Unavailable, UnitInfo
+from suspendguard.system import dbus
+from suspendguard.system.dbus import Inhibitor, LogindInfo, Unavailable, UnitInfo
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="needs dbus-daemon")
 

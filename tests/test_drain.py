@@ -10,19 +10,19 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from conftest import Holders
 
-from suspendguard.cancel import Cancel
 from suspendguard.config import EscalationStep
-from suspendguard.drain import drain
-from suspendguard.inventory import take_inventory
-from suspendguard.log import Logger
-from suspendguard.pipeline import Report, run
-from dataclasses import replace
-from suspendguard.scan import scan_holders
+from suspendguard.guard.drain import drain
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.pipeline import Report, run
+from suspendguard.guard.scan import scan_holders
+from suspendguard.system.cancel import Cancel
+from suspendguard.system.log import Logger
 
 
 def guard(config: Any, dry_run: bool = False, **kw: Any) -> Report:
@@ -184,7 +184,7 @@ def test_fatal_signal_handler_is_diagnosed_but_faulthandler_is_not(
 @pytest.fixture
 def frozen_cgroup() -> Iterator[Callable[[int], None]]:
     """A cgroup v2 of this test's own, frozen with the holders put in it."""
-    from suspendguard.procfs import ProcFS
+    from suspendguard.system.procfs import ProcFS
 
     root = ProcFS().unified_root()
     if root is None or os.geteuid() != 0:

@@ -16,9 +16,9 @@ from typing import Any
 from conftest import Holders
 
 from suspendguard.cli import main
-from suspendguard.history import History, last_attempt_start
-from suspendguard.log import Logger
-from suspendguard.pipeline import run
+from suspendguard.guard.pipeline import run
+from suspendguard.store.history import History, last_attempt_start
+from suspendguard.system.log import Logger
 
 
 def guard(config: Any) -> Any:

@@ -12,9 +12,9 @@ import pytest
 from conftest import Holders
 
 from suspendguard.cli import main
-from suspendguard.history import History
-from suspendguard.log import Logger
-from suspendguard.pipeline import run
+from suspendguard.guard.pipeline import run
+from suspendguard.store.history import History
+from suspendguard.system.log import Logger
 
 
 @pytest.fixture

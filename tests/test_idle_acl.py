@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,6 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.acl import DEFAULT_ENV_SCRIPTS, AclBackend
 from suspendguard.idle.base import QueryFailed
-from dataclasses import replace
 
 SITE = Path(__file__).parent / "fakes" / "idle" / "acl_site"
 SET_ENV = SITE / "set_env.sh"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,6 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.dcmi import DEFAULT_LIBRARIES, DcmiBackend
-from dataclasses import replace
 
 SOURCE = Path(__file__).parent / "fakes" / "idle" / "fake_dcmi.c"
 MB = 1024 * 1024

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,6 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend, parse_info, parse_list, parse_usages
-from dataclasses import replace
 
 HERE = Path(__file__).parent
 RECORDED = HERE / "fixtures" / "npu-smi"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -14,7 +15,6 @@ import pytest
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
-from dataclasses import replace
 
 FAKES = Path(__file__).parent / "fakes" / "idle" / "nvml"
 MiB = 1024 * 1024

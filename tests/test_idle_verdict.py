@@ -11,6 +11,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,6 @@ from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle import BACKEND_TYPES, check_idle, make_backends
 from suspendguard.idle.base import Backend, DeviceProcess, DeviceReading, IdleReport, QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
-from dataclasses import replace
 
 HERE = Path(__file__).parent
 RECORDED = HERE / "fixtures" / "npu-smi"

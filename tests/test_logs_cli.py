@@ -84,7 +84,7 @@ def test_timezone_aware_times_become_local() -> None:
 def test_last_attempt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(f'[state]\ndir = "{tmp_path}"\n')
-    fake = types.ModuleType("suspendguard.history")
+    fake = types.ModuleType("suspendguard.store.history")
     seen: list[str] = []
 
     def last_attempt_start(state_dir: str) -> datetime | None:
@@ -92,7 +92,7 @@ def test_last_attempt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         return None
 
     fake.last_attempt_start = last_attempt_start  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "suspendguard.history", fake)
+    monkeypatch.setitem(sys.modules, "suspendguard.store.history", fake)
     code, _, err = run("--config", str(config), str(FIXTURES), "--since", "last-attempt")
     assert code == 2 and "no recorded attempt" in err and seen == [str(tmp_path)]
 

@@ -7,6 +7,7 @@ import io
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,10 @@ import pytest
 from conftest import FIXTURES, Holders
 
 from suspendguard.config import IdleConfig
+from suspendguard.guard.pipeline import run
 from suspendguard.idle import check_idle
 from suspendguard.idle.npusmi import NpuSmiBackend
-from suspendguard.log import Logger
-from suspendguard.pipeline import run
-from dataclasses import replace
+from suspendguard.system.log import Logger
 
 FAKE_NPU_SMI = Path(__file__).parent / "fakes" / "idle" / "npu-smi"
 TEMPLATE = (FIXTURES / "npu-smi" / "910b2c-hbm-one-process.txt").read_text()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from suspendguard.config import PolicyConfig, Rule
+from suspendguard.guard.policy import decide
 from suspendguard.model import HeldNode, Holder, Node
-from suspendguard.policy import decide
 
 COMPUTE = Node("/dev/davinci0", "ascend", "compute", ("char", 1))
 MANAGER = Node("/dev/davinci_manager", "ascend", "management", ("char", 2))

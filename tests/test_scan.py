@@ -13,10 +13,10 @@ import pytest
 from conftest import HOLDER, ROOT, Holders, needs_root
 
 from suspendguard.config import DevicesConfig
-from suspendguard.inventory import take_inventory
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Inventory
-from suspendguard.procfs import ProcFS, disposition, parse_cgroup, parse_status, unit_and_container
-from suspendguard.scan import scan_holders
+from suspendguard.system.procfs import ProcFS, disposition, parse_cgroup, parse_status, unit_and_container
 
 
 def inventory(node: str, management: tuple[str, ...] = ()) -> Inventory:
@@ -168,9 +168,9 @@ def test_forked_workers_find_the_same_holders(node: str, holders: Holders) -> No
     # forks, by design), with workers even for this small host.
     code = f"""
 import json
-import suspendguard.scan as s
+import suspendguard.guard.scan as s
 from suspendguard.config import DevicesConfig
-from suspendguard.inventory import take_inventory
+from suspendguard.guard.inventory import take_inventory
 s.PIDS_PER_WORKER = 1
 s.MAX_WORKERS = 3
 r = s.scan_holders(take_inventory(DevicesConfig((), ({node!r},), ())))

@@ -23,7 +23,7 @@ from conftest_dbus import PrivateBus, dbus_daemon, fake_service, private_system_
 from prometheus_client.parser import text_string_to_metric_families
 
 from suspendguard.cli import main
-from suspendguard.history import History, HolderRow
+from suspendguard.store.history import History, HolderRow
 
 needs_dbus = pytest.mark.skipif(dbus_daemon() is None, reason="needs dbus-daemon")
 
@@ -59,7 +59,7 @@ def no_bus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def bus(monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateBus]:
     with private_system_bus() as private:
-        # suspendguard.dbus reads the process environment; ctx.environ gets it too.
+        # suspendguard.system.dbus reads the process environment; ctx.environ gets it too.
         monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", private.address)
         yield private
 
@@ -365,7 +365,7 @@ def test_prometheus_without_bus_or_history(conf: Path, no_bus: str) -> None:
 
 
 def test_prometheus_escapes_label_values() -> None:
-    from suspendguard.prometheus import Metrics
+    from suspendguard.status.prometheus import Metrics
 
     m = Metrics()
     m.gauge("suspendguard_test_info", 'help with \\ and\nnewline').add(

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 
-from suspendguard.workers import run_shares
+from suspendguard.system.workers import run_shares
 
 
 def test_results_come_back_in_order_from_forked_workers() -> None:
@@ -15,7 +15,7 @@ def test_results_come_back_in_order_from_forked_workers() -> None:
     # backend call is abandoned in one), and then nothing forks, by design.
     code = """
 import os
-from suspendguard.workers import can_fork, run_shares
+from suspendguard.system.workers import can_fork, run_shares
 parent = os.getpid()
 pids = []
 def from_wire(wire):
@@ -35,7 +35,7 @@ print("ok")
 def test_a_failing_worker_share_is_done_here() -> None:
     code = """
 import os
-from suspendguard.workers import can_fork, run_shares
+from suspendguard.system.workers import can_fork, run_shares
 parent = os.getpid()
 def work(share):
     if os.getpid() != parent:

@@ -18,9 +18,9 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from ..config import FAMILIES, IdleConfig
-from .acl import AclBackend
-from .base import (
+from suspendguard.config import FAMILIES, IdleConfig
+from suspendguard.idle.acl import AclBackend
+from suspendguard.idle.base import (
     LOAD_READINGS,
     Backend,
     BackendStatus,
@@ -32,9 +32,9 @@ from .base import (
     ReportState,
     judge,
 )
-from .dcmi import DcmiBackend
-from .npusmi import NpuSmiBackend
-from .nvml import NvmlBackend
+from suspendguard.idle.dcmi import DcmiBackend
+from suspendguard.idle.npusmi import NpuSmiBackend
+from suspendguard.idle.nvml import NvmlBackend
 
 __all__ = [
     "BACKEND_TYPES",

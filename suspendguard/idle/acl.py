@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import runner
-from .base import Backend, DeviceReading, Family, QueryFailed, find_file
+from suspendguard.idle.base import Backend, DeviceReading, Family, QueryFailed, find_file
+from suspendguard.system import runner
 
 DEFAULT_ENV_SCRIPTS = (
     "/usr/local/Ascend/ascend-toolkit/set_env.sh",

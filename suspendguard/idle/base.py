@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from ..config import IdleConfig
+from suspendguard.config import IdleConfig
 
 Family = Literal["ascend", "nvidia"]
 DeviceState = Literal["busy", "idle", "unknown"]

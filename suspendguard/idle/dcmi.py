@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from .base import (
+from suspendguard.idle.base import (
     Backend,
     DeviceProcess,
     DeviceReading,

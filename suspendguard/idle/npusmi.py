@@ -17,8 +17,15 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .. import runner
-from .base import Backend, DeviceProcess, DeviceReading, Family, QueryFailed, ascend_device_id
+from suspendguard.idle.base import (
+    Backend,
+    DeviceProcess,
+    DeviceReading,
+    Family,
+    QueryFailed,
+    ascend_device_id,
+)
+from suspendguard.system import runner
 
 NOT_SUPPORTED = "does not support querying"
 

@@ -14,7 +14,14 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from .base import Backend, DeviceProcess, DeviceReading, Family, QueryFailed, call_with_timeout
+from suspendguard.idle.base import (
+    Backend,
+    DeviceProcess,
+    DeviceReading,
+    Family,
+    QueryFailed,
+    call_with_timeout,
+)
 
 MB = 1024 * 1024
 

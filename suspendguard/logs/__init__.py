@@ -9,6 +9,6 @@
 
 from __future__ import annotations
 
-from .finding import Finding
+from suspendguard.logs.finding import Finding
 
 __all__ = ["Finding"]

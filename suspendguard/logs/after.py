@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..config import Config
-from .finding import Finding
-from .rules import BY_ID
-from .scan import Skipped, scan
+from suspendguard.config import Config
+from suspendguard.logs.finding import Finding
+from suspendguard.logs.rules import BY_ID
+from suspendguard.logs.scan import Skipped, scan
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import functools
 import re
 from collections.abc import Sequence
 
-from ..record import record
+from suspendguard.record import record
 
 ERROR = "error"
 WARNING = "warning"

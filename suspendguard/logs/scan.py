@@ -28,10 +28,10 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
-from ..workers import run_shares
-from .finding import Finding
-from .reader import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, make_record, parse_head_time
-from .rules import RULES, Rule, classify, needles
+from suspendguard.logs.finding import Finding
+from suspendguard.logs.reader import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, make_record, parse_head_time
+from suspendguard.logs.rules import RULES, Rule, classify, needles
+from suspendguard.system.workers import run_shares
 
 if TYPE_CHECKING:
     from typing import Any

@@ -8,13 +8,13 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from .config import PolicyConfig, Rule
-from .inventory import FAMILY_DAEMONS
-from .model import Decision, Holder
-from .procfs import ProcFS
+from suspendguard.config import PolicyConfig, Rule
+from suspendguard.guard.inventory import FAMILY_DAEMONS
+from suspendguard.model import Decision, Holder
+from suspendguard.system.procfs import ProcFS
 
 if TYPE_CHECKING:
-    from .model import Action
+    from suspendguard.model import Action
 
 # Python's faulthandler installs exactly these; it dumps a traceback and
 # re-raises, so it never frees device resources behind the driver's back.

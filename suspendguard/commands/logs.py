@@ -13,14 +13,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from ..errors import UsageError
-from .finding import Finding
-from .rules import BY_ID
-from .scan import ScanReport, scan
+from suspendguard.errors import UsageError
+from suspendguard.logs.finding import Finding
+from suspendguard.logs.rules import BY_ID
+from suspendguard.logs.scan import ScanReport, scan
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..cli import Context
-    from ..config import Config
+    from suspendguard.commands.context import Context
+    from suspendguard.config import Config
 
 LAST_ATTEMPT = "last-attempt"
 
@@ -45,7 +45,7 @@ def parse_time(value: str, option: str) -> datetime:
 def last_attempt(config: Config) -> datetime:
     """When the last recorded suspend attempt started (the history module knows)."""
     try:
-        history = importlib.import_module("suspendguard.history")
+        history = importlib.import_module("suspendguard.store.history")
         lookup = cast(
             "Callable[[str], datetime | None]", history.last_attempt_start
         )

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .procfs import ProcFS
+from suspendguard.system.procfs import ProcFS
 
 if TYPE_CHECKING:
     from typing import Any

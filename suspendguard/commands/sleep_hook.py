@@ -17,14 +17,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .config import Config
-from .history import Attempt, History, HistoryError
-from .log import Logger
+from suspendguard.config import Config
+from suspendguard.store.history import Attempt, History, HistoryError
+from suspendguard.system.log import Logger
 
 if TYPE_CHECKING:
     import argparse
 
-    from .cli import Context
+    from suspendguard.commands.context import Context
 
 # systemd-sleep gives all hooks together 90 s; the fallback stays well inside.
 FALLBACK_DEADLINE_S = 60.0
@@ -64,7 +64,7 @@ def pre(config: Config, action: str, log: Logger) -> int:
         history.close()
     log.warning(f"the veto unit did not run before this {action}: draining from the sleep hook "
                 "as a fallback; it cannot stop the suspend")
-    from .pipeline import run
+    from suspendguard.guard.pipeline import run
 
     fallback = replace(config, drain=replace(
         config.drain,
@@ -105,7 +105,7 @@ def post(config: Config, action: str, log: Logger) -> int:
             log.info(f"resumed from {action}; no suspend attempt was recorded before it")
             return 0
         history.record_event("post", action, "resumed", attempt.id)
-        from .logs.after import after_attempt
+        from suspendguard.logs.after import after_attempt
 
         homes = _homes({h.user for h in attempt.holders if h.user})
         result = after_attempt(config, datetime.fromtimestamp(attempt.started), homes)

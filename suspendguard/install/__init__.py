@@ -46,14 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from . import runner
-from .config import DEFAULT_PATH, ENV_VAR, Config, commented_default, load, resolve_path
-from .errors import SuspendGuardError
+from suspendguard.config import DEFAULT_PATH, ENV_VAR, Config, commented_default, load, resolve_path
+from suspendguard.errors import SuspendGuardError
+from suspendguard.model import SLEEP_ACTIONS
+from suspendguard.system import runner
 
 if TYPE_CHECKING:
-    from .cli import Context
+    from suspendguard.commands.context import Context
 
-SLEEP_ACTIONS = ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")
 # As in the unit's [Install] RequiredBy=, with %i as {}.
 REQUIRED_BY = ("systemd-{}.service", "nvidia-{}.service")
 
@@ -118,7 +118,7 @@ def timeout_start_s(config: Config) -> int:
 
 def template_dir(package: Path | None = None) -> Path:
     """The shipped ``systemd/`` folder: package data first, then the checkout."""
-    here = package or Path(__file__).resolve().parent
+    here = package or Path(__file__).resolve().parents[1]
     for candidate in (here / "data" / "systemd", here.parent / "systemd"):
         if (candidate / UNIT_TEMPLATE).is_file() and (candidate / HOOK_TEMPLATE).is_file():
             return candidate
@@ -503,7 +503,7 @@ def uninstall(
 
 
 def _purge_state(tree: _Tree, manifest: Manifest, out: TextIO | None) -> None:
-    from .history import DB_NAME
+    from suspendguard.store.history import DB_NAME
 
     state = tree.at(manifest.state_dir)
     if not state.is_dir():

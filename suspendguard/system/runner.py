@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from . import children
+from suspendguard.system import children
 
 
 @dataclass(frozen=True, slots=True)

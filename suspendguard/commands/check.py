@@ -11,12 +11,12 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from .cancel import Cancel
-from .errors import UsageError
-from .log import Logger
+from suspendguard.errors import UsageError
+from suspendguard.system.cancel import Cancel
+from suspendguard.system.log import Logger
 
 if TYPE_CHECKING:
-    from .cli import Context
+    from suspendguard.commands.context import Context
 
 
 @contextmanager
@@ -37,8 +37,8 @@ def _sigterm_cancels() -> Iterator[Cancel]:
 
 
 def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool) -> int:
-    from .pipeline import run
-    from .report import render
+    from suspendguard.guard.pipeline import run
+    from suspendguard.guard.report import render
 
     config = ctx.config()
     # On a terminal the report already says what the log lines would; keep
@@ -67,7 +67,7 @@ def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
 def history(args: argparse.Namespace, ctx: Context) -> int:
     if args.n < 1:
         raise UsageError(f"history: -n must be at least 1, got {args.n}")
-    from .history import History, HistoryError
+    from suspendguard.store.history import History, HistoryError
 
     config = ctx.config()
     try:
@@ -87,7 +87,7 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
     if not attempts:
         ctx.out.write("history: no attempts recorded yet\n")
         return 0
-    from .report import table
+    from suspendguard.guard.report import table
 
     rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "HOLDERS", "FIRST REASON")]
     for a in attempts:

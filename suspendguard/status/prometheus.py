@@ -15,13 +15,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .dbus import LogindInfo
-from .idle import BACKEND_TYPES
-from .install import SLEEP_ACTIONS, instance
-from .status import Missing, Status
+from suspendguard.idle import BACKEND_TYPES
+from suspendguard.install import instance
+from suspendguard.model import SLEEP_ACTIONS
+from suspendguard.status import Missing, Status
+from suspendguard.system.dbus import LogindInfo
 
 if TYPE_CHECKING:
-    from .model import Action, Disposition
+    from suspendguard.model import Action, Disposition
 
 ACTIONS: tuple[Action, ...] = ("drain", "protect", "ignore", "never")
 DISPOSITIONS: tuple[Disposition, ...] = ("default", "caught", "ignored", "blocked", "unknown")

@@ -14,11 +14,11 @@ import stat
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from .config import DevicesConfig
-from .model import Inventory, Node
+from suspendguard.config import DevicesConfig
+from suspendguard.model import Inventory, Node
 
 if TYPE_CHECKING:
-    from .model import NodeKey, Role
+    from suspendguard.model import NodeKey, Role
 
 # family -> role -> globs. Edited here only; the README documents the split.
 FAMILY_NODES: dict[str, dict[Role, tuple[str, ...]]] = {

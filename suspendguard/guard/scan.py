@@ -13,9 +13,9 @@ import os
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
-from .inventory import identity
-from .model import HeldNode, Holder, Inventory, Node, ScanResult
-from .procfs import (
+from suspendguard.guard.inventory import identity
+from suspendguard.model import HeldNode, Holder, Inventory, Node, ScanResult
+from suspendguard.system.procfs import (
     ProcAccessError,
     ProcFS,
     disposition,
@@ -23,12 +23,12 @@ from .procfs import (
     unit_and_container,
     user_name,
 )
-from .workers import run_shares
+from suspendguard.system.workers import run_shares
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from .model import NodeKey
+    from suspendguard.model import NodeKey
 
 _GONE = (errno.ENOENT, errno.ESRCH)
 

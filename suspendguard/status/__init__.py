@@ -8,7 +8,7 @@ the report is still made: the exit status is 0 whenever it was.
 
 Three renderings of the same :class:`Status`: aligned text for people,
 JSON under stable keys, and Prometheus text exposition for node_exporter's
-textfile collector (see :mod:`suspendguard.prometheus`).
+textfile collector (see :mod:`suspendguard.status.prometheus`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from . import __version__
-from .config import Config, defaults, resolve_path
-from .dbus import (
+from suspendguard import __version__
+from suspendguard.config import Config, defaults, resolve_path
+from suspendguard.errors import ConfigError, SuspendGuardError
+from suspendguard.guard.pipeline import Report, default_idle_check, run
+from suspendguard.guard.report import paint, table
+from suspendguard.install import installation_state, instance
+from suspendguard.model import SLEEP_ACTIONS
+from suspendguard.store.history import DB_NAME, Attempt, History, HistoryError
+from suspendguard.system.dbus import (
     Inhibitor,
     LogindInfo,
     Unavailable,
@@ -35,17 +41,12 @@ from .dbus import (
     system_bus_address,
     unit_info,
 )
-from .errors import ConfigError, SuspendGuardError
-from .history import DB_NAME, Attempt, History, HistoryError
-from .install import SLEEP_ACTIONS, installation_state, instance
-from .log import Logger
-from .pipeline import Report, default_idle_check, run
-from .procfs import ProcFS
-from .report import paint, table
+from suspendguard.system.log import Logger
+from suspendguard.system.procfs import ProcFS
 
 if TYPE_CHECKING:
-    from .cli import Context
-    from .pipeline import IdleCheck
+    from suspendguard.commands.context import Context
+    from suspendguard.guard.pipeline import IdleCheck
 
 # Enough to see a pattern, short enough for a terminal.
 HISTORY_ATTEMPTS = 5
@@ -475,7 +476,7 @@ def command(args: argparse.Namespace, ctx: Context,
         json.dump(status.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")
     elif getattr(args, "prometheus", False):
-        from .prometheus import exposition
+        from suspendguard.status.prometheus import exposition
 
         ctx.out.write(exposition(status))
     else:

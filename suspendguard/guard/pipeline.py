@@ -16,15 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from . import children
-from .cancel import Cancel
-from .config import FAMILIES, Config, IdleConfig
-from .inventory import take_inventory
-from .log import Logger
-from .model import Decision, Holder, HolderId, Inventory, Outcome, Verdict, holder_id
-from .policy import ancestors, decide
-from .procfs import ProcFS
-from .scan import describe_process, scan_holders
+from suspendguard.config import FAMILIES, Config, IdleConfig
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.policy import ancestors, decide
+from suspendguard.guard.scan import describe_process, scan_holders
+from suspendguard.model import Decision, Holder, HolderId, Inventory, Outcome, Verdict, holder_id
+from suspendguard.system import children
+from suspendguard.system.cancel import Cancel
+from suspendguard.system.log import Logger
+from suspendguard.system.procfs import ProcFS
 
 # How long a supervisor gets to restart a drained job before the rescan.
 RESPAWN_GRACE_S = 0.5
@@ -34,7 +34,7 @@ RESPAWN_GRACE_S = 0.5
 if TYPE_CHECKING:
     from typing import Any, Protocol
 
-    from .history import History, HolderRow
+    from suspendguard.store.history import History, HolderRow
 
     class IdleResult(Protocol):
         @property
@@ -58,7 +58,7 @@ def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: fl
 
 
 def _default_idle_check() -> IdleCheck:
-    from .idle import check_idle
+    from suspendguard.idle import check_idle
 
     def check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleResult:
         result: IdleResult = check_idle(config, families, deadline)
@@ -105,7 +105,7 @@ class HolderResult:
         }
 
     def row(self) -> HolderRow:
-        from .history import HolderRow
+        from suspendguard.store.history import HolderRow
 
         h = self.decision.holder
         return HolderRow(
@@ -256,7 +256,7 @@ class _Run:
                         d, Outcome("not-signalled", why=self.cancel_reason()), round_no)
                 return
             until = max(self.clock() + 0.5, deadline - idle_reserve)
-            from .drain import drain
+            from suspendguard.guard.drain import drain
 
             result = drain(
                 [d.holder for d in pending], self.signame, self.config.drain.timeout_s, until,
@@ -358,7 +358,7 @@ def run(
     attempt_id: int | None = None
     history_note = ""
     if record:
-        from .history import History, HistoryError
+        from suspendguard.store.history import History, HistoryError
 
         try:
             history = History.open(config.state.dir)
@@ -436,7 +436,7 @@ def run(
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
     if history is not None and attempt_id is not None:
-        from .history import HistoryError
+        from suspendguard.store.history import HistoryError
 
         try:
             history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
@@ -487,7 +487,7 @@ def _fold_idle(r: _Run, idle: IdleResult, drain_pending: bool, deadline: float,
                 d, r.predicted(d) if r.dry_run else Outcome(
                     "not-signalled", why="veto anyway: nobody is signalled"))
     elif to_drain:
-        from .drain import drain
+        from suspendguard.guard.drain import drain
 
         result = drain([d.holder for d in to_drain], r.signame, r.config.drain.timeout_s,
                        max(r.clock() + 0.5, deadline - r.config.idle.settle_s - 1.0),

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError
+from suspendguard.errors import ConfigError
 
 if TYPE_CHECKING:
     from typing import Any

@@ -6,8 +6,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .model import Holder
-from .pipeline import Report
+from suspendguard.guard.pipeline import Report
+from suspendguard.model import Holder
 
 if TYPE_CHECKING:
     from typing import TextIO

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .cancel import Cancel
-from .config import EscalationStep
-from .model import Holder, HolderId, Outcome, holder_id
-from .procfs import ProcAccessError, ProcFS
+from suspendguard.config import EscalationStep
+from suspendguard.model import Holder, HolderId, Outcome, holder_id
+from suspendguard.system.cancel import Cancel
+from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 Log = Callable[[str], None]
 
