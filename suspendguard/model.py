@@ -16,6 +16,20 @@ IdleState = Literal["busy", "idle", "unknown"]
 # st_dev, st_ino) for anything else (plain-file stand-ins in tests).
 NodeKey = tuple[Any, ...]
 
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """A part that could not be had here (a bus, a service, a file, a tool), and why.
+
+    The one "not available" value: whatever can be missing is this, never an
+    exception leaking into the renderers and never a guessed default.
+    """
+
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"available": False, "reason": self.reason}
+
+
 # The sleep actions systemd knows, each with its systemd-ACTION.service.
 SLEEP_ACTIONS = ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")
 

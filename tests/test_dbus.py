@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from conftest_dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
 
+from suspendguard.model import Unavailable
 from suspendguard.system import dbus
-from suspendguard.system.dbus import Inhibitor, LogindInfo, Unavailable, UnitInfo
+from suspendguard.system.dbus import Inhibitor, LogindInfo, UnitInfo
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="needs dbus-daemon")
 

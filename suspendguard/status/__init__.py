@@ -29,12 +29,11 @@ from suspendguard.errors import ConfigError, SuspendGuardError
 from suspendguard.guard.pipeline import Report, default_idle_check, run
 from suspendguard.guard.report import paint, table
 from suspendguard.install import installation_state, instance
-from suspendguard.model import SLEEP_ACTIONS
+from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.store.history import DB_NAME, Attempt, History, HistoryError
 from suspendguard.system.dbus import (
     Inhibitor,
     LogindInfo,
-    Unavailable,
     UnitInfo,
     logind_info,
     sleep_blockers,
@@ -51,16 +50,6 @@ if TYPE_CHECKING:
 # Enough to see a pattern, short enough for a terminal.
 HISTORY_ATTEMPTS = 5
 DBUS_TIMEOUT_S = 2.0
-
-
-@dataclass(frozen=True)
-class Missing:
-    """A part of the report that could not be had here, and why."""
-
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"available": False, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -122,7 +111,7 @@ class Status:
     generated: float
     euid: int
     config: ConfigState
-    report: Report | Missing
+    report: Report | Unavailable
     installation: Mapping[str, Any]
     state_dir: StateDir
     logind: LogindInfo | Unavailable
@@ -141,7 +130,7 @@ class Status:
 
     def unreadable_note(self) -> str:
         """"N processes could not be inspected (not root)", or ""."""
-        if isinstance(self.report, Missing) or not self.report.unreadable:
+        if isinstance(self.report, Unavailable) or not self.report.unreadable:
             return ""
         n = self.report.unreadable
         why = "not root" if not self.root else "permission denied"
@@ -155,7 +144,7 @@ class Status:
             "euid": self.euid,
             "duration_s": round(self.duration_s, 3),
         }
-        if isinstance(report, Missing):
+        if isinstance(report, Unavailable):
             data["verdict"] = report.to_json()
             data["accelerators"] = report.to_json()
             data["holders"] = []
@@ -230,12 +219,12 @@ def _units(timeout: float, address: str) -> Mapping[str, UnitInfo] | Unavailable
     return unit_info([instance(a) for a in SLEEP_ACTIONS], timeout, address)
 
 
-def _pipeline(config: Config, proc: ProcFS | None, idle_check: IdleCheck | None) -> Report | Missing:
+def _pipeline(config: Config, proc: ProcFS | None, idle_check: IdleCheck | None) -> Report | Unavailable:
     try:
         return run(config, dry_run=True, record=False, origin="status", proc=proc,
                    idle_check=idle_check, log=Logger(io.StringIO(), {}, quiet=True))
     except (SuspendGuardError, OSError) as exc:
-        return Missing(f"the dry run could not be made: {exc}")
+        return Unavailable(f"the dry run could not be made: {exc}")
 
 
 def collect(
@@ -285,7 +274,7 @@ def _seconds_usec(usec: int) -> str:
 
 def _verdict_lines(s: Status, colour: bool) -> list[str]:
     report = s.report
-    if isinstance(report, Missing):
+    if isinstance(report, Unavailable):
         return [f"verdict: unavailable: {report.reason}"]
     v = report.verdict
     head = "ALLOW" if v.kind == "allow" else "VETO"
@@ -297,7 +286,7 @@ def _verdict_lines(s: Status, colour: bool) -> list[str]:
 
 def _accelerator_lines(s: Status) -> list[str]:
     report = s.report
-    if isinstance(report, Missing):
+    if isinstance(report, Unavailable):
         return [f"accelerators: unavailable: {report.reason}"]
     nodes = report.inventory.nodes
     if not nodes:
@@ -326,7 +315,7 @@ def _accelerator_lines(s: Status) -> list[str]:
 
 def _holder_lines(s: Status) -> list[str]:
     report = s.report
-    if isinstance(report, Missing):
+    if isinstance(report, Unavailable):
         return []
     lines: list[str] = []
     if report.holders:

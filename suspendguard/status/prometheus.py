@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from suspendguard.idle import BACKEND_TYPES
 from suspendguard.install import instance
-from suspendguard.model import SLEEP_ACTIONS
-from suspendguard.status import Missing, Status
+from suspendguard.model import SLEEP_ACTIONS, Unavailable
+from suspendguard.status import Status
 from suspendguard.system.dbus import LogindInfo
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def _reading_metric(key: str, value: float) -> tuple[str, str, float, str] | Non
 
 def _accelerators(m: Metrics, s: Status) -> None:
     report = s.report
-    if isinstance(report, Missing):
+    if isinstance(report, Unavailable):
         return
     m.one_of("suspendguard_verdict", "What check --dry-run would give now (1 for the verdict)",
              "verdict", report.verdict.kind, VERDICTS)
@@ -300,7 +300,7 @@ def _history(m: Metrics, s: Status) -> None:
 def _parts(s: Status) -> dict[str, bool]:
     return {
         "config": s.config.valid,
-        "accelerators": not isinstance(s.report, Missing),
+        "accelerators": not isinstance(s.report, Unavailable),
         "installation": True,
         "logind": isinstance(s.logind, LogindInfo),
         "systemd": isinstance(s.systemd, Mapping),

@@ -28,6 +28,8 @@ from dbus_next.constants import MessageType
 from dbus_next.message import Message
 from dbus_next.signature import Variant
 
+from suspendguard.model import Unavailable
+
 DEFAULT_TIMEOUT = 2.0
 DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"
 
@@ -51,16 +53,6 @@ _ABSENT = frozenset({
 _NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Unavailable:
-    """No answer: the bus or the service is missing, refused, or did not reply."""
-
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"available": False, "reason": self.reason}
 
 
 @dataclass(frozen=True)
