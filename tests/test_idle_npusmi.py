@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from suspendguard.config import IdleConfig, defaults
-from suspendguard.idle.base import QueryFailed
+from suspendguard.idle.base import LOAD_READINGS, QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend, parse_info, parse_list, parse_usages
 
 HERE = Path(__file__).parent
@@ -58,6 +58,36 @@ def tool_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def calls(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
+
+
+def test_usages_310p_vectorcore_is_the_vector_figure() -> None:
+    text = (RECORDED / "usages-310p-two-chips.txt").read_text()
+    usages = parse_usages(text)
+    assert usages is not None
+    assert usages["vector_pct"] == 0.0 and "vectorcore_usage_rate_pct" not in usages
+    busy = parse_usages(text.replace("Vectorcore Usage Rate(%)       : 0",
+                                     "Vectorcore Usage Rate(%)       : 64", 1))
+    assert busy is not None and busy["vector_pct"] == 64.0
+    assert "vector_pct" in LOAD_READINGS
+
+
+def test_usages_25x_npu_utilization_and_aicube_are_compute_load() -> None:
+    text = (RECORDED / "usages-25x-npu-utilization-aicube.txt").read_text()
+    usages = parse_usages(text)
+    assert usages is not None
+    assert usages["aicore_pct"] == 0.0 and usages["cube_pct"] == 0.0
+    assert "npu_utilization_pct" not in usages and "aicube_usage_rate_pct" not in usages
+    # The same capture under load: either figure alone makes the chip busy.
+    util = parse_usages(text.replace("NPU Utilization(%)             : 0",
+                                     "NPU Utilization(%)             : 37"))
+    assert util is not None and util["aicore_pct"] == 37.0  # the higher of the two spellings
+    cube = parse_usages(text.replace("Aicube Usage Rate(%)           : 0",
+                                     "Aicube Usage Rate(%)           : 46"))
+    assert cube is not None and cube["cube_pct"] == 46.0 and cube["aicore_pct"] == 0.0
+    assert {"aicore_pct", "cube_pct"} <= set(LOAD_READINGS)
+    # The higher spelling wins whichever comes first.
+    both = parse_usages("Aicore Usage Rate(%) : 83\nNPU Utilization(%) : 12\n")
+    assert both is not None and both["aicore_pct"] == 83.0
 
 
 @pytest.mark.parametrize("fixture", list(LAYOUTS), ids=lambda p: p.name)

@@ -70,11 +70,69 @@ EXPECTED = {
         26: None,  # ts suspend ack ret=0: success
         27: None,  # ret=10 is not ret=1
     },
+    # Verbatim published lines; sources line by line in SOURCES.md.
+    "real-world-wordings.log": {
+        1: "device-held-by-previous-job",  # EJ0001 (2-line block)
+        3: "device-held-by-previous-job",  # EJ0001 behind a Ray prefix
+        4: "device-held-by-previous-job",  # MindSpore: other processes occupying this card
+        5: "heartbeat-lost",  # Device[1] lost heartbeat.
+        6: "heartbeat-lost",  # rtDeviceSynchronizeWithTimeout ... reason=lost heartbeat
+        7: None,  # its consequence, runtime result = 507010
+        8: "aicore-exception",  # rtEventRecord ... reason=aicore exception: not event IDs
+        9: None,  # record event failed, runtime result = 507015
+        10: "aicore-exception",  # desc=[vector core exception]
+        11: "aicore-exception",  # rtEventRecord execution failed, reason=vector core exception
+        12: None,  # aclrtRecordEventImpl:record event failed: not event IDs either
+        13: "aicore-exception",
+        14: "aicore-exception",  # Kernel task happen error, retCode=0x26, [aicore exception]
+        15: "aicore-exception",  # Aicore kernel execute failed
+        16: None,  # an ordinary tsdaemon EVENT line
+        17: "device-resources-not-released",  # Event id=0x8c17a005
+    },
+    # Wordings without a published capture, in lines composed around them.
+    "composed-from-formats.log": {
+        1: "device-held-by-previous-job",  # E30003 NN processes
+        2: "device-oom",  # runtime result = 207001
+        3: None,  # 2070010 is another number
+        4: "stream-exhausted",  # 0x7020023 in decimal
+        5: None,  # 1117571619 is another number
+        6: "device-resources-not-released",  # Recycle warn ... _trs_release_by_exit_stage
+        7: "heartbeat-lost",  # The task scheduler loses the heartbeat
+        8: "heartbeat-lost",  # Device lost heartbeat (no index)
+        9: None,  # 0x8c104e00: a sibling id that is not a release failure
+        10: "device-resources-not-released",  # 0x8c1fa006
+    },
 }
 
 
 def test_every_fixture_file_has_expectations() -> None:
-    assert sorted(p.name for p in FIXTURES.iterdir()) == sorted(EXPECTED)
+    logs = [p.name for p in FIXTURES.iterdir() if p.name != "SOURCES.md"]
+    assert sorted(logs) == sorted(EXPECTED)
+
+
+def test_aicore_exception_is_not_event_exhaustion() -> None:
+    # The false alarm of the old catch-all "rtEventRecord ... fail" patterns.
+    for text in (
+        "rtEventRecord execution failed, reason=aicore exception[FUNC:FuncErrorReason]",
+        "aclrtRecordEventImpl:record event failed, runtime result = 507035",
+        '"[PTA]:"aclrtRecordEvent error! ret = 507015, eventAllocatorType = -1""',
+    ):
+        rule = classify(text)
+        assert rule is None or rule.id == "aicore-exception", text
+    # Real exhaustion through the same call is still found.
+    text = "rtEventRecord:ErrCode=207007, desc=[driver error:no event resource]"
+    assert (c := classify(text)) is not None and c.id == "event-id-exhausted"
+
+
+def test_vendor_ids_are_knowledge_base_codes() -> None:
+    ids = {r.id: r.vendor_ids for r in RULES}
+    assert ids["heartbeat-lost"] == ("AISW_CANN_Runtime_055",)
+    assert "0x8C17A005" in ids["device-resources-not-released"]
+    assert "AISW_PyTorch_Start_03" in ids["device-held-by-previous-job"]
+    for rule in RULES:
+        for vid in rule.vendor_ids:
+            assert re.fullmatch(r"AISW_[A-Za-z0-9_]+|0x[0-9A-F]{8}", vid), vid
+            assert f"`{vid}`" in markdown_table()
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

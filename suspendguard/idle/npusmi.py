@@ -37,9 +37,16 @@ _KEY_VALUE = re.compile(r"^\s*(.+?)\s*:\s*(.*?)\s*$")
 
 # `-t usages` keys that have a meaning elsewhere in the package; the rest
 # keep a derived name ("Ctrlcpu Usage Rate(%)" -> ctrlcpu_usage_rate_pct).
+# The spellings are npu-smi's own (its npu_info_print.c prints them per chip):
+# "Aivector" on 910B/910_93/950, "Vectorcore" (no space) on 310P, and from the
+# 25.x releases "NPU Utilization(%)" (comprehensive utilization) and "Aicube
+# Usage Rate(%)" on 910B/910_93/950. Captures: tests/fixtures/npu-smi/usages-*.
 _USAGE_KEYS = {
     "aicore usage rate(%)": "aicore_pct",
+    "npu utilization(%)": "aicore_pct",
+    "aicube usage rate(%)": "cube_pct",
     "aivector usage rate(%)": "vector_pct",
+    "vectorcore usage rate(%)": "vector_pct",
     "vector core usage rate(%)": "vector_pct",
     "aicpu usage rate(%)": "aicpu_pct",
     "memory usage rate(%)": "memory_pct",
@@ -221,7 +228,14 @@ def parse_usages(text: str) -> dict[str, float | None] | None:
         if name is None:
             name = re.sub(r"[^a-z0-9]+", "_", key.replace("(%)", " pct").replace("(mb)", " mb"))
             name = name.strip("_")
-        out[name] = number(m.group(2))
+        value = number(m.group(2))
+        if name in out:
+            # Two spellings of one figure ("Aicore Usage Rate" and "NPU
+            # Utilization" on 25.x): the higher counts, so no load is missed.
+            have = out[name]
+            if value is None or (have is not None and have >= value):
+                continue
+        out[name] = value
     return out
 
 

@@ -71,6 +71,9 @@ class Rule:
     meaning: str
     remedy: str
     patterns: tuple[Pattern, ...]
+    # The same fault's ids in Huawei's MindCluster fault-diagnosis knowledge
+    # base (ascend-faultdiag kg-config.json), for cross-reference only.
+    vendor_ids: tuple[str, ...] = ()
 
     def matches(self, text: str) -> bool:
         return any(p.matches(text) for p in self.patterns)
@@ -80,6 +83,43 @@ class Rule:
 # so the rules that name a cause come before those that name a consequence
 # (a RecentErrMsg block for an out-of-memory also says "open device failed").
 RULES: tuple[Rule, ...] = (
+    Rule(
+        id="device-held-by-previous-job",
+        severity=ERROR,
+        quote="the last training process is running",
+        summary="a previous job still held the NPU",
+        meaning=(
+            "A job could not start on the NPU because another process (usually the previous "
+            "job, not yet exited or not yet cleaned up on the device) still held it: the HCCP "
+            "process could not start, the device's NN process limit was reached, or another "
+            "process occupied the device memory."
+        ),
+        remedy=(
+            "Find and end the process still holding the device (`suspendguard status`, "
+            "`npu-smi info`, `ps -ef | grep python`), wait about 10 s after it exits, then "
+            "start the job again."
+        ),
+        patterns=(
+            # torch_npu console, EJ0001 block: LlamaFactory issue 3839
+            # (https://github.com/hiyouga/LlamaFactory/issues/3839) and verl PR 332
+            # (https://github.com/verl-project/verl/pull/332): "EJ0001: ... Failed to
+            # initialize the HCCP process. Reason: Maybe the last training process is running."
+            _p("the last training process is running"),
+            # CANN runtime source (PrintfTsdError, TSD_SUBPROCESS_NUM_EXCEED_THE_LIMIT):
+            # "TsdOpen failed:The number of started NN processes exceeds the limit."; error
+            # E30003 (issue 14); torch_npu fixed get_device_properties for it
+            # (https://github.com/Ascend/pytorch, v2.x bugfix commits).
+            _p("NN processes exceeds the limit"),
+            # MindSpore runtime (ascend_memory_adapter.cc) and its docs, "CANN Common Error
+            # Analysis" (https://gitee.com/mindspore/docs/blob/r2.6.0rc1/tutorials/source_en/
+            # debug/error_analysis/cann_error_cases.md):
+            # "Malloc device memory failed, size[32212254720], ret[207001], Device 6 may be
+            # other processes occupying this card, check as: ps -ef|grep python".
+            _p("may be other processes occupying this card"),
+        ),
+        vendor_ids=("AISW_PyTorch_Start_03", "AISW_MindSpore_Ascend_Backend_01",
+                    "AISW_MindSpore_msrun_08"),
+    ),
     Rule(
         id="hwts-busy-suspend",
         severity=ERROR,
@@ -126,6 +166,74 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        id="aicore-exception",
+        severity=ERROR,
+        quote="aicore exception",
+        summary="an operator failed on the NPU's AI Core",
+        meaning=(
+            "An operator (kernel) failed while running on the AI Core or vector core; every "
+            "later call on that stream (event record, synchronize) then fails with the same "
+            "reason. A fault of the job or the operator, not of the device's resources."
+        ),
+        remedy=(
+            "Read the job's log around this line for the failing kernel; rerun with "
+            "ASCEND_LAUNCH_BLOCKING=1 to find the operator, and report it with the CANN version."
+        ),
+        patterns=(
+            # vllm-ascend issue 10122 (https://github.com/vllm-project/vllm-ascend/issues/10122):
+            # "rtEventRecord execution failed, reason=aicore exception[FUNC:FuncErrorReason]";
+            # issue 16683 (.../issues/16683): "rtEventQueryStatus:ErrCode=507015,
+            # desc=[aicore exception], InnerCode=0x7150026"; hw-native-sys/PTOAS PR 770
+            # (https://github.com/hw-native-sys/PTOAS/pull/770): "Kernel task happen error,
+            # retCode=0x26, [aicore exception]."
+            _w("aicore exception", "core exception"),
+            # vllm-ascend issue 16234 (.../issues/16234): "rtEventRecord:ErrCode=507035,
+            # desc=[vector core exception], InnerCode=0x715005e".
+            _w("vector core exception", "core exception"),
+            # MindSpore docs "CANN Common Error Analysis" (see device-held-by-previous-job):
+            # "Aicore kernel execute failed, device_id=0, stream_id=14, ... fault kernel_name=".
+            _p("Aicore kernel execute failed"),
+        ),
+        vendor_ids=("AISW_CANN_Runtime_032",),
+    ),
+    Rule(
+        id="device-resources-not-released",
+        severity=WARNING,
+        quote="failed to release resources",
+        summary="the device kept resources of a process that had exited",
+        meaning=(
+            "A process exited but the device could not release all its resources: tsdaemon "
+            "could not force an AI CPU, queue or HCCP service process of it to exit, or the "
+            "task scheduler timed out reclaiming its streams. Memory and IDs stay taken until "
+            "they are recycled or the device is reset."
+        ),
+        remedy=(
+            "Let jobs exit gracefully (SIGINT, not SIGKILL) and release streams before the "
+            "device (aclrtDestroyStream, then aclrtResetDevice); if `npu-smi info` still shows "
+            "memory in use with no process, reset the device or reboot."
+        ),
+        patterns=(
+            # tsdaemon EVENT lines, Ascend/mind-cluster test log
+            # (https://github.com/Ascend/mind-cluster/blob/master/component/ascend-faultdiag/
+            # test/st_module_testcase/kg_parse/device-os_20231031164139951.log):
+            # "[TsdEVENT] Event id=0x8c17a005." The knowledge base names the siblings:
+            # 0x8C17A005 aicpu_scheduler, 0x8C19A005 queue_scheduler, 0x8C1DA005
+            # aicpu_cust_sd ("failed to release common resources"), 0x8C1FA006 hccp ("key
+            # resources"). The knowledge base also lists "event_id=0x..." forms; they are left
+            # out until seen in a real log (each anchor is a pass over the data).
+            _w("Event id=0x8c17a005", "Event id=0x8c1"),
+            _w("Event id=0x8c19a005", "Event id=0x8c1"),
+            _w("Event id=0x8c1da005", "Event id=0x8c1"),
+            _w("Event id=0x8c1fa006", "Event id=0x8c1"),
+            # Host trs driver (trs_fops.c, trs_warn "Recycle warn. (devid=%u; tsid=%u; name=%s;
+            # pid=%d; task_id=%lld; ret=%d)" from _trs_release_by_exit_stage); the knowledge
+            # base's AISW_CANN_DRV_TS_030 "Resource leak" requires both words.
+            _p("_trs_release_by_exit_stage", "Recycle warn"),
+        ),
+        vendor_ids=("0x8C17A005", "0x8C19A005", "0x8C1DA005", "0x8C1FA006",
+                    "AISW_CANN_DRV_TS_030"),
+    ),
+    Rule(
         id="event-id-exhausted",
         severity=ERROR,
         quote="event id alloc error",
@@ -160,10 +268,11 @@ RULES: tuple[Rule, ...] = (
             _w("Code=0x7020019", "Code=0x70200", regex=r"Code=0x7020019(?![0-9a-fA-F])"),
             _w("Alloc Event resource failed", " resource"),
             _w("Failed to allocate event id", "Failed to alloc"),
-            # rtEventRecord / aclrtRecordEvent failures (seed case 2 is about the latter).
-            _p("rtEventRecord", "fail"),
-            _p("aclrtRecordEvent", "fail"),
+            # (No catch-all "rtEventRecord ... fail": that call also fails for AI Core
+            # exceptions, "rtEventRecord execution failed, reason=aicore exception";
+            # see aicore-exception.)
         ),
+        vendor_ids=("AISW_CANN_Runtime_016", "AISW_CANN_DRV_TS_006"),
     ),
     Rule(
         id="stream-exhausted",
@@ -189,7 +298,13 @@ RULES: tuple[Rule, ...] = (
             # CANN runtime error table: ACL_ERROR_RT_NO_STREAM_RESOURCE; also printed when
             # the async-copy queue of an ACL graph is full (retCode 0x7110019).
             _w("no stream resource", " resource"),
+            # The same code printed as a decimal error number (0x7020023 == 117571619; issue
+            # 14). Only this one: the event and notify codes (117571609, 117571611) were never
+            # seen in decimal, and an all-digit needle is the slowest pass of the scanner
+            # (log lines are full of digits).
+            _p("117571619", regex=r"(?<![0-9])117571619(?![0-9])"),
         ),
+        vendor_ids=("AISW_CANN_Runtime_015", "AISW_CANN_DRV_TS_001"),
     ),
     Rule(
         id="notify-exhausted",
@@ -237,7 +352,15 @@ RULES: tuple[Rule, ...] = (
             _w("NPU out of memory", "out of memory"),
             # CANN runtime error table: RT_ERROR_DRV_OUT_MEMORY -> "driver error:out of memory".
             _w("driver error:out of memory", "out of memory"),
+            # ACL_ERROR_RT_MEMORY_ALLOCATION as AscendCL reports it (issue 14): "alloc device
+            # memory failed, runtime result = 207001" (the ReportCallError form, as in
+            # "open device 2 failed, runtime result = 507033" of PTOAS PR 341 above).
+            # MindSpore's "ret[207001] ... may be other processes occupying this card" is
+            # device-held-by-previous-job. (Not the bare number: an all-digit needle is the
+            # scanner's slowest pass.)
+            _p("runtime result = 207001", regex=r"runtime result = 207001(?![0-9])"),
         ),
+        vendor_ids=("AISW_Framework_Custom_01",),
     ),
     Rule(
         id="device-busy",
@@ -276,17 +399,31 @@ RULES: tuple[Rule, ...] = (
         quote="lost heartbeat",
         summary="the NPU stopped answering the host",
         meaning=(
-            "The host lost the device's heartbeat: the device hung or reset, for example "
-            "after a suspend or resume that went wrong."
+            "The host lost the device's heartbeat: the device hung or reset. Huawei's fault "
+            "knowledge base titles this \"Device heartbeat lost/system suspended\": after a "
+            "resume it is a consequence of the suspend, not a random fault."
         ),
         remedy=(
             "Check `npu-smi info` health and the device logs (device-os, device-N) around that "
             "time; a device that does not come back needs a reset or a reboot."
         ),
         patterns=(
-            # Brief: "Device[N] lost heartbeat".
-            _p("] lost heartbeat", regex=r"Device\[[0-9]{1,6}\] lost heartbeat"),
+            # Brief: "Device[N] lost heartbeat"; vllm-ascend issue 8186
+            # (https://github.com/vllm-project/vllm-ascend/issues/8186):
+            # "Device[1] lost heartbeat.[FUNC:SyncTask][FILE:direct_hwts_engine.cc]".
+            _p("lost heartbe", regex=r"Device\[[0-9]{1,6}\] lost heartbeat"),
+            # Same thread: "rtDeviceSynchronizeWithTimeout execution failed, reason=lost
+            # heartbeat[FUNC:FuncErrorReason]".
+            _w("reason=lost heartbeat", "lost heartbe"),
+            # MindCluster knowledge base AISW_CANN_Runtime_055 "Device heartbeat
+            # lost/system suspended" identifies it by "Device lost heartbeat" (and the
+            # misspelt "Device lost heartbeart" it also lists).
+            _w("Device lost heartbeat", "lost heartbe"),
+            _w("Device lost heartbeart", "lost heartbe"),
+            # Issue 14: "The task scheduler loses the heartbeat."
+            _p("The task scheduler loses the heartbeat"),
         ),
+        vendor_ids=("AISW_CANN_Runtime_055",),
     ),
     Rule(
         id="hccl-peer-lost",
@@ -337,11 +474,12 @@ def _cell(text: str) -> str:
 def markdown_table(rules: Sequence[Rule] = RULES) -> str:
     """The README's troubleshooting table, generated so it cannot drift from the catalog."""
     lines = [
-        "| rule | severity | meaning | remedy |",
-        "|---|---|---|---|",
+        "| rule | severity | meaning | remedy | vendor fault ids |",
+        "|---|---|---|---|---|",
     ]
     for r in rules:
+        ids = ", ".join(f"`{v}`" for v in r.vendor_ids)
         lines.append(
-            f"| `{r.id}` | {r.severity} | {_cell(r.meaning)} | {_cell(r.remedy)} |"
+            f"| `{r.id}` | {r.severity} | {_cell(r.meaning)} | {_cell(r.remedy)} | {ids} |"
         )
     return "\n".join(lines) + "\n"
