@@ -16,14 +16,13 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-
-from suspendguard.record import record
+from dataclasses import dataclass
 
 ERROR = "error"
 WARNING = "warning"
 
 
-@record
+@dataclass(frozen=True)
 class Pattern:
     needle: str
     also: tuple[str, ...] = ()
@@ -62,7 +61,7 @@ def _w(wording: str, anchor: str, *also: str, regex: str | None = None) -> Patte
     return Pattern(anchor, (wording, *also), regex)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Rule:
     id: str
     severity: str
