@@ -22,13 +22,56 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root (mknod, namespaces)")
 
+# The rdev of the test nodes as root (that of /dev/full). Any process holding
+# a node with this number is a holder to a guard: tools/test runs the suite in
+# a private PID namespace so that the guard sees only the suite's processes,
+# and starts its sentinel (tests/test_isolation.py) on a node with this rdev.
+NODE_RDEV = os.makedev(1, 7)
+
+
+def isolation_problem() -> str | None:
+    """Why this process may not run holder tests as root, or None.
+
+    As root the tests make real nodes with NODE_RDEV and run real drains, so
+    they must run where a guard can see and signal only processes the suite
+    started: inside the PID namespace tools/test makes, whose PID 1 is
+    tests/helpers/pidns_init.py, and with that namespace's own /proc.
+    """
+    if not ROOT:
+        return None
+    own = os.readlink("/proc/self/ns/pid")
+    if os.environ.get("SUSPENDGUARD_TEST_PIDNS") != own:
+        return "pytest is not in the PID namespace tools/test makes for it"
+    if os.environ.get("SUSPENDGUARD_TEST_OUTER_PIDNS") in (None, "", own):
+        return "pytest's PID namespace is the one tools/test was started in"
+    try:
+        init_ns = os.readlink("/proc/1/ns/pid")
+        init_cmd = Path("/proc/1/cmdline").read_bytes().split(b"\0")
+    except OSError as e:
+        return f"cannot read PID 1 in /proc: {e}"
+    if init_ns != own or not any(arg.endswith(b"pidns_init.py") for arg in init_cmd):
+        return "/proc is not the private PID namespace's own /proc"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    problem = isolation_problem()
+    if problem is not None:
+        pytest.exit(f"run the suite through tools/test: as root the tests need a private PID "
+                    f"namespace, so that a guard under test can signal only what they started "
+                    f"({problem})", returncode=pytest.ExitCode.USAGE_ERROR)
+
 
 @pytest.fixture
 def node(tmp_path: Path) -> str:
-    """A compute node nothing else holds: rdev 1:7 (as /dev/full) as root, a plain file otherwise."""
+    """A compute node: rdev NODE_RDEV as root, a plain file otherwise.
+
+    As root, processes outside the suite may hold a node with this rdev too;
+    only the private PID namespace (tools/test) keeps them out of a test's sight.
+    """
     path = tmp_path / "npu0"
     if ROOT:
-        os.mknod(path, 0o666 | 0o020000, os.makedev(1, 7))
+        os.mknod(path, 0o666 | 0o020000, NODE_RDEV)
     else:
         path.write_bytes(b"\0" * 4096)
     return str(path)

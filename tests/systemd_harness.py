@@ -18,6 +18,13 @@ these bound in:
 - the checkout, its virtual environment and the interpreter behind it,
   read-only at the same paths.
 
+Units the host's packages enable that a test container must not wait for or
+run (MASKED: the wait-online services, which a container without network
+would wait 120 s for, and container engines) are masked with ``systemd.mask=``
+on the container's systemd command line. When the boot does not finish in
+time, the error carries the container's own account: its job queue, its
+journal and its console.
+
 Commands run inside with ``nsenter -t PID -a`` (PID: the container's
 systemd as the host sees it). :meth:`Container.close` always stops it: a
 clean poweroff first, then SIGKILL to the container's init, which ends
@@ -51,6 +58,21 @@ FAKE_POWER = {
 FAKE_SWAP_DEVICE = "/dev/suspendguard-test-swap"
 TOKEN_FILE = ".suspendguard-harness-token"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Enabled on hosts with podman, Docker or NetworkManager installed: the
+# wait-online services hold "starting" for up to 120 s in a container with no
+# network (network-online.target pulls them in); the engines must not start
+# in a copy of the host anyway. Masking a unit that does not exist is harmless.
+MASKED = (
+    "systemd-networkd-wait-online.service",
+    "systemd-networkd-wait-online@.service",
+    "NetworkManager-wait-online.service",
+    "ifupdown-wait-online.service",
+    "systemd-time-wait-sync.service",
+    "docker.service", "docker.socket", "containerd.service",
+    "podman.service", "podman.socket", "podman-restart.service",
+    "podman-auto-update.service", "podman-auto-update.timer",
+    "podman-clean-transient.service", "podman-kube@.service",
+)
 
 
 class HarnessError(RuntimeError):
@@ -85,7 +107,8 @@ def _binds_for_python(repo: Path) -> list[str]:
 
 
 class Container:
-    def __init__(self, repo: Path, extra_ro: Iterable[str] = (), boot_timeout: float = 90.0) -> None:
+    def __init__(self, repo: Path, extra_ro: Iterable[str] = (), boot_timeout: float = 90.0,
+                 masked: Iterable[str] = MASKED, init_args: Iterable[str] = ()) -> None:
         self.repo = repo.resolve()
         self.workdir = Path(tempfile.mkdtemp(prefix="suspendguard-nspawn-"))
         self.power = self.workdir / "power"
@@ -94,6 +117,8 @@ class Container:
         self.name = f"sg-test-{os.getpid()}-{secrets.token_hex(2)}"
         self.binds_ro = _binds_for_python(self.repo) + list(extra_ro)
         self.boot_timeout = boot_timeout
+        self.masked = list(masked)
+        self.init_args = list(init_args)
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
         self.token = secrets.token_hex(16)
@@ -123,7 +148,8 @@ class Container:
             f"--bind={self.hooks}:/usr/lib/systemd/system-sleep",
         ]
         argv += [f"--bind-ro={path}" for path in self.binds_ro]
-        return [*argv, "--", "systemd.firstboot=off"]
+        return [*argv, "--", "systemd.firstboot=off",
+                *(f"systemd.mask={unit}" for unit in self.masked), *self.init_args]
 
     def boot(self) -> None:
         self.power.mkdir()
@@ -202,14 +228,32 @@ class Container:
             if self.proc is not None and self.proc.poll() is not None:
                 break
             time.sleep(0.2)
-        raise HarnessError(f"the container did not boot (state {state!r}): {self.log_tail()}")
+        raise HarnessError(f"the container did not boot within {self.boot_timeout:g} s "
+                           f"(state {state!r}):\n{self.boot_account()}")
 
-    def log_tail(self, lines: int = 20) -> str:
+    def boot_account(self) -> str:
+        """What the container says about its boot: job queue, journal, console."""
+        parts = []
+        for title, argv in (
+            ("jobs", ["systemctl", "list-jobs", "--no-pager"]),
+            ("journal", ["journalctl", "-b", "--no-pager", "-o", "short-monotonic", "-n", "60"]),
+        ):
+            try:
+                got = self.run(*argv, check=False, timeout=10)
+                text = (got.stdout + got.stderr).strip()
+            except (HarnessError, subprocess.TimeoutExpired) as e:
+                text = f"(not reachable: {e})"
+            parts.append(f"--- {title} ({' '.join(argv)}):\n{text or '(empty)'}")
+        console = self.log_tail(40, sep="\n")
+        parts.append(f"--- console ({self.log_path.name}):\n{console or '(empty)'}")
+        return "\n".join(parts)
+
+    def log_tail(self, lines: int = 20, sep: str = " | ") -> str:
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return ""
-        return " | ".join(text.splitlines()[-lines:])
+        return sep.join(text.splitlines()[-lines:])
 
     # -- commands inside -------------------------------------------------------
 
