@@ -31,15 +31,9 @@ from suspendguard.guard.report import paint, table
 from suspendguard.install import installation_state, instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.store.history import DB_NAME, Attempt, History, HistoryError
-from suspendguard.system.dbus import (
-    Inhibitor,
-    LogindInfo,
-    UnitInfo,
-    logind_info,
-    sleep_blockers,
-    system_bus_address,
-    unit_info,
-)
+from suspendguard.system.dbus.bus import system_bus_address
+from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, logind_info, sleep_blockers
+from suspendguard.system.dbus.systemd import UnitInfo, unit_info
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
