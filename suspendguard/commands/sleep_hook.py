@@ -11,23 +11,18 @@ nothing on this path asks D-Bus.
 
 from __future__ import annotations
 
+import argparse
 import pwd
 import time
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
-from suspendguard.guard.pipeline import run
 from suspendguard.logs.after import after_attempt
 from suspendguard.store.history import Attempt, History
 from suspendguard.system.log import Logger
-
-if TYPE_CHECKING:
-    import argparse
-
-    from suspendguard.commands.context import Context
 
 # systemd-sleep gives all hooks together 90 s; the fallback stays well inside.
 FALLBACK_DEADLINE_S = 60.0
@@ -67,6 +62,11 @@ def pre(config: Config, action: str, log: Logger) -> int:
         history.close()
     log.warning(f"the veto unit did not run before this {action}: draining from the sleep hook "
                 "as a fallback; it cannot stop the suspend")
+    # Imported here, not at the top: only this fallback runs the pipeline, and
+    # its imports would make the usual hook (note the unit's attempt and go)
+    # about half again as slow to start.
+    from suspendguard.guard.pipeline import run
+
     fallback = replace(config, drain=replace(
         config.drain,
         timeout_s=min(config.drain.timeout_s, FALLBACK_TIMEOUT_S),
