@@ -1,4 +1,10 @@
-"""The project's named failures and the exit statuses they map to."""
+"""The project's one exception tree and the exit statuses it maps to.
+
+Every error a user can cause is a :class:`SuspendGuardError`; the CLI prints
+its message as one line and exits with its ``exit_status`` (documented in
+the README's command reference): 2 for usage and configuration, 3 for an
+operational failure.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +21,29 @@ class SuspendGuardError(Exception):
 
 
 class ConfigError(SuspendGuardError):
-    """The configuration file is missing, unreadable or invalid."""
+    """The configuration file is missing, unreadable or invalid (exit status 2)."""
 
     exit_status = EXIT_USAGE
 
 
 class UsageError(SuspendGuardError):
-    """Bad command-line usage."""
+    """Bad command-line usage (exit status 2)."""
 
     exit_status = EXIT_USAGE
+
+
+class OperationalError(SuspendGuardError):
+    """The system would not let a command do its work: not root, no systemd (exit status 3).
+
+    The base of the install and uninstall errors.
+    """
+
+    exit_status = EXIT_ERROR
+
+
+class HistoryError(OperationalError):
+    """History could not be opened or written; the message is the reason.
+
+    Every command catches it and goes on (history never changes a verdict);
+    should one escape, it is an operational failure (exit status 3).
+    """

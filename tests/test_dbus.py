@@ -18,8 +18,14 @@ import pytest
 from conftest_dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
 
 from suspendguard.model import Unavailable
-from suspendguard.system import dbus
-from suspendguard.system.dbus import Inhibitor, LogindInfo, UnitInfo
+from suspendguard.system.dbus.logind import (
+    Inhibitor,
+    LogindInfo,
+    logind_info,
+    sleep_blockers,
+    take_inhibitor,
+)
+from suspendguard.system.dbus.systemd import UnitInfo, unit_info
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="needs dbus-daemon")
 
@@ -78,7 +84,7 @@ def wait_for(predicate: Callable[[], bool], seconds: float = 5.0) -> bool:
 
 
 def info() -> LogindInfo:
-    answer = dbus.logind_info()
+    answer = logind_info()
     assert isinstance(answer, LogindInfo), answer
     return answer
 
@@ -112,14 +118,14 @@ def test_sleep_blockers_are_block_locks_on_sleep_held_by_others(fakes: Start) ->
     idle_only: Row = ("idle", "gnome-session", "user active", "block", 1000, 77)
     fakes({"inhibitors": [NETWORK_MANAGER, BACKUP, idle_only]})
     answer = info()
-    assert dbus.sleep_blockers(answer) == (Inhibitor(*BACKUP),)
-    assert dbus.sleep_blockers(answer, own_pids=[4242]) == ()
+    assert sleep_blockers(answer) == (Inhibitor(*BACKUP),)
+    assert sleep_blockers(answer, own_pids=[4242]) == ()
     assert "backup.sh" in Inhibitor(*BACKUP).describe()
 
 
 def test_inhibitor_lives_as_long_as_its_fd(fakes: Start) -> None:
     fakes({"inhibitors": [NETWORK_MANAGER]})
-    fd = dbus.take_inhibitor("sleep", "suspendguard-test", "testing the lock", "block")
+    fd = take_inhibitor("sleep", "suspendguard-test", "testing the lock", "block")
     assert isinstance(fd, int), fd
     copy = -1
     try:
@@ -130,8 +136,8 @@ def test_inhibitor_lives_as_long_as_its_fd(fakes: Start) -> None:
         answer = info()
         assert answer.inhibitors == (Inhibitor(*NETWORK_MANAGER), ours)
         assert answer.block_inhibited == "sleep"
-        assert dbus.sleep_blockers(answer) == ()  # our own lock is no warning
-        assert dbus.sleep_blockers(answer, own_pids=()) == (ours,)
+        assert sleep_blockers(answer) == ()  # our own lock is no warning
+        assert sleep_blockers(answer, own_pids=()) == (ours,)
 
         # Like logind: the lock holds until every copy of the fd is closed.
         copy = os.dup(fd)
@@ -151,7 +157,7 @@ def test_inhibitor_lives_as_long_as_its_fd(fakes: Start) -> None:
 
 def test_inhibit_refusal_is_an_answer(fakes: Start) -> None:
     fakes()
-    answer = dbus.take_inhibitor("naps", "suspendguard-test", "bad what", "block")
+    answer = take_inhibitor("naps", "suspendguard-test", "bad what", "block")
     assert isinstance(answer, Unavailable)
     assert "org.freedesktop.DBus.Error.InvalidArgs" in answer.reason
 
@@ -160,7 +166,7 @@ def test_inhibit_refusal_is_an_answer(fakes: Start) -> None:
 
 def test_unit_info_for_loaded_and_missing_units(fakes: Start) -> None:
     fakes(SYSTEMD_STATE, services=["systemd"])
-    answer = dbus.unit_info([VETO_UNIT, "suspendguard@hibernate.service", "nope.service"])
+    answer = unit_info([VETO_UNIT, "suspendguard@hibernate.service", "nope.service"])
     assert isinstance(answer, dict), answer
     assert answer[VETO_UNIT] == UnitInfo(
         name=VETO_UNIT, load_state="loaded", active_state="failed", sub_state="failed",
@@ -173,7 +179,7 @@ def test_unit_info_for_loaded_and_missing_units(fakes: Start) -> None:
 
 def test_unit_info_with_no_units_asked(fakes: Start) -> None:
     fakes(SYSTEMD_STATE, services=["systemd"])
-    assert dbus.unit_info([]) == {}
+    assert unit_info([]) == {}
 
 
 # --- no answer is an answer -------------------------------------------------------
@@ -181,12 +187,12 @@ def test_unit_info_with_no_units_asked(fakes: Start) -> None:
 def test_no_bus_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     address = f"unix:path={tmp_path / 'missing_socket'}"
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", address)
-    assert dbus.logind_info() == Unavailable(
+    assert logind_info() == Unavailable(
         f"logind: unavailable: no system bus at {address} (No such file or directory)")
-    units = dbus.unit_info([VETO_UNIT])
+    units = unit_info([VETO_UNIT])
     assert isinstance(units, Unavailable)
     assert units.reason.startswith(f"systemd: unavailable: no system bus at {address}")
-    assert isinstance(dbus.take_inhibitor("sleep", "t", "t", "block"), Unavailable)
+    assert isinstance(take_inhibitor("sleep", "t", "t", "block"), Unavailable)
 
 
 def test_refused_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,15 +200,15 @@ def test_refused_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.bind(str(path))  # a socket file nobody listens on
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", f"unix:path={path}")
-    assert dbus.logind_info() == Unavailable(
+    assert logind_info() == Unavailable(
         f"logind: unavailable: no system bus at unix:path={path} (Connection refused)")
 
 
 def test_bus_without_the_services(bus: PrivateBus) -> None:
-    assert dbus.logind_info() == Unavailable(
+    assert logind_info() == Unavailable(
         "logind: unavailable: org.freedesktop.login1 is not on the system bus "
         "(org.freedesktop.DBus.Error.ServiceUnknown)")
-    assert dbus.unit_info([VETO_UNIT]) == Unavailable(
+    assert unit_info([VETO_UNIT]) == Unavailable(
         "systemd: unavailable: org.freedesktop.systemd1 is not on the system bus "
         "(org.freedesktop.DBus.Error.ServiceUnknown)")
 
@@ -210,9 +216,9 @@ def test_bus_without_the_services(bus: PrivateBus) -> None:
 def test_service_that_never_answers_times_out(fakes: Start) -> None:
     fakes(silent=True)
     started = time.monotonic()
-    answer = dbus.logind_info(timeout=0.5)
-    units = dbus.unit_info([VETO_UNIT], timeout=0.5)
-    fd = dbus.take_inhibitor("sleep", "t", "t", "block", timeout=0.5)
+    answer = logind_info(timeout=0.5)
+    units = unit_info([VETO_UNIT], timeout=0.5)
+    fd = take_inhibitor("sleep", "t", "t", "block", timeout=0.5)
     assert time.monotonic() - started < 20  # it came back; not a measure of precision
     assert isinstance(answer, Unavailable)
     assert answer.reason == ("logind: unavailable: Manager.CanSuspend on "
@@ -228,8 +234,8 @@ def test_no_fd_is_left_behind(fakes: Start) -> None:
     before = open_fds()
     for _ in range(3):
         info()
-        assert isinstance(dbus.unit_info([VETO_UNIT]), dict)
-        fd = dbus.take_inhibitor("sleep", "t", "t", "delay")
+        assert isinstance(unit_info([VETO_UNIT]), dict)
+        fd = take_inhibitor("sleep", "t", "t", "delay")
         assert isinstance(fd, int)
         os.close(fd)
     assert open_fds() == before
@@ -239,7 +245,7 @@ def test_usable_from_inside_an_event_loop(fakes: Start) -> None:
     fakes(LOGIND_STATE)
 
     async def from_async_code() -> LogindInfo | Unavailable:
-        return dbus.logind_info()
+        return logind_info()
 
     assert isinstance(asyncio.run(from_async_code()), LogindInfo)
 
@@ -249,7 +255,7 @@ def test_usable_from_inside_an_event_loop(fakes: Start) -> None:
 @pytest.mark.skipif(shutil.which("busctl") is None, reason="needs busctl")
 def test_busctl_sees_what_we_see(bus: PrivateBus, fakes: Start) -> None:
     fakes(LOGIND_STATE)
-    fd = dbus.take_inhibitor("sleep", "suspendguard-test", "cross-check", "block")
+    fd = take_inhibitor("sleep", "suspendguard-test", "cross-check", "block")
     assert isinstance(fd, int), fd
     try:
         out = subprocess.run(
@@ -284,7 +290,7 @@ def test_dbus_send_sees_what_we_see(bus: PrivateBus, fakes: Start) -> None:
     path = send("--dest=org.freedesktop.systemd1", "/org/freedesktop/systemd1",
                 "org.freedesktop.systemd1.Manager.LoadUnit", f"string:{VETO_UNIT}")
     assert path == "/org/freedesktop/systemd1/unit/suspendguard_40suspend_2eservice"
-    units = dbus.unit_info([VETO_UNIT])
+    units = unit_info([VETO_UNIT])
     assert isinstance(units, dict)
     assert send("--dest=org.freedesktop.systemd1", path,
                 "org.freedesktop.DBus.Properties.Get", "string:org.freedesktop.systemd1.Unit",

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from suspendguard.errors import UsageError
+from suspendguard.errors import HistoryError, UsageError
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
 
@@ -67,7 +67,7 @@ def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
 def history(args: argparse.Namespace, ctx: Context) -> int:
     if args.n < 1:
         raise UsageError(f"history: -n must be at least 1, got {args.n}")
-    from suspendguard.store.history import History, HistoryError
+    from suspendguard.store.history import History
 
     config = ctx.config()
     try:

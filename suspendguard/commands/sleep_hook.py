@@ -5,26 +5,24 @@ ignores their exit status, so this step can record and check but never
 veto. ``pre`` records that the system is going down; when the veto unit did
 not run in this cycle it drains as a fallback (advisory only, frozen
 cgroups skipped). ``post`` records the resume and reads the device logs
-written since the attempt began. This path must start fast: it imports
-neither dbus-next nor asyncio.
+written since the attempt began. It imports neither dbus-next nor asyncio:
+nothing on this path asks D-Bus.
 """
 
 from __future__ import annotations
 
+import argparse
 import pwd
 import time
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from suspendguard.commands.context import Context
 from suspendguard.config import Config
-from suspendguard.store.history import Attempt, History, HistoryError
+from suspendguard.errors import HistoryError
+from suspendguard.logs.after import after_attempt
+from suspendguard.store.history import Attempt, History
 from suspendguard.system.log import Logger
-
-if TYPE_CHECKING:
-    import argparse
-
-    from suspendguard.commands.context import Context
 
 # systemd-sleep gives all hooks together 90 s; the fallback stays well inside.
 FALLBACK_DEADLINE_S = 60.0
@@ -64,6 +62,9 @@ def pre(config: Config, action: str, log: Logger) -> int:
         history.close()
     log.warning(f"the veto unit did not run before this {action}: draining from the sleep hook "
                 "as a fallback; it cannot stop the suspend")
+    # Imported here, not at the top: only this fallback runs the pipeline, and
+    # its imports would make the usual hook (note the unit's attempt and go)
+    # about half again as slow to start.
     from suspendguard.guard.pipeline import run
 
     fallback = replace(config, drain=replace(
@@ -105,8 +106,6 @@ def post(config: Config, action: str, log: Logger) -> int:
             log.info(f"resumed from {action}; no suspend attempt was recorded before it")
             return 0
         history.record_event("post", action, "resumed", attempt.id)
-        from suspendguard.logs.after import after_attempt
-
         homes = _homes({h.user for h in attempt.holders if h.user})
         result = after_attempt(config, datetime.fromtimestamp(attempt.started), homes)
         if result.findings:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from suspendguard.config import FAMILIES, Config, IdleConfig
+from suspendguard.errors import HistoryError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors, decide
 from suspendguard.guard.scan import describe_process, scan_holders
@@ -358,10 +359,10 @@ def run(
     attempt_id: int | None = None
     history_note = ""
     if record:
-        from suspendguard.store.history import History, HistoryError
+        from suspendguard.store.history import History
 
         try:
-            history = History.open(config.state.dir)
+            history = History.open(config.state.dir, proc=proc)
             st.warnings.extend(history.warnings)
             attempt_id = history.begin(action, origin, dry_run, config.digest, started_wall)
         except HistoryError as exc:
@@ -436,8 +437,6 @@ def run(
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
     if history is not None and attempt_id is not None:
-        from suspendguard.store.history import HistoryError
-
         try:
             history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
                            [h.row() for h in holders])

@@ -25,21 +25,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from suspendguard import __version__
 from suspendguard.config import Config, defaults, resolve_path
-from suspendguard.errors import ConfigError, SuspendGuardError
+from suspendguard.errors import ConfigError, HistoryError, SuspendGuardError
 from suspendguard.guard.pipeline import Report, default_idle_check, run
 from suspendguard.guard.report import paint, table
 from suspendguard.install import installation_state, instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
-from suspendguard.store.history import DB_NAME, Attempt, History, HistoryError
-from suspendguard.system.dbus import (
-    Inhibitor,
-    LogindInfo,
-    UnitInfo,
-    logind_info,
-    sleep_blockers,
-    system_bus_address,
-    unit_info,
-)
+from suspendguard.store.history import DB_NAME, Attempt, History
+from suspendguard.system.dbus.bus import system_bus_address
+from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, logind_info, sleep_blockers
+from suspendguard.system.dbus.systemd import UnitInfo, unit_info
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 

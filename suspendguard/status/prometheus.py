@@ -19,7 +19,7 @@ from suspendguard.idle import BACKEND_TYPES
 from suspendguard.install import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.status import Status
-from suspendguard.system.dbus import LogindInfo
+from suspendguard.system.dbus.logind import LogindInfo
 
 if TYPE_CHECKING:
     from suspendguard.model import Action, Disposition

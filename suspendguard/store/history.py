@@ -1,10 +1,11 @@
-"""The history of suspend attempts: SQLite (WAL) in the state directory.
+"""The history of suspend attempts: writing them down and reading them back.
 
 An attempt row is written when the attempt begins and completed in one
 transaction at its end, so a guard killed with SIGKILL leaves a row that the
-next open marks ``interrupted``: never lost, never half-written. A corrupt
-file is moved aside and a new one started. Failing to write history never
-changes a verdict; the caller gets the reason as a warning.
+next open marks ``interrupted``: never lost, never half-written. Whether that
+guard still runs is read through the caller's :class:`ProcFS`, the same /proc
+the guard itself sees. Failing to write history never changes a verdict; the
+caller gets the reason as a warning. The file itself is :mod:`.database`'s.
 """
 
 from __future__ import annotations
@@ -17,63 +18,23 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from suspendguard.errors import HistoryError
+from suspendguard.store import database
 from suspendguard.system.procfs import ProcFS
-
-if TYPE_CHECKING:
-    from typing import Any
 
 DB_NAME = "history.db"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS attempts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    started REAL NOT NULL,
-    finished REAL,
-    action TEXT,
-    origin TEXT NOT NULL,
-    dry_run INTEGER NOT NULL,
-    verdict TEXT,
-    reasons TEXT NOT NULL DEFAULT '[]',
-    warnings TEXT NOT NULL DEFAULT '[]',
-    config_digest TEXT NOT NULL DEFAULT '',
-    guard_pid INTEGER NOT NULL,
-    guard_start INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS holders (
-    attempt_id INTEGER NOT NULL REFERENCES attempts(id),
-    pid INTEGER NOT NULL,
-    start_time INTEGER NOT NULL,
-    user TEXT, unit TEXT, comm TEXT, cmdline TEXT,
-    action TEXT NOT NULL, rule TEXT,
-    outcome TEXT NOT NULL, seconds REAL, why TEXT,
-    source TEXT, round INTEGER NOT NULL DEFAULT 1
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time REAL NOT NULL,
-    attempt_id INTEGER,
-    phase TEXT NOT NULL,
-    action TEXT,
-    note TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS findings (
-    attempt_id INTEGER NOT NULL REFERENCES attempts(id),
-    rule TEXT NOT NULL, severity TEXT, file TEXT, line INTEGER,
-    time TEXT, pid INTEGER, text TEXT
-);
-CREATE INDEX IF NOT EXISTS holders_attempt ON holders(attempt_id);
-CREATE INDEX IF NOT EXISTS findings_attempt ON findings(attempt_id);
-"""
-
-
-class HistoryError(Exception):
-    """History could not be opened or written; the message is the reason."""
+_INTERRUPTED = "the guard was killed before it gave a verdict"
+_ATTEMPT_COLUMNS = ("id, started, finished, action, origin, dry_run, verdict, reasons, warnings,"
+                    " config_digest, guard_pid, guard_start")
 
 
 @dataclass(frozen=True, slots=True)
 class HolderRow:
+    """One holder of one attempt: who it was, what the guard did, how it ended."""
+
     pid: int
     start_time: int
     user: str
@@ -94,6 +55,8 @@ class HolderRow:
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
+    """One suspend attempt as stored: the verdict, its reasons, holders, findings, events."""
+
     id: int
     started: float
     finished: float | None
@@ -131,54 +94,57 @@ class Attempt:
         }
 
 
+class LogFinding(Protocol):
+    """What the history stores of a log finding (the logs package's Finding has it)."""
+
+    @property
+    def rule(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def time(self) -> datetime | None: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def text(self) -> str: ...
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
 
 
-def _alive(pid: int, start: int) -> bool:
-    try:
-        st = ProcFS().stat(pid)
-    except Exception:
-        return False
-    return st is not None and st.start_time == start
-
-
 class History:
-    def __init__(self, conn: sqlite3.Connection, path: str, warnings: list[str]) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: str, warnings: list[str],
+                 proc: ProcFS) -> None:
         self.conn = conn
         self.path = path
         self.warnings = warnings
+        self.proc = proc
 
     # -- opening ------------------------------------------------------------
 
     @classmethod
-    def open(cls, state_dir: str, readonly: bool = False) -> History:
-        """Open (or create) the database; raises HistoryError with the reason."""
-        # os.path, not pathlib: this runs in the sleep hook, and pathlib's
-        # imports are a noticeable part of its start-up.
+    def open(cls, state_dir: str, readonly: bool = False, *,
+             proc: ProcFS | None = None) -> History:
+        """Open (or create) the database; raises HistoryError with the reason.
+
+        ``proc``: the /proc that tells whether a recorded guard still runs
+        (default: the host's).
+        """
+        proc = proc or ProcFS()
         path = os.path.join(state_dir, DB_NAME)
         warnings: list[str] = []
         if readonly:
-            if not os.path.exists(path):
-                raise HistoryError(f"no history yet ({path} does not exist)")
-            return cls(_connect_ro(path), path, warnings)
+            return cls(database.open_readonly(path), path, warnings, proc)
         try:
             os.makedirs(state_dir, mode=0o755, exist_ok=True)
         except OSError as exc:
             raise HistoryError(f"cannot create {state_dir}: {exc.strerror}") from None
-        try:
-            conn = _connect_rw(path)
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) and not _looks_corrupt(exc):
-                raise HistoryError(f"cannot open {path}: {exc}") from None
-            aside = _move_aside(path)
-            warnings.append(f"history database {path} was unreadable ({exc}); moved to {aside}, "
-                            "started a new one")
-            try:
-                conn = _connect_rw(path)
-            except sqlite3.DatabaseError as exc2:
-                raise HistoryError(f"cannot open {path}: {exc2}") from None
-        history = cls(conn, path, warnings)
+        history = cls(database.open_writable(path, warnings), path, warnings, proc)
         history._mark_interrupted()
         return history
 
@@ -204,20 +170,27 @@ class History:
         rows = self.conn.execute(
             "SELECT id, guard_pid, guard_start FROM attempts WHERE verdict IS NULL"
         ).fetchall()
-        dead = [r[0] for r in rows if not _alive(r[1], r[2])]
+        dead = [r[0] for r in rows if not self._alive(r[1], r[2])]
         if dead:
             with self._tx() as c:
                 c.executemany(
                     "UPDATE attempts SET verdict='interrupted', reasons=? WHERE id=?",
-                    [(json.dumps(["the guard was killed before it gave a verdict"]), i)
-                     for i in dead],
+                    [(json.dumps([_INTERRUPTED]), i) for i in dead],
                 )
+
+    def _alive(self, pid: int, start: int) -> bool:
+        """Whether the guard that began an attempt still runs (same pid, same start)."""
+        try:
+            st = self.proc.stat(pid)
+        except Exception:  # refused or unparsable: no guard we could wait for
+            return False
+        return st is not None and st.start_time == start
 
     # -- writing ------------------------------------------------------------
 
     def begin(self, action: str | None, origin: str, dry_run: bool, digest: str,
               started: float | None = None) -> int:
-        me = ProcFS().stat(os.getpid())
+        me = self.proc.stat(os.getpid())
         with self._tx() as c:
             cur = c.execute(
                 "INSERT INTO attempts (started, action, origin, dry_run, config_digest, guard_pid,"
@@ -252,8 +225,7 @@ class History:
                 (time.time(), attempt_id, phase, action, note),
             )
 
-    def record_findings(self, attempt_id: int, findings: Sequence[Any]) -> None:
-        """Store log findings (objects with rule, severity, file, line, time, pid, text)."""
+    def record_findings(self, attempt_id: int, findings: Sequence[LogFinding]) -> None:
         with self._tx() as c:
             c.executemany(
                 "INSERT INTO findings (attempt_id, rule, severity, file, line, time, pid, text)"
@@ -267,23 +239,20 @@ class History:
     def attempts(self, n: int = 20, include_dry_run: bool = True) -> list[Attempt]:
         where = "" if include_dry_run else "WHERE dry_run = 0"
         rows = self.conn.execute(
-            "SELECT id, started, finished, action, origin, dry_run, verdict, reasons, warnings,"
-            f" config_digest, guard_pid, guard_start FROM attempts {where}"
-            " ORDER BY id DESC LIMIT ?", (n,),
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts {where} ORDER BY id DESC LIMIT ?", (n,),
         ).fetchall()
         return [self._attempt(r) for r in rows]
 
     def attempt(self, attempt_id: int) -> Attempt | None:
         rows = self.conn.execute(
-            "SELECT id, started, finished, action, origin, dry_run, verdict, reasons, warnings,"
-            " config_digest, guard_pid, guard_start FROM attempts WHERE id = ?", (attempt_id,),
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE id = ?", (attempt_id,),
         ).fetchall()
         return self._attempt(rows[0]) if rows else None
 
     def _attempt(self, r: Sequence[Any]) -> Attempt:
         verdict = r[6]
         if verdict is None:
-            verdict = "running" if _alive(r[10], r[11]) else "interrupted"
+            verdict = "running" if self._alive(r[10], r[11]) else "interrupted"
         holders = tuple(
             HolderRow(*h) for h in self.conn.execute(
                 "SELECT pid, start_time, user, unit, comm, cmdline, action, rule, outcome, seconds,"
@@ -325,7 +294,7 @@ class History:
         for r in self.conn.execute(
             "SELECT id, verdict, guard_pid, guard_start FROM attempts WHERE dry_run = 0"
         ):
-            verdict = r[1] or ("running" if _alive(r[2], r[3]) else "interrupted")
+            verdict = r[1] or ("running" if self._alive(r[2], r[3]) else "interrupted")
             out[verdict] = out.get(verdict, 0) + 1
         return out
 
@@ -345,53 +314,6 @@ class History:
             params.append(since)
         row = self.conn.execute(sql + " ORDER BY id DESC LIMIT 1", params).fetchone()
         return self.attempt(row[0]) if row else None
-
-
-def _connect_rw(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=5.0, isolation_level="DEFERRED")
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        check = conn.execute("PRAGMA quick_check").fetchone()
-        if not check or check[0] != "ok":
-            raise sqlite3.DatabaseError(f"integrity check failed: {check[0] if check else '?'}")
-        conn.executescript(_SCHEMA)
-    except sqlite3.Error:
-        conn.close()
-        raise
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o644)
-    return conn
-
-
-def _connect_ro(path: str) -> sqlite3.Connection:
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
-        conn.execute("SELECT count(*) FROM attempts").fetchone()
-        return conn
-    except sqlite3.Error:
-        pass
-    try:
-        # A reader without write access to the folder cannot use the WAL
-        # index; immutable=1 reads the last checkpointed state instead.
-        conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, timeout=2.0)
-        conn.execute("SELECT count(*) FROM attempts").fetchone()
-        return conn
-    except sqlite3.Error as exc:
-        raise HistoryError(f"cannot read {path}: {exc}") from None
-
-
-def _looks_corrupt(exc: sqlite3.Error) -> bool:
-    text = str(exc).lower()
-    return any(s in text for s in ("not a database", "malformed", "corrupt", "integrity"))
-
-
-def _move_aside(path: str) -> str:
-    aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            os.replace(path + suffix, aside + suffix)
-    return aside
 
 
 def last_attempt_start(state_dir: str) -> datetime | None:

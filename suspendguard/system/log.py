@@ -10,10 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from typing import TextIO
+from typing import TextIO
 
 ERR, WARNING, NOTICE, INFO, DEBUG = 3, 4, 5, 6, 7
 _WORDS = {ERR: "error: ", WARNING: "warning: "}

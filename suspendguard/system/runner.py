@@ -47,10 +47,6 @@ class RunResult:
         return f"{cmd}: exit status {self.returncode}{tail}"
 
 
-def active_children() -> frozenset[int]:
-    return children.active()
-
-
 def run(
     argv: Sequence[str],
     timeout: float,

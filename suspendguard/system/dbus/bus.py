@@ -1,0 +1,250 @@
+"""One bounded conversation with the system bus: the only module that imports dbus-next.
+
+The rest of the program sees a synchronous API. Each conversation runs its
+own event loop (``asyncio.run``), because dbus-next must build its bus inside
+a running loop, and is bounded by a timeout: a missing bus, a missing
+service, a refused connection or a service that never answers comes back as
+an :class:`Unavailable` value with a one-line reason, never as an exception.
+
+The bus is made with ``negotiate_unix_fd=True``: without it dbus-next cannot
+receive the fd that logind's ``Inhibit`` returns and the call hangs. With it,
+dbus-next leaves every received fd open, so a :class:`Session` closes every
+fd it receives except those its caller keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from dbus_next.aio.message_bus import MessageBus
+from dbus_next.constants import MessageType
+from dbus_next.message import Message
+from dbus_next.signature import Variant
+
+from suspendguard.model import Unavailable
+
+DEFAULT_TIMEOUT = 2.0
+DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"
+
+PROPERTIES = "org.freedesktop.DBus.Properties"
+
+# Errors that mean "nobody owns that name": the service is not running.
+_ABSENT = frozenset({
+    "org.freedesktop.DBus.Error.ServiceUnknown",
+    "org.freedesktop.DBus.Error.NameHasNoOwner",
+})
+
+T = TypeVar("T")
+
+
+def system_bus_address(environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    return env.get("DBUS_SYSTEM_BUS_ADDRESS") or DEFAULT_SYSTEM_BUS
+
+
+class Failure(Exception):
+    """A reason to answer Unavailable, raised deep inside a session."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class CallError(Failure):
+    """An error reply; ``name`` is the D-Bus error name."""
+
+    def __init__(self, name: str, text: str, step: str, destination: str) -> None:
+        self.name = name
+        if name in _ABSENT:
+            reason = f"{destination} is not on the system bus ({name})"
+        else:
+            reason = f"{step} failed: {name}: {text}"
+        super().__init__(reason)
+
+
+class Session:
+    """One connection to the system bus for one synchronous call."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.step = f"connecting to the system bus at {address}"
+        self._bus: Any = None
+        self._received: set[int] = set()
+        self._kept: set[int] = set()
+        self._waiting: set[int] = set()  # serials of calls still expecting a reply
+
+    async def connect(self) -> None:
+        try:
+            self._bus = _new_bus(self.address)
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            raise Failure(f"no system bus at {self.address} ({e.strerror})") from None
+        except OSError as e:
+            raise Failure(f"cannot connect to the system bus at {self.address} "
+                          f"({e.strerror or e})") from None
+        self._bus.add_message_handler(self._note_fds)
+        self.step = f"authenticating to the system bus at {self.address}"
+        try:
+            await self._bus.connect()
+        except OSError as e:
+            raise Failure(f"the system bus at {self.address} dropped the connection "
+                          f"({e.strerror or e})") from None
+        except Exception as e:  # dbus-next's AuthError and friends
+            raise Failure(f"the system bus at {self.address} refused the connection "
+                          f"({type(e).__name__}: {e})") from None
+
+    async def call(self, destination: str, path: str, interface: str, member: str,
+                   signature: str = "", body: Sequence[Any] = (), *, expect: str) -> Any:
+        """A method call; an error reply or an unexpected signature raises Failure."""
+        self.step = f"{interface.rsplit('.', 1)[-1]}.{member} on {destination}"
+        msg = Message(destination=destination, path=path, interface=interface,
+                      member=member, signature=signature, body=list(body),
+                      serial=self._bus.next_serial())
+        self._waiting.add(msg.serial)
+        try:
+            reply = await self._bus.call(msg)
+        finally:
+            self._waiting.discard(msg.serial)
+        if reply is None:
+            raise Failure(f"{self.step}: the connection closed before a reply")
+        if reply.message_type == MessageType.ERROR:
+            raise CallError(reply.error_name or "", _error_text(reply), self.step, destination)
+        if reply.signature != expect:
+            raise Failure(f"{self.step} answered with signature {reply.signature!r}, "
+                          f"expected {expect!r}")
+        return reply
+
+    async def get_all(self, destination: str, path: str, interface: str) -> dict[str, Any]:
+        """Properties.GetAll, values still wrapped (read them with :func:`value`)."""
+        reply = await self.call(destination, path, PROPERTIES, "GetAll", "s", [interface],
+                                expect="a{sv}")
+        props = reply.body[0]
+        return dict(props) if isinstance(props, dict) else {}
+
+    def keep(self, fd: int) -> int:
+        """Hand a received fd to the caller: not closed with the session, not inherited."""
+        os.set_inheritable(fd, False)
+        self._kept.add(fd)
+        return fd
+
+    def _note_fds(self, msg: Any) -> bool:
+        # dbus-next never closes the fds that come with a message. Those of a reply
+        # we wait for are noted here, before any await can be cancelled, and closed
+        # with the session unless kept; anything else (signals, late replies) is
+        # closed now.
+        fds = list(msg.unix_fds or ())
+        if (msg.message_type in (MessageType.METHOD_RETURN, MessageType.ERROR)
+                and msg.reply_serial in self._waiting):
+            self._received.update(fds)
+        else:
+            _close_all(fds)
+        return False  # not handled: dbus-next goes on to deliver the message
+
+    def close(self, *, keep_kept: bool) -> None:
+        bus = self._bus
+        self._bus = None
+        if bus is not None:
+            _drop_bus(bus)
+        _close_all(self._received - (self._kept if keep_kept else set()))
+        if not keep_kept:
+            _close_all(self._kept)
+
+
+def value(props: Mapping[str, Any], name: str, kind: type[T], where: str) -> T:
+    """A property that must be there with this type; otherwise Failure."""
+    found = optional(props, name, kind)
+    if found is None:
+        raise Failure(f"{where} has no {kind.__name__} property {name}")
+    return found
+
+
+def optional(props: Mapping[str, Any], name: str, kind: type[T]) -> T | None:
+    """A property that may be missing: None when absent or of another type."""
+    variant = props.get(name)
+    found = variant.value if isinstance(variant, Variant) else variant
+    return found if isinstance(found, kind) else None
+
+
+def converse(service: str, timeout: float, body: Callable[[Session], Awaitable[T]],
+             address: str | None = None) -> T | Unavailable:
+    """Run one bounded D-Bus conversation in a fresh event loop.
+
+    ``service`` names the answer's source in an Unavailable reason;
+    ``address``: the bus to ask (default: :func:`system_bus_address`).
+    """
+
+    async def conversation() -> T | Unavailable:
+        session = Session(address or system_bus_address())
+        ok = False
+        try:
+            async def steps() -> T:
+                await session.connect()
+                return await body(session)
+
+            result = await asyncio.wait_for(steps(), timeout)
+            ok = True
+            return result
+        except asyncio.TimeoutError:
+            return Unavailable(f"{service}: unavailable: {session.step} timed out "
+                               f"after {timeout:g} s")
+        except Failure as e:
+            return Unavailable(f"{service}: unavailable: {e.reason}")
+        except Exception as e:  # dbus-next raises bare Exception on a lost connection
+            return Unavailable(f"{service}: unavailable: {session.step} failed "
+                               f"({type(e).__name__}: {e})")
+        finally:
+            session.close(keep_kept=ok)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(conversation())
+    # Called from async code: asyncio.run refuses to nest, so use a thread.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, conversation()).result()
+
+
+def _new_bus(address: str) -> Any:
+    # MessageBus.__init__ connects the socket; when that fails dbus-next keeps
+    # no reference we could close, so build the object first and clean up here.
+    bus = MessageBus.__new__(MessageBus)
+    try:
+        MessageBus.__init__(bus, bus_address=address, negotiate_unix_fd=True)
+    except BaseException:
+        _close_socket(bus)
+        raise
+    return bus
+
+
+def _drop_bus(bus: Any) -> None:
+    """Disconnect and free the socket now (dbus-next only shuts it down)."""
+    try:
+        if bus.connected:
+            bus.disconnect()
+        bus._finalize(None)
+    except Exception:
+        pass
+    _close_socket(bus)
+
+
+def _close_socket(bus: Any) -> None:
+    for name in ("_stream", "_sock"):
+        thing = getattr(bus, name, None)
+        if thing is not None:
+            with contextlib.suppress(Exception):
+                thing.close()
+
+
+def _close_all(fds: set[int] | list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _error_text(reply: Any) -> str:
+    body = list(reply.body or ())
+    return str(body[0]) if body and isinstance(body[0], str) else "(no message)"

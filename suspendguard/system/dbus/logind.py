@@ -1,0 +1,128 @@
+"""What logind says about sleeping (capabilities, inhibitor locks), and taking a lock."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from suspendguard.model import Unavailable
+from suspendguard.system.dbus.bus import DEFAULT_TIMEOUT, Failure, Session, converse, value
+
+LOGIND_NAME = "org.freedesktop.login1"
+LOGIND_PATH = "/org/freedesktop/login1"
+LOGIND_MANAGER = "org.freedesktop.login1.Manager"
+
+
+@dataclass(frozen=True, slots=True)
+class Inhibitor:
+    """One entry of logind's ListInhibitors (a(ssssuu))."""
+
+    what: str  # colon-separated: "sleep", "shutdown:sleep", "idle", ...
+    who: str
+    why: str
+    mode: str  # "block", "delay" or "block-weak"
+    uid: int
+    pid: int
+
+    @property
+    def whats(self) -> tuple[str, ...]:
+        return tuple(w for w in self.what.split(":") if w)
+
+    def describe(self) -> str:
+        return (f"{self.who!r} (pid {self.pid}, uid {self.uid}) holds a {self.mode} lock on "
+                f"{self.what}: {self.why}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": self.what, "who": self.who, "why": self.why, "mode": self.mode,
+                "uid": self.uid, "pid": self.pid}
+
+
+@dataclass(frozen=True, slots=True)
+class LogindInfo:
+    """What logind says about sleeping now."""
+
+    can_suspend: str  # na | yes | no | challenge
+    can_hibernate: str
+    inhibitors: tuple[Inhibitor, ...]
+    inhibit_delay_max_usec: int
+    block_inhibited: str  # colon-separated whats, "" when none
+    delay_inhibited: str
+    preparing_for_sleep: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "available": True,
+            "can_suspend": self.can_suspend,
+            "can_hibernate": self.can_hibernate,
+            "inhibitors": [i.to_json() for i in self.inhibitors],
+            "inhibit_delay_max_usec": self.inhibit_delay_max_usec,
+            "block_inhibited": self.block_inhibited,
+            "delay_inhibited": self.delay_inhibited,
+            "preparing_for_sleep": self.preparing_for_sleep,
+        }
+
+
+def sleep_blockers(info: LogindInfo,
+                   own_pids: Sequence[int] | None = None) -> tuple[Inhibitor, ...]:
+    """The ``block`` locks on sleep held by someone else (by default: not this process).
+
+    They stop a suspend requested by a user; root's own requests pass them
+    unless asked to check inhibitors, so they are warnings, not verdicts.
+    """
+    mine = {os.getpid()} if own_pids is None else set(own_pids)
+    return tuple(i for i in info.inhibitors
+                 if i.mode == "block" and "sleep" in i.whats and i.pid not in mine)
+
+
+def logind_info(timeout: float = DEFAULT_TIMEOUT,
+                address: str | None = None) -> LogindInfo | Unavailable:
+    """``address``: the system bus to ask (default: system_bus_address())."""
+    return converse("logind", timeout, _logind_info, address)
+
+
+def take_inhibitor(what: str, who: str, why: str, mode: str = "block",
+                   timeout: float = DEFAULT_TIMEOUT) -> int | Unavailable:
+    """Take a logind inhibitor lock; the lock lasts until the returned fd is closed.
+
+    The fd is the caller's to close (and is not inherited by child processes).
+    """
+
+    async def body(session: Session) -> int:
+        reply = await session.call(LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "Inhibit",
+                                   "ssss", [what, who, why, mode], expect="h")
+        index = reply.body[0]
+        fds: list[int] = list(reply.unix_fds)
+        if not isinstance(index, int) or not 0 <= index < len(fds):
+            raise Failure(f"Inhibit on {LOGIND_NAME} returned no file descriptor")
+        return session.keep(fds[index])
+
+    return converse("logind", timeout, body)
+
+
+async def _logind_info(session: Session) -> LogindInfo:
+    async def string(member: str) -> str:
+        reply = await session.call(LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, member,
+                                   expect="s")
+        return str(reply.body[0])
+
+    can_suspend = await string("CanSuspend")
+    can_hibernate = await string("CanHibernate")
+    reply = await session.call(LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "ListInhibitors",
+                               expect="a(ssssuu)")
+    inhibitors = tuple(
+        Inhibitor(what=str(what), who=str(who), why=str(why), mode=str(mode),
+                  uid=int(uid), pid=int(pid))
+        for what, who, why, mode, uid, pid in reply.body[0])
+    props = await session.get_all(LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER)
+    where = f"{LOGIND_MANAGER} on {LOGIND_NAME}"
+    return LogindInfo(
+        can_suspend=can_suspend,
+        can_hibernate=can_hibernate,
+        inhibitors=inhibitors,
+        inhibit_delay_max_usec=value(props, "InhibitDelayMaxUSec", int, where),
+        block_inhibited=value(props, "BlockInhibited", str, where),
+        delay_inhibited=value(props, "DelayInhibited", str, where),
+        preparing_for_sleep=value(props, "PreparingForSleep", bool, where),
+    )
