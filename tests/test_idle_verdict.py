@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from suspendguard.config import IdleConfig, defaults
-from suspendguard.idle import BACKEND_TYPES, check_idle, make_backends
 from suspendguard.idle.base import Backend, DeviceProcess, DeviceReading, IdleReport, QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
+from suspendguard.idle.registry import BACKEND_TYPES, make_backends
+from suspendguard.idle.sampler import check_idle
 
 HERE = Path(__file__).parent
 RECORDED = HERE / "fixtures" / "npu-smi"

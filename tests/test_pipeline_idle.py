@@ -16,8 +16,8 @@ from conftest import FIXTURES, Holders
 
 from suspendguard.config import IdleConfig
 from suspendguard.guard.pipeline import run
-from suspendguard.idle import check_idle
 from suspendguard.idle.npusmi import NpuSmiBackend
+from suspendguard.idle.sampler import check_idle
 from suspendguard.system.log import Logger
 
 FAKE_NPU_SMI = Path(__file__).parent / "fakes" / "idle" / "npu-smi"

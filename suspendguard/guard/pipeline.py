@@ -59,7 +59,7 @@ def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: fl
 
 
 def _default_idle_check() -> IdleCheck:
-    from suspendguard.idle import check_idle
+    from suspendguard.idle.sampler import check_idle
 
     def check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleResult:
         result: IdleResult = check_idle(config, families, deadline)

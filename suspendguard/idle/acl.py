@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suspendguard.idle.base import Backend, DeviceReading, Family, QueryFailed, find_file
+from suspendguard.config import IDLE_BACKENDS, IdleConfig
+from suspendguard.idle.base import Backend, DeviceReading, QueryFailed, find_file
 from suspendguard.system import runner
 
 DEFAULT_ENV_SCRIPTS = (
@@ -41,11 +42,15 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 class AclBackend(Backend):
     name = "acl"
-    family: Family = "ascend"
+    family = IDLE_BACKENDS[name]
+
+    def __init__(self, config: IdleConfig) -> None:
+        super().__init__(config)
+        self.ascend_env = config.ascend_env
 
     def env_script(self) -> tuple[str | None, str]:
         """(the set_env.sh to source, why none) from [idle] ascend_env or the defaults."""
-        return find_file(self.config.ascend_env, DEFAULT_ENV_SCRIPTS, "ascend_env",
+        return find_file(self.ascend_env, DEFAULT_ENV_SCRIPTS, "ascend_env",
                          "no CANN set_env.sh found")
 
     def probe(self) -> tuple[bool, str]:

@@ -26,6 +26,8 @@ FIELDS = {
 
 def probe() -> dict[str, Any]:
     try:
+        # Only here, in the child: ``acl`` exists once set_env.sh has put the
+        # toolkit on the path, and importing it registers with the runtime.
         import acl
     except ImportError as exc:
         return {"error": f"cannot import acl ({exc}); is [idle] ascend_env the CANN set_env.sh?"}

@@ -14,9 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from suspendguard.config import IdleConfig
+from suspendguard.config import Family, IdleConfig
 
-Family = Literal["ascend", "nvidia"]
 DeviceState = Literal["busy", "idle", "unknown"]
 ReportState = Literal["idle", "busy", "unknown", "none"]
 
@@ -129,13 +128,18 @@ class QueryFailed(Exception):
 
 
 class Backend(ABC):
-    """One way of asking devices of one family whether they are busy."""
+    """One way of asking devices of one family whether they are busy.
+
+    A subclass sets ``name`` (its entry in config.IDLE_BACKENDS, which also
+    gives its ``family``) and reads the ``[idle]`` keys it needs in its own
+    ``__init__``, so the registry makes every backend alike from the config.
+    """
 
     name: str
     family: Family
 
     def __init__(self, config: IdleConfig) -> None:
-        self.config = config
+        self.busy_threshold = config.busy_threshold
 
     @abstractmethod
     def probe(self) -> tuple[bool, str]:
@@ -153,7 +157,7 @@ class Backend(ABC):
         reason: str = "",
     ) -> DeviceReading:
         """A DeviceReading whose state follows from its load readings."""
-        state, why = judge(readings, self.config.busy_threshold)
+        state, why = judge(readings, self.busy_threshold)
         return DeviceReading(
             id=device, family=self.family, state=state, source=self.name,
             readings=dict(readings), processes=processes,

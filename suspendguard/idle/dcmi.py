@@ -13,11 +13,11 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from suspendguard.config import IDLE_BACKENDS, IdleConfig
 from suspendguard.idle.base import (
     Backend,
     DeviceProcess,
     DeviceReading,
-    Family,
     QueryFailed,
     ascend_device_id,
     call_with_timeout,
@@ -64,16 +64,17 @@ def _code(ret: int) -> str:
 
 class DcmiBackend(Backend):
     name = "dcmi"
-    family: Family = "ascend"
+    family = IDLE_BACKENDS[name]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: IdleConfig) -> None:
+        super().__init__(config)
+        self.dcmi_library = config.dcmi_library
         self._lib: ctypes.CDLL | None = None
         self._initialised = False
         self._hung = ""
 
     def library_path(self) -> tuple[str | None, str]:
-        return find_file(self.config.dcmi_library, DEFAULT_LIBRARIES, "dcmi_library",
+        return find_file(self.dcmi_library, DEFAULT_LIBRARIES, "dcmi_library",
                          "libdcmi.so not found")
 
     def _load(self) -> ctypes.CDLL:

@@ -17,11 +17,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from suspendguard.config import IDLE_BACKENDS, IdleConfig
 from suspendguard.idle.base import (
     Backend,
     DeviceProcess,
     DeviceReading,
-    Family,
     QueryFailed,
     ascend_device_id,
 )
@@ -241,10 +241,14 @@ def parse_usages(text: str) -> dict[str, float | None] | None:
 
 class NpuSmiBackend(Backend):
     name = "npu-smi"
-    family: Family = "ascend"
+    family = IDLE_BACKENDS[name]
+
+    def __init__(self, config: IdleConfig) -> None:
+        super().__init__(config)
+        self.tool = config.npu_smi
 
     def probe(self) -> tuple[bool, str]:
-        tool = self.config.npu_smi
+        tool = self.tool
         if "/" in tool:
             if os.access(tool, os.X_OK) and os.path.isfile(tool):
                 return True, tool
@@ -257,8 +261,8 @@ class NpuSmiBackend(Backend):
     def _run(self, args: list[str], until: float) -> runner.RunResult:
         left = until - time.monotonic()
         if left <= 0:
-            raise QueryFailed(f"{self.config.npu_smi} {' '.join(args)}: no time left")
-        return runner.run([self.config.npu_smi, *args], timeout=left)
+            raise QueryFailed(f"{self.tool} {' '.join(args)}: no time left")
+        return runner.run([self.tool, *args], timeout=left)
 
     def query(self, timeout_s: float) -> list[DeviceReading]:
         until = time.monotonic() + timeout_s
@@ -275,7 +279,7 @@ class NpuSmiBackend(Backend):
                 chips = [NpuChip(npu, chip, "", "")
                          for npu, count in parse_list(listed.stdout) for chip in range(count)]
             if not chips:
-                raise QueryFailed(f"{self.config.npu_smi} info: no NPU found in its output")
+                raise QueryFailed(f"{self.tool} info: no NPU found in its output")
         per_npu: dict[int, int] = {}
         for chip in chips:
             per_npu[chip.npu] = per_npu.get(chip.npu, 0) + 1

@@ -3,30 +3,35 @@
 ``pynvml`` comes from the nvidia-ml-py package (the optional extra
 ``suspendguard[nvidia]``); it is imported here and nowhere else. NVML is a
 C library called in this process, so each query runs under
-base.call_with_timeout. Every NVMLError becomes an unknown reading or a
-failed query, never an exception for the pipeline.
+base.call_with_timeout. Every call goes through ``_ask``, the one place an
+NVMLError becomes Unavailable: an unknown reading or a failed query, never
+an exception for the pipeline.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
+from suspendguard.config import IDLE_BACKENDS, IdleConfig
 from suspendguard.idle.base import (
     Backend,
     DeviceProcess,
     DeviceReading,
-    Family,
     QueryFailed,
     call_with_timeout,
 )
+from suspendguard.model import Unavailable
 
 MB = 1024 * 1024
+T = TypeVar("T")
 
 
 def _load() -> ModuleType:
+    # pynvml is an optional extra: imported by name when asked for, so a
+    # host without it still runs every other backend.
     try:
         return importlib.import_module("pynvml")
     except ImportError as exc:
@@ -39,12 +44,20 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def _ask(nvml: ModuleType, fn: Callable[..., T], *args: Any) -> T | Unavailable:
+    """``fn(*args)``, or Unavailable with NVML's words when it answers with an error."""
+    try:
+        return fn(*args)
+    except nvml.NVMLError as exc:
+        return Unavailable(_text(exc))
+
+
 class NvmlBackend(Backend):
     name = "nvml"
-    family: Family = "nvidia"
+    family = IDLE_BACKENDS[name]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: IdleConfig) -> None:
+        super().__init__(config)
         self._hung = ""
 
     def probe(self) -> tuple[bool, str]:
@@ -64,49 +77,48 @@ class NvmlBackend(Backend):
             if "abandoned" in str(exc):
                 self._hung = f"{exc}; not asked again while that call is stuck"
             raise
-        except nvml.NVMLError as exc:
-            raise QueryFailed(f"NVML: {_text(exc)}") from None
 
     def _read(self, nvml: ModuleType) -> list[DeviceReading]:
         # Init and shut down around every query: an initialised NVML keeps
         # /dev/nvidiactl and /dev/nvidiaN open in the guard, which must hold
         # no device node of its own when the suspend goes on.
-        nvml.nvmlInit()
+        started = _ask(nvml, nvml.nvmlInit)
+        if isinstance(started, Unavailable):
+            raise QueryFailed(f"NVML: {started.reason}")
         try:
-            count = nvml.nvmlDeviceGetCount()
+            count = _ask(nvml, nvml.nvmlDeviceGetCount)
+            if isinstance(count, Unavailable):
+                raise QueryFailed(f"NVML: {count.reason}")
             return [self._device(nvml, index) for index in range(count)]
         finally:
             # the readings are taken; a failed shutdown changes none of them
-            with contextlib.suppress(nvml.NVMLError):
-                nvml.nvmlShutdown()
+            _ask(nvml, nvml.nvmlShutdown)
 
     def _device(self, nvml: ModuleType, index: int) -> DeviceReading:
         ident = f"gpu {index}"
         notes: list[str] = []
         readings: dict[str, float | None] = {"gpu_pct": None, "gpu_memory_pct": None}
-        try:
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        except nvml.NVMLError as exc:
-            return self.reading(ident, readings, (), f"NVML handle: {_text(exc)}")
-        try:
-            util = nvml.nvmlDeviceGetUtilizationRates(handle)
+        handle = _ask(nvml, nvml.nvmlDeviceGetHandleByIndex, index)
+        if isinstance(handle, Unavailable):
+            return self.reading(ident, readings, (), f"NVML handle: {handle.reason}")
+        util = _ask(nvml, nvml.nvmlDeviceGetUtilizationRates, handle)
+        if isinstance(util, Unavailable):
+            notes.append(f"utilization: {util.reason}")
+        else:
             readings["gpu_pct"] = float(util.gpu)
             readings["gpu_memory_pct"] = float(util.memory)
-        except nvml.NVMLError as exc:
-            notes.append(f"utilization: {_text(exc)}")
-        try:
-            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        memory = _ask(nvml, nvml.nvmlDeviceGetMemoryInfo, handle)
+        if isinstance(memory, Unavailable):
+            notes.append(f"memory: {memory.reason}")
+        else:
             readings["memory_used_mb"] = memory.used / MB
             readings["memory_total_mb"] = memory.total / MB
-        except nvml.NVMLError as exc:
-            notes.append(f"memory: {_text(exc)}")
         processes: dict[int, DeviceProcess] = {}
         for kind, call in (("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
                            ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
-            try:
-                found = call(handle)
-            except nvml.NVMLError as exc:
-                notes.append(f"{kind} processes: {_text(exc)}")
+            found = _ask(nvml, call, handle)
+            if isinstance(found, Unavailable):
+                notes.append(f"{kind} processes: {found.reason}")
                 continue
             for proc in found:
                 used = getattr(proc, "usedGpuMemory", None)
@@ -119,7 +131,6 @@ class NvmlBackend(Backend):
 
     @staticmethod
     def _process_name(nvml: ModuleType, pid: int) -> str:
-        try:
-            return _text(nvml.nvmlSystemGetProcessName(pid))
-        except nvml.NVMLError:
-            return ""  # the /proc scan names it; NVML often cannot across namespaces
+        name = _ask(nvml, nvml.nvmlSystemGetProcessName, pid)
+        # the /proc scan names it; NVML often cannot across namespaces
+        return "" if isinstance(name, Unavailable) else _text(name)

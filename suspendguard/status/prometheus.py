@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from suspendguard.idle import BACKEND_TYPES
+from suspendguard.idle.catalog import family_of
 from suspendguard.install import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.status import Status
@@ -171,8 +171,7 @@ def _accelerators(m: Metrics, s: Status) -> None:
              "state", str(data.get("state")), ("idle", "busy", "unknown", "none"))
     for dev in data.get("devices", []):
         source = str(dev.get("source"))
-        backend = BACKEND_TYPES.get(source)
-        family = backend.family if backend is not None else ""
+        family = family_of(source) or ""
         labels = {"device": str(dev.get("id")), "family": family, "source": source}
         m.one_of("suspendguard_device_state",
                  "Each device's state as the idle check read it (1 for the state)",

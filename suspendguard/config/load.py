@@ -1,0 +1,138 @@
+"""Read the TOML file once and validate it once into a Config."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from suspendguard.config.effective import Config
+from suspendguard.config.schema import SCHEMA, SECTIONS
+from suspendguard.config.validate import Invalid, validate
+from suspendguard.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10
+    import tomli as tomllib
+
+DEFAULT_PATH = "/etc/suspendguard/config.toml"
+ENV_VAR = "SUSPENDGUARD_CONFIG"
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?")
+_ASSIGN = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*=")
+
+
+def defaults() -> Config:
+    return build({})
+
+
+def resolve_path(cli_path: str | None, environ: Mapping[str, str] | None = None) -> tuple[str, bool]:
+    """(path, explicit): --config wins over $SUSPENDGUARD_CONFIG over the default."""
+    env = os.environ if environ is None else environ
+    if cli_path:
+        return cli_path, True
+    if env.get(ENV_VAR):
+        return env[ENV_VAR], True
+    return DEFAULT_PATH, False
+
+
+def load(cli_path: str | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Read and validate the configuration; a missing default file means defaults."""
+    path, explicit = resolve_path(cli_path, environ)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"{path}: configuration file not found") from None
+        return defaults()
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a TOML file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied reading the configuration") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: TOML syntax error: {exc}") from None
+    return build(data, path, text)
+
+
+def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> Config:
+    """Validate a parsed TOML document (possibly empty) into a Config."""
+    for section in data:
+        if section not in SCHEMA:
+            raise ConfigError(
+                f"{path}: unknown section [{section}]; expected one of "
+                + ", ".join(f"[{s}]" for s in SCHEMA)
+            )
+        if not isinstance(data[section], dict):
+            raise ConfigError(f"{path}: {section} must be a table [{section}]")
+    values: dict[str, dict[str, Any]] = {}
+    for section, specs in SCHEMA.items():
+        given = data.get(section, {})
+        for key in given:
+            if key not in specs:
+                raise ConfigError(
+                    f"{_where(path, section, key, text)}: unknown key; "
+                    f"expected one of {', '.join(specs)}"
+                )
+        out: dict[str, Any] = {}
+        for key, spec in specs.items():
+            try:
+                out[key] = validate(spec, given.get(key, spec.default))
+            except Invalid as exc:
+                raise ConfigError(f"{_where(path, section, key, text)}: expected {exc}") from None
+        values[section] = out
+    _check_together(values, path, text)
+    return Config(
+        **{section: record(**values[section]) for section, record in SECTIONS.items()},
+        path=None if path == "<defaults>" else path,
+        loaded=path != "<defaults>",
+    )
+
+
+def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: str) -> None:
+    """The rules that span keys, or bound one tighter than its kind does."""
+    drain = values["drain"]
+    if drain["timeout_s"] <= 0:
+        raise ConfigError(
+            f"{_where(path, 'drain', 'timeout_s', text)}: "
+            f"expected a number > 0, got {drain['timeout_s']}"
+        )
+    if drain["deadline_s"] <= drain["timeout_s"]:
+        raise ConfigError(
+            f"{_where(path, 'drain', 'deadline_s', text)}: "
+            f"expected a number greater than [drain] timeout_s ({drain['timeout_s']}), "
+            f"got {drain['deadline_s']}"
+        )
+    if values["idle"]["samples"] < 1:
+        raise ConfigError(f"{_where(path, 'idle', 'samples', text)}: expected an integer >= 1")
+
+
+def _where(path: str, section: str, key: str, text: str) -> str:
+    line = _line_of(text, section, key)
+    at = f" (line {line})" if line else ""
+    return f"{path}: [{section}] {key}{at}"
+
+
+def _line_of(text: str, section: str, key: str) -> int | None:
+    """Best-effort line number of ``key`` inside ``[section]`` of a TOML text."""
+    current = None
+    for number, line in enumerate(text.splitlines(), 1):
+        m = _HEADER.match(line)
+        if m:
+            current = m.group(1)
+            if current == f"{section}.{key}":
+                return number
+            continue
+        m = _ASSIGN.match(line)
+        if m and current == section and m.group(1) == key:
+            return number
+    return None

@@ -1,0 +1,81 @@
+"""The configuration printed as TOML: the effective values, or the commented defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from suspendguard.config.schema import RULE_FIELDS, SCHEMA, EscalationStep, Rule
+from suspendguard.config.validate import validate
+
+if TYPE_CHECKING:  # effective.py imports this module for Config.digest
+    from suspendguard.config.effective import Config
+
+
+def to_toml(config: Config) -> str:
+    """The effective configuration as TOML (loads back to the same Config)."""
+    values = {
+        section: {key: getattr(getattr(config, section), key) for key in specs}
+        for section, specs in SCHEMA.items()
+    }
+    return _document(values)
+
+
+def commented_default() -> str:
+    """The commented default file that ``suspendguard install`` writes."""
+    lines = [
+        "# suspendguard configuration. Every key is optional; the values shown",
+        "# (commented out) are the defaults. See the README for the reference.",
+        "",
+    ]
+    for section, specs in SCHEMA.items():
+        lines.append(f"[{section}]")
+        for key, spec in specs.items():
+            lines.append(f"# {spec.doc}")
+            if spec.kind == "rules":
+                lines.append(f"# {key} = [ {{ comm = \"example\" }} ]")
+            else:
+                lines.append(f"# {key} = {_toml_value(validate(spec, spec.default))}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _document(values: Mapping[str, Mapping[str, Any]]) -> str:
+    lines: list[str] = []
+    for section, specs in SCHEMA.items():
+        lines.append(f"[{section}]")
+        for key, spec in specs.items():
+            value = values[section][key]
+            if spec.kind == "rules":
+                rules: Sequence[Rule] = value
+                lines.append(f"{key} = [" + ", ".join(_rule_table(r) for r in rules) + "]")
+            else:
+                lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, EscalationStep):
+        return _toml_str(f"{value.signal}:{value.wait_s:g}")
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(type(value))  # pragma: no cover
+
+
+def _toml_str(value: str) -> str:
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    out = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in out)
+    return f'"{out}"'
+
+
+def _rule_table(rule: Rule) -> str:
+    return "{ " + ", ".join(
+        f"{k} = {_toml_str(getattr(rule, k))}" for k in RULE_FIELDS if getattr(rule, k) is not None
+    ) + " }"

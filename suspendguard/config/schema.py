@@ -1,0 +1,186 @@
+"""The one table of defaults: every section, key, kind, default and help.
+
+Each section is a frozen dataclass whose fields are made by ``setting()``:
+the field carries its key's Spec (default, kind, help, choices) in its
+metadata, and ``SCHEMA`` is read off the dataclasses. So a key is written
+once, as a typed attribute next to its default and its help.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+Family = Literal["ascend", "nvidia"]
+FAMILIES: tuple[Family, ...] = ("ascend", "nvidia")
+
+# The idle backends ``[idle] backends`` may name, in the order they are tried
+# by default, and the family each one reads. Kept here because validating
+# that key needs the names and config is the lowest layer that does; idle/
+# maps the same names to its implementations (idle/registry.py).
+IDLE_BACKENDS: dict[str, Family] = {
+    "acl": "ascend",
+    "npu-smi": "ascend",
+    "dcmi": "ascend",
+    "nvml": "nvidia",
+}
+
+DEFAULT_STATE_DIR = "/var/lib/suspendguard"
+
+# kind is one of: str, path, int, float, bool, list, globs, choice, choices,
+# signal, escalate, rules.
+Kind = Literal[
+    "str", "path", "int", "float", "bool", "list", "globs",
+    "choice", "choices", "signal", "escalate", "rules",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One key of the schema; ``default`` is written as it would be in TOML."""
+
+    default: Any
+    kind: Kind
+    doc: str
+    choices: tuple[str, ...] = ()
+
+
+def setting(default: Any, kind: Kind, doc: str, choices: tuple[str, ...] = ()) -> Any:
+    """A section field that carries its key's Spec (the validated value has no default)."""
+    return field(metadata={"spec": Spec(default, kind, doc, choices)})
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A policy rule: every field given must match."""
+
+    comm: str | None = None
+    exe: str | None = None
+    cmdline: str | None = None
+    user: str | None = None
+    unit: str | None = None
+
+    def describe(self) -> str:
+        parts = [f"{k}={getattr(self, k)!r}" for k in RULE_FIELDS if getattr(self, k) is not None]
+        return ", ".join(parts)
+
+
+RULE_FIELDS = tuple(f.name for f in fields(Rule))
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationStep:
+    signal: str
+    wait_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DevicesConfig:
+    families: tuple[str, ...] = setting(
+        list(FAMILIES), "choices", "Built-in node lists to use (ascend, nvidia).", FAMILIES,
+    )
+    nodes: tuple[str, ...] = setting([], "globs", "Extra compute nodes (globs).")
+    management: tuple[str, ...] = setting([], "globs", "Extra management nodes (globs).")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    protect: tuple[Rule, ...] = setting(
+        [], "rules",
+        "Rules for holders never signalled; while one runs the suspend is vetoed.",
+    )
+    ignore: tuple[Rule, ...] = setting(
+        [], "rules", "Rules for holders that do not count and are never signalled.",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DrainConfig:
+    signal: str = setting("SIGINT", "signal", "Signal sent to each holder to ask it to stop.")
+    timeout_s: float = setting(
+        30.0, "float", "Seconds to wait for holders to exit after the signal.",
+    )
+    rounds: int = setting(2, "int", "Rescans after the wait for holders that appeared meanwhile.")
+    escalate: tuple[EscalationStep, ...] = setting(
+        [], "escalate",
+        'Opt-in escalation steps "SIGNAL:SECONDS", e.g. ["SIGTERM:10", "SIGKILL:5"].',
+    )
+    on_sigint_ignored: str = setting(
+        "veto", "choice",
+        "A holder that ignores the signal: veto, escalate, or signal-anyway.",
+        ("veto", "escalate", "signal-anyway"),
+    )
+    deadline_s: float = setting(
+        100.0, "float",
+        "Hard limit for one guard run; the unit's TimeoutStartSec is this plus 20 s.",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class IdleConfig:
+    backends: tuple[str, ...] = setting(
+        list(IDLE_BACKENDS), "choices",
+        "Idle backends to try, in order; those that probe OK are used.", tuple(IDLE_BACKENDS),
+    )
+    samples: int = setting(3, "int", "Consecutive idle readings needed to call a device idle.")
+    interval_ms: int = setting(200, "int", "Milliseconds between readings.")
+    settle_s: float = setting(
+        3.0, "float", "Seconds a device may take to read idle after a drain.",
+    )
+    busy_threshold: float = setting(
+        0.0, "float", "Utilization percent above which a reading is busy.",
+    )
+    on_unknown: str = setting(
+        "allow", "choice",
+        "When no backend can answer for a device found: allow (warn) or veto.",
+        ("allow", "veto"),
+    )
+    # The keys below belong to one backend each; the backend reads its own
+    # when it is made (idle/npusmi.py, idle/acl.py, idle/dcmi.py).
+    npu_smi: str = setting("npu-smi", "str", "The npu-smi command (name on PATH or a path).")
+    command_timeout_s: float = setting(5.0, "float", "Timeout for each backend query.")
+    ascend_env: str = setting(
+        "", "str", "set_env.sh sourced for the pyACL probe; empty: first of the CANN defaults.",
+    )
+    dcmi_library: str = setting(
+        "", "str", "Path of libdcmi.so; empty: search the driver's default places.",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LogsConfig:
+    paths: tuple[str, ...] = setting(
+        [
+            "$ASCEND_PROCESS_LOG_PATH/**",
+            "$ASCEND_WORK_PATH/log/**",
+            "~/ascend/log/**",
+            "/var/log/npu/slog/**",
+        ],
+        "list",
+        "Globs of Ascend log files; ~ means root's and each holder's home.",
+    )
+    max_bytes: int = setting(
+        64 * 1024 * 1024, "int", "At most this many bytes per file, from its end.",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StateConfig:
+    dir: str = setting(DEFAULT_STATE_DIR, "path", "History database and state.")
+
+
+# The file's sections, in the order they are printed; Config has one
+# attribute of the same name for each.
+SECTIONS: dict[str, type] = {
+    "devices": DevicesConfig,
+    "policy": PolicyConfig,
+    "drain": DrainConfig,
+    "idle": IdleConfig,
+    "logs": LogsConfig,
+    "state": StateConfig,
+}
+
+SCHEMA: dict[str, dict[str, Spec]] = {
+    section: {f.name: f.metadata["spec"] for f in fields(record)}
+    for section, record in SECTIONS.items()
+}

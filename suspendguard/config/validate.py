@@ -1,0 +1,137 @@
+"""How one value of each schema kind is checked and turned into its record form."""
+
+from __future__ import annotations
+
+import re
+import signal
+from typing import Any
+
+from suspendguard.config.schema import RULE_FIELDS, EscalationStep, Rule, Spec
+
+
+class Invalid(Exception):
+    """What the value should have been; the loader adds the file, key and line."""
+
+
+def validate(spec: Spec, value: Any) -> Any:
+    """``value`` checked against ``spec`` in its record form (lists become tuples)."""
+    kind = spec.kind
+    if kind in ("str", "path"):
+        if not isinstance(value, str):
+            raise Invalid("a string")
+        if kind == "path" and not value.startswith("/"):
+            raise Invalid(f"an absolute path, got {value!r}")
+        return value
+    if kind in ("int", "float"):
+        return _number(value, kind)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise Invalid("true or false")
+        return value
+    if kind == "choice":
+        if value not in spec.choices:
+            raise Invalid("one of " + ", ".join(f'"{c}"' for c in spec.choices) + f", got {value!r}")
+        return value
+    if kind == "choices":
+        items = _str_list(value)
+        for item in items:
+            if item not in spec.choices:
+                raise Invalid(
+                    "a list of " + ", ".join(f'"{c}"' for c in spec.choices) + f", got {item!r}"
+                )
+        return tuple(dict.fromkeys(items))
+    if kind == "list":
+        return tuple(_str_list(value))
+    if kind == "globs":
+        items = _str_list(value)
+        for item in items:
+            _check_glob(item)
+        return tuple(items)
+    if kind == "signal":
+        return signal_name(value)
+    if kind == "escalate":
+        return tuple(_step(item) for item in _str_list(value))
+    if kind == "rules":
+        if not isinstance(value, list):
+            raise Invalid("a list of tables (an array of tables such as [[policy.protect]])")
+        return tuple(_rule(v, i) for i, v in enumerate(value))
+    raise AssertionError(kind)  # pragma: no cover
+
+
+def signal_name(name: str) -> str:
+    """The canonical spelling ("SIGINT") of a signal name ("int", "sigint", "SIGINT")."""
+    if not isinstance(name, str):
+        raise Invalid("a signal name such as \"SIGINT\"")
+    upper = name.upper()
+    if not upper.startswith("SIG"):
+        upper = "SIG" + upper
+    try:
+        return signal.Signals[upper].name
+    except KeyError:
+        raise Invalid(f'a signal name such as "SIGINT", got {name!r}') from None
+
+
+def _check_glob(pattern: str) -> None:
+    if not pattern:
+        raise Invalid("an empty glob")
+    if not pattern.startswith("/"):
+        raise Invalid(f"an absolute path glob, got {pattern!r}")
+    depth = 0
+    for ch in pattern:
+        if ch == "[":
+            depth += 1
+        elif ch == "]" and depth:
+            depth -= 1
+    if depth:
+        raise Invalid(f"a valid glob, got {pattern!r} (unclosed '[')")
+
+
+def _str_list(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise Invalid("a list of strings")
+    return list(value)
+
+
+def _number(value: Any, kind: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Invalid("a number" if kind == "float" else "an integer")
+    if kind == "int" and not isinstance(value, int):
+        raise Invalid("an integer")
+    if value < 0:
+        raise Invalid(f"a number >= 0, got {value}")
+    return value
+
+
+def _step(item: str) -> EscalationStep:
+    name, sep, secs = item.partition(":")
+    try:
+        wait = float(secs) if sep else -1.0
+    except ValueError:
+        wait = -1.0
+    if wait < 0:
+        raise Invalid(f'steps like "SIGTERM:10", got {item!r}')
+    return EscalationStep(signal_name(name), wait)
+
+
+def _rule(value: Any, index: int) -> Rule:
+    if not isinstance(value, dict):
+        raise Invalid(f"entry {index + 1}: a table such as {{ comm = \"npu-smi\" }}")
+    unknown = sorted(set(value) - set(RULE_FIELDS))
+    if unknown:
+        raise Invalid(
+            f"entry {index + 1}: unknown field {unknown[0]!r}; expected one of "
+            + ", ".join(RULE_FIELDS)
+        )
+    if not value:
+        raise Invalid(f"entry {index + 1}: at least one of " + ", ".join(RULE_FIELDS))
+    for k, v in value.items():
+        if not isinstance(v, str) or not v:
+            raise Invalid(f"entry {index + 1}: {k} must be a non-empty string")
+    if "cmdline" in value:
+        try:
+            re.compile(value["cmdline"])
+        except re.error as exc:
+            raise Invalid(
+                f"entry {index + 1}: cmdline must be a valid regular expression ({exc})"
+            ) from None
+    return Rule(**value)

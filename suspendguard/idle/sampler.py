@@ -1,0 +1,257 @@
+"""Sample every device through the backends until each reads idle, busy or unknown.
+
+Utilization figures are averages over a sampling window, so they lag a
+job's exit: on a real H200, NVML read 2-7 % for up to 0.4 s after the last
+process had gone (tests/fixtures/nvidia-h200/drain-timing.json). A device is
+therefore idle only after ``samples`` consecutive readings at or under
+``busy_threshold``, and busy only if it still reads above it once
+``settle_s`` has passed.
+
+Everything here is plain Python over the backends' plain readings; the
+backends are arguments, so tests hand in real tools, fakes or stand-ins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from suspendguard.config import FAMILIES, IdleConfig
+from suspendguard.idle.base import (
+    Backend,
+    BackendStatus,
+    DeviceProcess,
+    DeviceReading,
+    DeviceState,
+    IdleReport,
+    QueryFailed,
+    ReportState,
+    judge,
+)
+from suspendguard.idle.registry import make_backends
+
+
+@dataclasses.dataclass
+class _Track:
+    """One device as one backend sees it over the run."""
+
+    latest: DeviceReading
+    idle_run: int = 0
+    busy: DeviceReading | None = None  # the last reading above the threshold
+    decided: DeviceState | None = None
+    why: str = ""
+    processes: dict[int, DeviceProcess] = dataclasses.field(default_factory=dict)
+
+    def report(self) -> DeviceReading:
+        shown = self.busy if self.decided == "busy" and self.busy else self.latest
+        return dataclasses.replace(
+            shown, state=self.decided or "unknown", reason=self.why or shown.reason,
+            processes=tuple(self.processes.values()),
+        )
+
+
+def _said_by(name: str, reason: str) -> str:
+    return reason if reason.startswith(f"{name}:") else f"{name}: {reason}"
+
+
+def _pct(value: float) -> str:
+    return f"{value:g}%"
+
+
+def check_idle(
+    config: IdleConfig,
+    families: Sequence[str],
+    deadline: float,
+    *,
+    backends: Sequence[Backend] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> IdleReport:
+    """Sample every device of ``families`` until each is idle, busy or unknown.
+
+    ``deadline`` is a ``clock()`` value the whole step finishes by: each
+    query gets at most what is left of it. ``backends`` defaults to those in
+    ``[idle] backends``; only those of a family in ``families`` (the families
+    whose nodes were found) that probe OK are asked.
+    """
+    # Only families a backend can ask; nodes of other families ("extra"
+    # globs) are covered by the /proc scan alone.
+    wanted = tuple(dict.fromkeys(f for f in families if f in FAMILIES))
+    if not wanted:
+        return IdleReport("none", (), (), (), ("no accelerator found",))
+    candidates = make_backends(config) if backends is None else list(backends)
+
+    statuses: dict[str, BackendStatus] = {}
+    active: list[Backend] = []
+    for backend in candidates:
+        if backend.family not in wanted:
+            statuses[backend.name] = BackendStatus(
+                backend.name, False, f"not needed: no {backend.family} device found")
+            continue
+        try:
+            ok, why = backend.probe()
+        except Exception as exc:  # a probe must not crash the guard
+            ok, why = False, f"probe failed: {type(exc).__name__}: {exc}"
+        statuses[backend.name] = BackendStatus(backend.name, ok, why)
+        if ok:
+            active.append(backend)
+
+    start = clock()
+    settle_end = start + config.settle_s
+    interval = config.interval_ms / 1000.0
+    tracks: dict[tuple[str, str], _Track] = {}
+    failed: dict[str, str] = {}  # backend name -> why it stopped answering
+    answered: set[str] = set()
+    used = list(active)
+
+    while active and clock() < deadline:
+        for backend in list(active):
+            left = deadline - clock()
+            if left <= 0:
+                break
+            try:
+                readings = backend.query(min(config.command_timeout_s, left))
+                if not readings:
+                    raise QueryFailed("reported no device")
+            except QueryFailed as exc:
+                failed[backend.name] = _said_by(backend.name, str(exc))
+                active.remove(backend)
+                continue
+            except Exception as exc:  # a backend bug is an unknown, not a crash
+                failed[backend.name] = _said_by(
+                    backend.name, f"unexpected error: {type(exc).__name__}: {exc}")
+                active.remove(backend)
+                continue
+            answered.add(backend.name)
+            now = clock()
+            for reading in readings:
+                _update(tracks, reading, now >= settle_end, config)
+            present = {r.id for r in readings}
+            for (source, ident), track in tracks.items():
+                if source == backend.name and ident not in present and not track.decided:
+                    track.decided = "unknown"
+                    track.why = f"no longer reported by {backend.name}"
+            if all(t.decided for (src, _), t in tracks.items() if src == backend.name):
+                active.remove(backend)  # nothing left for it to settle
+        if active:
+            pause = min(interval, deadline - clock())
+            if pause > 0:
+                sleep(pause)
+
+    for backend in active:
+        if backend.name not in answered:
+            failed[backend.name] = f"{backend.name}: no answer before the deadline"
+    for (source, _), track in tracks.items():
+        if track.decided is None and source in failed:
+            if track.latest.state == "busy":
+                # Its last word was "busy"; silence afterwards proves nothing.
+                track.decided = "busy"
+                track.why = f"when {source} stopped answering ({failed[source]})"
+            else:
+                track.decided, track.why = "unknown", f"no verdict: {failed[source]}"
+        elif track.decided is None:
+            _at_deadline(track, config.samples, clock() - start)
+    for name, why in failed.items():
+        statuses[name] = BackendStatus(name, False, why)
+
+    families_of = {b.name: b.family for b in candidates}
+    return _verdict(config, wanted, families_of, used, tracks, failed,
+                    tuple(statuses.values()))
+
+
+def _update(tracks: dict[tuple[str, str], _Track], reading: DeviceReading,
+            settled: bool, config: IdleConfig) -> None:
+    if reading.state != "unknown":
+        # One threshold for the whole run: this config's, whatever the
+        # backend was built with.
+        reading = dataclasses.replace(
+            reading, state=judge(reading.readings, config.busy_threshold)[0])
+    track = tracks.setdefault((reading.source, reading.id), _Track(reading))
+    for proc in reading.processes:
+        track.processes[proc.pid] = proc
+    if track.decided:
+        return
+    samples = config.samples
+    track.latest = reading
+    if reading.state == "unknown":
+        track.decided, track.why = "unknown", reading.reason or "no utilization reading"
+    elif reading.state == "idle":
+        track.idle_run += 1
+        if track.idle_run >= samples:
+            track.decided = "idle"
+    else:
+        track.idle_run, track.busy = 0, reading
+        if settled:
+            track.decided = "busy"
+
+
+def _at_deadline(track: _Track, samples: int, elapsed: float) -> None:
+    if track.latest.state == "busy":
+        # The deadline cut the settle short while it still computed: that is
+        # evidence of work, not a lack of it.
+        track.decided = "busy"
+        track.why = f"still busy at the deadline ({elapsed:.1f} s)"
+    else:
+        track.decided = "unknown"
+        track.why = (f"no verdict before the deadline ({elapsed:.1f} s): "
+                     f"idle for {track.idle_run} of {samples} samples")
+
+
+def _busy_reason(track: _Track, config: IdleConfig) -> str:
+    reading = track.busy or track.latest
+    load = reading.load()
+    figure = f"{load[0]} {_pct(load[1])}" if load else "busy"
+    when = track.why or f"after {config.settle_s:.1f} s settle"
+    return (f"{reading.id} ({reading.source}): {figure} > "
+            f"{_pct(config.busy_threshold)} {when}")
+
+
+def _verdict(
+    config: IdleConfig,
+    families: tuple[str, ...],
+    families_of: Mapping[str, str],
+    used: list[Backend],
+    tracks: dict[tuple[str, str], _Track],
+    failed: dict[str, str],
+    statuses: tuple[BackendStatus, ...],
+) -> IdleReport:
+    vetoes: list[str] = []
+    warnings: list[str] = []
+    states: list[ReportState] = []
+    sources = {b.name: b.family for b in used}
+    for family in families:
+        mine = {key: t for key, t in tracks.items() if sources.get(key[0]) == family}
+        busy = [t for t in mine.values() if t.decided == "busy"]
+        if busy:
+            vetoes.extend(_busy_reason(t, config) for t in busy)
+            states.append("busy")
+            continue
+        # Idle needs one backend that answered for every device it knows.
+        idle_by = [
+            name for name, fam in sources.items()
+            if fam == family and name not in failed
+            and any(src == name for src, _ in mine)
+            and all(t.decided == "idle" for (src, _), t in mine.items() if src == name)
+        ]
+        if idle_by:
+            states.append("idle")
+            continue
+        states.append("unknown")
+        why = [failed[b.name] for b in used if b.family == family and b.name in failed]
+        why += [f"{t.latest.id} ({t.latest.source}): {t.why}"
+                for t in mine.values() if t.decided == "unknown"]
+        if not any(b.family == family for b in used):
+            why += [_said_by(s.name, s.reason) for s in statuses
+                    if not s.available and families_of.get(s.name) == family]
+        text = f"{family}: no idle backend could answer ({'; '.join(why) or 'none configured'})"
+        if config.on_unknown == "veto":
+            vetoes.append(f"{text}; vetoed by [idle] on_unknown = veto")
+        else:
+            warnings.append(f"{text}; allowed by [idle] on_unknown = allow")
+
+    state: ReportState = (
+        "busy" if "busy" in states else "unknown" if "unknown" in states else "idle"
+    )
+    devices = tuple(t.report() for t in tracks.values())
+    return IdleReport(state, devices, statuses, tuple(vetoes), tuple(warnings))
