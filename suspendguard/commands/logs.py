@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 from suspendguard.errors import UsageError
 from suspendguard.logs.finding import Finding
 from suspendguard.logs.rules import BY_ID
-from suspendguard.logs.scan import ScanReport, scan
+from suspendguard.logs.search import SearchReport, search
 
 if TYPE_CHECKING:  # pragma: no cover
     from suspendguard.commands.context import Context
@@ -61,7 +61,7 @@ def _fmt(when: datetime | None) -> str:
     return when.isoformat(sep=" ", timespec="seconds") if when else "no time"
 
 
-def _human(report: ScanReport, out: TextIO, since: datetime | None) -> None:
+def _human(report: SearchReport, out: TextIO, since: datetime | None) -> None:
     out.write(
         f"Read {report.files_read} file(s), {report.bytes_read} bytes"
         + (f", since {_fmt(since)}" if since else "")
@@ -95,18 +95,18 @@ def _human(report: ScanReport, out: TextIO, since: datetime | None) -> None:
             out.write(f"  {s.path}: {s.reason}\n")
 
 
-def run(
+def search_logs(
     config: Config,
     paths: Sequence[str],
     since: datetime | None,
     until: datetime | None,
     environ: dict[str, str] | None = None,
     homes: Sequence[str] = (),
-) -> ScanReport:
+) -> SearchReport:
     """Explicit paths, or else the configured globs; [logs] max_bytes either way."""
     if paths:
-        return scan(paths, since=since, until=until, max_bytes=config.logs.max_bytes)
-    return scan(
+        return search(paths, since=since, until=until, max_bytes=config.logs.max_bytes)
+    return search(
         patterns=config.logs.paths,
         homes=homes,
         since=since,
@@ -128,7 +128,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         since = parse_time(since_arg, "--since")
     if since and until and until < since:
         raise UsageError(f"--until {until_arg} is before --since {since_arg}")
-    report = run(ctx.config(), list(args.paths or ()), since, until, ctx.environ)
+    report = search_logs(ctx.config(), list(args.paths or ()), since, until, ctx.environ)
     if args.json:
         doc: dict[str, Any] = report.to_json()
         doc["since"] = since.isoformat() if since else None
