@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from suspendguard.logs.reader import read_text
+from suspendguard.logs.entries import read_text
+from suspendguard.logs.reader import read_file
 from suspendguard.logs.rules import RULES, classify, markdown_table, needles
-from suspendguard.logs.scan import read_file
 
 if sys.version_info >= (3, 11):
     import re._parser as sre_parse
