@@ -1,16 +1,14 @@
-"""Human rendering of a report: the verdict line first, then short aligned tables."""
+"""The report as text: the terminal view (verdict first, then short tables) and the journal line."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TextIO
 
-from suspendguard.guard.pipeline import Report
+from suspendguard.guard.report import Report
 from suspendguard.model import Holder
-
-if TYPE_CHECKING:
-    from typing import TextIO
+from suspendguard.system.log import Logger
 
 _COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "warn": "\033[33m"}
 _RESET = "\033[0m"
@@ -80,15 +78,37 @@ def render(report: Report, out: TextIO, colour: bool = False) -> None:
         lines.append(f"  (could not inspect {report.unreadable} process(es): pid {pids}{more}; "
                      "permission denied)")
     if report.idle is not None:
-        data = report.idle.to_json()
         lines.append("")
-        lines.append(f"idle: {data.get('state')}")
-        for dev in data.get("devices", []):
-            readings = ", ".join(f"{k} {v}" for k, v in (dev.get("readings") or {}).items()
-                                 if v is not None)
-            lines.append(f"  {dev.get('id')}: {dev.get('state')} ({dev.get('source')})"
+        lines.append(f"idle: {report.idle.state}")
+        for dev in report.idle.devices:
+            readings = ", ".join(f"{k} {v}" for k, v in dev.readings.items() if v is not None)
+            lines.append(f"  {dev.id}: {dev.state} ({dev.source})"
                          + (f" {readings}" if readings else ""))
-        for b in data.get("backends", []):
-            if not b.get("available"):
-                lines.append(f"  backend {b.get('name')}: unavailable: {b.get('reason')}")
+        for b in report.idle.backends:
+            if not b.available:
+                lines.append(f"  backend {b.name}: unavailable: {b.reason}")
     out.write("\n".join(lines) + "\n")
+
+
+def log_verdict(report: Report, log: Logger) -> None:
+    """The verdict as one journal line: what the operator and the journal wait for."""
+    if report.dry_run and log.quiet:
+        return  # an interactive dry run: the report itself says it
+    what = report.action or ("dry run" if report.dry_run else "check")
+    attempt = f"attempt {report.attempt_id} " if report.attempt_id else ""
+    would = "would " if report.dry_run else ""
+    if report.verdict.kind == "veto":
+        tail = "; ".join(report.verdict.reasons)
+        if report.can_veto:
+            log.error(f"{attempt}({what}): {would}veto: {tail}")
+        else:
+            log.error(f"{attempt}({what}): would veto, but a sleep hook cannot stop the "
+                      f"suspend: {tail}")
+    else:
+        count = sum(1 for h in report.holders
+                    if h.outcome.kind == ("would-signal" if report.dry_run else "exited"))
+        done = f"{count} holder(s) would be drained" if report.dry_run else \
+            f"{count} holder(s) drained"
+        log.info(f"{attempt}({what}): {would}allow: {done}"
+                 + (f"; warnings: {'; '.join(report.verdict.warnings)}"
+                    if report.verdict.warnings else ""))

@@ -1,0 +1,103 @@
+"""The guard's report as data: each holder's decision and outcome, and the verdict.
+
+One format for the dry run, the veto unit and the hook: ``to_json`` is the
+``check --json`` output and ``HolderResult.row`` the history's row.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from suspendguard.idle.base import IdleReport
+from suspendguard.model import Decision, Inventory, Outcome, Verdict
+from suspendguard.store.history import HolderRow
+
+
+@dataclass(frozen=True, slots=True)
+class HolderResult:
+    decision: Decision
+    outcome: Outcome
+    round: int = 1
+    respawned: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        h = self.decision.holder
+        return {
+            "pid": h.pid,
+            "start_time": h.start_time,
+            "ppid": h.ppid,
+            "comm": h.comm,
+            "exe": h.exe,
+            "cmdline": list(h.cmdline),
+            "user": h.user,
+            "uid": h.uid,
+            "unit": h.unit,
+            "container": h.container,
+            "nspid": list(h.nspid),
+            "nodes": [
+                {"path": n.node.path, "seen_as": n.seen_as, "role": n.node.role, "via": n.via}
+                for n in h.nodes
+            ],
+            "sigint": h.sigint,
+            "frozen": h.frozen,
+            "source": h.source,
+            "action": self.decision.action,
+            "rule": self.decision.rule,
+            "notes": list(self.decision.notes),
+            "outcome": {"kind": self.outcome.kind, "seconds": self.outcome.seconds,
+                        "why": self.outcome.why},
+            "round": self.round,
+            "respawned": self.respawned or None,
+        }
+
+    def row(self) -> HolderRow:
+        h = self.decision.holder
+        return HolderRow(
+            pid=h.pid, start_time=h.start_time, user=h.user, unit=h.unit, comm=h.comm,
+            cmdline=h.command, action=self.decision.action, rule=self.decision.rule,
+            outcome=self.outcome.kind, seconds=self.outcome.seconds,
+            why=self.outcome.why or self.respawned, source=h.source, round=self.round,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    verdict: Verdict
+    dry_run: bool
+    action: str | None
+    origin: str
+    inventory: Inventory
+    holders: tuple[HolderResult, ...]
+    unreadable: int
+    idle: IdleReport | None
+    started: float
+    duration_s: float
+    attempt_id: int | None = None
+    history_note: str = ""
+    can_veto: bool = True
+    idle_skipped: str = ""  # why the idle step did not run, when it did not
+    unreadable_pids: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.kind,
+            "dry_run": self.dry_run,
+            "action": self.action,
+            "origin": self.origin,
+            "reasons": list(self.verdict.reasons),
+            "warnings": list(self.verdict.warnings),
+            "devices": [n.to_json() for n in self.inventory.nodes],
+            "holders": [h.to_json() for h in self.holders],
+            "unreadable": self.unreadable,
+            "idle": self.idle.to_json() if self.idle is not None else {
+                "state": "none" if not self.idle_skipped.startswith("skipped") else "skipped",
+                "devices": [], "backends": [], "reason": self.idle_skipped,
+            },
+            "attempt_id": self.attempt_id,
+            "history": self.history_note or "recorded",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+            "duration_s": round(self.duration_s, 3),
+            "can_veto": self.can_veto,
+        }
