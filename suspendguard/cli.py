@@ -63,7 +63,7 @@ def _cmd_config(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _cmd_history(args: argparse.Namespace, ctx: Context) -> int:
-    from suspendguard.commands.check import history
+    from suspendguard.commands.history import history
 
     return history(args, ctx)
 

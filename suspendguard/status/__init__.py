@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 from suspendguard import __version__
 from suspendguard.config import Config, defaults, resolve_path
 from suspendguard.errors import ConfigError, HistoryError, SuspendGuardError
-from suspendguard.guard.pipeline import Report, default_idle_check, run
-from suspendguard.guard.report import paint, table
+from suspendguard.guard.pipeline import default_idle_check, run
+from suspendguard.guard.render import paint, table
+from suspendguard.guard.report import Report
 from suspendguard.install import installation_state, instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.store.history import DB_NAME, Attempt, History
