@@ -28,7 +28,8 @@ from suspendguard.config import Config, defaults, resolve_path
 from suspendguard.errors import ConfigError, SuspendGuardError
 from suspendguard.guard.pipeline import Report, default_idle_check, run
 from suspendguard.guard.report import paint, table
-from suspendguard.install import installation_state, instance
+from suspendguard.install.state import installation_state
+from suspendguard.install.templates import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.store.history import DB_NAME, Attempt, History, HistoryError
 from suspendguard.system.dbus import (
@@ -248,7 +249,7 @@ def collect(
         logind_f = pool.submit(logind_info, dbus_timeout, bus)
         units_f = pool.submit(_units, dbus_timeout, bus)
         report = _pipeline(config, proc, idle_check)
-        installation = installation_state(root)
+        installation = installation_state(root).to_json()
         state_dir = _state_dir(config.state.dir)
         history = _history(config.state.dir, history_attempts)
         logind = logind_f.result()

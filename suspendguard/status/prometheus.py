@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from suspendguard.idle import BACKEND_TYPES
-from suspendguard.install import instance
+from suspendguard.install.templates import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.status import Status
 from suspendguard.system.dbus import LogindInfo
