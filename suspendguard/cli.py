@@ -75,7 +75,7 @@ def _cmd_logs(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, ctx: Context) -> int:
-    from suspendguard.status import command
+    from suspendguard.commands.status import command
 
     return command(args, ctx)
 
