@@ -92,14 +92,20 @@ def _cmd_uninstall(args: argparse.Namespace, ctx: Context) -> int:
     return command_uninstall(args, ctx)
 
 
+def _cmd_restore(args: argparse.Namespace, ctx: Context) -> int:
+    from suspendguard.commands.restore import command
+
+    return command(args, ctx)
+
+
 def _cmd_sleep_hook(args: argparse.Namespace, ctx: Context) -> int:
     from suspendguard.commands.sleep_hook import command
 
     return command(args, ctx)
 
 
-COMMANDS = ("check", "pre-sleep", "config", "history", "logs", "status", "install", "uninstall",
-            "sleep-hook")
+COMMANDS = ("check", "pre-sleep", "restore", "config", "history", "logs", "status", "install",
+            "uninstall", "sleep-hook")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -135,6 +141,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("action", nargs="?", default="suspend", choices=SLEEP_ACTIONS, metavar="ACTION",
                    help="suspend | hibernate | hybrid-sleep | suspend-then-hibernate")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = add("restore", _cmd_restore,
+            "the resume unit's step: start again the supervised jobs the guard stopped")
+    p.add_argument("--json", action="store_true", help="print what was done as JSON")
 
     add("config", _cmd_config, "print the effective configuration as TOML")
 

@@ -19,6 +19,7 @@ DecisionKind = Literal[
     "skip-frozen",  # frozen cgroup, in the sleep hook: leave it, with a warning
     "veto-frozen",  # frozen cgroup: it cannot exit until thawed, so veto
     "veto-sigint-ignored",  # it ignores the drain signal and nothing may follow it: veto
+    "veto-supervised",  # its supervisor would start it again whatever the guard does (a pod)
 ]
 OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal"]
 Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
@@ -136,6 +137,7 @@ class Holder:
     frozen: bool = False
     source: str = "proc"  # "proc", or the backend that reported it
     sig_masks: SignalMasks = SignalMasks()
+    cgroup: str | None = None  # the cgroup path, which names the holder's supervisor
 
     def disposition(self, signum: int) -> Disposition:
         """How this process takes ``signum`` (as read when it was scanned)."""
@@ -191,7 +193,7 @@ class Decision:
 
     @property
     def vetoes(self) -> bool:
-        return self.kind in ("protect", "veto-frozen", "veto-sigint-ignored")
+        return self.kind in ("protect", "veto-frozen", "veto-sigint-ignored", "veto-supervised")
 
 
 @dataclass(frozen=True, slots=True)

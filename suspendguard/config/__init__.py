@@ -26,6 +26,7 @@ from suspendguard.config.schema import (
     IdleConfig,
     LogsConfig,
     PolicyConfig,
+    RestoreConfig,
     Rule,
     StateConfig,
 )
@@ -33,6 +34,6 @@ from suspendguard.config.schema import (
 __all__ = [
     "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS", "SCHEMA",
     "Config", "DevicesConfig", "DrainConfig", "EscalationStep", "Family", "IdleConfig",
-    "LogsConfig", "PolicyConfig", "Rule", "StateConfig",
+    "LogsConfig", "PolicyConfig", "RestoreConfig", "Rule", "StateConfig",
     "build", "commented_default", "defaults", "load", "resolve_path", "to_toml",
 ]

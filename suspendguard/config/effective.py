@@ -13,6 +13,7 @@ from suspendguard.config.schema import (
     IdleConfig,
     LogsConfig,
     PolicyConfig,
+    RestoreConfig,
     StateConfig,
 )
 
@@ -25,6 +26,7 @@ class Config:
     drain: DrainConfig
     idle: IdleConfig
     logs: LogsConfig
+    restore: RestoreConfig
     state: StateConfig
     path: str | None = None
     loaded: bool = False

@@ -19,12 +19,14 @@ from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import Report
+from suspendguard.guard.restore import restore
 from suspendguard.guard.rounds import Rounds
 from suspendguard.guard.scan import describe_process, scan_holders
+from suspendguard.guard.supervise import Supervisors
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Decision, Holder, Verdict, holder_id
-from suspendguard.store.history import History
+from suspendguard.store.history import History, StopRow
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
@@ -51,7 +53,10 @@ def run(
     skip_frozen: bool = False,
     can_veto: bool = True,
     clock: Callable[[], float] = time.monotonic,
+    supervisors: Supervisors | None = None,
 ) -> Report:
+    """One guard run. ``supervisors``: how owners are read and stopped (None: cgroups only,
+    every holder signalled directly)."""
     proc = proc or ProcFS()
     log = log or Logger()
     started_wall = time.time()
@@ -60,7 +65,7 @@ def run(
     deadline = start + config.drain.deadline_s - 2.0
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
-               clock=clock)
+               clock=clock, supervisors=supervisors)
 
     history: History | None = None
     attempt_id: int | None = None
@@ -117,6 +122,12 @@ def run(
 
     if r.cancelled:
         r.reasons.append(f"the guard was stopped ({r.cancel_reason}) before it finished")
+    if r.reasons and not dry_run:
+        r.warnings.extend(
+            f"pid {hr.decision.holder.pid} {hr.decision.holder.comm} was drained as a plain "
+            "process: nothing can start it again"
+            for hr in r.results.values()
+            if hr.outcome.kind == "exited" and hr.owner.kind == "plain")
     verdict = Verdict("veto" if r.reasons else "allow", tuple(r.reasons), tuple(r.warnings))
     order = {holder_id(h): i for i, h in enumerate(scan.holders)}
     holders = tuple(sorted(r.results.values(),
@@ -128,16 +139,30 @@ def run(
     # The verdict line first: it is what the operator and the journal wait
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
+    stops = [StopRow(attempt_id or 0, s.seq, s.owner.key, s.owner.kind, s.owner.name,
+                     s.owner.uid, s.at, s.inactive_since) for s in r.stops]
     if history is not None and attempt_id is not None:
         try:
             history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
-                           [h.row() for h in holders])
+                           [h.row() for h in holders], stops=stops)
+            stops = history.pending_stops(attempt_id)
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
             report = replace(report, history_note=f"not recorded: {exc}", verdict=replace(
                 verdict, warnings=(*verdict.warnings, f"history not recorded: {exc}")))
-        finally:
-            history.close()
+    if stops and verdict.kind == "veto" and supervisors is not None:
+        # A vetoed attempt leaves the host as it found it.
+        def note(stop: StopRow, result: str, why: str) -> None:
+            if history is not None and stop.id:
+                try:
+                    history.record_restore(stop.id, result, why)
+                except HistoryError as exc:
+                    log.warning(f"history not recorded: {exc}")
+
+        restore(stops, supervisors, config.restore, enabled=config.restore.after_veto,
+                record=note, log=log.info)
+    if history is not None:
+        history.close()
     return report
 
 

@@ -144,6 +144,7 @@ def unsignalled(decision: Decision, signame: str) -> Outcome:
         "skip-frozen": "frozen cgroup",
         "veto-frozen": "frozen cgroup",
         "veto-sigint-ignored": f"ignores {signame}",
+        "veto-supervised": "its supervisor would start it again",
     }[decision.kind]
     return Outcome("not-signalled", why=why)
 

@@ -142,6 +142,7 @@ def describe_process(
         frozen=proc.cgroup_frozen(cgroup),
         source=source,
         sig_masks=status.masks,
+        cgroup=cgroup,
     )
 
 
