@@ -158,7 +158,7 @@ def test_veto_after_a_drain_restarts_the_drained_service_at_once(clean: Containe
     box = clean
     start(box, "sv-job.service", service("always"))
     # too slow to exit: it takes SIGINT, then sleeps on past [drain] timeout_s
-    start(box, "sv-deaf.service", service("no", mode="slow"))
+    start(box, "sv-deaf.service", service("no", "TimeoutStopSec=6\n", mode="slow"))
     journal = box.suspend()
     assert box.power_state() == "freeze mem disk\n", journal
     a = attempt(box)
@@ -167,6 +167,7 @@ def test_veto_after_a_drain_restarts_the_drained_service_at_once(clean: Containe
     assert box.unit_active("sv-job.service"), journal
     by_name = {s["name"]: s for s in a["stopped"]}
     assert by_name["sv-job.service"]["result"] == "started", a["stopped"]
+    assert by_name["sv-deaf.service"]["why"].startswith("queued"), a["stopped"]
 
 
 def test_a_timer_that_brings_the_job_back_is_caught(clean: Container) -> None:
@@ -196,6 +197,6 @@ def test_a_unit_the_operator_ran_meanwhile_is_not_started_again(clean: Container
         operator.unlink()
     assert box.power_state().startswith("mem"), journal
     time.sleep(1)
-    assert not box.unit_active("sv-job.service")
+    assert not box.unit_active("sv-job.service"), json.dumps(attempt(box)["stopped"]) + journal
     [stop] = attempt(box)["stopped"]
     assert stop["result"] == "skipped" and "someone else" in stop["why"], stop

@@ -39,7 +39,4 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         ctx.out.write("\n")
     elif not done:
         ctx.out.write("nothing to restore\n")
-    else:
-        for d in done:
-            ctx.out.write(d.describe() + "\n")
     return EXIT_ERROR if any(d.result == "failed" for d in done) else 0

@@ -140,7 +140,7 @@ def run(
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
     stops = [StopRow(attempt_id or 0, s.seq, s.owner.key, s.owner.kind, s.owner.name,
-                     s.owner.uid, s.at, s.inactive_since) for s in r.stops]
+                     s.owner.uid, s.at) for s in r.stops]
     if history is not None and attempt_id is not None:
         try:
             history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,

@@ -38,6 +38,7 @@ def restore(stops: Sequence[StopRow], supervisors: Supervisors, config: RestoreC
     if not stops:
         return []
     units = [s.name for s in stops if s.kind == "systemd-service"]
+    meanwhile = {u for u in units if supervisors.started_meanwhile(u)}
     # The drop-ins go first and the manager reloads once: the job starts, and
     # is stopped next time by an operator, with its own KillSignal=.
     if supervisors.remove_dropins(units):
@@ -47,7 +48,7 @@ def restore(stops: Sequence[StopRow], supervisors: Supervisors, config: RestoreC
     out = []
     for stop in stops:
         result, why = ("skipped", "[restore] is off for this case") if not enabled else \
-            _one(stop, supervisors, config)
+            _one(stop, supervisors, config, stop.name in meanwhile)
         record(stop, result, why)
         done = Restored(stop, result, why)
         log(f"restore: {done.describe()}")
@@ -55,7 +56,8 @@ def restore(stops: Sequence[StopRow], supervisors: Supervisors, config: RestoreC
     return out
 
 
-def _one(stop: StopRow, supervisors: Supervisors, config: RestoreConfig) -> tuple[str, str]:
+def _one(stop: StopRow, supervisors: Supervisors, config: RestoreConfig,
+         started_meanwhile: bool) -> tuple[str, str]:
     if any(fnmatch.fnmatchcase(stop.owner, glob) for glob in config.skip):
         return "skipped", "matches [restore] skip"
     if stop.kind != "systemd-service":
@@ -70,7 +72,14 @@ def _one(stop: StopRow, supervisors: Supervisors, config: RestoreConfig) -> tupl
         return "skipped", "the unit was masked meanwhile"
     if state.active_state in ("active", "activating", "reloading"):
         return "skipped", f"already {state.active_state} (started meanwhile)"
-    if stop.inactive_since and state.inactive_since != stop.inactive_since:
+    if state.active_state == "deactivating" or state.job == "stop":
+        # Still stopping (it outlived [drain] timeout_s): systemd starts it
+        # once its stop has ended, which may take up to its TimeoutStopSec=.
+        queued = supervisors.start(owner, wait=False)
+        if isinstance(queued, Unavailable):
+            return "failed", queued.reason
+        return "started", "queued: it starts once its stop has ended"
+    if started_meanwhile:
         return "skipped", "started and stopped again by someone else after the guard stopped it"
     started = supervisors.start(owner)
     if isinstance(started, Unavailable):

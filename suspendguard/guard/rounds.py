@@ -197,7 +197,7 @@ class Rounds:
                 return
             self.respawn_grace(pending)
             if self.stops and self.supervisors is not None:
-                self.stops, back = self.supervisors.settle(self.stops, self.deadline)
+                back = self.supervisors.settle(self.stops, self.deadline)
                 if back:
                     self.reasons.extend(back)
                     return

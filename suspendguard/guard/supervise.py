@@ -25,6 +25,11 @@ from suspendguard.system.dbus import systemd
 
 DROPIN_ROOT = "/run/systemd/system"
 DROPIN_NAME = "50-suspendguard-drain.conf"
+# Beside the drop-in (systemd reads only *.conf there): removed by any start
+# of the unit while the drop-in is in place, so restore can tell that
+# someone started it after the guard stopped it (systemd 252 keeps no
+# trace of a run that has ended: its InvocationID and ExecMainPID are reset).
+MARKER_NAME = "suspendguard-stopped"
 # How long the manager gets to finish a stop job once the processes exited
 # (ExecStopPost=, cgroup release) before the guard looks whether it came back.
 STOP_SETTLE_S = 2.0
@@ -39,7 +44,6 @@ class Stop:
     owner: Owner
     seq: int
     at: float  # wall clock
-    inactive_since: int = 0  # the unit's InactiveEnterTimestampMonotonic after the stop
 
 
 class Supervisors:
@@ -94,21 +98,21 @@ class Supervisors:
                 out[o.key] = answer.get(o.name, "no answer")
         return out
 
-    def settle(self, stops: Sequence[Stop], deadline: float) -> tuple[list[Stop], list[str]]:
+    def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]:
         """After the exits: wait for the stop jobs to end and for timers due soon; who came back.
 
-        Returns the stops with systemd's mark of each filled in, and a reason
-        for each unit that is running again, or about to (a start job queued).
+        A reason for each unit that is running again, or about to (a start
+        job queued).
         """
         units = [s for s in stops if s.owner.kind == "systemd-service"]
         if not units:
-            return list(stops), []
+            return []
         names = [s.owner.name for s in units]
         until = min(deadline, self.clock() + STOP_SETTLE_S)
         while True:
             states = systemd.service_states(names, address=self.bus_address)
             if isinstance(states, Unavailable):
-                return list(stops), [f"cannot tell whether {', '.join(names)} stayed stopped: "
+                return [f"cannot tell whether {', '.join(names)} stayed stopped: "
                                      f"{states.reason}"]
             busy = [n for n in names if states[n].job == "stop"
                     or states[n].active_state == "deactivating"]
@@ -127,15 +131,13 @@ class Supervisors:
             if not isinstance(again, Unavailable):
                 states = again
         reasons = []
-        marked = {s.owner.key: s for s in stops}
         for s in units:
             st = states[s.owner.name]
-            marked[s.owner.key] = replace(s, inactive_since=st.inactive_since)
             if st.active_state in ("active", "activating", "reloading") or st.job == "start":
                 by = f" (triggered by {', '.join(st.triggered_by)})" if st.triggered_by else ""
                 reasons.append(f"{s.owner.name} was started again during the drain{by}: "
                                "it would hold the accelerator while the machine sleeps")
-        return [marked[s.owner.key] for s in stops], reasons
+        return reasons
 
     # -- drop-ins ----------------------------------------------------------
 
@@ -146,10 +148,19 @@ class Supervisors:
         path = self._dropin(unit)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = path + ".tmp"
+        marker = os.path.join(os.path.dirname(path), MARKER_NAME)
+        with open(marker, "w"):
+            pass
         with open(tmp, "w") as f:
             f.write("# Written by suspendguard for one drain; removed when the job is started "
-                    f"again.\n[Service]\nKillSignal={signame}\n")
+                    f"again.\n[Service]\nKillSignal={signame}\nExecStartPre=-/bin/rm -f {marker}\n")
         os.replace(tmp, path)
+
+    def started_meanwhile(self, unit: str) -> bool:
+        """Whether the unit was started since the guard stopped it (its marker is gone)."""
+        d = os.path.dirname(self._dropin(unit))
+        return os.path.exists(os.path.join(d, DROPIN_NAME)) and \
+            not os.path.exists(os.path.join(d, MARKER_NAME))
 
     def remove_dropins(self, units: Sequence[str]) -> list[str]:
         """Remove the drain drop-ins of these units; the paths removed."""
@@ -161,6 +172,8 @@ class Supervisors:
             except FileNotFoundError:
                 continue
             removed.append(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(os.path.dirname(path), MARKER_NAME))
             with contextlib.suppress(OSError):  # other drop-ins live there
                 os.rmdir(os.path.dirname(path))
         return removed
@@ -174,8 +187,8 @@ class Supervisors:
     def reload(self) -> Unavailable | None:
         return systemd.reload_manager(address=self.bus_address)
 
-    def start(self, owner: Owner) -> str | Unavailable:
-        return systemd.start_unit(owner.name, address=self.bus_address)
+    def start(self, owner: Owner, wait: bool = True) -> str | Unavailable:
+        return systemd.start_unit(owner.name, address=self.bus_address, wait=wait)
 
 
 def _with_state(owner: Owner, st: systemd.ServiceState) -> Owner:

@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS stops (
     attempt_id INTEGER NOT NULL REFERENCES attempts(id),
     seq INTEGER NOT NULL,
     owner TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, uid INTEGER,
-    stopped REAL NOT NULL, inactive_since INTEGER NOT NULL DEFAULT 0,
+    stopped REAL NOT NULL,
     restored REAL, result TEXT, why TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS holders_attempt ON holders(attempt_id);

@@ -65,7 +65,6 @@ class StopRow:
     name: str
     uid: int | None
     stopped: float
-    inactive_since: int = 0  # systemd's InactiveEnterTimestampMonotonic after the stop
     restored: float | None = None
     result: str | None = None  # started | failed | skipped; None: not yet brought back
     why: str = ""
@@ -245,10 +244,10 @@ class History:
                  for h in holders],
             )
             c.executemany(
-                "INSERT INTO stops (attempt_id, seq, owner, kind, name, uid, stopped,"
-                " inactive_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(attempt_id, st.seq, st.owner, st.kind, st.name, st.uid, st.stopped,
-                  st.inactive_since) for st in stops],
+                "INSERT INTO stops (attempt_id, seq, owner, kind, name, uid, stopped)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(attempt_id, st.seq, st.owner, st.kind, st.name, st.uid, st.stopped)
+                 for st in stops],
             )
 
     def record_restore(self, stop_id: int, result: str, why: str,
@@ -266,7 +265,7 @@ class History:
     def _stops(self, where: str, args: Sequence[Any]) -> list[StopRow]:
         try:
             rows = self.conn.execute(
-                "SELECT attempt_id, seq, owner, kind, name, uid, stopped, inactive_since,"
+                "SELECT attempt_id, seq, owner, kind, name, uid, stopped,"
                 f" restored, result, why, id FROM stops WHERE {where}"
                 " ORDER BY attempt_id, seq", tuple(args)).fetchall()
         except sqlite3.OperationalError:

@@ -72,8 +72,10 @@ elif args.mode == "stubborn":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda s, _f: mark("SIGTERM"))
 
-print(f"ready {os.getpid()}", flush=True)
 try:
+    # Inside the try: a SIGINT sent the moment "ready" is read must still
+    # reach the handler below (a slow job that died of it looked graceful).
+    print(f"ready {os.getpid()}", flush=True)
     while True:
         time.sleep(3600)
 except KeyboardInterrupt:

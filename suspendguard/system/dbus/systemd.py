@@ -112,14 +112,13 @@ class ServiceState:
     exec_stop: bool  # the unit has an ExecStop= command
     triggered_by: tuple[str, ...]
     job: str  # the type of the job queued for it ("start", "stop"...), "" when none
-    inactive_since: int  # InactiveEnterTimestampMonotonic, microseconds
     next_elapse: dict[str, float]  # timer -> NextElapseUSecMonotonic, seconds (CLOCK_MONOTONIC)
 
 
 async def _service_state(session: Session, name: str) -> ServiceState:
     unit = await _one_unit(session, name)
     if not unit.found:
-        return ServiceState(name, unit.load_state, "inactive", "", 0.0, "", False, (), "", 0, {})
+        return ServiceState(name, unit.load_state, "inactive", "", 0.0, "", False, (), "", {})
     reply = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "LoadUnit",
                                "s", [name], expect="o")
     path = str(reply.body[0])
@@ -150,7 +149,6 @@ async def _service_state(session: Session, name: str) -> ServiceState:
         kill_mode=optional(service, "KillMode", str) or "",
         exec_stop=bool(optional(service, "ExecStop", list)),
         triggered_by=tuple(str(t) for t in triggers), job=job_type,
-        inactive_since=optional(props, "InactiveEnterTimestampMonotonic", int) or 0,
         next_elapse=elapse,
     )
 
@@ -199,19 +197,24 @@ def reload_manager(timeout: float = 10.0, address: str | None = None) -> Unavail
     return converse("systemd", timeout, body, address)
 
 
-def start_unit(name: str, timeout: float = 30.0, address: str | None = None) -> str | Unavailable:
-    """Start a unit and wait for its start job to end; its ActiveState then ("active", "failed")."""
+def start_unit(name: str, timeout: float = 10.0, address: str | None = None, *,
+               wait: bool = True) -> str | Unavailable:
+    """Start a unit; with ``wait``, wait for its start job to end.
+
+    The answer: the unit's ActiveState once the job ended ("active",
+    "failed"...), or "queued" when not waiting.
+    """
 
     async def body(session: Session) -> str:
         reply = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "StartUnit",
                                    "ss", [name, "replace"], expect="o")
         job = str(reply.body[0])
-        while True:
+        while wait:
             try:
                 await session.get_all(SYSTEMD_NAME, job, SYSTEMD_JOB)
             except CallError:
                 break  # the job is gone: it has finished
             await asyncio.sleep(0.05)
-        return (await _one_unit(session, name)).active_state
+        return (await _one_unit(session, name)).active_state if wait else "queued"
 
     return converse("systemd", timeout, body, address)
