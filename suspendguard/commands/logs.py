@@ -1,7 +1,9 @@
 """``suspendguard logs [PATH ...] [--since T] [--until T] [--json]``.
 
-Exit 0 when the scan ran, findings or not (a finding is information, not a
-failure of the command); 2 on bad usage.
+Exit statuses like grep's, so cron or a monitoring check can alert on them:
+0 no documented failure found, 1 findings, 2 bad usage or a PATH given on
+the command line that does not exist or cannot be read (one line on stderr
+names it; the report of what could be read is printed all the same).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any, TextIO
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
-from suspendguard.errors import UsageError
-from suspendguard.logs.finding import Finding
+from suspendguard.errors import EXIT_USAGE, UsageError
+from suspendguard.logs.finding import Finding, Skipped
 from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import SearchReport, search
 from suspendguard.store.history import last_attempt_start
@@ -128,4 +130,19 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         ctx.out.write("\n")
     else:
         _human(report, ctx.out, since)
-    return 0
+    return exit_status(report, list(args.paths or ()), ctx)
+
+
+def _partly_read(skipped: Skipped) -> bool:
+    """A note about a file that was read (some lines left out), not a refusal to read it."""
+    return skipped.reason.startswith("only the last ") or " line(s) " in skipped.reason
+
+
+def exit_status(report: SearchReport, paths: Sequence[str], ctx: Context) -> int:
+    """2 when a PATH typed on the command line was not read; else 1 with findings, 0 without."""
+    unread = [s for s in report.skipped if s.path in paths and not _partly_read(s)]
+    for s in unread:
+        ctx.err.write(f"suspendguard: logs: {s.path}: {s.reason}\n")
+    if unread:
+        return EXIT_USAGE
+    return 1 if report.findings else 0
