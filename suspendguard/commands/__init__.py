@@ -125,6 +125,13 @@ COMMANDS: tuple[Command, ...] = (
              (1, "not free: vetoed, or the question was answered no (nobody signalled)"),
              (2, "bad usage or configuration, or no terminal to ask on and no --yes"),
              ERROR_EXIT)),
+    Command("suspend", "ask logind to sleep and report what really happened",
+            "suspend:suspend", _suspend,
+            ((0, "slept and resumed (with --dry-run: the guard would allow)"),
+             (1, "vetoed by the guard (with --dry-run: the guard would veto)"),
+             USAGE_EXIT,
+             (3, "logind or systemd refused or failed, or the sleep failed after the guard "
+                 "allowed it"))),
     Command("pre-sleep", "the veto unit's step: run the guard before ACTION",
             "check:pre_sleep", _pre_sleep,
             ((0, "allow: the suspend goes on"),
