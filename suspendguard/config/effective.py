@@ -28,6 +28,9 @@ class Config:
     state: StateConfig
     path: str | None = None
     loaded: bool = False
+    # Why root may not act on this configuration (config/trust.py); empty
+    # when it may, or when the guard does not run as root.
+    trust: tuple[str, ...] = ()
 
     @functools.cached_property
     def digest(self) -> str:
