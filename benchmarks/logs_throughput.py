@@ -6,7 +6,7 @@ Run on demand (not a test):
 
 It writes a corpus of Ascend-style plog/device logs (mostly INFO/DEBUG noise,
 one documented failure line in a few thousand) to a temporary folder, scans it
-with ``suspendguard.logs.scan.scan`` and with ``LC_ALL=C grep -E -c -f PATTERNS
+with ``suspendguard.logs.search.search`` and with ``LC_ALL=C grep -E -c -f PATTERNS
 -r``, best of N interleaved runs each (files in the page cache for both), and prints MB/s
 and the ratio. Target: at least 0.5x grep.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from suspendguard.logs.rules import RULES
-from suspendguard.logs.scan import scan
+from suspendguard.logs.search import search
 
 NOISE = [
     "[INFO] RUNTIME({pid},python):{t} [stream.cc:700]{pid} Setup:stream created, "
@@ -126,7 +126,7 @@ def main() -> int:
         grep_lines = 0
         for _ in range(args.runs):
             t = time.perf_counter()
-            report = scan([corpus], max_bytes=1 << 40)
+            report = search([corpus], max_bytes=1 << 40)
             t_scan = min(t_scan, time.perf_counter() - t)
             t = time.perf_counter()
             grep_lines = run_grep()

@@ -68,3 +68,7 @@ class HistoryError(OperationalError):
 
 class NoHistory(HistoryError):
     """There is no history database yet: an answer, not a failure."""
+
+
+class InstallError(OperationalError):
+    """Install or uninstall could not do its work (exit status 3)."""

@@ -5,14 +5,13 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import sys
-import types
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from suspendguard.cli import main
+from suspendguard.commands import logs as logs_command
 from suspendguard.config import build
 from suspendguard.logs.after import after_attempt
 from suspendguard.logs.finding import Finding
@@ -84,19 +83,18 @@ def test_timezone_aware_times_become_local() -> None:
 def test_last_attempt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(f'[state]\ndir = "{tmp_path}"\n')
-    fake = types.ModuleType("suspendguard.store.history")
     seen: list[str] = []
 
     def last_attempt_start(state_dir: str) -> datetime | None:
         seen.append(state_dir)
         return None
 
-    fake.last_attempt_start = last_attempt_start  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "suspendguard.store.history", fake)
+    monkeypatch.setattr(logs_command, "last_attempt_start", last_attempt_start)
     code, _, err = run("--config", str(config), str(FIXTURES), "--since", "last-attempt")
     assert code == 2 and "no recorded attempt" in err and seen == [str(tmp_path)]
 
-    fake.last_attempt_start = lambda d: datetime(2023, 1, 1, 2, 53, 45, 850800)  # type: ignore[attr-defined]
+    monkeypatch.setattr(logs_command, "last_attempt_start",
+                        lambda d: datetime(2023, 1, 1, 2, 53, 45, 850800))
     known = str(FIXTURES / "known-failures.log")
     code, out, _ = run("--config", str(config), known, "--since", "last-attempt", "--json")
     assert code == 0

@@ -1,4 +1,4 @@
-"""Finding and reading log files: globs, --since, untrusted files, big and broken files."""
+"""Searching log files: globs, --since, untrusted files, big and broken files."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from suspendguard.logs.reader import read_text
-from suspendguard.logs.rules import classify
-from suspendguard.logs.scan import expand, read_file, scan, split_glob
+from suspendguard.logs import search as search_module
+from suspendguard.logs.entries import read_text
+from suspendguard.logs.globs import expand, split_glob
+from suspendguard.logs.matching import classify
+from suspendguard.logs.reader import read_file
+from suspendguard.logs.rules import RULES
+from suspendguard.logs.search import search
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ascend-logs"
 HWTS = (
@@ -53,7 +57,7 @@ def test_configured_globs_and_extra_homes(tmp_path: Path) -> None:
     work = tmp_path / "work" / "log" / "run"
     work.mkdir(parents=True)
     (work / "device-0.log").write_text(HWTS.format(t="2023-01-01-02:53:45.850.781"))
-    report = scan(
+    report = search(
         patterns=["~/ascend/log/**", "$ASCEND_WORK_PATH/log/**", "$UNSET_VAR/**"],
         homes=[str(alice)],
         environ={"ASCEND_WORK_PATH": str(tmp_path / "work")},
@@ -70,7 +74,7 @@ def test_newest_files_first_and_duplicates_once(tmp_path: Path) -> None:
     new.write_text(HWTS.format(t="2023-01-02-00:00:00.000.000"))
     os.utime(old, (1_000_000, 1_000_000))
     os.link(new, tmp_path / "hardlink.log")
-    report = scan([str(tmp_path), str(new)])
+    report = search([str(tmp_path), str(new)])
     assert [Path(f.file).name for f in report.findings][-1] == "old.log"
     assert report.files_read == 2
 
@@ -92,14 +96,14 @@ def test_since_filters_lines_and_skips_old_files_cheaply(tmp_path: Path) -> None
     stale.write_text(HWTS.format(t="2024-06-02-00:00:00.000.000"))
     os.utime(stale, (since.timestamp() - 10, since.timestamp() - 10))
 
-    report = scan([str(tmp_path)], since=since)
+    report = search([str(tmp_path)], since=since)
     # Line 1 is before --since; the masked line 3 inherits line 2's time;
     # a masked line with no time above it cannot be placed, so it is left out.
     assert rules_of(report) == [("hwts-busy-suspend", 2), ("event-id-exhausted", 3)]
     assert report.findings[1].time is None
     assert report.files_older == 1 and report.files_read == 2
 
-    until = scan([str(log)], until=datetime(2024, 6, 1, 12, 0, 0))
+    until = search([str(log)], until=datetime(2024, 6, 1, 12, 0, 0))
     assert rules_of(until) == [("hwts-busy-suspend", 1)]
 
 
@@ -115,7 +119,7 @@ def test_symlink_to_a_secret_is_skipped_with_reason(tmp_path: Path) -> None:
     (logdir / "linked-dir").symlink_to(tmp_path, target_is_directory=True)
     (logdir / "real.log").write_text(HWTS.format(t="2023-01-01-00:00:00.000.000"))
 
-    report = scan([str(logdir)])
+    report = search([str(logdir)])
     assert [Path(f.file).name for f in report.findings] == ["real.log"]
     reasons = {Path(s.path).name: s.reason for s in report.skipped}
     assert "symbolic link" in reasons["plog-1.log"]
@@ -133,22 +137,22 @@ def test_symlinked_path_component_owned_by_a_user_is_refused(tmp_path: Path) -> 
     link.symlink_to(target, target_is_directory=True)
     if os.geteuid() == 0:
         os.lchown(link, 12345, 12345)  # as a user would have made it
-        report = scan(patterns=[f"{home}/ascend/**"])
+        report = search(patterns=[f"{home}/ascend/**"])
         assert report.findings == ()
         assert "owned by uid 12345" in report.skipped[0].reason
     # A link root owns (an administrator's) is followed for the fixed part.
     if os.geteuid() == 0:
         os.lchown(link, 0, 0)
-        assert len(scan(patterns=[f"{home}/ascend/**"]).findings) == 1
+        assert len(search(patterns=[f"{home}/ascend/**"]).findings) == 1
 
 
 def test_fifo_and_unreadable_things_do_not_hang(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe.log")
     (tmp_path / "ok.log").write_text(HWTS.format(t="2023-01-01-00:00:00.000.000"))
-    report = scan([str(tmp_path)])
+    report = search([str(tmp_path)])
     assert len(report.findings) == 1
     assert any(s.reason == "not a regular file" for s in report.skipped)
-    missing = scan([str(tmp_path / "nope")])
+    missing = search([str(tmp_path / "nope")])
     assert missing.skipped[0].reason == "No such file or directory"
 
 
@@ -163,7 +167,7 @@ def test_sparse_200mb_file_reads_only_max_bytes(tmp_path: Path) -> None:
         fh.truncate(200 * 1024 * 1024 - len(tail))
         fh.seek(0, os.SEEK_END)
         fh.write(tail.encode())
-    report = scan([str(big)], max_bytes=64 * 1024)
+    report = search([str(big)], max_bytes=64 * 1024)
     assert report.bytes_read == 64 * 1024
     assert [f.rule for f in report.findings] == ["hwts-busy-suspend"]
     reasons = " / ".join(s.reason for s in report.skipped)
@@ -182,7 +186,7 @@ def test_junk_bytes_are_skipped_line_by_line(tmp_path: Path) -> None:
         + b"\r\n"
         + HWTS.format(t="2023-01-01-00:00:02.000.000").replace("\n", "\r\n").encode()
     )
-    report = scan([str(log)])
+    report = search([str(log)])
     assert rules_of(report) == [("hwts-busy-suspend", 2), ("hwts-busy-suspend", 6)]
     assert not report.findings[1].text.endswith("\r")
     reasons = " / ".join(s.reason for s in report.skipped)
@@ -193,7 +197,7 @@ def test_pathological_megabyte_line_in_a_file(tmp_path: Path) -> None:
     log = tmp_path / "evil.log"
     chunk = "hwts is bus" + "unbin" + "EventIdAllo" + "Code=0x7020" + " ("
     log.write_text("[ERROR] X(1,a):" + chunk * (1_000_000 // len(chunk)) + "\n")
-    report = scan([str(log)])
+    report = search([str(log)])
     assert report.findings == () and report.files_read == 1
 
 
@@ -203,7 +207,7 @@ def test_windows_and_truncation_agree_with_the_reader(tmp_path: Path) -> None:
     log = tmp_path / "all.log"
     log.write_text(text)
     want = [
-        (c.id, r.line) for r in read_text(text) if (c := classify(r.text))
+        (c.id, r.line) for r in read_text(text) if (c := classify(r.text, RULES))
     ]
     fd = os.open(log, os.O_RDONLY)
     try:
@@ -235,14 +239,12 @@ def test_unreadable_file_is_reported(tmp_path: Path, mode: int) -> None:
     log = tmp_path / "locked.log"
     log.write_text("x\n")
     log.chmod(mode)
-    report = scan([str(tmp_path)])
+    report = search([str(tmp_path)])
     assert report.skipped and "ermission" in report.skipped[0].reason
 
 
 def test_forked_workers_give_the_serial_answer(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import suspendguard.logs.scan as scan_module
-
     fixtures = Path(__file__).parent / "fixtures" / "ascend-logs"
     for i, name in enumerate(sorted(os.listdir(fixtures)) * 3):
         target = tmp_path / f"device-{i}" / name
@@ -250,10 +252,10 @@ def test_forked_workers_give_the_serial_answer(tmp_path: Path,
         shutil.copy(fixtures / name, target)
         os.utime(target, (1_700_000_000 + i, 1_700_000_000 + i))
     os.symlink("/etc/passwd", tmp_path / "device-0" / "planted.log")
-    serial = scan([str(tmp_path)])
-    monkeypatch.setattr(scan_module, "PARALLEL_BYTES", 0)
-    monkeypatch.setattr(scan_module, "MAX_WORKERS", 3)
-    parallel = scan([str(tmp_path)])
+    serial = search([str(tmp_path)])
+    monkeypatch.setattr(search_module, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(search_module, "MAX_WORKERS", 3)
+    parallel = search([str(tmp_path)])
     assert parallel.findings == serial.findings and len(serial.findings) > 6
     assert parallel.skipped == serial.skipped and any("planted" in s.path for s in serial.skipped)
     assert (parallel.files_read, parallel.bytes_read) == (serial.files_read, serial.bytes_read)

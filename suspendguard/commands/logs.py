@@ -7,25 +7,23 @@ failure of the command); 2 on bad usage.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import Any, TextIO
 
+from suspendguard.commands.context import Context
+from suspendguard.config import Config
 from suspendguard.errors import UsageError
 from suspendguard.logs.finding import Finding
 from suspendguard.logs.rules import BY_ID
-from suspendguard.logs.scan import ScanReport, scan
-
-if TYPE_CHECKING:  # pragma: no cover
-    from suspendguard.commands.context import Context
-    from suspendguard.config import Config
+from suspendguard.logs.search import SearchReport, search
+from suspendguard.store.history import last_attempt_start
 
 LAST_ATTEMPT = "last-attempt"
 
 
-def parse_time(value: str, option: str) -> datetime:
+def parse_option_time(value: str, option: str) -> datetime:
     """ISO 8601 -> naive local time, the way the device writes its timestamps."""
     text = value.strip()
     if text.endswith(("Z", "z")):
@@ -43,15 +41,8 @@ def parse_time(value: str, option: str) -> datetime:
 
 
 def last_attempt(config: Config) -> datetime:
-    """When the last recorded suspend attempt started (the history module knows)."""
-    try:
-        history = importlib.import_module("suspendguard.store.history")
-        lookup = cast(
-            "Callable[[str], datetime | None]", history.last_attempt_start
-        )
-    except (ImportError, AttributeError):
-        raise UsageError("--since last-attempt: no recorded attempt (no history available)") from None
-    start = lookup(config.state.dir)
+    """When the last recorded suspend attempt started, from the history."""
+    start = last_attempt_start(config.state.dir)
     if start is None:
         raise UsageError(f"--since last-attempt: no recorded attempt in {config.state.dir}")
     return start
@@ -61,7 +52,7 @@ def _fmt(when: datetime | None) -> str:
     return when.isoformat(sep=" ", timespec="seconds") if when else "no time"
 
 
-def _human(report: ScanReport, out: TextIO, since: datetime | None) -> None:
+def _human(report: SearchReport, out: TextIO, since: datetime | None) -> None:
     out.write(
         f"Read {report.files_read} file(s), {report.bytes_read} bytes"
         + (f", since {_fmt(since)}" if since else "")
@@ -95,18 +86,18 @@ def _human(report: ScanReport, out: TextIO, since: datetime | None) -> None:
             out.write(f"  {s.path}: {s.reason}\n")
 
 
-def run(
+def search_logs(
     config: Config,
     paths: Sequence[str],
     since: datetime | None,
     until: datetime | None,
     environ: dict[str, str] | None = None,
     homes: Sequence[str] = (),
-) -> ScanReport:
+) -> SearchReport:
     """Explicit paths, or else the configured globs; [logs] max_bytes either way."""
     if paths:
-        return scan(paths, since=since, until=until, max_bytes=config.logs.max_bytes)
-    return scan(
+        return search(paths, since=since, until=until, max_bytes=config.logs.max_bytes)
+    return search(
         patterns=config.logs.paths,
         homes=homes,
         since=since,
@@ -121,14 +112,14 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     until_arg: str | None = args.until
     since = until = None
     if until_arg is not None:
-        until = parse_time(until_arg, "--until")
+        until = parse_option_time(until_arg, "--until")
     if since_arg == LAST_ATTEMPT:
         since = last_attempt(ctx.config())
     elif since_arg is not None:
-        since = parse_time(since_arg, "--since")
+        since = parse_option_time(since_arg, "--since")
     if since and until and until < since:
         raise UsageError(f"--until {until_arg} is before --since {since_arg}")
-    report = run(ctx.config(), list(args.paths or ()), since, until, ctx.environ)
+    report = search_logs(ctx.config(), list(args.paths or ()), since, until, ctx.environ)
     if args.json:
         doc: dict[str, Any] = report.to_json()
         doc["since"] = since.isoformat() if since else None

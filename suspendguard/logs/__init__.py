@@ -1,14 +1,14 @@
 """Ascend device logs: read them, match the documented failures, report them.
 
-- ``reader``: log lines -> records (level, module, pid, time, message);
+- ``entries``: log lines -> entries (level, module, pid, time, message);
 - ``rules``: the catalog of documented failures and every known wording;
-- ``scan``: where the logs are, and reading them safely (they are untrusted);
-- ``command``: ``suspendguard logs``;
+- ``finding``: what a search reports: findings, and paths not read;
+- ``globs``: the configured globs, filled in and matched;
+- ``safe_open``: opening untrusted paths without following planted links;
+- ``walk``: which files to read, newest first;
+- ``reader``: one file's bytes searched for the catalog's needles;
+- ``search``: all of it, in forked workers when there is much to read;
 - ``after``: the after-resume check the sleep hook runs.
+
+``suspendguard logs`` itself is ``suspendguard.commands.logs``.
 """
-
-from __future__ import annotations
-
-from suspendguard.logs.finding import Finding
-
-__all__ = ["Finding"]

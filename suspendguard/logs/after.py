@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from suspendguard.config import Config
-from suspendguard.logs.finding import Finding
+from suspendguard.logs.finding import Finding, Skipped
 from suspendguard.logs.rules import BY_ID
-from suspendguard.logs.scan import Skipped, scan
+from suspendguard.logs.search import search
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ def after_attempt(
     besides root's. Never raises for unreadable logs: they are reported in
     ``skipped``.
     """
-    report = scan(
+    report = search(
         patterns=config.logs.paths,
         homes=homes,
         since=since,

@@ -13,13 +13,10 @@ import json
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from typing import Any, TypeVar
-
-    S = TypeVar("S")
-    R = TypeVar("R")
+S = TypeVar("S")
+R = TypeVar("R")
 
 
 def can_fork() -> bool:

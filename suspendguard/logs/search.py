@@ -1,0 +1,133 @@
+"""Searching the device logs: every file found read, in forked workers when there is much to read.
+
+The one entry point of the package's reading side: ``search`` walks the
+paths and globs (``walk``), reads each file (``reader``) and gathers what
+they said, newest files first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from suspendguard.logs.finding import Finding, Skipped
+from suspendguard.logs.matching import Rule
+from suspendguard.logs.reader import FileResult, read_file
+from suspendguard.logs.rules import RULES
+from suspendguard.logs.safe_open import Refused, open_relative
+from suspendguard.logs.walk import Candidate, plan
+from suspendguard.system.workers import run_shares
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+# Above this many bytes to read, files are shared among forked workers: the
+# search is C code on bytes, but one core of it is the bottleneck. Below it
+# (the sleep hook's usual case) a fork costs more than it saves.
+PARALLEL_BYTES = 48 * 1024 * 1024
+MAX_WORKERS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SearchReport:
+    findings: tuple[Finding, ...]
+    files_read: int
+    bytes_read: int
+    skipped: tuple[Skipped, ...]
+    files_older: int = 0  # left unread because modified before --since
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "findings": [f.to_json() for f in self.findings],
+            "files_read": self.files_read,
+            "bytes_read": self.bytes_read,
+            "files_older_than_since": self.files_older,
+            "skipped": [s.to_json() for s in self.skipped],
+        }
+
+
+def search(
+    paths: Sequence[str] = (),
+    *,
+    patterns: Sequence[str] = (),
+    homes: Sequence[str] = (),
+    since: datetime | None = None,
+    until: datetime | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    environ: Mapping[str, str] | None = None,
+    rules: Sequence[Rule] = RULES,
+) -> SearchReport:
+    """Search explicit files/folders and/or configured globs, newest files first."""
+    found = plan(paths, patterns, homes, environ, since)
+    findings: list[Finding] = []
+    skipped = list(found.skipped)
+    files = total = 0
+    try:
+        for result in _read_all(sorted(found.candidates), max_bytes, rules, since, until):
+            if isinstance(result, Skipped):
+                skipped.append(result)
+                continue
+            files += 1
+            total += result.bytes_read
+            findings.extend(result.findings)
+            skipped.extend(result.skipped)
+    finally:
+        found.close()
+    return SearchReport(tuple(findings), files, total, tuple(skipped), found.older)
+
+
+def _read_one(cand: Candidate, max_bytes: int, rules: Sequence[Rule],
+              since: datetime | None, until: datetime | None) -> FileResult | Skipped:
+    try:
+        fd = cand.base.fd if not cand.rel else open_relative(cand.base.fd, cand.rel)
+    except Refused as exc:
+        return Skipped(cand.display, str(exc))
+    try:
+        return read_file(fd, cand.display, max_bytes, rules, since, until)
+    finally:
+        if cand.rel:
+            os.close(fd)
+
+
+def _read_all(cands: Sequence[Candidate], max_bytes: int, rules: Sequence[Rule],
+              since: datetime | None, until: datetime | None) -> list[FileResult | Skipped]:
+    """Each candidate's result, in the candidates' order."""
+    sizes = [min(c.size, max_bytes) for c in cands]
+    workers = min(MAX_WORKERS, os.cpu_count() or 1, len(cands))
+    if workers <= 1 or sum(sizes) < PARALLEL_BYTES:
+        return [_read_one(c, max_bytes, rules, since, until) for c in cands]
+    # Largest files first, each to the least loaded worker.
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for i in sorted(range(len(cands)), key=lambda i: -sizes[i]):
+        w = load.index(min(load))
+        shares[w].append(i)
+        load[w] += sizes[i]
+
+    def work(share: list[int]) -> dict[int, FileResult | Skipped]:
+        return {i: _read_one(cands[i], max_bytes, rules, since, until) for i in share}
+
+    def to_wire(results: dict[int, FileResult | Skipped]) -> Any:
+        return [[i, _to_wire(r)] for i, r in results.items()]
+
+    def from_wire(wire: Any) -> dict[int, FileResult | Skipped]:
+        return {int(i): _from_wire(r) for i, r in wire}
+
+    results: dict[int, FileResult | Skipped] = {}
+    for part in run_shares(shares, work, to_wire, from_wire):
+        results.update(part)
+    return [results[i] for i in range(len(cands))]
+
+
+# A file refused when its worker opened it crosses as {"refused": ...}.
+def _to_wire(result: FileResult | Skipped) -> dict[str, Any]:
+    if isinstance(result, Skipped):
+        return {"refused": result.to_json()}
+    return result.to_json()
+
+
+def _from_wire(wire: dict[str, Any]) -> FileResult | Skipped:
+    if "refused" in wire:
+        return Skipped.from_json(wire["refused"])
+    return FileResult.from_json(wire)

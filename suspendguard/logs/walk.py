@@ -1,0 +1,179 @@
+"""Which log files to read: explicit paths and the globs' folders walked, newest files first.
+
+A folder is walked depth-first by descriptor (see ``safe_open``), at most
+``MAX_DEPTH`` levels and ``MAX_FILES`` files below each base; a file reached
+twice (hard link, overlapping globs) is read once; with ``--since``, a file
+last modified before it is counted and left unread.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from suspendguard.logs.finding import Skipped
+from suspendguard.logs.globs import START, accepts, ends_here, expand, split_glob, step
+from suspendguard.logs.safe_open import Refused, describe, open_base, open_dir
+
+MAX_DEPTH = 16
+MAX_FILES = 20000
+
+
+@dataclass(frozen=True, slots=True)
+class Base:
+    """The open fixed start of a path or glob: a folder to walk, or one file."""
+
+    display: str
+    fd: int
+    is_dir: bool
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Candidate:
+    """A file to read, opened later relative to its base; candidates sort newest first."""
+
+    sort_key: float
+    display: str = field(compare=False)
+    base: Base = field(compare=False)
+    rel: tuple[str, ...] = field(compare=False)
+    mtime: float = field(compare=False)
+    size: int = field(default=0, compare=False)
+
+
+@dataclass(slots=True)
+class Plan:
+    """What the walk found: files to read, paths not read, and the open bases to close."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    bases: list[Base] = field(default_factory=list)
+    seen: set[tuple[int, int]] = field(default_factory=set)
+    older: int = 0  # files left unread because modified before --since
+
+    def close(self) -> None:
+        for base in self.bases:
+            os.close(base.fd)
+
+
+def plan(
+    paths: Sequence[str],
+    patterns: Sequence[str],
+    homes: Sequence[str],
+    environ: Mapping[str, str] | None,
+    since: datetime | None,
+) -> Plan:
+    """Every file to read; the caller closes the plan's bases once they are read."""
+    found = Plan()
+    since_ts = since.timestamp() if since is not None else None
+    for path in paths:
+        _add_base(found, os.path.abspath(path), (), since_ts, explicit=True)
+    for pattern in patterns:
+        globs, skipped = expand(pattern, homes, environ)
+        found.skipped.extend(skipped)
+        for g in globs:
+            base, parts = split_glob(g)
+            _add_base(found, base, parts, since_ts, explicit=False)
+    return found
+
+
+def _add_base(
+    found: Plan, path: str, parts: tuple[str, ...], since_ts: float | None, explicit: bool
+) -> None:
+    try:
+        fd, is_dir = open_base(path)
+    except Refused as exc:
+        # A default glob that matches nothing on this host is normal; a path
+        # the operator typed is not.
+        if explicit or "symbolic link" in str(exc):
+            found.skipped.append(Skipped(path, str(exc)))
+        return
+    base = Base(path, fd, is_dir)
+    found.bases.append(base)
+    if is_dir:
+        _walk(found, base, parts or ("**",), since_ts)
+        return
+    if parts:
+        return  # a file where the glob wants a directory
+    st = os.fstat(fd)
+    key = (st.st_dev, st.st_ino)
+    if key in found.seen:
+        return
+    found.seen.add(key)
+    if since_ts is not None and st.st_mtime < since_ts:
+        found.older += 1
+        return
+    found.candidates.append(Candidate(-st.st_mtime, path, base, (), st.st_mtime, st.st_size))
+
+
+def _walk(found: Plan, base: Base, parts: tuple[str, ...], since_ts: float | None) -> None:
+    count = 0
+    # Iterative depth-first walk: (dir fd, relative path, NFA states).
+    stack: list[tuple[int, tuple[str, ...], frozenset[int]]] = [(base.fd, (), START)]
+    while stack:
+        dfd, rel, states = stack.pop()
+        try:
+            try:
+                entries = sorted(os.scandir(dfd), key=lambda e: e.name)
+            except OSError as exc:
+                found.skipped.append(Skipped(_join(base.display, rel), describe(exc)))
+                continue
+            for entry in entries:
+                name = entry.name
+                sub = step(parts, states, name)
+                if not sub:
+                    continue
+                shown = _join(base.display, (*rel, name))
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # vanished between listing and stat: rotation
+                if stat.S_ISLNK(st.st_mode):
+                    found.skipped.append(Skipped(shown, "symbolic link, not followed"))
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    if len(rel) + 1 >= MAX_DEPTH:
+                        found.skipped.append(Skipped(shown, f"deeper than {MAX_DEPTH} levels"))
+                        continue
+                    if ends_here(parts, sub):
+                        continue
+                    try:
+                        sub_fd = open_dir(name, dfd)
+                    except Refused as exc:
+                        found.skipped.append(Skipped(shown, str(exc)))
+                        continue
+                    stack.append((sub_fd, (*rel, name), sub))
+                    continue
+                if not accepts(parts, sub):
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    found.skipped.append(Skipped(shown, "not a regular file"))
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if key in found.seen:
+                    continue
+                found.seen.add(key)
+                count += 1
+                if count > MAX_FILES:
+                    found.skipped.append(
+                        Skipped(base.display, f"more than {MAX_FILES} files; the rest not read")
+                    )
+                    for fd, _, _ in stack:
+                        if fd != base.fd:
+                            os.close(fd)
+                    return
+                if since_ts is not None and st.st_mtime < since_ts:
+                    found.older += 1
+                    continue
+                found.candidates.append(
+                    Candidate(-st.st_mtime, shown, base, (*rel, name), st.st_mtime, st.st_size)
+                )
+        finally:
+            if dfd != base.fd:
+                os.close(dfd)
+
+
+def _join(base: str, rel: tuple[str, ...]) -> str:
+    return "/".join((base.rstrip("/") or "", *rel)) if rel else base
