@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import needs_root, nobody_prefix
+from helpers.isolation import needs_root
+from helpers.users import nobody_prefix
 
 from suspendguard.errors import HistoryError
 from suspendguard.guard.pipeline import run
@@ -192,8 +193,6 @@ def test_lock_wait_is_bounded_by_the_deadline(make_config: Any) -> None:
         holder.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="guard/pipeline.py does not yet pass its deadline to "
-                   "History.open (the guard layer is being restructured)")
 def test_guard_verdict_in_time_with_a_locked_history(make_config: Any) -> None:
     cfg = make_config(drain={"timeout_s": 1, "deadline_s": 3})
     db = filled(cfg, 1)

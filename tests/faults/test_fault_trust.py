@@ -7,7 +7,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Holders, needs_root
+from helpers.holders import Holders
+from helpers.isolation import ROOT, needs_root
 
 from suspendguard.config import load
 from suspendguard.errors import EXIT_UNTRUSTED
