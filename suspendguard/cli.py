@@ -31,6 +31,7 @@ EXITS = (
     (1, "veto; logs: findings"),
     (2, "bad usage or configuration"),
     (3, "operational error (not root, no systemd, logind refused, ...)"),
+    (4, "run as root, the configuration could be changed by others: refused"),
     (130, "interrupted"),
 )
 

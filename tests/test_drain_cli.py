@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import Holders
+from helpers.holders import Holders
 
 from suspendguard.cli import main
 from suspendguard.store.history import History

@@ -11,24 +11,17 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Holders
-from conftest_dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
+from helpers.dbus import PrivateBus, dbus_daemon, fake_service
+from helpers.holders import Holders
 
 from suspendguard.cli import main
 from suspendguard.store.history import History
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
-
-
-@pytest.fixture
-def bus() -> Iterator[PrivateBus]:
-    with private_system_bus() as private:
-        yield private
 
 
 def guard(conf: Path, *argv: str) -> list[str]:

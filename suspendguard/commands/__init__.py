@@ -18,6 +18,8 @@ Arguments = Callable[[argparse.ArgumentParser], None]
 
 USAGE_EXIT = (2, "bad usage, or the configuration is missing or invalid (one line says which)")
 ERROR_EXIT = (3, "operational error: not root, systemd not running, ...")
+UNTRUSTED_EXIT = (4, "run as root, the configuration (or a file it names) could be changed by "
+                     "others: refused")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,45 +120,49 @@ COMMANDS: tuple[Command, ...] = (
             "check:check", _check,
             ((0, "the guard would allow a suspend now"),
              (1, "the guard would veto a suspend now (the reasons say why)"),
-             USAGE_EXIT, ERROR_EXIT)),
+             USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
     Command("drain", "stop the holders now (SIGINT, after a confirmation) and give the verdict",
             "drain:drain", _drain,
             ((0, "drained: the accelerator is free (allow)"),
              (1, "not free: vetoed, or the question was answered no (nobody signalled)"),
              (2, "bad usage or configuration, or no terminal to ask on and no --yes"),
-             ERROR_EXIT)),
+             ERROR_EXIT, UNTRUSTED_EXIT)),
     Command("suspend", "ask logind to sleep and report what really happened",
             "suspend:suspend", _suspend,
             ((0, "slept and resumed (with --dry-run: the guard would allow)"),
              (1, "vetoed by the guard (with --dry-run: the guard would veto)"),
              USAGE_EXIT,
              (3, "logind or systemd refused or failed, or the sleep failed after the guard "
-                 "allowed it"))),
+                 "allowed it"),
+             UNTRUSTED_EXIT)),
     Command("pre-sleep", "the veto unit's step: run the guard before ACTION",
             "check:pre_sleep", _pre_sleep,
             ((0, "allow: the suspend goes on"),
              (1, "veto: the unit fails, so systemd refuses the suspend"),
-             USAGE_EXIT, ERROR_EXIT)),
+             USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
     Command("config", "print the effective configuration as TOML",
-            "config:command", _nothing, ((0, "printed"), USAGE_EXIT)),
+            "config:command", _nothing, ((0, "printed"), USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("history", "list recorded suspend attempts, newest first",
-            "history:history", _history, ((0, "listed (or nothing recorded yet)"), USAGE_EXIT)),
+            "history:history", _history,
+            ((0, "listed (or nothing recorded yet)"), USAGE_EXIT,
+             (3, "the history cannot be read"), UNTRUSTED_EXIT)),
     Command("logs", "scan Ascend device logs for documented failures",
             "logs:command", _logs,
             ((0, "no documented failure found"),
              (1, "documented failures found (like grep)"),
-             (2, "bad usage, or a PATH that does not exist or cannot be read (it says which)"))),
+             (2, "bad usage, or a PATH that does not exist or cannot be read (it says which)"),
+             UNTRUSTED_EXIT)),
     Command("status", "accelerators, holders, verdict, installation, logind, history",
-            "status:command", _status, ((0, "the report was made"), USAGE_EXIT)),
+            "status:command", _status, ((0, "the report was made"), USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("install", "install the veto units, the sleep hook and a default config",
-            "install:command_install", _install, ((0, "installed"), USAGE_EXIT, ERROR_EXIT)),
+            "install:command_install", _install, ((0, "installed"), USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
     Command("uninstall", "remove what install put in place",
             "install:command_uninstall", _uninstall,
-            ((0, "removed"), USAGE_EXIT, ERROR_EXIT)),
+            ((0, "removed"), USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
     Command("sleep-hook", "called by systemd-sleep: sleep-hook pre|post ACTION",
             "sleep_hook:command", _sleep_hook,
             ((0, "always once it ran (systemd-sleep ignores a hook's status)"),
-             (2, "bad usage or configuration"))),
+             (2, "bad usage or configuration"), UNTRUSTED_EXIT)),
 )
 
 BY_NAME = {c.name: c for c in COMMANDS}
