@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES as ALL_FIXTURES
 from helpers.runners import cli
 
 from suspendguard.commands import logs as logs_command
@@ -15,7 +16,7 @@ from suspendguard.config import build
 from suspendguard.logs.after import after_attempt
 from suspendguard.logs.finding import Finding
 
-FIXTURES = Path(__file__).parent / "fixtures" / "ascend-logs"
+FIXTURES = ALL_FIXTURES / "ascend-logs"
 
 
 def test_human_output_groups_by_rule() -> None:
