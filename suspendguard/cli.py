@@ -63,7 +63,7 @@ def _cmd_config(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _cmd_history(args: argparse.Namespace, ctx: Context) -> int:
-    from suspendguard.commands.check import history
+    from suspendguard.commands.history import history
 
     return history(args, ctx)
 
@@ -75,19 +75,19 @@ def _cmd_logs(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, ctx: Context) -> int:
-    from suspendguard.status import command
+    from suspendguard.commands.status import command
 
     return command(args, ctx)
 
 
 def _cmd_install(args: argparse.Namespace, ctx: Context) -> int:
-    from suspendguard.install import command_install
+    from suspendguard.commands.install import command_install
 
     return command_install(args, ctx)
 
 
 def _cmd_uninstall(args: argparse.Namespace, ctx: Context) -> int:
-    from suspendguard.install import command_uninstall
+    from suspendguard.commands.install import command_uninstall
 
     return command_uninstall(args, ctx)
 

@@ -47,3 +47,7 @@ class HistoryError(OperationalError):
     Every command catches it and goes on (history never changes a verdict);
     should one escape, it is an operational failure (exit status 3).
     """
+
+
+class InstallError(OperationalError):
+    """Install or uninstall could not do its work (exit status 3)."""

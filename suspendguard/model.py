@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 from typing import Any, Literal
 
 Role = Literal["compute", "management"]
+# What the policy's rules say of a holder (the "action" of the JSON and the history).
 Action = Literal["drain", "protect", "ignore", "never"]
+# What the guard does with a holder before any signal, rules and signal masks weighed.
+DecisionKind = Literal[
+    "drain",  # signal it and wait for its exit
+    "escalate",  # it ignores the drain signal: signal it, then escalate
+    "leave",  # not the guard's business (ignored by a rule, PID 1, the guard itself)
+    "protect",  # a protect rule: veto, the suspend waits for it
+    "skip-frozen",  # frozen cgroup, in the sleep hook: leave it, with a warning
+    "veto-frozen",  # frozen cgroup: it cannot exit until thawed, so veto
+    "veto-sigint-ignored",  # it ignores the drain signal and nothing may follow it: veto
+]
+OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal"]
 Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
 VerdictKind = Literal["allow", "veto"]
 IdleState = Literal["busy", "idle", "unknown"]
+
+# Handlers for these may free device resources behind the driver's back.
+FATAL_SIGNALS = (signal.SIGILL, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGSEGV)
 
 # Identity of a node: ("char", rdev) for character devices, ("file",
 # st_dev, st_ino) for anything else (plain-file stand-ins in tests).
@@ -69,6 +85,30 @@ class Inventory:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalMasks:
+    """SigBlk, SigIgn and SigCgt of /proc/PID/status: bit N-1 stands for signal N."""
+
+    blocked: int = 0
+    ignored: int = 0
+    caught: int = 0
+
+    def disposition(self, signum: int) -> Disposition:
+        """How the process takes ``signum``: ignored, blocked, caught or default."""
+        bit = 1 << (signum - 1)
+        if self.ignored & bit:
+            return "ignored"
+        if self.blocked & bit:
+            return "blocked"
+        if self.caught & bit:
+            return "caught"
+        return "default"
+
+    def fatal_handlers(self) -> tuple[str, ...]:
+        """The fatal signals the process catches, by name."""
+        return tuple(s.name for s in FATAL_SIGNALS if self.caught & (1 << (s - 1)))
+
+
+@dataclass(frozen=True, slots=True)
 class HeldNode:
     node: Node
     seen_as: str  # the path as the holder sees it (may differ: containers)
@@ -95,21 +135,13 @@ class Holder:
     fatal_handlers: tuple[str, ...] = ()
     frozen: bool = False
     source: str = "proc"  # "proc", or the backend that reported it
-    sig_masks: tuple[int, int, int] = (0, 0, 0)  # SigBlk, SigIgn, SigCgt
+    sig_masks: SignalMasks = SignalMasks()
 
     def disposition(self, signum: int) -> Disposition:
         """How this process takes ``signum`` (as read when it was scanned)."""
-        if self.source != "proc" and self.sig_masks == (0, 0, 0):
+        if self.source != "proc" and self.sig_masks == SignalMasks():
             return "unknown"
-        blk, ign, cgt = self.sig_masks
-        bit = 1 << (signum - 1)
-        if ign & bit:
-            return "ignored"
-        if blk & bit:
-            return "blocked"
-        if cgt & bit:
-            return "caught"
-        return "default"
+        return self.sig_masks.disposition(signum)
 
     @property
     def roles(self) -> frozenset[str]:
@@ -143,17 +175,30 @@ class ScanResult:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """What the guard does with one holder, decided before any signal is sent."""
+
     holder: Holder
     action: Action
     rule: str  # which rule decided, in words
     notes: tuple[str, ...] = ()
+    kind: DecisionKind = "drain"
+    # The veto reason (or, for skip-frozen, the warning) this decision adds.
+    reason: str = ""
+
+    @property
+    def signals(self) -> bool:
+        return self.kind in ("drain", "escalate")
+
+    @property
+    def vetoes(self) -> bool:
+        return self.kind in ("protect", "veto-frozen", "veto-sigint-ignored")
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What happened to one holder: exited, timeout, not-signalled, ..."""
 
-    kind: str
+    kind: OutcomeKind
     seconds: float | None = None
     why: str = ""
 

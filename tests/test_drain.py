@@ -19,7 +19,8 @@ from conftest import Holders
 from suspendguard.config import EscalationStep
 from suspendguard.guard.drain import drain
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.pipeline import Report, run
+from suspendguard.guard.pipeline import run
+from suspendguard.guard.report import Report
 from suspendguard.guard.scan import scan_holders
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger

@@ -15,11 +15,18 @@ from pathlib import Path
 import pytest
 from conftest import nobody_prefix, python_for_nobody
 
-from suspendguard import install
 from suspendguard.cli import main
 from suspendguard.errors import EXIT_ERROR
+from suspendguard.install.files import (
+    SYSTEMD_RUN_DIR,
+    NotRootError,
+    SystemdNotRunningError,
+    check_live_system,
+)
+from suspendguard.install.state import installation_state
+from suspendguard.model import SLEEP_ACTIONS
 
-ACTIONS = install.SLEEP_ACTIONS
+ACTIONS = SLEEP_ACTIONS
 UNIT = "etc/systemd/system/suspendguard@.service"
 HOOK = "usr/lib/systemd/system-sleep/suspendguard"
 CONFIG = "etc/suspendguard/config.toml"
@@ -208,7 +215,7 @@ def test_no_enable(root: Path) -> None:
     status, out, _ = run("install", "--root", str(root), "--no-enable")
     assert status == 0 and "enabled:" not in out
     assert not any((root / link).is_symlink() for link in links())
-    state = install.installation_state(str(root))
+    state = installation_state(str(root)).to_json()
     assert state["unit"]["present"] and state["enabled"] == [] and not state["installed"]
 
 
@@ -223,12 +230,12 @@ def test_a_file_changed_since_install_is_left_in_place(root: Path) -> None:
 
 
 def test_installation_state(root: Path) -> None:
-    state = install.installation_state(str(root))
+    state = installation_state(str(root)).to_json()
     assert not state["installed"] and not state["unit"]["present"]
     assert not state["hook"]["present"] and not state["config"]["present"]
     assert not state["manifest"]["present"]
     assert run("install", "--root", str(root))[0] == 0
-    state = install.installation_state(str(root))
+    state = installation_state(str(root)).to_json()
     assert state["installed"]
     assert state["enabled"] == list(ACTIONS)
     assert state["instances"]["suspend"] == {
@@ -245,7 +252,7 @@ def test_installation_state(root: Path) -> None:
     assert state["manifest"]["present"] and state["manifest"]["python"] == sys.executable
     json.dumps(state)  # status prints it as JSON
     (root / HOOK).chmod(0o644)
-    state = install.installation_state(str(root))
+    state = installation_state(str(root)).to_json()
     assert not state["hook"]["executable"] and not state["installed"]
 
 
@@ -255,22 +262,22 @@ def test_installation_state_sees_a_packaged_unit(tmp_path: Path) -> None:
     (lib / "suspendguard@.service").write_text("[Service]\nTimeoutStartSec=5min\n")
     os.symlink("../suspendguard@.service",
                lib / "systemd-suspend.service.requires/suspendguard@suspend.service")
-    state = install.installation_state(str(tmp_path))
+    state = installation_state(str(tmp_path)).to_json()
     assert state["unit"]["path"] == "/usr/lib/systemd/system/suspendguard@.service"
     assert state["unit"]["timeout_start_s"] == "5min"
     assert state["enabled"] == ["suspend"]
 
 
 def test_check_live_system(tmp_path: Path) -> None:
-    with pytest.raises(install.NotRootError, match="needs root"):
-        install.check_live_system(euid=1000, run_dir=str(tmp_path))
-    with pytest.raises(install.SystemdNotRunningError, match="systemd is not running") as exc:
-        install.check_live_system(euid=0, run_dir=str(tmp_path / "absent"))
+    with pytest.raises(NotRootError, match="needs root"):
+        check_live_system(euid=1000, run_dir=str(tmp_path))
+    with pytest.raises(SystemdNotRunningError, match="systemd is not running") as exc:
+        check_live_system(euid=0, run_dir=str(tmp_path / "absent"))
     assert exc.value.exit_status == EXIT_ERROR == 3
-    install.check_live_system(euid=0, run_dir=str(tmp_path))
+    check_live_system(euid=0, run_dir=str(tmp_path))
 
 
-@pytest.mark.skipif(os.path.isdir(install.SYSTEMD_RUN_DIR) or os.geteuid() != 0,
+@pytest.mark.skipif(os.path.isdir(SYSTEMD_RUN_DIR) or os.geteuid() != 0,
                     reason="needs root on a machine where systemd is not running")
 def test_live_install_without_systemd_is_one_line_exit_3() -> None:
     status, out, err = run("install")

@@ -1,31 +1,44 @@
-"""Policy over plain holder records: every action and the rule that decided it."""
+"""Policy over plain holder records: every action, the rule that decided it, and what follows."""
 
 from __future__ import annotations
 
-from suspendguard.config import PolicyConfig, Rule
-from suspendguard.guard.policy import decide
-from suspendguard.model import HeldNode, Holder, Node
+from dataclasses import replace
 
+from suspendguard.config import EscalationStep, PolicyConfig, Rule, defaults
+from suspendguard.guard.policy import decide
+from suspendguard.model import Decision, HeldNode, Holder, Node, SignalMasks
+
+CAUGHT = SignalMasks(caught=1 << 1)  # a SIGINT handler
 COMPUTE = Node("/dev/davinci0", "ascend", "compute", ("char", 1))
 MANAGER = Node("/dev/davinci_manager", "ascend", "management", ("char", 2))
 
 
 def holder(pid: int = 4242, comm: str = "python3", cmdline: tuple[str, ...] = ("python3", "train.py"),
            nodes: tuple[Node, ...] = (COMPUTE,), user: str = "alice", unit: str | None = None,
-           exe: str = "/usr/bin/python3.10", source: str = "proc") -> Holder:
+           exe: str = "/usr/bin/python3.10", source: str = "proc", frozen: bool = False,
+           masks: SignalMasks = CAUGHT) -> Holder:
     return Holder(pid=pid, start_time=1, ppid=1, uid=1000, user=user, comm=comm, exe=exe,
                   cmdline=cmdline, unit=unit, container=None, nspid=(pid,),
                   nodes=tuple(HeldNode(n, n.path, "fd") for n in nodes), sigint="caught",
-                  source=source)
+                  frozen=frozen, source=source, sig_masks=masks)
 
 
 NO_RULES = PolicyConfig((), ())
+DRAIN = defaults().drain
+DEAF = SignalMasks(ignored=1 << 1)  # SIGINT inherited as ignored
 
 
 def action(h: Holder, policy: PolicyConfig = NO_RULES,
            never: frozenset[int] = frozenset()) -> tuple[str, str]:
-    [d] = decide([h], policy, never)
+    [d] = decide([h], policy, DRAIN, never_pids=never)
     return d.action, d.rule
+
+
+def decision(h: Holder, on_sigint_ignored: str = "veto", escalate: tuple[EscalationStep, ...] = (),
+             **kw: object) -> Decision:
+    drain = replace(DRAIN, on_sigint_ignored=on_sigint_ignored, escalate=escalate)
+    [d] = decide([h], NO_RULES, drain, **kw)  # type: ignore[arg-type]
+    return d
 
 
 def test_compute_holder_is_drained() -> None:
@@ -65,3 +78,36 @@ def test_driver_daemons_and_own_probe_are_ignored() -> None:
 def test_device_reported_process_without_nodes_is_drained() -> None:
     assert action(holder(nodes=(), source="npu-smi")) == \
         ("drain", "reported by the device (npu-smi)")
+
+
+def test_what_follows_before_any_signal() -> None:
+    assert decision(holder()).kind == "drain"
+    protect = decide([holder()], PolicyConfig((Rule(comm="python3"),), ()), DRAIN)[0]
+    assert protect.kind == "protect" and protect.vetoes
+    assert protect.reason == "pid 4242 python3 is protected by [policy] protect #1 " \
+        "(comm='python3'): the suspend waits for it"
+    assert decision(holder(comm="nvidia-persistenced")).kind == "leave"
+
+
+def test_frozen_holder_vetoes_or_is_skipped_in_the_hook() -> None:
+    frozen = decision(holder(frozen=True))
+    assert frozen.kind == "veto-frozen" and "cannot exit until thawed" in frozen.reason
+    skipped = decision(holder(frozen=True), skip_frozen=True)
+    assert skipped.kind == "skip-frozen" and not skipped.vetoes and "skipped" in skipped.reason
+
+
+def test_holder_ignoring_sigint_by_on_sigint_ignored() -> None:
+    deaf = holder(masks=DEAF)
+    vetoed = decision(deaf)
+    assert vetoed.kind == "veto-sigint-ignored" and "kill -2 cannot stop it" in vetoed.reason
+    empty = decision(deaf, "escalate")
+    assert empty.kind == "veto-sigint-ignored" and empty.reason.endswith("[drain] escalate is empty")
+    steps = (EscalationStep("SIGTERM", 5.0),)
+    assert decision(deaf, "escalate", steps).kind == "escalate"
+    assert decision(deaf, "signal-anyway").kind == "drain"
+
+
+def test_respawned_holders_say_so() -> None:
+    h = holder(frozen=True)
+    assert decision(h, respawned={(h.pid, h.start_time)}).reason.startswith(
+        "pid 4242 python3 (respawned) is in a frozen cgroup")

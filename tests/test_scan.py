@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from suspendguard.config import DevicesConfig
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Inventory
-from suspendguard.system.procfs import ProcFS, disposition, parse_cgroup, parse_status, unit_and_container
+from suspendguard.system.procfs import ProcFS, parse_cgroup, parse_status, unit_and_container
 
 
 def inventory(node: str, management: tuple[str, ...] = ()) -> Inventory:
@@ -134,7 +135,7 @@ def test_pid1_refusal_is_counted_not_fatal(node: str) -> None:
 def test_status_and_cgroup_parsers() -> None:
     st = parse_status("Uid:\t0\t0\t0\t0\nSigBlk:\t0000000000000000\n"
                       "SigIgn:\t0000000001001006\nSigCgt:\t0000000180000000\nNSpid:\t432\t7\n")
-    assert disposition(st) == "ignored" and st.nspid == (432, 7)
+    assert st.masks.disposition(signal.SIGINT) == "ignored" and st.nspid == (432, 7)
     assert parse_cgroup("0::/system.slice/docker-0123456789abcdef0123.scope\n") == \
         "/system.slice/docker-0123456789abcdef0123.scope"
     assert unit_and_container("/system.slice/docker-0123456789abcdef0123.scope") == \

@@ -1,17 +1,17 @@
-"""The guard's own subcommands: check, pre-sleep, history."""
+"""The guard's run as a command: ``check`` (by hand, or a dry run) and ``pre-sleep`` (the veto unit)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from suspendguard.errors import HistoryError, UsageError
+from suspendguard.guard.pipeline import run
+from suspendguard.guard.render import render
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
 
@@ -37,9 +37,6 @@ def _sigterm_cancels() -> Iterator[Cancel]:
 
 
 def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool) -> int:
-    from suspendguard.guard.pipeline import run
-    from suspendguard.guard.report import render
-
     config = ctx.config()
     # On a terminal the report already says what the log lines would; keep
     # the errors and warnings, drop the chatter.
@@ -62,46 +59,3 @@ def check(args: argparse.Namespace, ctx: Context) -> int:
 
 def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
     return _run(ctx, False, args.action, "unit", args.json)
-
-
-def history(args: argparse.Namespace, ctx: Context) -> int:
-    if args.n < 1:
-        raise UsageError(f"history: -n must be at least 1, got {args.n}")
-    from suspendguard.store.history import History
-
-    config = ctx.config()
-    try:
-        with History.open(config.state.dir, readonly=True) as h:
-            attempts = h.attempts(args.n)
-    except HistoryError as exc:
-        if args.json:
-            json.dump({"attempts": [], "note": str(exc)}, ctx.out, indent=2)
-            ctx.out.write("\n")
-        else:
-            ctx.out.write(f"history: {exc}\n")
-        return 0
-    if args.json:
-        json.dump({"attempts": [a.to_json() for a in attempts]}, ctx.out, indent=2)
-        ctx.out.write("\n")
-        return 0
-    if not attempts:
-        ctx.out.write("history: no attempts recorded yet\n")
-        return 0
-    from suspendguard.guard.report import table
-
-    rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "HOLDERS", "FIRST REASON")]
-    for a in attempts:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.started))
-        action = a.action or ("dry run" if a.dry_run else "check")
-        seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
-        drained = sum(1 for h in a.holders if h.outcome == "exited")
-        holders = f"{drained}/{len(a.holders)} drained" if a.holders else "-"
-        first = a.reasons[0] if a.reasons else ""
-        if a.findings:
-            rules = sorted({str(f["rule"]) for f in a.findings})
-            first = (first + "; " if first else "") + "after resume: " + ", ".join(rules)
-        rows.append((str(a.id), started, action, a.verdict, seconds, holders, first[:80]))
-    ctx.out.write("\n".join(table(rows, indent="")) + "\n")
-    return 0
-
-

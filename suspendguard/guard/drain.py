@@ -14,7 +14,9 @@ import select
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import psutil
 
 from suspendguard.config import EscalationStep
 from suspendguard.model import Holder, HolderId, Outcome, holder_id
@@ -23,29 +25,32 @@ from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 Log = Callable[[str], None]
 
+# Kernels before 5.3 (still shipped by distributions the Ascend driver
+# supports) have no pidfd_open. There a psutil.Process stands in for the
+# pidfd: it refuses to signal a pid reused since it was taken (it compares
+# creation times), and the wait looks at it every POLL_S. Not
+# psutil.wait_procs: it reaps the guard's own children, stealing their exit
+# status from whoever started them, and waits for a zombie's parent to reap
+# it, while a zombie has exited all the same.
+NO_PIDFD = -1
+POLL_S = 0.01
+
+_GONE = Outcome("gone-before-signal", why="exited before the signal")
+
 
 @dataclass
 class _Target:
     holder: Holder
-    pidfd: int
+    pidfd: int  # NO_PIDFD where the kernel has none: then ``process`` watches it
+    process: psutil.Process | None
     signalled_at: float
     last_signal: str
     escalated: bool = False
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class DrainResult:
-    outcomes: dict[HolderId, Outcome] = field(default_factory=dict)
-
-    def still_running(self) -> list[HolderId]:
-        return [k for k, o in self.outcomes.items() if o.kind == "timeout"]
-
-
-# Kernels before 5.3 (still shipped by distributions the Ascend driver
-# supports) have no pidfd_open: there the guard re-checks the start time
-# right before kill() and watches /proc for the exit, every POLL_S.
-NO_PIDFD = -1
-POLL_S = 0.01
+    outcomes: dict[HolderId, Outcome]
 
 
 def _pidfd_open(pid: int) -> int:
@@ -54,35 +59,40 @@ def _pidfd_open(pid: int) -> int:
     return os.pidfd_open(pid)
 
 
-def open_pidfd(holder: Holder, proc: ProcFS,
-               opener: Callable[[int], int] = _pidfd_open) -> tuple[int | None, Outcome | None]:
-    """A pidfd for ``holder`` if it is still the process that was scanned.
+def _take(holder: Holder, signame: str, proc: ProcFS,
+          opener: Callable[[int], int]) -> _Target | Outcome:
+    """A handle on ``holder`` if it is still the process that was scanned, else its outcome.
 
-    Returns NO_PIDFD (and no outcome) where the kernel has no pidfds.
+    The handle is taken first and the start time confirmed after it, so a
+    handle that passes names the scanned process and no other.
     """
+    process = None
     try:
         fd = opener(holder.pid)
     except ProcessLookupError:
-        return None, Outcome("gone-before-signal", why="exited before the signal")
+        return _GONE
     except OSError as exc:
-        if exc.errno == errno.ENOSYS:
-            fd = NO_PIDFD
-        else:
-            return None, Outcome("not-signalled", why=f"pidfd_open failed: {exc.strerror}")
+        if exc.errno != errno.ENOSYS:
+            return Outcome("not-signalled", why=f"pidfd_open failed: {exc.strerror}")
+        fd = NO_PIDFD
+        try:
+            process = psutil.Process(holder.pid)
+        except psutil.NoSuchProcess:
+            return _GONE
     try:
         st = proc.stat(holder.pid)
     except ProcAccessError:
         st = None
     if st is None:
         _close(fd)
-        return None, Outcome("gone-before-signal", why="exited before the signal")
+        return _GONE
     if st.start_time != holder.start_time:
         _close(fd)
-        return None, Outcome(
+        return Outcome(
             "not-signalled",
             why=f"pid {holder.pid} was reused by another process (start time changed)",
         )
-    return fd, None
+    return _Target(holder, fd, process, 0.0, signame)
 
 
 def _close(fd: int) -> None:
@@ -90,26 +100,27 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
-def _send(target: _Target, signum: int, proc: ProcFS) -> bool:
+def _send(target: _Target, signum: int) -> bool:
     try:
-        if target.pidfd >= 0:
+        if target.process is None:
             signal.pidfd_send_signal(target.pidfd, signum)
-        elif _same_process(target.holder, proc):
-            os.kill(target.holder.pid, signum)
-        else:
+        elif _exited(target.process):
             return False
-    except ProcessLookupError:
+        else:
+            target.process.send_signal(signum)
+    except (ProcessLookupError, psutil.NoSuchProcess):
         return False
     return True
 
 
-def _same_process(holder: Holder, proc: ProcFS) -> bool:
-    """Without a pidfd: the pid still names the scanned, living process."""
+def _exited(process: psutil.Process) -> bool:
+    """Without a pidfd: the process taken is gone, or a zombie (exited, not yet reaped)."""
     try:
-        st = proc.stat(holder.pid)
-    except ProcAccessError:
-        return True  # still there, only unreadable: it has not been replaced
-    return st is not None and st.start_time == holder.start_time and st.state != "Z"
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.AccessDenied:
+        return False  # still there, only unreadable: it has not been replaced
 
 
 def drain(
@@ -132,31 +143,28 @@ def drain(
     escalation included.
     """
     proc = proc or ProcFS()
-    result = DrainResult()
+    result = DrainResult({})
     # Keyed by pidfd; holders without one get negative keys of their own.
     targets: dict[int, _Target] = {}
     for holder in holders:
-        fd, outcome = open_pidfd(holder, proc, opener)
-        if outcome is not None:
-            result.outcomes[holder_id(holder)] = outcome
-        elif fd is not None:
-            key = fd if fd >= 0 else -1 - len(targets)
-            targets[key] = _Target(holder, fd, 0.0, signame)
+        taken = _take(holder, signame, proc, opener)
+        if isinstance(taken, Outcome):
+            result.outcomes[holder_id(holder)] = taken
+        else:
+            targets[taken.pidfd if taken.pidfd >= 0 else -1 - len(targets)] = taken
     signum = int(signal.Signals[signame])
     try:
         for key, target in list(targets.items()):
             target.signalled_at = clock()
-            if not _send(target, signum, proc):
-                result.outcomes[holder_id(target.holder)] = Outcome(
-                    "gone-before-signal", why="exited before the signal"
-                )
+            if not _send(target, signum):
+                result.outcomes[holder_id(target.holder)] = _GONE
                 _close(target.pidfd)
                 del targets[key]
         if targets:
             names = ", ".join(f"{t.holder.pid} {t.holder.comm}" for t in targets.values())
             log(f"sent {signame} to {len(targets)} holder(s): {names}")
         _wait(targets, result, min(clock() + timeout_s, deadline), cancel, log,
-              progress_every_s, clock, proc)
+              progress_every_s, clock)
         for step in escalate:
             if not targets or (cancel and cancel.cancelled) or clock() >= deadline:
                 break
@@ -164,10 +172,10 @@ def drain(
             for target in targets.values():
                 target.last_signal = step.signal
                 target.escalated = True
-                _send(target, stepnum, proc)
+                _send(target, stepnum)
             log(f"escalating: sent {step.signal} to {len(targets)} holder(s) still running")
             _wait(targets, result, min(clock() + step.wait_s, deadline), cancel, log,
-                  progress_every_s, clock, proc)
+                  progress_every_s, clock)
         for target in targets.values():
             waited = clock() - target.signalled_at
             why = f"still running {waited:.1f} s after {target.last_signal}"
@@ -188,7 +196,6 @@ def _wait(
     log: Log,
     progress_every_s: float,
     clock: Callable[[], float],
-    proc: ProcFS,
 ) -> None:
     poller = select.poll()
     for key in targets:
@@ -209,7 +216,7 @@ def _wait(
         events = poller.poll(max(0, int((wake - now) * 1000) + 1))
         now = clock()
         ended = [fd for fd, _mask in events if fd in targets]
-        ended += [key for key, t in targets.items() if key < 0 and not _same_process(t.holder, proc)]
+        ended += [key for key, t in targets.items() if t.process is not None and _exited(t.process)]
         for key in ended:
             target = targets.pop(key)
             if key >= 0:

@@ -1,20 +1,25 @@
-"""Decide, for each holder, what the guard does with it and by which rule."""
+"""Decide, before any signal, what the guard does with each holder and why.
+
+The rules ([policy] protect and ignore, the built-in ones) say whether a
+holder is the guard's business; its cgroup and its signal masks then say
+whether the drain signal can end it. Each answer is a ``Decision`` whose
+kind says what follows: drain it, leave it, or veto before anyone is
+signalled.
+"""
 
 from __future__ import annotations
 
 import fnmatch
 import os
 import re
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+import signal
+from collections.abc import Collection, Iterable, Sequence
 
-from suspendguard.config import PolicyConfig, Rule
+import psutil
+
+from suspendguard.config import DrainConfig, PolicyConfig, Rule
 from suspendguard.guard.inventory import FAMILY_DAEMONS
-from suspendguard.model import Decision, Holder
-from suspendguard.system.procfs import ProcFS
-
-if TYPE_CHECKING:
-    from suspendguard.model import Action
+from suspendguard.model import Action, Decision, DecisionKind, Holder, HolderId, Outcome, holder_id
 
 # Python's faulthandler installs exactly these; it dumps a traceback and
 # re-raises, so it never frees device resources behind the driver's back.
@@ -36,19 +41,13 @@ def rule_matches(rule: Rule, holder: Holder) -> bool:
     )
 
 
-def ancestors(pid: int, proc: ProcFS) -> frozenset[int]:
+def ancestors(pid: int) -> frozenset[int]:
     """``pid`` and every process above it (the guard and whoever started it)."""
-    out = set()
-    while pid > 0 and pid not in out:
-        out.add(pid)
-        try:
-            st = proc.stat(pid)
-        except Exception:
-            break
-        if st is None:
-            break
-        pid = st.ppid
-    return frozenset(out)
+    try:
+        above = psutil.Process(pid).parents()
+    except psutil.Error:
+        above = []
+    return frozenset({pid, *(p.pid for p in above)})
 
 
 def fatal_signal_note(holder: Holder) -> str | None:
@@ -78,16 +77,87 @@ def _never(holder: Holder, protected_pids: frozenset[int]) -> str | None:
 def decide(
     holders: Iterable[Holder],
     policy: PolicyConfig,
+    drain: DrainConfig,
+    *,
     never_pids: frozenset[int] = frozenset(),
+    skip_frozen: bool = False,
+    respawned: Collection[HolderId] = (),
 ) -> list[Decision]:
+    """One decision per holder, in order.
+
+    ``skip_frozen``: leave frozen holders with a warning instead of vetoing
+    (the sleep hook, which runs after systemd froze the user sessions).
+    ``respawned``: holders a supervisor restarted during the drain; their
+    reasons say so.
+    """
     decisions = []
     daemons = {comm: fam for fam, comms in FAMILY_DAEMONS.items() for comm in comms}
     for holder in holders:
         notes = tuple(n for n in (fatal_signal_note(holder),) if n)
         if holder.frozen:
             notes += ("its cgroup is frozen: a signal stays pending until it is thawed",)
-        decisions.append(Decision(holder, *_action(holder, policy, never_pids, daemons), notes))
+        action, rule = _action(holder, policy, never_pids, daemons)
+        label = f"pid {holder.pid} {holder.comm}"
+        if holder_id(holder) in respawned:
+            label += " (respawned)"
+        kind, reason = _kind(holder, action, rule, drain, skip_frozen, label)
+        decisions.append(Decision(holder, action, rule, notes, kind, reason))
     return decisions
+
+
+def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_frozen: bool,
+          label: str) -> tuple[DecisionKind, str]:
+    """What follows from the rule's action, the holder's cgroup and its signal masks."""
+    if action == "protect":
+        return "protect", f"{label} is protected by {rule}: the suspend waits for it"
+    if action in ("ignore", "never"):
+        return "leave", ""
+    if holder.frozen and skip_frozen:
+        return "skip-frozen", (f"{label} is in a frozen cgroup: skipped (a signal would stay "
+                               "pending until it is thawed)")
+    if holder.frozen:
+        return "veto-frozen", f"{label} is in a frozen cgroup: it cannot exit until thawed"
+    if holder.disposition(signal.Signals[drain.signal]) != "ignored":
+        return "drain", ""
+    if drain.on_sigint_ignored == "veto":
+        return "veto-sigint-ignored", sigint_ignored_reason(holder, drain.signal)
+    if drain.on_sigint_ignored == "escalate":
+        if not drain.escalate:
+            return "veto-sigint-ignored", (sigint_ignored_reason(holder, drain.signal)
+                                           + " and [drain] escalate is empty")
+        return "escalate", ""
+    return "drain", ""  # signal-anyway
+
+
+def sigint_ignored_reason(holder: Holder, signame: str) -> str:
+    return (
+        f"pid {holder.pid} {holder.comm} ignores {signame} (SIG_IGN inherited, e.g. started "
+        f"with & from a script or under nohup): kill -{int(signal.Signals[signame])} cannot stop it"
+    )
+
+
+def unsignalled(decision: Decision, signame: str) -> Outcome:
+    """The outcome of a holder the decision leaves unsignalled."""
+    why = {
+        "leave": decision.rule,
+        "protect": "protected",
+        "skip-frozen": "frozen cgroup",
+        "veto-frozen": "frozen cgroup",
+        "veto-sigint-ignored": f"ignores {signame}",
+    }[decision.kind]
+    return Outcome("not-signalled", why=why)
+
+
+def predicted(decision: Decision, signame: str) -> Outcome:
+    """What a dry run says the drain signal would do to a holder it would signal."""
+    why = {
+        "default": f"{signame} ends it (default action)",
+        "caught": f"has a {signame} handler",
+        "blocked": f"{signame} blocked until it unblocks",
+        "ignored": f"ignores {signame}; escalation follows",
+        "unknown": f"{signame} disposition unknown",
+    }[decision.holder.disposition(signal.Signals[signame])]
+    return Outcome("would-signal", why=why)
 
 
 def _is_own_probe(holder: Holder) -> bool:

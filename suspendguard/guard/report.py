@@ -1,94 +1,103 @@
-"""Human rendering of a report: the verdict line first, then short aligned tables."""
+"""The guard's report as data: each holder's decision and outcome, and the verdict.
+
+One format for the dry run, the veto unit and the hook: ``to_json`` is the
+``check --json`` output and ``HolderResult.row`` the history's row.
+"""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import time
+from dataclasses import dataclass
+from typing import Any
 
-from suspendguard.guard.pipeline import Report
-from suspendguard.model import Holder
-
-if TYPE_CHECKING:
-    from typing import TextIO
-
-_COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "warn": "\033[33m"}
-_RESET = "\033[0m"
+from suspendguard.idle.base import IdleReport
+from suspendguard.model import Decision, Inventory, Outcome, Verdict
+from suspendguard.store.history import HolderRow
 
 
-def table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    if not rows:
-        return []
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
-            for r in rows]
+@dataclass(frozen=True, slots=True)
+class HolderResult:
+    decision: Decision
+    outcome: Outcome
+    round: int = 1
+    respawned: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        h = self.decision.holder
+        return {
+            "pid": h.pid,
+            "start_time": h.start_time,
+            "ppid": h.ppid,
+            "comm": h.comm,
+            "exe": h.exe,
+            "cmdline": list(h.cmdline),
+            "user": h.user,
+            "uid": h.uid,
+            "unit": h.unit,
+            "container": h.container,
+            "nspid": list(h.nspid),
+            "nodes": [
+                {"path": n.node.path, "seen_as": n.seen_as, "role": n.node.role, "via": n.via}
+                for n in h.nodes
+            ],
+            "sigint": h.sigint,
+            "frozen": h.frozen,
+            "source": h.source,
+            "action": self.decision.action,
+            "rule": self.decision.rule,
+            "notes": list(self.decision.notes),
+            "outcome": {"kind": self.outcome.kind, "seconds": self.outcome.seconds,
+                        "why": self.outcome.why},
+            "round": self.round,
+            "respawned": self.respawned or None,
+        }
+
+    def row(self) -> HolderRow:
+        h = self.decision.holder
+        return HolderRow(
+            pid=h.pid, start_time=h.start_time, user=h.user, unit=h.unit, comm=h.comm,
+            cmdline=h.command, action=self.decision.action, rule=self.decision.rule,
+            outcome=self.outcome.kind, seconds=self.outcome.seconds,
+            why=self.outcome.why or self.respawned, source=h.source, round=self.round,
+        )
 
 
-def short_command(holder: Holder) -> str:
-    """The command line with the program's folder left out: easier to read in a table."""
-    if not holder.cmdline:
-        return f"[{holder.comm}]"
-    first, *rest = holder.command.split(" ", 1)
-    return " ".join([os.path.basename(first), *rest])
+@dataclass(frozen=True, slots=True)
+class Report:
+    verdict: Verdict
+    dry_run: bool
+    action: str | None
+    origin: str
+    inventory: Inventory
+    holders: tuple[HolderResult, ...]
+    unreadable: int
+    idle: IdleReport | None
+    started: float
+    duration_s: float
+    attempt_id: int | None = None
+    history_note: str = ""
+    can_veto: bool = True
+    idle_skipped: str = ""  # why the idle step did not run, when it did not
+    unreadable_pids: tuple[int, ...] = ()
 
-
-def paint(text: str, kind: str, colour: bool) -> str:
-    return f"{_COLOURS[kind]}{text}{_RESET}" if colour else text
-
-
-def render(report: Report, out: TextIO, colour: bool = False) -> None:
-    v = report.verdict
-    mode = "dry run" if report.dry_run else (report.action or "check")
-    head = "ALLOW" if v.kind == "allow" else "VETO"
-    if v.kind == "veto" and not report.can_veto:
-        head = "VETO (advisory: a sleep hook cannot stop the suspend)"
-    lines = [f"verdict: {paint(head, v.kind, colour)} ({mode})"]
-    lines += [f"  - {r}" for r in v.reasons]
-    lines += [f"  ! {paint(w, 'warn', colour)}" for w in v.warnings]
-    if v.kind == "allow" and not v.reasons and not report.holders:
-        lines.append("  no process holds an accelerator node")
-    lines.append("")
-    nodes = report.inventory.nodes
-    if nodes:
-        families = ", ".join(report.inventory.families())
-        lines.append(f"devices: {len(nodes)} node(s) ({families})")
-        lines += table([(n.path, n.role, n.identity) for n in nodes])
-    else:
-        lines.append("devices: no accelerator nodes found")
-    lines.append("")
-    if report.holders:
-        rows = [("PID", "USER", "ACTION", "SIGINT", "OUTCOME", "NODES", "COMMAND")]
-        for hr in report.holders:
-            h = hr.decision.holder
-            rows.append((str(h.pid), h.user, hr.decision.action, h.sigint,
-                         hr.outcome.describe()[:48], ",".join(h.node_paths())[:40] or h.source,
-                         short_command(h)[:70]))
-        lines.append(f"holders: {len(report.holders)}")
-        lines += table(rows)
-        for hr in report.holders:
-            h = hr.decision.holder
-            notes = [f"rule: {hr.decision.rule}", *list(hr.decision.notes)]
-            if hr.respawned:
-                notes.append(hr.respawned)
-            where = ", ".join(w for w in (h.unit, h.container and f"container {h.container}") if w)
-            lines.append(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": " + "; ".join(notes))
-    else:
-        lines.append("holders: none")
-    if report.unreadable:
-        pids = ", ".join(str(p) for p in report.unreadable_pids[:8])
-        more = ", ..." if len(report.unreadable_pids) > 8 else ""
-        lines.append(f"  (could not inspect {report.unreadable} process(es): pid {pids}{more}; "
-                     "permission denied)")
-    if report.idle is not None:
-        data = report.idle.to_json()
-        lines.append("")
-        lines.append(f"idle: {data.get('state')}")
-        for dev in data.get("devices", []):
-            readings = ", ".join(f"{k} {v}" for k, v in (dev.get("readings") or {}).items()
-                                 if v is not None)
-            lines.append(f"  {dev.get('id')}: {dev.get('state')} ({dev.get('source')})"
-                         + (f" {readings}" if readings else ""))
-        for b in data.get("backends", []):
-            if not b.get("available"):
-                lines.append(f"  backend {b.get('name')}: unavailable: {b.get('reason')}")
-    out.write("\n".join(lines) + "\n")
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.kind,
+            "dry_run": self.dry_run,
+            "action": self.action,
+            "origin": self.origin,
+            "reasons": list(self.verdict.reasons),
+            "warnings": list(self.verdict.warnings),
+            "devices": [n.to_json() for n in self.inventory.nodes],
+            "holders": [h.to_json() for h in self.holders],
+            "unreadable": self.unreadable,
+            "idle": self.idle.to_json() if self.idle is not None else {
+                "state": "none" if not self.idle_skipped.startswith("skipped") else "skipped",
+                "devices": [], "backends": [], "reason": self.idle_skipped,
+            },
+            "attempt_id": self.attempt_id,
+            "history": self.history_note or "recorded",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+            "duration_s": round(self.duration_s, 3),
+            "can_veto": self.can_veto,
+        }

@@ -10,25 +10,14 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from suspendguard.guard.inventory import identity
-from suspendguard.model import HeldNode, Holder, Inventory, Node, ScanResult
-from suspendguard.system.procfs import (
-    ProcAccessError,
-    ProcFS,
-    disposition,
-    fatal_handlers,
-    unit_and_container,
-    user_name,
-)
+from suspendguard.model import HeldNode, Holder, Inventory, Node, NodeKey, ScanResult
+from suspendguard.system.procfs import ProcAccessError, ProcFS, unit_and_container, user_name
 from suspendguard.system.workers import run_shares
-
-if TYPE_CHECKING:
-    from typing import Any
-
-    from suspendguard.model import NodeKey
 
 _GONE = (errno.ENOENT, errno.ESRCH)
 
@@ -49,51 +38,35 @@ class _Scanner:
     # -- fds --------------------------------------------------------------
 
     def held_fds(self, pid: int) -> list[HeldNode]:
-        fd_dir = self.proc.path(pid, "fd")
-        try:
-            dfd = os.open(fd_dir, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM):
-                raise ProcAccessError(str(exc)) from None
+        paths = self.proc.open_paths(pid)
+        if not paths:
             return []
+        ns = self.proc.mnt_ns(pid)
         held: list[HeldNode] = []
-        ns: str | bool | None = False  # False: not read yet
-        try:
-            try:
-                names = os.listdir(dfd)
-            except OSError as exc:
-                if exc.errno in (errno.EACCES, errno.EPERM):
-                    raise ProcAccessError(str(exc)) from None
-                return []
-            for name in names:
-                try:
-                    target = os.readlink(name, dir_fd=dfd)
-                except OSError:
-                    continue
-                if not target.startswith("/"):
-                    continue  # socket:[..], pipe:[..], anon_inode:..
-                if ns is False:
-                    ns = self.proc.mnt_ns(pid)
-                key = self._key_of(ns, target, name, dfd)
-                if key is not None:
-                    node = self.nodes.get(key)
-                    if node is not None:
-                        held.append(HeldNode(node, target, "fd"))
-        finally:
-            os.close(dfd)
+        for fd, target in paths:
+            key = self._key_of(pid, ns, fd, target)
+            if key is not None:
+                node = self.nodes.get(key)
+                if node is not None:
+                    held.append(HeldNode(node, target, "fd"))
         return held
 
-    def _key_of(self, ns: str | bool | None, target: str, name: str, dfd: int) -> NodeKey | None:
+    def _key_of(self, pid: int, ns: str | None, fd: str, target: str) -> NodeKey | None:
         same_ns = self.own_ns is not None and ns == self.own_ns
         deleted = target.endswith(" (deleted)")
         cache_key = (self.own_ns if same_ns else str(ns), target)
         if not deleted and cache_key in self.path_cache:
             return self.path_cache[cache_key]
-        try:
-            # In our own namespace the path names the same file for everyone;
-            # elsewhere only the magic link itself reaches the real file.
-            st = os.stat(target) if same_ns and not deleted else os.stat(name, dir_fd=dfd)
-        except OSError:
+        # In our own namespace the path names the same file for everyone;
+        # elsewhere only the magic link itself reaches the real file.
+        if same_ns and not deleted:
+            try:
+                st: os.stat_result | None = os.stat(target)
+            except OSError:
+                st = None
+        else:
+            st = self.proc.link_stat(pid, "fd", fd)
+        if st is None:
             return None
         key = identity(st)
         if not deleted and ns is not None:
@@ -133,11 +106,8 @@ class _Scanner:
         return out
 
     def _map_node(self, pid: int, span: str) -> Node | None:
-        try:
-            st = os.stat(self.proc.path(pid, "map_files", span))
-        except OSError:
-            return None
-        return self.nodes.get(identity(st))
+        st = self.proc.link_stat(pid, "map_files", span)
+        return None if st is None else self.nodes.get(identity(st))
 
 
 def describe_process(
@@ -167,11 +137,11 @@ def describe_process(
         container=container,
         nspid=status.nspid or (pid,),
         nodes=tuple(unique.values()),
-        sigint=disposition(status),  # type: ignore[arg-type]
-        fatal_handlers=fatal_handlers(status),
+        sigint=status.masks.disposition(signal.SIGINT),
+        fatal_handlers=status.masks.fatal_handlers(),
         frozen=proc.cgroup_frozen(cgroup),
         source=source,
-        sig_masks=(status.sig_blk, status.sig_ign, status.sig_cgt),
+        sig_masks=status.masks,
     )
 
 

@@ -13,16 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from suspendguard.idle.catalog import family_of
-from suspendguard.install import instance
-from suspendguard.model import SLEEP_ACTIONS, Unavailable
-from suspendguard.status import Status
+from suspendguard.idle.base import IdleReport
+from suspendguard.install.templates import instance
+from suspendguard.model import SLEEP_ACTIONS, Action, Disposition, Unavailable
+from suspendguard.status.model import RecentHistory, Status
 from suspendguard.system.dbus.logind import LogindInfo
-
-if TYPE_CHECKING:
-    from suspendguard.model import Action, Disposition
 
 ACTIONS: tuple[Action, ...] = ("drain", "protect", "ignore", "never")
 DISPOSITIONS: tuple[Disposition, ...] = ("default", "caught", "ignored", "blocked", "unknown")
@@ -164,44 +160,43 @@ def _accelerators(m: Metrics, s: Status) -> None:
             "Processes whose open files could not be inspected (not root, or refused)").add(
         report.unreadable)
 
-    if report.idle is None:
+    idle = report.idle
+    if idle is None:
         return
-    data = report.idle.to_json()
     m.one_of("suspendguard_idle_state", "The idle check's overall answer now (1 for the state)",
-             "state", str(data.get("state")), ("idle", "busy", "unknown", "none"))
-    for dev in data.get("devices", []):
-        source = str(dev.get("source"))
-        family = family_of(source) or ""
-        labels = {"device": str(dev.get("id")), "family": family, "source": source}
+             "state", idle.state, ("idle", "busy", "unknown", "none"))
+    if not isinstance(idle, IdleReport):
+        return
+    for dev in idle.devices:
+        # The reading carries its backend's family: no need to import every backend to look it up.
+        labels = {"device": dev.id, "family": dev.family, "source": dev.source}
         m.one_of("suspendguard_device_state",
                  "Each device's state as the idle check read it (1 for the state)",
-                 "state", str(dev.get("state")), DEVICE_STATES, **labels)
-        for key, value in (dev.get("readings") or {}).items():
+                 "state", dev.state, DEVICE_STATES, **labels)
+        for key, value in dev.readings.items():
             if not isinstance(value, (int, float)):
                 continue
-            metric = _reading_metric(str(key), float(value))
+            metric = _reading_metric(key, float(value))
             if metric is not None:
                 name, reading, number, help = metric
                 m.gauge(name, help).add(number, **labels, reading=reading)
     backends = m.gauge("suspendguard_idle_backend_available",
                        "Idle backends usable here (1) or not (0)")
-    for b in data.get("backends", []):
-        backends.add(_flag(b.get("available")), backend=str(b.get("name")))
+    for b in idle.backends:
+        backends.add(_flag(b.available), backend=b.name)
 
 
 def _installation(m: Metrics, s: Status) -> None:
     inst = s.installation
     m.gauge("suspendguard_installed",
             "1 when the veto unit is enabled for every sleep service and the hook is executable"
-            ).add(_flag(inst.get("installed")))
-    instances: Mapping[str, Any] = inst.get("instances") or {}
+            ).add(_flag(inst.installed))
     enabled = m.gauge("suspendguard_unit_enabled",
                       "The veto unit is enabled for this sleep action (1) or not (0)")
-    for action in SLEEP_ACTIONS:
-        enabled.add(_flag((instances.get(action) or {}).get("enabled")), action=action)
-    hook = inst.get("hook") or {}
+    for i in inst.instances:
+        enabled.add(_flag(i.enabled), action=i.action)
     m.gauge("suspendguard_hook_executable", "The sleep hook is present and executable").add(
-        _flag(hook.get("executable")))
+        _flag(inst.hook.executable))
     m.gauge("suspendguard_config_valid",
             "The configuration file is valid (or absent: defaults) (1) or invalid (0)").add(
         _flag(s.config.valid))
@@ -244,8 +239,8 @@ def _systemd(m: Metrics, s: Status) -> None:
     units = s.systemd
     m.gauge("suspendguard_systemd_available",
             "systemd's manager answered over D-Bus (1) or not (0)").add(
-        _flag(isinstance(units, Mapping)))
-    if not isinstance(units, Mapping):
+        _flag(not isinstance(units, Unavailable)))
+    if isinstance(units, Unavailable):
         return
     loaded = m.gauge("suspendguard_veto_unit_loaded", "The veto unit instance is loadable by systemd")
     failed = m.gauge("suspendguard_veto_unit_failed",
@@ -263,7 +258,9 @@ def _systemd(m: Metrics, s: Status) -> None:
 
 
 def _history(m: Metrics, s: Status) -> None:
-    h = s.history
+    h = s.history.recent
+    if isinstance(h, Unavailable):
+        h = RecentHistory((), {}, {})  # the part says why; the counters still say 0
     attempts = m.counter("suspendguard_attempts_total",
                          "Suspend attempts the guard recorded (dry runs excluded), by verdict")
     counts = dict.fromkeys(ATTEMPT_VERDICTS, 0)
@@ -302,8 +299,8 @@ def _parts(s: Status) -> dict[str, bool]:
         "accelerators": not isinstance(s.report, Unavailable),
         "installation": True,
         "logind": isinstance(s.logind, LogindInfo),
-        "systemd": isinstance(s.systemd, Mapping),
-        "history": not s.history.error,
+        "systemd": not isinstance(s.systemd, Unavailable),
+        "history": not isinstance(s.history.recent, Unavailable),
     }
 
 

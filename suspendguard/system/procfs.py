@@ -14,8 +14,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-SIGINT_BIT = 1 << (2 - 1)
-FATAL_SIGNALS = {"SIGILL": 4, "SIGABRT": 6, "SIGBUS": 7, "SIGFPE": 8, "SIGSEGV": 11}
+from suspendguard.model import SignalMasks
 
 _GONE = (errno.ENOENT, errno.ESRCH)
 _REFUSED = (errno.EACCES, errno.EPERM)
@@ -36,16 +35,18 @@ class Stat:
 @dataclass(frozen=True, slots=True)
 class Status:
     uid: int
-    sig_blk: int
-    sig_ign: int
-    sig_cgt: int
+    masks: SignalMasks
     nspid: tuple[int, ...]
     kthread: bool
 
 
-def _gone_or_refused(exc: OSError) -> None:
+def _refused(exc: OSError) -> None:
     if exc.errno in _REFUSED:
         raise ProcAccessError(str(exc)) from None
+
+
+def _gone_or_refused(exc: OSError) -> None:
+    _refused(exc)
     if exc.errno not in _GONE:
         raise exc
 
@@ -57,6 +58,9 @@ class ProcFS:
 
     def path(self, pid: int | str, *parts: str) -> str:
         return "/".join((self.root, str(pid), *parts))
+
+    def exists(self, pid: int) -> bool:
+        return os.path.exists(self.path(pid))
 
     def pids(self) -> list[int]:
         return [int(name) for name in os.listdir(self.root) if name.isdigit()]
@@ -103,6 +107,45 @@ class ProcFS:
         if not data:
             return ()
         return tuple(p.decode("utf-8", "replace") for p in data.rstrip(b"\0").split(b"\0"))
+
+    def open_paths(self, pid: int) -> list[tuple[str, str]]:
+        """(fd, path) for each fd of ``pid`` whose link names a path.
+
+        Sockets, pipes and anonymous inodes (links that are not paths) are
+        left out, and so are fds closed meanwhile. This is the scan's hot
+        loop: one readlink per fd, relative to the open fd directory, as
+        fuser does.
+        """
+        try:
+            dfd = os.open(self.path(pid, "fd"), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            _refused(exc)
+            return []
+        try:
+            names = os.listdir(dfd)
+        except OSError as exc:
+            os.close(dfd)
+            _refused(exc)
+            return []
+        paths = []
+        try:
+            for name in names:
+                try:
+                    target = os.readlink(name, dir_fd=dfd)
+                except OSError:
+                    continue
+                if target.startswith("/"):
+                    paths.append((name, target))
+        finally:
+            os.close(dfd)
+        return paths
+
+    def link_stat(self, pid: int, *parts: str) -> os.stat_result | None:
+        """The stat of the file a magic link (fd/N, map_files/SPAN) leads to; None if it cannot."""
+        try:
+            return os.stat(self.path(pid, *parts))
+        except OSError:
+            return None
 
     def exe(self, pid: int) -> str:
         try:
@@ -184,28 +227,11 @@ def parse_status(text: str) -> Status:
     nspid = tuple(int(x) for x in values.get("NSpid", "").split() if x.isdigit())
     return Status(
         uid=uid,
-        sig_blk=hexval("SigBlk"),
-        sig_ign=hexval("SigIgn"),
-        sig_cgt=hexval("SigCgt"),
+        masks=SignalMasks(blocked=hexval("SigBlk"), ignored=hexval("SigIgn"),
+                          caught=hexval("SigCgt")),
         nspid=nspid,
         kthread=values.get("Kthread", "0") == "1",
     )
-
-
-def disposition(status: Status, signum: int = 2) -> str:
-    """How a process will take ``signum``: ignored, blocked, caught or default."""
-    bit = 1 << (signum - 1)
-    if status.sig_ign & bit:
-        return "ignored"
-    if status.sig_blk & bit:
-        return "blocked"
-    if status.sig_cgt & bit:
-        return "caught"
-    return "default"
-
-
-def fatal_handlers(status: Status) -> tuple[str, ...]:
-    return tuple(name for name, num in FATAL_SIGNALS.items() if status.sig_cgt & (1 << (num - 1)))
 
 
 def parse_cgroup(text: str) -> str | None:

@@ -1,0 +1,54 @@
+"""``suspendguard history``: the recorded suspend attempts, newest first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import TYPE_CHECKING
+
+from suspendguard.errors import HistoryError, UsageError
+from suspendguard.guard.render import table
+from suspendguard.store.history import History
+
+if TYPE_CHECKING:
+    from suspendguard.commands.context import Context
+
+
+def history(args: argparse.Namespace, ctx: Context) -> int:
+    if args.n < 1:
+        raise UsageError(f"history: -n must be at least 1, got {args.n}")
+    config = ctx.config()
+    try:
+        with History.open(config.state.dir, readonly=True) as h:
+            attempts = h.attempts(args.n)
+    except HistoryError as exc:
+        if args.json:
+            json.dump({"attempts": [], "note": str(exc)}, ctx.out, indent=2)
+            ctx.out.write("\n")
+        else:
+            ctx.out.write(f"history: {exc}\n")
+        return 0
+    if args.json:
+        json.dump({"attempts": [a.to_json() for a in attempts]}, ctx.out, indent=2)
+        ctx.out.write("\n")
+        return 0
+    if not attempts:
+        ctx.out.write("history: no attempts recorded yet\n")
+        return 0
+    rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "HOLDERS", "FIRST REASON")]
+    for a in attempts:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.started))
+        action = a.action or ("dry run" if a.dry_run else "check")
+        seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
+        drained = sum(1 for h in a.holders if h.outcome == "exited")
+        holders = f"{drained}/{len(a.holders)} drained" if a.holders else "-"
+        first = a.reasons[0] if a.reasons else ""
+        if a.findings:
+            rules = sorted({str(f["rule"]) for f in a.findings})
+            first = (first + "; " if first else "") + "after resume: " + ", ".join(rules)
+        rows.append((str(a.id), started, action, a.verdict, seconds, holders, first[:80]))
+    ctx.out.write("\n".join(table(rows, indent="")) + "\n")
+    return 0
+
+

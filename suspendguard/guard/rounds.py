@@ -1,0 +1,181 @@
+"""Drain rounds: signal the holders, wait for their exits, rescan for respawned jobs.
+
+A supervisor may restart a drained job, or a new job may start while the
+guard waits: after each round the nodes are scanned again, and whatever
+appeared goes through the policy and into the next round, up to
+``[drain] rounds``. What each holder came to, and every veto reason and
+warning found on the way, is kept here for the report.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from types import MappingProxyType
+
+from suspendguard.config import Config
+from suspendguard.guard.drain import drain
+from suspendguard.guard.policy import decide, predicted, unsignalled
+from suspendguard.guard.report import HolderResult
+from suspendguard.guard.scan import scan_holders
+from suspendguard.model import Decision, Holder, HolderId, Inventory, Outcome, holder_id
+from suspendguard.system import children
+from suspendguard.system.cancel import Cancel
+from suspendguard.system.log import Logger
+from suspendguard.system.procfs import ProcFS
+
+# How long a supervisor gets to restart a drained job before the rescan.
+RESPAWN_GRACE_S = 0.5
+
+# A holder's tag in the report ("respawned"), by holder; most have none.
+Tags = Mapping[HolderId, str]
+NO_TAGS: Tags = MappingProxyType({})
+
+
+class Rounds:
+    """One guard run's drain, and what it found so far: reasons, warnings, results."""
+
+    def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
+                 cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
+                 deadline: float, clock: Callable[[], float]) -> None:
+        self.config = config
+        self.dry_run = dry_run
+        self.proc = proc
+        self.log = log
+        self.cancel = cancel
+        self.skip_frozen = skip_frozen
+        self.never = never
+        self.deadline = deadline
+        self.clock = clock
+        self.signame = config.drain.signal
+        self.reasons: list[str] = []
+        self.warnings: list[str] = []
+        self.results: dict[HolderId, HolderResult] = {}
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.cancelled
+
+    @property
+    def cancel_reason(self) -> str:
+        return self.cancel.reason if self.cancel else ""
+
+    def decide(self, holders: Iterable[Holder], respawned: Collection[HolderId] = ()) -> list[Decision]:
+        return decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
+                      skip_frozen=self.skip_frozen, respawned=respawned)
+
+    def record(self, d: Decision, outcome: Outcome, round_no: int, tags: Tags = NO_TAGS) -> None:
+        self.results[holder_id(d.holder)] = HolderResult(d, outcome, round_no,
+                                                         tags.get(holder_id(d.holder), ""))
+
+    def settle(self, decisions: Sequence[Decision], round_no: int, tags: Tags = NO_TAGS) -> list[Decision]:
+        """Record the holders not to signal, with their reasons; return those to signal."""
+        to_signal = []
+        for d in decisions:
+            if d.signals:
+                to_signal.append(d)
+                continue
+            if d.vetoes:
+                self.reasons.append(d.reason)
+            elif d.reason:
+                self.warnings.append(d.reason)
+            self.record(d, unsignalled(d, self.signame), round_no, tags)
+        return to_signal
+
+    def admit(self, decisions: Sequence[Decision]) -> list[Decision]:
+        """Settle a batch found outside the rounds (the scan, the device); return those to signal now.
+
+        When the batch holds a veto, or in a dry run, nobody is signalled:
+        each holder that would have been says why not, or what the signal
+        would do.
+        """
+        to_signal = self.settle(decisions, 1)
+        vetoed = any(d.vetoes for d in decisions)
+        if not (vetoed or self.dry_run):
+            return to_signal
+        for d in to_signal:
+            self.record(d, Outcome("not-signalled", why="veto anyway: nobody is signalled")
+                        if vetoed else predicted(d, self.signame), 1)
+        return []
+
+    def signal(self, decisions: Sequence[Decision], reserve: float, round_no: int = 1,
+               tags: Tags = NO_TAGS) -> bool:
+        """Signal these holders and wait for them, leaving ``reserve`` seconds of the deadline.
+
+        True when none of them is still running.
+        """
+        until = max(self.clock() + 0.5, self.deadline - reserve)
+        cfg = self.config.drain
+        result = drain([d.holder for d in decisions], self.signame, cfg.timeout_s, until,
+                       cfg.escalate, proc=self.proc, cancel=self.cancel, log=self.log.info,
+                       clock=self.clock)
+        for d in decisions:
+            outcome = result.outcomes[holder_id(d.holder)]
+            self.record(d, outcome, round_no, tags)
+            if outcome.kind == "timeout":
+                h = d.holder
+                by = f" (reported by {h.source})" if h.source != "proc" else ""
+                self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}")
+        return all(o.kind != "timeout" for o in result.outcomes.values())
+
+    def drain(self, first: list[Decision], seen: set[HolderId], inventory: Inventory,
+              reserve: float) -> None:
+        """Drain ``first``, then whatever appears in its place, round after round."""
+        pending = first
+        round_no = 1
+        tags: Tags = NO_TAGS
+        parents = {d.holder.ppid for d in first if d.holder.ppid > 1}
+        units = {d.holder.unit for d in first if d.holder.unit}
+        while pending:
+            if self.cancelled:
+                for d in pending:
+                    self.record(d, Outcome("not-signalled", why=self.cancel_reason), round_no)
+                return
+            if not self.signal(pending, reserve, round_no, tags) or self.cancelled:
+                return
+            self.respawn_grace(pending)
+            # Rescan: a supervisor may have restarted the job, or a new one started.
+            # fds only: a restarted job opens its nodes first; a mapping
+            # without an fd comes later in a job's life. This keeps the step
+            # between the last exit and the verdict short.
+            rescan = scan_holders(inventory, self.proc, exclude=children.active(), maps=False)
+            new = [h for h in rescan.holders if holder_id(h) not in seen]
+            seen.update(holder_id(h) for h in new)
+            tags = {
+                holder_id(h): "respawned" for h in new
+                if (h.ppid > 1 and h.ppid in parents) or (h.unit and h.unit in units)
+            }
+            parents |= {h.ppid for h in new if h.ppid > 1}
+            units |= {h.unit for h in new if h.unit}
+            round_no += 1
+            decisions = self.decide(new, respawned=tags)
+            pending = self.settle(decisions, round_no, tags)
+            for d in pending:
+                self.record(d, Outcome("not-signalled", why="appeared during the drain"),
+                            round_no, tags)
+            if any(d.vetoes for d in decisions):
+                return  # certain veto now: signal nobody else
+            if pending and round_no > self.config.drain.rounds:
+                for d in pending:
+                    what = "respawned" if holder_id(d.holder) in tags else "appeared"
+                    self.reasons.append(
+                        f"pid {d.holder.pid} {d.holder.comm} {what} after "
+                        f"{self.config.drain.rounds} drain round(s): {d.holder.command}")
+                return
+
+    def respawn_grace(self, drained: Sequence[Decision]) -> None:
+        """Give a supervisor a moment to restart what it supervised before the rescan.
+
+        Only when a drained job's parent is still there and could restart it:
+        not init, not the guard itself (its own children are supervised by
+        nobody else).
+        """
+        parents = {d.holder.ppid for d in drained} - self.never - {0, 1}
+        if not any(self.proc.exists(p) for p in parents):
+            return
+        wait = min(RESPAWN_GRACE_S, max(0.0, self.deadline - self.clock()))
+        if self.cancel is not None:
+            select.select([self.cancel.fd], [], [], wait)
+        else:
+            time.sleep(wait)

@@ -1,0 +1,349 @@
+"""The writes of install and uninstall: idempotent, with their modes, never over an operator's file.
+
+The layout is the same for the running system and for ``--root DIR`` (then
+every path lies under DIR), so a staged tree is exactly what a live install
+would leave:
+
+- ``/etc/systemd/system/suspendguard@.service``: the veto unit. /etc, not
+  /usr/lib/systemd/system: this is the administrator's local install, and
+  /usr/lib belongs to the package manager (systemd reads both).
+- ``/etc/systemd/system/systemd-ACTION.service.requires/suspendguard@ACTION.service``
+  and the same under ``nvidia-ACTION.service.requires``: the enable links,
+  what ``systemctl enable`` makes from ``RequiredBy=``.
+- ``/usr/lib/systemd/system-sleep/suspendguard``: the hook (systemd-sleep
+  reads no other folder).
+- ``/etc/suspendguard/config.toml``: the commented defaults, only when no
+  file is there; an operator's file is never overwritten.
+- the ``[state] dir`` (default ``/var/lib/suspendguard``): the history.
+- ``/var/lib/suspendguard/installed.json``: the manifest. Uninstall removes
+  what it lists and nothing else; a file changed since install is left in
+  place with a warning. The config and the history stay unless ``--purge``.
+
+Live, install runs ``systemctl daemon-reload`` and ``systemctl enable`` for
+the four instances (unless ``--no-enable``); with ``--root`` it makes the
+enable links itself and never calls systemctl.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from suspendguard.config import DEFAULT_STATE_DIR, Config, commented_default
+from suspendguard.errors import InstallError
+from suspendguard.install.manifest import MANIFEST_PATH, Manifest, read_manifest, sha256
+from suspendguard.install.templates import (
+    HOOK_DIR,
+    HOOK_PATH,
+    HOOK_TEMPLATE,
+    UNIT_DIR,
+    UNIT_PATH,
+    UNIT_TEMPLATE,
+    enable_links,
+    instance,
+    render_hook,
+    render_unit,
+    template_dir,
+    timeout_start_s,
+)
+from suspendguard.model import SLEEP_ACTIONS
+from suspendguard.store.history import DB_NAME
+from suspendguard.system import runner
+
+SYSTEMD_RUN_DIR = "/run/systemd/system"
+SYSTEMCTL_TIMEOUT_S = 60.0
+
+
+class NotRootError(InstallError):
+    """Installing into the running system needs root."""
+
+
+class SystemdNotRunningError(InstallError):
+    """Installing into the running system needs a running systemd."""
+
+
+class Tree:
+    """Paths of the target system, under ``root``."""
+
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
+
+    def at(self, path: str) -> Path:
+        return self.root / path.lstrip("/")
+
+    def show(self, path: str) -> str:
+        return str(self.at(path))
+
+    def read_manifest(self) -> Manifest | None:
+        return read_manifest(self.at(MANIFEST_PATH))
+
+    def makedirs(self, path: str, manifest: Manifest) -> None:
+        """mkdir -p, recording every folder it made so uninstall can remove it."""
+        try:
+            # A staging root that does not exist yet is made (not recorded:
+            # it is the caller's folder, not part of the installed tree).
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InstallError(f"{self.root}: cannot create ({exc.strerror})") from None
+        missing: list[str] = []
+        current = os.path.normpath(path)
+        while current != "/" and not self.at(current).exists():
+            missing.append(current)
+            current = os.path.dirname(current)
+        for folder in reversed(missing):
+            try:
+                self.at(folder).mkdir(mode=0o755)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise InstallError(f"{self.at(folder)}: cannot create ({exc.strerror})") from None
+            if folder not in manifest.dirs:
+                manifest.dirs.append(folder)
+
+    def write(self, path: str, text: str, mode: int, manifest: Manifest | None) -> None:
+        target = self.at(path)
+        tmp = target.with_name(f".{target.name}.suspendguard-tmp")
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise InstallError(f"{target}: cannot write ({exc.strerror})") from None
+        if manifest is not None:
+            manifest.files[path] = sha256(text.encode())
+
+    def save_manifest(self, manifest: Manifest) -> None:
+        self.makedirs(os.path.dirname(MANIFEST_PATH), manifest)
+        self.write(MANIFEST_PATH, manifest.to_json(), 0o644, None)
+
+
+def check_live_system(euid: int | None = None, run_dir: str = SYSTEMD_RUN_DIR) -> None:
+    """Raise unless this is root on a system booted with systemd."""
+    if (os.geteuid() if euid is None else euid) != 0:
+        raise NotRootError(
+            "installing into the running system needs root (run with sudo, or stage with --root DIR)"
+        )
+    if not os.path.isdir(run_dir):
+        raise SystemdNotRunningError(
+            f"systemd is not running ({run_dir} is absent): nothing would run the units; "
+            "stage the files with --root DIR instead"
+        )
+
+
+def _systemctl(*argv: str) -> None:
+    result = runner.run(("systemctl", *argv), SYSTEMCTL_TIMEOUT_S)
+    if not result.ok:
+        raise InstallError(f"systemctl {' '.join(argv)} failed: {result.describe_failure()}")
+
+
+def install(
+    root: str | None,
+    config: Config,
+    config_path: str,
+    config_explicit: bool,
+    enable: bool,
+    python: str | None = None,
+    out: TextIO | None = None,
+) -> Manifest:
+    """Put everything in place under ``root`` (None: the running system)."""
+    live = root is None
+    tree = Tree(root or "/")
+    python = os.path.abspath(python or sys.executable)
+    templates = template_dir()
+    unit_text = render_unit(
+        (templates / UNIT_TEMPLATE).read_text(encoding="utf-8"),
+        python,
+        timeout_start_s(config),
+        config.state.dir,
+        config_path if config_explicit else None,
+    )
+    hook_text = render_hook(
+        (templates / HOOK_TEMPLATE).read_text(encoding="utf-8"),
+        python,
+        config_path if config_explicit else None,
+    )
+    manifest = tree.read_manifest() or Manifest()
+    manifest.python = python
+    manifest.installed_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+    def say(line: str) -> None:
+        if out is not None:
+            out.write(line + "\n")
+
+    tree.makedirs(UNIT_DIR, manifest)
+    tree.write(UNIT_PATH, unit_text, 0o644, manifest)
+    say(f"unit: {tree.show(UNIT_PATH)} (TimeoutStartSec={timeout_start_s(config)})")
+    tree.makedirs(HOOK_DIR, manifest)
+    tree.write(HOOK_PATH, hook_text, 0o755, manifest)
+    say(f"hook: {tree.show(HOOK_PATH)}")
+
+    if not tree.at(config_path).exists():
+        tree.makedirs(os.path.dirname(config_path), manifest)
+        tree.write(config_path, commented_default(), 0o644, None)
+        manifest.config_created = True
+        say(f"config: {tree.show(config_path)} (commented defaults)")
+    else:
+        say(f"config: {tree.show(config_path)} (kept as it is)")
+    manifest.config_path = config_path
+
+    state_dir = os.path.normpath(config.state.dir)
+    if not tree.at(state_dir).exists():
+        tree.makedirs(state_dir, manifest)
+        manifest.state_dir_created = True
+    elif manifest.state_dir != state_dir:
+        manifest.state_dir_created = False
+    manifest.state_dir = state_dir
+    manifest.dirs = [d for d in manifest.dirs if d != state_dir]  # purge alone removes it
+    tree.save_manifest(manifest)
+
+    if live:
+        _systemctl("daemon-reload")
+    if enable:
+        if live:
+            _systemctl("enable", *(instance(a) for a in SLEEP_ACTIONS))
+        for link in (link for action in SLEEP_ACTIONS for link in enable_links(action)):
+            if live:
+                # Recorded, so uninstall removes them: a link left to a removed unit
+                # would fail nvidia-suspend.service, and the suspend with it.
+                if tree.at(link).is_symlink():
+                    manifest.links[link] = os.readlink(tree.at(link))
+                    continue
+                raise InstallError(f"systemctl enable made no link {link}")
+            tree.makedirs(os.path.dirname(link), manifest)
+            _symlink(tree.at(link), UNIT_PATH)
+            manifest.links[link] = UNIT_PATH
+        tree.save_manifest(manifest)
+        say("enabled: " + " ".join(instance(a) for a in SLEEP_ACTIONS))
+    say(f"manifest: {tree.show(MANIFEST_PATH)}")
+    return manifest
+
+
+def _symlink(path: Path, target: str) -> None:
+    try:
+        if path.is_symlink():
+            if os.readlink(path) == target:
+                return
+            path.unlink()
+        os.symlink(target, path)
+    except OSError as exc:
+        raise InstallError(f"{path}: cannot create the enable link ({exc.strerror})") from None
+
+
+def uninstall(
+    root: str | None, purge: bool, out: TextIO | None = None, err: TextIO | None = None
+) -> bool:
+    """Remove what the manifest lists; False when nothing was installed."""
+    live = root is None
+    tree = Tree(root or "/")
+    manifest = tree.read_manifest()
+
+    def say(stream: TextIO | None, line: str) -> None:
+        if stream is not None:
+            stream.write(line + "\n")
+
+    if manifest is None:
+        say(out, f"nothing to uninstall: no manifest at {tree.show(MANIFEST_PATH)}")
+        return False
+    if not manifest.files and not manifest.links and not purge:
+        say(out, "nothing installed; the config and the history stay "
+                 "(uninstall --purge removes them)")
+        return False
+    for link, target in sorted(manifest.links.items()):
+        where = tree.at(link)
+        if where.is_symlink() and os.readlink(where) == target:
+            _remove(where)
+            say(out, f"removed {where}")
+    for path, digest in sorted(manifest.files.items()):
+        where = tree.at(path)
+        try:
+            data = where.read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            say(err, f"suspendguard: warning: {where}: left in place ({exc.strerror})")
+            continue
+        if sha256(data) != digest:
+            say(err, f"suspendguard: warning: {where}: changed since install, left in place")
+            continue
+        _remove(where)
+        say(out, f"removed {where}")
+    if purge:
+        config = tree.at(manifest.config_path)
+        if config.is_file() or config.is_symlink():
+            _remove(config)
+            say(out, f"removed {config}")
+        _purge_state(tree, manifest, out)
+    keep = set() if purge else {
+        manifest.state_dir, os.path.dirname(manifest.config_path), os.path.dirname(MANIFEST_PATH),
+    }
+    if purge:
+        _remove(tree.at(MANIFEST_PATH))
+    kept: list[str] = []
+    for folder in sorted(manifest.dirs, key=lambda d: d.count("/"), reverse=True):
+        if folder in keep or any(k.startswith(folder + "/") for k in keep):
+            kept.append(folder)
+            continue
+        with contextlib.suppress(OSError):
+            tree.at(folder).rmdir()  # only when empty
+    if not purge:
+        # The config and the history stay, and so does their record: a later
+        # `uninstall --purge` still knows which folders install made for them.
+        tree.save_manifest(Manifest(
+            dirs=kept,
+            config_path=manifest.config_path,
+            config_created=manifest.config_created,
+            state_dir=manifest.state_dir,
+            state_dir_created=manifest.state_dir_created,
+            python=manifest.python,
+            installed_at=manifest.installed_at,
+        ))
+    if live:
+        _systemctl("daemon-reload")
+    return True
+
+
+def _purge_state(tree: Tree, manifest: Manifest, out: TextIO | None) -> None:
+    state = tree.at(manifest.state_dir)
+    if not state.is_dir():
+        return
+    if manifest.state_dir_created or manifest.state_dir == DEFAULT_STATE_DIR:
+        for entry in state.iterdir():
+            if entry.name == os.path.basename(MANIFEST_PATH) and manifest.state_dir == os.path.dirname(
+                MANIFEST_PATH
+            ):
+                continue  # removed last, after everything it lists
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                _remove(entry)
+        say_what = f"emptied {state}"
+        if manifest.state_dir_created:
+            manifest.dirs.append(manifest.state_dir)
+            say_what = f"removed {state}"
+        if out is not None:
+            out.write(say_what + "\n")
+        return
+    # a folder the operator made and pointed [state] dir at: only our files
+    for entry in state.glob(DB_NAME + "*"):
+        _remove(entry)
+        if out is not None:
+            out.write(f"removed {entry}\n")
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            return
+        raise InstallError(f"{path}: cannot remove ({exc.strerror})") from None

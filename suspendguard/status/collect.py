@@ -1,0 +1,114 @@
+"""Gathering the status report: read-only and safe at any time, as root or not.
+
+It runs the dry-run pipeline (no signal, nothing recorded), reads the
+installation, asks logind and systemd over D-Bus, and reads the history.
+Each part that cannot be had here (no bus, not root, no state yet, an
+invalid config) is :class:`~suspendguard.model.Unavailable` with why, and
+the report is still made.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import os
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from suspendguard.config import Config, defaults, load, resolve_path
+from suspendguard.errors import ConfigError, HistoryError, SuspendGuardError
+from suspendguard.guard.pipeline import default_idle_check, run
+from suspendguard.guard.report import Report
+from suspendguard.install.state import installation_state
+from suspendguard.install.templates import instance
+from suspendguard.model import SLEEP_ACTIONS, Unavailable
+from suspendguard.status.model import ConfigState, HistoryState, RecentHistory, StateDir, Status
+from suspendguard.store.history import DB_NAME, History
+from suspendguard.system.dbus.bus import system_bus_address
+from suspendguard.system.dbus.logind import logind_info
+from suspendguard.system.dbus.systemd import UnitInfo, unit_info
+from suspendguard.system.log import Logger
+from suspendguard.system.procfs import ProcFS
+
+if TYPE_CHECKING:
+    from suspendguard.guard.pipeline import IdleCheck
+
+# Enough to see a pattern, short enough for a terminal.
+HISTORY_ATTEMPTS = 5
+DBUS_TIMEOUT_S = 2.0
+
+
+def _load_config(config_arg: str | None, environ: Mapping[str, str]) -> tuple[Config, ConfigState]:
+    """The configuration to use (the defaults when the file is invalid) and what status says of it."""
+    path, explicit = resolve_path(config_arg, environ)
+    try:
+        config = load(config_arg, environ)
+    except ConfigError as exc:
+        return defaults(), ConfigState(path, explicit, Unavailable(str(exc)))
+    return config, ConfigState(config.path or path, explicit, config)
+
+
+def _state_dir(path: str) -> StateDir:
+    exists = os.path.isdir(path)
+    return StateDir(path, exists, exists and os.access(path, os.W_OK | os.X_OK))
+
+
+def _history(state_dir: str, n: int) -> HistoryState:
+    where = os.path.join(state_dir, DB_NAME)
+    try:
+        with History.open(state_dir, readonly=True) as h:
+            recent = RecentHistory(tuple(h.attempts(n, include_dry_run=False)), h.counts(),
+                                   h.finding_counts())
+    except HistoryError as exc:
+        return HistoryState(where, Unavailable(str(exc)))
+    except OSError as exc:  # an unreadable state dir is an answer, not a crash
+        return HistoryState(where, Unavailable(f"cannot read {where}: {exc.strerror or exc}"))
+    return HistoryState(where, recent)
+
+
+def _units(timeout: float, address: str) -> Mapping[str, UnitInfo] | Unavailable:
+    return unit_info([instance(a) for a in SLEEP_ACTIONS], timeout, address)
+
+
+def _pipeline(config: Config, proc: ProcFS | None, idle_check: IdleCheck | None) -> Report | Unavailable:
+    try:
+        return run(config, dry_run=True, record=False, origin="status", proc=proc,
+                   idle_check=idle_check, log=Logger(io.StringIO(), {}, quiet=True))
+    except (SuspendGuardError, OSError) as exc:
+        return Unavailable(f"the dry run could not be made: {exc}")
+
+
+def collect(
+    config_arg: str | None,
+    environ: Mapping[str, str],
+    *,
+    root: str = "/",
+    proc: ProcFS | None = None,
+    idle_check: IdleCheck | None = default_idle_check,
+    dbus_timeout: float = DBUS_TIMEOUT_S,
+    history_attempts: int = HISTORY_ATTEMPTS,
+) -> Status:
+    """Gather every part; D-Bus answers are awaited while the dry run goes on.
+
+    ``config_arg`` and ``environ`` are the CLI's (``--config``, and the
+    environment that names the config file and the system bus).
+    """
+    started = time.time()
+    clock = time.monotonic()
+    config, config_state = _load_config(config_arg, environ)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2,
+                                               thread_name_prefix="suspendguard-status") as pool:
+        # The bus the caller's environment names (the CLI's, not only this
+        # process's: tests and wrappers hand one in).
+        bus = system_bus_address(environ)
+        logind_f = pool.submit(logind_info, dbus_timeout, bus)
+        units_f = pool.submit(_units, dbus_timeout, bus)
+        report = _pipeline(config, proc, idle_check)
+        installation = installation_state(root)
+        state_dir = _state_dir(config.state.dir)
+        history = _history(config.state.dir, history_attempts)
+        logind = logind_f.result()
+        units = units_f.result()
+    return Status(started, os.geteuid(), config_state, report, installation, state_dir,
+                  logind, units, history, time.monotonic() - clock, config.devices.families)

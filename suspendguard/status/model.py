@@ -1,0 +1,174 @@
+"""The typed status report: every part an operator asks about, each a value or Unavailable.
+
+Gathered by :mod:`suspendguard.status.collect`, rendered by
+:mod:`~suspendguard.status.text` and :mod:`~suspendguard.status.prometheus`
+from these records; JSON exists only in the ``to_json`` methods, under
+stable keys.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from suspendguard import __version__
+from suspendguard.config import Config
+from suspendguard.guard.report import Report
+from suspendguard.install.state import Installation
+from suspendguard.model import Unavailable
+from suspendguard.store.history import Attempt
+from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
+from suspendguard.system.dbus.systemd import UnitInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigState:
+    path: str
+    explicit: bool
+    config: Config | Unavailable  # Unavailable: the file is invalid, and why (one line)
+
+    @property
+    def valid(self) -> bool:
+        return isinstance(self.config, Config)
+
+    @property
+    def loaded(self) -> bool:
+        """A file was read (False: the built-in defaults)."""
+        return isinstance(self.config, Config) and self.config.loaded
+
+    def describe(self) -> str:
+        if isinstance(self.config, Unavailable):
+            return f"invalid: {self.config.reason} (status uses the built-in defaults)"
+        if not self.loaded:
+            return "absent: built-in defaults"
+        return "valid"
+
+    def to_json(self) -> dict[str, Any]:
+        error = self.config.reason if isinstance(self.config, Unavailable) else None
+        return {"path": self.path, "valid": self.valid, "error": error, "loaded": self.loaded}
+
+
+@dataclass(frozen=True, slots=True)
+class StateDir:
+    path: str
+    exists: bool
+    writable: bool  # os.access for this user; nothing is written
+
+    def describe(self) -> str:
+        if not self.exists:
+            return "absent (created by install or the first recorded attempt)"
+        return "writable" if self.writable else "not writable by this user"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "exists": self.exists, "writable": self.writable}
+
+
+@dataclass(frozen=True, slots=True)
+class RecentHistory:
+    """The last recorded attempts (dry runs left out) and the totals."""
+
+    attempts: tuple[Attempt, ...]  # newest first
+    counts: Mapping[str, int]  # attempts by verdict
+    findings: Mapping[str, int]  # findings after resume by rule
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryState:
+    path: str
+    recent: RecentHistory | Unavailable  # Unavailable: no history yet, or unreadable
+
+    def to_json(self) -> dict[str, Any]:
+        recent = self.recent
+        if isinstance(recent, Unavailable):
+            recent = RecentHistory((), {}, {})
+        return {
+            "available": not isinstance(self.recent, Unavailable),
+            "reason": self.recent.reason if isinstance(self.recent, Unavailable) else None,
+            "path": self.path,
+            "attempts": [a.to_json() for a in recent.attempts],
+            "counts": dict(recent.counts),
+            "findings": dict(recent.findings),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    generated: float
+    euid: int
+    config: ConfigState
+    report: Report | Unavailable  # the dry run
+    installation: Installation
+    state_dir: StateDir
+    logind: LogindInfo | Unavailable
+    systemd: Mapping[str, UnitInfo] | Unavailable  # the veto unit instances, by name
+    history: HistoryState
+    duration_s: float
+    configured_families: tuple[str, ...] = ()
+
+    @property
+    def root(self) -> bool:
+        return self.euid == 0
+
+    def sleep_blockers(self) -> tuple[Inhibitor, ...]:
+        """Block locks on sleep held by someone else: they stop a user's suspend."""
+        return sleep_blockers(self.logind) if isinstance(self.logind, LogindInfo) else ()
+
+    def unreadable_note(self) -> str:
+        """"N processes could not be inspected (not root)", or ""."""
+        if isinstance(self.report, Unavailable) or not self.report.unreadable:
+            return ""
+        n = self.report.unreadable
+        why = "not root" if not self.root else "permission denied"
+        return f"{n} process{'es' if n != 1 else ''} could not be inspected ({why})"
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "version": __version__,
+            "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.generated)),
+            "euid": self.euid,
+            "duration_s": round(self.duration_s, 3),
+        }
+        data.update(self._report_json())
+        data["installation"] = {**self.installation.to_json(),
+                                "state_dir": self.state_dir.to_json()}
+        logind = self.logind.to_json()
+        if isinstance(self.logind, LogindInfo):
+            logind["sleep_blockers"] = [i.to_json() for i in self.sleep_blockers()]
+        data["logind"] = logind
+        if isinstance(self.systemd, Unavailable):
+            data["systemd"] = self.systemd.to_json()
+        else:
+            data["systemd"] = {"available": True,
+                               "units": {name: u.to_json() for name, u in self.systemd.items()}}
+        data["history"] = self.history.to_json()
+        data["config"] = self.config.to_json()
+        return data
+
+    def _report_json(self) -> dict[str, Any]:
+        """The dry run's parts: verdict, accelerators, holders, scan."""
+        report = self.report
+        if isinstance(report, Unavailable):
+            return {"verdict": report.to_json(), "accelerators": report.to_json(),
+                    "holders": [], "scan": report.to_json()}
+        return {
+            "verdict": {
+                "available": True,
+                "verdict": report.verdict.kind,
+                "exit_status": report.verdict.exit_status,
+                "reasons": list(report.verdict.reasons),
+                "warnings": list(report.verdict.warnings),
+            },
+            "accelerators": {
+                "available": True,
+                "families": list(report.inventory.families()),
+                "configured_families": list(self.configured_families),
+                "nodes": [n.to_json() for n in report.inventory.nodes],
+                "notes": list(report.inventory.notes),
+                "idle": report.idle.to_json() if report.idle is not None else None,
+            },
+            "holders": [h.to_json() for h in report.holders],
+            "scan": {"available": True, "as_root": self.root, "unreadable": report.unreadable,
+                     "note": self.unreadable_note() or None},
+        }
