@@ -22,7 +22,8 @@ from typing import Any
 
 from suspendguard.logs.entries import MAX_CONTINUATION, MAX_TEXT, is_continuation, parse_entry
 from suspendguard.logs.finding import Finding
-from suspendguard.logs.rules import RULES, Rule, classify
+from suspendguard.logs.matching import Rule, classify
+from suspendguard.logs.rules import RULES
 from suspendguard.model import Unavailable
 from suspendguard.system import runner
 from suspendguard.system.runner import RunResult
