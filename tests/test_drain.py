@@ -237,7 +237,7 @@ def test_progress_is_logged_while_waiting(node: str, holders: Holders) -> None:
     inv = take_inventory(make_devices(node))
     [holder] = [h for h in scan_holders(inv).holders if h.pid == pid]
     lines: list[str] = []
-    result = drain([holder], "SIGINT", 1.0, time.monotonic() + 5, log=lines.append,
+    result = drain([holder], "SIGINT", 2.0, time.monotonic() + 6, log=lines.append,
                    progress_every_s=0.3)
     assert result.outcomes[(pid, holder.start_time)].kind == "timeout"
     assert lines[0].startswith("sent SIGINT to 1 holder(s)")
