@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES as ALL_FIXTURES
 
 from suspendguard.logs.journal import (
     MAX_ENTRIES,
@@ -19,7 +20,7 @@ from suspendguard.logs.journal import (
 from suspendguard.system import runner
 from suspendguard.system.runner import RunResult
 
-RECORDED = Path(__file__).parent / "fixtures" / "journal" / "sg-job.service.json"
+RECORDED = ALL_FIXTURES / "journal" / "sg-job.service.json"
 UNIT = "sg-job.service"
 
 

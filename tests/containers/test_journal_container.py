@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from systemd_harness import Container, unavailable_reason
+from helpers import REPO
+from helpers.systemd_harness import Container, unavailable_reason
 
 pytestmark = [
     pytest.mark.systemd,
@@ -26,7 +27,7 @@ pytestmark = [
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
 ]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO
 NODE = "/dev/suspendguard-test/accel0"
 # 1:8, as in test_systemd_container.py: a node the container's device policy
 # lets a job open, that nothing else in the container holds.
