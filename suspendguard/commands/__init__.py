@@ -85,6 +85,8 @@ def _history(p: argparse.ArgumentParser) -> None:
 def _logs(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="files or folders (default: [logs] paths)")
+    p.add_argument("--unit", action="append", metavar="UNIT",
+                   help="also read this systemd unit's journal (the job's own output); repeatable")
     p.add_argument("--since", metavar="T", help="ISO 8601 time, or last-attempt")
     p.add_argument("--until", metavar="T", help="ISO 8601 time")
     _json(p, "the findings")

@@ -8,12 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers import FAKES
 
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.dcmi import DEFAULT_LIBRARIES, DcmiBackend
 
-SOURCE = Path(__file__).parent / "fakes" / "idle" / "fake_dcmi.c"
+SOURCE = FAKES / "idle" / "fake_dcmi.c"
 MB = 1024 * 1024
 
 

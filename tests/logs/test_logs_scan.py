@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES as ALL_FIXTURES
 
 from suspendguard.logs import search as search_module
 from suspendguard.logs.entries import read_text
@@ -17,7 +18,7 @@ from suspendguard.logs.reader import read_file
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.search import search
 
-FIXTURES = Path(__file__).parent / "fixtures" / "ascend-logs"
+FIXTURES = ALL_FIXTURES / "ascend-logs"
 HWTS = (
     "[ERROR] TSCH(-1,null):{t} 1 (dieid:0,cpuid:0) device_management_plat.c:563 "
     "suspend_ack: suspend pre check fail, hwts is busy\n"
@@ -245,7 +246,7 @@ def test_unreadable_file_is_reported(tmp_path: Path, mode: int) -> None:
 
 def test_forked_workers_give_the_serial_answer(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    fixtures = Path(__file__).parent / "fixtures" / "ascend-logs"
+    fixtures = ALL_FIXTURES / "ascend-logs"
     for i, name in enumerate(sorted(os.listdir(fixtures)) * 3):
         target = tmp_path / f"device-{i}" / name
         target.parent.mkdir()

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import REPO
 from helpers.debian_box import DebianBox, debian_tree, unavailable_reason
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO
 
 
 def _reason() -> str | None:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 from helpers.runners import cli as run
 from helpers.users import nobody_prefix, python_for_nobody
 
@@ -284,7 +285,7 @@ def _as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
     python: str | None = sys.executable
     if os.geteuid() == 0:
         prefix = nobody_prefix() or []
-        repo = str(Path(__file__).resolve().parent.parent)
+        repo = str(REPO)
         paths = [p for p in sys.path if p and os.path.isdir(p)]
         env["PYTHONPATH"] = os.pathsep.join([repo, *paths])
         python = python_for_nobody(prefix, env)

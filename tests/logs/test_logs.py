@@ -10,6 +10,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES as ALL_FIXTURES
+from helpers import REPO
 
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.matching import classify, markdown_table, needles
@@ -21,8 +23,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - 3.10
     import sre_parse
 
-FIXTURES = Path(__file__).parent / "fixtures" / "ascend-logs"
-README = Path(__file__).parent.parent / "README.md"
+FIXTURES = ALL_FIXTURES / "ascend-logs"
+README = REPO / "README.md"
 
 # The rule of every record (by its first line number) of every fixture file.
 # None: a line that must not be reported.

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES
 from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT, needs_root
 
@@ -146,7 +147,7 @@ def test_status_and_cgroup_parsers() -> None:
 
 
 def test_fixture_status_of_real_torch_jobs() -> None:
-    text = (Path(__file__).parent / "fixtures" / "nvidia-h200" / "three-torch-holders.txt").read_text()
+    text = (FIXTURES / "nvidia-h200" / "three-torch-holders.txt").read_text()
     assert "0000000001001006" in text  # the deaf job's SigIgn, as captured
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 from helpers.runners import cli
 
 from suspendguard.config import SCHEMA, build, defaults, load, to_toml
@@ -102,7 +103,7 @@ def test_not_utf8(tmp_path: Path) -> None:
 
 
 def test_readme_documents_every_key() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     for section, specs in SCHEMA.items():
         for key in specs:
             assert f"`[{section}] {key}`" in readme, f"README lacks [{section}] {key}"

@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import FIXTURES as ALL_FIXTURES
+
 from suspendguard.cli import main
 
-FIXTURES = Path(__file__).parent / "fixtures" / "ascend-logs"
+FIXTURES = ALL_FIXTURES / "ascend-logs"
 
 
 def logs(*argv: str) -> tuple[int, str, str]:

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES as ALL_FIXTURES
 from helpers.runners import cli
 
 from suspendguard.commands import logs as logs_command
@@ -15,7 +16,7 @@ from suspendguard.config import build
 from suspendguard.logs.after import after_attempt
 from suspendguard.logs.finding import Finding
 
-FIXTURES = Path(__file__).parent / "fixtures" / "ascend-logs"
+FIXTURES = ALL_FIXTURES / "ascend-logs"
 
 
 def test_human_output_groups_by_rule() -> None:
@@ -35,8 +36,11 @@ def test_json_output() -> None:
     assert set(doc) >= {"findings", "files_read", "bytes_read", "skipped"}
     assert doc["files_read"] == 1
     first = doc["findings"][0]
-    assert set(first) == {"rule", "severity", "file", "line", "time", "pid", "text"}
+    assert set(first) == {"rule", "severity", "file", "line", "time", "pid", "text", "unit",
+                          "outside_attempt"}
     assert (first["rule"], first["line"], first["pid"]) == ("event-id-exhausted", 1, 18401)
+    assert (first["unit"], first["outside_attempt"]) == (None, None)
+    assert doc["journals"] == [] and doc["attempt_started"] is None
     assert first["time"] == "2023-05-29T17:53:11.569787"
 
 
@@ -91,7 +95,14 @@ def test_last_attempt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     known = str(FIXTURES / "known-failures.log")
     code, out, _ = run("--config", str(config), known, "--since", "last-attempt", "--json")
     assert code == 1
-    assert [f["line"] for f in json.loads(out)["findings"]] == [1, 2, 3, 6]
+    # Lines 4 and 5 are stamped 19 us before the attempt's start: read, as the
+    # after-resume check reads them ([logs] clock_slack_s), and marked.
+    doc = json.loads(out)
+    assert [f["line"] for f in doc["findings"]] == [1, 2, 3, 4, 5, 6]
+    assert [f["outside_attempt"] for f in doc["findings"]][2:5] == [
+        None, {"side": "before", "by_s": 0.000019}, {"side": "before", "by_s": 0.000019}]
+    assert doc["attempt_started"] == "2023-01-01T02:53:45.850800"
+    assert doc["since"] == "2023-01-01T02:53:40.850800"
 
 
 def test_default_paths_from_config(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from helpers import REPO
 from helpers.dbus import dbus_daemon
 from helpers.holders import Holders
 from helpers.users import nobody_prefix, python_for_nobody
@@ -398,7 +399,7 @@ def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders
         conf.chmod(0o644)
         (folder / "state").mkdir(mode=0o755)  # root's: readable, not writable, for nobody
         paths = [p for p in sys.path if p and os.path.isdir(p)]
-        repo = str(Path(__file__).resolve().parent.parent)
+        repo = str(REPO)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                "PYTHONPATH": os.pathsep.join([repo, *paths]),
                "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={folder / 'no-bus'}",

@@ -13,8 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO
 INSTANCES = [f"suspendguard@{a}.service"
              for a in ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")]
 

@@ -4,7 +4,7 @@ The fake logind answers Suspend(false) and starts suspend.target through the
 fake systemd1, whose job runs what the units ordered before the sleep would
 run here: the real guard (``pre-sleep``) on real holders, then the sleep
 hook's ``pre`` and ``post``. The booted-systemd version of the same is in
-tests/test_systemd_container.py.
+tests/containers/test_systemd_container.py.
 """
 
 from __future__ import annotations

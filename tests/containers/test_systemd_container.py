@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from systemd_harness import Container, HarnessError, unavailable_reason
+from helpers import REPO
+from helpers.systemd_harness import Container, HarnessError, unavailable_reason
 
 pytestmark = [
     pytest.mark.systemd,
@@ -33,7 +34,7 @@ pytestmark = [
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
 ]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO
 HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
 NODE = "/dev/suspendguard-test/accel0"  # /run is nodev in the container: /dev is not
 # 1:8 (as /dev/random): a node the container's device policy lets a job open,

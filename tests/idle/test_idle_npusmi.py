@@ -6,12 +6,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers import TESTS
 
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import LOAD_READINGS, QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend, parse_info, parse_list, parse_usages
 
-HERE = Path(__file__).parent
+HERE = TESTS
 RECORDED = HERE / "fixtures" / "npu-smi"
 MADE = HERE / "fakes" / "idle" / "npu-smi-fixtures"
 FAKE = HERE / "fakes" / "idle" / "npu-smi"

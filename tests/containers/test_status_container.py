@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import REPO
+from helpers.systemd_harness import Container, unavailable_reason
 from prometheus_client.parser import text_string_to_metric_families
-from systemd_harness import Container, unavailable_reason
 
 pytestmark = [
     pytest.mark.systemd,
@@ -27,7 +28,7 @@ pytestmark = [
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
 ]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO
 HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
 NODE = "/dev/suspendguard-status/accel0"  # /run is nodev in the container: /dev is not
 STATE_DIR = "/var/lib/suspendguard"

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from systemd_harness import Container, HarnessError, unavailable_reason
+from helpers import REPO
+from helpers.systemd_harness import Container, HarnessError, unavailable_reason
 
 WAIT_ONLINE = "systemd-networkd-wait-online.service"
 HAS_WAIT_ONLINE = any(Path(d, WAIT_ONLINE).exists()
@@ -25,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif(not HAS_WAIT_ONLINE, reason=f"{WAIT_ONLINE} is not installed"),
 ]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO
 WANT_WAIT_ONLINE = [f"systemd.wants={WAIT_ONLINE}"]
 
 

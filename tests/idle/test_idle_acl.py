@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import FAKES
 
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.acl import DEFAULT_ENV_SCRIPTS, AclBackend
 from suspendguard.idle.base import QueryFailed
 
-SITE = Path(__file__).parent / "fakes" / "idle" / "acl_site"
+SITE = FAKES / "idle" / "acl_site"
 SET_ENV = SITE / "set_env.sh"
 
 

@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from suspendguard.config import build, defaults
 from suspendguard.install import templates
 from suspendguard.model import SLEEP_ACTIONS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO
 SHIPPED = REPO / "systemd"
 UNIT = (SHIPPED / templates.UNIT_TEMPLATE).read_text()
 HOOK = (SHIPPED / templates.HOOK_TEMPLATE).read_text()

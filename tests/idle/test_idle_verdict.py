@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers import TESTS
 
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import Backend, DeviceProcess, DeviceReading, IdleReport, QueryFailed
@@ -22,7 +23,7 @@ from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.idle.registry import BACKEND_TYPES, make_backends
 from suspendguard.idle.sampler import check_idle
 
-HERE = Path(__file__).parent
+HERE = TESTS
 RECORDED = HERE / "fixtures" / "npu-smi"
 FAKE_NPU_SMI = HERE / "fakes" / "idle" / "npu-smi"
 DRAIN = json.loads((HERE / "fixtures" / "nvidia-h200" / "drain-timing.json").read_text())

@@ -11,12 +11,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from helpers import FAKES
 
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
 
-FAKES = Path(__file__).parent / "fakes" / "idle" / "nvml"
+FAKES = FAKES / "idle" / "nvml"
 MiB = 1024 * 1024
 
 # `## nvml` section of three-torch-holders.txt: util gpu 100 mem 23, three compute pids

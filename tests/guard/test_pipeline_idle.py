@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURES
+from helpers import FAKES, FIXTURES
 from helpers.holders import Holders
 from helpers.runners import guard
 
@@ -19,7 +19,7 @@ from suspendguard.config import IdleConfig
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.idle.sampler import check_idle
 
-FAKE_NPU_SMI = Path(__file__).parent / "fakes" / "idle" / "npu-smi"
+FAKE_NPU_SMI = FAKES / "idle" / "npu-smi"
 TEMPLATE = (FIXTURES / "npu-smi" / "910b2c-hbm-one-process.txt").read_text()
 
 
