@@ -69,3 +69,15 @@ def test_docs_dir_prefers_package_data_and_says_what_is_missing(tmp_path: Path) 
     (package / "data" / "completion" / "_suspendguard").unlink()
     with pytest.raises(InstallError, match=r"completion/_suspendguard"):
         docs_dir(package)
+
+
+def test_pages_that_cannot_be_written_do_not_stop_the_install(tmp_path: Path) -> None:
+    # as on a read-only /usr: a file where the man folder should be fails even for root
+    (tmp_path / "usr/local/share").mkdir(parents=True)
+    (tmp_path / "usr/local/share/man").write_text("not a folder")
+    status, out, err = run("install", "--root", str(tmp_path), "--no-enable")
+    assert status == 0, err
+    assert "man pages and completion: not installed (" in out
+    assert (tmp_path / "etc/systemd/system/suspendguard@.service").is_file()
+    assert (tmp_path / "usr/lib/systemd/system-sleep/suspendguard").is_file()
+    assert json.loads((tmp_path / MANIFEST).read_text())["files"].keys().isdisjoint(DOCS.values())

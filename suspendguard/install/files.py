@@ -190,10 +190,15 @@ def install(
     tree.write(HOOK_PATH, hook_text, 0o755, manifest)
     say(f"hook: {tree.show(HOOK_PATH)}")
     shipped = docs_dir()
-    for source, path in DOCS.items():
-        tree.makedirs(os.path.dirname(path), manifest)
-        tree.write(path, (shipped / source).read_text(encoding="utf-8"), 0o644, manifest)
-    say(f"man pages and completion: {tree.show(DOCS_ROOT)}")
+    try:
+        for source, path in DOCS.items():
+            tree.makedirs(os.path.dirname(path), manifest)
+            tree.write(path, (shipped / source).read_text(encoding="utf-8"), 0o644, manifest)
+        say(f"man pages and completion: {tree.show(DOCS_ROOT)}")
+    except InstallError as exc:
+        # Documentation only: a read-only /usr (an image-based host) must not
+        # leave the host unguarded. What was written is in the manifest.
+        say(f"man pages and completion: not installed ({exc})")
 
     if not tree.at(config_path).exists():
         tree.makedirs(os.path.dirname(config_path), manifest)
