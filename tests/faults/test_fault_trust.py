@@ -12,6 +12,7 @@ from helpers.isolation import ROOT, needs_root
 
 from suspendguard.config import load
 from suspendguard.errors import EXIT_UNTRUSTED
+from suspendguard.idle.base import find_file
 from suspendguard.system import trust
 
 from .helpers import cli, one_line
@@ -119,3 +120,19 @@ def test_rule_walks_every_component(tmp_path: Path) -> None:
     open_folder.chmod(0o777)
     assert "world-writable" in trust.problems(str(open_folder / "absent" / "tool"), "x")[0]
     assert trust.problems("relative/tool", "x") == ["x relative/tool: not an absolute path"]
+
+
+@needs_root
+def test_a_default_tool_path_root_cannot_trust_is_not_used(tmp_path: Path) -> None:
+    # A built-in default (say /usr/local/Ascend/...) under a folder anyone may
+    # write: root must not load or run it, and the device reads unknown.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    tool = shared / "npu-smi"
+    tool.write_text("#!/bin/sh\n")
+    found, why = find_file("", [str(tool)], "npu_smi", "npu-smi not found")
+    assert found is None
+    assert str(shared) in why and "not used" in why
+    shared.chmod(0o755)
+    assert find_file("", [str(tool)], "npu_smi", "npu-smi not found") == (str(tool), "")
