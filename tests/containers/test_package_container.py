@@ -177,6 +177,28 @@ def test_package_installs_the_guard_enabled(installed: DebianBox) -> None:
                    "suspendguard@suspend.service").stdout.strip() in ("", "0")
 
 
+def test_man_pages_and_completion_are_installed(installed: DebianBox) -> None:
+    box = installed
+    pages = {}
+    for path in ("/usr/share/man/man8/suspendguard.8.gz", "/usr/share/man/man5/suspendguard.toml.5.gz"):
+        pages[path] = box.run("zcat", path).stdout
+        assert pages[path] == (REPO / "man" / Path(path).name.removesuffix(".gz")).read_text(), path
+    for path, shipped in (("/usr/share/bash-completion/completions/suspendguard", "suspendguard"),
+                          ("/usr/share/zsh/vendor-completions/_suspendguard", "_suspendguard")):
+        assert box.run("cat", path).stdout == (REPO / "completion" / shipped).read_text(), path
+    if box.run("sh", "-c", "command -v man", check=False).returncode == 0:
+        rendered = box.run("man", "suspendguard", env={"MANWIDTH": "200"}).stdout
+    elif shutil.which("man") is not None:
+        # Debian's minbase has no man-db (adding it costs every package install a
+        # mandb run): the installed page is rendered here instead.
+        rendered = subprocess.run(["man", "-l", "-"], input=pages["/usr/share/man/man8/suspendguard.8.gz"],
+                                  capture_output=True, text=True, timeout=60, check=True,
+                                  env={**os.environ, "MANWIDTH": "200"}).stdout
+    else:
+        return
+    assert "suspendguard check" in rendered and "suspendguard.toml(5)" in rendered, rendered
+
+
 def test_graceful_job_is_drained_and_the_suspend_goes_on(clean: DebianBox) -> None:
     box = clean
     pid = start_holder(box, "graceful", "graceful")

@@ -82,10 +82,14 @@ def test_install_stages_exactly_these_files(root: Path) -> None:
     assert status == 0, err
     after = snapshot(root)
     added = {k: v for k, v in after.items() if k not in before}
-    assert {k for k, v in added.items() if v[0] == "f"} == {UNIT, HOOK, CONFIG, MANIFEST}
+    from suspendguard.install.docs import DOCS
+
+    docs = {path.lstrip("/") for path in DOCS.values()}
+    assert {k for k, v in added.items() if v[0] == "f"} == {UNIT, HOOK, CONFIG, MANIFEST, *docs}
     assert {k: v[1] for k, v in added.items() if v[0] == "l"} == links()
     assert {k for k, v in added.items() if v[0] == "d"} == {
         "etc/suspendguard", "var", "var/lib", "var/lib/suspendguard",
+        *{str(Path(d).parents[i]) for d in docs for i in range(len(Path(d).parents) - 2)},
         *(f"etc/systemd/system/systemd-{a}.service.requires" for a in ACTIONS[1:]),
         *(f"etc/systemd/system/nvidia-{a}.service.requires" for a in ACTIONS),
     }

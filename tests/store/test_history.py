@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers.holders import Holders
 from helpers.runners import guard
 
 from suspendguard.cli import main
+from suspendguard.errors import NoHistory
 from suspendguard.store.history import History, last_attempt_start
 
 
@@ -60,10 +62,9 @@ def test_kill_9_mid_attempt_is_interrupted_next_time(make_config: Any, node: str
     try:
         for _ in range(100):
             time.sleep(0.1)
-            if os.path.exists(Path(cfg.state.dir) / "history.db"):
-                with History.open(cfg.state.dir, readonly=True) as h:
-                    if h.attempts(1) and h.attempts(1)[0].verdict == "running":
-                        break
+            with contextlib.suppress(NoHistory), History.open(cfg.state.dir, readonly=True) as h:
+                if h.attempts(1) and h.attempts(1)[0].verdict == "running":
+                    break
         else:
             raise AssertionError("the guard never began an attempt")
     finally:
@@ -129,3 +130,13 @@ def test_schema_is_wal(make_config: Any) -> None:
     guard(cfg, action="hibernate", origin="unit")
     conn = sqlite3.connect(Path(cfg.state.dir) / "history.db")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_database_without_its_tables_yet_is_no_history(tmp_path: Path) -> None:
+    # A reader between the first guard's creating the file and its tables.
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    sqlite3.connect(state / "history.db").close()
+    (state / "history.db").chmod(0o600)
+    with pytest.raises(NoHistory, match="no history yet"):
+        History.open(str(state), readonly=True)
