@@ -49,7 +49,7 @@ def _check(p: argparse.ArgumentParser) -> None:
 
 
 def _drain(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--yes", "-y", action="store_true",
+    p.add_argument("--yes", action="store_true",
                    help="do not ask: signal the holders listed (needed without a terminal)")
     p.add_argument("--dry-run", action="store_true",
                    help="signal nobody: only show who would be signalled (the same as check)")
