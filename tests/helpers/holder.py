@@ -73,8 +73,7 @@ elif args.mode == "stubborn":
     signal.signal(signal.SIGTERM, lambda s, _f: mark("SIGTERM"))
 
 try:
-    # Inside the try: a SIGINT sent the moment "ready" is read must still
-    # reach the handler below (a slow job that died of it looked graceful).
+    # Inside the try: a SIGINT that comes right after "ready" is handled too.
     print(f"ready {os.getpid()}", flush=True)
     while True:
         time.sleep(3600)

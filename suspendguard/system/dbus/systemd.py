@@ -1,4 +1,5 @@
-"""systemd's manager over D-Bus: how it reports units, and stopping and starting them."""
+"""systemd's manager over D-Bus: how it reports units (the veto units among them),
+stops and starts them, and hears its jobs' ends."""
 
 from __future__ import annotations
 
@@ -218,3 +219,29 @@ def start_unit(name: str, timeout: float = 10.0, address: str | None = None, *,
         return (await _one_unit(session, name)).active_state if wait else "queued"
 
     return converse("systemd", timeout, body, address)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """A job systemd removed (Manager.JobRemoved): its unit and how it ended."""
+
+    id: int
+    unit: str
+    result: str  # done | canceled | timeout | failed | dependency | skipped
+
+
+async def watch_jobs(session: Session) -> None:
+    """Hear systemd's JobRemoved from now on; systemd sends it only to subscribed clients."""
+    await session.watch(SYSTEMD_NAME, SYSTEMD_MANAGER, "JobRemoved")
+    await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "Subscribe", expect="")
+
+
+async def job_removed(session: Session, unit: str) -> JobEnd:
+    """Wait for the end of a job of ``unit`` (after :func:`watch_jobs`)."""
+    while True:
+        signal = await session.next_signal()
+        if signal.member != "JobRemoved" or len(signal.body) != 4:
+            continue
+        job_id, _path, name, result = signal.body
+        if name == unit:
+            return JobEnd(id=int(job_id), unit=str(name), result=str(result))
