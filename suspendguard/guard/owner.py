@@ -9,8 +9,11 @@ the supervisor's own API (guard/supervise.py): the unit's ``Restart=`` and
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
+
+from suspendguard.model import Holder, Unavailable
 
 OwnerKind = Literal["systemd-service", "user-service", "docker", "podman", "kubernetes", "plain"]
 
@@ -88,6 +91,41 @@ class Owner:
 
 
 PLAIN = Owner("plain")
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """One owner the guard stopped: the order, and when (wall clock)."""
+
+    owner: Owner
+    seq: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class UnitNow:
+    """A unit's state when restore looks at it."""
+
+    load_state: str
+    active_state: str
+    job: str  # the type of the job queued for it, "" when none
+
+
+class Supervisor(Protocol):
+    """What the pipeline and restore ask of the supervisors (guard/supervise.py has them).
+
+    A protocol here so that the pipeline, which the sleep hook's fallback
+    imports, does not import the D-Bus client with it.
+    """
+
+    def owner(self, holder: Holder) -> Owner: ...
+    def stop(self, owners: Sequence[Owner], signame: str) -> dict[str, str]: ...
+    def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]: ...
+    def started_meanwhile(self, unit: str) -> bool: ...
+    def remove_dropins(self, units: Sequence[str]) -> list[str]: ...
+    def reload(self) -> Unavailable | None: ...
+    def state(self, owner: Owner) -> UnitNow | Unavailable: ...
+    def start(self, owner: Owner, wait: bool = True) -> str | Unavailable: ...
 
 
 def owner_of_cgroup(cgroup: str | None) -> Owner:

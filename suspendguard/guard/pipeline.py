@@ -16,13 +16,13 @@ from dataclasses import replace
 from suspendguard.config import FAMILIES, Config, IdleConfig
 from suspendguard.errors import HistoryError
 from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.owner import Supervisor
 from suspendguard.guard.policy import ancestors
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import Report
 from suspendguard.guard.restore import restore
 from suspendguard.guard.rounds import Rounds
 from suspendguard.guard.scan import describe_process, scan_holders
-from suspendguard.guard.supervise import Supervisors
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Decision, Holder, Verdict, holder_id
@@ -53,7 +53,7 @@ def run(
     skip_frozen: bool = False,
     can_veto: bool = True,
     clock: Callable[[], float] = time.monotonic,
-    supervisors: Supervisors | None = None,
+    supervisors: Supervisor | None = None,
 ) -> Report:
     """One guard run. ``supervisors``: how owners are read and stopped (None: cgroups only,
     every holder signalled directly)."""

@@ -13,8 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from suspendguard.config import RestoreConfig
-from suspendguard.guard.owner import Owner
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.owner import Owner, Supervisor
 from suspendguard.model import Unavailable
 from suspendguard.store.history import StopRow
 
@@ -32,7 +31,7 @@ class Restored:
 Record = Callable[[StopRow, str, str], None]
 
 
-def restore(stops: Sequence[StopRow], supervisors: Supervisors, config: RestoreConfig, *,
+def restore(stops: Sequence[StopRow], supervisors: Supervisor, config: RestoreConfig, *,
             enabled: bool, record: Record, log: Callable[[str], None]) -> list[Restored]:
     """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins."""
     if not stops:
@@ -56,7 +55,7 @@ def restore(stops: Sequence[StopRow], supervisors: Supervisors, config: RestoreC
     return out
 
 
-def _one(stop: StopRow, supervisors: Supervisors, config: RestoreConfig,
+def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
          started_meanwhile: bool) -> tuple[str, str]:
     if any(fnmatch.fnmatchcase(stop.owner, glob) for glob in config.skip):
         return "skipped", "matches [restore] skip"

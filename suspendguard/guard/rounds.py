@@ -17,11 +17,10 @@ from types import MappingProxyType
 
 from suspendguard.config import Config
 from suspendguard.guard.drain import drain
-from suspendguard.guard.owner import Owner, owner_of_cgroup
+from suspendguard.guard.owner import Owner, Stop, Supervisor, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
 from suspendguard.guard.report import HolderResult
 from suspendguard.guard.scan import scan_holders
-from suspendguard.guard.supervise import Stop, Supervisors
 from suspendguard.model import Decision, Holder, HolderId, Inventory, Outcome, holder_id
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
@@ -47,7 +46,7 @@ class Rounds:
     def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
                  cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
                  deadline: float, clock: Callable[[], float],
-                 supervisors: Supervisors | None = None) -> None:
+                 supervisors: Supervisor | None = None) -> None:
         self.config = config
         self.dry_run = dry_run
         self.proc = proc

@@ -17,9 +17,9 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from suspendguard.guard.owner import Owner, owner_of_cgroup
+from suspendguard.guard.owner import Owner, Stop, UnitNow, owner_of_cgroup
 from suspendguard.model import Holder, Unavailable
 from suspendguard.system.dbus import systemd
 
@@ -35,15 +35,6 @@ MARKER_NAME = "suspendguard-stopped"
 STOP_SETTLE_S = 2.0
 # A timer due later than this after the stop is the next sleep's business.
 TIMER_WINDOW_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """One owner the guard stopped: the order, the time, and systemd's mark of the stop."""
-
-    owner: Owner
-    seq: int
-    at: float  # wall clock
 
 
 class Supervisors:
@@ -180,9 +171,12 @@ class Supervisors:
 
     # -- starting again ----------------------------------------------------
 
-    def state(self, owner: Owner) -> systemd.ServiceState | Unavailable:
+    def state(self, owner: Owner) -> UnitNow | Unavailable:
         states = systemd.service_states([owner.name], address=self.bus_address)
-        return states if isinstance(states, Unavailable) else states[owner.name]
+        if isinstance(states, Unavailable):
+            return states
+        st = states[owner.name]
+        return UnitNow(st.load_state, st.active_state, st.job)
 
     def reload(self) -> Unavailable | None:
         return systemd.reload_manager(address=self.bus_address)

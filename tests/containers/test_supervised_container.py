@@ -1,6 +1,6 @@
 """Supervised jobs under a real systemd: stopped through systemd, kept down, started again.
 
-One booted container for the module (tests/systemd_harness.py). The jobs are
+One booted container for the module (tests/helpers/systemd_harness.py). The jobs are
 system services (unit files in /etc/systemd/system) running
 tests/helpers/holder.py on a node of rdev 1:9, as the guard's veto unit and
 resume unit, installed by ``suspendguard install``, see them during a real
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from systemd_harness import Container, unavailable_reason
+from helpers import REPO
+from helpers.systemd_harness import Container, unavailable_reason
 
 pytestmark = [
     pytest.mark.systemd,
@@ -27,7 +28,6 @@ pytestmark = [
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
 ]
 
-REPO = Path(__file__).resolve().parent.parent
 HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
 NODE = "/dev/suspendguard-sv/accel0"
 NODE_RDEV = "1 9"  # /dev/urandom's number: not 1:7 nor the other container module's 1:8
