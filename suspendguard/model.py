@@ -15,7 +15,7 @@ DecisionKind = Literal[
     "drain",  # signal it and wait for its exit
     "escalate",  # it ignores the drain signal: signal it, then escalate
     "leave",  # not the guard's business (ignored by a rule, PID 1, the guard itself)
-    "protect",  # a protect rule: veto, the suspend waits for it
+    "protect",  # a protect rule: veto while it runs, never signalled
     "skip-frozen",  # frozen cgroup, in the sleep hook: leave it, with a warning
     "veto-frozen",  # frozen cgroup: it cannot exit until thawed, so veto
     "veto-sigint-ignored",  # it ignores the drain signal and nothing may follow it: veto

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from suspendguard.config import FAMILIES, Config, IdleConfig
+from suspendguard.config import ANSWER_MARGIN_S, FAMILIES, Config, IdleConfig, idle_reserve_s
 from suspendguard.errors import HistoryError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors
@@ -57,7 +57,7 @@ def run(
     started_wall = time.time()
     start = clock()
     # Leave time to record and answer before systemd's TimeoutStartSec.
-    deadline = start + config.drain.deadline_s - 2.0
+    deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
                clock=clock)
@@ -97,7 +97,9 @@ def run(
     to_drain = r.admit(r.decide(scan.holders))
     certain_veto = bool(r.reasons)
     if to_drain:
-        idle_reserve = config.idle.settle_s + config.idle.command_timeout_s + 1.0
+        # Time for the idle check only when one will run (config/budget.py).
+        idle_reserve = idle_reserve_s(config.idle.settle_s, config.idle.command_timeout_s) \
+            if idle_check is not None and inventory.nodes else 0.0
         r.drain(to_drain, seen, inventory, idle_reserve)
 
     idle: IdleReport | None = None
