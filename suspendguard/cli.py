@@ -1,7 +1,8 @@
 """Command line: ``suspendguard SUBCOMMAND``. ``main(argv)`` is testable in-process.
 
 Exit statuses: 0 allow / success, 1 veto, 2 bad usage or configuration,
-3 an operational error (not root, systemd not running, ...).
+3 an operational error (not root, systemd not running, ...), 4 unknown (the
+guard cannot tell; never read as allow).
 Heavy modules are imported by the subcommand that needs them, so the sleep
 hook's path stays fast and never imports dbus-next or asyncio.
 """
@@ -130,6 +131,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = add("check", _cmd_check, "find holders, drain them (or not, with --dry-run), give a verdict")
     p.add_argument("--dry-run", action="store_true", help="send no signal; say what would happen")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--wide", action="store_true", help="full values: never fit tables to the terminal")
 
     p = add("pre-sleep", _cmd_pre_sleep, "the veto unit's step: run the guard before ACTION")
     p.add_argument("action", nargs="?", default="suspend", choices=SLEEP_ACTIONS, metavar="ACTION",
@@ -141,6 +143,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = add("history", _cmd_history, "list recorded suspend attempts, newest first")
     p.add_argument("-n", type=int, default=20, metavar="N", help="how many (default 20)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--wide", action="store_true", help="full values: never fit tables to the terminal")
 
     p = add("logs", _cmd_logs, "scan Ascend device logs for documented failures")
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (default: [logs] paths)")
@@ -152,11 +155,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--prometheus", action="store_true", help="text exposition format")
+    p.add_argument("--wide", action="store_true", help="full values: never fit tables to the terminal")
 
     p = add("install", _cmd_install, "install the veto units, the sleep hook and a default config")
     p.add_argument("--root", metavar="DIR",
                    help="stage into DIR (same layout under DIR; systemctl is never called)")
     p.add_argument("--no-enable", action="store_true", help="do not enable the units")
+    p.add_argument("--python", metavar="PATH", help="the units' interpreter (default: this one; "
+                   "with --root: /usr/bin/python3)")
+    p.add_argument("--force", action="store_true",
+                   help="accept an interpreter under /tmp, /var/tmp or a home directory")
 
     p = add("uninstall", _cmd_uninstall, "remove what install put in place")
     p.add_argument("--root", metavar="DIR")

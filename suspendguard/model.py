@@ -22,7 +22,9 @@ DecisionKind = Literal[
 ]
 OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal"]
 Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
-VerdictKind = Literal["allow", "veto"]
+# unknown: the guard cannot tell (not root and processes it could not inspect,
+# an invalid config, a missing interpreter); never read as allow.
+VerdictKind = Literal["allow", "veto", "unknown"]
 IdleState = Literal["busy", "idle", "unknown"]
 
 # Handlers for these may free device resources behind the driver's back.
@@ -207,13 +209,23 @@ class Outcome:
             return f"exited after {self.seconds:.2f} s"
         return f"{self.kind}: {self.why}" if self.why else self.kind
 
+    def to_json(self) -> dict[str, Any]:
+        """The one JSON form of an outcome, in every command's output."""
+        return {"kind": self.kind, "seconds": self.seconds, "why": self.why}
+
+
+# The exit status of each verdict (errors.EXIT_ALLOW, EXIT_VETO, EXIT_UNKNOWN).
+VERDICT_EXIT_STATUS: dict[VerdictKind, int] = {"allow": 0, "veto": 1, "unknown": 4}
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """allow, veto or unknown, with its reasons (for unknown: why the guard cannot tell)."""
+
     kind: VerdictKind
     reasons: tuple[str, ...]
     warnings: tuple[str, ...] = ()
 
     @property
     def exit_status(self) -> int:
-        return 0 if self.kind == "allow" else 1
+        return VERDICT_EXIT_STATUS[self.kind]

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from suspendguard.guard.layout import terminal_width
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.system.cancel import Cancel
@@ -36,11 +37,12 @@ def _sigterm_cancels() -> Iterator[Cancel]:
         cancel.close()
 
 
-def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool) -> int:
+def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool,
+         wide: bool = False) -> int:
     config = ctx.config()
-    # On a terminal the report already says what the log lines would; keep
-    # the errors and warnings, drop the chatter.
-    log = Logger(ctx.err, ctx.environ, quiet=dry_run and not as_json)
+    # A dry run's report (text or JSON) already says what the log lines would;
+    # a would-be veto is no error of this command, so nothing goes to stderr.
+    log = Logger(ctx.err, ctx.environ, quiet=dry_run)
     with _sigterm_cancels() as cancel:
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
@@ -49,12 +51,13 @@ def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: 
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")
     else:
-        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ)
+        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
+               width=None if wide else terminal_width(ctx.environ, ctx.out))
     return report.verdict.exit_status
 
 
 def check(args: argparse.Namespace, ctx: Context) -> int:
-    return _run(ctx, args.dry_run, None, "cli", args.json)
+    return _run(ctx, args.dry_run, None, "cli", args.json, getattr(args, "wide", False))
 
 
 def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
