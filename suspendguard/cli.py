@@ -1,7 +1,7 @@
 """Command line: ``suspendguard SUBCOMMAND``. ``main(argv)`` is testable in-process.
 
 Exit statuses: 0 allow / success, 1 veto, 2 bad usage or configuration,
-3 an operational error (not root, systemd not running, ...), 4 unknown (the
+3 an operational error (not root, systemd not running, ...), 4 untrusted config, 5 unknown (the
 guard cannot tell; never read as allow).
 Heavy modules are imported by the subcommand that needs them, so the sleep
 hook's path stays fast and never imports dbus-next or asyncio.

@@ -215,7 +215,7 @@ class Outcome:
 
 
 # The exit status of each verdict (errors.EXIT_ALLOW, EXIT_VETO, EXIT_UNKNOWN).
-VERDICT_EXIT_STATUS: dict[VerdictKind, int] = {"allow": 0, "veto": 1, "unknown": 4}
+VERDICT_EXIT_STATUS: dict[VerdictKind, int] = {"allow": 0, "veto": 1, "unknown": 5}
 
 
 @dataclass(frozen=True, slots=True)

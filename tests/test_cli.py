@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import signal
 import subprocess
@@ -12,16 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Holders
+from helpers.holders import Holders
+from helpers.runners import cli
 
-from suspendguard.cli import main
 from suspendguard.store.history import History
-
-
-def cli(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err, environ=env or {})
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_dry_run_json_is_stable(conf: Path, node: str, holders: Holders) -> None:
@@ -72,14 +65,14 @@ def test_pre_sleep_bad_usage_is_2(conf: Path) -> None:
 
 def test_journal_priorities(conf: Path, node: str, holders: Holders) -> None:
     holders.start(node, mode="deaf")
-    code, _, err = cli("pre-sleep", "--config", str(conf), env={"JOURNAL_STREAM": "8:1234"})
+    code, _, err = cli("pre-sleep", "--config", str(conf), environ={"JOURNAL_STREAM": "8:1234"})
     assert code == 1
     verdict = [line for line in err.splitlines() if "veto" in line]
     assert verdict and all(line.startswith("<3>") for line in verdict)
 
 
 def test_allow_is_logged_at_info(conf: Path) -> None:
-    code, _, err = cli("pre-sleep", "--config", str(conf), env={"JOURNAL_STREAM": "8:1234"})
+    code, _, err = cli("pre-sleep", "--config", str(conf), environ={"JOURNAL_STREAM": "8:1234"})
     assert code == 0
     assert any(line.startswith("<6>") and "allow" in line for line in err.splitlines())
 

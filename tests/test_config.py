@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.runners import cli
 
-from suspendguard.cli import main
 from suspendguard.config import SCHEMA, build, defaults, load, to_toml
 from suspendguard.errors import ConfigError
 
@@ -16,12 +15,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:
     import tomli as tomllib
-
-
-def run_cli(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err, environ=env or {})
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_defaults_match_the_issue() -> None:
@@ -74,7 +67,7 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
 def test_bad_config_is_one_line_exit_2(tmp_path: Path, text: str, expected: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(text)
-    code, out, err = run_cli("--config", str(path), "config")
+    code, out, err = cli("--config", str(path), "config")
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1, err
@@ -87,26 +80,26 @@ def test_drain_wait_that_fits_the_deadline_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     # No idle backend: nothing is reserved for an idle check, 3 + 2 s to answer fit in 5.
     path.write_text("[drain]\ntimeout_s = 3\ndeadline_s = 5\n[idle]\nbackends = []\n")
-    code, out, err = run_cli("--config", str(path), "config")
+    code, out, err = cli("--config", str(path), "config")
     assert code == 0, err
     assert "deadline_s = 5" in out
 
 
 def test_missing_explicit_config_is_an_error(tmp_path: Path) -> None:
-    code, _, err = run_cli("config", "--config", str(tmp_path / "nope.toml"))
+    code, _, err = cli("config", "--config", str(tmp_path / "nope.toml"))
     assert code == 2 and "configuration file not found" in err
 
 
 def test_env_var_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("[drain]\ntimeout_s = 7\n")
-    code, out, _ = run_cli("config", env={"SUSPENDGUARD_CONFIG": str(path)})
+    code, out, _ = cli("config", environ={"SUSPENDGUARD_CONFIG": str(path)})
     assert code == 0 and "timeout_s = 7" in out
     # --config wins over the environment
     other = tmp_path / "d.toml"
     other.write_text("[drain]\ntimeout_s = 9\n")
-    code, out, _ = run_cli("--config", str(other), "config",
-                           env={"SUSPENDGUARD_CONFIG": str(path)})
+    code, out, _ = cli("--config", str(other), "config",
+                           environ={"SUSPENDGUARD_CONFIG": str(path)})
     assert "timeout_s = 9" in out
 
 

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
+from helpers.dbus import PrivateBus, dbus_daemon
 
 from suspendguard.model import Unavailable
 from suspendguard.system.dbus.logind import (
@@ -52,22 +51,6 @@ SYSTEMD_STATE: dict[str, Any] = {
 }
 
 Start = Callable[..., subprocess.Popen[str]]
-
-
-@pytest.fixture
-def bus(monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateBus]:
-    with private_system_bus() as private:
-        monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", private.address)
-        yield private
-
-
-@pytest.fixture
-def fakes(bus: PrivateBus) -> Iterator[Start]:
-    """Start fake services on the bus; all of them stop when the test ends."""
-    with contextlib.ExitStack() as stack:
-        def start(state: dict[str, Any] | None = None, **kwargs: Any) -> subprocess.Popen[str]:
-            return stack.enter_context(fake_service(bus, state, **kwargs))
-        yield start
 
 
 def open_fds() -> set[str]:

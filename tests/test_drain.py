@@ -15,7 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from conftest import Holders
+from helpers.holders import Holders
+from helpers.runners import guard
 
 from suspendguard.config import EscalationStep
 from suspendguard.guard.drain import drain
@@ -25,11 +26,6 @@ from suspendguard.guard.report import Report
 from suspendguard.guard.scan import scan_holders
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
-
-
-def guard(config: Any, dry_run: bool = False, **kw: Any) -> Report:
-    return run(config, dry_run=dry_run, action="suspend", origin="test", idle_check=None,
-               log=Logger(io.StringIO(), {}), **kw)
 
 
 def outcome_of(report: Report, pid: int) -> Any:
@@ -281,7 +277,7 @@ def test_progress_is_logged_while_waiting(node: str, holders: Holders) -> None:
     inv = take_inventory(make_devices(node))
     [holder] = [h for h in scan_holders(inv).holders if h.pid == pid]
     lines: list[str] = []
-    result = drain([holder], "SIGINT", 1.0, time.monotonic() + 5, log=lines.append,
+    result = drain([holder], "SIGINT", 2.0, time.monotonic() + 6, log=lines.append,
                    progress_every_s=0.3)
     assert result.outcomes[(pid, holder.start_time)].kind == "timeout"
     assert lines[0].startswith("sent SIGINT to 1 holder(s)")

@@ -13,24 +13,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import Holders
+from helpers.holders import Holders
+from helpers.runners import guard
 
 from suspendguard.cli import main
-from suspendguard.guard.pipeline import run
 from suspendguard.store.history import History, last_attempt_start
-from suspendguard.system.log import Logger
-
-
-def guard(config: Any) -> Any:
-    return run(config, dry_run=False, action="hibernate", origin="unit", idle_check=None,
-               log=Logger(io.StringIO(), {}))
 
 
 def test_attempt_and_holder_rows(make_config: Any, node: str, holders: Holders,
                                  tmp_path: Path) -> None:
     _, pid = holders.start(node)
     cfg = make_config()
-    report = guard(cfg)
+    report = guard(cfg, action="hibernate", origin="unit")
     with History.open(cfg.state.dir, readonly=True) as h:
         [attempt] = h.attempts(5)
     assert attempt.id == report.attempt_id
@@ -46,7 +40,7 @@ def test_attempt_and_holder_rows(make_config: Any, node: str, holders: Holders,
 def test_veto_reasons_are_recorded(make_config: Any, node: str, holders: Holders) -> None:
     _, pid = holders.start(node, mode="deaf")
     cfg = make_config()
-    guard(cfg)
+    guard(cfg, action="hibernate", origin="unit")
     with History.open(cfg.state.dir, readonly=True) as h:
         [attempt] = h.attempts(5)
     assert attempt.verdict == "veto"
@@ -87,7 +81,7 @@ def test_corrupt_database_is_moved_aside(make_config: Any, tmp_path: Path) -> No
     state = Path(cfg.state.dir)
     state.mkdir(parents=True)
     (state / "history.db").write_bytes(b"this is not a database" * 100)
-    report = guard(cfg)
+    report = guard(cfg, action="hibernate", origin="unit")
     assert report.verdict.kind == "allow"
     assert any("moved to" in w for w in report.verdict.warnings)
     assert list(state.glob("history.db.corrupt-*"))
@@ -101,7 +95,7 @@ def test_unwritable_state_dir_keeps_the_verdict(make_config: Any, node: str, hol
     blocker.write_text("")
     _, _pid = holders.start(node)
     cfg = make_config(state={"dir": str(blocker / "state")})
-    report = guard(cfg)
+    report = guard(cfg, action="hibernate", origin="unit")
     assert report.verdict.kind == "allow"
     assert any("history not recorded" in w for w in report.verdict.warnings)
 
@@ -109,7 +103,7 @@ def test_unwritable_state_dir_keeps_the_verdict(make_config: Any, node: str, hol
 def test_history_command_newest_first(make_config: Any, tmp_path: Path) -> None:
     cfg = make_config()
     for _ in range(3):
-        guard(cfg)
+        guard(cfg, action="hibernate", origin="unit")
     conf = tmp_path / "c.toml"
     conf.write_text(f'[state]\ndir = "{cfg.state.dir}"\n')
     out = io.StringIO()
@@ -132,6 +126,6 @@ def test_history_without_state_is_an_answer(tmp_path: Path) -> None:
 
 def test_schema_is_wal(make_config: Any) -> None:
     cfg = make_config()
-    guard(cfg)
+    guard(cfg, action="hibernate", origin="unit")
     conn = sqlite3.connect(Path(cfg.state.dir) / "history.db")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Holders
+from helpers.holders import Holders
 
 from suspendguard.cli import main
 from suspendguard.guard.pipeline import run

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -13,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import nobody_prefix, python_for_nobody
+from helpers.runners import cli as run
+from helpers.users import nobody_prefix, python_for_nobody
 
-from suspendguard.cli import main
 from suspendguard.errors import EXIT_ERROR
 from suspendguard.install.files import (
     SYSTEMD_RUN_DIR,
@@ -61,12 +60,6 @@ def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
                     data = json.dumps(manifest).encode()
                 out[rel] = ("f", stat.S_IMODE(st.st_mode), hashlib.sha256(data).hexdigest())
     return out
-
-
-def run(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), out=out, err=err, environ=environ or {})
-    return status, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from suspendguard.logs.entries import read_text
+from suspendguard.logs.matching import classify, markdown_table, needles
 from suspendguard.logs.reader import read_file
-from suspendguard.logs.rules import RULES, classify, markdown_table, needles
+from suspendguard.logs.rules import RULES
 
 if sys.version_info >= (3, 11):
     import re._parser as sre_parse
@@ -117,11 +118,11 @@ def test_aicore_exception_is_not_event_exhaustion() -> None:
         "aclrtRecordEventImpl:record event failed, runtime result = 507035",
         '"[PTA]:"aclrtRecordEvent error! ret = 507015, eventAllocatorType = -1""',
     ):
-        rule = classify(text)
+        rule = classify(text, RULES)
         assert rule is None or rule.id == "aicore-exception", text
     # Real exhaustion through the same call is still found.
     text = "rtEventRecord:ErrCode=207007, desc=[driver error:no event resource]"
-    assert (c := classify(text)) is not None and c.id == "event-id-exhausted"
+    assert (c := classify(text, RULES)) is not None and c.id == "event-id-exhausted"
 
 
 def test_vendor_ids_are_knowledge_base_codes() -> None:
@@ -132,13 +133,13 @@ def test_vendor_ids_are_knowledge_base_codes() -> None:
     for rule in RULES:
         for vid in rule.vendor_ids:
             assert re.fullmatch(r"AISW_[A-Za-z0-9_]+|0x[0-9A-F]{8}", vid), vid
-            assert f"`{vid}`" in markdown_table()
+            assert f"`{vid}`" in markdown_table(RULES)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_fixture_line_classified(name: str) -> None:
     records = read_text((FIXTURES / name).read_text(), name)
-    got = {r.line: (c.id if (c := classify(r.text)) else None) for r in records}
+    got = {r.line: (c.id if (c := classify(r.text, RULES)) else None) for r in records}
     assert got == EXPECTED[name]
 
 
@@ -205,7 +206,7 @@ def test_continuation_without_head_and_bounded_blocks() -> None:
     )
     text += "    more\n" * 100
     r = read_text(text)
-    assert r[0].line == 1 and classify(r[0].text) is not None
+    assert r[0].line == 1 and classify(r[0].text, RULES) is not None
     assert r[1].continued == 64  # then the block is cut
     assert r[2].line == 67
 
@@ -246,18 +247,18 @@ def test_every_pattern_is_found_by_the_prefilter() -> None:
     for rule in RULES:
         assert rule.patterns
         for p in rule.patterns:
-            assert any(n in p.needle for n in needles())
+            assert any(n in p.needle for n in needles(RULES))
 
 
 def test_pathological_megabyte_line_completes() -> None:
     # Every needle and half-wordings, repeated: the worst case for a naive regex.
-    bits = [n[:-1] for n in needles()] + ["drvEventIdAlloc errorcode = ", "Device[" + "9" * 50]
+    bits = [n[:-1] for n in needles(RULES)] + ["drvEventIdAlloc errorcode = ", "Device[" + "9" * 50]
     line = "[ERROR] RUNTIME(1,a):2023-05-29-17:53:11.569.804 " + "".join(bits) * 1
     line = (line * (1_000_000 // len(line) + 1))[:1_000_000]
     started = time.perf_counter()
     records = read_text(line + "\n" + "(" * 1_000_000 + "\n")
     for r in records:
-        classify(r.text)
+        classify(r.text, RULES)
     assert len(records) == 2
     # No timing assertion: it completing is the test (a quadratic regex would not).
     assert time.perf_counter() - started >= 0
@@ -268,6 +269,6 @@ def test_readme_table_matches_catalog() -> None:
     start, end = "<!-- rules:start -->\n", "<!-- rules:end -->"
     assert start in text and end in text
     between = text[text.index(start) + len(start):text.index(end)]
-    assert between == markdown_table()
+    assert between == markdown_table(RULES)
     for rule in RULES:
         assert f"`{rule.id}`" in between

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from helpers.runners import cli
 
-from suspendguard.cli import main
 from suspendguard.commands import logs as logs_command
 from suspendguard.config import build
 from suspendguard.logs.after import after_attempt
 from suspendguard.logs.finding import Finding
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ascend-logs"
-
-
-def run(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(["logs", *argv], out=out, err=err, environ=environ or {})
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_human_output_groups_by_rule() -> None:
@@ -141,3 +134,7 @@ def test_finding_to_json_and_frozen() -> None:
     assert f.to_json()["time"] is None
     with pytest.raises(AttributeError):
         f.rule = "other"  # type: ignore[misc]
+
+
+def run(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
+    return cli("logs", *argv, environ=environ)

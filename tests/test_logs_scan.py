@@ -12,8 +12,9 @@ import pytest
 from suspendguard.logs import search as search_module
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.globs import expand, split_glob
+from suspendguard.logs.matching import classify
 from suspendguard.logs.reader import read_file
-from suspendguard.logs.rules import classify
+from suspendguard.logs.rules import RULES
 from suspendguard.logs.search import search
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ascend-logs"
@@ -206,7 +207,7 @@ def test_windows_and_truncation_agree_with_the_reader(tmp_path: Path) -> None:
     log = tmp_path / "all.log"
     log.write_text(text)
     want = [
-        (c.id, r.line) for r in read_text(text) if (c := classify(r.text))
+        (c.id, r.line) for r in read_text(text) if (c := classify(r.text, RULES))
     ]
     fd = os.open(log, os.O_RDONLY)
     try:

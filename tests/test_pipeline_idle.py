@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import io
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -12,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, Holders
+from helpers import FIXTURES
+from helpers.holders import Holders
+from helpers.runners import guard
 
 from suspendguard.config import IdleConfig
-from suspendguard.guard.pipeline import run
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.idle.sampler import check_idle
-from suspendguard.system.log import Logger
 
 FAKE_NPU_SMI = Path(__file__).parent / "fakes" / "idle" / "npu-smi"
 TEMPLATE = (FIXTURES / "npu-smi" / "910b2c-hbm-one-process.txt").read_text()
@@ -55,11 +54,6 @@ def idle_via_npu_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, texts: lis
     return check
 
 
-def guard(config: Any, idle_check: Any, dry_run: bool = False) -> Any:
-    return run(config, dry_run=dry_run, action="suspend", origin="test", idle_check=idle_check,
-               log=Logger(io.StringIO(), {}))
-
-
 def test_device_reported_pid_unknown_to_the_scan_is_drained(
         make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A job the scan cannot see through a node (it holds none here: think of
@@ -68,7 +62,7 @@ def test_device_reported_pid_unknown_to_the_scan_is_drained(
     other.write_bytes(b"")
     proc, pid = holders.start(str(other))
     check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid), npu_smi_text(None)])
-    report = guard(make_config(), check)
+    report = guard(make_config(), idle_check=check)
     [hr] = [h for h in report.holders if h.decision.holder.pid == pid]
     assert hr.decision.holder.source == "npu-smi"
     assert hr.decision.action == "drain" and "reported by the device" in hr.decision.rule
@@ -83,7 +77,7 @@ def test_device_reported_pid_in_dry_run_is_predicted_not_signalled(
     other.write_bytes(b"")
     proc, pid = holders.start(str(other))
     check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid)])
-    report = guard(make_config(), check, dry_run=True)
+    report = guard(make_config(), dry_run=True, idle_check=check)
     [hr] = [h for h in report.holders if h.decision.holder.pid == pid]
     assert hr.outcome.kind == "would-signal"
     assert holders.signals() == [] and proc.poll() is None
@@ -92,7 +86,7 @@ def test_device_reported_pid_in_dry_run_is_predicted_not_signalled(
 def test_busy_device_with_no_visible_job_vetoes(
         make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(None, aicore=37)])
-    report = guard(make_config(), check)
+    report = guard(make_config(), idle_check=check)
     assert report.verdict.kind == "veto"
     assert any("AI Core 37%" in r for r in report.verdict.reasons), report.verdict.reasons
     assert report.to_json()["idle"]["state"] == "busy"
@@ -103,7 +97,7 @@ def test_device_pid_not_visible_here_vetoes(
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that no longer exists: the device sees what this host cannot
     check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(dead.pid)])
-    report = guard(make_config(), check)
+    report = guard(make_config(), idle_check=check)
     assert report.verdict.kind == "veto"
     assert any(f"reports pid {dead.pid}" in r and "not visible here" in r
                for r in report.verdict.reasons)
@@ -120,6 +114,6 @@ def test_hung_npu_smi_never_exceeds_the_deadline(make_config: Any, tmp_path: Pat
     cfg = replace(cfg, drain=replace(cfg.drain, deadline_s=4),
                   idle=replace(cfg.idle, command_timeout_s=30))
     started = time.monotonic()
-    report = guard(cfg, check)
+    report = guard(cfg, idle_check=check)
     assert time.monotonic() - started < 4 + 5  # the deadline, plus a generous margin
     assert report.to_json()["idle"]["state"] == "unknown"

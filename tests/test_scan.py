@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HOLDER, ROOT, Holders, needs_root
+from helpers.holders import HOLDER, Holders
+from helpers.isolation import ROOT, needs_root
 
 from suspendguard.config import DevicesConfig
 from suspendguard.guard.inventory import take_inventory

@@ -3,7 +3,6 @@ systemd1 on it, a real history database, and a real non-root run."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -11,15 +10,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import Holders, nobody_prefix, python_for_nobody
-from conftest_dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
+from helpers.dbus import dbus_daemon
+from helpers.holders import Holders
+from helpers.users import nobody_prefix, python_for_nobody
 from prometheus_client.parser import text_string_to_metric_families
 
 from suspendguard.cli import main
@@ -46,30 +45,6 @@ FAKE_STATE: dict[str, Any] = {
 }
 TOP_KEYS = {"verdict", "accelerators", "holders", "installation", "logind", "systemd", "history",
             "config"}
-
-
-@pytest.fixture
-def no_bus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A system bus address where nothing listens."""
-    address = f"unix:path={tmp_path / 'no-bus-here'}"
-    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", address)
-    return address
-
-
-@pytest.fixture
-def bus(monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateBus]:
-    with private_system_bus() as private:
-        # suspendguard.system.dbus reads the process environment; ctx.environ gets it too.
-        monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", private.address)
-        yield private
-
-
-@pytest.fixture
-def fakes(bus: PrivateBus) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    with contextlib.ExitStack() as stack:
-        def start(state: dict[str, Any] | None = None, **kwargs: Any) -> subprocess.Popen[str]:
-            return stack.enter_context(fake_service(bus, state, **kwargs))
-        yield start
 
 
 def status(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -407,7 +382,7 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str) -> Non
     code, out, _ = status("--json", "--config", str(bad))
     data = json.loads(out)
     assert code == 0
-    assert data["verdict"]["verdict"] == "unknown" and data["verdict"]["exit_status"] == 4
+    assert data["verdict"]["verdict"] == "unknown" and data["verdict"]["exit_status"] == 5
     assert data["verdict"]["next_suspend"] == lines[0]
     assert data["config"]["valid"] is False and data["config"]["path"] == str(bad)
     assert "timeout_s" in data["config"]["error"]

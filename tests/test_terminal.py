@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -13,22 +12,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Holders, nobody_prefix, python_for_nobody
+from helpers.holders import Holders
+from helpers.runners import cli
+from helpers.users import nobody_prefix, python_for_nobody
 
-from suspendguard.cli import main
 from suspendguard.errors import EXIT_UNKNOWN
 from suspendguard.model import VERDICT_EXIT_STATUS
 
 
-def cli(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err, environ=env or {})
-    return code, out.getvalue(), err.getvalue()
-
-
 def test_unknown_has_its_own_exit_status() -> None:
     assert VERDICT_EXIT_STATUS == {"allow": 0, "veto": 1, "unknown": EXIT_UNKNOWN}
-    assert EXIT_UNKNOWN == 4
+    assert EXIT_UNKNOWN == 5  # 4 is an untrusted config
 
 
 # --- a normal user next to root's jobs ---------------------------------------------------
@@ -105,7 +99,7 @@ def test_tables_fit_80_columns_and_wide_shows_all(conf: Path, node: str,
                                                   holders: Holders) -> None:
     _, a = holders.start(node, mode="deaf")
     _, b = holders.start(node, mode="deaf")
-    code, out, err = cli("check", "--dry-run", "--config", str(conf), env={"COLUMNS": "80"})
+    code, out, err = cli("check", "--dry-run", "--config", str(conf), environ={"COLUMNS": "80"})
     assert code == 1 and err == ""  # a dry-run veto is the answer, not an error
     lines = out.splitlines()
     head = lines.index(next(line for line in lines if line.startswith("holders: ")))
@@ -120,7 +114,7 @@ def test_tables_fit_80_columns_and_wide_shows_all(conf: Path, node: str,
     assert not any(line.startswith(f"  pid {a}: rule:") for line in lines)
 
     code, wide, _ = cli("check", "--dry-run", "--wide", "--config", str(conf),
-                        env={"COLUMNS": "80"})
+                        environ={"COLUMNS": "80"})
     row = next(line for line in wide.splitlines() if line.split()[:1] == [str(a)])
     assert "…" not in row and "--mode deaf" in row
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from suspendguard.config.effective import Config
 from suspendguard.config.schema import RULE_FIELDS, SCHEMA, EscalationStep, Rule
 from suspendguard.config.validate import validate
-
-if TYPE_CHECKING:  # effective.py imports this module for Config.digest
-    from suspendguard.config.effective import Config
 
 
 def to_toml(config: Config) -> str:

@@ -43,9 +43,9 @@ def verdict_lines(v: Verdict, mode: str, colour: bool, advisory: bool = False,
         lines.append(f"{paint('UNKNOWN', 'unknown', colour)}: {first}")
         lines += [f"  - {r}" for r in rest]
         lines.append(f"verdict: {paint(head, v.kind, colour)} ({mode}): never read as allow "
-                     "(exit status 4)")
+                     "(exit status 5)")
     else:
-        tail = ": never read as allow (exit status 4)" if v.kind == "unknown" else ""
+        tail = ": never read as allow (exit status 5)" if v.kind == "unknown" else ""
         lines.append(f"verdict: {paint(head, v.kind, colour)} ({mode}){tail}")
         lines += [f"  - {r}" for r in v.reasons]
     lines += [f"  ! {paint(w, 'warn', colour)}" for w in v.warnings]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FAKES = Path(__file__).parent / "fakes" / "dbus"
+FAKES = Path(__file__).resolve().parent.parent / "fakes" / "dbus"
 START_TIMEOUT = 10.0
 
 
