@@ -279,7 +279,7 @@ def test_progress_is_logged_while_waiting(node: str, holders: Holders) -> None:
     lines: list[str] = []
     result = drain([holder], "SIGINT", 2.0, time.monotonic() + 6, log=lines.append,
                    progress_every_s=0.3)
-    assert result.outcomes[(pid, holder.start_time)].kind == "timeout"
+    assert result.outcomes[(pid, holder.start_time)].kind == "timeout", lines
     assert lines[0].startswith("sent SIGINT to 1 holder(s)")
     waiting = [line for line in lines if line.startswith("still waiting for 1 holder(s)")]
     assert len(waiting) >= 2 and f"pid {pid} python" in waiting[0]
