@@ -72,8 +72,10 @@ elif args.mode == "stubborn":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda s, _f: mark("SIGTERM"))
 
-print(f"ready {os.getpid()}", flush=True)
 try:
+    # "ready" inside the try: a SIGINT sent the moment it is read must land
+    # in the handler below, not in a traceback before it.
+    print(f"ready {os.getpid()}", flush=True)
     while True:
         time.sleep(3600)
 except KeyboardInterrupt:
