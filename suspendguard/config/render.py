@@ -23,7 +23,8 @@ def commented_default() -> str:
     """The commented default file that ``suspendguard install`` writes."""
     lines = [
         "# suspendguard configuration. Every key is optional; the values shown",
-        "# (commented out) are the defaults. See the README for the reference.",
+        "# (commented out) are the defaults; each comment is the key's meaning.",
+        "# Reference: suspendguard.toml(5) (man 5 suspendguard.toml).",
         "",
     ]
     for section, specs in SCHEMA.items():

@@ -138,6 +138,9 @@ def open_readonly(path: str) -> sqlite3.Connection:
         conn.execute("SELECT count(*) FROM attempts").fetchone()
         return conn
     except sqlite3.Error as exc:
+        if "no such table" in str(exc):
+            # The first guard has made the file and not yet its tables.
+            raise NoHistory(f"no history yet ({path} has no attempts table yet)") from None
         raise HistoryError(f"cannot read {path}: {exc}") from None
 
 

@@ -2,5 +2,8 @@
 
 from pathlib import Path
 
-# Recorded real tool output and log lines.
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+TESTS = Path(__file__).resolve().parent.parent
+REPO = TESTS.parent
+# Recorded real tool output and log lines; fakes of what this machine lacks.
+FIXTURES = TESTS / "fixtures"
+FAKES = TESTS / "fakes"

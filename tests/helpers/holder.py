@@ -73,8 +73,7 @@ elif args.mode == "stubborn":
     signal.signal(signal.SIGTERM, lambda s, _f: mark("SIGTERM"))
 
 try:
-    # "ready" inside the try: a SIGINT sent the moment it is read must land
-    # in the handler below, not in a traceback before it.
+    # Inside the try: a SIGINT that comes right after "ready" is handled too.
     print(f"ready {os.getpid()}", flush=True)
     while True:
         time.sleep(3600)
