@@ -1,4 +1,8 @@
-"""The guard's run as a command: ``check`` (by hand, or a dry run) and ``pre-sleep`` (the veto unit)."""
+"""The guard's run as a command: ``check`` (always a dry run) and ``pre-sleep`` (the veto unit).
+
+``drain`` (:mod:`.drain`) is the real run from a shell; it shares
+:func:`run_guard` with these two.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +12,13 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import TYPE_CHECKING
 
+from suspendguard.commands.context import Context
 from suspendguard.guard.layout import terminal_width
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
-
-if TYPE_CHECKING:
-    from suspendguard.commands.context import Context
 
 
 @contextmanager
@@ -37,8 +38,10 @@ def _sigterm_cancels() -> Iterator[Cancel]:
         cancel.close()
 
 
-def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool,
-         wide: bool = False) -> int:
+def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool,
+              wide: bool = False) -> int:
+    """The pipeline, recorded unless a dry run; the report printed (fitted to the
+    terminal unless ``wide``); its exit status."""
     config = ctx.config()
     # A dry run's report (text or JSON) already says what the log lines would;
     # a would-be veto is no error of this command, so nothing goes to stderr.
@@ -57,8 +60,9 @@ def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: 
 
 
 def check(args: argparse.Namespace, ctx: Context) -> int:
-    return _run(ctx, args.dry_run, None, "cli", args.json, getattr(args, "wide", False))
+    # Read-only whatever the flags: --dry-run is only still accepted.
+    return run_guard(ctx, True, None, "cli", args.json, getattr(args, "wide", False))
 
 
 def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
-    return _run(ctx, False, args.action, "unit", args.json)
+    return run_guard(ctx, False, args.action, "unit", args.json)
