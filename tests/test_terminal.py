@@ -127,10 +127,10 @@ def test_check_json_dry_run_veto_writes_nothing_to_stderr(conf: Path, node: str,
     assert err == ""
 
 
-def test_one_holder_schema_across_check_and_history(conf: Path, node: str,
+def test_one_holder_schema_across_drain_and_history(conf: Path, node: str,
                                                     holders: Holders) -> None:
     _, pid = holders.start(node)
-    code, out, err = cli("check", "--json", "--config", str(conf))
+    code, out, err = cli("drain", "--yes", "--json", "--config", str(conf))
     assert code == 0, err
     [checked] = [h for h in json.loads(out)["holders"] if h["pid"] == pid]
     code, out, _ = cli("history", "--json", "-n", "1", "--config", str(conf))
@@ -146,7 +146,7 @@ def test_one_holder_schema_across_check_and_history(conf: Path, node: str,
 
 def test_history_times_carry_their_zone(conf: Path, node: str, holders: Holders) -> None:
     holders.start(node)
-    assert cli("check", "--config", str(conf))[0] == 0
+    assert cli("drain", "--yes", "--config", str(conf))[0] == 0
     code, out, _ = cli("history", "--config", str(conf))
     row = out.splitlines()[1].split()
     assert code == 0 and (row[3] == "UTC" or row[3][:1] in "+-"), row
