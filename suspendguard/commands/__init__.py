@@ -20,6 +20,8 @@ USAGE_EXIT = (2, "bad usage, or the configuration is missing or invalid (one lin
 ERROR_EXIT = (3, "operational error: not root, systemd not running, ...")
 UNTRUSTED_EXIT = (4, "run as root, the configuration (or a file it names) could be changed by "
                      "others: refused")
+UNKNOWN_EXIT = (5, "unknown: the guard cannot tell (e.g. not root: processes it could not "
+                   "inspect); never read as allow")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +44,16 @@ def _json(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--json", action="store_true", help=f"print {what} as JSON (stable keys)")
 
 
+def _wide(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wide", action="store_true",
+                   help="print every table cell whole (default: fit the terminal, cut with …)")
+
+
 def _check(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="accepted for compatibility: check never sends a signal")
     _json(p, "the report")
+    _wide(p)
 
 
 def _drain(p: argparse.ArgumentParser) -> None:
@@ -54,6 +62,7 @@ def _drain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="signal nobody: only show who would be signalled (the same as check)")
     _json(p, "the report")
+    _wide(p)
 
 
 def _pre_sleep(p: argparse.ArgumentParser) -> None:
@@ -80,6 +89,7 @@ def _nothing(p: argparse.ArgumentParser) -> None:
 def _history(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", type=int, default=20, metavar="N", help="how many (default 20)")
     _json(p, "the attempts")
+    _wide(p)
 
 
 def _logs(p: argparse.ArgumentParser) -> None:
@@ -97,12 +107,17 @@ def _status(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--json", action="store_true", help="print the report as JSON (stable keys)")
     fmt.add_argument("--prometheus", action="store_true",
                      help="print the report in the Prometheus text exposition format")
+    _wide(p)
 
 
 def _install(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", metavar="DIR",
                    help="stage into DIR (same layout under DIR; systemctl is never called)")
     p.add_argument("--no-enable", action="store_true", help="do not enable the units")
+    p.add_argument("--python", metavar="PATH",
+                   help="the units' interpreter (default: this one; with --root: /usr/bin/python3)")
+    p.add_argument("--force", action="store_true",
+                   help="accept an interpreter under /tmp, /var/tmp or a home directory")
 
 
 def _uninstall(p: argparse.ArgumentParser) -> None:
@@ -126,13 +141,13 @@ COMMANDS: tuple[Command, ...] = (
             "check:check", _check,
             ((0, "the guard would allow a suspend now"),
              (1, "the guard would veto a suspend now (the reasons say why)"),
-             USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
+             USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT, UNKNOWN_EXIT)),
     Command("drain", "stop the holders now (SIGINT, after a confirmation) and give the verdict",
             "drain:drain", _drain,
             ((0, "drained: the accelerator is free (allow)"),
              (1, "not free: vetoed, or the question was answered no (nobody signalled)"),
              (2, "bad usage or configuration, or no terminal to ask on and no --yes"),
-             ERROR_EXIT, UNTRUSTED_EXIT)),
+             ERROR_EXIT, UNTRUSTED_EXIT, UNKNOWN_EXIT)),
     Command("suspend", "ask logind to sleep and report what really happened",
             "suspend:suspend", _suspend,
             ((0, "slept and resumed (with --dry-run: the guard would allow)"),
@@ -145,7 +160,8 @@ COMMANDS: tuple[Command, ...] = (
             "check:pre_sleep", _pre_sleep,
             ((0, "allow: the suspend goes on"),
              (1, "veto: the unit fails, so systemd refuses the suspend"),
-             USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
+             USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT,
+             (5, "unknown: the unit fails, so systemd refuses the suspend"))),
     Command("restore", "the resume unit's step: start again the supervised jobs the guard stopped",
             "restore:command", _restore,
             ((0, "every job the guard stopped was started again or skipped (or none was left)"),

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from suspendguard.commands.context import Context
+from suspendguard.guard.layout import terminal_width
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.guard.supervise import Supervisors
@@ -38,12 +39,14 @@ def _sigterm_cancels() -> Iterator[Cancel]:
         cancel.close()
 
 
-def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool) -> int:
-    """The pipeline, recorded unless a dry run; the report printed; its exit status."""
+def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool,
+              wide: bool = False) -> int:
+    """The pipeline, recorded unless a dry run; the report printed (fitted to the
+    terminal unless ``wide``); its exit status."""
     config = ctx.config()
-    # On a terminal the report already says what the log lines would; keep
-    # the errors and warnings, drop the chatter.
-    log = Logger(ctx.err, ctx.environ, quiet=dry_run and not as_json)
+    # A dry run's report (text or JSON) already says what the log lines would;
+    # a would-be veto is no error of this command, so nothing goes to stderr.
+    log = Logger(ctx.err, ctx.environ, quiet=dry_run)
     with _sigterm_cancels() as cancel:
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
@@ -52,13 +55,14 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")
     else:
-        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ)
+        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
+               width=None if wide else terminal_width(ctx.environ, ctx.out))
     return report.verdict.exit_status
 
 
 def check(args: argparse.Namespace, ctx: Context) -> int:
     # Read-only whatever the flags: --dry-run is only still accepted.
-    return run_guard(ctx, True, None, "cli", args.json)
+    return run_guard(ctx, True, None, "cli", args.json, getattr(args, "wide", False))
 
 
 def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:

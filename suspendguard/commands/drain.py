@@ -16,8 +16,9 @@ from suspendguard.commands.check import run_guard
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_VETO, UsageError
+from suspendguard.guard.layout import table, terminal_width
 from suspendguard.guard.pipeline import run
-from suspendguard.guard.render import short_command, table
+from suspendguard.guard.render import short_command
 from suspendguard.guard.report import HolderResult
 from suspendguard.model import HolderId, holder_id
 from suspendguard.system.log import Logger
@@ -36,8 +37,8 @@ def _list(holders: list[HolderResult], ctx: Context) -> None:
     rows = [("PID", "USER", "SIGINT", "COMMAND")]
     for hr in holders:
         h = hr.decision.holder
-        rows.append((str(h.pid), h.user, h.sigint, short_command(h)[:70]))
-    ctx.err.write("\n".join(table(rows)) + "\n")
+        rows.append((str(h.pid), h.user, h.sigint, short_command(h)))
+    ctx.err.write("\n".join(table(rows, width=terminal_width(ctx.environ, ctx.err))) + "\n")
 
 
 def _confirmed(ctx: Context, count: int) -> bool:
@@ -52,7 +53,7 @@ def _confirmed(ctx: Context, count: int) -> bool:
 
 def drain(args: argparse.Namespace, ctx: Context) -> int:
     if args.dry_run:
-        return run_guard(ctx, True, None, "cli", args.json)
+        return run_guard(ctx, True, None, "cli", args.json, getattr(args, "wide", False))
     if not args.yes and not ctx.stdin.isatty():
         raise UsageError("drain: no terminal to ask on: add --yes to signal the holders "
                          "without a question (suspendguard check shows who they are)")
@@ -70,4 +71,4 @@ def drain(args: argparse.Namespace, ctx: Context) -> int:
                 ctx.err.write("drain: not confirmed: nobody was signalled\n")
                 return EXIT_VETO
             shown.update(new)
-    return run_guard(ctx, False, None, "cli", args.json)
+    return run_guard(ctx, False, None, "cli", args.json, getattr(args, "wide", False))

@@ -109,31 +109,39 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_fr
           label: str) -> tuple[DecisionKind, str]:
     """What follows from the rule's action, the holder's cgroup and its signal masks."""
     if action == "protect":
-        return "protect", f"{label} is protected by {rule}: the suspend waits for it"
+        return "protect", (f"{label} is protected by {rule}: veto while it runs; stop it "
+                           "before suspending, or change the rule")
     if action in ("ignore", "never"):
         return "leave", ""
     if holder.frozen and skip_frozen:
         return "skip-frozen", (f"{label} is in a frozen cgroup: skipped (a signal would stay "
-                               "pending until it is thawed)")
+                               "pending until it is thawed); stop it before the next suspend")
     if holder.frozen:
-        return "veto-frozen", f"{label} is in a frozen cgroup: it cannot exit until thawed"
+        return "veto-frozen", (f"{label} is in a frozen cgroup: it cannot exit until thawed; "
+                               "thaw it (systemctl thaw UNIT) or stop it")
     if holder.disposition(signal.Signals[drain.signal]) != "ignored":
         return "drain", ""
     if drain.on_sigint_ignored == "veto":
         return "veto-sigint-ignored", sigint_ignored_reason(holder, drain.signal)
     if drain.on_sigint_ignored == "escalate":
         if not drain.escalate:
-            return "veto-sigint-ignored", (sigint_ignored_reason(holder, drain.signal)
-                                           + " and [drain] escalate is empty")
+            return "veto-sigint-ignored", sigint_ignored_reason(
+                holder, drain.signal, "[drain] on_sigint_ignored is escalate but [drain] "
+                "escalate is empty: add steps such as \"SIGTERM:10\"")
         return "escalate", ""
     return "drain", ""  # signal-anyway
 
 
-def sigint_ignored_reason(holder: Holder, signame: str) -> str:
-    return (
-        f"pid {holder.pid} {holder.comm} ignores {signame} (SIG_IGN inherited, e.g. started "
-        f"with & from a script or under nohup): kill -{int(signal.Signals[signame])} cannot stop it"
-    )
+def sigint_ignored_reason(holder: Holder, signame: str, next_step: str = "") -> str:
+    """Why a holder that ignores the drain signal vetoes, and what to do about it."""
+    num = int(signal.Signals[signame])
+    # SigIgn alone cannot tell who set it: the program, or a parent before exec.
+    why = ("set by the program, or inherited from a parent that ignored it, e.g. `&` in a "
+           "script or nohup")
+    step = next_step or (f"stop it yourself (kill -TERM {holder.pid}), start it so it takes "
+                         f"{signame}, or set [drain] on_sigint_ignored")
+    return (f"pid {holder.pid} {holder.comm} ignores {signame} ({why}): kill -{num} cannot "
+            f"stop it; {step}")
 
 
 def unsignalled(decision: Decision, signame: str) -> Outcome:

@@ -36,7 +36,8 @@ def test_findings_are_1_in_text_and_json() -> None:
 
 def test_a_path_that_does_not_exist_is_2_and_named(tmp_path: Path) -> None:
     missing = str(tmp_path / "nonexistent")
-    code, _, err = logs(missing)
+    code, out, err = logs(missing)
+    assert "No documented failure found" not in out and "Nothing was read." in out
     assert code == 2
     assert err == f"suspendguard: logs: {missing}: No such file or directory\n"
 

@@ -144,7 +144,7 @@ def test_after_resume_reads_the_drained_jobs_journal(box: Container) -> None:
         out = box.suspendguard("history", "--json", "-n", "1").stdout
         [attempt] = json.loads(out)["attempts"]
         assert attempt["verdict"] == "allow", attempt
-        assert [(h["pid"], h["unit"], h["outcome"]) for h in attempt["holders"]] == [
+        assert [(h["pid"], h["unit"], h["outcome"]["kind"]) for h in attempt["holders"]] == [
             (pid, unit, "exited")], attempt["holders"]
         found = [(f["rule"], f["file"]) for f in attempt["findings"]]
         assert found == [("heartbeat-lost", f"journal:{unit}")], attempt

@@ -217,7 +217,7 @@ def test_graceful_job_is_drained_and_the_suspend_goes_on(clean: Container) -> No
     attempt = newest_unit_attempt(box, "suspend")
     assert attempt["verdict"] == "allow", attempt
     [holder] = [h for h in attempt["holders"] if h["pid"] == pid] or [attempt]
-    assert holder["action"] == "drain" and holder["outcome"] == "exited", (
+    assert holder["action"] == "drain" and holder["outcome"]["kind"] == "exited", (
         json.dumps(attempt, indent=1) + journal)
     assert "pre" in phases(attempt) and "post" in phases(attempt), attempt["events"]
 
