@@ -58,6 +58,7 @@ class HolderResult:
             "unit": h.unit,
             "container": h.container,
             "owner": self.owner.to_json(),
+            "owner_key": self.owner.key,
             "nspid": list(h.nspid),
             "nodes": [
                 {"path": n.node.path, "seen_as": n.seen_as, "role": n.node.role, "via": n.via}

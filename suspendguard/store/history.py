@@ -63,7 +63,7 @@ class HolderRow:
             "unit": self.unit, "comm": self.comm, "command": self.cmdline,
             "action": self.action, "rule": self.rule,
             "outcome": {"kind": self.outcome, "seconds": self.seconds, "why": self.why},
-            "source": self.source, "round": self.round,
+            "source": self.source, "round": self.round, "owner_key": self.owner,
         }
 
 

@@ -134,7 +134,7 @@ def test_restart_always_stays_stopped_through_the_sleep_and_runs_after_resume(
     [stop] = a["stopped"]
     assert (stop["owner"], stop["result"]) == ("systemd-service:sv-job.service", "started"), a
     [holder] = a["holders"]
-    assert holder["owner"] == "systemd-service:sv-job.service"
+    assert holder["owner_key"] == "systemd-service:sv-job.service"
     # the drain drop-in is gone again: the next stop is the unit's own
     assert box.run("systemctl", "show", "-p", "KillSignal", "--value",
                    "sv-job.service").stdout.strip() == "15"

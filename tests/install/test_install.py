@@ -100,7 +100,7 @@ def test_install_stages_exactly_these_files(root: Path) -> None:
         *(f"etc/systemd/system/systemd-{a}.service.wants" for a in ACTIONS),
     }
     assert all(after[k] == v for k, v in before.items()), "install changed what was there"
-    assert f"ExecStart={sys.executable} -I -m suspendguard restore\n" in (root / RESUME).read_text()
+    assert "ExecStart=/usr/bin/python3 -I -m suspendguard restore\n" in (root / RESUME).read_text()
     assert after[UNIT][1] == 0o644 and after[HOOK][1] == 0o755 and after[CONFIG][1] == 0o644
     unit = (root / UNIT).read_text()
     # Staged: the target's interpreter, not the builder's venv.
