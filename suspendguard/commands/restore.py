@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from suspendguard.errors import EXIT_ERROR, HistoryError
 from suspendguard.guard.restore import restore
 from suspendguard.guard.supervise import Supervisors
-from suspendguard.store.history import History, StopRow
+from suspendguard.store.history import History
+from suspendguard.store.rows import StopRow
 from suspendguard.system.log import Logger
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
 from suspendguard.logs.after import after_attempt
-from suspendguard.store.history import Attempt, History
+from suspendguard.store.history import History
+from suspendguard.store.rows import Attempt
 from suspendguard.system.log import Logger
 
 # systemd-sleep gives all hooks together 90 s; the fallback stays well inside.

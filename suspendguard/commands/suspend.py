@@ -20,7 +20,8 @@ from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_ALLOW, EXIT_ERROR, EXIT_VETO, HistoryError, OperationalError
 from suspendguard.model import Unavailable
-from suspendguard.store.history import Attempt, History
+from suspendguard.store.history import History
+from suspendguard.store.rows import Attempt
 from suspendguard.system.dbus.bus import system_bus_address
 from suspendguard.system.dbus.logind import SLEEP_METHODS, SleepJob, can_sleep, request_sleep
 

@@ -27,7 +27,8 @@ from suspendguard.guard.scan import describe_process, scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Decision, Holder, Unavailable, Verdict, holder_id
-from suspendguard.store.history import History, StopRow
+from suspendguard.store.history import History
+from suspendguard.store.rows import StopRow
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger

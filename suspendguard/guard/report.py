@@ -13,7 +13,7 @@ from typing import Any, Literal
 from suspendguard.guard.owner import PLAIN, Owner
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Inventory, Outcome, Unavailable, Verdict
-from suspendguard.store.history import HolderRow
+from suspendguard.store.rows import HolderRow
 
 # The history's answer when the attempt was stored; else Unavailable, with why.
 RECORDED: Literal["recorded"] = "recorded"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from suspendguard.config import RestoreConfig
 from suspendguard.guard.owner import Owner, Supervisor
 from suspendguard.model import Unavailable
-from suspendguard.store.history import StopRow
+from suspendguard.store.rows import StopRow
 
 
 @dataclass(frozen=True, slots=True)

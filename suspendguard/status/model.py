@@ -18,7 +18,7 @@ from suspendguard.config import Config
 from suspendguard.guard.report import Report
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
-from suspendguard.store.history import Attempt
+from suspendguard.store.rows import Attempt
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
 

@@ -19,12 +19,12 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from suspendguard.errors import HistoryError
 from suspendguard.store import database
+from suspendguard.store.rows import Attempt, HolderRow, LogFinding, StopRow, iso, texts
 from suspendguard.system.procfs import ProcFS
 
 DB_NAME = "history.db"
@@ -36,137 +36,9 @@ _ATTEMPT_COLUMNS = ("id, started, finished, action, origin, dry_run, verdict, re
                     " config_digest, guard_pid, guard_start")
 
 
-@dataclass(frozen=True, slots=True)
-class HolderRow:
-    """One holder of one attempt: who it was, what the guard did, how it ended."""
-
-    pid: int
-    start_time: int
-    user: str
-    unit: str | None
-    comm: str
-    cmdline: str
-    action: str
-    rule: str
-    outcome: str
-    seconds: float | None
-    why: str
-    source: str = "proc"
-    round: int = 1
-    owner: str = "plain"  # the owner's key (guard/owner.py)
-
-    def to_json(self) -> dict[str, Any]:
-        """The holder keys every command's JSON shares (check --json adds detail):
-        ``command`` one printable line, ``outcome`` an object."""
-        return {
-            "pid": self.pid, "start_time": self.start_time, "user": self.user,
-            "unit": self.unit, "comm": self.comm, "command": self.cmdline,
-            "action": self.action, "rule": self.rule,
-            "outcome": {"kind": self.outcome, "seconds": self.seconds, "why": self.why},
-            "source": self.source, "round": self.round, "owner_key": self.owner,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class StopRow:
-    """A job the guard stopped through its owner, and what became of it at restore."""
-
-    attempt_id: int
-    seq: int  # the order it was stopped in, within its attempt
-    owner: str  # the owner's key
-    kind: str
-    name: str
-    uid: int | None
-    stopped: float
-    restored: float | None = None
-    result: str | None = None  # started | failed | skipped; None: not yet brought back
-    why: str = ""
-    id: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"owner": self.owner, "kind": self.kind, "name": self.name, "uid": self.uid,
-                "order": self.seq, "stopped": _iso(self.stopped),
-                "restored": _iso(self.restored) if self.restored is not None else None,
-                "result": self.result or "pending", "why": self.why}
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One suspend attempt as stored: the verdict, its reasons, holders, findings, events."""
-
-    id: int
-    started: float
-    finished: float | None
-    action: str | None
-    origin: str
-    dry_run: bool
-    verdict: str  # allow | veto | interrupted | running
-    reasons: tuple[str, ...]
-    warnings: tuple[str, ...]
-    config_digest: str
-    holders: tuple[HolderRow, ...] = ()
-    findings: tuple[dict[str, Any], ...] = ()
-    events: tuple[dict[str, Any], ...] = ()
-    stops: tuple[StopRow, ...] = ()
-
-    @property
-    def duration(self) -> float | None:
-        return None if self.finished is None else self.finished - self.started
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "started": _iso(self.started),
-            "finished": _iso(self.finished) if self.finished is not None else None,
-            "duration_s": None if self.duration is None else round(self.duration, 3),
-            "action": self.action,
-            "origin": self.origin,
-            "dry_run": self.dry_run,
-            "verdict": self.verdict,
-            "reasons": list(self.reasons),
-            "warnings": list(self.warnings),
-            "config_digest": self.config_digest,
-            "holders": [h.to_json() for h in self.holders],
-            "findings": list(self.findings),
-            "events": list(self.events),
-            "stopped": [s.to_json() for s in self.stops],
-        }
-
-
-class LogFinding(Protocol):
-    """What the history stores of a log finding (the logs package's Finding has it)."""
-
-    @property
-    def rule(self) -> str: ...
-    @property
-    def severity(self) -> str: ...
-    @property
-    def file(self) -> str: ...
-    @property
-    def line(self) -> int: ...
-    @property
-    def time(self) -> datetime | None: ...
-    @property
-    def pid(self) -> int | None: ...
-    @property
-    def text(self) -> str: ...
-
-
 def _left(deadline: float) -> float:
     """Seconds a lock may still be waited for before ``deadline`` (monotonic)."""
     return max(0.0, min(database.LOCK_WAIT_S, deadline - time.monotonic()))
-
-
-def _texts(column: Any) -> tuple[str, ...]:
-    """A JSON list of strings column (reasons, warnings); ValueError when it is not one."""
-    value = json.loads(column)
-    if not isinstance(value, list):
-        raise ValueError(f"expected a JSON list, got {type(value).__name__}")
-    return tuple(str(v) for v in value)
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
 
 
 class History:
@@ -382,7 +254,7 @@ class History:
             )
         )
         events = tuple(
-            {"time": _iso(e[0]), "phase": e[1], "action": e[2], "note": e[3]}
+            {"time": iso(e[0]), "phase": e[1], "action": e[2], "note": e[3]}
             for e in self.conn.execute(
                 "SELECT time, phase, action, note FROM events WHERE attempt_id = ? ORDER BY id",
                 (r[0],),
@@ -390,7 +262,7 @@ class History:
         )
         return Attempt(
             id=r[0], started=r[1], finished=r[2], action=r[3], origin=r[4], dry_run=bool(r[5]),
-            verdict=verdict, reasons=_texts(r[7]), warnings=_texts(r[8]),
+            verdict=verdict, reasons=texts(r[7]), warnings=texts(r[8]),
             config_digest=r[9], holders=holders, findings=findings, events=events,
             stops=tuple(self._stops("attempt_id = ?", (r[0],))),
         )
@@ -409,7 +281,7 @@ class History:
         out = []
         for e in rows:
             try:
-                out.append({"time": _iso(e[0]), "attempt_id": e[1], "phase": e[2],
+                out.append({"time": iso(e[0]), "attempt_id": e[1], "phase": e[2],
                             "action": e[3], "note": e[4]})
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.notes.append(f"event of attempt {e[1]}: damaged row skipped ({exc})")

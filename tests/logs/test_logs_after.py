@@ -9,7 +9,7 @@ from pathlib import Path
 from suspendguard.commands.sleep_hook import job_units
 from suspendguard.config import Config, build
 from suspendguard.logs.after import after_attempt
-from suspendguard.store.history import Attempt, HolderRow
+from suspendguard.store.rows import Attempt, HolderRow
 
 START = datetime(2026, 3, 1, 12, 0, 0, 700000)
 RESUMED = START + timedelta(seconds=40)

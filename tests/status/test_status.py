@@ -23,7 +23,8 @@ from helpers.users import nobody_prefix, python_for_nobody
 from prometheus_client.parser import text_string_to_metric_families
 
 from suspendguard.cli import main
-from suspendguard.store.history import History, HolderRow
+from suspendguard.store.history import History
+from suspendguard.store.rows import HolderRow
 
 needs_dbus = pytest.mark.skipif(dbus_daemon() is None, reason="needs dbus-daemon")
 
