@@ -5,7 +5,9 @@ holding only Debian's own packages, the package's dependencies among them, is
 booted with systemd-nspawn and a fake /sys/power. The package is installed
 with apt from the local file (the container has no network), configured the
 way an operator would (its conffile rewritten), then: a graceful job is
-drained and the suspend goes on, a deaf job vetoes it, `status` and `history`
+drained and the suspend goes on, a deaf job vetoes it, a `Restart=always`
+service is stopped through systemd and runs again after resume (the
+package's resume unit), `status` and `history`
 answer, `apt-get remove` keeps the configuration and the history, a
 reinstall keeps them too, and `apt-get purge` leaves the file list exactly
 as it was before the install.
@@ -22,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +73,7 @@ SUSPEND_FAILED = r"Dependency failed for \S*\s*-?\s*System Suspend"
 CHURN = ("/var/log", "/var/cache/apt", "/var/cache/debconf", "/var/lib/apt", "/var/lib/dpkg",
          "/var/lib/systemd")
 INSTANCES = ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")
+RESUME = "suspendguard-resume.service"
 
 
 def cache_dir() -> Path:
@@ -146,6 +150,23 @@ def requires(box: DebianBox, unit: str) -> str:
     return box.run("systemctl", "show", "-p", "Requires", "--value", unit).stdout
 
 
+def wants(box: DebianBox, unit: str) -> str:
+    return box.run("systemctl", "show", "-p", "Wants", "--value", unit).stdout
+
+
+def main_pid(box: DebianBox, unit: str) -> int:
+    return int(box.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout)
+
+
+def wait_active(box: DebianBox, unit: str, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if box.unit_active(unit):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 # --- lintian ----------------------------------------------------------------------
 
 
@@ -165,6 +186,10 @@ def test_package_installs_the_guard_enabled(installed: DebianBox) -> None:
     box = installed
     for action in INSTANCES:
         assert f"suspendguard@{action}.service" in requires(box, f"systemd-{action}.service")
+        assert RESUME in wants(box, f"systemd-{action}.service").split()
+    assert box.run("systemctl", "is-enabled", RESUME, check=False).stdout.strip() == "enabled"
+    resume = box.run("systemctl", "cat", RESUME).stdout
+    assert "ExecStart=/usr/bin/python3 -I -m suspendguard restore" in resume
     unit = box.run("systemctl", "cat", "suspendguard@suspend.service").stdout
     assert "ExecStart=/usr/bin/python3 -I -m suspendguard pre-sleep %i" in unit
     assert re.search(r"^TimeoutStartSec=120$", unit, re.M), unit
@@ -227,6 +252,36 @@ def test_deaf_job_vetoes_the_suspend(clean: DebianBox) -> None:
     assert any(str(deaf) in reason for reason in attempt["reasons"]), attempt["reasons"]
 
 
+def test_restart_always_service_is_stopped_through_systemd_and_runs_after_resume(
+        clean: DebianBox) -> None:
+    box = clean
+    unit = "sg-test-always.service"
+    box.write(f"/etc/systemd/system/{unit}",
+              f"[Service]\nRestart=always\nRestartSec=100ms\nExecStart=/usr/bin/python3 {HOLDER} "
+              f"--node {NODE} --mode graceful --delay 0.1 --marker {MARKER}\n")
+    try:
+        box.run("systemctl", "daemon-reload")
+        cursor = box.cursor()
+        box.run("systemctl", "start", unit)
+        box.wait_journal(cursor, r"\bready\b", args=("-u", unit, "-o", "cat"))
+        first = main_pid(box, unit)
+        journal = box.suspend()
+        assert box.power_state().splitlines()[0] == "mem", journal
+        assert f"{first} SIGINT" in signals(box)  # the drain signal, sent by systemd's stop
+        assert wait_active(box, unit), journal
+        assert main_pid(box, unit) != first
+        assert re.search(r"Finished suspendguard-resume\.service", journal) or \
+            "suspendguard-resume" in box.run("journalctl", "-u", RESUME, "-o", "cat").stdout, journal
+        attempt = newest_unit_attempt(box)
+        assert attempt["verdict"] == "allow", attempt
+        [stop] = attempt["stopped"]
+        assert (stop["owner"], stop["result"]) == (f"systemd-service:{unit}", "started"), attempt
+    finally:
+        box.run("systemctl", "stop", unit, check=False)
+        box.run("systemctl", "reset-failed", unit, check=False)
+        box.sh(f"rm -f /etc/systemd/system/{unit} && systemctl daemon-reload")
+
+
 def test_status_and_history_answer(installed: DebianBox) -> None:
     box = installed
     status = box.suspendguard("status", check=False)
@@ -253,11 +308,17 @@ def test_remove_keeps_config_and_history_and_reinstall_uses_them(installed: Debi
                    check=False).returncode != 0
     # no Requires= left on a unit that is gone: that would fail every suspend
     assert "suspendguard" not in requires(box, "systemd-suspend.service")
+    # the resume unit is gone too; its WantedBy= links in /etc stay until purge
+    # (deb-systemd-helper keeps an operator's enable state), and a Wants= of a
+    # missing unit, unlike a Requires=, fails nothing
+    assert box.run("systemctl", "show", "-p", "LoadState", "--value",
+                   RESUME).stdout.strip() == "not-found"
     box.run("apt-get", "install", "-y", f"{DIST_IN}/{deb.name}", timeout=180,
             env={"DEBIAN_FRONTEND": "noninteractive"})
     assert box.run("cat", "/etc/suspendguard/config.toml").stdout == CONFIG  # the operator's edit
     assert [a["id"] for a in attempts(box)] == seen
     assert "suspendguard@suspend.service" in requires(box, "systemd-suspend.service")
+    assert box.run("systemctl", "is-enabled", RESUME, check=False).stdout.strip() == "enabled"
 
 
 def test_purge_leaves_nothing_behind(installed: DebianBox) -> None:
@@ -270,3 +331,4 @@ def test_purge_leaves_nothing_behind(installed: DebianBox) -> None:
     left = [p for p in box.files() if "suspendguard" in p and not p.startswith(mounts)]
     assert left == []
     assert "suspendguard" not in requires(box, "systemd-suspend.service")
+    assert "suspendguard" not in wants(box, "systemd-suspend.service")

@@ -18,6 +18,7 @@ from helpers import REPO
 REPO = REPO
 INSTANCES = [f"suspendguard@{a}.service"
              for a in ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")]
+RESUME = "suspendguard-resume.service"
 
 pytestmark = pytest.mark.skipif(shutil.which("rpmbuild") is None,
                                 reason="rpmbuild is not installed (package rpm)")
@@ -55,6 +56,7 @@ def payload_file(rpm_file: Path, path: str) -> str:
 def test_files(rpm_file: Path) -> None:
     files = rpm_q(rpm_file, "-l").splitlines()
     for path in ("/usr/bin/suspendguard", "/usr/lib/systemd/system/suspendguard@.service",
+                 f"/usr/lib/systemd/system/{RESUME}",
                  "/usr/lib/systemd/system-sleep/suspendguard",
                  "/usr/lib/systemd/system-preset/50-suspendguard.preset",
                  "/etc/suspendguard/config.toml", "/var/lib/suspendguard"):
@@ -72,11 +74,15 @@ def test_rendered_unit_hook_and_preset(rpm_file: Path) -> None:
     unit = payload_file(rpm_file, "/usr/lib/systemd/system/suspendguard@.service")
     assert "ExecStart=/usr/bin/python3 -I -m suspendguard pre-sleep %i" in unit
     assert re.search(r"^TimeoutStartSec=120$", unit, re.M)
+    resume = payload_file(rpm_file, f"/usr/lib/systemd/system/{RESUME}")
+    assert re.search(r"^ExecStart=/usr/bin/python3 -I -m suspendguard restore$", resume, re.M)
+    assert re.search(r"^WantedBy=systemd-suspend\.service .*systemd-hibernate\.service", resume, re.M)
     hook = payload_file(rpm_file, "/usr/lib/systemd/system-sleep/suspendguard")
     assert "PYTHON=/usr/bin/python3" in hook
     preset = payload_file(rpm_file, "/usr/lib/systemd/system-preset/50-suspendguard.preset")
-    assert preset.split() == ["enable", "suspendguard@.service", "suspend", "hibernate",
-                              "hybrid-sleep", "suspend-then-hibernate"]
+    assert preset.splitlines() == [
+        "enable suspendguard@.service suspend hibernate hybrid-sleep suspend-then-hibernate",
+        f"enable {RESUME}"]
     config = payload_file(rpm_file, "/etc/suspendguard/config.toml")
     assert config.startswith("# suspendguard configuration.")
 
@@ -85,8 +91,9 @@ def test_scriptlets_enable_on_install_disable_on_erase_and_never_start(rpm_file:
     scripts = rpm_q(rpm_file, "--scripts")
     post = scripts.split("postinstall scriptlet")[1].split("preuninstall scriptlet")[0]
     preun = scripts.split("preuninstall scriptlet")[1].split("postuninstall")[0]
-    assert "$1 -eq 1" in post and "install-system-units " + " ".join(INSTANCES) in post
-    assert "$1 -eq 0" in preun and "remove-system-units " + " ".join(INSTANCES) in preun
+    units = " ".join([*INSTANCES, RESUME])
+    assert "$1 -eq 1" in post and "install-system-units " + units in post
+    assert "$1 -eq 0" in preun and "remove-system-units " + units in preun
     # a (re)start of an instance would be a real drain of every accelerator job
     assert not re.search(r"\b(restart|start)\b", scripts.replace("install-system-units", ""))
 
