@@ -54,17 +54,19 @@ def _state_dir(path: str) -> StateDir:
     return StateDir(path, exists, exists and os.access(path, os.W_OK | os.X_OK))
 
 
-def _history(state_dir: str, n: int) -> HistoryState:
+def _history(state_dir: str, n: int, config_path: str | None) -> HistoryState:
+    """The recent attempts; ``config_path`` goes into the restore commands status prints."""
     where = os.path.join(state_dir, DB_NAME)
     try:
         with History.open(state_dir, readonly=True) as h:
             recent = RecentHistory(tuple(h.attempts(n, include_dry_run=False)), h.counts(),
-                                   h.finding_counts())
+                                   h.finding_counts(), tuple(h.not_restored()))
     except HistoryError as exc:
-        return HistoryState(where, Unavailable(str(exc)))
+        return HistoryState(where, Unavailable(str(exc)), config_path)
     except OSError as exc:  # an unreadable state dir is an answer, not a crash
-        return HistoryState(where, Unavailable(f"cannot read {where}: {exc.strerror or exc}"))
-    return HistoryState(where, recent)
+        return HistoryState(where, Unavailable(f"cannot read {where}: {exc.strerror or exc}"),
+                            config_path)
+    return HistoryState(where, recent, config_path)
 
 
 def _units(timeout: float, address: str) -> Mapping[str, UnitInfo] | Unavailable:
@@ -109,7 +111,8 @@ def collect(
         report = _pipeline(config, proc, None if config.trust else idle_check)
         installation = installation_state(root)
         state_dir = _state_dir(config.state.dir)
-        history = _history(config.state.dir, history_attempts)
+        history = _history(config.state.dir, history_attempts,
+                           config_state.path if config_state.explicit else None)
         logind = logind_f.result()
         units = units_f.result()
     return Status(started, os.geteuid(), config_state, report, installation, state_dir,

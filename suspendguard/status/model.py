@@ -8,6 +8,7 @@ stable keys.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from suspendguard.config import Config
 from suspendguard.guard.report import Report
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
-from suspendguard.store.rows import Attempt
+from suspendguard.store.rows import Attempt, StopRow
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
 
@@ -74,17 +75,34 @@ class StateDir:
 
 @dataclass(frozen=True, slots=True)
 class RecentHistory:
-    """The last recorded attempts (dry runs left out) and the totals."""
+    """The last recorded attempts (dry runs left out), the totals, and what is still down."""
 
     attempts: tuple[Attempt, ...]  # newest first
     counts: Mapping[str, int]  # attempts by verdict
     findings: Mapping[str, int]  # findings after resume by rule
+    # Jobs the guard stopped and has not brought back (restore has not run
+    # yet, or their start failed), of any attempt, not only the last few;
+    # oldest first, in stop order.
+    not_restored: tuple[StopRow, ...] = ()
+
+
+def restore_command(stop: StopRow, config_path: str | None = None) -> str:
+    """What brings ``stop`` back: ``suspendguard restore`` while it is pending; once
+    restore has tried and failed, the owner's own start (restore tries once)."""
+    if stop.result is None:
+        config = f" --config {shlex.quote(config_path)}" if config_path else ""
+        return f"suspendguard{config} restore"
+    unit = shlex.quote(stop.name)
+    if stop.kind == "user-service" and stop.uid is not None:
+        return f"systemctl --user --machine={stop.uid}@ start {unit}"
+    return f"systemctl start {unit}"
 
 
 @dataclass(frozen=True, slots=True)
 class HistoryState:
     path: str
     recent: RecentHistory | Unavailable  # Unavailable: no history yet, or unreadable
+    config_path: str | None = None  # the config status read, when named explicitly
 
     def to_json(self) -> dict[str, Any]:
         recent = self.recent
@@ -97,6 +115,9 @@ class HistoryState:
             "attempts": [a.to_json() for a in recent.attempts],
             "counts": dict(recent.counts),
             "findings": dict(recent.findings),
+            "not_restored": [{**p.to_json(), "attempt": p.attempt_id,
+                              "restore_command": restore_command(p, self.config_path)}
+                             for p in recent.not_restored],
         }
 
 
@@ -117,6 +138,10 @@ class Status:
     @property
     def root(self) -> bool:
         return self.euid == 0
+
+    def not_restored(self) -> tuple[StopRow, ...]:
+        recent = self.history.recent
+        return () if isinstance(recent, Unavailable) else recent.not_restored
 
     def sleep_blockers(self) -> tuple[Inhibitor, ...]:
         """Block locks on sleep held by someone else: they stop a user's suspend."""

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from suspendguard.config import Config
 from suspendguard.guard.layout import table, when
 from suspendguard.guard.render import device_lines, holder_lines, idle_lines, paint, verdict_lines
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable
-from suspendguard.status.model import Status
+from suspendguard.status.model import Status, restore_command
 from suspendguard.system.dbus.logind import LogindInfo
 
 
@@ -55,6 +56,26 @@ def _holder_lines(s: Status, width: int | None) -> list[str]:
     note = s.unreadable_note()
     if note:
         lines.append(f"  {note}")
+    return lines
+
+
+def _not_restored_lines(s: Status) -> list[str]:
+    """Jobs the guard stopped and has not started again: they stay down until someone does."""
+    down = s.not_restored()
+    if not down:
+        return []
+    rows = [("OWNER", "STOPPED", "ATTEMPT", "RESTORE")]
+    rows += [(p.owner, when(p.stopped), f"#{p.attempt_id}",
+              "pending" if p.result is None else f"failed: {p.why}") for p in down]
+    # Owner keys name units: nothing here may be cut.
+    lines = [f"stopped by the guard, not started again: {len(down)}", *table(rows)]
+    for command in dict.fromkeys(restore_command(p, s.history.config_path) for p in down):
+        lines.append(f"  to start again: {command}")
+    config = s.config.config
+    if any(p.result is None for p in down) and isinstance(config, Config) \
+            and not config.restore.after_resume:
+        lines.append("  ([restore] after_resume = false: restore then only removes the drain "
+                     "drop-ins; start each unit with systemctl start UNIT)")
     return lines
 
 
@@ -167,6 +188,7 @@ def render(s: Status, out: TextIO, colour: bool = False, width: int | None = 80)
         _verdict_lines(s, colour),
         _accelerator_lines(s, width),
         _holder_lines(s, width),
+        _not_restored_lines(s),
         _installation_lines(s),
         _logind_lines(s, colour, width),
         _systemd_lines(s),

@@ -179,6 +179,14 @@ class History:
         args = (attempt_id,) if attempt_id is not None else ()
         return self._stops(where, args)
 
+    def not_restored(self) -> list[StopRow]:
+        """The newest stop of each owner that did not end with the job back: pending, or failed.
+
+        An owner stopped again by a later attempt counts once, by that stop.
+        """
+        return self._stops("id IN (SELECT MAX(id) FROM stops GROUP BY owner)"
+                           " AND (result IS NULL OR result = 'failed')", ())
+
     def _stops(self, where: str, args: Sequence[Any]) -> list[StopRow]:
         try:
             rows = self.conn.execute(
