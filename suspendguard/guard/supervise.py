@@ -99,17 +99,12 @@ class Supervisors:
         if not units:
             return []
         names = [s.owner.name for s in units]
-        until = min(deadline, self.clock() + STOP_SETTLE_S)
-        while True:
-            states = systemd.service_states(names, address=self.bus_address)
-            if isinstance(states, Unavailable):
-                return [f"cannot tell whether {', '.join(names)} stayed stopped: "
-                                     f"{states.reason}"]
-            busy = [n for n in names if states[n].job == "stop"
-                    or states[n].active_state == "deactivating"]
-            if not busy or self.clock() >= until:
-                break
-            self.sleep(0.01)
+        # The triggers as read before the drain: a timer added since is not looked for.
+        timers = {s.owner.name: s.owner.triggered_by for s in units}
+        states = systemd.after_stop(timers, max(0.0, min(deadline - self.clock(), STOP_SETTLE_S)),
+                                    address=self.bus_address)
+        if isinstance(states, Unavailable):
+            return [f"cannot tell whether {', '.join(names)} stayed stopped: {states.reason}"]
         # A timer (OnUnitInactiveSec=, a calendar event) may start the unit
         # again a moment from now: wait for it, inside the deadline.
         now = time.clock_gettime(time.CLOCK_MONOTONIC)
@@ -118,7 +113,7 @@ class Supervisors:
         if due:
             wait = min(max(due) - now + 0.2, max(0.0, deadline - self.clock()))
             self.sleep(wait)
-            again = systemd.service_states(names, address=self.bus_address)
+            again = systemd.after_stop(timers, 0.0, address=self.bus_address)
             if not isinstance(again, Unavailable):
                 states = again
         reasons = []
