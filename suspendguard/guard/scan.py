@@ -35,10 +35,32 @@ class _Scanner:
         self.path_cache: dict[tuple[str | None, str], NodeKey | None] = {}
         self.map_cache: dict[bytes, Node | None] = {}
 
+    def held_by(self, pid: int, maps: bool) -> tuple[int, list[HeldNode]] | None:
+        """(start time, nodes held) of the process that has ``pid`` now; None when it holds none.
+
+        Its identity is fixed first: every read goes through one fd on
+        /proc/PID, which keeps naming this process even if it exits and
+        another takes its PID mid-scan, and the start time is read through
+        it last. The drain compares with that start time before it signals.
+        """
+        at = self.proc.open_dir(pid)
+        if at is None:
+            return None
+        try:
+            held = self.held_fds(pid, at)
+            if maps:
+                held.extend(self.held_maps(pid, at))
+            if not held:
+                return None
+            st = self.proc.stat(pid, at)
+        finally:
+            os.close(at)
+        return None if st is None else (st.start_time, held)
+
     # -- fds --------------------------------------------------------------
 
-    def held_fds(self, pid: int) -> list[HeldNode]:
-        paths = self.proc.open_paths(pid)
+    def held_fds(self, pid: int, at: int) -> list[HeldNode]:
+        paths = self.proc.open_paths(pid, at)
         if not paths:
             return []
         ns = self.proc.mnt_ns(pid)
@@ -75,8 +97,8 @@ class _Scanner:
 
     # -- mappings ---------------------------------------------------------
 
-    def held_maps(self, pid: int) -> list[HeldNode]:
-        data = self.proc.read(pid, "maps")
+    def held_maps(self, pid: int, at: int) -> list[HeldNode]:
+        data = self.proc.read(pid, "maps", at)
         if not data:
             return []
         found = [node for sig, node in self.map_sigs.items() if sig in data]
@@ -111,13 +133,20 @@ class _Scanner:
 
 
 def describe_process(
-    pid: int, held: list[HeldNode], proc: ProcFS | None = None, source: str = "proc"
+    pid: int, held: list[HeldNode], proc: ProcFS | None = None, source: str = "proc",
+    start_time: int | None = None,
 ) -> Holder | None:
-    """The holder record of ``pid``; None when it is gone."""
+    """The holder record of ``pid``; None when it is gone.
+
+    ``start_time``: the one the scan saw; a process with another one has
+    taken the PID over since, and is none of the scan's business.
+    """
     proc = proc or ProcFS()
     st = proc.stat(pid)
     status = proc.status(pid)
     if st is None or status is None:
+        return None
+    if start_time is not None and st.start_time != start_time:
         return None
     cgroup = proc.cgroup(pid)
     unit, container = unit_and_container(cgroup)
@@ -162,8 +191,9 @@ def scan_holders(
     found, unreadable = _held_parallel(scanner, pids, workers, maps)
     holders = []
     for pid in sorted(found):
+        start_time, held = found[pid]
         try:
-            holder = describe_process(pid, found[pid], proc)
+            holder = describe_process(pid, held, proc, start_time=start_time)
         except ProcAccessError:
             unreadable.append(pid)
             continue
@@ -180,7 +210,7 @@ def scan_holders(
 MAX_WORKERS = 4
 PIDS_PER_WORKER = 500
 
-_Found = dict[int, list[HeldNode]]
+_Found = dict[int, tuple[int, list[HeldNode]]]  # pid: (start time, nodes held)
 
 
 def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> tuple[_Found, list[int]]:
@@ -188,9 +218,7 @@ def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> tuple[_Found
     unreadable: list[int] = []
     for pid in pids:
         try:
-            held = scanner.held_fds(pid)
-            if maps:
-                held.extend(scanner.held_maps(pid))
+            held = scanner.held_by(pid, maps)
         except ProcAccessError:
             unreadable.append(pid)
             continue
@@ -213,12 +241,12 @@ def _held_parallel(scanner: _Scanner, pids: list[int], workers: int,
 
     def to_wire(result: tuple[_Found, list[int]]) -> Any:
         found, unreadable = result
-        return [[[pid, [[index[h.node.key], h.seen_as, h.via] for h in held]]
-                 for pid, held in found.items()], unreadable]
+        return [[[pid, start, [[index[h.node.key], h.seen_as, h.via] for h in held]]
+                 for pid, (start, held) in found.items()], unreadable]
 
     def from_wire(wire: Any) -> tuple[_Found, list[int]]:
-        found = {int(pid): [HeldNode(nodes[n], seen, via) for n, seen, via in held]
-                 for pid, held in wire[0]}
+        found = {int(pid): (int(start), [HeldNode(nodes[n], seen, via) for n, seen, via in held])
+                 for pid, start, held in wire[0]}
         return found, [int(p) for p in wire[1]]
 
     found: _Found = {}

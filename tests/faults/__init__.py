@@ -1,0 +1,1 @@
+"""The standing fault suite: each test is one attack or fault that once got the guard wrong."""
