@@ -16,6 +16,7 @@ from typing import Any
 
 from suspendguard.guard.inventory import identity
 from suspendguard.model import HeldNode, Holder, Inventory, Node, NodeKey, ScanResult
+from suspendguard.system.kcmp import same_files
 from suspendguard.system.procfs import ProcAccessError, ProcFS, unit_and_container, user_name
 from suspendguard.system.workers import run_shares
 
@@ -31,7 +32,9 @@ class _Scanner:
             f" {os.major(dev):02x}:{os.minor(dev):02x} {ino} ".encode(): node
             for (dev, ino), node in self.by_file.items()
         }
-        self.own_ns = proc.mnt_ns("self") if proc.root == "/proc" else None
+        # This process's own /proc: its pids are kcmp's too.
+        self.live = proc.root == "/proc"
+        self.own_ns = proc.mnt_ns("self") if self.live else None
         self.path_cache: dict[tuple[str | None, str], NodeKey | None] = {}
         self.map_cache: dict[bytes, Node | None] = {}
 
@@ -47,9 +50,10 @@ class _Scanner:
         if at is None:
             return None
         try:
-            held = self.held_fds(pid, at)
+            threads = self.proc.thread_count(at)
+            held = self.held_fds(pid, at, threads)
             if maps:
-                held.extend(self.held_maps(pid, at))
+                held.extend(self.held_maps(pid, at, threads))
             if not held:
                 return None
             st = self.proc.stat(pid, at)
@@ -59,21 +63,49 @@ class _Scanner:
 
     # -- fds --------------------------------------------------------------
 
-    def held_fds(self, pid: int, at: int) -> list[HeldNode]:
-        paths = self.proc.open_paths(pid, at)
+    def held_fds(self, pid: int, at: int, threads: int = 1) -> list[HeldNode]:
+        held = self._held_in_table(pid, at, ("fd",))
+        if threads > 1:
+            for tid in self._own_tables(pid, at):
+                held.extend(self._held_in_table(pid, at, ("task", str(tid), "fd")))
+        return held
+
+    def _own_tables(self, pid: int, at: int) -> list[int]:
+        """The threads whose fd table is neither the leader's nor one read already.
+
+        Threads share their process's table unless one called
+        unshare(CLONE_FILES); a leader that has exited (pthread_exit) has
+        none left, and its threads' fds show only under task/TID/fd. kcmp
+        tells in one call per thread; where it cannot (no kcmp, another
+        /proc root), every thread's table is read.
+        """
+        tables = [pid]
+        own = []
+        for tid in self.proc.task_ids(at):
+            if tid == pid:
+                continue
+            if self.live and any(same_files(t, tid) for t in tables):
+                continue
+            tables.append(tid)
+            own.append(tid)
+        return own
+
+    def _held_in_table(self, pid: int, at: int, folder: tuple[str, ...]) -> list[HeldNode]:
+        paths = self.proc.open_paths(pid, at, "/".join(folder))
         if not paths:
             return []
         ns = self.proc.mnt_ns(pid)
         held: list[HeldNode] = []
         for fd, target in paths:
-            key = self._key_of(pid, ns, fd, target)
+            key = self._key_of(pid, ns, (*folder, fd), target)
             if key is not None:
                 node = self.nodes.get(key)
                 if node is not None:
                     held.append(HeldNode(node, target, "fd"))
         return held
 
-    def _key_of(self, pid: int, ns: str | None, fd: str, target: str) -> NodeKey | None:
+    def _key_of(self, pid: int, ns: str | None, link: tuple[str, ...],
+                target: str) -> NodeKey | None:
         same_ns = self.own_ns is not None and ns == self.own_ns
         deleted = target.endswith(" (deleted)")
         cache_key = (self.own_ns if same_ns else str(ns), target)
@@ -87,7 +119,7 @@ class _Scanner:
             except OSError:
                 st = None
         else:
-            st = self.proc.link_stat(pid, "fd", fd)
+            st = self.proc.link_stat(pid, *link)
         if st is None:
             return None
         key = identity(st)
@@ -97,8 +129,13 @@ class _Scanner:
 
     # -- mappings ---------------------------------------------------------
 
-    def held_maps(self, pid: int, at: int) -> list[HeldNode]:
+    def held_maps(self, pid: int, at: int, threads: int = 1) -> list[HeldNode]:
         data = self.proc.read(pid, "maps", at)
+        if not data and threads > 1:
+            # The leader has exited and took its view of the memory with it;
+            # any other thread still shows the mappings they all share.
+            tid = next((t for t in self.proc.task_ids(at) if t != pid), None)
+            data = None if tid is None else self.proc.read(pid, f"task/{tid}/maps", at)
         if not data:
             return []
         found = [node for sig, node in self.map_sigs.items() if sig in data]
