@@ -23,7 +23,8 @@ from suspendguard.guard.rounds import Rounds
 from suspendguard.guard.scan import describe_process, scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
-from suspendguard.model import Decision, Holder, Verdict, holder_id
+from suspendguard.model import Decision, Holder, ScanResult, Verdict, holder_id
+from suspendguard.store import lock as guard_lock
 from suspendguard.store.history import History
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
@@ -52,6 +53,40 @@ def run(
     can_veto: bool = True,
     clock: Callable[[], float] = time.monotonic,
 ) -> Report:
+    """One guard run, holding the state folder's guard lock while it may signal.
+
+    A dry run signals nobody: it takes no lock, and only says so when
+    another run is draining as it looks.
+    """
+    if dry_run:
+        lock = guard_lock.peek(config.state.dir)
+    else:
+        wait = min(guard_lock.LOCK_WAIT_S, max(0.0, config.drain.deadline_s / 3))
+        lock = guard_lock.take(config.state.dir, wait)
+    try:
+        return _run(config, lock, dry_run=dry_run, action=action, origin=origin, proc=proc,
+                    idle_check=idle_check, log=log, cancel=cancel, record=record,
+                    skip_frozen=skip_frozen, can_veto=can_veto, clock=clock)
+    finally:
+        lock.release()
+
+
+def _run(
+    config: Config,
+    lock: guard_lock.GuardLock,
+    *,
+    dry_run: bool,
+    action: str | None,
+    origin: str,
+    proc: ProcFS | None,
+    idle_check: IdleCheck | None,
+    log: Logger | None,
+    cancel: Cancel | None,
+    record: bool,
+    skip_frozen: bool,
+    can_veto: bool,
+    clock: Callable[[], float],
+) -> Report:
     proc = proc or ProcFS()
     log = log or Logger()
     started_wall = time.time()
@@ -61,6 +96,11 @@ def run(
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
                clock=clock)
+    if lock.refused:
+        r.reasons.append(lock.refused)
+    elif lock.busy_pid is not None:
+        r.warnings.append(guard_lock.busy_reason(lock.busy_pid or None).split(":")[0]
+                          + " now: what this dry run shows may change as it does")
 
     history: History | None = None
     attempt_id: int | None = None
@@ -85,7 +125,9 @@ def run(
     # Only the built-in families have idle backends.
     if idle_check is default_idle_check and not set(inventory.families()) & set(FAMILIES):
         idle_check = None
-    scan = scan_holders(inventory, proc, exclude=children.active())
+    # Locked out: another run is draining these very holders; look at none.
+    scan = ScanResult((), 0, (), 0) if lock.refused else \
+        scan_holders(inventory, proc, exclude=children.active())
     # PID 1 is never signalled whatever it holds; some containers refuse
     # reading it even to root, which is worth counting but not a warning.
     refused = [p for p in scan.unreadable_pids if p != 1]

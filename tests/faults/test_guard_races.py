@@ -6,13 +6,15 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import needs_root
+from conftest import Holders, needs_root
 
 from suspendguard.cli import main
 from suspendguard.guard.pipeline import run
@@ -78,3 +80,67 @@ def test_a_node_held_by_a_thread_only_is_found_and_drained(
         job.kill()
         job.wait()
 
+
+# -- item 4: one guard at a time -----------------------------------------------
+
+def _conf(tmp_path: Path, node: str, state: Path, **drain: float) -> Path:
+    path = tmp_path / f"guard-{len(list(tmp_path.glob('guard-*.toml')))}.toml"
+    keys = "".join(f"{k} = {v}\n" for k, v in drain.items())
+    path.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\ndir = "{state}"\n'
+                    f'[idle]\nbackends = []\n[drain]\n{keys}')
+    return path
+
+
+def _until(what: Any, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_second_guard_signals_nobody_while_the_first_drains(
+        tmp_path: Path, node: str, holders: Holders) -> None:
+    state = tmp_path / "state"
+    _slow, spid = holders.start(node, mode="slow")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "suspendguard", "--config",
+         str(_conf(tmp_path, node, state, timeout_s=20)), "check", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _until(lambda: holders.signals() == [f"{spid} SIGINT"])
+        second_conf = _conf(tmp_path, node, state, timeout_s=2, deadline_s=6)
+        start = time.monotonic()
+        status, out, err = cli("--config", str(second_conf), "check", "--json")
+        waited = time.monotonic() - start
+        assert out, err
+        report = json.loads(out)
+        assert status != 0 and report["verdict"] == "veto"
+        assert any(f"another suspendguard run (pid {first.pid}) is draining" in r
+                   and "signalled nobody" in r for r in report["reasons"]), report
+        assert 1.5 <= waited < 5  # waited a third of its deadline, no more
+        _, dry_out, _ = cli("--config", str(second_conf), "check", "--dry-run", "--json")
+        assert any(f"pid {first.pid}" in w and "is draining now" in w
+                   for w in json.loads(dry_out)["warnings"])
+        time.sleep(0.2)
+        assert holders.signals() == [f"{spid} SIGINT"]  # once, by the first run only
+    finally:
+        first.kill()
+        first.wait()
+    assert stat.S_IMODE((state / "guard.lock").stat().st_mode) == 0o600
+
+
+def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path, node: str,
+                                                 holders: Holders) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    target = tmp_path / "precious"
+    target.write_text("keep\n")
+    target.chmod(0o644)
+    (state / "guard.lock").symlink_to(target)
+    graceful, _pid = holders.start(node)
+    status, out, _ = cli("--config", str(_conf(tmp_path, node, state)), "check", "--json")
+    reasons = json.loads(out)["reasons"]
+    assert status != 0 and any("symlink" in r and "nobody was signalled" in r for r in reasons)
+    assert target.read_text() == "keep\n" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    time.sleep(0.2)
+    assert holders.signals() == [] and graceful.poll() is None
