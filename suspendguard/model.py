@@ -18,6 +18,8 @@ DecisionKind = Literal[
     "protect",  # a protect rule: veto, the suspend waits for it
     "skip-frozen",  # frozen cgroup, in the sleep hook: leave it, with a warning
     "veto-frozen",  # frozen cgroup: it cannot exit until thawed, so veto
+    "skip-stopped",  # stopped (SIGSTOP, a debugger), in the sleep hook: leave it, with a warning
+    "veto-stopped",  # stopped: a signal stays pending until it continues, so veto
     "veto-sigint-ignored",  # it ignores the drain signal and nothing may follow it: veto
 ]
 OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal"]
@@ -133,9 +135,11 @@ class Holder:
     nodes: tuple[HeldNode, ...]
     sigint: Disposition
     fatal_handlers: tuple[str, ...] = ()
-    frozen: bool = False
+    frozen: bool = False  # its cgroup is frozen (cgroup v2, or the v1 freezer)
     source: str = "proc"  # "proc", or the backend that reported it
     sig_masks: SignalMasks = SignalMasks()
+    thaw: str = ""  # frozen: the file that thaws it (cgroup.freeze or freezer.state)
+    stopped: str = ""  # "T" (SIGSTOP and friends) or "t" (a debugger's stop); "" when not
 
     def disposition(self, signum: int) -> Disposition:
         """How this process takes ``signum`` (as read when it was scanned)."""
@@ -191,7 +195,7 @@ class Decision:
 
     @property
     def vetoes(self) -> bool:
-        return self.kind in ("protect", "veto-frozen", "veto-sigint-ignored")
+        return self.kind in ("protect", "veto-frozen", "veto-stopped", "veto-sigint-ignored")
 
 
 @dataclass(frozen=True, slots=True)

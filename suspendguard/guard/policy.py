@@ -96,6 +96,8 @@ def decide(
         notes = tuple(n for n in (fatal_signal_note(holder),) if n)
         if holder.frozen:
             notes += ("its cgroup is frozen: a signal stays pending until it is thawed",)
+        elif holder.stopped:
+            notes += ("it is stopped: a signal stays pending until it continues",)
         action, rule = _action(holder, policy, never_pids, daemons)
         label = f"pid {holder.pid} {holder.comm}"
         if holder_id(holder) in respawned:
@@ -116,7 +118,17 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_fr
         return "skip-frozen", (f"{label} is in a frozen cgroup: skipped (a signal would stay "
                                "pending until it is thawed)")
     if holder.frozen:
-        return "veto-frozen", f"{label} is in a frozen cgroup: it cannot exit until thawed"
+        return "veto-frozen", (f"{label} is in a frozen cgroup: it cannot exit until thawed"
+                               + _thaw_step(holder.thaw))
+    if holder.stopped and skip_frozen:
+        return "skip-stopped", (f"{label} is {_stopped_how(holder.stopped)}: skipped (a signal "
+                                "would stay pending until it continues)")
+    if holder.stopped:
+        return "veto-stopped", (
+            f"{label} is {_stopped_how(holder.stopped)}: a signal would stay pending and end it "
+            "when it continues, after this suspend was refused; "
+            + ("detach the debugger" if holder.stopped == "t" else f"continue it (kill -CONT "
+               f"{holder.pid})") + " or end it yourself, then suspend again")
     if holder.disposition(signal.Signals[drain.signal]) != "ignored":
         return "drain", ""
     if drain.on_sigint_ignored == "veto":
@@ -127,6 +139,17 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_fr
                                            + " and [drain] escalate is empty")
         return "escalate", ""
     return "drain", ""  # signal-anyway
+
+
+def _thaw_step(thaw: str) -> str:
+    if not thaw:
+        return ""
+    value = "THAWED" if thaw.endswith("freezer.state") else "0"
+    return f"; thaw it (echo {value} > {thaw}) or end it yourself, then suspend again"
+
+
+def _stopped_how(state: str) -> str:
+    return "stopped by a debugger (state t)" if state == "t" else "stopped (SIGSTOP, state T)"
 
 
 def sigint_ignored_reason(holder: Holder, signame: str) -> str:
@@ -143,6 +166,8 @@ def unsignalled(decision: Decision, signame: str) -> Outcome:
         "protect": "protected",
         "skip-frozen": "frozen cgroup",
         "veto-frozen": "frozen cgroup",
+        "skip-stopped": "stopped",
+        "veto-stopped": "stopped",
         "veto-sigint-ignored": f"ignores {signame}",
     }[decision.kind]
     return Outcome("not-signalled", why=why)

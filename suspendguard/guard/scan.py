@@ -187,6 +187,7 @@ def describe_process(
         return None
     cgroup = proc.cgroup(pid)
     unit, container = unit_and_container(cgroup)
+    thaw = proc.thaw_file(pid, cgroup)
     unique: dict[tuple[NodeKey, str], HeldNode] = {}
     for h in held:
         unique.setdefault((h.node.key, h.via), h)
@@ -205,9 +206,11 @@ def describe_process(
         nodes=tuple(unique.values()),
         sigint=status.masks.disposition(signal.SIGINT),
         fatal_handlers=status.masks.fatal_handlers(),
-        frozen=proc.cgroup_frozen(cgroup),
+        frozen=bool(thaw),
         source=source,
         sig_masks=status.masks,
+        thaw=thaw,
+        stopped=st.state if st.state in ("T", "t") else "",
     )
 
 

@@ -223,6 +223,33 @@ class ProcFS:
             return False
         return False
 
+    def thaw_file(self, pid: int, cgroup: str | None) -> str:
+        """The file that thaws ``pid`` when a freezer holds it (v2 or v1), else "".
+
+        cgroup v2: the frozen cgroup's cgroup.freeze; the v1 freezer
+        hierarchy (hybrid hosts): its freezer.state, FROZEN or FREEZING.
+        Both report the state their ancestors impose too.
+        """
+        root = self.unified_root()
+        if self.cgroup_frozen(cgroup) and root is not None and cgroup:
+            return os.path.join(root, cgroup.lstrip("/"), "cgroup.freeze")
+        try:
+            data = self.read(pid, "cgroup")
+        except ProcAccessError:
+            return ""
+        for line in (data or b"").decode("utf-8", "replace").splitlines():
+            parts = line.split(":", 2)
+            if len(parts) == 3 and "freezer" in parts[1].split(","):
+                state = os.path.join(self.cgroup_root, "freezer", parts[2].lstrip("/"),
+                                     "freezer.state")
+                try:
+                    with open(state) as f:
+                        frozen = f.read().strip() in ("FROZEN", "FREEZING")
+                except OSError:
+                    return ""
+                return state if frozen else ""
+        return ""
+
     def unified_root(self) -> str | None:
         """Where the cgroup v2 tree is mounted: the root itself, or unified/ on hybrid hosts."""
         if not hasattr(self, "_unified"):
