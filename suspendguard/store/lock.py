@@ -26,10 +26,12 @@ _POLL_S = 0.05
 
 @dataclass
 class GuardLock:
-    """The lock as taken: ``fd`` is -1 when it was not, ``refused`` then says why."""
+    """The lock as taken: ``fd`` is -1 when it was not; ``refused`` (another run holds
+    it) or ``unusable`` (no lock file could be had) then says why."""
 
     fd: int = -1
     refused: str = ""
+    unusable: str = ""
     # Set when a run that does not lock found another run draining.
     busy_pid: int | None = None
 
@@ -74,14 +76,19 @@ def busy_reason(pid: int | None) -> str:
 
 
 def take(state_dir: str, wait_s: float) -> GuardLock:
-    """The exclusive lock, waiting at most ``wait_s``; refused (with the reason) otherwise."""
+    """The exclusive lock, waiting at most ``wait_s``; refused (with the reason) otherwise.
+
+    A lock file that cannot be had at all (the state folder is not usable:
+    a file in its way, not this user's, a symlink planted as the lock) is
+    ``unusable``: like the history, it never costs a suspend its verdict.
+    """
     path = os.path.join(state_dir, LOCK_NAME)
     try:
         fd = _open(state_dir, create=True)
     except OSError as exc:
-        why = "a symlink; refusing to follow it" if exc.errno == errno.ELOOP else exc.strerror
-        return GuardLock(refused=f"cannot take the guard's lock {path}: {why}; "
-                                 "nobody was signalled")
+        why = "a symlink; not followed" if exc.errno == errno.ELOOP else exc.strerror
+        return GuardLock(unusable=f"no guard lock ({path}: {why}): a second run at the same "
+                                  "time would not be kept out")
     until = time.monotonic() + max(0.0, wait_s)
     while True:
         try:
