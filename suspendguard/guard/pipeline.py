@@ -18,12 +18,12 @@ from suspendguard.errors import HistoryError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors
 from suspendguard.guard.render import log_verdict
-from suspendguard.guard.report import Report
+from suspendguard.guard.report import HolderResult, Report
 from suspendguard.guard.rounds import Rounds
 from suspendguard.guard.scan import describe_process, scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
-from suspendguard.model import Decision, Holder, ScanResult, Verdict, holder_id
+from suspendguard.model import Decision, Holder, Outcome, ScanResult, Verdict, holder_id
 from suspendguard.store import lock as guard_lock
 from suspendguard.store.history import History
 from suspendguard.system import children
@@ -98,6 +98,8 @@ def _run(
                clock=clock)
     if lock.refused:
         r.reasons.append(lock.refused)
+    elif lock.unusable:
+        r.warnings.append(lock.unusable)
     elif lock.busy_pid is not None:
         r.warnings.append(guard_lock.busy_reason(lock.busy_pid or None).split(":")[0]
                           + " now: what this dry run shows may change as it does")
@@ -119,6 +121,9 @@ def _run(
                 history = None
     else:
         history_note = "not recorded"
+
+    if history is not None and attempt_id is not None:
+        r.before_signal = _write_down(history, attempt_id, r)
 
     inventory = take_inventory(config.devices)
     r.warnings.extend(inventory.notes)
@@ -181,6 +186,27 @@ def _run(
         finally:
             history.close()
     return report
+
+
+def _write_down(history: History, attempt_id: int,
+                r: Rounds) -> Callable[[Sequence[Decision], int], None]:
+    """Who is about to get the signal, into the history before it is sent.
+
+    A guard killed mid-drain leaves these rows (an interrupted attempt
+    still says whom it signalled); the verdict's own rows replace them.
+    """
+    def write(decisions: Sequence[Decision], round_no: int) -> None:
+        why = (f"was being sent {r.signame} when this was written; "
+               "the guard ended before it recorded the outcome")
+        rows = [HolderResult(d, Outcome("not-signalled", why=why), round_no).row()
+                for d in decisions]
+        rows = [replace(row, outcome="signalled") for row in rows]
+        try:
+            history.signalling(attempt_id, rows)
+        except HistoryError as exc:
+            r.warnings.append(f"history: the holders about to be signalled were not "
+                              f"recorded: {exc}")
+    return write
 
 
 def _device_holders(r: Rounds, idle: IdleReport) -> list[Decision]:
