@@ -19,6 +19,7 @@ from suspendguard.logs.finding import Finding
 from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import SearchReport, search
 from suspendguard.store.history import last_attempt_start
+from suspendguard.system.terminal import safe
 
 LAST_ATTEMPT = "last-attempt"
 
@@ -74,7 +75,7 @@ def _human(report: SearchReport, out: TextIO, since: datetime | None) -> None:
             out.write(f", first {_fmt(times[0])}, last {_fmt(times[-1])}")
         out.write("\n")
         first_line = sample.text.split("\n", 1)[0]
-        out.write(f"  e.g. {sample.file}:{sample.line}: {first_line[:300]}\n")
+        out.write(f"  e.g. {safe(sample.file)}:{sample.line}: {safe(first_line[:300])}\n")
         if pids:
             shown = ", ".join(str(p) for p in pids[:20])
             out.write(f"  pids: {shown}{' ...' if len(pids) > 20 else ''}\n")
@@ -83,7 +84,7 @@ def _human(report: SearchReport, out: TextIO, since: datetime | None) -> None:
     if report.skipped:
         out.write("\nNot read:\n")
         for s in report.skipped:
-            out.write(f"  {s.path}: {s.reason}\n")
+            out.write(f"  {safe(s.path)}: {safe(s.reason)}\n")
 
 
 def search_logs(

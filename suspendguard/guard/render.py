@@ -9,14 +9,17 @@ from typing import TextIO
 from suspendguard.guard.report import Report
 from suspendguard.model import Holder
 from suspendguard.system.log import Logger
+from suspendguard.system.terminal import safe
 
 _COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "warn": "\033[33m"}
 _RESET = "\033[0m"
 
 
 def table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    """Aligned columns; every cell made safe for a terminal (see system/terminal.py)."""
     if not rows:
         return []
+    rows = [[safe(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
             for r in rows]
@@ -40,9 +43,12 @@ def render(report: Report, out: TextIO, colour: bool = False) -> None:
     head = "ALLOW" if v.kind == "allow" else "VETO"
     if v.kind == "veto" and not report.can_veto:
         head = "VETO (advisory: a sleep hook cannot stop the suspend)"
-    lines = [f"verdict: {paint(head, v.kind, colour)} ({mode})"]
-    lines += [f"  - {r}" for r in v.reasons]
-    lines += [f"  ! {paint(w, 'warn', colour)}" for w in v.warnings]
+    # Reasons, notes and commands carry text any user can set: each line is
+    # made safe below, and the few painted ones here, before their colour.
+    lines = [f"verdict: {paint(head, v.kind, colour)} ({safe(mode)})"]
+    lines += [f"  - {safe(r)}" for r in v.reasons]
+    lines += [f"  ! {paint(safe(w), 'warn', colour)}" for w in v.warnings]
+    painted = len(lines)
     if v.kind == "allow" and not v.reasons and not report.holders:
         lines.append("  no process holds an accelerator node")
     lines.append("")
@@ -87,6 +93,7 @@ def render(report: Report, out: TextIO, colour: bool = False) -> None:
         for b in report.idle.backends:
             if not b.available:
                 lines.append(f"  backend {b.name}: unavailable: {b.reason}")
+    lines[painted:] = [safe(line) for line in lines[painted:]]
     out.write("\n".join(lines) + "\n")
 
 

@@ -10,6 +10,7 @@ from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable
 from suspendguard.status.model import Status
 from suspendguard.system.dbus.logind import LogindInfo
+from suspendguard.system.terminal import safe
 
 
 def _yes(flag: object) -> str:
@@ -31,8 +32,8 @@ def _verdict_lines(s: Status, colour: bool) -> list[str]:
     v = report.verdict
     head = "ALLOW" if v.kind == "allow" else "VETO"
     lines = [f"verdict: {paint(head, v.kind, colour)} (what check --dry-run gives now)"]
-    lines += [f"  - {r}" for r in v.reasons]
-    lines += [f"  ! {paint(w, 'warn', colour)}" for w in v.warnings]
+    lines += [f"  - {safe(r)}" for r in v.reasons]
+    lines += [f"  ! {paint(safe(w), 'warn', colour)}" for w in v.warnings]
     return lines
 
 
@@ -134,7 +135,7 @@ def _logind_lines(s: Status, colour: bool) -> list[str]:
     else:
         lines.append("  inhibitors: none")
     for i in s.sleep_blockers():
-        lines.append("  ! " + paint(f"{i.describe()} (stops suspends asked for by users)",
+        lines.append("  ! " + paint(safe(f"{i.describe()} (stops suspends asked for by users)"),
                                     "warn", colour))
     return lines
 
@@ -188,15 +189,13 @@ def _history_lines(s: Status) -> list[str]:
 
 
 def render(s: Status, out: TextIO, colour: bool = False) -> None:
-    sections = [
-        _verdict_lines(s, colour),
-        _accelerator_lines(s),
-        _holder_lines(s),
-        _installation_lines(s),
-        _logind_lines(s, colour),
-        _systemd_lines(s),
-        _history_lines(s),
-    ]
+    # Commands, reasons, inhibitors' "why" and paths carry text any user can
+    # set: every line is made safe for the terminal; the painted sections
+    # made theirs safe before their colour.
+    plain = [_accelerator_lines(s), _holder_lines(s), _installation_lines(s),
+             _systemd_lines(s), _history_lines(s)]
+    a, h, i, sd, hist = ([safe(line) for line in lines] for lines in plain)
+    sections = [_verdict_lines(s, colour), a, h, i, _logind_lines(s, colour), sd, hist]
     if not s.root:
         sections.append(["(not root: processes, files and history this user cannot read are "
                          "missing from this report)"])
