@@ -144,6 +144,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = add("logs", _cmd_logs, "scan Ascend device logs for documented failures")
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (default: [logs] paths)")
+    p.add_argument("--unit", action="append", metavar="UNIT",
+                   help="also read this systemd unit's journal (the job's own output); repeatable")
     p.add_argument("--since", metavar="T", help="ISO 8601 time, or last-attempt")
     p.add_argument("--until", metavar="T", help="ISO 8601 time")
     p.add_argument("--json", action="store_true")

@@ -3,7 +3,7 @@
 Every error a user can cause is a :class:`SuspendGuardError`; the CLI prints
 its message as one line and exits with its ``exit_status`` (documented in
 the README's command reference): 2 for usage and configuration, 3 for an
-operational failure.
+operational failure, 4 for a configuration root may not trust.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ EXIT_ALLOW = 0
 EXIT_VETO = 1
 EXIT_USAGE = 2
 EXIT_ERROR = 3
+EXIT_UNTRUSTED = 4
 
 
 class SuspendGuardError(Exception):
@@ -24,6 +25,22 @@ class ConfigError(SuspendGuardError):
     """The configuration file is missing, unreadable or invalid (exit status 2)."""
 
     exit_status = EXIT_USAGE
+
+
+class ConfigUntrusted(ConfigError):
+    """Run as root, the configuration or a file it names could be changed by others (exit status 4).
+
+    The guard refuses to act on it: no signal, no program it names run;
+    before a suspend the refusal is a veto (the unit fails).
+    """
+
+    exit_status = EXIT_UNTRUSTED
+
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        self.problems = problems
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"refusing an untrusted configuration: {problems[0]}{more}; "
+                         "root acts only on files that root alone can change")
 
 
 class UsageError(SuspendGuardError):
@@ -47,6 +64,10 @@ class HistoryError(OperationalError):
     Every command catches it and goes on (history never changes a verdict);
     should one escape, it is an operational failure (exit status 3).
     """
+
+
+class NoHistory(HistoryError):
+    """There is no history database yet: an answer, not a failure."""
 
 
 class InstallError(OperationalError):

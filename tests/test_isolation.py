@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import NODE_RDEV, ROOT, Holders
+from helpers.holders import Holders
+from helpers.isolation import NODE_RDEV, ROOT
 
 pytestmark = [
     pytest.mark.root,

@@ -6,6 +6,7 @@ import os
 from typing import TextIO
 
 from suspendguard.config import Config, load
+from suspendguard.errors import ConfigUntrusted
 
 
 class Context:
@@ -19,7 +20,14 @@ class Context:
         self.environ = dict(os.environ) if environ is None else environ
         self._config: Config | None = None
 
-    def config(self) -> Config:
+    def config(self, *, untrusted_ok: bool = False) -> Config:
+        """The configuration; as root, one that others could change is refused.
+
+        ``untrusted_ok``: for a command that only reports on it (its
+        ``trust`` says why root may not act on it).
+        """
         if self._config is None:
             self._config = load(self.config_arg, self.environ)
+        if self._config.trust and not untrusted_ok:
+            raise ConfigUntrusted(self._config.trust)
         return self._config

@@ -7,7 +7,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
-from suspendguard.errors import HistoryError, UsageError
+from suspendguard.errors import NoHistory, UsageError
 from suspendguard.guard.render import table
 from suspendguard.store.history import History
 
@@ -15,22 +15,33 @@ if TYPE_CHECKING:
     from suspendguard.commands.context import Context
 
 
+# SQLite's LIMIT is a signed 64-bit integer.
+MAX_N = (1 << 63) - 1
+
+
 def history(args: argparse.Namespace, ctx: Context) -> int:
-    if args.n < 1:
-        raise UsageError(f"history: -n must be at least 1, got {args.n}")
+    if not 1 <= args.n <= MAX_N:
+        raise UsageError(f"history: -n must be between 1 and {MAX_N}, got {args.n}")
     config = ctx.config()
     try:
         with History.open(config.state.dir, readonly=True) as h:
             attempts = h.attempts(args.n)
-    except HistoryError as exc:
+            notes = list(h.notes)
+    except NoHistory as exc:
         if args.json:
             json.dump({"attempts": [], "note": str(exc)}, ctx.out, indent=2)
             ctx.out.write("\n")
         else:
             ctx.out.write(f"history: {exc}\n")
         return 0
+    # Damaged beyond reading is a HistoryError: one line, exit status 3, from the CLI.
+    for note in notes:
+        ctx.err.write(f"suspendguard: history: {note}\n")
     if args.json:
-        json.dump({"attempts": [a.to_json() for a in attempts]}, ctx.out, indent=2)
+        doc: dict[str, object] = {"attempts": [a.to_json() for a in attempts]}
+        if notes:
+            doc["skipped"] = notes
+        json.dump(doc, ctx.out, indent=2)
         ctx.out.write("\n")
         return 0
     if not attempts:

@@ -1,7 +1,10 @@
-"""``suspendguard logs [PATH ...] [--since T] [--until T] [--json]``.
+"""``suspendguard logs [PATH ...] [--unit UNIT ...] [--since T] [--until T] [--json]``.
 
 Exit 0 when the scan ran, findings or not (a finding is information, not a
-failure of the command); 2 on bad usage.
+failure of the command), and when a unit's journal is not available (a
+note); 2 on bad usage. ``--since last-attempt`` reads device logs the way
+the after-resume check does: from ``[logs] clock_slack_s`` before the
+attempt's start, findings stamped before it marked as such.
 """
 
 from __future__ import annotations
@@ -9,13 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import UsageError
 from suspendguard.logs.finding import Finding
+from suspendguard.logs.journal import UnitJournal, read_unit, unit_name
 from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import SearchReport, search
 from suspendguard.store.history import last_attempt_start
@@ -53,15 +58,36 @@ def _fmt(when: datetime | None) -> str:
     return when.isoformat(sep=" ", timespec="seconds") if when else "no time"
 
 
-def _human(report: SearchReport, out: TextIO, since: datetime | None) -> None:
+@dataclass(frozen=True, slots=True)
+class LogsReport:
+    """The files' report, the journals read, and every finding of both (marked when placed)."""
+
+    files: SearchReport
+    journals: tuple[UnitJournal, ...]
+    findings: tuple[Finding, ...]
+    attempt_started: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc = self.files.to_json()
+        doc["findings"] = [f.to_json() for f in self.findings]
+        doc["journals"] = [j.to_json() for j in self.journals]
+        doc["attempt_started"] = self.attempt_started.isoformat() if self.attempt_started else None
+        return doc
+
+
+def _human(logs: LogsReport, out: TextIO, since: datetime | None) -> None:
+    report = logs.files
     out.write(
         f"Read {report.files_read} file(s), {report.bytes_read} bytes"
         + (f", since {_fmt(since)}" if since else "")
         + (f"; {report.files_older} older file(s) left unread" if report.files_older else "")
         + ".\n"
     )
+    for j in logs.journals:
+        if j.unavailable is None:
+            out.write(f"Read the journal of {safe(j.unit)}: {j.entries_read} entries.\n")
     groups: dict[str, list[Finding]] = {}
-    for f in report.findings:
+    for f in logs.findings:
         groups.setdefault(f.rule, []).append(f)
     if not groups:
         out.write("No documented failure found.\n")
@@ -79,12 +105,23 @@ def _human(report: SearchReport, out: TextIO, since: datetime | None) -> None:
         if pids:
             shown = ", ".join(str(p) for p in pids[:20])
             out.write(f"  pids: {shown}{' ...' if len(pids) > 20 else ''}\n")
+        marks = [f.outside for f in found if f.outside is not None]
+        if marks:
+            nearest = min(marks, key=lambda m: m.by_s)
+            out.write(f"  outside the attempt: {len(marks)} line(s), e.g. {nearest.describe()}\n")
         out.write(f"  what it means: {rule.meaning}\n")
         out.write(f"  what to do: {rule.remedy}\n")
-    if report.skipped:
+    missing = [j for j in logs.journals if j.unavailable is not None]
+    if report.skipped or missing or any(j.notes for j in logs.journals):
         out.write("\nNot read:\n")
         for s in report.skipped:
             out.write(f"  {safe(s.path)}: {safe(s.reason)}\n")
+        for j in logs.journals:
+            if j.unavailable is not None:
+                out.write(f"  journal of {safe(j.unit)}: not available: "
+                          f"{safe(j.unavailable.reason)}\n")
+            for note in j.notes:
+                out.write(f"  journal of {safe(j.unit)}: {safe(note)}\n")
 
 
 def search_logs(
@@ -108,25 +145,44 @@ def search_logs(
     )
 
 
+def units_of(args: argparse.Namespace) -> list[str]:
+    """The ``--unit`` names, each as journalctl takes it; a bad one is a usage error."""
+    units = []
+    for given in args.unit or ():
+        try:
+            units.append(unit_name(given))
+        except ValueError as exc:
+            raise UsageError(f"--unit: {exc}") from None
+    return list(dict.fromkeys(units))
+
+
 def command(args: argparse.Namespace, ctx: Context) -> int:
     since_arg: str | None = args.since
     until_arg: str | None = args.until
-    since = until = None
+    since = until = started = None
+    units = units_of(args)
     if until_arg is not None:
         until = parse_option_time(until_arg, "--until")
     if since_arg == LAST_ATTEMPT:
-        since = last_attempt(ctx.config())
+        started = last_attempt(ctx.config())
+        since = started - timedelta(seconds=ctx.config().logs.clock_slack_s)
     elif since_arg is not None:
         since = parse_option_time(since_arg, "--since")
     if since and until and until < since:
         raise UsageError(f"--until {until_arg} is before --since {since_arg}")
     report = search_logs(ctx.config(), list(args.paths or ()), since, until, ctx.environ)
+    # The journal's times are the host's own: read from the attempt's start itself.
+    journals = tuple(read_unit(u, started or since, until) for u in units)
+    findings = [*report.findings, *(f for j in journals for f in j.findings)]
+    if started is not None:
+        findings = [f.placed(started, None) for f in findings]
+    logs = LogsReport(report, journals, tuple(findings), started)
     if args.json:
-        doc: dict[str, Any] = report.to_json()
+        doc: dict[str, Any] = logs.to_json()
         doc["since"] = since.isoformat() if since else None
         doc["until"] = until.isoformat() if until else None
         json.dump(doc, ctx.out, indent=2)
         ctx.out.write("\n")
     else:
-        _human(report, ctx.out, since)
+        _human(logs, ctx.out, since)
     return 0

@@ -5,7 +5,8 @@ ignores their exit status, so this step can record and check but never
 veto. ``pre`` records that the system is going down; when the veto unit did
 not run in this cycle it drains as a fallback (advisory only, frozen
 cgroups skipped). ``post`` records the resume and reads the device logs
-written since the attempt began. It imports neither dbus-next nor asyncio:
+written since the attempt began, and the journals of the units of the
+jobs it found (their own console output). It imports neither dbus-next nor asyncio:
 nothing on this path asks D-Bus.
 """
 
@@ -94,7 +95,17 @@ def _homes(users: set[str]) -> list[str]:
     return homes
 
 
+def job_units(attempt: Attempt) -> list[str]:
+    """The units whose journals hold the jobs' own output: every holder's but the guard's own.
+
+    Holders the guard never signals by principle (PID 1, the guard and its
+    ancestors) are left out: their output is not a job's.
+    """
+    return sorted({h.unit for h in attempt.holders if h.unit and h.action != "never"})
+
+
 def post(config: Config, action: str, log: Logger) -> int:
+    resumed = datetime.now()
     history = _open(config, log)
     if history is None:
         return 0
@@ -107,11 +118,14 @@ def post(config: Config, action: str, log: Logger) -> int:
             return 0
         history.record_event("post", action, "resumed", attempt.id)
         homes = _homes({h.user for h in attempt.holders if h.user})
-        result = after_attempt(config, datetime.fromtimestamp(attempt.started), homes)
+        result = after_attempt(config, datetime.fromtimestamp(attempt.started), homes,
+                               until=resumed, units=job_units(attempt))
         if result.findings:
             history.record_findings(attempt.id, result.findings)
         for line in result.journal_lines(attempt.id):
             log.warning(line)
+        for note in result.notes():
+            log.info(f"attempt {attempt.id}: {note}")
         if not result.findings:
             log.info(f"attempt {attempt.id}: resumed from {action}; no documented device "
                      "failure in the logs")

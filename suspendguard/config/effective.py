@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import functools
-import hashlib
 from dataclasses import dataclass
 
-from suspendguard.config.render import to_toml
 from suspendguard.config.schema import (
     DevicesConfig,
     DrainConfig,
@@ -17,8 +14,7 @@ from suspendguard.config.schema import (
 )
 
 
-# Not slotted: the digest is a cached_property, which needs an instance __dict__.
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Config:
     devices: DevicesConfig
     policy: PolicyConfig
@@ -28,8 +24,8 @@ class Config:
     state: StateConfig
     path: str | None = None
     loaded: bool = False
-
-    @functools.cached_property
-    def digest(self) -> str:
-        """A short fingerprint of the effective configuration, for the history."""
-        return hashlib.sha256(to_toml(self).encode()).hexdigest()[:16]
+    # A short fingerprint of the effective values, for the history (set by load).
+    digest: str = ""
+    # Why root may not act on this configuration (config/trust.py); empty
+    # when it may, or when the guard does not run as root.
+    trust: tuple[str, ...] = ()

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from suspendguard.config.effective import Config
+from suspendguard.config.render import to_toml
 from suspendguard.config.schema import SCHEMA, SECTIONS
+from suspendguard.config.trust import state_dir_problem, untrusted
 from suspendguard.config.validate import Invalid, validate
 from suspendguard.errors import ConfigError
 
@@ -20,6 +25,9 @@ else:  # pragma: no cover - exercised on 3.10
 
 DEFAULT_PATH = "/etc/suspendguard/config.toml"
 ENV_VAR = "SUSPENDGUARD_CONFIG"
+# A configuration is a few dozen lines; anything near this is a mistake or
+# an attack, and reading it must stay far inside the guard's deadline.
+MAX_BYTES = 1024 * 1024
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?")
 _ASSIGN = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*=")
@@ -39,29 +47,74 @@ def resolve_path(cli_path: str | None, environ: Mapping[str, str] | None = None)
     return DEFAULT_PATH, False
 
 
-def load(cli_path: str | None = None, environ: Mapping[str, str] | None = None) -> Config:
-    """Read and validate the configuration; a missing default file means defaults."""
-    path, explicit = resolve_path(cli_path, environ)
+def load(cli_path: str | None = None, environ: Mapping[str, str] | None = None, *,
+         as_root: bool | None = None) -> Config:
+    """Read and validate the configuration; a missing default file means defaults.
+
+    As root (``as_root``; default: whether this process is), the result's
+    ``trust`` lists why root may not act on it (config/trust.py).
+    """
+    env = os.environ if environ is None else environ
+    path, explicit = resolve_path(cli_path, env)
+    raw = _read(path, explicit)
+    if raw is None:
+        config = defaults()
+    else:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not UTF-8 text") from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: TOML syntax error: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: TOML nested too deeply") from None
+        config = build(data, path, text)
+    if os.geteuid() == 0 if as_root is None else as_root:
+        config = replace(config, trust=untrusted(config, env))
+    return config
+
+
+def _read(path: str, explicit: bool) -> bytes | None:
+    """The file's bytes, read only when it is a regular file of at most MAX_BYTES."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        # O_NONBLOCK: a FIFO must not hang the open; it is refused below.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"{path}: configuration file not found") from None
-        return defaults()
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a TOML file") from None
+        return None
     except PermissionError:
         raise ConfigError(f"{path}: permission denied reading the configuration") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot open the configuration: {exc.strerror}") from None
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: TOML syntax error: {exc}") from None
-    return build(data, path, text)
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ConfigError(f"{path}: is a directory, expected a TOML file")
+        # A device (/dev/zero) could be read for ever. Kernel files (/proc/self/mem)
+        # pass as regular with size 0: the bounded read below keeps them in check.
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file, expected a TOML file")
+        if st.st_size > MAX_BYTES:
+            raise ConfigError(f"{path}: {st.st_size} bytes, more than a configuration's "
+                              f"limit of {MAX_BYTES}")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_BYTES:
+            raise ConfigError(f"{path}: more than a configuration's limit of {MAX_BYTES} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> Config:
@@ -91,11 +144,12 @@ def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> 
                 raise ConfigError(f"{_where(path, section, key, text)}: expected {exc}") from None
         values[section] = out
     _check_together(values, path, text)
-    return Config(
+    config = Config(
         **{section: record(**values[section]) for section, record in SECTIONS.items()},
         path=None if path == "<defaults>" else path,
         loaded=path != "<defaults>",
     )
+    return replace(config, digest=hashlib.sha256(to_toml(config).encode()).hexdigest()[:16])
 
 
 def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: str) -> None:
@@ -112,6 +166,9 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
             f"expected a number greater than [drain] timeout_s ({drain['timeout_s']}), "
             f"got {drain['deadline_s']}"
         )
+    problem = state_dir_problem(values["state"]["dir"])
+    if problem:
+        raise ConfigError(f"{_where(path, 'state', 'dir', text)}: expected {problem}")
     if values["idle"]["samples"] < 1:
         raise ConfigError(f"{_where(path, 'idle', 'samples', text)}: expected an integer >= 1")
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from suspendguard.config.effective import Config
 from suspendguard.config.schema import RULE_FIELDS, SCHEMA, EscalationStep, Rule
 from suspendguard.config.validate import validate
-
-if TYPE_CHECKING:  # effective.py imports this module for Config.digest
-    from suspendguard.config.effective import Config
 
 
 def to_toml(config: Config) -> str:
@@ -25,7 +23,8 @@ def commented_default() -> str:
     """The commented default file that ``suspendguard install`` writes."""
     lines = [
         "# suspendguard configuration. Every key is optional; the values shown",
-        "# (commented out) are the defaults. See the README for the reference.",
+        "# (commented out) are the defaults; each comment is the key's meaning.",
+        "# Reference: suspendguard.toml(5) (man 5 suspendguard.toml).",
         "",
     ]
     for section, specs in SCHEMA.items():

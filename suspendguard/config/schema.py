@@ -162,6 +162,11 @@ class LogsConfig:
     max_bytes: int = setting(
         64 * 1024 * 1024, "int", "At most this many bytes per file, from its end.",
     )
+    clock_slack_s: float = setting(
+        5.0, "float",
+        "After resume, also read device-log lines stamped this many seconds before the "
+        "attempt began (device clocks lag or lead the host's).",
+    )
 
 
 @dataclass(frozen=True, slots=True)

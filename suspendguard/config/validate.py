@@ -8,6 +8,10 @@ from typing import Any
 
 from suspendguard.config.schema import RULE_FIELDS, EscalationStep, Rule, Spec
 
+# Policy rules are matched against every holder; a list longer than this is
+# not a policy anyone writes, and validating it would eat the guard's deadline.
+MAX_RULES = 1000
+
 
 class Invalid(Exception):
     """What the value should have been; the loader adds the file, key and line."""
@@ -54,6 +58,8 @@ def validate(spec: Spec, value: Any) -> Any:
     if kind == "rules":
         if not isinstance(value, list):
             raise Invalid("a list of tables (an array of tables such as [[policy.protect]])")
+        if len(value) > MAX_RULES:
+            raise Invalid(f"at most {MAX_RULES} rules, got {len(value)}")
         return tuple(_rule(v, i) for i, v in enumerate(value))
     raise AssertionError(kind)  # pragma: no cover
 

@@ -109,7 +109,9 @@ def _run(
     history_note = ""
     if record:
         try:
-            history = History.open(config.state.dir, proc=proc)
+            # The lock wait too ends inside the deadline (History wants a monotonic time).
+            history = History.open(config.state.dir, proc=proc,
+                                   deadline=time.monotonic() + (deadline - start))
             r.warnings.extend(history.warnings)
             attempt_id = history.begin(action, origin, dry_run, config.digest, started_wall)
         except HistoryError as exc:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from suspendguard.config import Family, IdleConfig
+from suspendguard.system import trust
 
 DeviceState = Literal["busy", "idle", "unknown"]
 ReportState = Literal["idle", "busy", "unknown", "none"]
@@ -174,6 +175,11 @@ def find_file(configured: str, defaults: Sequence[str], key: str,
         return None, f"{configured}: not found ([idle] {key})"
     for candidate in defaults:
         if os.path.isfile(candidate):
+            # A configured path was checked with the config (config/trust.py);
+            # a built-in default is root's choice only if root alone can change it.
+            untrusted = trust.problems(candidate, f"[idle] {key} default") if os.geteuid() == 0 else []
+            if untrusted:
+                return None, f"{untrusted[0]}: not used"
             return candidate, ""
     return None, f"{missing} ({', '.join(defaults)}); set [idle] {key}"
 

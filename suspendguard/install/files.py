@@ -12,6 +12,10 @@ would leave:
   what ``systemctl enable`` makes from ``RequiredBy=``.
 - ``/usr/lib/systemd/system-sleep/suspendguard``: the hook (systemd-sleep
   reads no other folder).
+- ``/usr/local/share/man/man8/suspendguard.8``, ``man5/suspendguard.toml.5``,
+  ``/usr/local/share/bash-completion/completions/suspendguard`` and
+  ``/usr/local/share/zsh/site-functions/_suspendguard``: the man pages and
+  the shell completion (install/docs.py says why /usr/local).
 - ``/etc/suspendguard/config.toml``: the commented defaults, only when no
   file is there; an operator's file is never overwritten.
 - the ``[state] dir`` (default ``/var/lib/suspendguard``): the history.
@@ -37,6 +41,7 @@ from typing import TextIO
 
 from suspendguard.config import DEFAULT_STATE_DIR, Config, commented_default
 from suspendguard.errors import InstallError, UsageError
+from suspendguard.install.docs import DOCS, DOCS_ROOT, docs_dir
 from suspendguard.install.manifest import MANIFEST_PATH, Manifest, read_manifest, sha256
 from suspendguard.install.templates import (
     HOOK_DIR,
@@ -194,6 +199,16 @@ def install(
     tree.makedirs(HOOK_DIR, manifest)
     tree.write(HOOK_PATH, hook_text, 0o755, manifest)
     say(f"hook: {tree.show(HOOK_PATH)}")
+    shipped = docs_dir()
+    try:
+        for source, path in DOCS.items():
+            tree.makedirs(os.path.dirname(path), manifest)
+            tree.write(path, (shipped / source).read_text(encoding="utf-8"), 0o644, manifest)
+        say(f"man pages and completion: {tree.show(DOCS_ROOT)}")
+    except InstallError as exc:
+        # Documentation only: a read-only /usr (an image-based host) must not
+        # leave the host unguarded. What was written is in the manifest.
+        say(f"man pages and completion: not installed ({exc})")
 
     if not tree.at(config_path).exists():
         tree.makedirs(os.path.dirname(config_path), manifest)

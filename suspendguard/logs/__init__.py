@@ -8,6 +8,7 @@
 - ``walk``: which files to read, newest first;
 - ``reader``: one file's bytes searched for the catalog's needles;
 - ``search``: all of it, in forked workers when there is much to read;
+- ``journal``: a unit's journal (the job's own output), through journalctl;
 - ``after``: the after-resume check the sleep hook runs.
 
 ``suspendguard logs`` itself is ``suspendguard.commands.logs``.

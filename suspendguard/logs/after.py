@@ -1,19 +1,31 @@
-"""After resume: what did the device logs say since the suspend attempt began?
+"""After resume: what did the device logs and the jobs' journals say since the attempt began?
 
 The sleep hook calls ``after_attempt`` on ``post``; the history stores the
 findings, the journal gets one line per rule found.
+
+The attempt runs from its start (the guard began) to the resume (the post
+step). Device-side lines are stamped by the device's clock, which can lag
+or lead the host's: lines from ``[logs] clock_slack_s`` before the start
+are read too, and a finding stamped outside the attempt says so. A unit's
+journal is stamped by the host's journald, so it is read from the start.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from suspendguard.config import Config
 from suspendguard.logs.finding import Finding, Skipped
+from suspendguard.logs.journal import TIMEOUT_S, UnitJournal, read_unit
 from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import search
+from suspendguard.model import Unavailable
+
+# The journals of all units together, inside systemd-sleep's 90 s for every hook.
+JOURNALS_DEADLINE_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +34,7 @@ class AfterResult:
     files_read: int = 0
     bytes_read: int = 0
     skipped: tuple[Skipped, ...] = ()
+    journals: tuple[UnitJournal, ...] = ()
 
     def rules(self) -> tuple[str, ...]:
         """Rule ids found, in catalog order (causes before consequences)."""
@@ -29,14 +42,28 @@ class AfterResult:
         return tuple(r for r in BY_ID if r in found)
 
     def journal_lines(self, attempt_id: int) -> list[str]:
+        """One line per rule: who reported it, and when every line of it lay outside the attempt."""
         lines = []
         for rule_id in self.rules():
             rule = BY_ID[rule_id]
-            lines.append(
-                f"suspend attempt {attempt_id}: device reported '{rule.quote}' "
-                f"({rule.id}): {rule.summary}"
-            )
+            found = [f for f in self.findings if f.rule == rule_id]
+            units = sorted({f.unit for f in found if f.unit})
+            who = []
+            if any(f.unit is None for f in found):
+                who.append("device")
+            who += [f"{u}'s output" for u in units]
+            line = (f"suspend attempt {attempt_id}: {' and '.join(who)} reported "
+                    f"'{rule.quote}' ({rule.id}): {rule.summary}")
+            marks = [f.outside for f in found if f.outside is not None]
+            if len(marks) == len(found):  # none of it inside: say how far the nearest was
+                line += "; " + min(marks, key=lambda m: m.by_s).describe()
+            lines.append(line)
         return lines
+
+    def notes(self) -> list[str]:
+        """What could not be read, for the journal: units whose journal is not available."""
+        return [f"journal of {j.unit}: not available: {j.unavailable.reason}"
+                for j in self.journals if j.unavailable is not None]
 
 
 def after_attempt(
@@ -44,18 +71,36 @@ def after_attempt(
     since: datetime,
     homes: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
+    *,
+    until: datetime | None = None,
+    units: Sequence[str] = (),
+    journalctl: str = "journalctl",
 ) -> AfterResult:
-    """Scan the configured logs for lines written since the attempt started.
+    """Scan the configured logs, and each unit's journal, for lines written since ``since``.
 
-    ``homes``: the home directories of the holders' users, searched for ``~``
-    besides root's. Never raises for unreadable logs: they are reported in
-    ``skipped``.
+    ``since``/``until``: the attempt's start and end (the resume). ``homes``:
+    the home directories of the holders' users, searched for ``~`` besides
+    root's. Never raises for unreadable logs or a missing journal: they are
+    reported in ``skipped`` and ``journals``.
     """
     report = search(
         patterns=config.logs.paths,
         homes=homes,
-        since=since,
+        since=since - timedelta(seconds=config.logs.clock_slack_s),
         max_bytes=config.logs.max_bytes,
         environ=environ,
     )
-    return AfterResult(report.findings, report.files_read, report.bytes_read, report.skipped)
+    findings = [f.placed(since, until) for f in report.findings]
+    journals = []
+    deadline = time.monotonic() + JOURNALS_DEADLINE_S
+    for unit in dict.fromkeys(units):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            journals.append(UnitJournal(unit, unavailable=Unavailable(
+                f"not read: the {JOURNALS_DEADLINE_S:g} s for journals had passed")))
+            continue
+        journal = read_unit(unit, since, timeout=min(TIMEOUT_S, left), journalctl=journalctl)
+        journals.append(journal)
+        findings += [f.placed(since, until) for f in journal.findings]
+    return AfterResult(tuple(findings), report.files_read, report.bytes_read, report.skipped,
+                       tuple(journals))

@@ -7,9 +7,31 @@ reader back to the search as their JSON, so ``from_json`` sits beside
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
+
+Side = Literal["before", "after"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outside:
+    """A finding stamped outside the attempt it was read for: ``by_s`` seconds before or after.
+
+    Device-side times come from the device's clock, which can lag or lead
+    the host's: such a line was still read (``[logs] clock_slack_s``), and
+    says so rather than pass for part of the attempt.
+    """
+
+    side: Side
+    by_s: float
+
+    def describe(self) -> str:
+        edge = "began" if self.side == "before" else "ended"
+        return f"stamped {self.by_s:.3f} s {self.side} the attempt {edge} (device clock?)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"side": self.side, "by_s": round(self.by_s, 6)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +41,10 @@ class Finding:
     ``line`` counts from the first byte read: when only the end of a big file
     was read (``[logs] max_bytes``) the search report says where that was.
     ``time`` is the entry's own timestamp (naive local time, as the device
-    writes it); masked lines carry none.
+    writes it); masked lines carry none. A finding from a unit's journal
+    names the unit (``unit``; ``file`` is ``journal:UNIT``, ``line`` the
+    entry's number among those read) and carries the journal's time.
+    ``outside``: set when the time lies outside the attempt it was read for.
     """
 
     rule: str
@@ -29,6 +54,21 @@ class Finding:
     time: datetime | None
     pid: int | None
     text: str
+    unit: str | None = None
+    outside: Outside | None = None
+
+    def placed(self, start: datetime, end: datetime | None) -> Finding:
+        """This finding, marked when its time is before ``start`` or after ``end``."""
+        if self.time is None:
+            return self
+        if self.time < start:
+            side: Side = "before"
+            by = (start - self.time).total_seconds()
+        elif end is not None and self.time > end:
+            side, by = "after", (self.time - end).total_seconds()
+        else:
+            return replace(self, outside=None)
+        return replace(self, outside=Outside(side, by))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,13 +79,17 @@ class Finding:
             "time": self.time.isoformat() if self.time else None,
             "pid": self.pid,
             "text": self.text,
+            "unit": self.unit,
+            "outside_attempt": self.outside.to_json() if self.outside else None,
         }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Finding:
         time = datetime.fromisoformat(doc["time"]) if doc["time"] else None
+        out = doc.get("outside_attempt")
+        outside = Outside(out["side"], float(out["by_s"])) if out else None
         return cls(doc["rule"], doc["severity"], doc["file"], doc["line"], time, doc["pid"],
-                   doc["text"])
+                   doc["text"], doc.get("unit"), outside)
 
 
 @dataclass(frozen=True, slots=True)

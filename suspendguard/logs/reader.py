@@ -17,7 +17,8 @@ from typing import Any
 
 from suspendguard.logs.entries import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, parse_entry, parse_head_time
 from suspendguard.logs.finding import Finding, Skipped
-from suspendguard.logs.rules import RULES, Rule, classify, needles
+from suspendguard.logs.matching import Rule, classify, needles
+from suspendguard.logs.rules import RULES
 from suspendguard.logs.safe_open import describe
 
 # Windows that fit in L2 cache: every needle pass then reads from cache (measured ~10 % faster

@@ -1,11 +1,6 @@
 """The catalog of documented Ascend failures: every wording, old and new, in one place.
 
-Matching must stay linear in the length of a line, because logs are untrusted
-input and one line can be a megabyte. So a pattern is a plain substring (the
-``needle``, also the scanner's prefilter), optional further substrings that
-must all appear (``also``), and at most a small regex used only to check a
-boundary next to the needle. The regexes use no unbounded repetition at all
-(the tests enforce it), so each costs at most a constant per needle position.
+Each rule's patterns follow logs/matching.py (linear in the line's length).
 
 Where a wording comes from is written next to it. "seed" means the AscendCL
 troubleshooting cases the project started from (DESIGN.md, "The problem").
@@ -13,74 +8,8 @@ troubleshooting cases the project started from (DESIGN.md, "The problem").
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from suspendguard.logs.matching import ERROR, WARNING, Rule, needle, wording
 
-ERROR = "error"
-WARNING = "warning"
-
-
-@dataclass(frozen=True)
-class Pattern:
-    needle: str
-    also: tuple[str, ...] = ()
-    regex: str | None = None
-
-    @functools.cached_property
-    def compiled(self) -> re.Pattern[str] | None:
-        # Compiled on first use: the catalog is built at import, on the
-        # sleep hook's path, and most patterns never get this far.
-        return re.compile(self.regex) if self.regex is not None else None
-
-    def matches(self, text: str) -> bool:
-        if self.needle not in text:
-            return False
-        for token in self.also:
-            if token not in text:
-                return False
-        return self.compiled is None or self.compiled.search(text) is not None
-
-
-def _p(needle: str, *also: str, regex: str | None = None) -> Pattern:
-    return Pattern(needle, tuple(also), regex)
-
-
-def _w(wording: str, anchor: str, *also: str, regex: str | None = None) -> Pattern:
-    """A wording found through a shorter anchor several wordings share.
-
-    Each distinct needle costs the scanner one pass over the data, so
-    wordings are grouped under common anchors (" resource" for six of them);
-    the wording itself is still required in full. Grouping pays only when the
-    anchor covers several wordings: bytes.find skips ahead by the needle's
-    length, so a short anchor is slower per pass than a long wording.
-    """
-    if anchor not in wording:
-        raise ValueError(f"anchor {anchor!r} is not part of {wording!r}")
-    return Pattern(anchor, (wording, *also), regex)
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    id: str
-    severity: str
-    quote: str  # what the device said, short, for the journal line
-    summary: str  # what it means, one short clause, for the journal line
-    meaning: str
-    remedy: str
-    patterns: tuple[Pattern, ...]
-    # The same fault's ids in Huawei's MindCluster fault-diagnosis knowledge
-    # base (ascend-faultdiag kg-config.json), for cross-reference only.
-    vendor_ids: tuple[str, ...] = ()
-
-    def matches(self, text: str) -> bool:
-        return any(p.matches(text) for p in self.patterns)
-
-
-# Order matters: a record is reported under the first rule that matches it,
-# so the rules that name a cause come before those that name a consequence
-# (a RecentErrMsg block for an out-of-memory also says "open device failed").
 RULES: tuple[Rule, ...] = (
     Rule(
         id="device-held-by-previous-job",
@@ -103,18 +32,18 @@ RULES: tuple[Rule, ...] = (
             # (https://github.com/hiyouga/LlamaFactory/issues/3839) and verl PR 332
             # (https://github.com/verl-project/verl/pull/332): "EJ0001: ... Failed to
             # initialize the HCCP process. Reason: Maybe the last training process is running."
-            _p("the last training process is running"),
+            needle("the last training process is running"),
             # CANN runtime source (PrintfTsdError, TSD_SUBPROCESS_NUM_EXCEED_THE_LIMIT):
             # "TsdOpen failed:The number of started NN processes exceeds the limit."; error
             # E30003 (issue 14); torch_npu fixed get_device_properties for it
             # (https://github.com/Ascend/pytorch, v2.x bugfix commits).
-            _p("NN processes exceeds the limit"),
+            needle("NN processes exceeds the limit"),
             # MindSpore runtime (ascend_memory_adapter.cc) and its docs, "CANN Common Error
             # Analysis" (https://gitee.com/mindspore/docs/blob/r2.6.0rc1/tutorials/source_en/
             # debug/error_analysis/cann_error_cases.md):
             # "Malloc device memory failed, size[32212254720], ret[207001], Device 6 may be
             # other processes occupying this card, check as: ps -ef|grep python".
-            _p("may be other processes occupying this card"),
+            needle("may be other processes occupying this card"),
         ),
         vendor_ids=("AISW_PyTorch_Start_03", "AISW_MindSpore_Ascend_Backend_01",
                     "AISW_MindSpore_msrun_08"),
@@ -136,10 +65,10 @@ RULES: tuple[Rule, ...] = (
         patterns=(
             # seed case 4; hiascend.com CANN 8.0.0 troubleshooting_0116 "The System
             # Fails to Be Suspended Because the AI Application Process Does Not Exit".
-            _p("suspend pre check fail, hwts is busy"),
+            needle("suspend pre check fail, hwts is busy"),
             # Same document, the companion EVENT line (with its function, as the
             # device prints it). ret=1 only: ret=0 is success.
-            _p("process_low_power_cmd: ts suspend ack ret=1", regex=r"ts suspend ack ret=1(?![0-9])"),
+            needle("process_low_power_cmd: ts suspend ack ret=1", regex=r"ts suspend ack ret=1(?![0-9])"),
         ),
     ),
     Rule(
@@ -161,7 +90,7 @@ RULES: tuple[Rule, ...] = (
             # (The runtime's host-side "model stream unbind error" is left out on
             # purpose: nothing documents it with this cause, and every wording
             # costs the scanner a pass over the data.)
-            _p("unbind model stream failed, stream is running"),
+            needle("unbind model stream failed, stream is running"),
         ),
     ),
     Rule(
@@ -185,13 +114,13 @@ RULES: tuple[Rule, ...] = (
             # desc=[aicore exception], InnerCode=0x7150026"; hw-native-sys/PTOAS PR 770
             # (https://github.com/hw-native-sys/PTOAS/pull/770): "Kernel task happen error,
             # retCode=0x26, [aicore exception]."
-            _w("aicore exception", "core exception"),
+            wording("aicore exception", "core exception"),
             # vllm-ascend issue 16234 (.../issues/16234): "rtEventRecord:ErrCode=507035,
             # desc=[vector core exception], InnerCode=0x715005e".
-            _w("vector core exception", "core exception"),
+            wording("vector core exception", "core exception"),
             # MindSpore docs "CANN Common Error Analysis" (see device-held-by-previous-job):
             # "Aicore kernel execute failed, device_id=0, stream_id=14, ... fault kernel_name=".
-            _p("Aicore kernel execute failed"),
+            needle("Aicore kernel execute failed"),
         ),
         vendor_ids=("AISW_CANN_Runtime_032",),
     ),
@@ -220,14 +149,14 @@ RULES: tuple[Rule, ...] = (
             # aicpu_cust_sd ("failed to release common resources"), 0x8C1FA006 hccp ("key
             # resources"). The knowledge base also lists "event_id=0x..." forms; they are left
             # out until seen in a real log (each anchor is a pass over the data).
-            _w("Event id=0x8c17a005", "Event id=0x8c1"),
-            _w("Event id=0x8c19a005", "Event id=0x8c1"),
-            _w("Event id=0x8c1da005", "Event id=0x8c1"),
-            _w("Event id=0x8c1fa006", "Event id=0x8c1"),
+            wording("Event id=0x8c17a005", "Event id=0x8c1"),
+            wording("Event id=0x8c19a005", "Event id=0x8c1"),
+            wording("Event id=0x8c1da005", "Event id=0x8c1"),
+            wording("Event id=0x8c1fa006", "Event id=0x8c1"),
             # Host trs driver (trs_fops.c, trs_warn "Recycle warn. (devid=%u; tsid=%u; name=%s;
             # pid=%d; task_id=%lld; ret=%d)" from _trs_release_by_exit_stage); the knowledge
             # base's AISW_CANN_DRV_TS_030 "Resource leak" requires both words.
-            _p("_trs_release_by_exit_stage", "Recycle warn"),
+            needle("_trs_release_by_exit_stage", "Recycle warn"),
         ),
         vendor_ids=("0x8C17A005", "0x8C19A005", "0x8C1DA005", "0x8C1FA006",
                     "AISW_CANN_DRV_TS_030"),
@@ -249,24 +178,24 @@ RULES: tuple[Rule, ...] = (
         ),
         patterns=(
             # seed case 2, driver side: "[devdrv] [drvEventIdAlloc 647] error."
-            _w("[drvEventIdAlloc ", "EventIdAlloc", "] error"),
+            wording("[drvEventIdAlloc ", "EventIdAlloc", "] error"),
             # seed case 2, runtime side, old form and masked form alike.
-            _w("drvEventIdAlloc", "EventIdAlloc", regex=r"errorcode ?= ?7(?![0-9])"),
-            _w("EventIdAlloc:id = -1", "EventIdAlloc"),
+            wording("drvEventIdAlloc", "EventIdAlloc", regex=r"errorcode ?= ?7(?![0-9])"),
+            wording("EventIdAlloc:id = -1", "EventIdAlloc"),
             # newer runtime wordings (DESIGN.md "Ascend", Logs).
-            _w("Event id alloc error", "vent id alloc error"),
-            _w("event id alloc error", "vent id alloc error"),
+            wording("Event id alloc error", "vent id alloc error"),
+            wording("event id alloc error", "vent id alloc error"),
             # CANN runtime error table: RT_ERROR_DRV_NO_EVENT_RESOURCES ->
             # ACL_ERROR_RT_NO_EVENT_RESOURCE (207007), "driver error:no event resource";
             # plog prints "ErrCode=207007, desc=[driver error:no event resource]".
-            _w("no event resource", " resource"),
+            wording("no event resource", " resource"),
             # CANN troubleshooting "EE1023 resource shortage" (Event section): plog lines
             # "GenEventId:Alloc Event resource failed. ... ErrorCode=EE1023." and
             # "Failed to allocate event id, device_id=0, tsId=0, retCode=0x7020019."
             # (also "InnerCode=0x7020019"; both end in "Code=").
-            _w("Code=0x7020019", "Code=0x70200", regex=r"Code=0x7020019(?![0-9a-fA-F])"),
-            _w("Alloc Event resource failed", " resource"),
-            _w("Failed to allocate event id", "Failed to alloc"),
+            wording("Code=0x7020019", "Code=0x70200", regex=r"Code=0x7020019(?![0-9a-fA-F])"),
+            wording("Alloc Event resource failed", " resource"),
+            wording("Failed to allocate event id", "Failed to alloc"),
             # (No catch-all "rtEventRecord ... fail": that call also fails for AI Core
             # exceptions, "rtEventRecord execution failed, reason=aicore exception";
             # see aicore-exception.)
@@ -291,17 +220,17 @@ RULES: tuple[Rule, ...] = (
             # CANN troubleshooting "EE1023 resource shortage" (Stream section): retCode
             # 0x7020023 with "Alloc Stream resource failed", "resource alloc fail" or
             # "Failed to alloc stream id".
-            _w("Code=0x7020023", "Code=0x70200", regex=r"Code=0x7020023(?![0-9a-fA-F])"),
-            _w("Alloc Stream resource failed", " resource"),
-            _w("Failed to alloc stream id", "Failed to alloc"),
+            wording("Code=0x7020023", "Code=0x70200", regex=r"Code=0x7020023(?![0-9a-fA-F])"),
+            wording("Alloc Stream resource failed", " resource"),
+            wording("Failed to alloc stream id", "Failed to alloc"),
             # CANN runtime error table: ACL_ERROR_RT_NO_STREAM_RESOURCE; also printed when
             # the async-copy queue of an ACL graph is full (retCode 0x7110019).
-            _w("no stream resource", " resource"),
+            wording("no stream resource", " resource"),
             # The same code printed as a decimal error number (0x7020023 == 117571619; issue
             # 14). Only this one: the event and notify codes (117571609, 117571611) were never
             # seen in decimal, and an all-digit needle is the slowest pass of the scanner
             # (log lines are full of digits).
-            _p("117571619", regex=r"(?<![0-9])117571619(?![0-9])"),
+            needle("117571619", regex=r"(?<![0-9])117571619(?![0-9])"),
         ),
         vendor_ids=("AISW_CANN_Runtime_015", "AISW_CANN_DRV_TS_001"),
     ),
@@ -320,10 +249,10 @@ RULES: tuple[Rule, ...] = (
         ),
         patterns=(
             # CANN troubleshooting "EE1023 resource shortage" (Notify section).
-            _w("Code=0x702001b", "Code=0x70200", regex=r"Code=0x702001b(?![0-9a-fA-F])"),
-            _w("Alloc Notify resource failed", " resource"),
+            wording("Code=0x702001b", "Code=0x70200", regex=r"Code=0x702001b(?![0-9a-fA-F])"),
+            wording("Alloc Notify resource failed", " resource"),
             # CANN runtime error table: ACL_ERROR_RT_NO_NOTIFY_RESOURCE.
-            _w("no notify resource", " resource"),
+            wording("no notify resource", " resource"),
         ),
     ),
     Rule(
@@ -345,19 +274,19 @@ RULES: tuple[Rule, ...] = (
             # RecentErrMsg blocks, e.g. hw-native-sys/PTOAS PR 341 (CANN 8.x):
             # "Memory_Allocation_Failure(EL0004): Failed to allocate memory." followed by
             # "allocate device memory failed.[FUNC:Init][FILE:memory_pool_manager.cc]".
-            _p("Memory_Allocation_Failure(EL0004)"),
-            _p("allocate device memory failed"),
+            needle("Memory_Allocation_Failure(EL0004)"),
+            needle("allocate device memory failed"),
             # torch_npu's message (vllm-ascend issue 19, vllm-omni issues 1199, 2128).
-            _w("NPU out of memory", "out of memory"),
+            wording("NPU out of memory", "out of memory"),
             # CANN runtime error table: RT_ERROR_DRV_OUT_MEMORY -> "driver error:out of memory".
-            _w("driver error:out of memory", "out of memory"),
+            wording("driver error:out of memory", "out of memory"),
             # ACL_ERROR_RT_MEMORY_ALLOCATION as AscendCL reports it (issue 14): "alloc device
             # memory failed, runtime result = 207001" (the ReportCallError form, as in
             # "open device 2 failed, runtime result = 507033" of PTOAS PR 341 above).
             # MindSpore's "ret[207001] ... may be other processes occupying this card" is
             # device-held-by-previous-job. (Not the bare number: an all-digit needle is the
             # scanner's slowest pass.)
-            _p("runtime result = 207001", regex=r"runtime result = 207001(?![0-9])"),
+            needle("runtime result = 207001", regex=r"runtime result = 207001(?![0-9])"),
         ),
         vendor_ids=("AISW_Framework_Custom_01",),
     ),
@@ -382,13 +311,13 @@ RULES: tuple[Rule, ...] = (
             # "Call driver api halDeviceOpen failed, drvRetCode=%d, drvDevId=%u.".
             # 7 is DRV_ERROR_INNER_ERR and 13 DRV_ERROR_BUSY in ascend_hal_error.h; the
             # field case reports 7 next to Resource_Busy, so both count.
-            _p("halDeviceOpen failed", regex=r"drvRetCode=(?:7|13)(?![0-9])"),
+            needle("halDeviceOpen failed", regex=r"drvRetCode=(?:7|13)(?![0-9])"),
             # CANN error text "Resource_Busy(EL0005): The resources are busy. Possible
             # Cause: 1. occupied 2. device is being reset 3. software is not ready".
-            _p("Resource_Busy(EL0005)"),
+            needle("Resource_Busy(EL0005)"),
             # Ascend/samples issue 16: "acl set device 0 failed, errorCode = 507033"
             # (the sample's own message; the long tail is the faster needle).
-            _w("failed, errorCode = 507033", "failed, errorCode = 507033", "acl set device",
+            wording("failed, errorCode = 507033", "failed, errorCode = 507033", "acl set device",
                regex=r"errorCode = 507033(?![0-9])"),
         ),
     ),
@@ -410,17 +339,17 @@ RULES: tuple[Rule, ...] = (
             # Brief: "Device[N] lost heartbeat"; vllm-ascend issue 8186
             # (https://github.com/vllm-project/vllm-ascend/issues/8186):
             # "Device[1] lost heartbeat.[FUNC:SyncTask][FILE:direct_hwts_engine.cc]".
-            _p("lost heartbe", regex=r"Device\[[0-9]{1,6}\] lost heartbeat"),
+            needle("lost heartbe", regex=r"Device\[[0-9]{1,6}\] lost heartbeat"),
             # Same thread: "rtDeviceSynchronizeWithTimeout execution failed, reason=lost
             # heartbeat[FUNC:FuncErrorReason]".
-            _w("reason=lost heartbeat", "lost heartbe"),
+            wording("reason=lost heartbeat", "lost heartbe"),
             # MindCluster knowledge base AISW_CANN_Runtime_055 "Device heartbeat
             # lost/system suspended" identifies it by "Device lost heartbeat" (and the
             # misspelt "Device lost heartbeart" it also lists).
-            _w("Device lost heartbeat", "lost heartbe"),
-            _w("Device lost heartbeart", "lost heartbe"),
+            wording("Device lost heartbeat", "lost heartbe"),
+            wording("Device lost heartbeart", "lost heartbe"),
             # Issue 14: "The task scheduler loses the heartbeat."
-            _p("The task scheduler loses the heartbeat"),
+            needle("The task scheduler loses the heartbeat"),
         ),
         vendor_ids=("AISW_CANN_Runtime_055",),
     ),
@@ -441,44 +370,9 @@ RULES: tuple[Rule, ...] = (
         patterns=(
             # hiascend.com HCCL user guide (hcclug_000055) and torch_npu docs
             # troubleshooting/HCCL_timeout.md: "ExceptionType:[Heartbeat Lost Occurred]".
-            _p("Heartbeat Lost Occurred"),
+            needle("Heartbeat Lost Occurred"),
         ),
     ),
 )
 
 BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
-
-
-def classify(text: str, rules: Sequence[Rule] = RULES) -> Rule | None:
-    """The first rule (in catalog order) that matches a record's text, or None."""
-    for rule in rules:
-        if rule.matches(text):
-            return rule
-    return None
-
-
-def needles(rules: Sequence[Rule] = RULES) -> tuple[str, ...]:
-    """The scanner's prefilter: a record can only match if it contains one of these.
-
-    A needle that contains another is dropped: finding the shorter one finds it too.
-    """
-    every = list(dict.fromkeys(p.needle for r in rules for p in r.patterns))
-    return tuple(n for n in every if not any(o != n and o in n for o in every))
-
-
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
-
-
-def markdown_table(rules: Sequence[Rule] = RULES) -> str:
-    """The README's troubleshooting table, generated so it cannot drift from the catalog."""
-    lines = [
-        "| rule | severity | meaning | remedy | vendor fault ids |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rules:
-        ids = ", ".join(f"`{v}`" for v in r.vendor_ids)
-        lines.append(
-            f"| `{r.id}` | {r.severity} | {_cell(r.meaning)} | {_cell(r.remedy)} | {ids} |"
-        )
-    return "\n".join(lines) + "\n"

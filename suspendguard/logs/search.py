@@ -14,8 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from suspendguard.logs.finding import Finding, Skipped
+from suspendguard.logs.matching import Rule
 from suspendguard.logs.reader import FileResult, read_file
-from suspendguard.logs.rules import RULES, Rule
+from suspendguard.logs.rules import RULES
 from suspendguard.logs.safe_open import Refused, open_relative
 from suspendguard.logs.walk import Candidate, plan
 from suspendguard.system.workers import run_shares

@@ -1,19 +1,27 @@
 """The history's SQLite file: its schema, and opening it for writing or for reading.
 
-Written in WAL mode so a reader never blocks the guard. A file that SQLite
-calls corrupt is moved aside (with its -wal and -shm) and a new one started;
-a reader without write access to the folder still gets the last
-checkpointed state.
+Written in WAL mode so a reader never blocks the guard. The folder is the
+writer's own (mode 0700) and the files are 0600: the history holds every
+user's command lines, and a file others can open is a file others can lock.
+A symlink, a hard link or a file of another owner in place of a database
+file is refused, never followed. A file that SQLite calls corrupt is moved
+aside under a name no other run uses (with its -wal and -shm) and a new one
+started.
 """
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
 import sqlite3
+import stat
 import time
 
-from suspendguard.errors import HistoryError
+from suspendguard.errors import HistoryError, NoHistory
+
+# How long one write waits for a lock another process holds, at most.
+LOCK_WAIT_S = 5.0
+SUFFIXES = ("", "-wal", "-shm")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -57,25 +65,66 @@ CREATE INDEX IF NOT EXISTS findings_attempt ON findings(attempt_id);
 """
 
 
-def open_writable(path: str, warnings: list[str]) -> sqlite3.Connection:
-    """Open or create the file, replacing a corrupt one; a replacement is told in ``warnings``."""
+def prepare_dir(state_dir: str) -> None:
+    """Create the state folder (0700) or check that it is this user's own; no symlink."""
     try:
-        return _connect_rw(path)
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise HistoryError(f"cannot create {state_dir}: {exc.strerror}") from None
+    try:
+        fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "is a symlink; refusing to follow it" if exc.errno in (errno.ELOOP, errno.ENOTDIR) \
+            else exc.strerror
+        raise HistoryError(f"state folder {state_dir}: {why}") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise HistoryError(f"state folder {state_dir}: owned by uid {st.st_uid}, "
+                               f"not by this user (uid {os.geteuid()}); refusing to write there")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.fchmod(fd, 0o700)
+    except OSError as exc:
+        raise HistoryError(f"state folder {state_dir}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def open_writable(path: str, warnings: list[str],
+                  wait_s: float = LOCK_WAIT_S) -> sqlite3.Connection:
+    """Open or create the file, replacing a corrupt one; a replacement is told in ``warnings``.
+
+    ``wait_s``: how long opening may wait for another process's lock.
+    """
+    inode = _own_files(path)
+    try:
+        return _connect_rw(path, wait_s)
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError) and not _looks_corrupt(exc):
             raise HistoryError(f"cannot open {path}: {exc}") from None
-        aside = _move_aside(path)
-        warnings.append(f"history database {path} was unreadable ({exc}); moved to {aside}, "
-                        "started a new one")
+        aside = _move_aside(path, inode)
+        if aside:
+            warnings.append(f"history database {path} was unreadable ({exc}); moved to {aside}, "
+                            "started a new one")
+    _own_files(path)
     try:
-        return _connect_rw(path)
+        return _connect_rw(path, wait_s)
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"cannot open {path}: {exc}") from None
 
 
 def open_readonly(path: str) -> sqlite3.Connection:
-    if not os.path.exists(path):
-        raise HistoryError(f"no history yet ({path} does not exist)")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise NoHistory(f"no history yet ({path} does not exist)") from None
+    except OSError as exc:
+        raise HistoryError(f"cannot read {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise HistoryError(f"cannot read {path}: not a regular file (a symlink is never followed)")
+    if not os.access(path, os.R_OK):
+        raise HistoryError(f"cannot read {path}: permission denied (the history is readable "
+                           "by its owner only)")
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
         conn.execute("SELECT count(*) FROM attempts").fetchone()
@@ -83,17 +132,58 @@ def open_readonly(path: str) -> sqlite3.Connection:
     except sqlite3.Error:
         pass
     try:
-        # A reader without write access to the folder cannot use the WAL
-        # index; immutable=1 reads the last checkpointed state instead.
+        # Without write access to the folder SQLite cannot use the WAL index;
+        # immutable=1 reads the last checkpointed state instead.
         conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, timeout=2.0)
         conn.execute("SELECT count(*) FROM attempts").fetchone()
         return conn
     except sqlite3.Error as exc:
+        if "no such table" in str(exc):
+            # The first guard has made the file and not yet its tables.
+            raise NoHistory(f"no history yet ({path} has no attempts table yet)") from None
         raise HistoryError(f"cannot read {path}: {exc}") from None
 
 
-def _connect_rw(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=5.0, isolation_level="DEFERRED")
+def _own_files(path: str) -> int:
+    """Check that those of the database file, its -wal and -shm that exist are ours, not links.
+
+    Each is made 0600. SQLite creates the missing ones (a reader must never
+    find an empty file where the database will be), inside the folder that
+    only we can write. Returns the database file's inode (0: none yet), to
+    tell later whether it is still the same file.
+    """
+    inode = 0
+    for suffix in SUFFIXES:
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        name = path + suffix
+        try:
+            fd = os.open(name, flags)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            why = "is a symlink; refusing to follow it" if exc.errno == errno.ELOOP \
+                else exc.strerror
+            raise HistoryError(f"cannot open {name}: {why}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise HistoryError(f"cannot open {name}: not a regular file")
+            if st.st_uid != os.geteuid() or st.st_nlink != 1:
+                raise HistoryError(f"cannot open {name}: owned by uid {st.st_uid} or linked "
+                                   f"elsewhere ({st.st_nlink} links); refusing to write it")
+            if stat.S_IMODE(st.st_mode) != 0o600:
+                os.fchmod(fd, 0o600)
+            if not suffix:
+                inode = st.st_ino
+        except OSError as exc:
+            raise HistoryError(f"cannot open {name}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+    return inode
+
+
+def _connect_rw(path: str, wait_s: float) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=max(0.0, wait_s), isolation_level="DEFERRED")
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -104,8 +194,11 @@ def _connect_rw(path: str) -> sqlite3.Connection:
     except sqlite3.Error:
         conn.close()
         raise
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o644)
+    try:
+        _own_files(path)  # what SQLite has just made, the -wal and -shm included
+    except HistoryError:
+        conn.close()
+        raise
     return conn
 
 
@@ -114,9 +207,22 @@ def _looks_corrupt(exc: sqlite3.Error) -> bool:
     return any(s in text for s in ("not a database", "malformed", "corrupt", "integrity"))
 
 
-def _move_aside(path: str) -> str:
-    aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            os.replace(path + suffix, aside + suffix)
+def _move_aside(path: str, inode: int) -> str | None:
+    """Move the corrupt file aside; None when another run already has (it is another file now)."""
+    try:
+        if os.lstat(path).st_ino != inode:
+            return None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise HistoryError(f"cannot move {path} aside: {exc.strerror}") from None
+    # Unique per run: two guards finding the same corrupt file never share a name.
+    aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{os.urandom(4).hex()}"
+    for suffix in SUFFIXES:
+        try:
+            os.rename(path + suffix, aside + suffix)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise HistoryError(f"cannot move {path}{suffix} aside: {exc.strerror}") from None
     return aside

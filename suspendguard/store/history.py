@@ -5,7 +5,10 @@ transaction at its end, so a guard killed with SIGKILL leaves a row that the
 next open marks ``interrupted``: never lost, never half-written. Whether that
 guard still runs is read through the caller's :class:`ProcFS`, the same /proc
 the guard itself sees. Failing to write history never changes a verdict; the
-caller gets the reason as a warning. The file itself is :mod:`.database`'s.
+caller gets the reason as a warning, and no wait for the database's lock
+runs past the deadline the caller gives. A damaged file or row makes reading
+fail with a HistoryError or skip the row, saying so in ``notes``, never a
+traceback. The file itself is :mod:`.database`'s.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from suspendguard.system.procfs import ProcFS
 DB_NAME = "history.db"
 
 _INTERRUPTED = "the guard was killed before it gave a verdict"
+# SQLite's LIMIT is a signed 64-bit integer; more rows than this nobody asks for.
+_MAX_ROWS = (1 << 63) - 1
 _ATTEMPT_COLUMNS = ("id, started, finished, action, origin, dry_run, verdict, reasons, warnings,"
                     " config_digest, guard_pid, guard_start")
 
@@ -113,39 +118,60 @@ class LogFinding(Protocol):
     def text(self) -> str: ...
 
 
+def _left(deadline: float) -> float:
+    """Seconds a lock may still be waited for before ``deadline`` (monotonic)."""
+    return max(0.0, min(database.LOCK_WAIT_S, deadline - time.monotonic()))
+
+
+def _texts(column: Any) -> tuple[str, ...]:
+    """A JSON list of strings column (reasons, warnings); ValueError when it is not one."""
+    value = json.loads(column)
+    if not isinstance(value, list):
+        raise ValueError(f"expected a JSON list, got {type(value).__name__}")
+    return tuple(str(v) for v in value)
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
 
 
 class History:
     def __init__(self, conn: sqlite3.Connection, path: str, warnings: list[str],
-                 proc: ProcFS) -> None:
+                 proc: ProcFS, deadline: float | None = None) -> None:
         self.conn = conn
         self.path = path
         self.warnings = warnings
         self.proc = proc
+        self.deadline = deadline
+        # What reading could not show (a damaged row), for the reader to say.
+        self.notes: list[str] = []
 
     # -- opening ------------------------------------------------------------
 
     @classmethod
     def open(cls, state_dir: str, readonly: bool = False, *,
-             proc: ProcFS | None = None) -> History:
+             proc: ProcFS | None = None, deadline: float | None = None) -> History:
         """Open (or create) the database; raises HistoryError with the reason.
 
         ``proc``: the /proc that tells whether a recorded guard still runs
-        (default: the host's).
+        (default: the host's). ``deadline``: a ``time.monotonic()`` time no
+        wait for the database's lock may pass (default: each waits at most
+        database.LOCK_WAIT_S).
         """
         proc = proc or ProcFS()
         path = os.path.join(state_dir, DB_NAME)
         warnings: list[str] = []
         if readonly:
             return cls(database.open_readonly(path), path, warnings, proc)
+        database.prepare_dir(state_dir)
+        wait = database.LOCK_WAIT_S if deadline is None else _left(deadline)
+        history = cls(database.open_writable(path, warnings, wait), path, warnings, proc,
+                      deadline)
         try:
-            os.makedirs(state_dir, mode=0o755, exist_ok=True)
-        except OSError as exc:
-            raise HistoryError(f"cannot create {state_dir}: {exc.strerror}") from None
-        history = cls(database.open_writable(path, warnings), path, warnings, proc)
-        history._mark_interrupted()
+            history._mark_interrupted()
+        except (HistoryError, sqlite3.Error) as exc:
+            history.close()
+            raise HistoryError(f"cannot write {path}: {exc}") from None
         return history
 
     def close(self) -> None:
@@ -161,10 +187,21 @@ class History:
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         try:
+            if self.deadline is not None:
+                left_ms = int(_left(self.deadline) * 1000)
+                self.conn.execute(f"PRAGMA busy_timeout = {left_ms}")
             with self.conn:
                 yield self.conn
         except sqlite3.Error as exc:
             raise HistoryError(f"cannot write {self.path}: {exc}") from None
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A damaged file found while reading is a HistoryError, never a traceback."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise HistoryError(f"cannot read {self.path}: {exc}") from None
 
     def _mark_interrupted(self) -> None:
         rows = self.conn.execute(
@@ -266,18 +303,30 @@ class History:
 
     def attempts(self, n: int = 20, include_dry_run: bool = True) -> list[Attempt]:
         where = "" if include_dry_run else "WHERE dry_run = 0"
-        rows = self.conn.execute(
-            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts {where} ORDER BY id DESC LIMIT ?", (n,),
-        ).fetchall()
-        return [self._attempt(r) for r in rows]
+        with self._reading():
+            rows = self.conn.execute(
+                f"SELECT {_ATTEMPT_COLUMNS} FROM attempts {where} ORDER BY id DESC LIMIT ?",
+                (min(n, _MAX_ROWS),),
+            ).fetchall()
+            attempts = [self._attempt(r) for r in rows]
+        return [a for a in attempts if a is not None]
 
     def attempt(self, attempt_id: int) -> Attempt | None:
-        rows = self.conn.execute(
-            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE id = ?", (attempt_id,),
-        ).fetchall()
-        return self._attempt(rows[0]) if rows else None
+        with self._reading():
+            rows = self.conn.execute(
+                f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE id = ?", (attempt_id,),
+            ).fetchall()
+            return self._attempt(rows[0]) if rows else None
 
-    def _attempt(self, r: Sequence[Any]) -> Attempt:
+    def _attempt(self, r: Sequence[Any]) -> Attempt | None:
+        """The attempt of one row; None, with a note, for a row too damaged to show."""
+        try:
+            return self._decode(r)
+        except (ValueError, TypeError, OverflowError, OSError) as exc:
+            self.notes.append(f"attempt {r[0]}: damaged row skipped ({exc})")
+            return None
+
+    def _decode(self, r: Sequence[Any]) -> Attempt:
         verdict = r[6]
         if verdict is None:
             verdict = "running" if self._alive(r[10], r[11]) else "interrupted"
@@ -304,31 +353,39 @@ class History:
         )
         return Attempt(
             id=r[0], started=r[1], finished=r[2], action=r[3], origin=r[4], dry_run=bool(r[5]),
-            verdict=verdict, reasons=tuple(json.loads(r[7])), warnings=tuple(json.loads(r[8])),
+            verdict=verdict, reasons=_texts(r[7]), warnings=_texts(r[8]),
             config_digest=r[9], holders=holders, findings=findings, events=events,
         )
 
     def events(self, n: int = 20) -> list[dict[str, Any]]:
-        return [
-            {"time": _iso(e[0]), "attempt_id": e[1], "phase": e[2], "action": e[3], "note": e[4]}
-            for e in self.conn.execute(
+        with self._reading():
+            rows = self.conn.execute(
                 "SELECT time, attempt_id, phase, action, note FROM events ORDER BY id DESC LIMIT ?",
-                (n,),
-            )
-        ]
+                (min(n, _MAX_ROWS),),
+            ).fetchall()
+        out = []
+        for e in rows:
+            try:
+                out.append({"time": _iso(e[0]), "attempt_id": e[1], "phase": e[2],
+                            "action": e[3], "note": e[4]})
+            except (ValueError, TypeError, OverflowError, OSError) as exc:
+                self.notes.append(f"event of attempt {e[1]}: damaged row skipped ({exc})")
+        return out
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for r in self.conn.execute(
-            "SELECT id, verdict, guard_pid, guard_start FROM attempts WHERE dry_run = 0"
-        ):
-            verdict = r[1] or ("running" if self._alive(r[2], r[3]) else "interrupted")
-            out[verdict] = out.get(verdict, 0) + 1
+        with self._reading():
+            for r in self.conn.execute(
+                "SELECT id, verdict, guard_pid, guard_start FROM attempts WHERE dry_run = 0"
+            ):
+                verdict = r[1] or ("running" if self._alive(r[2], r[3]) else "interrupted")
+                out[str(verdict)] = out.get(str(verdict), 0) + 1
         return out
 
     def finding_counts(self) -> dict[str, int]:
-        return {r[0]: r[1] for r in self.conn.execute(
-            "SELECT rule, count(*) FROM findings GROUP BY rule")}
+        with self._reading():
+            return {str(r[0]): r[1] for r in self.conn.execute(
+                "SELECT rule, count(*) FROM findings GROUP BY rule")}
 
     def last_real_attempt(self, action: str | None = None, since: float | None = None
                           ) -> Attempt | None:
@@ -340,7 +397,8 @@ class History:
         if since is not None:
             sql += " AND started >= ?"
             params.append(since)
-        row = self.conn.execute(sql + " ORDER BY id DESC LIMIT 1", params).fetchone()
+        with self._reading():
+            row = self.conn.execute(sql + " ORDER BY id DESC LIMIT 1", params).fetchone()
         return self.attempt(row[0]) if row else None
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +27,7 @@ class RunResult:
     stderr: str
     timed_out: bool = False
     error: str = ""  # why it could not start
+    truncated: bool = False  # stopped (killed) once its output passed the bound
 
     @property
     def ok(self) -> bool:
@@ -83,6 +86,79 @@ def run(
         return RunResult(args, proc.returncode, out, err)
     finally:
         children.discard(proc.pid)
+
+
+# What is kept of a bounded command's stderr: enough for its last lines.
+STDERR_KEEP = 64 * 1024
+
+
+def run_bounded(argv: Sequence[str], timeout: float, max_output: int) -> RunResult:
+    """Run ``argv``, keeping at most ``max_output`` bytes of its stdout.
+
+    For commands whose output has no bound of its own (a journal): once more
+    than ``max_output`` bytes came, the command is killed and ``truncated``
+    set, with ``stdout`` cut after its last whole line. The output is decoded
+    as UTF-8 (bad bytes replaced) without newline translation.
+    """
+    args = tuple(argv)
+    try:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+    except FileNotFoundError:
+        return RunResult(args, None, "", "", error="command not found")
+    except PermissionError:
+        return RunResult(args, None, "", "", error="permission denied")
+    except OSError as exc:
+        return RunResult(args, None, "", "", error=exc.strerror or str(exc))
+    children.add(proc.pid)
+    timed_out = truncated = True  # until it is read to the end: killed on the way out
+    try:
+        out, err, timed_out, truncated = _read_bounded(proc, timeout, max_output)
+    finally:
+        if not (timed_out or truncated):
+            try:
+                proc.wait(timeout=1.0)  # its output closed: it is exiting
+            except subprocess.TimeoutExpired:
+                timed_out = True
+        if timed_out or truncated:
+            _kill_group(proc.pid)
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        children.discard(proc.pid)
+    if truncated:
+        out = out[:max_output]
+        out = out[:out.rfind(b"\n") + 1]
+    code = None if timed_out or truncated else proc.returncode
+    return RunResult(args, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                     timed_out=timed_out, truncated=truncated)
+
+
+def _read_bounded(proc: subprocess.Popen[bytes], timeout: float, max_output: int
+                  ) -> tuple[bytes, bytes, bool, bool]:
+    """stdout and stderr until both close, the timeout passes or stdout passes its bound."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    deadline = time.monotonic() + max(timeout, 0.001)
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.stderr, selectors.EVENT_READ, err)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return bytes(out), bytes(err), True, False
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 1024 * 1024)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                key.data.extend(chunk)
+                if key.data is err and len(err) > STDERR_KEEP:
+                    del err[:len(err) - STDERR_KEEP]
+                if len(out) > max_output:
+                    return bytes(out), bytes(err), False, True
+    return bytes(out), bytes(err), False, False
 
 
 def _kill_group(pid: int) -> None:

@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import Holders, needs_root
+from helpers.holders import Holders
+from helpers.isolation import needs_root
 
 from suspendguard.store.history import History
 

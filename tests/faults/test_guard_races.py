@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import stat
 import subprocess
@@ -14,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Holders, needs_root
+from helpers.holders import Holders
+from helpers.isolation import needs_root
 
-from suspendguard.cli import main
 from suspendguard.guard.pipeline import run
 from suspendguard.system.log import Logger
+
+from .helpers import cli
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,13 +33,6 @@ def scene(script: str, *args: str) -> dict[str, object]:
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
     return result
-
-
-def cli(*argv: str) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of one in-process run."""
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), out=out, err=err, environ={"PATH": os.defpath})
-    return status, out.getvalue(), err.getvalue()
 
 
 # -- item 3: a recycled PID never gets the signal ------------------------------

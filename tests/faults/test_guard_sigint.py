@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import Holders
+from helpers.holders import Holders
 
 from suspendguard.store.history import History
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import Holders
+from helpers.holders import Holders
 
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report

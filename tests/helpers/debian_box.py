@@ -23,13 +23,11 @@ import fcntl
 import hashlib
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from systemd_harness import Container
+from helpers.systemd_harness import Container
 
 SUITE = "bookworm"
 # systemd + logind + dbus for a real boot; the rest: the package's Depends,
@@ -113,7 +111,7 @@ class DebianBox(Container):
 
 def unavailable_reason() -> str | None:
     """Why a fresh Debian box cannot be built and booted here, or None."""
-    from systemd_harness import unavailable_reason as harness_reason
+    from helpers.systemd_harness import unavailable_reason as harness_reason
 
     reason = harness_reason()
     if reason is not None:

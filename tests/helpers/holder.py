@@ -72,8 +72,9 @@ elif args.mode == "stubborn":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda s, _f: mark("SIGTERM"))
 
-print(f"ready {os.getpid()}", flush=True)
 try:
+    # Inside the try: a SIGINT that comes right after "ready" is handled too.
+    print(f"ready {os.getpid()}", flush=True)
     while True:
         time.sleep(3600)
 except KeyboardInterrupt:

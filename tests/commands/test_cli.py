@@ -1,0 +1,114 @@
+"""The CLI in-process and as a real process: exit statuses, JSON, journal priorities, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.holders import Holders
+from helpers.runners import cli
+
+from suspendguard.store.history import History
+
+
+def test_dry_run_json_is_stable(conf: Path, node: str, holders: Holders) -> None:
+    _, pid = holders.start(node, mode="deaf")
+    code, out, _ = cli("check", "--dry-run", "--json", "--config", str(conf))
+    data = json.loads(out)
+    assert code == 1
+    assert data["verdict"] == "veto" and data["dry_run"] is True
+    assert {"verdict", "dry_run", "reasons", "devices", "holders", "unreadable", "idle",
+            "warnings"} <= set(data)
+    assert data["devices"][0]["path"] == node and data["devices"][0]["role"] == "compute"
+    [h] = [h for h in data["holders"] if h["pid"] == pid]
+    assert {"pid", "comm", "cmdline", "user", "unit", "nodes", "sigint", "action", "rule",
+            "outcome"} <= set(h)
+    assert h["sigint"] == "ignored" and h["action"] == "drain"
+    assert h["outcome"]["kind"] == "not-signalled"
+    assert any("kill -2 cannot stop it" in r for r in data["reasons"])
+    assert data["idle"]["state"] in ("unknown", "none")
+
+
+def test_human_output_puts_the_verdict_first(conf: Path, node: str, holders: Holders) -> None:
+    _, pid = holders.start(node)
+    code, out, _ = cli("check", "--dry-run", "--config", str(conf))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "verdict: ALLOW (dry run)"
+    assert any(line.split()[:3] == [str(pid), "root", "drain"] or
+               (line.split() and line.split()[0] == str(pid)) for line in lines)
+    assert holders.signals() == []
+
+
+@pytest.mark.parametrize("mode,status", [("graceful", 0), ("deaf", 1)])
+def test_pre_sleep_exit_status(conf: Path, node: str, holders: Holders, mode: str,
+                               status: int) -> None:
+    holders.start(node, mode=mode)
+    code, _out, err = cli("pre-sleep", "hybrid-sleep", "--config", str(conf))
+    assert code == status, err
+    with History.open(str(conf.parent / "state"), readonly=True) as h:
+        assert h.attempts(1)[0].action == "hybrid-sleep"
+
+
+def test_pre_sleep_bad_usage_is_2(conf: Path) -> None:
+    code, _, err = cli("pre-sleep", "nap", "--config", str(conf))
+    assert code == 2 and "invalid choice" in err and err.count("\n") == 1
+    code, _, err = cli("frobnicate")
+    assert code == 2
+
+
+def test_journal_priorities(conf: Path, node: str, holders: Holders) -> None:
+    holders.start(node, mode="deaf")
+    code, _, err = cli("pre-sleep", "--config", str(conf), environ={"JOURNAL_STREAM": "8:1234"})
+    assert code == 1
+    verdict = [line for line in err.splitlines() if "veto" in line]
+    assert verdict and all(line.startswith("<3>") for line in verdict)
+
+
+def test_allow_is_logged_at_info(conf: Path) -> None:
+    code, _, err = cli("pre-sleep", "--config", str(conf), environ={"JOURNAL_STREAM": "8:1234"})
+    assert code == 0
+    assert any(line.startswith("<6>") and "allow" in line for line in err.splitlines())
+
+
+def test_sigterm_to_the_guard_process_is_a_recorded_veto(conf: Path, node: str,
+                                                         holders: Holders) -> None:
+    text = conf.read_text().replace("timeout_s = 5", "timeout_s = 60")
+    conf.write_text(text)
+    holders.start(node, mode="slow")
+    guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "pre-sleep", "--config",
+                              str(conf)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            if holders.signals():  # the drain has begun
+                break
+        guard.send_signal(signal.SIGTERM)
+        _out, err = guard.communicate(timeout=20)
+    finally:
+        guard.kill()
+    assert guard.returncode == 1, err
+    assert "guard received SIGTERM" in err
+    with History.open(str(conf.parent / "state"), readonly=True) as h:
+        attempt: Any = h.attempts(1)[0]
+    assert attempt.verdict == "veto"
+    assert any("SIGTERM" in r for r in attempt.reasons)
+
+
+def test_python_dash_m_works() -> None:
+    proc = subprocess.run([sys.executable, "-m", "suspendguard", "--version"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("suspendguard ")
+
+
+def test_dry_run_records_nothing(conf: Path) -> None:
+    code, _, _ = cli("check", "--dry-run", "--config", str(conf))
+    assert code == 0
+    assert not (conf.parent / "state" / "history.db").exists()

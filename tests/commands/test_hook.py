@@ -1,0 +1,133 @@
+"""The sleep hook's side: pre after the unit, the fallback drain, post with log findings."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.holders import Holders
+
+from suspendguard.cli import main
+from suspendguard.guard.pipeline import run
+from suspendguard.store.history import History
+from suspendguard.system.log import Logger
+
+
+@pytest.fixture
+def conf(tmp_path: Path, node: str) -> Path:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+        f'[state]\ndir = "{tmp_path / "state"}"\n'
+        '[idle]\nbackends = []\n[drain]\ntimeout_s = 5\n'
+        f'[logs]\npaths = ["{logs}/**"]\n'
+    )
+    return path
+
+
+def hook(conf: Path, *argv: str) -> tuple[int, str]:
+    err = io.StringIO()
+    code = main(["sleep-hook", *argv, "--config", str(conf)], out=io.StringIO(), err=err,
+                environ={"JOURNAL_STREAM": "8:1"})
+    return code, err.getvalue()
+
+
+def state(conf: Path) -> str:
+    return str(conf.parent / "state")
+
+
+def test_pre_after_the_unit_only_records(conf: Path, node: str, holders: Holders) -> None:
+    from suspendguard.config import load
+    cfg = load(str(conf))
+    report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
+                 log=Logger(io.StringIO(), {}))
+    proc, _pid = holders.start(node)  # started after the unit's drain
+    code, err = hook(conf, "pre", "suspend")
+    assert code == 0
+    assert f"attempt {report.attempt_id}: system going down" in err
+    assert holders.signals() == [] and proc.poll() is None  # the hook did not drain again
+    with History.open(state(conf), readonly=True) as h:
+        events = h.events()
+    assert events[0]["phase"] == "pre" and events[0]["attempt_id"] == report.attempt_id
+
+
+def test_pre_without_the_unit_drains_as_a_fallback(conf: Path, node: str,
+                                                   holders: Holders) -> None:
+    _proc, _pid = holders.start(node)
+    _deaf, _dpid = holders.start(node, mode="deaf")
+    code, err = hook(conf, "pre", "suspend")
+    assert code == 0  # a hook can never veto
+    assert "the veto unit did not run" in err
+    assert "a sleep hook cannot stop the suspend" in err
+    with History.open(state(conf), readonly=True) as h:
+        [attempt] = h.attempts(1)
+        events = h.events()
+    assert attempt.origin == "hook" and attempt.verdict == "veto"
+    assert "cannot stop the suspend" in events[0]["note"]
+
+
+def test_fallback_drains_a_graceful_job(conf: Path, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    code, _ = hook(conf, "pre", "hibernate")
+    assert code == 0
+    assert proc.wait(timeout=10) == 0
+    assert holders.signals() == [f"{pid} SIGINT"]
+
+
+def test_post_records_hwts_busy_for_the_attempt(conf: Path) -> None:
+    from suspendguard.config import load
+    cfg = load(str(conf))
+    report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
+                 log=Logger(io.StringIO(), {}))
+    log = conf.parent / "logs" / "device-0" / "device-4242_20991231.log"
+    log.parent.mkdir()
+    import time
+    stamp = time.strftime("%Y-%m-%d-%H:%M:%S.000.000", time.localtime(time.time() + 1))
+    log.write_text(f"[ERROR] TSCH(-1,null):{stamp} (dieid:0,cpuid:0) task_scheduler_lowpower.c:"
+                   "204 suspend_ack: suspend pre check fail, hwts is busy\n")
+    code, err = hook(conf, "post", "suspend")
+    assert code == 0
+    assert any(line.startswith("<4>") and "hwts-busy-suspend" in line
+               for line in err.splitlines()), err
+    out = io.StringIO()
+    main(["history", "--json", "--config", str(conf)], out=out, err=io.StringIO(), environ={})
+    [attempt] = json.loads(out.getvalue())["attempts"]
+    assert attempt["id"] == report.attempt_id
+    assert [f["rule"] for f in attempt["findings"]] == ["hwts-busy-suspend"]
+    assert [e["phase"] for e in attempt["events"]] == ["post"]
+
+
+def test_post_without_an_attempt_is_quiet(conf: Path) -> None:
+    code, err = hook(conf, "post", "suspend")
+    assert code == 0 and "no suspend attempt was recorded" in err
+
+
+def test_hook_path_imports_neither_dbus_nor_asyncio(conf: Path) -> None:
+    code = (
+        "import sys\n"
+        "from suspendguard.cli import main\n"
+        f"main(['sleep-hook', 'post', 'suspend', '--config', {str(conf)!r}])\n"
+        f"main(['sleep-hook', 'pre', 'suspend', '--config', {str(conf)!r}])\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dbus_next', 'asyncio'))\n"
+        "print(','.join(bad))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ""
+
+
+def test_bad_config_in_the_hook_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[drain]\ntimeout_s = 'x'\n")
+    err = io.StringIO()
+    code = main(["sleep-hook", "pre", "suspend", "--config", str(bad)], out=io.StringIO(),
+                err=err, environ={})
+    assert code == 2 and err.getvalue().count("\n") == 1
+
+

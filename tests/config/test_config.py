@@ -1,0 +1,109 @@
+"""Configuration: defaults, every kind of bad input, and the effective TOML."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+from helpers.runners import cli
+
+from suspendguard.config import SCHEMA, build, defaults, load, to_toml
+from suspendguard.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+
+def test_defaults_match_the_issue() -> None:
+    c = defaults()
+    assert c.devices.families == ("ascend", "nvidia")
+    assert c.drain.signal == "SIGINT" and c.drain.timeout_s == 30
+    assert c.state.dir == "/var/lib/suspendguard"
+    assert c.policy.protect == () and c.policy.ignore == ()
+
+
+def test_effective_config_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[drain]\ntimeout_s = 12\nescalate = ["SIGTERM:10", "kill:5"]\n'
+                    '[[policy.protect]]\ncomm = "trainer"\ncmdline = "--epochs \\\\d+"\n')
+    cfg = load(str(path))
+    text = to_toml(cfg)
+    again = build(tomllib.loads(text))
+    assert again.drain == cfg.drain
+    assert again.policy == cfg.policy
+    assert [s.signal for s in cfg.drain.escalate] == ["SIGTERM", "SIGKILL"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[drain\ntimeout_s = 1", "TOML syntax error"),
+        ("[drain]\ntimeout = 1\n", "[drain] timeout (line 2): unknown key"),
+        ("[drian]\n", "unknown section [drian]"),
+        ('[drain]\ntimeout_s = "30"\n', "[drain] timeout_s (line 2): expected a number"),
+        ("[drain]\ntimeout_s = -1\n", "expected a number >= 0"),
+        ('[drain]\nsignal = "SIGFOO"\n', '[drain] signal (line 2): expected a signal name'),
+        ('[drain]\non_sigint_ignored = "kill"\n', 'expected one of "veto", "escalate"'),
+        ('[drain]\nescalate = ["SIGTERM"]\n', 'expected steps like "SIGTERM:10"'),
+        ('[devices]\nnodes = ["/dev/npu[0-9"]\n', "unclosed '['"),
+        ('[devices]\nnodes = ["npu0"]\n', "expected an absolute path glob"),
+        ('[devices]\nfamilies = ["amd"]\n',
+         '[devices] families (line 2): expected a list of "ascend", "nvidia"'),
+        ('[[policy.protect]]\ncmdline = "(unclosed"\n', "cmdline must be a valid regular expression"),
+        ('[[policy.ignore]]\nname = "x"\n', "unknown field 'name'"),
+        ('[state]\ndir = "relative"\n', "[state] dir (line 2): expected an absolute path"),
+        ("[idle]\nsamples = 0\n", "[idle] samples (line 2): expected an integer >= 1"),
+        ("[drain]\ntimeout_s = 30\ndeadline_s = 20\n", "greater than [drain] timeout_s"),
+    ],
+)
+def test_bad_config_is_one_line_exit_2(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    code, out, err = cli("--config", str(path), "config")
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert str(path) in err
+    assert expected in err
+    assert "Traceback" not in err
+
+
+def test_missing_explicit_config_is_an_error(tmp_path: Path) -> None:
+    code, _, err = cli("config", "--config", str(tmp_path / "nope.toml"))
+    assert code == 2 and "configuration file not found" in err
+
+
+def test_env_var_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[drain]\ntimeout_s = 7\n")
+    code, out, _ = cli("config", environ={"SUSPENDGUARD_CONFIG": str(path)})
+    assert code == 0 and "timeout_s = 7" in out
+    # --config wins over the environment
+    other = tmp_path / "d.toml"
+    other.write_text("[drain]\ntimeout_s = 9\n")
+    code, out, _ = cli("--config", str(other), "config",
+                           environ={"SUSPENDGUARD_CONFIG": str(path)})
+    assert "timeout_s = 9" in out
+
+
+def test_default_path_absent_means_defaults() -> None:
+    cfg = load(None, {})
+    assert cfg.loaded is False or Path("/etc/suspendguard/config.toml").exists()
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"\xff\xfe[drain]")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load(str(path))
+
+
+def test_readme_documents_every_key() -> None:
+    readme = (REPO / "README.md").read_text()
+    for section, specs in SCHEMA.items():
+        for key in specs:
+            assert f"`[{section}] {key}`" in readme, f"README lacks [{section}] {key}"

@@ -1,0 +1,154 @@
+"""A job's own console output, read from a real journal: systemd booted in a container.
+
+Ascend jobs print most of their failures on stdout/stderr, which systemd
+puts in the unit's journal. Here transient units (systemd-run) inside the
+container print real-world failure lines (tests/fixtures/ascend-logs/
+real-world-wordings.log) and journald stores them; ``suspendguard logs
+--unit`` and the sleep hook's after-resume step read them back with the
+container's own journalctl. See tests/systemd_harness.py for the container.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import REPO
+from helpers.systemd_harness import Container, unavailable_reason
+
+pytestmark = [
+    pytest.mark.systemd,
+    pytest.mark.root,
+    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
+]
+
+REPO = REPO
+NODE = "/dev/suspendguard-test/accel0"
+# 1:8, as in test_systemd_container.py: a node the container's device policy
+# lets a job open, that nothing else in the container holds.
+NODE_RDEV = "1 8"
+LOG_DIR = "/var/log/suspendguard-test"
+STATE_DIR = "/var/lib/suspendguard-test-state"
+CONFIG = f"""\
+[devices]
+families = []
+nodes = ["{NODE}"]
+
+[idle]
+backends = []
+
+[drain]
+timeout_s = 5.0
+deadline_s = 20.0
+
+[logs]
+paths = ["{LOG_DIR}/**"]
+
+[state]
+dir = "{STATE_DIR}"
+"""
+HCCP = ("EJ0001: 2024-05-21-11:57:54.167.645 Failed to initialize the HCCP process. "
+        "Reason: Maybe the last training process is running.")
+SOLUTION = "        Solution: Wait for 10s after killing the last training process and try again."
+HEARTBEAT = ("rtDeviceSynchronizeWithTimeout execution failed, reason=lost heartbeat"
+             "[FUNC:FuncErrorReason][FILE:error_message_manage.cc][LINE:65]")
+# Holds the node; when SIGINT stops it mid-run it prints, on stderr, what a
+# job interrupted in a device synchronisation prints.
+INTERRUPTED_JOB = f"""\
+import sys, time
+node = open({NODE!r}, "rb")
+print("ready", flush=True)
+try:
+    while True:
+        time.sleep(3600)
+except KeyboardInterrupt:
+    print({HEARTBEAT!r}, file=sys.stderr, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[Container]:
+    with Container(REPO) as container:
+        container.sh(f"mkdir -p {Path(NODE).parent} {LOG_DIR} && "
+                     f"mknod -m 666 {NODE} c {NODE_RDEV}")
+        held = container.sh("ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c ' -> /dev/random$' || :")
+        assert held.stdout.strip() == "0", "something in the container holds /dev/random"
+        container.write("/etc/suspendguard/config.toml", CONFIG)
+        yield container
+        container.stop_jobs()
+
+
+def print_job(box: Container, unit: str, script: str) -> None:
+    """A transient unit that prints ``script``'s output and exits, once journald has it all."""
+    box.write(f"/run/{unit}.sh", script, 0o755)
+    cursor = box.cursor()
+    box.jobs.append(unit)
+    box.run("systemd-run", f"--unit={unit}", "--service-type=exec", "--", f"/run/{unit}.sh")
+    box.wait_journal(cursor, r"\bjob done\b", args=("-u", unit, "-o", "cat"))
+
+
+def logs(box: Container, *args: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(box.suspendguard("logs", LOG_DIR, "--json", *args).stdout)
+    return doc
+
+
+def test_logs_unit_finds_the_jobs_own_failure(box: Container) -> None:
+    since = datetime.fromtimestamp(float(box.run("date", "+%s.%N").stdout)) - timedelta(seconds=1)
+    print_job(box, "sg-hccp.service", "#!/bin/sh\n"
+              "echo 'Start training on device 0'\n"
+              f"cat <<'EOF'\n{HCCP}\n{SOLUTION}\nEOF\n"
+              "echo 'job done'\n")
+    doc = logs(box, "--unit", "sg-hccp", "--since", since.isoformat())
+    [journal] = doc["journals"]
+    assert journal["unit"] == "sg-hccp.service" and journal["available"], journal
+    assert journal["entries_read"] == 4, journal
+    [finding] = doc["findings"]
+    assert finding["rule"] == "device-held-by-previous-job"
+    assert (finding["unit"], finding["file"]) == ("sg-hccp.service", "journal:sg-hccp.service")
+    assert finding["text"] == f"{HCCP}\n{SOLUTION}"  # one entry, as the job printed it
+    assert datetime.fromisoformat(finding["time"]) >= since
+    human = box.suspendguard("logs", LOG_DIR, "--unit", "sg-hccp.service").stdout
+    assert "Read the journal of sg-hccp.service: 4 entries." in human
+    assert "device-held-by-previous-job (error): 1 line(s)" in human
+    assert "e.g. journal:sg-hccp.service:2: EJ0001" in human
+
+
+def test_logs_unit_reads_only_since(box: Container) -> None:
+    """Later than the job's lines: nothing of them; a unit with no journal at all: 0 entries."""
+    later = datetime.fromtimestamp(float(box.run("date", "+%s.%N").stdout)) + timedelta(seconds=1)
+    doc = logs(box, "--unit", "sg-hccp.service", "--unit", "sg-never-ran.service",
+               "--since", later.isoformat())
+    assert [(j["unit"], j["available"], j["entries_read"]) for j in doc["journals"]] == [
+        ("sg-hccp.service", True, 0), ("sg-never-ran.service", True, 0)]
+    assert doc["findings"] == []
+
+
+def test_after_resume_reads_the_drained_jobs_journal(box: Container) -> None:
+    box.suspendguard("install")
+    try:
+        unit = "sg-interrupted.service"
+        box.write(f"/run/{unit}.py", INTERRUPTED_JOB)
+        pid = box.start_job(unit, [sys.executable, f"/run/{unit}.py"])
+        journal = box.suspend()
+        assert "Finished suspendguard@suspend.service" in journal, journal
+        out = box.suspendguard("history", "--json", "-n", "1").stdout
+        [attempt] = json.loads(out)["attempts"]
+        assert attempt["verdict"] == "allow", attempt
+        assert [(h["pid"], h["unit"], h["outcome"]) for h in attempt["holders"]] == [
+            (pid, unit, "exited")], attempt["holders"]
+        found = [(f["rule"], f["file"]) for f in attempt["findings"]]
+        assert found == [("heartbeat-lost", f"journal:{unit}")], attempt
+        [text] = [f["text"] for f in attempt["findings"]]
+        assert text == HEARTBEAT
+        assert "post" in [e["phase"] for e in attempt["events"]]
+        # the post step's journal line says where it was seen
+        assert (f"suspend attempt {attempt['id']}: {unit}'s output reported 'lost heartbeat' "
+                "(heartbeat-lost)") in journal, journal
+    finally:
+        box.suspendguard("uninstall", "--purge", check=False)
+        box.reset_power()

@@ -1,0 +1,272 @@
+"""The Debian package, built with tools/build-deb and used for real on a fresh Debian 12.
+
+A minbase Debian 12 tree (mmdebstrap, cached: see tests/helpers/debian_box.py)
+holding only Debian's own packages, the package's dependencies among them, is
+booted with systemd-nspawn and a fake /sys/power. The package is installed
+with apt from the local file (the container has no network), configured the
+way an operator would (its conffile rewritten), then: a graceful job is
+drained and the suspend goes on, a deaf job vetoes it, `status` and `history`
+answer, `apt-get remove` keeps the configuration and the history, a
+reinstall keeps them too, and `apt-get purge` leaves the file list exactly
+as it was before the install.
+
+The jobs are transient services inside the container's own PID namespace
+holding a node made with mknod (rdev 1:8, as in test_systemd_container.py),
+running tests/helpers/holder.py with the container's /usr/bin/python3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import REPO
+from helpers.debian_box import DebianBox, debian_tree, unavailable_reason
+
+REPO = REPO
+
+
+def _reason() -> str | None:
+    reason = unavailable_reason()
+    if reason is None and shutil.which("dpkg-buildpackage") is None:
+        reason = "dpkg-buildpackage is not installed (package dpkg-dev)"
+    return reason
+
+
+pytestmark = [
+    pytest.mark.systemd,
+    pytest.mark.root,
+    pytest.mark.skipif(_reason() is not None, reason=str(_reason())),
+]
+
+DIST_IN = "/mnt/suspendguard-dist"
+HELPERS_IN = "/opt/suspendguard-test-helpers"
+HOLDER = f"{HELPERS_IN}/holder.py"
+NODE = "/dev/suspendguard-test/accel0"
+NODE_RDEV = "1 8"  # see test_systemd_container.py: not 1:7, and not a node the host's guard matches
+MARKER = "/run/suspendguard-test/signals.log"
+CONFIG = f"""\
+# written by the test, as an operator edits the conffile
+[devices]
+families = []
+nodes = ["{NODE}"]
+
+[idle]
+backends = []
+
+[drain]
+timeout_s = 5.0
+"""
+SUSPEND_FAILED = r"Dependency failed for \S*\s*-?\s*System Suspend"
+# What apt, dpkg, the journal and systemd's own bookkeeping change on any
+# install: not the package's files.
+CHURN = ("/var/log", "/var/cache/apt", "/var/cache/debconf", "/var/lib/apt", "/var/lib/dpkg",
+         "/var/lib/systemd")
+INSTANCES = ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")
+
+
+def cache_dir() -> Path:
+    """Where the Debian tree is kept between tests and runs (SUSPENDGUARD_TEST_CACHE overrides)."""
+    if os.environ.get("SUSPENDGUARD_TEST_CACHE"):
+        return Path(os.environ["SUSPENDGUARD_TEST_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "suspendguard-test"
+
+
+@pytest.fixture(scope="module")
+def deb() -> Path:
+    result = subprocess.run([str(REPO / "tools" / "build-deb")], cwd=REPO, capture_output=True,
+                            text=True, timeout=900, env={**os.environ, "LINTIAN": "0"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [path] = re.findall(r"^tools/build-deb: (dist/\S+\.deb)$", result.stdout, re.M)
+    return REPO / path
+
+
+@pytest.fixture(scope="module")
+def box(deb: Path) -> Iterator[DebianBox]:
+    tree = debian_tree(cache_dir())
+    with DebianBox(tree, {str(deb.parent): DIST_IN, str(REPO / "tests" / "helpers"): HELPERS_IN}
+                   ) as container:
+        container.before = container.files(exclude=CHURN)  # type: ignore[attr-defined]
+        yield container
+
+
+@pytest.fixture(scope="module")
+def installed(box: DebianBox, deb: Path) -> DebianBox:
+    result = box.run("apt-get", "install", "-y", "--no-install-recommends",
+                     f"{DIST_IN}/{deb.name}", timeout=180, env={"DEBIAN_FRONTEND": "noninteractive"})
+    assert "Setting up suspendguard" in result.stdout, result.stdout
+    box.write("/etc/suspendguard/config.toml", CONFIG)
+    box.sh(f"mkdir -p {Path(NODE).parent} {Path(MARKER).parent} && "
+           f"mknod -m 666 {NODE} c {NODE_RDEV}")
+    return box
+
+
+@pytest.fixture
+def clean(installed: DebianBox) -> Iterator[DebianBox]:
+    box = installed
+    box.reset_power()
+    box.sh(f"rm -f {MARKER}")
+    yield box
+    box.stop_jobs()
+    box.reset_power()
+
+
+def start_holder(box: DebianBox, name: str, mode: str) -> int:
+    return box.start_job(f"sg-test-{name}.service",
+                         ["/usr/bin/python3", HOLDER, "--node", NODE, "--mode", mode,
+                          "--delay", "0.2", "--marker", MARKER])
+
+
+def signals(box: DebianBox) -> list[str]:
+    return box.sh(f"cat {MARKER} 2>/dev/null || :").stdout.splitlines()
+
+
+def attempts(box: DebianBox) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = json.loads(
+        box.suspendguard("history", "--json", "-n", "10").stdout)["attempts"]
+    return found
+
+
+def newest_unit_attempt(box: DebianBox) -> dict[str, Any]:
+    for attempt in attempts(box):
+        if attempt["origin"] == "unit" and attempt["action"] == "suspend":
+            return attempt
+    raise AssertionError(f"no attempt of the unit in {attempts(box)}")
+
+
+def requires(box: DebianBox, unit: str) -> str:
+    return box.run("systemctl", "show", "-p", "Requires", "--value", unit).stdout
+
+
+# --- lintian ----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("lintian") is None, reason="lintian is not installed")
+def test_lintian_has_no_errors(deb: Path) -> None:
+    changes = sorted(deb.parent.glob("suspendguard_*.changes"))[-1]
+    result = subprocess.run(["lintian", "--fail-on", "error", str(changes)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not re.search(r"^E: ", result.stdout, re.M), result.stdout
+
+
+# --- installed from the package ------------------------------------------------------
+
+
+def test_package_installs_the_guard_enabled(installed: DebianBox) -> None:
+    box = installed
+    for action in INSTANCES:
+        assert f"suspendguard@{action}.service" in requires(box, f"systemd-{action}.service")
+    unit = box.run("systemctl", "cat", "suspendguard@suspend.service").stdout
+    assert "ExecStart=/usr/bin/python3 -I -m suspendguard pre-sleep %i" in unit
+    assert re.search(r"^TimeoutStartSec=120$", unit, re.M), unit
+    assert box.run("test", "-x", "/usr/lib/systemd/system-sleep/suspendguard",
+                   check=False).returncode == 0
+    conffiles = box.run("dpkg-query", "-W", "-f", "${Conffiles}", "suspendguard").stdout
+    assert "/etc/suspendguard/config.toml" in conffiles
+    # the package starts nothing on install: a start would be a real drain
+    assert box.run("systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value",
+                   "suspendguard@suspend.service").stdout.strip() in ("", "0")
+
+
+def test_man_pages_and_completion_are_installed(installed: DebianBox) -> None:
+    box = installed
+    pages = {}
+    for path in ("/usr/share/man/man8/suspendguard.8.gz", "/usr/share/man/man5/suspendguard.toml.5.gz"):
+        pages[path] = box.run("zcat", path).stdout
+        assert pages[path] == (REPO / "man" / Path(path).name.removesuffix(".gz")).read_text(), path
+    for path, shipped in (("/usr/share/bash-completion/completions/suspendguard", "suspendguard"),
+                          ("/usr/share/zsh/vendor-completions/_suspendguard", "_suspendguard")):
+        assert box.run("cat", path).stdout == (REPO / "completion" / shipped).read_text(), path
+    if box.run("sh", "-c", "command -v man", check=False).returncode == 0:
+        rendered = box.run("man", "suspendguard", env={"MANWIDTH": "200"}).stdout
+    elif shutil.which("man") is not None:
+        # Debian's minbase has no man-db (adding it costs every package install a
+        # mandb run): the installed page is rendered here instead.
+        rendered = subprocess.run(["man", "-l", "-"], input=pages["/usr/share/man/man8/suspendguard.8.gz"],
+                                  capture_output=True, text=True, timeout=60, check=True,
+                                  env={**os.environ, "MANWIDTH": "200"}).stdout
+    else:
+        return
+    assert "suspendguard check" in rendered and "suspendguard.toml(5)" in rendered, rendered
+
+
+def test_graceful_job_is_drained_and_the_suspend_goes_on(clean: DebianBox) -> None:
+    box = clean
+    pid = start_holder(box, "graceful", "graceful")
+    journal = box.suspend()
+    assert box.power_state().splitlines()[0] == "mem", journal
+    assert f"{pid} SIGINT" in signals(box)
+    assert not box.unit_active("sg-test-graceful.service")
+    assert "Finished suspendguard@suspend.service" in journal, journal
+    attempt = newest_unit_attempt(box)
+    assert attempt["verdict"] == "allow", attempt
+    [holder] = [h for h in attempt["holders"] if h["pid"] == pid]
+    assert holder["action"] == "drain" and holder["outcome"] == "exited", attempt
+
+
+def test_deaf_job_vetoes_the_suspend(clean: DebianBox) -> None:
+    box = clean
+    deaf = start_holder(box, "deaf", "deaf")
+    journal = box.suspend()
+    assert re.search(SUSPEND_FAILED, journal), journal
+    assert "Entering sleep state" not in journal
+    assert box.power_state() == "freeze mem disk\n"
+    assert box.unit_active("sg-test-deaf.service")
+    assert signals(box) == []
+    attempt = newest_unit_attempt(box)
+    assert attempt["verdict"] == "veto", attempt
+    assert any(str(deaf) in reason for reason in attempt["reasons"]), attempt["reasons"]
+
+
+def test_status_and_history_answer(installed: DebianBox) -> None:
+    box = installed
+    status = box.suspendguard("status", check=False)
+    assert "installation: installed" in status.stdout, status.stdout + status.stderr
+    assert "enabled for: suspend, hibernate, hybrid-sleep, suspend-then-hibernate" in status.stdout
+    assert "config: /etc/suspendguard/config.toml: valid" in status.stdout
+    history = box.suspendguard("history")
+    assert re.search(r"\bveto\b", history.stdout) and re.search(r"\ballow\b", history.stdout), (
+        history.stdout)
+
+
+# --- remove, reinstall, purge -------------------------------------------------------------
+
+
+def test_remove_keeps_config_and_history_and_reinstall_uses_them(installed: DebianBox,
+                                                                 deb: Path) -> None:
+    box = installed
+    seen = [a["id"] for a in attempts(box)]
+    assert seen
+    box.run("apt-get", "remove", "-y", "suspendguard", timeout=120)
+    assert box.run("cat", "/etc/suspendguard/config.toml").stdout == CONFIG
+    assert box.run("test", "-f", "/var/lib/suspendguard/history.db", check=False).returncode == 0
+    assert box.run("test", "-e", "/lib/systemd/system/suspendguard@.service",
+                   check=False).returncode != 0
+    # no Requires= left on a unit that is gone: that would fail every suspend
+    assert "suspendguard" not in requires(box, "systemd-suspend.service")
+    box.run("apt-get", "install", "-y", f"{DIST_IN}/{deb.name}", timeout=180,
+            env={"DEBIAN_FRONTEND": "noninteractive"})
+    assert box.run("cat", "/etc/suspendguard/config.toml").stdout == CONFIG  # the operator's edit
+    assert [a["id"] for a in attempts(box)] == seen
+    assert "suspendguard@suspend.service" in requires(box, "systemd-suspend.service")
+
+
+def test_purge_leaves_nothing_behind(installed: DebianBox) -> None:
+    box = installed
+    box.run("apt-get", "purge", "-y", "suspendguard", timeout=120)
+    after = box.files(exclude=CHURN)
+    before: set[str] = box.before  # type: ignore[attr-defined]
+    assert sorted(after - before) == [] and sorted(before - after) == []
+    mounts = (DIST_IN, HELPERS_IN)  # the test's own bind mounts, there before and after
+    left = [p for p in box.files() if "suspendguard" in p and not p.startswith(mounts)]
+    assert left == []
+    assert "suspendguard" not in requires(box, "systemd-suspend.service")

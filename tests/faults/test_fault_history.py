@@ -1,0 +1,257 @@
+"""Issue 15 items 5, 6, 7: the history is root's alone, damage never costs a verdict, no symlinks."""
+
+from __future__ import annotations
+
+import io
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.isolation import needs_root
+from helpers.users import nobody_prefix
+
+from suspendguard.errors import HistoryError
+from suspendguard.guard.pipeline import run
+from suspendguard.store import database
+from suspendguard.store.history import History
+from suspendguard.system.log import Logger
+
+from .helpers import cli, one_line, open_dir
+
+
+def guard(config: Any) -> Any:
+    return run(config, dry_run=False, action="suspend", origin="unit", idle_check=None,
+               log=Logger(io.StringIO(), {}))
+
+
+def history_conf(tmp_path: Path, state: Path) -> Path:
+    conf = tmp_path / "h.toml"
+    conf.write_text(f'[state]\ndir = "{state}"\n')
+    return conf
+
+
+# -- item 5: not world-readable, so nobody can lock it ------------------------
+
+LOCKER = """
+import sqlite3, sys, time
+try:
+    conn = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+    conn.execute("BEGIN")
+    conn.execute("SELECT count(*) FROM attempts").fetchone()
+except Exception as exc:
+    print("denied", exc, flush=True)
+    sys.exit(0)
+print("locked", flush=True)
+time.sleep(30)
+"""
+
+
+@needs_root
+def test_nobody_cannot_read_or_lock_the_history(make_config: Any) -> None:
+    prefix = nobody_prefix()
+    if prefix is None:
+        pytest.skip("no setpriv or runuser to drop to nobody")
+    with open_dir() as top:
+        state = top / "state"
+        state.mkdir(mode=0o755)  # as an older version left it
+        cfg = make_config(state={"dir": str(state)})
+        assert guard(cfg).history_note == ""  # recorded
+        db = state / "history.db"
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        for f in state.iterdir():
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+        locker = subprocess.Popen([*prefix, "/usr/bin/python3", "-c", LOCKER, str(db)],
+                                  stdout=subprocess.PIPE, text=True, cwd="/")
+        try:
+            assert locker.stdout is not None
+            assert locker.stdout.readline().startswith("denied")
+            assert guard(cfg).history_note == ""  # recorded
+        finally:
+            locker.kill()
+            locker.wait()
+
+
+# -- item 6: damage -----------------------------------------------------------
+
+def filled(cfg: Any, n: int = 30) -> Path:
+    for _ in range(n):
+        guard(cfg)
+    return Path(cfg.state.dir) / "history.db"
+
+
+def test_damaged_pages_are_one_line(make_config: Any, tmp_path: Path) -> None:
+    cfg = make_config()
+    db = filled(cfg)
+    with sqlite3.connect(db) as c:
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(db.read_bytes())
+    page = 4096
+    for i in range(page, len(data), 2 * page):  # every other page after the header's
+        data[i:i + page] = os.urandom(min(page, len(data) - i))
+    db.write_bytes(bytes(data))
+    conf = history_conf(tmp_path, Path(cfg.state.dir))
+    for argv in (["history"], ["history", "--json"]):
+        status, _, err = cli(*argv, "--config", str(conf))
+        assert status in (0, 3) and "Traceback" not in err
+        if status == 3:
+            assert one_line(err) and "cannot read" in err
+
+
+def test_row_with_invalid_json_is_skipped_and_said(make_config: Any, tmp_path: Path) -> None:
+    cfg = make_config()
+    db = filled(cfg, 3)
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE attempts SET reasons = '{not json' WHERE id = 2")
+    conf = history_conf(tmp_path, Path(cfg.state.dir))
+    status, out, err = cli("history", "--config", str(conf))
+    assert status == 0 and one_line(err) and "attempt 2: damaged row skipped" in err
+    ids = [line.split()[0] for line in out.splitlines()[1:]]
+    assert ids == ["3", "1"]
+
+
+def test_two_guards_on_a_corrupt_database_keep_the_original(make_config: Any) -> None:
+    cfg = make_config()
+    state = Path(cfg.state.dir)
+    state.mkdir(mode=0o700)
+    original = b"not a database, but the only copy of thirty rows " * 100
+    # Each may find the other's lock (a HistoryError the guard reports); none may crash.
+    script = ("import sys, time\n"
+              "from suspendguard.errors import HistoryError\n"
+              "from suspendguard.store.history import History\n"
+              "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+              "try:\n    History.open(sys.argv[1]).close()\n"
+              "except HistoryError as exc:\n    print(exc)\n")
+    for _ in range(5):
+        for f in state.iterdir():
+            f.unlink()
+        (state / "history.db").write_bytes(original)
+        at = str(time.time() + 0.5)
+        runs = [subprocess.Popen([sys.executable, "-c", script, str(state), at],
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        errors = [p.communicate(timeout=60)[1] for p in runs]
+        assert [p.returncode for p in runs] == [0, 0], errors
+        asides = [f for f in state.glob("history.db.corrupt-*") if not f.name.endswith(("wal", "shm"))]
+        assert original in [f.read_bytes() for f in asides]
+
+
+def test_aside_names_are_unique_within_a_second(tmp_path: Path) -> None:
+    names = set()
+    for _ in range(3):
+        db = tmp_path / "history.db"
+        db.write_bytes(b"junk")
+        names.add(database._move_aside(str(db), db.stat().st_ino))
+    assert len(names) == 3
+
+
+@needs_root
+def test_immutable_corrupt_database_still_gives_a_verdict(make_config: Any) -> None:
+    cfg = make_config()
+    state = Path(cfg.state.dir)
+    state.mkdir(mode=0o700)
+    db = state / "history.db"
+    db.write_bytes(b"junk" * 1000)
+    if subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported here")
+    try:
+        report = guard(cfg)
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], check=True)
+    assert report.verdict.kind == "allow"
+    assert report.history_note.startswith("not recorded")
+    assert any("history not recorded" in w for w in report.verdict.warnings)
+
+
+LOCK_HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(30)
+"""
+
+
+def test_lock_wait_is_bounded_by_the_deadline(make_config: Any) -> None:
+    cfg = make_config()
+    db = filled(cfg, 1)
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        started = time.monotonic()
+        with pytest.raises(HistoryError, match="locked"), \
+                History.open(cfg.state.dir, deadline=started + 1.0) as h:
+            h.begin("suspend", "unit", False, "digest")
+        assert time.monotonic() - started < 1.8
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_guard_verdict_in_time_with_a_locked_history(make_config: Any) -> None:
+    cfg = make_config(drain={"timeout_s": 1, "deadline_s": 3})
+    db = filled(cfg, 1)
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        started = time.monotonic()
+        report = guard(cfg)
+        assert report.verdict.kind == "allow"
+        assert time.monotonic() - started < 3.0
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# -- item 7: symlinks and the state folder --------------------------------------
+
+@needs_root
+def test_planted_database_symlink_changes_no_other_file(make_config: Any,
+                                                        tmp_path: Path) -> None:
+    secret = tmp_path / "shadow"
+    secret.write_text("root:secret\n")
+    secret.chmod(0o600)
+    cfg = make_config()
+    state = Path(cfg.state.dir)
+    state.mkdir(mode=0o700)
+    (state / "history.db").symlink_to(secret)
+    report = guard(cfg)
+    assert report.verdict.kind == "allow"
+    assert "symlink" in report.history_note
+    assert secret.read_text() == "root:secret\n"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+
+
+def test_state_dir_symlink_is_not_followed(make_config: Any, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / "state-link"
+    link.symlink_to(elsewhere)
+    report = guard(make_config(state={"dir": str(link)}))
+    assert report.verdict.kind == "allow" and "symlink" in report.history_note
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("folder", ["/etc", "/etc/", "/var/lib", "/", "/tmp"])
+def test_system_folder_as_state_dir_is_refused(tmp_path: Path, folder: str) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[state]\ndir = "{folder}"\n')
+    status, _, err = cli("config", "--config", str(conf))
+    assert status == 2 and one_line(err) and "[state] dir" in err and "system folder" in err
+
+
+@needs_root
+def test_state_dir_of_another_user_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, 65534, 65534)
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[state]\ndir = "{state}"\n[idle]\nbackends = []\n[devices]\nfamilies = []\n')
+    status, _, err = cli("check", "--config", str(conf))
+    assert status == 4 and one_line(err) and "[state] dir" in err and "not root" in err

@@ -1,0 +1,138 @@
+"""Issue 15 item 1: root acts only on a configuration, and programs, that root alone can change."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from helpers.holders import Holders
+from helpers.isolation import ROOT, needs_root
+
+from suspendguard.config import load
+from suspendguard.errors import EXIT_UNTRUSTED
+from suspendguard.idle.base import find_file
+from suspendguard.system import trust
+
+from .helpers import cli, one_line
+
+NOBODY = 65534
+
+
+def write_conf(path: Path, node: str, state: Path, extra: str = "") -> Path:
+    path.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\ndir = "{state}"\n'
+                    f'[drain]\ntimeout_s = 5\n{extra}')
+    return path
+
+
+@needs_root
+@pytest.mark.parametrize("how", ["world-writable file", "file owned by nobody",
+                                 "world-writable folder", "symlink to nobody's file"])
+def test_untrusted_config_signals_nobody(tmp_path: Path, node: str, holders: Holders,
+                                         how: str) -> None:
+    _, pid = holders.start(node)
+    folder = tmp_path / "etc"
+    folder.mkdir(mode=0o755)
+    conf = write_conf(folder / "config.toml", node, tmp_path / "state",
+                      '[idle]\nbackends = []\n')
+    if how == "world-writable file":
+        conf.chmod(0o666)
+    elif how == "file owned by nobody":
+        os.chown(conf, NOBODY, NOBODY)
+    elif how == "world-writable folder":
+        folder.chmod(0o777)
+    else:
+        users = tmp_path / "home"
+        users.mkdir(mode=0o755)
+        theirs = users / "mine.toml"
+        conf.rename(theirs)
+        os.chown(theirs, NOBODY, NOBODY)
+        conf.symlink_to(theirs)
+    status, out, err = cli("pre-sleep", "suspend", "--config", str(conf))
+    assert status == EXIT_UNTRUSTED, (out, err)
+    assert one_line(err) and "untrusted configuration" in err and str(conf) in err
+    assert holders.signals() == []
+    os.kill(pid, 0)  # still running
+
+
+@needs_root
+def test_untrusted_program_is_never_run(tmp_path: Path, node: str) -> None:
+    marker = tmp_path / "ran"
+    fake = tmp_path / "npu-smi"
+    fake.write_text(f"#!/bin/sh\necho ran > {marker}\n")
+    fake.chmod(0o777)  # anyone may rewrite what root would run
+    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
+                      f'[idle]\nbackends = ["npu-smi"]\nnpu_smi = "{fake}"\n')
+    status, _, err = cli("check", "--dry-run", "--config", str(conf))
+    assert status == EXIT_UNTRUSTED and "[idle] npu_smi" in err and "world-writable" in err
+    assert not marker.exists()
+
+
+@needs_root
+def test_untrusted_program_on_path(tmp_path: Path, node: str) -> None:
+    planted = tmp_path / "bin"
+    planted.mkdir()
+    planted.chmod(0o777)
+    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state", '[idle]\nbackends = []\n')
+    config = load(str(conf), {"PATH": f"{planted}:/usr/bin"})
+    assert any("[idle] npu_smi" in p and "world-writable" in p and str(planted) in p for p in config.trust)
+
+
+@needs_root
+def test_trusted_config_is_obeyed(tmp_path: Path, node: str, holders: Holders) -> None:
+    _, pid = holders.start(node)
+    real = tmp_path / "real.toml"
+    write_conf(real, node, tmp_path / "state", '[idle]\nbackends = []\n')
+    conf = tmp_path / "config.toml"
+    conf.symlink_to(real)  # a root-owned symlink to a root-owned file is fine
+    assert load(str(conf)).trust == ()
+    status, _, err = cli("pre-sleep", "suspend", "--config", str(conf))
+    assert status == 0, err
+    assert holders.signals() == [f"{pid} SIGINT"]
+
+
+def test_not_root_trusts_its_own_files(tmp_path: Path, node: str) -> None:
+    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state")
+    conf.chmod(0o666)
+    assert load(str(conf), as_root=False).trust == ()
+    assert load(str(conf), as_root=True).trust
+
+
+def test_rule_walks_every_component(tmp_path: Path) -> None:
+    if not ROOT:
+        pytest.skip("ownership by root is what is judged")
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777 | stat.S_IFDIR)
+    mine = sticky / "mine"
+    mine.write_text("")
+    mine.chmod(0o644)
+    assert trust.problems(str(mine), "x") == []  # a root entry in a sticky folder
+    os.chown(mine, NOBODY, NOBODY)
+    assert trust.problems(str(mine), "x") == [f"x {mine}: owned by uid {NOBODY}, not root"]
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    assert "owned by uid 65534" in trust.problems(str(link), "x")[0]
+    # A missing file is judged by the folders that would hold it.
+    open_folder = tmp_path / "open"
+    open_folder.mkdir()
+    open_folder.chmod(0o777)
+    assert "world-writable" in trust.problems(str(open_folder / "absent" / "tool"), "x")[0]
+    assert trust.problems("relative/tool", "x") == ["x relative/tool: not an absolute path"]
+
+
+@needs_root
+def test_a_default_tool_path_root_cannot_trust_is_not_used(tmp_path: Path) -> None:
+    # A built-in default (say /usr/local/Ascend/...) under a folder anyone may
+    # write: root must not load or run it, and the device reads unknown.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    tool = shared / "npu-smi"
+    tool.write_text("#!/bin/sh\n")
+    found, why = find_file("", [str(tool)], "npu_smi", "npu-smi not found")
+    assert found is None
+    assert str(shared) in why and "not used" in why
+    shared.chmod(0o755)
+    assert find_file("", [str(tool)], "npu_smi", "npu-smi not found") == (str(tool), "")

@@ -1,0 +1,115 @@
+"""The device's own view folded into the verdict, through the real npu-smi backend
+(a fake npu-smi executable printing recorded-format text)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import FAKES, FIXTURES
+from helpers.holders import Holders
+from helpers.runners import guard
+
+from suspendguard.config import IdleConfig
+from suspendguard.idle.npusmi import NpuSmiBackend
+from suspendguard.idle.sampler import check_idle
+
+FAKE_NPU_SMI = FAKES / "idle" / "npu-smi"
+TEMPLATE = (FIXTURES / "npu-smi" / "910b2c-hbm-one-process.txt").read_text()
+
+
+def npu_smi_text(pid: int | None, aicore: int = 0) -> str:
+    """The recorded 910B2C frame with our own pid (or no process) in its process table."""
+    text = TEMPLATE.replace("| 0                         | 0000:5A:00.0  | 0 ",
+                            f"| 0                         | 0000:5A:00.0  | {aicore} ")
+    if pid is None:
+        lines = text.splitlines()
+        head = [ln for ln in lines if "124528" not in ln]
+        return "\n".join(head) + "\n"
+    return text.replace("124528", str(pid).ljust(6))
+
+
+def idle_via_npu_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, texts: list[str]) -> Any:
+    """An idle check that uses the real npu-smi backend; each query prints the next text."""
+    files = []
+    for i, text in enumerate(texts):
+        f = tmp_path / f"info-{i}.txt"
+        f.write_text(text)
+        files.append(f)
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(files[0]))
+    calls = {"n": 0}
+
+    def check(config: IdleConfig, families: Sequence[str], deadline: float) -> Any:
+        monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(files[min(calls["n"], len(files) - 1)]))
+        calls["n"] += 1
+        cfg = replace(config, npu_smi=str(FAKE_NPU_SMI), backends=("npu-smi",), samples=1,
+                      interval_ms=10, settle_s=0.3)
+        return check_idle(cfg, ["ascend"], deadline, backends=[NpuSmiBackend(cfg)])
+
+    return check
+
+
+def test_device_reported_pid_unknown_to_the_scan_is_drained(
+        make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A job the scan cannot see through a node (it holds none here: think of
+    # a container the guard could not read) but the device lists.
+    other = tmp_path / "not-a-node"
+    other.write_bytes(b"")
+    proc, pid = holders.start(str(other))
+    check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid), npu_smi_text(None)])
+    report = guard(make_config(), idle_check=check)
+    [hr] = [h for h in report.holders if h.decision.holder.pid == pid]
+    assert hr.decision.holder.source == "npu-smi"
+    assert hr.decision.action == "drain" and "reported by the device" in hr.decision.rule
+    assert hr.outcome.kind == "exited"
+    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
+
+
+def test_device_reported_pid_in_dry_run_is_predicted_not_signalled(
+        make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "not-a-node"
+    other.write_bytes(b"")
+    proc, pid = holders.start(str(other))
+    check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid)])
+    report = guard(make_config(), dry_run=True, idle_check=check)
+    [hr] = [h for h in report.holders if h.decision.holder.pid == pid]
+    assert hr.outcome.kind == "would-signal"
+    assert holders.signals() == [] and proc.poll() is None
+
+
+def test_busy_device_with_no_visible_job_vetoes(
+        make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(None, aicore=37)])
+    report = guard(make_config(), idle_check=check)
+    assert report.verdict.kind == "veto"
+    assert any("AI Core 37%" in r for r in report.verdict.reasons), report.verdict.reasons
+    assert report.to_json()["idle"]["state"] == "busy"
+
+
+def test_device_pid_not_visible_here_vetoes(
+        make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer exists: the device sees what this host cannot
+    check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(dead.pid)])
+    report = guard(make_config(), idle_check=check)
+    assert report.verdict.kind == "veto"
+    assert any(f"reports pid {dead.pid}" in r and "not visible here" in r
+               for r in report.verdict.reasons)
+
+
+def test_hung_npu_smi_never_exceeds_the_deadline(make_config: Any, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+    check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(None)])
+    monkeypatch.setenv("FAKE_NPU_SMI_MODE", "hang")
+    cfg = make_config(drain={"timeout_s": 1, "deadline_s": 4}, idle={"command_timeout_s": 30})
+    started = time.monotonic()
+    report = guard(cfg, idle_check=check)
+    assert time.monotonic() - started < 4 + 5  # the deadline, plus a generous margin
+    assert report.to_json()["idle"]["state"] == "unknown"

@@ -1,0 +1,190 @@
+"""The holder scan on real processes: fds, mappings, namespaces, SIGINT disposition."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import FIXTURES
+from helpers.holders import HOLDER, Holders
+from helpers.isolation import ROOT, needs_root
+
+from suspendguard.config import DevicesConfig
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.scan import scan_holders
+from suspendguard.model import Inventory
+from suspendguard.system.procfs import ProcFS, parse_cgroup, parse_status, unit_and_container
+
+
+def inventory(node: str, management: tuple[str, ...] = ()) -> Inventory:
+    return take_inventory(DevicesConfig((), (node,), management))
+
+
+def test_inventory_identity_and_missing_glob(node: str) -> None:
+    inv = take_inventory(DevicesConfig((), (node, "/nonexistent/npu*"), ()))
+    assert [n.path for n in inv.nodes] == [node]
+    n = inv.nodes[0]
+    assert n.role == "compute"
+    if ROOT:
+        assert n.key == ("char", os.makedev(1, 7)) and n.identity == "char 1:7"
+    else:
+        assert n.key[0] == "file"
+    assert any("/nonexistent/npu* matched nothing" in note for note in inv.notes)
+
+
+def test_fd_holder_found_with_details(node: str, holders: Holders) -> None:
+    _, pid = holders.start(node)
+    result = scan_holders(inventory(node))
+    found = {h.pid: h for h in result.holders}
+    assert pid in found
+    h = found[pid]
+    assert h.sigint == "caught"  # Python installs its KeyboardInterrupt handler
+    assert h.nodes[0].via == "fd" and h.nodes[0].node.path == node
+    assert h.cmdline[1] == HOLDER
+    assert h.user and h.start_time > 0 and h.nspid[-1] == pid
+    assert os.getpid() not in found
+
+
+def test_deaf_holder_is_reported_ignored(node: str, holders: Holders) -> None:
+    _, pid = holders.start(node, mode="deaf")
+    h = next(h for h in scan_holders(inventory(node)).holders if h.pid == pid)
+    assert h.sigint == "ignored"
+
+
+def test_background_job_of_a_script_inherits_sig_ign(node: str, holders: Holders) -> None:
+    # `cmd &` in a non-interactive shell sets SIGINT to SIG_IGN for the job;
+    # Python then never installs its KeyboardInterrupt handler.
+    _, pid = holders.start(node, mode="inherit", argv_prefix=["sh", "-c", '"$@" & wait', "sh"])
+    h = next(h for h in scan_holders(inventory(node)).holders if h.pid == pid)
+    assert h.sigint == "ignored"
+
+
+def test_mapping_only_holder(tmp_path: Path, holders: Holders) -> None:
+    if ROOT:
+        path = tmp_path / "zero0"
+        os.mknod(path, 0o666 | 0o020000, os.makedev(1, 5))  # /dev/zero can be mapped
+    else:
+        path = tmp_path / "stand-in"
+        path.write_bytes(b"\0" * 4096)
+    _, pid = holders.start(str(path), mode="map")
+    h = next(h for h in scan_holders(inventory(str(path))).holders if h.pid == pid)
+    assert [hn.via for hn in h.nodes] == ["map"]
+
+
+def test_management_only_holder_is_scanned_with_its_role(tmp_path: Path, holders: Holders) -> None:
+    mgmt = tmp_path / "manager"
+    mgmt.write_bytes(b"")
+    compute = tmp_path / "compute"
+    compute.write_bytes(b"")
+    _, pid = holders.start(str(mgmt))
+    inv = take_inventory(DevicesConfig((), (str(compute),), (str(mgmt),)))
+    h = next(h for h in scan_holders(inv).holders if h.pid == pid)
+    assert h.roles == frozenset({"management"})
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare not installed")
+def test_container_node_under_another_name_found_by_rdev(node: str, holders: Holders) -> None:
+    script = (
+        "mount -t tmpfs none /dev && mknod /dev/davinci_manager c 1 7 && "
+        f'exec "$0" {HOLDER} --node /dev/davinci_manager --marker {holders.marker}'
+    )
+    _, pid = holders.start(node, argv_prefix=["unshare", "-m", "--propagation", "private",
+                                               "sh", "-c", script, sys.executable, "--"])
+    # (holders.start appended its own argv after ours; the script ignores them)
+    h = next(h for h in scan_holders(inventory(node)).holders if h.pid == pid)
+    assert h.nodes[0].seen_as == "/dev/davinci_manager"
+    assert h.nodes[0].node.path == node
+
+
+def test_unreadable_and_vanishing_entries_do_not_abort(tmp_path: Path, node: str,
+                                                       holders: Holders) -> None:
+    _, pid = holders.start(node)
+    # A fake /proc: one real-looking holder, one process that vanished (no
+    # files), one whose fd folder refuses access.
+    fake = tmp_path / "proc"
+    real = Path("/proc") / str(pid)
+    (fake / str(pid) / "fd").mkdir(parents=True)
+    os.symlink(node, fake / str(pid) / "fd" / "3")
+    for name in ("stat", "status", "cmdline", "cgroup"):
+        (fake / str(pid) / name).write_bytes((real / name).read_bytes())
+    (fake / "99998").mkdir()
+    locked = fake / "99999" / "fd"
+    locked.mkdir(parents=True)
+    if not ROOT:
+        locked.chmod(0)
+    result = scan_holders(inventory(node), ProcFS(str(fake)))
+    assert [h.pid for h in result.holders] == [pid]
+    if not ROOT:
+        assert result.unreadable == 1
+
+
+def test_pid1_refusal_is_counted_not_fatal(node: str) -> None:
+    result = scan_holders(inventory(node))
+    try:
+        os.listdir("/proc/1/fd")
+    except PermissionError:
+        assert 1 in result.unreadable_pids
+    assert result.scanned > 0
+
+
+def test_status_and_cgroup_parsers() -> None:
+    st = parse_status("Uid:\t0\t0\t0\t0\nSigBlk:\t0000000000000000\n"
+                      "SigIgn:\t0000000001001006\nSigCgt:\t0000000180000000\nNSpid:\t432\t7\n")
+    assert st.masks.disposition(signal.SIGINT) == "ignored" and st.nspid == (432, 7)
+    assert parse_cgroup("0::/system.slice/docker-0123456789abcdef0123.scope\n") == \
+        "/system.slice/docker-0123456789abcdef0123.scope"
+    assert unit_and_container("/system.slice/docker-0123456789abcdef0123.scope") == \
+        ("docker-0123456789abcdef0123.scope", "docker:0123456789ab")
+    assert unit_and_container("/user.slice/user-0.slice/session-3.scope") == ("session-3.scope", None)
+    assert unit_and_container("/system.slice/train.service") == ("train.service", None)
+
+
+def test_fixture_status_of_real_torch_jobs() -> None:
+    text = (FIXTURES / "nvidia-h200" / "three-torch-holders.txt").read_text()
+    assert "0000000001001006" in text  # the deaf job's SigIgn, as captured
+
+
+def test_scanner_ignores_its_own_probe_children(node: str) -> None:
+    child = subprocess.Popen([sys.executable, "-c", f"f=open({node!r});import time;time.sleep(30)"])
+    try:
+        import time as _t
+        _t.sleep(0.5)
+        result = scan_holders(inventory(node), exclude={child.pid})
+        assert child.pid not in {h.pid for h in result.holders}
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_forked_workers_find_the_same_holders(node: str, holders: Holders) -> None:
+    _, pid1 = holders.start(node)
+    _, pid2 = holders.start(node, mode="deaf")
+    alone = scan_holders(inventory(node))
+    # In a fresh interpreter, where nothing else runs threads (then nothing
+    # forks, by design), with workers even for this small host.
+    code = f"""
+import json
+import suspendguard.guard.scan as s
+from suspendguard.config import DevicesConfig
+from suspendguard.guard.inventory import take_inventory
+s.PIDS_PER_WORKER = 1
+s.MAX_WORKERS = 3
+r = s.scan_holders(take_inventory(DevicesConfig((), ({node!r},), ())))
+print(json.dumps([[h.pid, [[n.node.path, n.seen_as, n.via] for n in h.nodes]] for h in r.holders]
+                 + [r.scanned, list(r.unreadable_pids)]))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    *found, scanned, unreadable = json.loads(proc.stdout)
+    assert {pid for pid, _ in found} >= {pid1, pid2}
+    assert found == [[h.pid, [[n.node.path, n.seen_as, n.via] for n in h.nodes]]
+                     for h in alone.holders]
+    assert unreadable == list(alone.unreadable_pids)
+    assert scanned > 0

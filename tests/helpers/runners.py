@@ -1,0 +1,29 @@
+"""The two ways a test runs the guard in-process: the CLI, and the pipeline itself."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from suspendguard.cli import main
+from suspendguard.guard.pipeline import run
+from suspendguard.guard.report import Report
+from suspendguard.system.log import Logger
+
+
+def cli(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``suspendguard ARGV`` in-process: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err, environ=environ or {})
+    return code, out.getvalue(), err.getvalue()
+
+
+def guard(config: Any, dry_run: bool = False, *, action: str | None = "suspend",
+          origin: str = "test", idle_check: Any = None, **kw: Any) -> Report:
+    """One run of the pipeline, its log lines dropped."""
+    return run(config, dry_run=dry_run, action=action, origin=origin, idle_check=idle_check,
+               log=Logger(io.StringIO(), {}), **kw)
+
+
+__all__: Sequence[str] = ("cli", "guard")

@@ -1,0 +1,319 @@
+"""install / uninstall staged into a folder (--root): exactly what is made, and undone."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+from helpers.runners import cli as run
+from helpers.users import nobody_prefix, python_for_nobody
+
+from suspendguard.errors import EXIT_ERROR
+from suspendguard.install.files import (
+    SYSTEMD_RUN_DIR,
+    NotRootError,
+    SystemdNotRunningError,
+    check_live_system,
+)
+from suspendguard.install.state import installation_state
+from suspendguard.model import SLEEP_ACTIONS
+
+ACTIONS = SLEEP_ACTIONS
+UNIT = "etc/systemd/system/suspendguard@.service"
+HOOK = "usr/lib/systemd/system-sleep/suspendguard"
+CONFIG = "etc/suspendguard/config.toml"
+MANIFEST = "var/lib/suspendguard/installed.json"
+
+
+def links() -> dict[str, str]:
+    return {
+        f"etc/systemd/system/{by}-{a}.service.requires/suspendguard@{a}.service":
+            "/etc/systemd/system/suspendguard@.service"
+        for a in ACTIONS for by in ("systemd", "nvidia")
+    }
+
+
+def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every entry under root: kind, mode and content digest or link target."""
+    out: dict[str, tuple[object, ...]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("l", os.readlink(path))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("d", stat.S_IMODE(st.st_mode))
+            else:
+                data = path.read_bytes()
+                if rel == MANIFEST:  # its time stamp changes on every install
+                    manifest = json.loads(data)
+                    manifest.pop("installed_at")
+                    data = json.dumps(manifest).encode()
+                out[rel] = ("f", stat.S_IMODE(st.st_mode), hashlib.sha256(data).hexdigest())
+    return out
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A staging root that already holds things install must leave alone."""
+    r = tmp_path / "root"
+    (r / "etc/systemd/system/systemd-suspend.service.requires").mkdir(parents=True)
+    (r / "etc/systemd/system/other.service").write_text("[Service]\nExecStart=/bin/true\n")
+    os.symlink("/usr/lib/systemd/system/nvidia-suspend.service",
+               r / "etc/systemd/system/systemd-suspend.service.requires/nvidia-suspend.service")
+    (r / "usr/lib/systemd/system-sleep").mkdir(parents=True)
+    (r / "usr/lib/systemd/system-sleep/other-hook").write_text("#!/bin/sh\n")
+    return r
+
+
+def test_install_stages_exactly_these_files(root: Path) -> None:
+    before = snapshot(root)
+    status, out, err = run("install", "--root", str(root))
+    assert status == 0, err
+    after = snapshot(root)
+    added = {k: v for k, v in after.items() if k not in before}
+    from suspendguard.install.docs import DOCS
+
+    docs = {path.lstrip("/") for path in DOCS.values()}
+    assert {k for k, v in added.items() if v[0] == "f"} == {UNIT, HOOK, CONFIG, MANIFEST, *docs}
+    assert {k: v[1] for k, v in added.items() if v[0] == "l"} == links()
+    assert {k for k, v in added.items() if v[0] == "d"} == {
+        "etc/suspendguard", "var", "var/lib", "var/lib/suspendguard",
+        *{str(Path(d).parents[i]) for d in docs for i in range(len(Path(d).parents) - 2)},
+        *(f"etc/systemd/system/systemd-{a}.service.requires" for a in ACTIONS[1:]),
+        *(f"etc/systemd/system/nvidia-{a}.service.requires" for a in ACTIONS),
+    }
+    assert all(after[k] == v for k, v in before.items()), "install changed what was there"
+    assert after[UNIT][1] == 0o644 and after[HOOK][1] == 0o755 and after[CONFIG][1] == 0o644
+    unit = (root / UNIT).read_text()
+    assert f"ExecStart={sys.executable} -I -m suspendguard pre-sleep %i\n" in unit
+    assert "TimeoutStartSec=120\n" in unit
+    assert f"PYTHON={sys.executable}\n" in (root / HOOK).read_text()
+    from suspendguard.config import commented_default
+
+    assert (root / CONFIG).read_text() == commented_default()
+    assert str(root / UNIT) in out and "enabled: suspendguard@suspend.service" in out
+
+
+def test_install_is_idempotent(root: Path) -> None:
+    assert run("install", "--root", str(root))[0] == 0
+    first = snapshot(root)
+    assert run("install", "--root", str(root))[0] == 0
+    assert snapshot(root) == first
+
+
+def test_uninstall_restores_the_tree_but_config_and_history(root: Path) -> None:
+    before = snapshot(root)
+    assert run("install", "--root", str(root))[0] == 0
+    (root / "var/lib/suspendguard/history.db").write_bytes(b"attempts")
+    status, out, err = run("uninstall", "--root", str(root))
+    assert status == 0, err
+    after = snapshot(root)
+    assert set(after) - set(before) == {
+        "etc/suspendguard", CONFIG, "var", "var/lib", "var/lib/suspendguard",
+        "var/lib/suspendguard/history.db", MANIFEST,
+    }
+    assert all(after[k] == v for k, v in before.items())
+    assert str(root / UNIT) in out
+    # Nothing left but what --purge removes; a second uninstall says so.
+    status, out, _ = run("uninstall", "--root", str(root))
+    assert status == 0 and "uninstall --purge" in out
+    assert snapshot(root) == after
+    # ... and --purge later still knows what install made for the config and history.
+    assert run("uninstall", "--root", str(root), "--purge")[0] == 0
+    assert snapshot(root) == before
+
+
+def test_purge_removes_config_and_history(root: Path) -> None:
+    before = snapshot(root)
+    assert run("install", "--root", str(root))[0] == 0
+    (root / "var/lib/suspendguard/history.db").write_bytes(b"attempts")
+    (root / "var/lib/suspendguard/history.db-wal").write_bytes(b"")
+    status, out, err = run("uninstall", "--root", str(root), "--purge")
+    assert status == 0, err
+    assert snapshot(root) == before
+    assert "removed " + str(root / CONFIG) in out
+
+
+def test_reinstall_after_uninstall_then_purge(root: Path) -> None:
+    before = snapshot(root)
+    assert run("install", "--root", str(root))[0] == 0
+    assert run("uninstall", "--root", str(root))[0] == 0
+    assert run("install", "--root", str(root))[0] == 0
+    assert run("uninstall", "--root", str(root), "--purge")[0] == 0
+    assert snapshot(root) == before
+
+
+def test_uninstall_without_install(root: Path) -> None:
+    before = snapshot(root)
+    status, out, _ = run("uninstall", "--root", str(root), "--purge")
+    assert status == 0 and "nothing to uninstall" in out
+    assert snapshot(root) == before
+
+
+def test_never_overwrites_an_existing_config(root: Path) -> None:
+    (root / "etc/suspendguard").mkdir(parents=True)
+    mine = "[drain]\ntimeout_s = 10\ndeadline_s = 50\n"
+    (root / CONFIG).write_text(mine)
+    status, out, err = run("install", "--root", str(root))
+    assert status == 0, err
+    assert (root / CONFIG).read_text() == mine
+    assert "kept as it is" in out
+    # The unit's timeout comes from the staged config, not this machine's.
+    assert "TimeoutStartSec=70\n" in (root / UNIT).read_text()
+    assert run("install", "--root", str(root))[0] == 0
+    assert (root / CONFIG).read_text() == mine
+    assert run("uninstall", "--root", str(root))[0] == 0
+    assert (root / CONFIG).read_text() == mine
+    # --purge removes the config, as it says, even one install did not write.
+    assert run("install", "--root", str(root))[0] == 0
+    assert run("uninstall", "--root", str(root), "--purge")[0] == 0
+    assert not (root / CONFIG).exists()
+    assert (root / "etc/suspendguard").is_dir()  # the operator made it, not install
+
+
+def test_explicit_config_is_baked_into_unit_and_hook(root: Path) -> None:
+    (root / "srv").mkdir()
+    (root / "srv/sg.toml").write_text('[state]\ndir = "/srv/sg-state"\n')
+    status, _, err = run("install", "--root", str(root), "--config", "/srv/sg.toml")
+    assert status == 0, err
+    unit = (root / UNIT).read_text()
+    assert 'Environment="SUSPENDGUARD_CONFIG=/srv/sg.toml"\n' in unit
+    assert "ReadWritePaths=-/srv/sg-state\n" in unit
+    assert "export SUSPENDGUARD_CONFIG=/srv/sg.toml\n" in (root / HOOK).read_text()
+    assert not (root / CONFIG).exists()
+    assert (root / "srv/sg-state").is_dir()
+    status, _, err = run("install", "--root", str(root), "--config", "/srv/missing.toml")
+    assert status == 2 and "missing.toml" in err
+
+
+def test_state_dir_the_operator_made_keeps_all_but_history(root: Path) -> None:
+    (root / "srv/state").mkdir(parents=True)
+    (root / "srv/state/notes.txt").write_text("operator's")
+    (root / "etc/suspendguard").mkdir(parents=True)
+    (root / CONFIG).write_text('[state]\ndir = "/srv/state"\n')
+    assert run("install", "--root", str(root))[0] == 0
+    (root / "srv/state/history.db").write_bytes(b"x")
+    assert run("uninstall", "--root", str(root), "--purge")[0] == 0
+    assert sorted(p.name for p in (root / "srv/state").iterdir()) == ["notes.txt"]
+    assert not (root / "var").exists()
+
+
+def test_no_enable(root: Path) -> None:
+    status, out, _ = run("install", "--root", str(root), "--no-enable")
+    assert status == 0 and "enabled:" not in out
+    assert not any((root / link).is_symlink() for link in links())
+    state = installation_state(str(root)).to_json()
+    assert state["unit"]["present"] and state["enabled"] == [] and not state["installed"]
+
+
+def test_a_file_changed_since_install_is_left_in_place(root: Path) -> None:
+    assert run("install", "--root", str(root))[0] == 0
+    with (root / UNIT).open("a") as f:
+        f.write("# local change\n")
+    status, _, err = run("uninstall", "--root", str(root))
+    assert status == 0
+    assert "changed since install, left in place" in err and str(root / UNIT) in err
+    assert (root / UNIT).exists() and not (root / HOOK).exists()
+
+
+def test_installation_state(root: Path) -> None:
+    state = installation_state(str(root)).to_json()
+    assert not state["installed"] and not state["unit"]["present"]
+    assert not state["hook"]["present"] and not state["config"]["present"]
+    assert not state["manifest"]["present"]
+    assert run("install", "--root", str(root))[0] == 0
+    state = installation_state(str(root)).to_json()
+    assert state["installed"]
+    assert state["enabled"] == list(ACTIONS)
+    assert state["instances"]["suspend"] == {
+        "unit": "suspendguard@suspend.service", "enabled": True,
+        "link": "/etc/systemd/system/systemd-suspend.service.requires/suspendguard@suspend.service",
+        "required_by": ["nvidia-suspend.service", "systemd-suspend.service"],
+    }
+    assert state["unit"]["path"] == "/etc/systemd/system/suspendguard@.service"
+    assert state["unit"]["timeout_start_s"] == 120
+    assert state["unit"]["exec_start"] == f"{sys.executable} -I -m suspendguard pre-sleep %i"
+    assert state["hook"] == {"path": "/usr/lib/systemd/system-sleep/suspendguard",
+                             "present": True, "executable": True}
+    assert state["config"] == {"path": "/etc/suspendguard/config.toml", "present": True}
+    assert state["manifest"]["present"] and state["manifest"]["python"] == sys.executable
+    json.dumps(state)  # status prints it as JSON
+    (root / HOOK).chmod(0o644)
+    state = installation_state(str(root)).to_json()
+    assert not state["hook"]["executable"] and not state["installed"]
+
+
+def test_installation_state_sees_a_packaged_unit(tmp_path: Path) -> None:
+    lib = tmp_path / "usr/lib/systemd/system"
+    (lib / "systemd-suspend.service.requires").mkdir(parents=True)
+    (lib / "suspendguard@.service").write_text("[Service]\nTimeoutStartSec=5min\n")
+    os.symlink("../suspendguard@.service",
+               lib / "systemd-suspend.service.requires/suspendguard@suspend.service")
+    state = installation_state(str(tmp_path)).to_json()
+    assert state["unit"]["path"] == "/usr/lib/systemd/system/suspendguard@.service"
+    assert state["unit"]["timeout_start_s"] == "5min"
+    assert state["enabled"] == ["suspend"]
+
+
+def test_check_live_system(tmp_path: Path) -> None:
+    with pytest.raises(NotRootError, match="needs root"):
+        check_live_system(euid=1000, run_dir=str(tmp_path))
+    with pytest.raises(SystemdNotRunningError, match="systemd is not running") as exc:
+        check_live_system(euid=0, run_dir=str(tmp_path / "absent"))
+    assert exc.value.exit_status == EXIT_ERROR == 3
+    check_live_system(euid=0, run_dir=str(tmp_path))
+
+
+@pytest.mark.skipif(os.path.isdir(SYSTEMD_RUN_DIR) or os.geteuid() != 0,
+                    reason="needs root on a machine where systemd is not running")
+def test_live_install_without_systemd_is_one_line_exit_3() -> None:
+    status, out, err = run("install")
+    assert status == 3 and out == ""
+    assert err.count("\n") == 1 and "systemd is not running" in err
+
+
+def _as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SUSPENDGUARD_CONFIG"}
+    prefix: list[str] = []
+    python: str | None = sys.executable
+    if os.geteuid() == 0:
+        prefix = nobody_prefix() or []
+        repo = str(REPO)
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        env["PYTHONPATH"] = os.pathsep.join([repo, *paths])
+        python = python_for_nobody(prefix, env)
+        if python is None:
+            pytest.skip("no python interpreter that user nobody can run imports suspendguard")
+    assert python is not None
+    return subprocess.run([*prefix, python, "-m", "suspendguard", *argv], capture_output=True,
+                          text=True, timeout=60, env=env, cwd="/")
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None,
+                    reason="root, and no setpriv to drop to nobody")
+@pytest.mark.parametrize("command", ["install", "uninstall"])
+def test_not_root_is_one_line_exit_3(command: str) -> None:
+    result = _as_nobody([command])
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.count("\n") == 1 and "needs root" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_staging_root_that_does_not_exist_yet_is_made(tmp_path: Path) -> None:
+    stage = tmp_path / "new" / "stage"
+    status, _, err = run("install", "--root", str(stage))
+    assert status == 0, err
+    assert (stage / "etc/systemd/system/suspendguard@.service").is_file()
+    status, _, err = run("uninstall", "--root", str(stage), "--purge")
+    assert status == 0, err

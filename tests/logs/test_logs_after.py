@@ -1,0 +1,101 @@
+"""The after-resume check: device clocks ([logs] clock_slack_s), and the units it reads."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from suspendguard.commands.sleep_hook import job_units
+from suspendguard.config import Config, build
+from suspendguard.logs.after import after_attempt
+from suspendguard.store.history import Attempt, HolderRow
+
+START = datetime(2026, 3, 1, 12, 0, 0, 700000)
+RESUMED = START + timedelta(seconds=40)
+
+
+def stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%d-%H:%M:%S.") + f"{when.microsecond // 1000:03d}.000"
+
+
+def hwts_line(when: datetime) -> str:
+    return (f"[ERROR] TSCH(-1,null):{stamp(when)} 1 (dieid:0,cpuid:0) device_management_plat.c:"
+            "563 suspend_ack: suspend pre check fail, hwts is busy\n")
+
+
+def device_log(tmp_path: Path, *times: datetime) -> Path:
+    log = tmp_path / "slog" / "device-0" / "device-0_20260301.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(hwts_line(t) for t in times))
+    now = RESUMED.timestamp()
+    os.utime(log, (now, now))  # written by the host while the attempt ran
+    return log
+
+
+def config(tmp_path: Path, **logs: object) -> Config:
+    return build({"logs": {"paths": [f"{tmp_path}/slog/**"], **logs}})
+
+
+def test_a_line_from_earlier_in_the_starting_second_is_read_and_marked(tmp_path: Path) -> None:
+    """Seen: stamped in the attempt's second, 400 ms before its fractional start: it was lost."""
+    early = START.replace(microsecond=300000)
+    device_log(tmp_path, early)
+    result = after_attempt(config(tmp_path), START, until=RESUMED)
+    [finding] = result.findings
+    assert finding.rule == "hwts-busy-suspend" and finding.time == early
+    assert finding.outside is not None
+    assert (finding.outside.side, round(finding.outside.by_s, 6)) == ("before", 0.4)
+    assert finding.to_json()["outside_attempt"] == {"side": "before", "by_s": 0.4}
+    [line] = result.journal_lines(7)
+    assert line.endswith("; stamped 0.400 s before the attempt began (device clock?)"), line
+
+
+def test_without_slack_that_line_is_not_read(tmp_path: Path) -> None:
+    device_log(tmp_path, START.replace(microsecond=300000))
+    result = after_attempt(config(tmp_path, clock_slack_s=0), START,
+                           until=RESUMED)
+    assert result.findings == ()
+
+
+def test_the_slack_bounds_what_is_read(tmp_path: Path) -> None:
+    inside = START + timedelta(seconds=1)
+    device_log(tmp_path, START - timedelta(seconds=5.2), START - timedelta(seconds=4.8), inside,
+               RESUMED + timedelta(seconds=2))
+    result = after_attempt(config(tmp_path), START, until=RESUMED)
+    assert [f.time for f in result.findings] == [
+        START - timedelta(seconds=4.8), inside, RESUMED + timedelta(seconds=2)]
+    marks = [f.outside.to_json() if f.outside else None for f in result.findings]
+    assert marks == [{"side": "before", "by_s": 4.8}, None, {"side": "after", "by_s": 2.0}]
+    # one line inside the attempt: the journal line makes no clock remark
+    [line] = result.journal_lines(8)
+    assert line == ("suspend attempt 8: device reported 'hwts is busy' (hwts-busy-suspend): "
+                    "AI processes were still running on the NPU")
+
+
+def test_a_missing_journal_is_a_note_not_a_failure(tmp_path: Path) -> None:
+    device_log(tmp_path, START + timedelta(seconds=1))
+    result = after_attempt(config(tmp_path), START, until=RESUMED,
+                           units=["job.service", "job.service"],
+                           journalctl=str(tmp_path / "no-journalctl"))
+    assert [f.rule for f in result.findings] == ["hwts-busy-suspend"]
+    [journal] = result.journals  # read once per unit
+    assert journal.unit == "job.service" and journal.unavailable is not None
+    assert result.notes() == [
+        f"journal of job.service: not available: {tmp_path}/no-journalctl: command not found"]
+
+
+def holder(unit: str | None, action: str) -> HolderRow:
+    return HolderRow(pid=10, start_time=1, user="root", unit=unit, comm="python3",
+                     cmdline="python3 train.py", action=action, rule="", outcome="exited",
+                     seconds=0.5, why="")
+
+
+def test_units_read_after_resume_are_the_jobs() -> None:
+    attempt = Attempt(1, 0.0, 1.0, "suspend", "unit", False, "allow", (), (), "",
+                      holders=(holder("train.service", "drain"), holder("train.service", "drain"),
+                               holder("infer.service", "protect"),
+                               holder("ascend-dmp.service", "ignore"),
+                               holder("suspendguard@suspend.service", "never"),
+                               holder(None, "drain")))
+    assert job_units(attempt) == ["ascend-dmp.service", "infer.service", "train.service"]

@@ -1,0 +1,432 @@
+"""``suspendguard status``: real holders, a real private dbus-daemon with fake logind and
+systemd1 on it, a real history database, and a real non-root run."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from helpers import REPO
+from helpers.dbus import dbus_daemon
+from helpers.holders import Holders
+from helpers.users import nobody_prefix, python_for_nobody
+from prometheus_client.parser import text_string_to_metric_families
+
+from suspendguard.cli import main
+from suspendguard.store.history import History, HolderRow
+
+needs_dbus = pytest.mark.skipif(dbus_daemon() is None, reason="needs dbus-daemon")
+
+NETWORK_MANAGER = ["sleep", "NetworkManager", "NetworkManager needs to turn off networks",
+                   "delay", 0, 812]
+BACKUP = ["shutdown:sleep", "backup.sh", "nightly backup running", "block", 1000, 4242]
+FAKE_STATE: dict[str, Any] = {
+    "can_suspend": "yes",
+    "can_hibernate": "challenge",
+    "inhibit_delay_max_usec": 5_000_000,
+    "inhibitors": [NETWORK_MANAGER, BACKUP],
+    "units": {
+        "suspendguard@suspend.service": {
+            "LoadState": "loaded", "ActiveState": "failed", "SubState": "failed",
+            "UnitFileState": "enabled", "Result": "exit-code", "ExecMainStatus": 1},
+        "suspendguard@hibernate.service": {
+            "LoadState": "loaded", "ActiveState": "inactive", "SubState": "dead",
+            "UnitFileState": "enabled", "Result": "success", "ExecMainStatus": 0},
+    },
+}
+TOP_KEYS = {"verdict", "accelerators", "holders", "installation", "logind", "systemd", "history",
+            "config"}
+
+
+def status(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    environ = {"DBUS_SYSTEM_BUS_ADDRESS": os.environ.get("DBUS_SYSTEM_BUS_ADDRESS", ""),
+               **(env or {})}
+    code = main(["status", *argv], out=out, err=err, environ=environ)
+    return code, out.getvalue(), err.getvalue()
+
+
+def metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample as {(name, sorted labels): value}, via prometheus_client's own parser."""
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def sample(m: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str,
+           **labels: str) -> float:
+    return m[(name, tuple(sorted(labels.items())))]
+
+
+def make_history(state_dir: Path) -> None:
+    """Three real attempts: an allow with a drained job, a veto, one with a finding after resume."""
+    with History.open(str(state_dir)) as h:
+        first = h.begin("suspend", "unit", False, "digest", 1_700_000_000.0)
+        h.finish(first, "allow", [], [], [
+            HolderRow(pid=4242, start_time=1, user="alice", unit="session-3.scope", comm="train",
+                      cmdline="python train.py", action="drain", rule="holds a compute node",
+                      outcome="exited", seconds=0.61, why="")], finished=1_700_000_001.5)
+        second = h.begin("suspend", "unit", False, "digest", 1_700_000_100.0)
+        h.finish(second, "veto", ["pid 77 infer ignores SIGINT: kill -2 cannot stop it"], [], [
+            HolderRow(pid=77, start_time=2, user="bob", unit=None, comm="infer",
+                      cmdline="infer --serve", action="drain", rule="holds a compute node",
+                      outcome="not-signalled", seconds=None, why="ignores SIGINT")],
+                 finished=1_700_000_100.2)
+        third = h.begin("hibernate", "unit", False, "digest", 1_700_000_200.0)
+        h.finish(third, "allow", [], [], [], finished=1_700_000_200.1)
+        h.record_findings(third, [SimpleNamespace(
+            rule="hwts-busy-suspend", severity="error", file="/var/log/npu/slog/device-0.log",
+            line=12, time=datetime(2023, 11, 14, 22, 16), pid=0,
+            text="suspend_ack: suspend pre check fail, hwts is busy")])
+        dry = h.begin(None, "cli", True, "digest", 1_700_000_300.0)
+        h.finish(dry, "allow", [], [], [])
+
+
+# --- logind and systemd over a real bus -----------------------------------------------
+
+@needs_dbus
+def test_logind_inhibitors_and_veto_units_from_the_bus(conf: Path, fakes: Any) -> None:
+    fakes(FAKE_STATE)
+    code, out, err = status("--config", str(conf))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("verdict: ")
+    logind = [line for line in lines if line.startswith("logind:")]
+    assert logind == ["logind: CanSuspend yes, CanHibernate challenge, InhibitDelayMaxUSec 5 s, "
+                      "PreparingForSleep no"]
+    assert any("NetworkManager" in line and "delay" in line for line in lines)
+    # the block lock on sleep held by someone else is a warning, the delay lock is not
+    warned = [line for line in lines if line.startswith("  ! ") and "block lock" in line]
+    assert len(warned) == 1 and "'backup.sh' (pid 4242, uid 1000)" in warned[0]
+    assert "nightly backup running" in warned[0]
+    unit = next(line for line in lines if "suspendguard@suspend.service" in line)
+    assert unit.split()[1:3] == ["loaded", "enabled"] and "exit-code (status 1)" in unit
+    gone = next(line for line in lines if "suspendguard@hybrid-sleep.service" in line)
+    assert "not-found" in gone
+
+
+@needs_dbus
+def test_json_carries_logind_and_systemd(conf: Path, fakes: Any) -> None:
+    fakes(FAKE_STATE)
+    code, out, _ = status("--json", "--config", str(conf))
+    assert code == 0
+    data = json.loads(out)
+    assert data["logind"]["available"] is True
+    assert data["logind"]["can_suspend"] == "yes"
+    assert [i["who"] for i in data["logind"]["inhibitors"]] == ["NetworkManager", "backup.sh"]
+    assert [i["who"] for i in data["logind"]["sleep_blockers"]] == ["backup.sh"]
+    assert data["logind"]["inhibit_delay_max_usec"] == 5_000_000
+    assert data["logind"]["preparing_for_sleep"] is False
+    units = data["systemd"]["units"]
+    assert data["systemd"]["available"] is True
+    assert units["suspendguard@suspend.service"]["result"] == "exit-code"
+    assert units["suspendguard@suspend.service"]["unit_file_state"] == "enabled"
+    assert units["suspendguard@suspend-then-hibernate.service"]["load_state"] == "not-found"
+
+
+@needs_dbus
+def test_the_bus_named_by_the_callers_environment_is_used(conf: Path, fakes: Any, bus: Any,
+                                                          tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    fakes(FAKE_STATE)
+    # This process's own environment points nowhere; the CLI's environ names the bus.
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", f"unix:path={tmp_path / 'nowhere'}")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["status", "--json", "--config", str(conf)], out=out, err=err,
+                environ={"DBUS_SYSTEM_BUS_ADDRESS": bus.address})
+    assert code == 0
+    data = json.loads(out.getvalue())
+    assert data["logind"]["available"] is True and data["systemd"]["available"] is True
+
+
+@needs_dbus
+def test_logind_missing_from_a_live_bus_is_named(conf: Path, fakes: Any) -> None:
+    fakes(FAKE_STATE, services=["systemd"])
+    code, out, _ = status("--config", str(conf))
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("logind:"))
+    assert line.startswith("logind: unavailable: ") and "org.freedesktop.login1" in line
+    assert "suspendguard@suspend.service" in out  # systemd still answered
+
+
+def test_no_bus_at_all_is_an_answer(conf: Path, no_bus: str) -> None:
+    code, out, err = status("--config", str(conf))
+    assert code == 0, err
+    assert err == ""
+    lines = out.splitlines()
+    logind = next(line for line in lines if line.startswith("logind:"))
+    assert logind.startswith("logind: unavailable: no system bus at ")
+    assert any(line.startswith("systemd: unavailable: ") for line in lines)
+    code, out, _ = status("--json", "--config", str(conf))
+    data = json.loads(out)
+    assert code == 0
+    assert data["logind"]["available"] is False and "no system bus" in data["logind"]["reason"]
+    assert data["systemd"]["available"] is False
+
+
+# --- the dry-run part: accelerators, holders, verdict ---------------------------------------
+
+def test_json_keys_and_holders(conf: Path, node: str, holders: Holders, no_bus: str) -> None:
+    _, pid = holders.start(node)
+    code, out, _ = status("--json", "--config", str(conf))
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) >= TOP_KEYS
+    assert data["verdict"]["verdict"] == "allow" and data["verdict"]["exit_status"] == 0
+    assert {"reasons", "warnings"} <= set(data["verdict"])
+    assert [n["path"] for n in data["accelerators"]["nodes"]] == [node]
+    assert "idle" in data["accelerators"]
+    [h] = [h for h in data["holders"] if h["pid"] == pid]
+    assert h["action"] == "drain" and h["sigint"] == "caught"
+    assert h["outcome"]["kind"] == "would-signal"
+    assert {"pid", "user", "action", "sigint", "notes", "rule", "cmdline"} <= set(h)
+    assert set(data["installation"]) >= {"installed", "unit", "instances", "hook", "state_dir"}
+    assert data["installation"]["state_dir"]["path"] == str(conf.parent / "state")
+    assert set(data["config"]) >= {"path", "valid", "error"}
+    assert data["config"] == {"path": str(conf), "valid": True, "error": None, "loaded": True}
+    assert set(data["history"]) >= {"attempts", "counts", "findings"}
+    assert holders.signals() == []  # a dry run: nobody was signalled
+
+
+def test_human_output_shows_holders_and_sends_nothing(conf: Path, node: str, holders: Holders,
+                                                       no_bus: str) -> None:
+    _, pid = holders.start(node, mode="deaf")
+    code, out, _ = status("--config", str(conf))
+    assert code == 0  # a veto now is reported, not returned
+    lines = out.splitlines()
+    assert lines[0].startswith("verdict: VETO")
+    assert any("kill -2 cannot stop it" in line for line in lines[1:4])
+    assert "\033[" not in out  # not a terminal: no colour
+    # (other processes on this machine may hold rdev 1:7 too: find ours by pid)
+    head = next(i for i, line in enumerate(lines) if line.startswith("holders now: "))
+    header = lines[head + 1].split()
+    assert header == ["PID", "USER", "ACTION", "SIGINT", "WOULD", "COMMAND"]
+    row = next(line.split() for line in lines[head + 2:] if line.split()[:1] == [str(pid)])
+    assert row[2:4] == ["drain", "ignored"]
+    assert any(line.startswith((f"  pid {pid}: ", f"  pid {pid} (")) and "rule: " in line
+               for line in lines)
+    # sections in the order of importance
+    order = [next(i for i, line in enumerate(lines) if line.startswith(word))
+             for word in ("verdict:", "accelerators:", "holders now:", "installation:",
+                          "logind:", "systemd:", "history:")]
+    assert order == sorted(order)
+    assert holders.signals() == []
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(conf: Path, no_bus: str) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for env, coloured in (({}, True), ({"NO_COLOR": "1"}, False)):
+        out = Tty()
+        code = main(["status", "--config", str(conf)], out=out, err=io.StringIO(),
+                    environ={"DBUS_SYSTEM_BUS_ADDRESS": os.environ["DBUS_SYSTEM_BUS_ADDRESS"],
+                             **env})
+        assert code == 0
+        assert ("\033[32m" in out.getvalue()) is coloured
+
+
+def test_status_writes_nothing(conf: Path, no_bus: str) -> None:
+    code, out, _ = status("--config", str(conf))
+    assert code == 0
+    assert not (conf.parent / "state").exists()  # no history made, no folder created
+    assert "state dir: " in out and "absent" in out
+    assert "history: no history yet" in out
+
+
+# --- history --------------------------------------------------------------------------------
+
+def test_history_last_attempts_counts_and_findings(conf: Path, no_bus: str) -> None:
+    make_history(conf.parent / "state")
+    code, out, _ = status("--config", str(conf))
+    assert code == 0
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("history:"))
+    assert lines[head] == "history: 3 attempt(s): allow 2, veto 1; the last 3:"
+    rows = [line.split() for line in lines[head + 2:head + 5]]
+    assert [r[0] for r in rows] == ["3", "2", "1"]  # newest first, the dry run left out
+    assert rows[0][3:5] == ["hibernate", "allow"]
+    assert rows[1][4] == "veto" and "ignores SIGINT" in lines[head + 3]
+    assert rows[2][5:7] == ["1.5", "1/1"]
+    assert "  #1 jobs: 4242 train exited" in lines
+    assert "  #2 jobs: 77 infer not-signalled" in lines
+    assert "  #3 after resume: hwts-busy-suspend" in lines
+    assert "  findings after resume: hwts-busy-suspend 1" in lines
+
+    code, out, _ = status("--json", "--config", str(conf))
+    history = json.loads(out)["history"]
+    assert history["available"] is True
+    assert history["counts"] == {"allow": 2, "veto": 1}
+    assert history["findings"] == {"hwts-busy-suspend": 1}
+    assert [a["id"] for a in history["attempts"]] == [3, 2, 1]
+    assert history["attempts"][2]["holders"][0]["outcome"] == "exited"
+    assert history["attempts"][2]["duration_s"] == 1.5
+    assert history["attempts"][0]["findings"][0]["rule"] == "hwts-busy-suspend"
+
+
+# --- Prometheus ---------------------------------------------------------------------------
+
+@needs_dbus
+def test_prometheus_parses_and_carries_every_part(conf: Path, node: str, holders: Holders,
+                                                  fakes: Any) -> None:
+    fakes(FAKE_STATE)
+    make_history(conf.parent / "state")
+    holders.start(node)
+    holders.start(node, mode="deaf")
+    code, out, err = status("--prometheus", "--config", str(conf))
+    assert code == 0, err
+    families = {f.name: f for f in text_string_to_metric_families(out)}
+    assert all(name.startswith("suspendguard_") for name in families)
+    assert families["suspendguard_attempts"].type == "counter"
+    assert families["suspendguard_findings"].type == "counter"
+    assert families["suspendguard_holders"].type == "gauge"
+    assert all(f.documentation for f in families.values())  # a HELP line each
+    m = metrics(out)
+    assert sample(m, "suspendguard_up") == 1
+    assert sample(m, "suspendguard_verdict", verdict="veto") == 1
+    assert sample(m, "suspendguard_verdict", verdict="allow") == 0
+    assert sample(m, "suspendguard_holders", action="drain") >= 2  # others may hold 1:7 too
+    assert sample(m, "suspendguard_holders", action="protect") == 0
+    assert sample(m, "suspendguard_holders_sigint", disposition="ignored") >= 1
+    assert sample(m, "suspendguard_device_nodes", family="extra", role="compute") == 1
+    assert sample(m, "suspendguard_attempts_total", verdict="allow") == 2
+    assert sample(m, "suspendguard_attempts_total", verdict="veto") == 1
+    assert sample(m, "suspendguard_attempts_total", verdict="interrupted") == 0
+    assert sample(m, "suspendguard_findings_total", rule="hwts-busy-suspend") == 1
+    assert sample(m, "suspendguard_last_attempt_timestamp_seconds") == 1_700_000_200.0
+    assert sample(m, "suspendguard_last_attempt_verdict", verdict="allow") == 1
+    assert sample(m, "suspendguard_last_attempt_verdict", verdict="veto") == 0
+    assert sample(m, "suspendguard_logind_available") == 1
+    assert sample(m, "suspendguard_logind_can_suspend", answer="yes") == 1
+    assert sample(m, "suspendguard_logind_can_hibernate", answer="challenge") == 1
+    assert sample(m, "suspendguard_logind_inhibitors", what="sleep", mode="delay") == 1
+    assert sample(m, "suspendguard_logind_inhibitors", what="sleep", mode="block") == 1
+    assert sample(m, "suspendguard_logind_sleep_blockers") == 1
+    assert sample(m, "suspendguard_logind_inhibit_delay_max_seconds") == 5
+    assert sample(m, "suspendguard_systemd_available") == 1
+    unit = {"unit": "suspendguard@suspend.service", "action": "suspend"}
+    assert sample(m, "suspendguard_veto_unit_failed", **unit) == 1
+    assert sample(m, "suspendguard_veto_unit_result", result="exit-code", **unit) == 1
+    assert sample(m, "suspendguard_installed") in (0, 1)
+    assert sample(m, "suspendguard_unit_enabled", action="suspend") in (0, 1)
+    assert sample(m, "suspendguard_config_valid") == 1
+    for part in ("config", "accelerators", "installation", "logind", "systemd", "history"):
+        assert sample(m, "suspendguard_status_part_available", part=part) == 1
+
+
+def test_prometheus_without_bus_or_history(conf: Path, no_bus: str) -> None:
+    code, out, _ = status("--prometheus", "--config", str(conf))
+    assert code == 0
+    m = metrics(out)
+    assert sample(m, "suspendguard_up") == 1
+    assert sample(m, "suspendguard_logind_available") == 0
+    assert sample(m, "suspendguard_systemd_available") == 0
+    assert sample(m, "suspendguard_status_part_available", part="logind") == 0
+    assert sample(m, "suspendguard_status_part_available", part="history") == 0
+    assert sample(m, "suspendguard_attempts_total", verdict="veto") == 0
+    assert not any(name == "suspendguard_last_attempt_timestamp_seconds" for name, _ in m)
+
+
+def test_prometheus_escapes_label_values() -> None:
+    from suspendguard.status.prometheus import Metrics
+
+    m = Metrics()
+    m.gauge("suspendguard_test_info", 'help with \\ and\nnewline').add(
+        1, why='a "quoted" \\ back\nslash')
+    [family] = text_string_to_metric_families(m.text())
+    assert family.documentation == 'help with \\ and\nnewline'
+    assert family.samples[0].labels == {"why": 'a "quoted" \\ back\nslash'}
+
+
+# --- configuration ----------------------------------------------------------------------
+
+def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[drain]\ntimeout_s = -3\n")
+    code, out, err = status("--config", str(bad))
+    assert code == 0 and err == ""
+    line = next(line for line in out.splitlines() if line.startswith("  config: "))
+    assert line.startswith(f"  config: {bad}: invalid: ") and "timeout_s" in line
+    assert out.splitlines()[0].startswith("verdict: ")  # the dry run ran, on defaults
+    code, out, _ = status("--json", "--config", str(bad))
+    data = json.loads(out)
+    assert code == 0
+    assert data["config"]["valid"] is False and data["config"]["path"] == str(bad)
+    assert "timeout_s" in data["config"]["error"]
+    assert "\n" not in data["config"]["error"]
+
+    code, out, _ = status("--prometheus", "--config", str(bad))
+    assert code == 0 and sample(metrics(out), "suspendguard_config_valid") == 0
+
+
+def test_missing_explicit_config_is_invalid_not_fatal(tmp_path: Path, no_bus: str) -> None:
+    code, out, _ = status("--json", "--config", str(tmp_path / "nope.toml"))
+    data = json.loads(out)
+    assert code == 0
+    assert data["config"]["valid"] is False and "not found" in data["config"]["error"]
+
+
+# --- not root ---------------------------------------------------------------------------
+
+def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders) -> None:
+    prefix = nobody_prefix()
+    if prefix is None:
+        pytest.skip("needs root and setpriv or runuser to run as nobody")
+    # Somewhere nobody can read: pytest's tmp_path is root's, mode 0700.
+    folder = Path(tempfile.mkdtemp(prefix="sg-status-nobody-"))
+    try:
+        folder.chmod(0o755)
+        shared_node = folder / "npu0"
+        os.mknod(shared_node, 0o666 | 0o020000, os.stat(node).st_rdev)  # as root: a char node
+        shared_node.chmod(0o666)
+        holders.start(str(shared_node))
+        conf = folder / "config.toml"
+        conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{shared_node}"]\n'
+                        f'[state]\ndir = "{folder / "state"}"\n[idle]\nbackends = []\n')
+        conf.chmod(0o644)
+        (folder / "state").mkdir(mode=0o755)  # root's: readable, not writable, for nobody
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        repo = str(REPO)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "PYTHONPATH": os.pathsep.join([repo, *paths]),
+               "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={folder / 'no-bus'}",
+               "HOME": "/nonexistent"}
+        python = python_for_nobody(prefix, env)
+        if python is None:
+            pytest.skip("no python interpreter that user nobody can run imports suspendguard")
+        proc = subprocess.run([*prefix, python, "-m", "suspendguard", "status", "--json",
+                               "--config", str(conf)],
+                              env=env, capture_output=True, text=True, cwd="/", timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr
+        data = json.loads(proc.stdout)
+        assert data["euid"] != 0
+        assert data["config"]["valid"] is True
+        assert data["scan"]["as_root"] is False
+        assert data["scan"]["unreadable"] > 0
+        assert data["scan"]["note"] == (f"{data['scan']['unreadable']} processes could not be "
+                                        "inspected (not root)")
+        assert data["installation"]["state_dir"]["writable"] is False
+        assert data["logind"]["available"] is False
+
+        human = subprocess.run([*prefix, python, "-m", "suspendguard", "status",
+                                "--config", str(conf)],
+                               env=env, capture_output=True, text=True, cwd="/", timeout=120)
+        assert human.returncode == 0, human.stderr
+        assert "processes could not be inspected (not root)" in human.stdout
+        assert "not writable by this user" in human.stdout
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,142 @@
+"""History: rows per attempt and holder, kill -9 mid-attempt, corruption, read-only dirs."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.holders import Holders
+from helpers.runners import guard
+
+from suspendguard.cli import main
+from suspendguard.errors import NoHistory
+from suspendguard.store.history import History, last_attempt_start
+
+
+def test_attempt_and_holder_rows(make_config: Any, node: str, holders: Holders,
+                                 tmp_path: Path) -> None:
+    _, pid = holders.start(node)
+    cfg = make_config()
+    report = guard(cfg, action="hibernate", origin="unit")
+    with History.open(cfg.state.dir, readonly=True) as h:
+        [attempt] = h.attempts(5)
+    assert attempt.id == report.attempt_id
+    assert attempt.verdict == "allow" and attempt.action == "hibernate"
+    assert attempt.origin == "unit" and not attempt.dry_run
+    assert attempt.config_digest == cfg.digest and attempt.finished is not None
+    [row] = attempt.holders
+    assert row.pid == pid and row.outcome == "exited" and row.action == "drain"
+    assert row.seconds is not None and row.seconds > 0
+    assert last_attempt_start(cfg.state.dir) is not None
+
+
+def test_veto_reasons_are_recorded(make_config: Any, node: str, holders: Holders) -> None:
+    _, pid = holders.start(node, mode="deaf")
+    cfg = make_config()
+    guard(cfg, action="hibernate", origin="unit")
+    with History.open(cfg.state.dir, readonly=True) as h:
+        [attempt] = h.attempts(5)
+    assert attempt.verdict == "veto"
+    assert any(f"pid {pid}" in r for r in attempt.reasons)
+
+
+def test_kill_9_mid_attempt_is_interrupted_next_time(make_config: Any, node: str,
+                                                     holders: Holders, tmp_path: Path) -> None:
+    holders.start(node, mode="slow")
+    cfg = make_config(drain={"timeout_s": 60})
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\ndir = "{cfg.state.dir}"\n'
+                    '[idle]\nbackends = []\n[drain]\ntimeout_s = 60\n')
+    guard_proc = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
+                                   "pre-sleep", "suspend"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            time.sleep(0.1)
+            with contextlib.suppress(NoHistory), History.open(cfg.state.dir, readonly=True) as h:
+                if h.attempts(1) and h.attempts(1)[0].verdict == "running":
+                    break
+        else:
+            raise AssertionError("the guard never began an attempt")
+    finally:
+        guard_proc.send_signal(signal.SIGKILL)
+        guard_proc.wait()
+    with History.open(cfg.state.dir) as h:
+        [attempt] = h.attempts(5)
+        assert attempt.verdict == "interrupted"
+        row = h.conn.execute("SELECT verdict FROM attempts").fetchone()
+        assert row[0] == "interrupted"
+
+
+def test_corrupt_database_is_moved_aside(make_config: Any, tmp_path: Path) -> None:
+    cfg = make_config()
+    state = Path(cfg.state.dir)
+    state.mkdir(parents=True)
+    (state / "history.db").write_bytes(b"this is not a database" * 100)
+    report = guard(cfg, action="hibernate", origin="unit")
+    assert report.verdict.kind == "allow"
+    assert any("moved to" in w for w in report.verdict.warnings)
+    assert list(state.glob("history.db.corrupt-*"))
+    with History.open(cfg.state.dir, readonly=True) as h:
+        assert len(h.attempts()) == 1
+
+
+def test_unwritable_state_dir_keeps_the_verdict(make_config: Any, node: str, holders: Holders,
+                                                tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    _, _pid = holders.start(node)
+    cfg = make_config(state={"dir": str(blocker / "state")})
+    report = guard(cfg, action="hibernate", origin="unit")
+    assert report.verdict.kind == "allow"
+    assert any("history not recorded" in w for w in report.verdict.warnings)
+
+
+def test_history_command_newest_first(make_config: Any, tmp_path: Path) -> None:
+    cfg = make_config()
+    for _ in range(3):
+        guard(cfg, action="hibernate", origin="unit")
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[state]\ndir = "{cfg.state.dir}"\n')
+    out = io.StringIO()
+    assert main(["history", "-n", "2", "--json", "--config", str(conf)], out=out,
+                err=io.StringIO(), environ={}) == 0
+    ids = [a["id"] for a in json.loads(out.getvalue())["attempts"]]
+    assert ids == [3, 2]
+    out = io.StringIO()
+    assert main(["history", "--config", str(conf)], out=out, err=io.StringIO(), environ={}) == 0
+    assert out.getvalue().splitlines()[0].split()[:4] == ["ID", "STARTED", "ACTION", "VERDICT"]
+
+
+def test_history_without_state_is_an_answer(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[state]\ndir = "{tmp_path / "none"}"\n')
+    out = io.StringIO()
+    assert main(["history", "--config", str(conf)], out=out, err=io.StringIO(), environ={}) == 0
+    assert "no history yet" in out.getvalue()
+
+
+def test_schema_is_wal(make_config: Any) -> None:
+    cfg = make_config()
+    guard(cfg, action="hibernate", origin="unit")
+    conn = sqlite3.connect(Path(cfg.state.dir) / "history.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_database_without_its_tables_yet_is_no_history(tmp_path: Path) -> None:
+    # A reader between the first guard's creating the file and its tables.
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    sqlite3.connect(state / "history.db").close()
+    (state / "history.db").chmod(0o600)
+    with pytest.raises(NoHistory, match="no history yet"):
+        History.open(str(state), readonly=True)
