@@ -200,9 +200,8 @@ def _write_down(history: History, attempt_id: int,
     def write(decisions: Sequence[Decision], round_no: int) -> None:
         why = (f"was being sent {r.signame} when this was written; "
                "the guard ended before it recorded the outcome")
-        rows = [HolderResult(d, Outcome("not-signalled", why=why), round_no).row()
-                for d in decisions]
-        rows = [replace(row, outcome="signalled") for row in rows]
+        rows = [replace(HolderResult(d, Outcome("not-signalled"), round_no).row(),
+                        outcome="signalled", why=why) for d in decisions]
         try:
             history.signalling(attempt_id, rows)
         except HistoryError as exc:
