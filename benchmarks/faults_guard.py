@@ -73,7 +73,7 @@ def _until(what: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 def _check(conf: Path) -> tuple[int, dict[str, object], float]:
     start = time.monotonic()
-    status, out = _cli("--config", str(conf), "check", "--json")
+    status, out = _cli("--config", str(conf), "drain", "--yes", "--json")
     return status, json.loads(out), time.monotonic() - start
 
 
@@ -135,7 +135,7 @@ def _killed_mid_drain(how: signal.Signals) -> Callable[[Path], Outcome]:
         node, state, conf = _setup(tmp, timeout_s=20)
         job = _holder(node, tmp, "slow")
         guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
-                                  "check", "--json"], stdout=subprocess.PIPE,
+                                  "drain", "--yes", "--json"], stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, text=True)
         try:
             _until(lambda: bool(_marks(tmp)))
@@ -165,7 +165,7 @@ def two_guards(tmp: Path) -> Outcome:
     _node, _state, second_conf = _setup(tmp, timeout_s=2, deadline_s=6)
     job = _holder(node, tmp, "slow")
     first = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(first_conf),
-                              "check"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              "drain", "--yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _until(lambda: bool(_marks(tmp)))
         status, report, took = _check(second_conf)

@@ -3,7 +3,9 @@
 Every error a user can cause is a :class:`SuspendGuardError`; the CLI prints
 its message as one line and exits with its ``exit_status`` (documented in
 the README's command reference): 2 for usage and configuration, 3 for an
-operational failure, 4 for a configuration root may not trust.
+operational failure, 4 for a configuration root may not trust. A verdict has
+its own: 0 allow, 1 veto, 5 unknown (the guard cannot tell;
+model.VERDICT_EXIT_STATUS).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ EXIT_VETO = 1
 EXIT_USAGE = 2
 EXIT_ERROR = 3
 EXIT_UNTRUSTED = 4
+EXIT_UNKNOWN = 5
 
 
 class SuspendGuardError(Exception):

@@ -15,7 +15,7 @@ DecisionKind = Literal[
     "drain",  # signal it and wait for its exit
     "escalate",  # it ignores the drain signal: signal it, then escalate
     "leave",  # not the guard's business (ignored by a rule, PID 1, the guard itself)
-    "protect",  # a protect rule: veto, the suspend waits for it
+    "protect",  # a protect rule: veto while it runs, never signalled
     "skip-frozen",  # frozen cgroup, in the sleep hook: leave it, with a warning
     "veto-frozen",  # frozen cgroup: it cannot exit until thawed, so veto
     "skip-stopped",  # stopped (SIGSTOP, a debugger), in the sleep hook: leave it, with a warning
@@ -24,7 +24,9 @@ DecisionKind = Literal[
 ]
 OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal"]
 Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
-VerdictKind = Literal["allow", "veto"]
+# unknown: the guard cannot tell (not root and processes it could not inspect,
+# an invalid config, a missing interpreter); never read as allow.
+VerdictKind = Literal["allow", "veto", "unknown"]
 IdleState = Literal["busy", "idle", "unknown"]
 
 # Handlers for these may free device resources behind the driver's back.
@@ -211,13 +213,23 @@ class Outcome:
             return f"exited after {self.seconds:.2f} s"
         return f"{self.kind}: {self.why}" if self.why else self.kind
 
+    def to_json(self) -> dict[str, Any]:
+        """The one JSON form of an outcome, in every command's output."""
+        return {"kind": self.kind, "seconds": self.seconds, "why": self.why}
+
+
+# The exit status of each verdict (errors.EXIT_ALLOW, EXIT_VETO, EXIT_UNKNOWN).
+VERDICT_EXIT_STATUS: dict[VerdictKind, int] = {"allow": 0, "veto": 1, "unknown": 5}
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """allow, veto or unknown, with its reasons (for unknown: why the guard cannot tell)."""
+
     kind: VerdictKind
     reasons: tuple[str, ...]
     warnings: tuple[str, ...] = ()
 
     @property
     def exit_status(self) -> int:
-        return 0 if self.kind == "allow" else 1
+        return VERDICT_EXIT_STATUS[self.kind]

@@ -46,10 +46,11 @@ def node() -> str:
     return sentinel("NODE")
 
 
-def check(conf: Path, *args: str) -> tuple[int, Any]:
-    """The guard as a real process: ``suspendguard check --json``."""
-    proc = subprocess.run([sys.executable, "-m", "suspendguard", "check", "--json", *args,
-                           "--config", str(conf)], capture_output=True, text=True, timeout=60)
+def guard(conf: Path, *args: str) -> tuple[int, Any]:
+    """The guard as a real process: ``suspendguard COMMAND --json``."""
+    proc = subprocess.run([sys.executable, "-m", "suspendguard", *args, "--json",
+                           "--config", str(conf)], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
     return proc.returncode, json.loads(proc.stdout)
 
 
@@ -63,11 +64,11 @@ def test_a_holder_outside_the_suite_is_neither_listed_nor_signalled(
         f"suite that signals holders of this rdev: {marker.read_text()!r}")
 
     proc, pid = holders.start(node)  # the positive control, inside: it must be found and drained
-    code, listed = check(conf, "--dry-run")
+    code, listed = guard(conf, "check")
     assert code == 0, listed
     assert [h["pid"] for h in listed["holders"]] == [pid]
 
-    code, report = check(conf)
+    code, report = guard(conf, "drain", "--yes")
     assert code == 0 and report["verdict"] == "allow", report
     [held] = report["holders"]
     assert held["pid"] == pid and held["outcome"]["kind"] == "exited", held

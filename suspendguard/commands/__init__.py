@@ -1,0 +1,186 @@
+"""The command table: each command's name, help, arguments and exit statuses, and where its code is.
+
+Declaring a command costs only argparse: its implementation (the module
+named in ``target``) is imported by the CLI when, and only when, the command
+runs. ``suspendguard.cli.build_parser()`` turns this table into the parser,
+so the help, the man pages and the shell completion all come from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from suspendguard.model import SLEEP_ACTIONS
+
+Arguments = Callable[[argparse.ArgumentParser], None]
+
+USAGE_EXIT = (2, "bad usage, or the configuration is missing or invalid (one line says which)")
+ERROR_EXIT = (3, "operational error: not root, systemd not running, ...")
+UNTRUSTED_EXIT = (4, "run as root, the configuration (or a file it names) could be changed by "
+                     "others: refused")
+UNKNOWN_EXIT = (5, "unknown: the guard cannot tell (e.g. not root: processes it could not "
+                   "inspect); never read as allow")
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    help: str
+    target: str  # "module:function" under suspendguard.commands, imported when it runs
+    arguments: Arguments
+    exits: tuple[tuple[int, str], ...]
+
+    def epilog(self) -> str:
+        return exits_text(self.exits)
+
+
+def exits_text(exits: tuple[tuple[int, str], ...]) -> str:
+    return "exit status:\n" + "\n".join(f"  {code}  {text}" for code, text in exits)
+
+
+def _json(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--json", action="store_true", help=f"print {what} as JSON (stable keys)")
+
+
+def _wide(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wide", action="store_true",
+                   help="print every table cell whole (default: fit the terminal, cut with …)")
+
+
+def _check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dry-run", action="store_true",
+                   help="accepted for compatibility: check never sends a signal")
+    _json(p, "the report")
+    _wide(p)
+
+
+def _drain(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--yes", action="store_true",
+                   help="do not ask: signal the holders listed (needed without a terminal)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="signal nobody: only show who would be signalled (the same as check)")
+    _json(p, "the report")
+    _wide(p)
+
+
+def _pre_sleep(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", nargs="?", default="suspend", choices=SLEEP_ACTIONS,
+                   metavar="ACTION",
+                   help="suspend | hibernate | hybrid-sleep | suspend-then-hibernate")
+    _json(p, "the report")
+
+
+def _suspend(p: argparse.ArgumentParser) -> None:
+    kind = p.add_mutually_exclusive_group()
+    for action in SLEEP_ACTIONS[1:]:
+        kind.add_argument(f"--{action}", dest="action", action="store_const", const=action,
+                          help=f"{action} instead of suspend")
+    p.set_defaults(action="suspend")
+    p.add_argument("--dry-run", action="store_true",
+                   help="do not sleep: show what the guard would do now (the check report)")
+
+
+def _nothing(p: argparse.ArgumentParser) -> None:
+    return None
+
+
+def _history(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", type=int, default=20, metavar="N", help="how many (default 20)")
+    _json(p, "the attempts")
+    _wide(p)
+
+
+def _logs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="files or folders (default: [logs] paths)")
+    p.add_argument("--unit", action="append", metavar="UNIT",
+                   help="also read this systemd unit's journal (the job's own output); repeatable")
+    p.add_argument("--since", metavar="T", help="ISO 8601 time, or last-attempt")
+    p.add_argument("--until", metavar="T", help="ISO 8601 time")
+    _json(p, "the findings")
+
+
+def _status(p: argparse.ArgumentParser) -> None:
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the report as JSON (stable keys)")
+    fmt.add_argument("--prometheus", action="store_true",
+                     help="print the report in the Prometheus text exposition format")
+    _wide(p)
+
+
+def _install(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", metavar="DIR",
+                   help="stage into DIR (same layout under DIR; systemctl is never called)")
+    p.add_argument("--no-enable", action="store_true", help="do not enable the units")
+    p.add_argument("--python", metavar="PATH",
+                   help="the units' interpreter (default: this one; with --root: /usr/bin/python3)")
+    p.add_argument("--force", action="store_true",
+                   help="accept an interpreter under /tmp, /var/tmp or a home directory")
+
+
+def _uninstall(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", metavar="DIR", help="remove what install staged under DIR")
+    p.add_argument("--purge", action="store_true",
+                   help="also remove the config file and the history (kept by default)")
+
+
+def _sleep_hook(p: argparse.ArgumentParser) -> None:
+    p.add_argument("phase", choices=("pre", "post"), help="pre: before the sleep; post: after")
+    p.add_argument("action", nargs="?", default="suspend", metavar="ACTION",
+                   help="the sleep action systemd-sleep names (default suspend)")
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("check", "find holders and tell what the guard would do now; never signals",
+            "check:check", _check,
+            ((0, "the guard would allow a suspend now"),
+             (1, "the guard would veto a suspend now (the reasons say why)"),
+             USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT, UNKNOWN_EXIT)),
+    Command("drain", "stop the holders now (SIGINT, after a confirmation) and give the verdict",
+            "drain:drain", _drain,
+            ((0, "drained: the accelerator is free (allow)"),
+             (1, "not free: vetoed, or the question was answered no (nobody signalled)"),
+             (2, "bad usage or configuration, or no terminal to ask on and no --yes"),
+             ERROR_EXIT, UNTRUSTED_EXIT, UNKNOWN_EXIT)),
+    Command("suspend", "ask logind to sleep and report what really happened",
+            "suspend:suspend", _suspend,
+            ((0, "slept and resumed (with --dry-run: the guard would allow)"),
+             (1, "vetoed by the guard (with --dry-run: the guard would veto)"),
+             USAGE_EXIT,
+             (3, "logind or systemd refused or failed, or the sleep failed after the guard "
+                 "allowed it"),
+             UNTRUSTED_EXIT)),
+    Command("pre-sleep", "the veto unit's step: run the guard before ACTION",
+            "check:pre_sleep", _pre_sleep,
+            ((0, "allow: the suspend goes on"),
+             (1, "veto: the unit fails, so systemd refuses the suspend"),
+             USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT,
+             (5, "unknown: the unit fails, so systemd refuses the suspend"))),
+    Command("config", "print the effective configuration as TOML",
+            "config:command", _nothing, ((0, "printed"), USAGE_EXIT, UNTRUSTED_EXIT)),
+    Command("history", "list recorded suspend attempts, newest first",
+            "history:history", _history,
+            ((0, "listed (or nothing recorded yet)"), USAGE_EXIT,
+             (3, "the history cannot be read"), UNTRUSTED_EXIT)),
+    Command("logs", "scan Ascend device logs for documented failures",
+            "logs:command", _logs,
+            ((0, "no documented failure found"),
+             (1, "documented failures found (like grep)"),
+             (2, "bad usage, or a PATH that does not exist or cannot be read (it says which)"),
+             UNTRUSTED_EXIT)),
+    Command("status", "accelerators, holders, verdict, installation, logind, history",
+            "status:command", _status, ((0, "the report was made"), USAGE_EXIT, UNTRUSTED_EXIT)),
+    Command("install", "install the veto units, the sleep hook and a default config",
+            "install:command_install", _install, ((0, "installed"), USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
+    Command("uninstall", "remove what install put in place",
+            "install:command_uninstall", _uninstall,
+            ((0, "removed"), USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
+    Command("sleep-hook", "called by systemd-sleep: sleep-hook pre|post ACTION",
+            "sleep_hook:command", _sleep_hook,
+            ((0, "always once it ran (systemd-sleep ignores a hook's status)"),
+             (2, "bad usage or configuration"), UNTRUSTED_EXIT)),
+)
+
+BY_NAME = {c.name: c for c in COMMANDS}

@@ -1,4 +1,8 @@
-"""The guard's run as a command: ``check`` (by hand, or a dry run) and ``pre-sleep`` (the veto unit)."""
+"""The guard's run as a command: ``check`` (always a dry run) and ``pre-sleep`` (the veto unit).
+
+``drain`` (:mod:`.drain`) is the real run from a shell; it shares
+:func:`run_guard` with these two.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,13 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import TYPE_CHECKING
 
+from suspendguard.commands.context import Context
+from suspendguard.guard.layout import terminal_width
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
-
-if TYPE_CHECKING:
-    from suspendguard.commands.context import Context
 
 
 @contextmanager
@@ -41,11 +43,14 @@ def _sigterm_cancels() -> Iterator[Cancel]:
         cancel.close()
 
 
-def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool) -> int:
+def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool,
+              wide: bool = False) -> int:
+    """The pipeline, recorded unless a dry run; the report printed (fitted to the
+    terminal unless ``wide``); its exit status."""
     config = ctx.config()
-    # On a terminal the report already says what the log lines would; keep
-    # the errors and warnings, drop the chatter.
-    log = Logger(ctx.err, ctx.environ, quiet=dry_run and not as_json)
+    # A dry run's report (text or JSON) already says what the log lines would;
+    # a would-be veto is no error of this command, so nothing goes to stderr.
+    log = Logger(ctx.err, ctx.environ, quiet=dry_run)
     with _sigterm_cancels() as cancel:
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
@@ -54,13 +59,15 @@ def _run(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: 
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")
     else:
-        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ)
+        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
+               width=None if wide else terminal_width(ctx.environ, ctx.out))
     return report.verdict.exit_status
 
 
 def check(args: argparse.Namespace, ctx: Context) -> int:
-    return _run(ctx, args.dry_run, None, "cli", args.json)
+    # Read-only whatever the flags: --dry-run is only still accepted.
+    return run_guard(ctx, True, None, "cli", args.json, getattr(args, "wide", False))
 
 
 def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
-    return _run(ctx, False, args.action, "unit", args.json)
+    return run_guard(ctx, False, args.action, "unit", args.json)

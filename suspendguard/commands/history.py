@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from typing import TYPE_CHECKING
 
 from suspendguard.errors import NoHistory, UsageError
-from suspendguard.guard.render import table
+from suspendguard.guard.layout import table, terminal_width, when
 from suspendguard.store.history import History
 
 if TYPE_CHECKING:
@@ -49,7 +48,7 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "HOLDERS", "FIRST REASON")]
     for a in attempts:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.started))
+        started = when(a.started)
         action = a.action or ("dry run" if a.dry_run else "check")
         seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
         drained = sum(1 for h in a.holders if h.outcome == "exited")
@@ -58,8 +57,9 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
         if a.findings:
             rules = sorted({str(f["rule"]) for f in a.findings})
             first = (first + "; " if first else "") + "after resume: " + ", ".join(rules)
-        rows.append((str(a.id), started, action, a.verdict, seconds, holders, first[:80]))
-    ctx.out.write("\n".join(table(rows, indent="")) + "\n")
+        rows.append((str(a.id), started, action, a.verdict, seconds, holders, first))
+    width = None if getattr(args, "wide", False) else terminal_width(ctx.environ, ctx.out)
+    ctx.out.write("\n".join(table(rows, indent="", width=width, flex=(6, 2))) + "\n")
     return 0
 
 

@@ -1,7 +1,8 @@
 """``suspendguard install`` and ``suspendguard uninstall [--purge]``, live or under ``--root DIR``.
 
 Exit 0 when done; 3 (one line) when the running system cannot take it:
-not root, or systemd not running.
+not root, or systemd not running, or an interpreter that would not last or
+cannot run the guard.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import os
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config, load, resolve_path
-from suspendguard.errors import UsageError
+from suspendguard.errors import InstallError, UsageError
 from suspendguard.install.files import Tree, check_live_system, check_root, install, uninstall
+from suspendguard.install.interpreter import choose, probe, refuse_unsafe
 
 
 def _root_of(args: argparse.Namespace) -> str | None:
@@ -49,10 +51,17 @@ def command_install(args: argparse.Namespace, ctx: Context) -> int:
     if root is None:
         check_live_system()
     tree = Tree(root) if root is not None else None
+    python = choose(getattr(args, "python", None), staged=root is not None)
+    refuse_unsafe(python, getattr(args, "force", False))
+    if root is None:
+        # A unit whose interpreter cannot run the guard fails every suspend.
+        found = probe(python)
+        if not found.usable:
+            raise InstallError(f"the units' interpreter {python} {found.reason}")
     config, config_path, explicit = _config_for(ctx, tree)
     install(
         root, config, config_path, explicit,
-        enable=not getattr(args, "no_enable", False), out=ctx.out,
+        enable=not getattr(args, "no_enable", False), python=python, out=ctx.out,
     )
     return 0
 

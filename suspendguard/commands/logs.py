@@ -1,10 +1,13 @@
 """``suspendguard logs [PATH ...] [--unit UNIT ...] [--since T] [--until T] [--json]``.
 
-Exit 0 when the scan ran, findings or not (a finding is information, not a
-failure of the command), and when a unit's journal is not available (a
-note); 2 on bad usage. ``--since last-attempt`` reads device logs the way
-the after-resume check does: from ``[logs] clock_slack_s`` before the
-attempt's start, findings stamped before it marked as such.
+Exit statuses like grep's, so cron or a monitoring check can alert on them:
+0 no documented failure found (a unit's journal that is not available is a
+note, not a failure), 1 findings, 2 bad usage or a PATH given on the
+command line that does not exist or cannot be read (one line on stderr
+names it; the report of what could be read is printed all the same).
+``--since last-attempt`` reads device logs the way the after-resume check
+does: from ``[logs] clock_slack_s`` before the attempt's start, findings
+stamped before it marked as such.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from typing import Any, TextIO
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
-from suspendguard.errors import UsageError
-from suspendguard.logs.finding import Finding
+from suspendguard.errors import EXIT_USAGE, UsageError
+from suspendguard.logs.finding import Finding, Skipped
 from suspendguard.logs.journal import UnitJournal, read_unit, unit_name
 from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import SearchReport, search
@@ -90,7 +93,10 @@ def _human(logs: LogsReport, out: TextIO, since: datetime | None) -> None:
     for f in logs.findings:
         groups.setdefault(f.rule, []).append(f)
     if not groups:
-        out.write("No documented failure found.\n")
+        # Never "none found" about what could not be read: exit status 2 names it.
+        nothing = "No documented failure found" if report.files_read or logs.journals else \
+            "Nothing was read"
+        out.write(f"{nothing}.\n")
     for rule_id, found in sorted(groups.items(), key=lambda kv: list(BY_ID).index(kv[0])):
         rule = BY_ID[rule_id]
         times = sorted(f.time for f in found if f.time)
@@ -185,4 +191,20 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         ctx.out.write("\n")
     else:
         _human(logs, ctx.out, since)
-    return 0
+    return exit_status(report, logs.findings, list(args.paths or ()), ctx)
+
+
+def _partly_read(skipped: Skipped) -> bool:
+    """A note about a file that was read (some lines left out), not a refusal to read it."""
+    return skipped.reason.startswith("only the last ") or " line(s) " in skipped.reason
+
+
+def exit_status(report: SearchReport, findings: Sequence[Finding], paths: Sequence[str],
+                ctx: Context) -> int:
+    """2 when a PATH typed on the command line was not read; else 1 with findings, 0 without."""
+    unread = [s for s in report.skipped if s.path in paths and not _partly_read(s)]
+    for s in unread:
+        ctx.err.write(f"suspendguard: logs: {s.path}: {s.reason}\n")
+    if unread:
+        return EXIT_USAGE
+    return 1 if findings else 0

@@ -78,8 +78,9 @@ def pre(config: Config, action: str, log: Logger) -> int:
     history = _open(config, log)
     if history is not None:
         note = "fallback drain from the sleep hook (veto unit did not run)"
-        if report.verdict.kind == "veto":
-            note += "; would have vetoed, but a hook cannot stop the suspend"
+        if report.verdict.kind != "allow":
+            note += (f"; would have refused it ({report.verdict.kind}), but a hook cannot "
+                     "stop the suspend")
         history.record_event("pre", action, note, report.attempt_id)
         history.close()
     return 0

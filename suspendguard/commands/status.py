@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 
 from suspendguard.commands.context import Context
+from suspendguard.guard.layout import terminal_width
 from suspendguard.status.collect import collect
 from suspendguard.status.model import Status
 from suspendguard.status.prometheus import exposition
@@ -33,5 +34,6 @@ def command(args: argparse.Namespace, ctx: Context,
         ctx.out.write(exposition(status))
     else:
         colour = ctx.out.isatty() and "NO_COLOR" not in ctx.environ
-        render(status, ctx.out, colour)
+        width = None if getattr(args, "wide", False) else terminal_width(ctx.environ, ctx.out)
+        render(status, ctx.out, colour, width)
     return 0

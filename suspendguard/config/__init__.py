@@ -7,10 +7,11 @@ loader, the printer and the README check all read the same table. The
 dataclasses are the source rather than the table because they are what the
 code reads, and mypy checks every use of a key against them.
 
-schema.py: the table; validate.py: one value of each kind; load.py: the
+schema.py: the table; budget.py: how the deadline is shared; validate.py: one value of each kind; load.py: the
 file read and validated into a Config (effective.py); render.py: TOML out.
 """
 
+from suspendguard.config.budget import ANSWER_MARGIN_S, idle_reserve_s
 from suspendguard.config.effective import Config
 from suspendguard.config.load import DEFAULT_PATH, ENV_VAR, build, defaults, load, resolve_path
 from suspendguard.config.render import commented_default, to_toml
@@ -31,8 +32,9 @@ from suspendguard.config.schema import (
 )
 
 __all__ = [
-    "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS", "SCHEMA",
+    "ANSWER_MARGIN_S", "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS", "SCHEMA",
     "Config", "DevicesConfig", "DrainConfig", "EscalationStep", "Family", "IdleConfig",
     "LogsConfig", "PolicyConfig", "Rule", "StateConfig",
-    "build", "commented_default", "defaults", "load", "resolve_path", "to_toml",
+    "build", "commented_default", "defaults", "idle_reserve_s", "load", "resolve_path",
+    "to_toml",
 ]

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from suspendguard.config.budget import ANSWER_MARGIN_S, IDLE_MARGIN_S, needed_s
 from suspendguard.config.effective import Config
 from suspendguard.config.render import to_toml
 from suspendguard.config.schema import SCHEMA, SECTIONS
@@ -160,11 +161,22 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
             f"{_where(path, 'drain', 'timeout_s', text)}: "
             f"expected a number > 0, got {drain['timeout_s']}"
         )
-    if drain["deadline_s"] <= drain["timeout_s"]:
+    idle = values["idle"]
+    waits = [step.wait_s for step in drain["escalate"]]
+    needed = needed_s(drain["timeout_s"], waits, bool(idle["backends"]), idle["settle_s"],
+                      idle["command_timeout_s"])
+    if drain["deadline_s"] < needed:
+        parts = ["[drain] timeout_s"]
+        if waits:
+            parts.append("the [drain] escalate waits")
+        if idle["backends"]:
+            parts.append("[idle] settle_s and command_timeout_s (with [idle] backends "
+                         f"set; +{IDLE_MARGIN_S:g} s)")
+        parts.append(f"{ANSWER_MARGIN_S:g} s to answer")
         raise ConfigError(
-            f"{_where(path, 'drain', 'deadline_s', text)}: "
-            f"expected a number greater than [drain] timeout_s ({drain['timeout_s']}), "
-            f"got {drain['deadline_s']}"
+            f"{_where(path, 'drain', 'deadline_s', text)}: expected at least {needed:g} "
+            f"({' + '.join(parts)}), got {drain['deadline_s']:g}: raise deadline_s or "
+            "lower timeout_s"
         )
     problem = state_dir_problem(values["state"]["dir"])
     if problem:

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 from suspendguard import __version__
 from suspendguard.cli import build_parser
+from suspendguard.commands import COMMANDS
 from suspendguard.config import DEFAULT_PATH, DEFAULT_STATE_DIR, ENV_VAR
 from suspendguard.docs import roff
-from suspendguard.errors import EXIT_ALLOW, EXIT_ERROR, EXIT_USAGE, EXIT_VETO
 from suspendguard.install.manifest import MANIFEST_PATH
 from suspendguard.install.templates import HOOK_PATH, UNIT_TEMPLATE
 from suspendguard.store.history import DB_NAME
@@ -38,17 +38,16 @@ DESCRIPTION = roff.paragraphs(
     sends no signal. The configuration is described in suspendguard.toml(5).""",
 )
 
-EXIT_STATUS = "\n".join([
-    roff.tagged(roff.bold(str(EXIT_ALLOW)), "Success; for `check` and `pre-sleep`: the suspend may go on."),
-    roff.tagged(roff.bold(str(EXIT_VETO)), "`check` and `pre-sleep`: the suspend is vetoed."),
-    roff.tagged(roff.bold(str(EXIT_USAGE)),
-                "Bad usage or an invalid configuration: one line on stderr names the file, key or option."),
-    roff.tagged(roff.bold(str(EXIT_ERROR)),
-                "An operational error: not root, systemd not running, a file that cannot be written."),
-    ".PP",
-    roff.code("`sleep-hook` always exits 0 (systemd-sleep ignores a hook's status); `status` exits 0 "
-              "whenever the report was made."),
-])
+def _exit_status() -> str:
+    """Each command's exit statuses, from the same table its --help epilog is made of."""
+    lines = []
+    for command in COMMANDS:
+        codes = "; ".join(f"{code}: {text}" for code, text in command.exits)
+        lines.append(roff.tagged(roff.bold(command.name), codes))
+    return "\n".join(lines)
+
+
+EXIT_STATUS = _exit_status()
 
 ENVIRONMENT = "\n".join([
     roff.tagged(roff.bold(ENV_VAR),

@@ -35,6 +35,10 @@ Log = Callable[[str], None]
 NO_PIDFD = -1
 POLL_S = 0.01
 
+# The scan before the drain eats into the deadline too; a cut below this is
+# that, not worth a warning.
+CUT_TOLERANCE_S = 0.1
+
 _GONE = Outcome("gone-before-signal", why="exited before the signal")
 
 
@@ -51,6 +55,8 @@ class _Target:
 @dataclass(frozen=True, slots=True)
 class DrainResult:
     outcomes: dict[HolderId, Outcome]
+    wait_s: float = 0.0  # how long the wait after the signal could last
+    shortened: bool = False  # the deadline cut that wait below ``timeout_s``
 
 
 def _pidfd_open(pid: int) -> int:
@@ -144,6 +150,7 @@ def drain(
     """
     proc = proc or ProcFS()
     result = DrainResult({})
+    wait_s, shortened = 0.0, False
     # Keyed by pidfd; holders without one get negative keys of their own.
     targets: dict[int, _Target] = {}
     for holder in holders:
@@ -160,11 +167,16 @@ def drain(
                 result.outcomes[holder_id(target.holder)] = _GONE
                 _close(target.pidfd)
                 del targets[key]
+        now = clock()
+        until = min(now + timeout_s, deadline)
+        wait_s = max(0.0, until - now)
+        shortened = until < now + timeout_s - CUT_TOLERANCE_S
         if targets:
             names = ", ".join(f"{t.holder.pid} {t.holder.comm}" for t in targets.values())
-            log(f"sent {signame} to {len(targets)} holder(s): {names}")
-        _wait(targets, result, min(clock() + timeout_s, deadline), cancel, log,
-              progress_every_s, clock)
+            cut = f" (cut from {timeout_s:g} s to end within the deadline)" if shortened else ""
+            log(f"sent {signame} to {len(targets)} holder(s): {names}; "
+                f"waiting up to {wait_s:.1f} s{cut}")
+        _wait(targets, result, until, cancel, log, progress_every_s, clock)
         for step in escalate:
             if not targets or (cancel and cancel.cancelled) or clock() >= deadline:
                 break
@@ -185,7 +197,7 @@ def drain(
     finally:
         for target in targets.values():
             _close(target.pidfd)
-    return result
+    return DrainResult(result.outcomes, wait_s, shortened)
 
 
 def _wait(

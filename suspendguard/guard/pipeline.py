@@ -12,18 +12,27 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Literal
 
-from suspendguard.config import FAMILIES, Config, IdleConfig
+from suspendguard.config import ANSWER_MARGIN_S, FAMILIES, Config, IdleConfig, idle_reserve_s
 from suspendguard.errors import HistoryError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors
 from suspendguard.guard.render import log_verdict
-from suspendguard.guard.report import HolderResult, Report
+from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
 from suspendguard.guard.rounds import Rounds
 from suspendguard.guard.scan import describe_process, scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
-from suspendguard.model import Decision, Holder, Outcome, ScanResult, Verdict, holder_id
+from suspendguard.model import (
+    Decision,
+    Holder,
+    Outcome,
+    ScanResult,
+    Unavailable,
+    Verdict,
+    holder_id,
+)
 from suspendguard.store import lock as guard_lock
 from suspendguard.store.history import History
 from suspendguard.system import children
@@ -92,7 +101,7 @@ def _run(
     started_wall = time.time()
     start = clock()
     # Leave time to record and answer before systemd's TimeoutStartSec.
-    deadline = start + config.drain.deadline_s - 2.0
+    deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
                clock=clock)
@@ -106,7 +115,7 @@ def _run(
 
     history: History | None = None
     attempt_id: int | None = None
-    history_note = ""
+    recorded: Literal["recorded"] | Unavailable = RECORDED
     if record:
         try:
             # The lock wait too ends inside the deadline (History wants a monotonic time).
@@ -115,14 +124,14 @@ def _run(
             r.warnings.extend(history.warnings)
             attempt_id = history.begin(action, origin, dry_run, config.digest, started_wall)
         except HistoryError as exc:
-            history_note = f"not recorded: {exc}"
+            recorded = Unavailable(str(exc))
             if not dry_run:
                 r.warnings.append(f"history not recorded: {exc}")
             if history is not None:
                 history.close()
                 history = None
     else:
-        history_note = "not recorded"
+        recorded = Unavailable("a dry run records nothing" if dry_run else "not asked to")
 
     if history is not None and attempt_id is not None:
         r.before_signal = _write_down(history, attempt_id, r)
@@ -138,42 +147,53 @@ def _run(
     # PID 1 is never signalled whatever it holds; some containers refuse
     # reading it even to root, which is worth counting but not a warning.
     refused = [p for p in scan.unreadable_pids if p != 1]
-    if refused:
+    unknown: list[str] = []
+    if refused and os.geteuid() != 0:
+        # Any of them may hold a node: the guard cannot say allow.
+        n = len(refused)
+        unknown.append(f"run as root: {n} process{'es' if n != 1 else ''} could not be "
+                       "inspected (any of them may hold an accelerator node)")
+    elif refused:
         pids = ", ".join(str(p) for p in refused[:10])
         r.warnings.append(f"{len(refused)} process(es) could not be inspected "
-                          f"(permission denied{'' if os.geteuid() == 0 else '; not root'}): {pids}")
+                          f"(permission denied): {pids}")
     seen = {holder_id(h) for h in scan.holders}
     to_drain = r.admit(r.decide(scan.holders))
     certain_veto = bool(r.reasons)
     if to_drain:
-        idle_reserve = config.idle.settle_s + config.idle.command_timeout_s + 1.0
+        # Time for the idle check only when one will run (config/budget.py).
+        idle_reserve = idle_reserve_s(config.idle.settle_s, config.idle.command_timeout_s) \
+            if idle_check is not None and inventory.nodes else 0.0
         r.drain(to_drain, seen, inventory, idle_reserve)
 
-    idle: IdleReport | None = None
-    idle_skipped = ""
+    idle: IdleReport | IdleSkipped
     if not inventory.nodes:
-        idle_skipped = "no accelerator nodes found"
+        idle = IdleSkipped("none", "no accelerator nodes found")
     elif idle_check is None:
-        idle_skipped = "no idle backend for the nodes found (" + \
-            ", ".join(inventory.families()) + ")"
+        idle = IdleSkipped("none", "no idle backend for the nodes found ("
+                           + ", ".join(inventory.families()) + ")")
     elif certain_veto and not dry_run:
-        idle_skipped = "skipped: the verdict was already veto"
+        idle = IdleSkipped("skipped", "the verdict was already veto")
     elif r.cancelled:
-        idle_skipped = "skipped: the guard was stopped"
+        idle = IdleSkipped("skipped", "the guard was stopped")
     else:
         idle = idle_check(config.idle, inventory.families(), max(deadline, clock() + 0.5))
         idle = _fold_idle(r, idle, idle_check, inventory.families())
 
     if r.cancelled:
         r.reasons.append(f"the guard was stopped ({r.cancel_reason}) before it finished")
-    verdict = Verdict("veto" if r.reasons else "allow", tuple(r.reasons), tuple(r.warnings))
+    if r.reasons:  # a veto is certain whatever the uninspected processes hold
+        verdict = Verdict("veto", tuple(r.reasons), (*unknown, *r.warnings))
+    elif unknown:
+        verdict = Verdict("unknown", tuple(unknown), tuple(r.warnings))
+    else:
+        verdict = Verdict("allow", (), tuple(r.warnings))
     order = {holder_id(h): i for i, h in enumerate(scan.holders)}
     holders = tuple(sorted(r.results.values(),
                            key=lambda hr: (hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
     duration = clock() - start
     report = Report(verdict, dry_run, action, origin, inventory, holders, scan.unreadable, idle,
-                    started_wall, duration, attempt_id, history_note, can_veto, idle_skipped,
-                    scan.unreadable_pids)
+                    started_wall, duration, attempt_id, recorded, can_veto, scan.unreadable_pids)
     # The verdict line first: it is what the operator and the journal wait
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
@@ -183,7 +203,7 @@ def _run(
                            [h.row() for h in holders])
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
-            report = replace(report, history_note=f"not recorded: {exc}", verdict=replace(
+            report = replace(report, history=Unavailable(str(exc)), verdict=replace(
                 verdict, warnings=(*verdict.warnings, f"history not recorded: {exc}")))
         finally:
             history.close()

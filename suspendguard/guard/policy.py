@@ -111,52 +111,64 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_fr
           label: str) -> tuple[DecisionKind, str]:
     """What follows from the rule's action, the holder's cgroup and its signal masks."""
     if action == "protect":
-        return "protect", f"{label} is protected by {rule}: the suspend waits for it"
+        return "protect", (f"{label} is protected by {rule}: veto while it runs; stop it "
+                           "before suspending, or change the rule")
     if action in ("ignore", "never"):
         return "leave", ""
     if holder.frozen and skip_frozen:
         return "skip-frozen", (f"{label} is in a frozen cgroup: skipped (a signal would stay "
-                               "pending until it is thawed)")
+                               "pending until it is thawed); stop it before the next suspend")
     if holder.frozen:
-        return "veto-frozen", (f"{label} is in a frozen cgroup: it cannot exit until thawed"
-                               + _thaw_step(holder.thaw))
+        return "veto-frozen", (f"{label} is in a frozen cgroup: it cannot exit until thawed; "
+                               + _thaw_step(holder))
     if holder.stopped and skip_frozen:
         return "skip-stopped", (f"{label} is {_stopped_how(holder.stopped)}: skipped (a signal "
-                                "would stay pending until it continues)")
+                                "would stay pending until it continues); stop it before the "
+                                "next suspend")
     if holder.stopped:
         return "veto-stopped", (
             f"{label} is {_stopped_how(holder.stopped)}: a signal would stay pending and end it "
             "when it continues, after this suspend was refused; "
             + ("detach the debugger" if holder.stopped == "t" else f"continue it (kill -CONT "
-               f"{holder.pid})") + " or end it yourself, then suspend again")
+               f"{holder.pid})") + " or stop it yourself, then suspend again")
     if holder.disposition(signal.Signals[drain.signal]) != "ignored":
         return "drain", ""
     if drain.on_sigint_ignored == "veto":
         return "veto-sigint-ignored", sigint_ignored_reason(holder, drain.signal)
     if drain.on_sigint_ignored == "escalate":
         if not drain.escalate:
-            return "veto-sigint-ignored", (sigint_ignored_reason(holder, drain.signal)
-                                           + " and [drain] escalate is empty")
+            return "veto-sigint-ignored", sigint_ignored_reason(
+                holder, drain.signal, "[drain] on_sigint_ignored is escalate but [drain] "
+                "escalate is empty: add steps such as \"SIGTERM:10\"")
         return "escalate", ""
     return "drain", ""  # signal-anyway
 
 
-def _thaw_step(thaw: str) -> str:
-    if not thaw:
-        return ""
-    value = "THAWED" if thaw.endswith("freezer.state") else "0"
-    return f"; thaw it (echo {value} > {thaw}) or end it yourself, then suspend again"
+def _thaw_step(holder: Holder) -> str:
+    """How to thaw a frozen holder: its v1 freezer's file, or systemd's unit, else the cgroup's."""
+    if holder.thaw.endswith("freezer.state"):
+        return f"thaw it (echo THAWED > {holder.thaw}) or stop it"
+    if holder.unit:
+        return f"thaw it (systemctl thaw {holder.unit}) or stop it"
+    if holder.thaw:
+        return f"thaw it (echo 0 > {holder.thaw}) or stop it"
+    return "thaw it (systemctl thaw UNIT) or stop it"
 
 
 def _stopped_how(state: str) -> str:
     return "stopped by a debugger (state t)" if state == "t" else "stopped (SIGSTOP, state T)"
 
 
-def sigint_ignored_reason(holder: Holder, signame: str) -> str:
-    return (
-        f"pid {holder.pid} {holder.comm} ignores {signame} (SIG_IGN inherited, e.g. started "
-        f"with & from a script or under nohup): kill -{int(signal.Signals[signame])} cannot stop it"
-    )
+def sigint_ignored_reason(holder: Holder, signame: str, next_step: str = "") -> str:
+    """Why a holder that ignores the drain signal vetoes, and what to do about it."""
+    num = int(signal.Signals[signame])
+    # SigIgn alone cannot tell who set it: the program, or a parent before exec.
+    why = ("set by the program, or inherited from a parent that ignored it, e.g. `&` in a "
+           "script or nohup")
+    step = next_step or (f"stop it yourself (kill -TERM {holder.pid}), start it so it takes "
+                         f"{signame}, or set [drain] on_sigint_ignored")
+    return (f"pid {holder.pid} {holder.comm} ignores {signame} ({why}): kill -{num} cannot "
+            f"stop it; {step}")
 
 
 def unsignalled(decision: Decision, signame: str) -> Outcome:

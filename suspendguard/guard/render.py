@@ -1,4 +1,4 @@
-"""The report as text: the terminal view (verdict first, then short tables) and the journal line."""
+"""The report as text: the verdict first, then the tables every command shares, and the journal line."""
 
 from __future__ import annotations
 
@@ -6,23 +6,17 @@ import os
 from collections.abc import Sequence
 from typing import TextIO
 
-from suspendguard.guard.report import Report
-from suspendguard.model import Holder
+from suspendguard.guard.layout import table
+from suspendguard.guard.report import HolderResult, Report
+from suspendguard.idle.base import IdleReport
+from suspendguard.model import Holder, Node, Verdict
 from suspendguard.system.log import Logger
 from suspendguard.system.terminal import safe
 
-_COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "warn": "\033[33m"}
+_COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "unknown": "\033[31;1m",
+            "warn": "\033[33m"}
 _RESET = "\033[0m"
-
-
-def table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    """Aligned columns; every cell made safe for a terminal (see system/terminal.py)."""
-    if not rows:
-        return []
-    rows = [[safe(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
-            for r in rows]
+HEADS = {"allow": "ALLOW", "veto": "VETO", "unknown": "UNKNOWN"}
 
 
 def short_command(holder: Holder) -> str:
@@ -37,63 +31,99 @@ def paint(text: str, kind: str, colour: bool) -> str:
     return f"{_COLOURS[kind]}{text}{_RESET}" if colour else text
 
 
-def render(report: Report, out: TextIO, colour: bool = False) -> None:
-    v = report.verdict
-    mode = "dry run" if report.dry_run else (report.action or "check")
-    head = "ALLOW" if v.kind == "allow" else "VETO"
-    if v.kind == "veto" and not report.can_veto:
+def verdict_lines(v: Verdict, mode: str, colour: bool, advisory: bool = False,
+                  lead: bool = True) -> list[str]:
+    """The verdict, its reasons (-) and warnings (!); an unknown leads with why
+    (unless ``lead`` is False: a line above already says it)."""
+    head = HEADS[v.kind]
+    if v.kind == "veto" and advisory:
         head = "VETO (advisory: a sleep hook cannot stop the suspend)"
-    # Reasons, notes and commands carry text any user can set: each line is
-    # made safe below, and the few painted ones here, before their colour.
-    lines = [f"verdict: {paint(head, v.kind, colour)} ({safe(mode)})"]
-    lines += [f"  - {safe(r)}" for r in v.reasons]
+    # Reasons and warnings carry names and commands any user can set: each is
+    # made safe for the terminal (system/terminal.py) before it is painted.
+    lines = []
+    mode = safe(mode)
+    if v.kind == "unknown" and lead:
+        first, *rest = v.reasons or ("the guard cannot tell",)
+        lines.append(f"{paint('UNKNOWN', 'unknown', colour)}: {safe(first)}")
+        lines += [f"  - {safe(r)}" for r in rest]
+        lines.append(f"verdict: {paint(head, v.kind, colour)} ({mode}): never read as allow "
+                     "(exit status 5)")
+    else:
+        tail = ": never read as allow (exit status 5)" if v.kind == "unknown" else ""
+        lines.append(f"verdict: {paint(head, v.kind, colour)} ({mode}){tail}")
+        lines += [f"  - {safe(r)}" for r in v.reasons]
     lines += [f"  ! {paint(safe(w), 'warn', colour)}" for w in v.warnings]
-    painted = len(lines)
-    if v.kind == "allow" and not v.reasons and not report.holders:
+    return lines
+
+
+def device_lines(nodes: Sequence[Node], families: Sequence[str], width: int | None,
+                 title: str = "devices") -> list[str]:
+    if not nodes:
+        return [f"{title}: no accelerator nodes found"]
+    rows = [("NODE", "FAMILY", "ROLE", "IDENTITY")]
+    rows += [(n.path, n.family, n.role, n.identity) for n in nodes]
+    return [f"{title}: {', '.join(families)}, {len(nodes)} node(s)",
+            *table(rows, width=width, flex=(0,))]
+
+
+def holder_lines(holders: Sequence[HolderResult], width: int | None,
+                 title: str = "holders") -> list[str]:
+    """One row per holder, then each distinct rule once with its pids, then per-holder notes."""
+    if not holders:
+        return [f"{title}: none"]
+    rows = [("PID", "USER", "ACTION", "SIGINT", "OUTCOME", "COMMAND")]
+    for hr in holders:
+        h = hr.decision.holder
+        rows.append((str(h.pid), h.user, hr.decision.action, h.sigint, hr.outcome.describe(),
+                     short_command(h)))
+    lines = [f"{title}: {len(holders)}", *table(rows, width=width, flex=(5, 4, 1))]
+    by_rule: dict[str, list[str]] = {}
+    for hr in holders:
+        by_rule.setdefault(hr.decision.rule, []).append(str(hr.decision.holder.pid))
+    lines.append("  rules:")
+    lines += [f"    {safe(rule)}: pid {', '.join(pids)}" for rule, pids in by_rule.items()]
+    for hr in holders:
+        h = hr.decision.holder
+        notes = [*hr.decision.notes, *([hr.respawned] if hr.respawned else [])]
+        if notes:
+            where = ", ".join(w for w in (h.unit, h.container and f"container {h.container}") if w)
+            lines.append(safe(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": "
+                              + "; ".join(notes)))
+    return lines
+
+
+def idle_lines(idle: IdleReport, width: int | None, indent: str = "  ") -> list[str]:
+    rows = []
+    for dev in idle.devices:
+        readings = ", ".join(f"{k} {v:g}" for k, v in dev.readings.items()
+                             if isinstance(v, (int, float)))
+        rows.append((dev.id, dev.state, dev.source, readings or dev.reason))
+    lines = table(rows, indent=indent, width=width)
+    for b in idle.backends:
+        state = "available" if b.available else "unavailable"
+        reason = f": {b.reason}" if b.reason else ""
+        lines.append(safe(f"{indent}backend {b.name}: {state}{reason}"))
+    return lines
+
+
+def render(report: Report, out: TextIO, colour: bool = False, width: int | None = 80) -> None:
+    mode = "dry run" if report.dry_run else (report.action or "check")
+    lines = verdict_lines(report.verdict, mode, colour, advisory=not report.can_veto)
+    if report.verdict.kind == "allow" and not report.holders:
         lines.append("  no process holds an accelerator node")
     lines.append("")
-    nodes = report.inventory.nodes
-    if nodes:
-        families = ", ".join(report.inventory.families())
-        lines.append(f"devices: {len(nodes)} node(s) ({families})")
-        lines += table([(n.path, n.role, n.identity) for n in nodes])
-    else:
-        lines.append("devices: no accelerator nodes found")
+    lines += device_lines(report.inventory.nodes, report.inventory.families(), width)
     lines.append("")
-    if report.holders:
-        rows = [("PID", "USER", "ACTION", "SIGINT", "OUTCOME", "NODES", "COMMAND")]
-        for hr in report.holders:
-            h = hr.decision.holder
-            rows.append((str(h.pid), h.user, hr.decision.action, h.sigint,
-                         hr.outcome.describe()[:48], ",".join(h.node_paths())[:40] or h.source,
-                         short_command(h)[:70]))
-        lines.append(f"holders: {len(report.holders)}")
-        lines += table(rows)
-        for hr in report.holders:
-            h = hr.decision.holder
-            notes = [f"rule: {hr.decision.rule}", *list(hr.decision.notes)]
-            if hr.respawned:
-                notes.append(hr.respawned)
-            where = ", ".join(w for w in (h.unit, h.container and f"container {h.container}") if w)
-            lines.append(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": " + "; ".join(notes))
+    lines += holder_lines(report.holders, width)
+    note = report.unreadable_note(os.geteuid() == 0)
+    if note:
+        lines.append(safe(f"  {note}"))
+    lines.append("")
+    lines.append(f"idle: {report.idle.state}")
+    if isinstance(report.idle, IdleReport):
+        lines += idle_lines(report.idle, width)
     else:
-        lines.append("holders: none")
-    if report.unreadable:
-        pids = ", ".join(str(p) for p in report.unreadable_pids[:8])
-        more = ", ..." if len(report.unreadable_pids) > 8 else ""
-        lines.append(f"  (could not inspect {report.unreadable} process(es): pid {pids}{more}; "
-                     "permission denied)")
-    if report.idle is not None:
-        lines.append("")
-        lines.append(f"idle: {report.idle.state}")
-        for dev in report.idle.devices:
-            readings = ", ".join(f"{k} {v}" for k, v in dev.readings.items() if v is not None)
-            lines.append(f"  {dev.id}: {dev.state} ({dev.source})"
-                         + (f" {readings}" if readings else ""))
-        for b in report.idle.backends:
-            if not b.available:
-                lines.append(f"  backend {b.name}: unavailable: {b.reason}")
-    lines[painted:] = [safe(line) for line in lines[painted:]]
+        lines.append(safe(f"  {report.idle.reason}"))
     out.write("\n".join(lines) + "\n")
 
 
@@ -104,8 +134,11 @@ def log_verdict(report: Report, log: Logger) -> None:
     what = report.action or ("dry run" if report.dry_run else "check")
     attempt = f"attempt {report.attempt_id} " if report.attempt_id else ""
     would = "would " if report.dry_run else ""
-    if report.verdict.kind == "veto":
-        tail = "; ".join(report.verdict.reasons)
+    tail = "; ".join(report.verdict.reasons)
+    if report.verdict.kind == "unknown":
+        refused = "refused" if report.can_veto else "not refused (a sleep hook cannot)"
+        log.error(f"{attempt}({what}): unknown, {refused}: {tail}")
+    elif report.verdict.kind == "veto":
         if report.can_veto:
             log.error(f"{attempt}({what}): {would}veto: {tail}")
         else:

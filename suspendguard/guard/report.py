@@ -8,11 +8,30 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import Decision, Inventory, Outcome, Verdict
+from suspendguard.model import Decision, Inventory, Outcome, Unavailable, Verdict
 from suspendguard.store.history import HolderRow
+
+# The history's answer when the attempt was stored; else Unavailable, with why.
+RECORDED: Literal["recorded"] = "recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class IdleSkipped:
+    """The idle step did not run, and why.
+
+    ``none``: there was nothing to ask (no accelerator node, no backend for
+    the nodes found); ``skipped``: it was not needed (the verdict was already
+    veto) or the guard was stopped first.
+    """
+
+    state: Literal["none", "skipped"]
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "devices": [], "backends": [], "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +50,7 @@ class HolderResult:
             "comm": h.comm,
             "exe": h.exe,
             "cmdline": list(h.cmdline),
+            "command": h.command,
             "user": h.user,
             "uid": h.uid,
             "unit": h.unit,
@@ -46,8 +66,7 @@ class HolderResult:
             "action": self.decision.action,
             "rule": self.decision.rule,
             "notes": list(self.decision.notes),
-            "outcome": {"kind": self.outcome.kind, "seconds": self.outcome.seconds,
-                        "why": self.outcome.why},
+            "outcome": self.outcome.to_json(),
             "round": self.round,
             "respawned": self.respawned or None,
         }
@@ -71,14 +90,24 @@ class Report:
     inventory: Inventory
     holders: tuple[HolderResult, ...]
     unreadable: int
-    idle: IdleReport | None
+    idle: IdleReport | IdleSkipped
     started: float
     duration_s: float
     attempt_id: int | None = None
-    history_note: str = ""
+    history: Literal["recorded"] | Unavailable = RECORDED
     can_veto: bool = True
-    idle_skipped: str = ""  # why the idle step did not run, when it did not
     unreadable_pids: tuple[int, ...] = ()
+
+    def unreadable_note(self, as_root: bool) -> str:
+        """"N processes could not be inspected (not root)", or "" when all could."""
+        n = self.unreadable
+        if not n:
+            return ""
+        pids = ", ".join(str(p) for p in self.unreadable_pids[:8])
+        more = ", ..." if len(self.unreadable_pids) > 8 else ""
+        why = "permission denied" if as_root else "not root"
+        return (f"{n} process{'es' if n != 1 else ''} could not be inspected ({why})"
+                + (f": pid {pids}{more}" if pids else ""))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,12 +120,10 @@ class Report:
             "devices": [n.to_json() for n in self.inventory.nodes],
             "holders": [h.to_json() for h in self.holders],
             "unreadable": self.unreadable,
-            "idle": self.idle.to_json() if self.idle is not None else {
-                "state": "none" if not self.idle_skipped.startswith("skipped") else "skipped",
-                "devices": [], "backends": [], "reason": self.idle_skipped,
-            },
+            "idle": self.idle.to_json(),
             "attempt_id": self.attempt_id,
-            "history": self.history_note or "recorded",
+            "history": self.history if isinstance(self.history, str)
+            else f"not recorded: {self.history.reason}",
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
             "duration_s": round(self.duration_s, 3),
             "can_veto": self.can_veto,

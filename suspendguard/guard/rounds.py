@@ -114,13 +114,20 @@ class Rounds:
         result = drain([d.holder for d in decisions], self.signame, cfg.timeout_s, until,
                        cfg.escalate, proc=self.proc, cancel=self.cancel, log=self.log.info,
                        clock=self.clock)
+        if result.shortened:
+            self.warnings.append(
+                f"the drain wait was cut to {result.wait_s:.1f} s (of [drain] timeout_s = "
+                f"{cfg.timeout_s:g}) to end within [drain] deadline_s = {cfg.deadline_s:g}")
         for d in decisions:
             outcome = result.outcomes[holder_id(d.holder)]
             self.record(d, outcome, round_no, tags)
             if outcome.kind == "timeout":
                 h = d.holder
                 by = f" (reported by {h.source})" if h.source != "proc" else ""
-                self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}")
+                cut = " (the wait was cut short by the deadline)" if result.shortened else ""
+                self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}: "
+                                    f"stop it yourself (kill -TERM {h.pid}), or raise "
+                                    "[drain] timeout_s")
         return all(o.kind != "timeout" for o in result.outcomes.values())
 
     def drain(self, first: list[Decision], seen: set[HolderId], inventory: Inventory,
@@ -162,11 +169,23 @@ class Rounds:
                 return  # certain veto now: signal nobody else
             if pending and round_no > self.config.drain.rounds:
                 for d in pending:
-                    what = "respawned" if holder_id(d.holder) in tags else "appeared"
-                    self.reasons.append(
-                        f"pid {d.holder.pid} {d.holder.comm} {what} after "
-                        f"{self.config.drain.rounds} drain round(s): {d.holder.command}")
+                    self.reasons.append(self.left_reason(d.holder, holder_id(d.holder) in tags))
                 return
+
+    def left_reason(self, h: Holder, respawned: bool) -> str:
+        """Why a job still there after the last round vetoes: who restarted it, what to do."""
+        head = (f"pid {h.pid} {h.comm} {'respawned' if respawned else 'appeared'} after "
+                f"{self.config.drain.rounds} drain round(s): {h.command}")
+        if not respawned:
+            return head + "; it started while the guard waited: stop it, or suspend again later"
+        # A session scope is no supervisor: stopping it ends the whole login.
+        if h.unit and not h.unit.endswith(".scope"):
+            return (f"{head}; restarted by its supervisor, unit {h.unit}: stop the unit "
+                    f"(systemctl stop {h.unit}) before suspending")
+        parent = self.proc.stat(h.ppid) if h.ppid > 1 else None
+        name = f"pid {h.ppid} {parent.comm}" if parent is not None else f"pid {h.ppid}"
+        return (f"{head}; restarted by its supervisor, parent {name}: stop the supervisor "
+                "before suspending")
 
     def respawn_grace(self, drained: Sequence[Decision]) -> None:
         """Give a supervisor a moment to restart what it supervised before the rescan.

@@ -16,6 +16,7 @@ from typing import Any
 from suspendguard.config import DEFAULT_PATH
 from suspendguard.errors import InstallError
 from suspendguard.install.files import Tree
+from suspendguard.install.interpreter import Interpreter, probe, program
 from suspendguard.install.manifest import MANIFEST_PATH, Manifest
 from suspendguard.install.templates import (
     HOOK_DIRS,
@@ -35,10 +36,12 @@ class UnitFile:
     path: str
     exec_start: str | None  # None: no such line (or the file could not be read)
     timeout_start_s: int | str | None  # seconds, or systemd's own spelling ("5min")
+    interpreter: Interpreter | None = None  # None: no program in ExecStart=
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "present": True, "exec_start": self.exec_start,
-                "timeout_start_s": self.timeout_start_s}
+                "timeout_start_s": self.timeout_start_s,
+                "interpreter": self.interpreter.to_json() if self.interpreter else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,18 @@ class Installation:
     def enabled(self) -> tuple[str, ...]:
         return tuple(i.action for i in self.instances if i.enabled)
 
+    def refusal(self) -> str | None:
+        """Why every suspend will fail as installed (an enabled unit whose interpreter
+        cannot run the guard), or None."""
+        if self.unit is None or not self.enabled:
+            return None
+        py = self.unit.interpreter
+        if py is None:
+            return f"the veto unit {self.unit.path} has no ExecStart= program"
+        if py.usable is False:
+            return f"the unit's interpreter {py.path} {py.reason}"
+        return None
+
     @property
     def installed(self) -> bool:
         """The unit is there, the hook is executable and every sleep action is enabled."""
@@ -102,7 +117,8 @@ class Installation:
 
     def to_json(self) -> dict[str, Any]:
         unit = self.unit.to_json() if self.unit is not None else {
-            "path": None, "present": False, "exec_start": None, "timeout_start_s": None}
+            "path": None, "present": False, "exec_start": None, "timeout_start_s": None,
+            "interpreter": None}
         manifest: dict[str, Any] = {"path": MANIFEST_PATH, "present": False}
         if isinstance(self.manifest, Unavailable):
             manifest["error"] = self.manifest.reason
@@ -113,6 +129,7 @@ class Installation:
         return {
             "root": self.root,
             "installed": self.installed,
+            "refusal": self.refusal(),
             "unit": unit,
             "instances": {i.action: i.to_json() for i in self.instances},
             "enabled": list(self.enabled),
@@ -127,7 +144,7 @@ def _unit_setting(text: str, key: str) -> str | None:
     return found[-1].strip() if found else None
 
 
-def _unit(tree: Tree) -> UnitFile | None:
+def _unit(tree: Tree, root: str) -> UnitFile | None:
     path = next((d + "/" + UNIT_TEMPLATE for d in UNIT_DIRS
                  if tree.at(d + "/" + UNIT_TEMPLATE).is_file()), None)
     if path is None:
@@ -137,8 +154,10 @@ def _unit(tree: Tree) -> UnitFile | None:
     except OSError:
         text = ""
     timeout = _unit_setting(text, "TimeoutStartSec")
-    return UnitFile(path, _unit_setting(text, "ExecStart"),
-                    int(timeout) if timeout and timeout.isdigit() else timeout)
+    exec_start = _unit_setting(text, "ExecStart")
+    python = program(exec_start) if exec_start else None
+    return UnitFile(path, exec_start, int(timeout) if timeout and timeout.isdigit() else timeout,
+                    probe(python, root) if python else None)
 
 
 def _instance(tree: Tree, action: str) -> Instance:
@@ -170,7 +189,7 @@ def installation_state(root: str = "/") -> Installation:
     config_path = manifest.config_path if isinstance(manifest, Manifest) else DEFAULT_PATH
     return Installation(
         root=root,
-        unit=_unit(tree),
+        unit=_unit(tree, root),
         instances=tuple(_instance(tree, action) for action in SLEEP_ACTIONS),
         hook=_hook(tree),
         config=ConfigFile(config_path, tree.at(config_path).is_file()),

@@ -17,7 +17,7 @@ from suspendguard import __version__
 from suspendguard.config import Config
 from suspendguard.guard.report import Report
 from suspendguard.install.state import Installation
-from suspendguard.model import Unavailable
+from suspendguard.model import Unavailable, Verdict
 from suspendguard.store.history import Attempt
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
@@ -38,9 +38,16 @@ class ConfigState:
         """A file was read (False: the built-in defaults)."""
         return isinstance(self.config, Config) and self.config.loaded
 
+    @property
+    def error(self) -> str:
+        """Why the file is invalid, without the path a caller prints next to it; "" if valid."""
+        if not isinstance(self.config, Unavailable):
+            return ""
+        return self.config.reason.removeprefix(f"{self.path}: ")
+
     def describe(self) -> str:
         if isinstance(self.config, Unavailable):
-            return f"invalid: {self.config.reason} (status uses the built-in defaults)"
+            return f"invalid: {self.error} (status uses the built-in defaults)"
         if not self.loaded:
             return "absent: built-in defaults"
         return "valid"
@@ -116,12 +123,44 @@ class Status:
         return sleep_blockers(self.logind) if isinstance(self.logind, LogindInfo) else ()
 
     def unreadable_note(self) -> str:
-        """"N processes could not be inspected (not root)", or ""."""
-        if isinstance(self.report, Unavailable) or not self.report.unreadable:
+        """"N processes could not be inspected (not root): pid ...", or ""."""
+        if isinstance(self.report, Unavailable):
             return ""
-        n = self.report.unreadable
-        why = "not root" if not self.root else "permission denied"
-        return f"{n} process{'es' if n != 1 else ''} could not be inspected ({why})"
+        return self.report.unreadable_note(self.root)
+
+    def refusal(self) -> str | None:
+        """Why every suspend will be refused whatever runs now, or None."""
+        if not self.config.valid:
+            return f"the config is invalid: {self.config.error}"
+        return self.installation.refusal()
+
+    def verdict(self) -> Verdict | Unavailable:
+        """What the guard would answer now: the dry run's verdict, unless the guard
+        cannot run as configured (then unknown, never the defaults' allow)."""
+        refusal = self.refusal()
+        if isinstance(self.report, Unavailable):
+            return Verdict("unknown", (refusal,)) if refusal else self.report
+        v = self.report.verdict
+        if refusal:
+            return Verdict("unknown", (refusal,), (*v.reasons, *v.warnings))
+        return v
+
+    def next_suspend(self) -> str:
+        """What will happen to the next suspend, in one line: status leads with it."""
+        refusal = self.refusal()
+        if refusal:
+            return f"every suspend will be refused: {refusal}"
+        v = self.verdict()
+        if isinstance(v, Unavailable):
+            return f"the next suspend: unknown: {v.reason}"
+        if not self.installation.enabled:
+            guard = "suspends are not guarded (the veto unit is not enabled: suspendguard install)"
+            return f"{guard}; the guard would say {v.kind} now"
+        if v.kind == "unknown":
+            return f"the next suspend: unknown now: {v.reasons[0] if v.reasons else ''}"
+        if v.kind == "veto":
+            return f"the next suspend would be refused now: {v.reasons[0] if v.reasons else ''}"
+        return "the next suspend would go ahead now"
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -149,24 +188,23 @@ class Status:
     def _report_json(self) -> dict[str, Any]:
         """The dry run's parts: verdict, accelerators, holders, scan."""
         report = self.report
+        verdict = self.verdict()
+        verdict_json: dict[str, Any] = verdict.to_json() if isinstance(verdict, Unavailable) \
+            else {"available": True, "verdict": verdict.kind, "exit_status": verdict.exit_status,
+                  "reasons": list(verdict.reasons), "warnings": list(verdict.warnings)}
+        verdict_json["next_suspend"] = self.next_suspend()
         if isinstance(report, Unavailable):
-            return {"verdict": report.to_json(), "accelerators": report.to_json(),
+            return {"verdict": verdict_json, "accelerators": report.to_json(),
                     "holders": [], "scan": report.to_json()}
         return {
-            "verdict": {
-                "available": True,
-                "verdict": report.verdict.kind,
-                "exit_status": report.verdict.exit_status,
-                "reasons": list(report.verdict.reasons),
-                "warnings": list(report.verdict.warnings),
-            },
+            "verdict": verdict_json,
             "accelerators": {
                 "available": True,
                 "families": list(report.inventory.families()),
                 "configured_families": list(self.configured_families),
                 "nodes": [n.to_json() for n in report.inventory.nodes],
                 "notes": list(report.inventory.notes),
-                "idle": report.idle.to_json() if report.idle is not None else None,
+                "idle": report.idle.to_json(),
             },
             "holders": [h.to_json() for h in report.holders],
             "scan": {"available": True, "as_root": self.root, "unreadable": report.unreadable,

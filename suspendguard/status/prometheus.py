@@ -23,11 +23,11 @@ from suspendguard.system.dbus.logind import LogindInfo
 ACTIONS: tuple[Action, ...] = ("drain", "protect", "ignore", "never")
 DISPOSITIONS: tuple[Disposition, ...] = ("default", "caught", "ignored", "blocked", "unknown")
 DEVICE_STATES = ("busy", "idle", "unknown")
-VERDICTS = ("allow", "veto")
+VERDICTS = ("allow", "veto", "unknown")
 # The final verdicts of recorded attempts; others seen in a database are added.
 # "running" is no final verdict (it becomes allow or veto): a gauge of its own,
 # so the counter never goes down.
-ATTEMPT_VERDICTS = ("allow", "veto", "interrupted")
+ATTEMPT_VERDICTS = ("allow", "veto", "unknown", "interrupted")
 CAN_ANSWERS = ("yes", "no", "challenge", "na")
 PARTS = ("config", "accelerators", "installation", "logind", "systemd", "history")
 
@@ -130,8 +130,10 @@ def _accelerators(m: Metrics, s: Status) -> None:
     report = s.report
     if isinstance(report, Unavailable):
         return
+    verdict = s.verdict()
+    kind = verdict.kind if not isinstance(verdict, Unavailable) else report.verdict.kind
     m.one_of("suspendguard_verdict", "What check --dry-run would give now (1 for the verdict)",
-             "verdict", report.verdict.kind, VERDICTS)
+             "verdict", kind, VERDICTS)
     m.gauge("suspendguard_verdict_reasons", "Reasons a suspend would be vetoed now").add(
         len(report.verdict.reasons))
     m.gauge("suspendguard_verdict_warnings", "Warnings the dry run gave now").add(
@@ -161,8 +163,6 @@ def _accelerators(m: Metrics, s: Status) -> None:
         report.unreadable)
 
     idle = report.idle
-    if idle is None:
-        return
     m.one_of("suspendguard_idle_state", "The idle check's overall answer now (1 for the state)",
              "state", idle.state, ("idle", "busy", "unknown", "none"))
     if not isinstance(idle, IdleReport):

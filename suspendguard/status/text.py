@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from typing import TextIO
 
-from suspendguard.guard.render import paint, table
+from suspendguard.guard.layout import table, when
+from suspendguard.guard.render import device_lines, holder_lines, idle_lines, paint, verdict_lines
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable
 from suspendguard.status.model import Status
@@ -17,76 +17,42 @@ def _yes(flag: object) -> str:
     return "yes" if flag else "no"
 
 
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
 def _seconds_usec(usec: int) -> str:
     return f"{usec / 1_000_000:g} s"
 
 
 def _verdict_lines(s: Status, colour: bool) -> list[str]:
-    report = s.report
-    if isinstance(report, Unavailable):
-        return [f"verdict: unavailable: {report.reason}"]
-    v = report.verdict
-    head = "ALLOW" if v.kind == "allow" else "VETO"
-    lines = [f"verdict: {paint(head, v.kind, colour)} (what check --dry-run gives now)"]
-    lines += [f"  - {safe(r)}" for r in v.reasons]
-    lines += [f"  ! {paint(safe(w), 'warn', colour)}" for w in v.warnings]
-    return lines
+    """What happens to the next suspend first, then the verdict and its reasons."""
+    lead = s.next_suspend()
+    kind = "allow" if lead.endswith("would go ahead now") else "veto"
+    lines = [paint(safe(lead), kind, colour)]
+    v = s.verdict()
+    if isinstance(v, Unavailable):
+        return [*lines, safe(f"verdict: unavailable: {v.reason}")]
+    return [*lines, *verdict_lines(v, "what check --dry-run gives now", colour, lead=False)]
 
 
-def _accelerator_lines(s: Status) -> list[str]:
+def _accelerator_lines(s: Status, width: int | None) -> list[str]:
     report = s.report
     if isinstance(report, Unavailable):
         return [f"accelerators: unavailable: {report.reason}"]
-    nodes = report.inventory.nodes
-    if not nodes:
-        lines = ["accelerators: no accelerator nodes found"]
-    else:
-        families = ", ".join(report.inventory.families())
-        lines = [f"accelerators: {families}, {len(nodes)} node(s)"]
-        lines += table([(n.path, n.family, n.role, n.identity) for n in nodes])
+    lines = device_lines(report.inventory.nodes, report.inventory.families(), width,
+                         title="accelerators")
     lines += [f"  note: {n}" for n in report.inventory.notes]
     idle = report.idle
-    if idle is not None:
-        lines.append(f"  idle check: {idle.state}")
+    lines.append(f"  idle check: {idle.state}")
     if isinstance(idle, IdleReport):
-        rows = []
-        for dev in idle.devices:
-            readings = ", ".join(f"{k} {v:g}" for k, v in dev.readings.items()
-                                 if isinstance(v, (int, float)))
-            rows.append((dev.id, dev.state, dev.source, readings or dev.reason))
-        lines += table(rows, indent="    ")
-        for b in idle.backends:
-            state = "available" if b.available else "unavailable"
-            reason = f": {b.reason}" if b.reason else ""
-            lines.append(f"    backend {b.name}: {state}{reason}")
+        lines += idle_lines(idle, width, indent="    ")
+    else:
+        lines.append(f"    {idle.reason}")
     return lines
 
 
-def _holder_lines(s: Status) -> list[str]:
+def _holder_lines(s: Status, width: int | None) -> list[str]:
     report = s.report
     if isinstance(report, Unavailable):
         return []
-    lines: list[str] = []
-    if report.holders:
-        rows = [("PID", "USER", "ACTION", "SIGINT", "WOULD", "COMMAND")]
-        for hr in report.holders:
-            h = hr.decision.holder
-            rows.append((str(h.pid), h.user, hr.decision.action, h.sigint,
-                         hr.outcome.describe()[:60], h.command[:60]))
-        lines.append(f"holders now: {len(report.holders)}")
-        lines += table(rows)
-        for hr in report.holders:
-            h = hr.decision.holder
-            where = ", ".join(x for x in (h.unit, h.container and f"container {h.container}") if x)
-            notes = [f"rule: {hr.decision.rule}", *hr.decision.notes]
-            lines.append(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": "
-                         + "; ".join(notes))
-    else:
-        lines.append("holders now: none")
+    lines = holder_lines(report.holders, width, title="holders now")
     note = s.unreadable_note()
     if note:
         lines.append(f"  {note}")
@@ -98,10 +64,17 @@ def _installation_lines(s: Status) -> list[str]:
     enabled = inst.enabled
     missing = [i.action for i in inst.instances if not i.enabled]
     lines = [f"installation: {'installed' if inst.installed else 'not installed'}"]
+    refusal = inst.refusal()
+    if refusal:
+        lines[0] += f", but every suspend will be refused: {refusal}"
     if inst.unit is not None:
         timeout = inst.unit.timeout_start_s
         lines.append(f"  unit: {inst.unit.path}"
                      + (f" (TimeoutStartSec={timeout})" if timeout is not None else ""))
+        py = inst.unit.interpreter
+        if py is not None:
+            state = {True: "runs the guard", False: py.reason, None: "not checked (staged tree)"}
+            lines.append(f"  interpreter: {py.path}: {state[py.usable]}")
     else:
         lines.append("  unit: absent")
     lines.append("  enabled for: " + (", ".join(enabled) or "none")
@@ -118,7 +91,7 @@ def _installation_lines(s: Status) -> list[str]:
     return lines
 
 
-def _logind_lines(s: Status, colour: bool) -> list[str]:
+def _logind_lines(s: Status, colour: bool, width: int | None) -> list[str]:
     info = s.logind
     if not isinstance(info, LogindInfo):
         reason = info.reason
@@ -128,10 +101,10 @@ def _logind_lines(s: Status, colour: bool) -> list[str]:
              f"PreparingForSleep {_yes(info.preparing_for_sleep)}"]
     if info.inhibitors:
         rows = [("WHAT", "WHO", "MODE", "UID", "PID", "WHY")]
-        rows += [(i.what, i.who, i.mode, str(i.uid), str(i.pid), i.why[:60])
+        rows += [(i.what, i.who, i.mode, str(i.uid), str(i.pid), i.why)
                  for i in info.inhibitors]
         lines.append(f"  inhibitors: {len(info.inhibitors)}")
-        lines += table(rows, indent="    ")
+        lines += table(rows, indent="    ", width=width, flex=(5, 1))
     else:
         lines.append("  inhibitors: none")
     for i in s.sleep_blockers():
@@ -155,10 +128,11 @@ def _systemd_lines(s: Status) -> list[str]:
             last += f" (status {u.exec_main_status})"
         rows.append((name, u.load_state, u.unit_file_state or "-",
                      f"{u.active_state}/{u.sub_state}", f"last result {last}"))
+    # Unit names and systemd's own state words: nothing here may be cut.
     return ["systemd: veto units", *table(rows)]
 
 
-def _history_lines(s: Status) -> list[str]:
+def _history_lines(s: Status, width: int | None) -> list[str]:
     h = s.history.recent
     if isinstance(h, Unavailable):
         return [f"history: {h.reason}"]
@@ -170,10 +144,10 @@ def _history_lines(s: Status) -> list[str]:
     for a in h.attempts:
         seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
         drained = sum(1 for x in a.holders if x.outcome == "exited")
-        rows.append((str(a.id), _when(a.started), a.action or "check", a.verdict, seconds,
+        rows.append((str(a.id), when(a.started), a.action or "check", a.verdict, seconds,
                      f"{drained}/{len(a.holders)}" if a.holders else "-",
-                     (a.reasons[0] if a.reasons else "")[:70]))
-    lines += table(rows)
+                     a.reasons[0] if a.reasons else ""))
+    lines += table(rows, width=width, flex=(6, 2))
     for a in h.attempts:
         if a.holders:
             jobs = ", ".join(f"{x.pid} {x.comm} {x.outcome}" for x in a.holders[:6])
@@ -188,14 +162,26 @@ def _history_lines(s: Status) -> list[str]:
     return lines
 
 
-def render(s: Status, out: TextIO, colour: bool = False) -> None:
-    # Commands, reasons, inhibitors' "why" and paths carry text any user can
-    # set: every line is made safe for the terminal; the painted sections
-    # made theirs safe before their colour.
-    plain = [_accelerator_lines(s), _holder_lines(s), _installation_lines(s),
-             _systemd_lines(s), _history_lines(s)]
-    a, h, i, sd, hist = ([safe(line) for line in lines] for lines in plain)
-    sections = [_verdict_lines(s, colour), a, h, i, _logind_lines(s, colour), sd, hist]
+def render(s: Status, out: TextIO, colour: bool = False, width: int | None = 80) -> None:
+    """The report; ``width`` None (``--wide``) cuts no table cell.
+
+    Commands, reasons, inhibitors' "why" and paths carry text any user can
+    set: every line of the plain sections is made safe for the terminal
+    here (system/terminal.py); the painted ones made theirs safe before
+    their colour.
+    """
+    def plain(lines: list[str]) -> list[str]:
+        return [safe(line) for line in lines]
+
+    sections = [
+        _verdict_lines(s, colour),
+        plain(_accelerator_lines(s, width)),
+        plain(_holder_lines(s, width)),
+        plain(_installation_lines(s)),
+        _logind_lines(s, colour, width),
+        plain(_systemd_lines(s)),
+        plain(_history_lines(s, width)),
+    ]
     if not s.root:
         sections.append(["(not root: processes, files and history this user cannot read are "
                          "missing from this report)"])

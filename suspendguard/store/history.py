@@ -19,7 +19,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -55,7 +55,15 @@ class HolderRow:
     round: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The holder keys every command's JSON shares (check --json adds detail):
+        ``command`` one printable line, ``outcome`` an object."""
+        return {
+            "pid": self.pid, "start_time": self.start_time, "user": self.user,
+            "unit": self.unit, "comm": self.comm, "command": self.cmdline,
+            "action": self.action, "rule": self.rule,
+            "outcome": {"kind": self.outcome, "seconds": self.seconds, "why": self.why},
+            "source": self.source, "round": self.round,
+        }
 
 
 @dataclass(frozen=True, slots=True)

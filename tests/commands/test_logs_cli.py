@@ -21,7 +21,7 @@ FIXTURES = ALL_FIXTURES / "ascend-logs"
 
 def test_human_output_groups_by_rule() -> None:
     code, out, err = run(str(FIXTURES))
-    assert code == 0, err
+    assert code == 1, err
     assert "hwts-busy-suspend (error): 2 line(s), first 2023-01-01 02:53:45" in out
     assert "kill -2" in out
     assert "known-failures.log:" in out
@@ -31,7 +31,7 @@ def test_human_output_groups_by_rule() -> None:
 
 def test_json_output() -> None:
     code, out, _ = run(str(FIXTURES / "known-failures.log"), "--json")
-    assert code == 0
+    assert code == 1
     doc = json.loads(out)
     assert set(doc) >= {"findings", "files_read", "bytes_read", "skipped"}
     assert doc["files_read"] == 1
@@ -47,7 +47,7 @@ def test_json_output() -> None:
 def test_since_until_and_no_findings(tmp_path: Path) -> None:
     known = str(FIXTURES / "known-failures.log")
     code, out, _ = run(known, "--since", "2023-01-01T02:53:45.850800", "--json")
-    assert code == 0
+    assert code == 1
     # The file's mtime is the checkout's: files are read, only lines are filtered.
     rules = [(f["rule"], f["line"]) for f in json.loads(out)["findings"]]
     assert ("hwts-busy-suspend", 6) in rules and ("hwts-busy-suspend", 5) not in rules
@@ -74,7 +74,7 @@ def test_bad_times_are_usage_errors(argv: list[str], message: str) -> None:
 
 def test_timezone_aware_times_become_local() -> None:
     code, _, _ = run(str(FIXTURES), "--since", "2023-01-01T00:00:00Z")
-    assert code == 0
+    assert code == 1
 
 
 def test_last_attempt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_last_attempt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
                         lambda d: datetime(2023, 1, 1, 2, 53, 45, 850800))
     known = str(FIXTURES / "known-failures.log")
     code, out, _ = run("--config", str(config), known, "--since", "last-attempt", "--json")
-    assert code == 0
+    assert code == 1
     # Lines 4 and 5 are stamped 19 us before the attempt's start: read, as the
     # after-resume check reads them ([logs] clock_slack_s), and marked.
     doc = json.loads(out)
@@ -116,7 +116,7 @@ def test_default_paths_from_config(tmp_path: Path) -> None:
         environ={"ASCEND_PROCESS_LOG_PATH": str(tmp_path / "proc-logs")},
     )
     doc = json.loads(out)
-    assert code == 0 and doc["files_read"] == 1
+    assert code == 1 and doc["files_read"] == 1
     assert doc["bytes_read"] == 200  # [logs] max_bytes
     assert any("only the last 200" in s["reason"] for s in doc["skipped"])
 

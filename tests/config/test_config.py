@@ -57,7 +57,12 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
         ('[[policy.ignore]]\nname = "x"\n', "unknown field 'name'"),
         ('[state]\ndir = "relative"\n', "[state] dir (line 2): expected an absolute path"),
         ("[idle]\nsamples = 0\n", "[idle] samples (line 2): expected an integer >= 1"),
-        ("[drain]\ntimeout_s = 30\ndeadline_s = 20\n", "greater than [drain] timeout_s"),
+        ("[drain]\ntimeout_s = 30\ndeadline_s = 20\n",
+         "[drain] deadline_s (line 3): expected at least 41 ([drain] timeout_s + [idle] settle_s"),
+        ("[drain]\ntimeout_s = 3\ndeadline_s = 10\n",
+         "expected at least 14 ([drain] timeout_s + [idle] settle_s and command_timeout_s"),
+        ('[drain]\ntimeout_s = 3\ndeadline_s = 10\nescalate = ["SIGTERM:6"]\n[idle]\nbackends = []\n',
+         "expected at least 11 ([drain] timeout_s + the [drain] escalate waits + 2 s to answer)"),
     ],
 )
 def test_bad_config_is_one_line_exit_2(tmp_path: Path, text: str, expected: str) -> None:
@@ -70,6 +75,15 @@ def test_bad_config_is_one_line_exit_2(tmp_path: Path, text: str, expected: str)
     assert str(path) in err
     assert expected in err
     assert "Traceback" not in err
+
+
+def test_drain_wait_that_fits_the_deadline_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    # No idle backend: nothing is reserved for an idle check, 3 + 2 s to answer fit in 5.
+    path.write_text("[drain]\ntimeout_s = 3\ndeadline_s = 5\n[idle]\nbackends = []\n")
+    code, out, err = cli("--config", str(path), "config")
+    assert code == 0, err
+    assert "deadline_s = 5" in out
 
 
 def test_missing_explicit_config_is_an_error(tmp_path: Path) -> None:

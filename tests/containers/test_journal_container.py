@@ -93,7 +93,10 @@ def print_job(box: Container, unit: str, script: str) -> None:
 
 
 def logs(box: Container, *args: str) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(box.suspendguard("logs", LOG_DIR, "--json", *args).stdout)
+    """``logs --json``; its exit status is grep's: 1 with findings, 0 without."""
+    result = box.suspendguard("logs", LOG_DIR, "--json", *args, check=False)
+    doc: dict[str, Any] = json.loads(result.stdout)
+    assert result.returncode == (1 if doc["findings"] else 0), result.stderr
     return doc
 
 
@@ -112,7 +115,9 @@ def test_logs_unit_finds_the_jobs_own_failure(box: Container) -> None:
     assert (finding["unit"], finding["file"]) == ("sg-hccp.service", "journal:sg-hccp.service")
     assert finding["text"] == f"{HCCP}\n{SOLUTION}"  # one entry, as the job printed it
     assert datetime.fromisoformat(finding["time"]) >= since
-    human = box.suspendguard("logs", LOG_DIR, "--unit", "sg-hccp.service").stdout
+    result = box.suspendguard("logs", LOG_DIR, "--unit", "sg-hccp.service", check=False)
+    assert result.returncode == 1, result.stderr
+    human = result.stdout
     assert "Read the journal of sg-hccp.service: 4 entries." in human
     assert "device-held-by-previous-job (error): 1 line(s)" in human
     assert "e.g. journal:sg-hccp.service:2: EJ0001" in human
@@ -139,7 +144,7 @@ def test_after_resume_reads_the_drained_jobs_journal(box: Container) -> None:
         out = box.suspendguard("history", "--json", "-n", "1").stdout
         [attempt] = json.loads(out)["attempts"]
         assert attempt["verdict"] == "allow", attempt
-        assert [(h["pid"], h["unit"], h["outcome"]) for h in attempt["holders"]] == [
+        assert [(h["pid"], h["unit"], h["outcome"]["kind"]) for h in attempt["holders"]] == [
             (pid, unit, "exited")], attempt["holders"]
         found = [(f["rule"], f["file"]) for f in attempt["findings"]]
         assert found == [("heartbeat-lost", f"journal:{unit}")], attempt

@@ -210,7 +210,7 @@ def test_graceful_job_is_drained_and_the_suspend_goes_on(clean: DebianBox) -> No
     attempt = newest_unit_attempt(box)
     assert attempt["verdict"] == "allow", attempt
     [holder] = [h for h in attempt["holders"] if h["pid"] == pid]
-    assert holder["action"] == "drain" and holder["outcome"] == "exited", attempt
+    assert holder["action"] == "drain" and holder["outcome"]["kind"] == "exited", attempt
 
 
 def test_deaf_job_vetoes_the_suspend(clean: DebianBox) -> None:

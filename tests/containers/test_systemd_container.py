@@ -217,7 +217,7 @@ def test_graceful_job_is_drained_and_the_suspend_goes_on(clean: Container) -> No
     attempt = newest_unit_attempt(box, "suspend")
     assert attempt["verdict"] == "allow", attempt
     [holder] = [h for h in attempt["holders"] if h["pid"] == pid] or [attempt]
-    assert holder["action"] == "drain" and holder["outcome"] == "exited", (
+    assert holder["action"] == "drain" and holder["outcome"]["kind"] == "exited", (
         json.dumps(attempt, indent=1) + journal)
     assert "pre" in phases(attempt) and "post" in phases(attempt), attempt["events"]
 
@@ -309,6 +309,35 @@ def test_hybrid_sleep_through_the_same_guard(clean: Container) -> None:
     assert first_line((box.power / "disk").read_text()) == "suspend"
     assert f"{pid} SIGINT" in signals(box)
     assert newest_unit_attempt(box, "hybrid-sleep")["verdict"] == "allow"
+
+
+def test_suspend_command_reports_an_allowed_sleep(clean: Container) -> None:
+    """``suspendguard suspend`` through the real logind and systemd: it slept, and says when."""
+    box = clean
+    pid = start_holder(box, "cmd-graceful", "graceful")
+    result = box.suspendguard("suspend", check=False)
+    assert result.returncode == 0, result.stdout + result.stderr + box.log_tail()
+    assert first_line(box.power_state()) == "mem"
+    assert re.match(r"suspended at \d\d:\d\d:\d\d, resumed at \d\d:\d\d:\d\d", result.stdout), \
+        result.stdout
+    attempt = newest_unit_attempt(box, "suspend")
+    assert f"attempt {attempt['id']}: the guard allowed it, 1 holder(s) drained" in result.stdout
+    assert f"{pid} SIGINT" in signals(box)
+    box.wait_idle()
+
+
+def test_suspend_command_reports_a_veto(clean: Container) -> None:
+    """Where ``systemctl suspend`` says nothing and exits 0, ``suspendguard suspend`` exits 1."""
+    box = clean
+    deaf = start_holder(box, "cmd-deaf", "deaf")
+    result = box.suspendguard("suspend", check=False)
+    assert result.returncode == 1, result.stdout + result.stderr + box.log_tail()
+    assert box.power_state() == "freeze mem disk\n"
+    assert result.stdout.startswith(f"vetoed: pid {deaf} "), result.stdout
+    assert "SIGINT" in first_line(result.stdout)
+    assert newest_unit_attempt(box, "suspend")["verdict"] == "veto"
+    assert box.unit_active("sg-test-cmd-deaf.service")
+    box.wait_idle()
 
 
 def test_unit_settings_as_systemd_loaded_them(installed: Container) -> None:

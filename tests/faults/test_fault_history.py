@@ -61,7 +61,7 @@ def test_nobody_cannot_read_or_lock_the_history(make_config: Any) -> None:
         state = top / "state"
         state.mkdir(mode=0o755)  # as an older version left it
         cfg = make_config(state={"dir": str(state)})
-        assert guard(cfg).history_note == ""  # recorded
+        assert guard(cfg).history == "recorded"
         db = state / "history.db"
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
         for f in state.iterdir():
@@ -71,7 +71,7 @@ def test_nobody_cannot_read_or_lock_the_history(make_config: Any) -> None:
         try:
             assert locker.stdout is not None
             assert locker.stdout.readline().startswith("denied")
-            assert guard(cfg).history_note == ""  # recorded
+            assert guard(cfg).history == "recorded"
         finally:
             locker.kill()
             locker.wait()
@@ -163,7 +163,7 @@ def test_immutable_corrupt_database_still_gives_a_verdict(make_config: Any) -> N
     finally:
         subprocess.run(["chattr", "-i", str(db)], check=True)
     assert report.verdict.kind == "allow"
-    assert report.history_note.startswith("not recorded")
+    assert report.to_json()["history"].startswith("not recorded: ")
     assert any("history not recorded" in w for w in report.verdict.warnings)
 
 
@@ -223,7 +223,7 @@ def test_planted_database_symlink_changes_no_other_file(make_config: Any,
     (state / "history.db").symlink_to(secret)
     report = guard(cfg)
     assert report.verdict.kind == "allow"
-    assert "symlink" in report.history_note
+    assert "symlink" in report.to_json()["history"]
     assert secret.read_text() == "root:secret\n"
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
 
@@ -234,7 +234,7 @@ def test_state_dir_symlink_is_not_followed(make_config: Any, tmp_path: Path) -> 
     link = tmp_path / "state-link"
     link.symlink_to(elsewhere)
     report = guard(make_config(state={"dir": str(link)}))
-    assert report.verdict.kind == "allow" and "symlink" in report.history_note
+    assert report.verdict.kind == "allow" and "symlink" in report.to_json()["history"]
     assert list(elsewhere.iterdir()) == []
 
 

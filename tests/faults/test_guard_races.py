@@ -98,13 +98,13 @@ def test_a_second_guard_signals_nobody_while_the_first_drains(
     _slow, spid = holders.start(node, mode="slow")
     first = subprocess.Popen(
         [sys.executable, "-m", "suspendguard", "--config",
-         str(_conf(tmp_path, node, state, timeout_s=20)), "check", "--json"],
+         str(_conf(tmp_path, node, state, timeout_s=20)), "drain", "--yes", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _until(lambda: holders.signals() == [f"{spid} SIGINT"])
         second_conf = _conf(tmp_path, node, state, timeout_s=2, deadline_s=6)
         start = time.monotonic()
-        status, out, err = cli("--config", str(second_conf), "check", "--json")
+        status, out, err = cli("--config", str(second_conf), "drain", "--yes", "--json")
         waited = time.monotonic() - start
         assert out, err
         report = json.loads(out)
@@ -132,7 +132,7 @@ def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path, node: str,
     target.chmod(0o644)
     (state / "guard.lock").symlink_to(target)
     graceful, pid = holders.start(node)
-    status, out, _ = cli("--config", str(_conf(tmp_path, node, state)), "check", "--json")
+    status, out, _ = cli("--config", str(_conf(tmp_path, node, state)), "drain", "--yes", "--json")
     report = json.loads(out)
     # Like the history, a lock that cannot be had never costs the verdict.
     assert status == 0 and report["verdict"] == "allow", report

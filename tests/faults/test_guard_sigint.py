@@ -22,7 +22,7 @@ def test_sigint_to_the_guard_mid_drain_gives_a_recorded_veto(
                     '[idle]\nbackends = []\n[drain]\ntimeout_s = 20\n')
     _slow, pid = holders.start(node, mode="slow")
     guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
-                              "check", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              "drain", "--yes", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     try:
         for _ in range(500):

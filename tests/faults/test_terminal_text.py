@@ -30,7 +30,7 @@ JOB = (
 
 def cli(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
-    status = main(list(argv), out=out, err=io.StringIO(), environ={"PATH": os.defpath})
+    status = main(list(argv), out=out, err=io.StringIO(), environ={"PATH": os.defpath, "COLUMNS": "400"})
     return status, out.getvalue()
 
 
@@ -61,7 +61,7 @@ def test_check_status_and_history_show_a_hostile_name_inert(evil_job: int, conf:
     status, out = cli("--config", str(conf), "check", "--dry-run")
     assert status == 1 and f"pid {evil_job} x\\e[2J\\r\\nforged ignores SIGINT" in out, out
     assert_inert(out)
-    status, out = cli("--config", str(conf), "check")  # a real veto, recorded
+    status, out = cli("--config", str(conf), "drain", "--yes")  # a real veto, recorded
     assert status == 1
     assert_inert(out)
     _, out = cli("--config", str(conf), "history")
@@ -81,6 +81,6 @@ def test_logs_show_hostile_lines_and_file_names_inert(tmp_path: Path) -> None:
                    "hwts is busy \x1b[2J\rverdict: ALLOW\n")
     (folder / "unreadable\x1b[1m.log").symlink_to("/nonexistent")
     status, out = cli("logs", str(folder))
-    assert status == 0 and "hwts-busy-suspend" in out, out
+    assert status == 1 and "hwts-busy-suspend" in out, out  # 1: findings, as grep
     assert "hwts is busy \\e[2J\\rverdict: ALLOW" in out and "plog-1_\\e]0;t\\x07.log" in out
     assert_inert(out)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
+import re
 import signal
 import threading
 import time
@@ -19,9 +21,11 @@ from helpers.runners import guard
 from suspendguard.config import EscalationStep
 from suspendguard.guard.drain import drain
 from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
 from suspendguard.guard.scan import scan_holders
 from suspendguard.system.cancel import Cancel
+from suspendguard.system.log import Logger
 
 
 def outcome_of(report: Report, pid: int) -> Any:
@@ -46,6 +50,38 @@ def test_holder_slower_than_the_timeout_vetoes(make_config: Any, node: str, hold
     assert any(f"pid {pid}" in r and "still running" in r for r in report.verdict.reasons)
     assert outcome_of(report, pid).kind == "timeout"
     assert proc.poll() is None  # still running at the verdict: never killed by default
+
+
+def test_drain_wait_is_announced_and_a_cut_is_stated(make_config: Any, node: str,
+                                                    holders: Holders) -> None:
+    _, pid = holders.start(node, mode="slow")
+    # A deadline this tight fails validation; handed in anyway (as the sleep
+    # hook's fallback could), the cut must be said, not silent.
+    cfg = make_config(drain={"timeout_s": 3})
+    cfg = replace(cfg, drain=replace(cfg.drain, deadline_s=3.5))
+    log = io.StringIO()
+    report = run(cfg, dry_run=False, action="suspend", origin="test", idle_check=None,
+                 log=Logger(log, {}))
+    assert report.verdict.kind == "veto"
+    assert f"sent SIGINT to 1 holder(s): {pid} python" in log.getvalue()
+    assert re.search(r"waiting up to 1\.[45] s \(cut from 3 s to end within the deadline\)",
+                     log.getvalue()), log.getvalue()
+    assert any(re.match(r"the drain wait was cut to 1\.[45] s \(of \[drain\] timeout_s = 3\) "
+                        r"to end within \[drain\] deadline_s = 3\.5", w)
+               for w in report.verdict.warnings), report.verdict.warnings
+    reason = next(r for r in report.verdict.reasons if f"pid {pid}" in r)
+    assert "(the wait was cut short by the deadline)" in reason
+    assert reason.endswith(f"stop it yourself (kill -TERM {pid}), or raise [drain] timeout_s")
+
+
+def test_full_wait_without_an_idle_backend(make_config: Any, node: str, holders: Holders) -> None:
+    holders.start(node, mode="slow")
+    log = io.StringIO()
+    # deadline 5 - 2 s to answer leaves the whole 3 s: nothing is kept for an idle check.
+    run(make_config(drain={"timeout_s": 3, "deadline_s": 5}), dry_run=False, action="suspend",
+        origin="test", log=Logger(log, {}))
+    assert "waiting up to 3.0 s\n" in log.getvalue(), log.getvalue()
+    assert "cut from" not in log.getvalue()
 
 
 def test_deaf_holder_vetoes_before_anyone_is_signalled(make_config: Any, node: str,
@@ -85,10 +121,14 @@ def test_ignore_rule_does_not_count(make_config: Any, node: str, holders: Holder
 
 def test_supervisor_restarting_its_job_is_a_respawn_veto(make_config: Any, node: str,
                                                         holders: Holders) -> None:
-    holders.start(node, mode="supervisor")
+    _, supervisor = holders.start(node, mode="supervisor")
     report = guard(make_config(drain={"rounds": 2}))
     assert report.verdict.kind == "veto"
-    assert any("respawned" in r for r in report.verdict.reasons), report.verdict.reasons
+    respawn = [r for r in report.verdict.reasons if "respawned" in r]
+    assert respawn, report.verdict.reasons
+    # The reason names who restarted it (its parent: no unit here) and the next step.
+    assert f"restarted by its supervisor, parent pid {supervisor} python" in respawn[0]
+    assert respawn[0].endswith("stop the supervisor before suspending")
     assert max(h.round for h in report.holders) >= 2
     assert sum(1 for s in holders.signals() if s.endswith("SIGINT")) == 2  # one per round
 
@@ -239,7 +279,7 @@ def test_progress_is_logged_while_waiting(node: str, holders: Holders) -> None:
     lines: list[str] = []
     result = drain([holder], "SIGINT", 2.0, time.monotonic() + 6, log=lines.append,
                    progress_every_s=0.3)
-    assert result.outcomes[(pid, holder.start_time)].kind == "timeout"
+    assert result.outcomes[(pid, holder.start_time)].kind == "timeout", lines
     assert lines[0].startswith("sent SIGINT to 1 holder(s)")
     waiting = [line for line in lines if line.startswith("still waiting for 1 holder(s)")]
     assert len(waiting) >= 2 and f"pid {pid} python" in waiting[0]

@@ -85,7 +85,8 @@ def test_what_follows_before_any_signal() -> None:
     protect = decide([holder()], PolicyConfig((Rule(comm="python3"),), ()), DRAIN)[0]
     assert protect.kind == "protect" and protect.vetoes
     assert protect.reason == "pid 4242 python3 is protected by [policy] protect #1 " \
-        "(comm='python3'): the suspend waits for it"
+        "(comm='python3'): veto while it runs; stop it before suspending, or change the rule"
+    assert "waits" not in protect.reason
     assert decision(holder(comm="nvidia-persistenced")).kind == "leave"
 
 
@@ -100,8 +101,14 @@ def test_holder_ignoring_sigint_by_on_sigint_ignored() -> None:
     deaf = holder(masks=DEAF)
     vetoed = decision(deaf)
     assert vetoed.kind == "veto-sigint-ignored" and "kill -2 cannot stop it" in vetoed.reason
+    # SigIgn cannot say who set it: both causes are named, then the next step.
+    assert "(set by the program, or inherited from a parent that ignored it, e.g. `&` in a " \
+        "script or nohup)" in vetoed.reason
+    assert vetoed.reason.endswith("stop it yourself (kill -TERM 4242), start it so it takes "
+                                  "SIGINT, or set [drain] on_sigint_ignored")
     empty = decision(deaf, "escalate")
-    assert empty.kind == "veto-sigint-ignored" and empty.reason.endswith("[drain] escalate is empty")
+    assert empty.kind == "veto-sigint-ignored"
+    assert empty.reason.endswith('[drain] escalate is empty: add steps such as "SIGTERM:10"')
     steps = (EscalationStep("SIGTERM", 5.0),)
     assert decision(deaf, "escalate", steps).kind == "escalate"
     assert decision(deaf, "signal-anyway").kind == "drain"

@@ -96,9 +96,10 @@ def test_install_stages_exactly_these_files(root: Path) -> None:
     assert all(after[k] == v for k, v in before.items()), "install changed what was there"
     assert after[UNIT][1] == 0o644 and after[HOOK][1] == 0o755 and after[CONFIG][1] == 0o644
     unit = (root / UNIT).read_text()
-    assert f"ExecStart={sys.executable} -I -m suspendguard pre-sleep %i\n" in unit
+    # Staged: the target's interpreter, not the builder's venv.
+    assert "ExecStart=/usr/bin/python3 -I -m suspendguard pre-sleep %i\n" in unit
     assert "TimeoutStartSec=120\n" in unit
-    assert f"PYTHON={sys.executable}\n" in (root / HOOK).read_text()
+    assert "PYTHON=/usr/bin/python3\n" in (root / HOOK).read_text()
     from suspendguard.config import commented_default
 
     assert (root / CONFIG).read_text() == commented_default()
@@ -243,11 +244,15 @@ def test_installation_state(root: Path) -> None:
     }
     assert state["unit"]["path"] == "/etc/systemd/system/suspendguard@.service"
     assert state["unit"]["timeout_start_s"] == 120
-    assert state["unit"]["exec_start"] == f"{sys.executable} -I -m suspendguard pre-sleep %i"
+    assert state["unit"]["exec_start"] == "/usr/bin/python3 -I -m suspendguard pre-sleep %i"
+    # A staged tree names the target's interpreter: not run here.
+    assert state["unit"]["interpreter"] == {"path": "/usr/bin/python3", "usable": None,
+                                            "reason": None}
+    assert state["refusal"] is None
     assert state["hook"] == {"path": "/usr/lib/systemd/system-sleep/suspendguard",
                              "present": True, "executable": True}
     assert state["config"] == {"path": "/etc/suspendguard/config.toml", "present": True}
-    assert state["manifest"]["present"] and state["manifest"]["python"] == sys.executable
+    assert state["manifest"]["present"] and state["manifest"]["python"] == "/usr/bin/python3"
     json.dumps(state)  # status prints it as JSON
     (root / HOOK).chmod(0o644)
     state = installation_state(str(root)).to_json()
@@ -317,3 +322,50 @@ def test_staging_root_that_does_not_exist_yet_is_made(tmp_path: Path) -> None:
     assert (stage / "etc/systemd/system/suspendguard@.service").is_file()
     status, _, err = run("uninstall", "--root", str(stage), "--purge")
     assert status == 0, err
+
+
+# --- the units' interpreter -----------------------------------------------------------
+
+@pytest.mark.parametrize("python", ["/tmp/venv/bin/python", "/var/tmp/x/python3",
+                                    "/home/alice/.venv/bin/python", "/root/venv/bin/python"])
+def test_interpreter_that_would_not_last_is_refused(root: Path, python: str) -> None:
+    before = snapshot(root)
+    status, out, err = run("install", "--root", str(root), "--python", python)
+    assert status == EXIT_ERROR and out == ""
+    assert err.count("\n") == 1, err
+    assert f"the units' interpreter {python} is under " in err
+    assert err.rstrip().endswith("pass --python PATH with a system interpreter, or --force")
+    assert snapshot(root) == before  # nothing written
+
+    status, _, err = run("install", "--root", str(root), "--python", python, "--force")
+    assert status == 0, err
+    assert f"ExecStart={python} -I -m suspendguard pre-sleep %i\n" in (root / UNIT).read_text()
+    assert f"PYTHON={python}\n" in (root / HOOK).read_text()
+
+
+def test_python_option_names_the_units_interpreter(root: Path) -> None:
+    status, _, err = run("install", "--root", str(root), "--python", "/opt/sg/bin/python")
+    assert status == 0, err
+    assert "ExecStart=/opt/sg/bin/python -I -m suspendguard pre-sleep %i\n" in \
+        (root / UNIT).read_text()
+    assert installation_state(str(root)).to_json()["manifest"]["python"] == "/opt/sg/bin/python"
+
+
+def test_probe_runs_the_interpreter(tmp_path: Path) -> None:
+    from suspendguard.install.interpreter import probe
+
+    assert probe(sys.executable).usable is True
+    missing = probe(str(tmp_path / "gone" / "python"))
+    assert missing.usable is False and missing.reason == "is missing"
+    link = tmp_path / "python"
+    link.symlink_to(tmp_path / "deleted-venv-python")
+    assert probe(str(link)).reason == "is a broken link (its target is gone)"
+    # An interpreter that runs but has no suspendguard (what a wrong venv gives).
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'suspendguard'\" >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    broken = probe(str(fake))
+    assert broken.usable is False
+    assert broken.reason == "cannot import suspendguard (ModuleNotFoundError: No module named " \
+        "'suspendguard')"

@@ -102,7 +102,9 @@ def test_logind_inhibitors_and_veto_units_from_the_bus(conf: Path, fakes: Any) -
     code, out, err = status("--config", str(conf))
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("verdict: ")
+    # Not installed here: the first line says the next suspend is not guarded.
+    assert lines[0].startswith("suspends are not guarded (the veto unit is not enabled")
+    assert lines[1].startswith("verdict: ")
     logind = [line for line in lines if line.startswith("logind:")]
     assert logind == ["logind: CanSuspend yes, CanHibernate challenge, InhibitDelayMaxUSec 5 s, "
                       "PreparingForSleep no"]
@@ -206,17 +208,20 @@ def test_human_output_shows_holders_and_sends_nothing(conf: Path, node: str, hol
     code, out, _ = status("--config", str(conf))
     assert code == 0  # a veto now is reported, not returned
     lines = out.splitlines()
-    assert lines[0].startswith("verdict: VETO")
-    assert any("kill -2 cannot stop it" in line for line in lines[1:4])
+    assert lines[0].endswith("the guard would say veto now")
+    assert lines[1].startswith("verdict: VETO")
+    assert any("kill -2 cannot stop it" in line for line in lines[2:5])
     assert "\033[" not in out  # not a terminal: no colour
     # (other processes on this machine may hold rdev 1:7 too: find ours by pid)
     head = next(i for i, line in enumerate(lines) if line.startswith("holders now: "))
     header = lines[head + 1].split()
-    assert header == ["PID", "USER", "ACTION", "SIGINT", "WOULD", "COMMAND"]
+    assert header == ["PID", "USER", "ACTION", "SIGINT", "OUTCOME", "COMMAND"]  # as check's
     row = next(line.split() for line in lines[head + 2:] if line.split()[:1] == [str(pid)])
     assert row[2:4] == ["drain", "ignored"]
-    assert any(line.startswith((f"  pid {pid}: ", f"  pid {pid} (")) and "rule: " in line
-               for line in lines)
+    # Each distinct rule once, with its pids.
+    rules = lines.index("  rules:", head)
+    assert any(line.startswith("    holds a compute node: pid ") and str(pid) in line
+               for line in lines[rules:])
     # sections in the order of importance
     order = [next(i for i, line in enumerate(lines) if line.startswith(word))
              for word in ("verdict:", "accelerators:", "holders now:", "installation:",
@@ -258,9 +263,18 @@ def test_history_last_attempts_counts_and_findings(conf: Path, no_bus: str) -> N
     assert lines[head] == "history: 3 attempt(s): allow 2, veto 1; the last 3:"
     rows = [line.split() for line in lines[head + 2:head + 5]]
     assert [r[0] for r in rows] == ["3", "2", "1"]  # newest first, the dry run left out
-    assert rows[0][3:5] == ["hibernate", "allow"]
-    assert rows[1][4] == "veto" and "ignores SIGINT" in lines[head + 3]
-    assert rows[2][5:7] == ["1.5", "1/1"]
+    assert rows[0][3] in ("UTC",) or rows[0][3].startswith(("+", "-"))  # times with their zone
+    assert rows[0][4:6] == ["hibernate", "allow"]
+    assert rows[1][5] == "veto"
+    assert rows[2][6:8] == ["1.5", "1/1"]
+    # Fitted to 80 columns (no terminal, no COLUMNS): the long reason cut with an ellipsis...
+    assert all(len(line) <= 80 for line in lines[head + 1:head + 5])
+    assert lines[head + 3].endswith("…") and "ignores SIGINT" not in lines[head + 3]
+    # ...and whole with --wide, or in a wider terminal.
+    for argv, env in ((["--wide"], {}), ([], {"COLUMNS": "300"})):
+        _, wide, _ = status(*argv, "--config", str(conf), env=env)
+        row = next(line for line in wide.splitlines() if line.startswith("  2   "))
+        assert row.endswith("ignores SIGINT: kill -2 cannot stop it"), row
     assert "  #1 jobs: 4242 train exited" in lines
     assert "  #2 jobs: 77 infer not-signalled" in lines
     assert "  #3 after resume: hwts-busy-suspend" in lines
@@ -272,7 +286,7 @@ def test_history_last_attempts_counts_and_findings(conf: Path, no_bus: str) -> N
     assert history["counts"] == {"allow": 2, "veto": 1}
     assert history["findings"] == {"hwts-busy-suspend": 1}
     assert [a["id"] for a in history["attempts"]] == [3, 2, 1]
-    assert history["attempts"][2]["holders"][0]["outcome"] == "exited"
+    assert history["attempts"][2]["holders"][0]["outcome"]["kind"] == "exited"
     assert history["attempts"][2]["duration_s"] == 1.5
     assert history["attempts"][0]["findings"][0]["rule"] == "hwts-busy-suspend"
 
@@ -358,12 +372,19 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str) -> Non
     bad.write_text("[drain]\ntimeout_s = -3\n")
     code, out, err = status("--config", str(bad))
     assert code == 0 and err == ""
-    line = next(line for line in out.splitlines() if line.startswith("  config: "))
-    assert line.startswith(f"  config: {bad}: invalid: ") and "timeout_s" in line
-    assert out.splitlines()[0].startswith("verdict: ")  # the dry run ran, on defaults
+    lines = out.splitlines()
+    # What the unit would do with this file comes first: it refuses every suspend.
+    assert lines[0] == ("every suspend will be refused: the config is invalid: [drain] timeout_s "
+                        "(line 2): expected a number >= 0, got -3")
+    assert lines[1].startswith("verdict: UNKNOWN (what check --dry-run gives now)")
+    line = next(line for line in lines if line.startswith("  config: "))
+    assert line.startswith(f"  config: {bad}: invalid: [drain] timeout_s") and "timeout_s" in line
+    assert out.count(str(bad)) == 1  # the path once, not twice
     code, out, _ = status("--json", "--config", str(bad))
     data = json.loads(out)
     assert code == 0
+    assert data["verdict"]["verdict"] == "unknown" and data["verdict"]["exit_status"] == 5
+    assert data["verdict"]["next_suspend"] == lines[0]
     assert data["config"]["valid"] is False and data["config"]["path"] == str(bad)
     assert "timeout_s" in data["config"]["error"]
     assert "\n" not in data["config"]["error"]
@@ -377,6 +398,36 @@ def test_missing_explicit_config_is_invalid_not_fatal(tmp_path: Path, no_bus: st
     data = json.loads(out)
     assert code == 0
     assert data["config"]["valid"] is False and "not found" in data["config"]["error"]
+
+
+def test_missing_unit_interpreter_leads_status(conf: Path, tmp_path: Path, no_bus: str) -> None:
+    from dataclasses import replace
+
+    from suspendguard.install.interpreter import probe
+    from suspendguard.status.collect import collect
+    from suspendguard.status.text import render
+
+    stage = tmp_path / "stage"
+    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
+                environ={}) == 0
+    s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
+    assert s.installation.refusal() is None and s.installation.installed
+    # The venv the unit names was deleted: probed for real, as status does on "/".
+    gone = str(tmp_path / "venv" / "bin" / "python")
+    unit = s.installation.unit
+    assert unit is not None
+    s = replace(s, installation=replace(s.installation,
+                                        unit=replace(unit, interpreter=probe(gone))))
+    out = io.StringIO()
+    render(s, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"every suspend will be refused: the unit's interpreter {gone} is missing"
+    assert lines[1].startswith("verdict: UNKNOWN")
+    assert f"  interpreter: {gone}: is missing" in lines
+    data = s.to_json()
+    assert data["verdict"]["verdict"] == "unknown"
+    assert data["installation"]["refusal"] == f"the unit's interpreter {gone} is missing"
+    assert data["installation"]["unit"]["interpreter"]["usable"] is False
 
 
 # --- not root ---------------------------------------------------------------------------
@@ -417,8 +468,11 @@ def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders
         assert data["config"]["valid"] is True
         assert data["scan"]["as_root"] is False
         assert data["scan"]["unreadable"] > 0
-        assert data["scan"]["note"] == (f"{data['scan']['unreadable']} processes could not be "
-                                        "inspected (not root)")
+        assert data["scan"]["note"].startswith(f"{data['scan']['unreadable']} processes could "
+                                               "not be inspected (not root): pid ")
+        # Root's holder is among those it could not see: the verdict is unknown, not allow.
+        assert data["verdict"]["verdict"] == "unknown", data["verdict"]
+        assert data["verdict"]["reasons"][0].startswith("run as root: ")
         assert data["installation"]["state_dir"]["writable"] is False
         assert data["logind"]["available"] is False
 
@@ -427,6 +481,9 @@ def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders
                                env=env, capture_output=True, text=True, cwd="/", timeout=120)
         assert human.returncode == 0, human.stderr
         assert "processes could not be inspected (not root)" in human.stdout
+        assert human.stdout.splitlines()[0].startswith(
+            "suspends are not guarded (the veto unit is not enabled: suspendguard install); "
+            "the guard would say unknown now")
         assert "not writable by this user" in human.stdout
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dbus_next.aio.message_bus import MessageBus
@@ -67,6 +68,15 @@ class CallError(Failure):
         super().__init__(reason)
 
 
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A D-Bus signal a session asked to hear (:meth:`Session.watch`)."""
+
+    interface: str
+    member: str
+    body: tuple[Any, ...]
+
+
 class Session:
     """One connection to the system bus for one synchronous call."""
 
@@ -77,6 +87,8 @@ class Session:
         self._received: set[int] = set()
         self._kept: set[int] = set()
         self._waiting: set[int] = set()  # serials of calls still expecting a reply
+        self._watched: set[tuple[str, str]] = set()
+        self._signals: asyncio.Queue[Signal] | None = None
 
     async def connect(self) -> None:
         try:
@@ -118,6 +130,23 @@ class Session:
                           f"expected {expect!r}")
         return reply
 
+    async def watch(self, sender: str, interface: str, member: str) -> None:
+        """Hear this signal from now on: queued in arrival order, read with :meth:`next_signal`."""
+        if self._signals is None:
+            self._signals = asyncio.Queue()
+        self._watched.add((interface, member))
+        rule = f"type='signal',sender='{sender}',interface='{interface}',member='{member}'"
+        await self.call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                        "AddMatch", "s", [rule], expect="")
+
+    async def next_signal(self) -> Signal:
+        """The next watched signal, waiting for it (the conversation's timeout bounds the wait)."""
+        if self._signals is None:
+            raise Failure("no signal is watched on this connection")
+        self.step = "waiting for " + " or ".join(sorted(f"{i.rsplit('.', 1)[-1]}.{m}"
+                                                        for i, m in self._watched))
+        return await self._signals.get()
+
     async def get_all(self, destination: str, path: str, interface: str) -> dict[str, Any]:
         """Properties.GetAll, values still wrapped (read them with :func:`value`)."""
         reply = await self.call(destination, path, PROPERTIES, "GetAll", "s", [interface],
@@ -137,6 +166,9 @@ class Session:
         # with the session unless kept; anything else (signals, late replies) is
         # closed now.
         fds = list(msg.unix_fds or ())
+        if (msg.message_type == MessageType.SIGNAL and self._signals is not None
+                and (msg.interface, msg.member) in self._watched):
+            self._signals.put_nowait(Signal(msg.interface, msg.member, tuple(msg.body or ())))
         if (msg.message_type in (MessageType.METHOD_RETURN, MessageType.ERROR)
                 and msg.reply_serial in self._waiting):
             self._received.update(fds)

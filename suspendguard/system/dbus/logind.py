@@ -1,14 +1,16 @@
-"""What logind says about sleeping (capabilities, inhibitor locks), and taking a lock."""
+"""What logind says about sleeping (capabilities, inhibitor locks), taking a lock, asking to sleep."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from suspendguard.model import Unavailable
 from suspendguard.system.dbus.bus import DEFAULT_TIMEOUT, Failure, Session, converse, value
+from suspendguard.system.dbus.systemd import job_removed, watch_jobs
 
 LOGIND_NAME = "org.freedesktop.login1"
 LOGIND_PATH = "/org/freedesktop/login1"
@@ -126,3 +128,57 @@ async def _logind_info(session: Session) -> LogindInfo:
         delay_inhibited=value(props, "DelayInhibited", str, where),
         preparing_for_sleep=value(props, "PreparingForSleep", bool, where),
     )
+
+
+# logind's method for each sleep action, and the target it starts for it.
+SLEEP_METHODS = {"suspend": "Suspend", "hibernate": "Hibernate", "hybrid-sleep": "HybridSleep",
+                 "suspend-then-hibernate": "SuspendThenHibernate"}
+
+
+@dataclass(frozen=True, slots=True)
+class SleepJob:
+    """A sleep asked of logind, followed through systemd to its end."""
+
+    action: str
+    target: str  # the unit logind starts: suspend.target, ...
+    result: str  # the job's result (JobRemoved): done | dependency | failed | canceled | ...
+    ended: float  # wall-clock time the job's end was heard
+
+    @property
+    def done(self) -> bool:
+        return self.result == "done"
+
+
+def request_sleep(action: str, timeout: float,
+                  address: str | None = None) -> SleepJob | Unavailable:
+    """Ask logind to sleep (``interactive=false``) and wait until systemd ends the sleep job.
+
+    logind answers as soon as it queued the job (systemd issue 6479), so the
+    outcome is the end of the ``ACTION.target`` job, heard as systemd's
+    JobRemoved. The watch starts before the request: a veto can end the job
+    before logind's answer arrives. ``timeout`` counts awake time only (the
+    monotonic clock stops while the machine sleeps).
+    """
+    method = SLEEP_METHODS[action]
+    target = f"{action}.target"
+
+    async def body(session: Session) -> SleepJob:
+        await watch_jobs(session)
+        await session.call(LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, method, "b", [False],
+                           expect="")
+        end = await job_removed(session, target)
+        return SleepJob(action=action, target=target, result=end.result, ended=time.time())
+
+    return converse("logind and systemd", timeout, body, address)
+
+
+def can_sleep(action: str, timeout: float = DEFAULT_TIMEOUT,
+              address: str | None = None) -> str | Unavailable:
+    """logind's Can<Action> answer: na | yes | no | challenge."""
+
+    async def body(session: Session) -> str:
+        reply = await session.call(LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER,
+                                   f"Can{SLEEP_METHODS[action]}", expect="s")
+        return str(reply.body[0])
+
+    return converse("logind", timeout, body, address)

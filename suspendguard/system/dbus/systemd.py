@@ -1,4 +1,4 @@
-"""How systemd's manager reports units (the guard's veto units among them)."""
+"""How systemd's manager reports units (the guard's veto units among them), and its jobs' ends."""
 
 from __future__ import annotations
 
@@ -94,3 +94,29 @@ async def _one_unit(session: Session, name: str) -> UnitInfo:
         result=result,
         exec_main_status=status,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """A job systemd removed (Manager.JobRemoved): its unit and how it ended."""
+
+    id: int
+    unit: str
+    result: str  # done | canceled | timeout | failed | dependency | skipped
+
+
+async def watch_jobs(session: Session) -> None:
+    """Hear systemd's JobRemoved from now on; systemd sends it only to subscribed clients."""
+    await session.watch(SYSTEMD_NAME, SYSTEMD_MANAGER, "JobRemoved")
+    await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "Subscribe", expect="")
+
+
+async def job_removed(session: Session, unit: str) -> JobEnd:
+    """Wait for the end of a job of ``unit`` (after :func:`watch_jobs`)."""
+    while True:
+        signal = await session.next_signal()
+        if signal.member != "JobRemoved" or len(signal.body) != 4:
+            continue
+        job_id, _path, name, result = signal.body
+        if name == unit:
+            return JobEnd(id=int(job_id), unit=str(name), result=str(result))

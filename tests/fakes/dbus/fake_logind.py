@@ -15,8 +15,8 @@ import asyncio
 import os
 from dataclasses import dataclass
 
-from dbus_next import Message, MessageType
-from dbus_next.service import PropertyAccess, ServiceInterface, dbus_property, method
+from dbus_next import DBusError, Message, MessageType
+from dbus_next.service import PropertyAccess, ServiceInterface, dbus_property, method, signal
 
 NAME = "org.freedesktop.login1"
 PATH = "/org/freedesktop/login1"
@@ -26,6 +26,10 @@ INTERFACE = "org.freedesktop.login1.Manager"
 WHATS = ("shutdown", "sleep", "idle", "handle-power-key", "handle-suspend-key",
          "handle-hibernate-key", "handle-lid-switch", "handle-reboot-key")
 MODES = ("block", "delay", "block-weak")
+# The sleep methods and the target logind starts for each (execute_shutdown_or_sleep).
+SLEEP_TARGETS = {"Suspend": "suspend.target", "Hibernate": "hibernate.target",
+                 "HybridSleep": "hybrid-sleep.target",
+                 "SuspendThenHibernate": "suspend-then-hibernate.target"}
 
 
 @dataclass
@@ -50,8 +54,12 @@ class LoginManager(ServiceInterface):
         self.delay_max_usec = int(state.get("inhibit_delay_max_usec", 5_000_000))
         self.preparing = bool(state.get("preparing_for_sleep", False))
         self.locks: list[Lock] = [Lock(*row) for row in state.get("inhibitors", [])]
+        # [error name, message] every sleep method answers with, as logind does when
+        # polkit says no or a block inhibitor applies; None: the sleep is started.
+        self.sleep_error = state.get("sleep_error")
         self.bus: object = None
         self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        self.sleep_job: str | None = None  # the job path of the sleep in progress
 
     def attach(self, bus: object) -> None:
         """Export on the bus, and take Inhibit calls before dbus-next's dispatcher.
@@ -64,6 +72,11 @@ class LoginManager(ServiceInterface):
         self.bus = bus
         bus.export(PATH, self)
         bus.add_message_handler(self._intercept_inhibit)
+        bus.add_message_handler(self._note_job_removed)
+
+    def _note_job_removed(self, msg: Message) -> bool:
+        self.job_removed(msg)
+        return False
 
     # --- methods ----------------------------------------------------------------
 
@@ -82,6 +95,67 @@ class LoginManager(ServiceInterface):
     @method()
     def Inhibit(self, what: "s", who: "s", why: "s", mode: "s") -> "h":
         raise AssertionError("Inhibit is answered by _intercept_inhibit")
+
+    @method()
+    def Suspend(self, interactive: "b") -> None:
+        self._sleep("Suspend")
+
+    @method()
+    def Hibernate(self, interactive: "b") -> None:
+        self._sleep("Hibernate")
+
+    @method()
+    def HybridSleep(self, interactive: "b") -> None:
+        self._sleep("HybridSleep")
+
+    @method()
+    def SuspendThenHibernate(self, interactive: "b") -> None:
+        self._sleep("SuspendThenHibernate")
+
+    @signal()
+    def PrepareForSleep(self, start: bool) -> "b":
+        return start
+
+    # --- sleeping, the way logind does it -------------------------------------------
+
+    def _sleep(self, method_name: str) -> None:
+        if self.sleep_error:
+            name, text = self.sleep_error
+            raise DBusError(name, text)
+        if self.sleep_job is not None:
+            raise DBusError("org.freedesktop.login1.OperationInProgress",
+                            "There's already a shutdown or sleep operation in progress")
+        self.sleep_job = "starting"
+        task = asyncio.ensure_future(self._start_sleep(SLEEP_TARGETS[method_name]))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _start_sleep(self, target: str) -> None:
+        """PrepareForSleep(true), then systemd's StartUnit of the target; (false) once it ended."""
+        self.preparing = True
+        self.PrepareForSleep(True)
+        await self.bus.call(Message(
+            destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
+            interface="org.freedesktop.DBus", member="AddMatch", signature="s",
+            body=["type='signal',sender='org.freedesktop.systemd1',member='JobRemoved'"]))
+        reply = await self.bus.call(Message(
+            destination="org.freedesktop.systemd1", path="/org/freedesktop/systemd1",
+            interface="org.freedesktop.systemd1.Manager", member="StartUnit", signature="ss",
+            body=[target, "replace-irreversibly"]))
+        if reply.message_type != MessageType.METHOD_RETURN:
+            self._slept()
+            return
+        self.sleep_job = reply.body[0]
+
+    def job_removed(self, msg: Message) -> None:
+        if (msg.message_type == MessageType.SIGNAL and msg.member == "JobRemoved"
+                and msg.body and msg.body[1] == self.sleep_job):
+            self._slept()
+
+    def _slept(self) -> None:
+        self.sleep_job = None
+        self.preparing = False
+        self.PrepareForSleep(False)
 
     # --- properties -------------------------------------------------------------
 

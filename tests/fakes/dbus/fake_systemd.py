@@ -2,7 +2,12 @@
 
 Real names, paths, interfaces and signatures. Like systemd: LoadUnit returns
 a path for any valid name, loading a unit with LoadState "not-found" when no
-such unit exists; GetUnit answers NoSuchUnit for a unit that is not loaded.
+such unit exists; GetUnit answers NoSuchUnit for a unit that is not loaded. StartUnit queues a
+job and answers its path; the job runs the commands the test gave for that
+unit ("jobs": {unit: [argv, ...]}), in order, the way the units ordered
+before a sleep target run; the first that fails ends the job with result
+"dependency", as a failed RequiredBy= unit does, otherwise "done". JobNew and
+JobRemoved go out only once a client called Subscribe, like systemd's.
 No `from __future__ import annotations`: dbus-next reads the D-Bus signatures
 from the annotations.
 """
@@ -10,10 +15,11 @@ from the annotations.
 # D-Bus signatures in annotations ("s", "a(ssssuu)") are not Python names.
 # ruff: noqa: F821
 
+import asyncio
 import re
 
 from dbus_next import DBusError
-from dbus_next.service import PropertyAccess, ServiceInterface, dbus_property, method
+from dbus_next.service import PropertyAccess, ServiceInterface, dbus_property, method, signal
 
 NAME = "org.freedesktop.systemd1"
 PATH = "/org/freedesktop/systemd1"
@@ -78,6 +84,10 @@ class Manager(ServiceInterface):
         super().__init__(MANAGER)
         self.on_disk: dict[str, dict[str, object]] = dict(state.get("units", {}))
         self.loaded: set[str] = set()
+        self.jobs: dict[str, list[list[str]]] = dict(state.get("jobs", {}))
+        self.next_job = 1
+        self.subscribed = False
+        self.tasks: set[asyncio.Task[None]] = set()
         self.bus: object = None
 
     def attach(self, bus: object) -> None:
@@ -109,3 +119,41 @@ class Manager(ServiceInterface):
         if name not in self.loaded:
             raise DBusError("org.freedesktop.systemd1.NoSuchUnit", f"Unit {name} not loaded.")
         return unit_path(name)
+
+    @method()
+    def Subscribe(self) -> None:
+        self.subscribed = True
+
+    @method()
+    def StartUnit(self, name: "s", mode: "s") -> "o":
+        if not _UNIT_NAME.match(name):
+            raise DBusError("org.freedesktop.DBus.Error.InvalidArgs",
+                            f"Unit name {name} is not valid.")
+        self._load(name)
+        job_id, self.next_job = self.next_job, self.next_job + 1
+        path = f"{PATH}/job/{job_id}"
+        task = asyncio.ensure_future(self._run_job(job_id, path, name))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return path
+
+    @signal()
+    def JobNew(self, job: list[object]) -> "uos":
+        return job
+
+    @signal()
+    def JobRemoved(self, job: list[object]) -> "uoss":
+        return job
+
+    async def _run_job(self, job_id: int, path: str, unit: str) -> None:
+        await asyncio.sleep(0)  # the StartUnit reply goes out first, as in systemd
+        if self.subscribed:
+            self.JobNew([job_id, path, unit])
+        result = "done"
+        for argv in self.jobs.get(unit, []):
+            proc = await asyncio.create_subprocess_exec(*argv)
+            if await proc.wait() != 0:
+                result = "dependency"
+                break
+        if self.subscribed:
+            self.JobRemoved([job_id, path, unit, result])

@@ -5,8 +5,10 @@
 
 --state is a JSON object: can_suspend, can_hibernate, inhibit_delay_max_usec,
 preparing_for_sleep, inhibitors (a list of [what, who, why, mode, uid, pid])
-for logind; units ({name: {LoadState, ActiveState, SubState, UnitFileState,
-Result, ExecMainStatus}}) for systemd. --silent owns the names but never
+and sleep_error ([error name, message] the sleep methods answer) for logind;
+units ({name: {LoadState, ActiveState, SubState, UnitFileState, Result,
+ExecMainStatus}}) and jobs ({unit: [argv, ...]}, what a started unit's job
+runs) for systemd. --silent owns the names but never
 answers a call (for timeout tests). Prints "READY" on stdout once the names
 are owned; exits when the bus goes away or on SIGTERM.
 """

@@ -1,0 +1,74 @@
+"""``suspendguard drain [--yes]``: the real drain from a shell, after saying who will be signalled.
+
+A dry run of the same pipeline lists the processes that would get SIGINT;
+on a terminal the operator confirms (answer ``y``), with ``--yes`` nobody is
+asked. Without a terminal and without ``--yes`` it refuses before doing
+anything: a script must say that it means it. Confirmed, the list is taken
+again; a holder that appeared while the question was open is asked about
+too, so nobody is signalled who was not shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from suspendguard.commands.check import run_guard
+from suspendguard.commands.context import Context
+from suspendguard.config import Config
+from suspendguard.errors import EXIT_VETO, UsageError
+from suspendguard.guard.layout import table, terminal_width
+from suspendguard.guard.pipeline import run
+from suspendguard.guard.render import short_command
+from suspendguard.guard.report import HolderResult
+from suspendguard.model import HolderId, holder_id
+from suspendguard.system.log import Logger
+
+
+def to_signal(config: Config, ctx: Context) -> dict[HolderId, HolderResult]:
+    """Who a real run would signal now, by a dry run that records nothing."""
+    log = Logger(ctx.err, ctx.environ, quiet=True)
+    # The idle step cannot change who is signalled: skipped, it costs no time here.
+    report = run(config, dry_run=True, origin="cli", log=log, record=False, idle_check=None)
+    return {holder_id(hr.decision.holder): hr for hr in report.holders
+            if hr.outcome.kind == "would-signal"}
+
+
+def _list(holders: list[HolderResult], ctx: Context) -> None:
+    rows = [("PID", "USER", "SIGINT", "COMMAND")]
+    for hr in holders:
+        h = hr.decision.holder
+        rows.append((str(h.pid), h.user, h.sigint, short_command(h)))
+    ctx.err.write("\n".join(table(rows, width=terminal_width(ctx.environ, ctx.err))) + "\n")
+
+
+def _confirmed(ctx: Context, count: int) -> bool:
+    ctx.err.write(f"Send SIGINT to {'this process' if count == 1 else f'these {count} processes'}"
+                  " now? [y/N] ")
+    ctx.err.flush()
+    answer = ctx.stdin.readline()
+    if not answer.endswith("\n"):
+        ctx.err.write("\n")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def drain(args: argparse.Namespace, ctx: Context) -> int:
+    if args.dry_run:
+        return run_guard(ctx, True, None, "cli", args.json, getattr(args, "wide", False))
+    if not args.yes and not ctx.stdin.isatty():
+        raise UsageError("drain: no terminal to ask on: add --yes to signal the holders "
+                         "without a question (suspendguard check shows who they are)")
+    config = ctx.config()
+    if not args.yes:
+        shown: dict[HolderId, HolderResult] = {}
+        while True:
+            new = {k: v for k, v in to_signal(config, ctx).items() if k not in shown}
+            if not new:
+                break
+            what = "also " if shown else ""
+            ctx.err.write(f"drain: SIGINT will {what}be sent to {len(new)} process(es):\n")
+            _list(list(new.values()), ctx)
+            if not _confirmed(ctx, len(new)):
+                ctx.err.write("drain: not confirmed: nobody was signalled\n")
+                return EXIT_VETO
+            shown.update(new)
+    return run_guard(ctx, False, None, "cli", args.json, getattr(args, "wide", False))

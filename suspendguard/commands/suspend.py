@@ -1,0 +1,133 @@
+"""``suspendguard suspend [--hibernate|...] [--dry-run]``: sleep through logind, then say what happened.
+
+``systemctl suspend`` returns 0 even when the guard vetoed (logind works
+asynchronously; systemd issue 6479). This command asks logind the same way,
+follows the sleep job through systemd until it ends, and reads the outcome
+from the history: the attempt the veto unit recorded (verdict and reasons)
+and the sleep hook's pre and post records (when it went down, when it came
+back). Exit 0 slept, 1 vetoed, 3 when logind or systemd refused or failed,
+or the sleep failed after the guard allowed it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import datetime
+
+from suspendguard.commands.check import run_guard
+from suspendguard.commands.context import Context
+from suspendguard.config import Config
+from suspendguard.errors import EXIT_ALLOW, EXIT_ERROR, EXIT_VETO, HistoryError, OperationalError
+from suspendguard.model import Unavailable
+from suspendguard.store.history import Attempt, History
+from suspendguard.system.dbus.bus import system_bus_address
+from suspendguard.system.dbus.logind import SLEEP_METHODS, SleepJob, can_sleep, request_sleep
+
+# Awake time the sleep job may take beyond the guard's own deadline: logind's
+# delay locks, the sleep hooks (systemd-sleep gives them 90 s), the services
+# ordered around the sleep. Time asleep does not count (monotonic clock).
+FOLLOW_MARGIN_S = 150.0
+
+SLEPT = {"suspend": "suspended", "hibernate": "hibernated", "hybrid-sleep": "went to hybrid sleep",
+         "suspend-then-hibernate": "suspended (then hibernate)"}
+
+
+def _clock(ts: float, with_date: bool) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S", time.localtime(ts))
+
+
+def _event_time(attempt: Attempt | None, phase: str) -> float | None:
+    """When the sleep hook recorded ``phase`` for this attempt (the last such record)."""
+    if attempt is None:
+        return None
+    times = [e["time"] for e in attempt.events if e.get("phase") == phase]
+    if not times:
+        return None
+    try:
+        return datetime.fromisoformat(str(times[-1])).timestamp()
+    except ValueError:
+        return None
+
+
+def unit_attempt(config: Config, action: str, since: float) -> Attempt | str:
+    """The guard's attempt for this sleep (recorded by the unit, or by the hook's
+    fallback), or why there is none to read."""
+    try:
+        with History.open(config.state.dir, readonly=True) as history:
+            attempt = history.last_real_attempt(action=action, since=since)
+    except HistoryError as exc:
+        return f"the guard's record could not be read: {exc} (is it installed? suspendguard status)"
+    if attempt is None:
+        return (f"the guard recorded no attempt for this {action} in {config.state.dir} "
+                "(is it installed? suspendguard status)")
+    return attempt
+
+
+def _slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
+    attempt = found if isinstance(found, Attempt) else None
+    down = _event_time(attempt, "pre")
+    up = _event_time(attempt, "post") or job.ended
+    with_date = down is not None and time.localtime(down)[:3] != time.localtime(up)[:3]
+    zone = time.strftime(" %Z", time.localtime(up)).rstrip()
+    went = f"{SLEPT[job.action]} at {_clock(down, with_date)}" if down else SLEPT[job.action]
+    ctx.out.write(f"{went}, resumed at {_clock(up, with_date)}{zone}\n")
+    if attempt is None:
+        ctx.out.write(f"  ! {found}\n")
+        return EXIT_ALLOW
+    drained = sum(1 for h in attempt.holders if h.outcome == "exited")
+    by = "the guard" if attempt.origin == "unit" else f"the guard ({attempt.origin})"
+    ctx.out.write(f"  attempt {attempt.id}: {by} allowed it"
+                  + (f", {drained} holder(s) drained" if drained else "") + "\n")
+    if attempt.origin != "unit":
+        ctx.out.write("  ! the veto unit did not run: the sleep hook drained as a fallback and "
+                      "could not have stopped the sleep (suspendguard status)\n")
+    for warning in attempt.warnings:
+        ctx.out.write(f"  ! {warning}\n")
+    rules = sorted({str(f["rule"]) for f in attempt.findings})
+    if rules:
+        ctx.out.write(f"  after resume, the device logs show: {', '.join(rules)} "
+                      "(suspendguard logs --since last-attempt)\n")
+    return EXIT_ALLOW
+
+
+def _not_slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
+    service = f"systemd-{job.action}.service"
+    if isinstance(found, Attempt) and found.verdict != "allow":
+        first, *rest = found.reasons or (f"the guard's attempt ended {found.verdict}",)
+        word = "vetoed" if found.verdict == "veto" else f"refused ({found.verdict})"
+        ctx.out.write(f"{word}: {first}\n")
+        for reason in rest:
+            ctx.out.write(f"  - {reason}\n")
+        ctx.out.write(f"  attempt {found.id}; more: suspendguard history, "
+                      f"journalctl -u suspendguard@{job.action}.service\n")
+        return EXIT_VETO
+    if isinstance(found, Attempt):
+        ctx.out.write(f"the {job.action} failed after the guard allowed it (attempt {found.id}): "
+                      f"systemd ended the {job.target} job with result '{job.result}'; "
+                      f"see journalctl -b -u {service}\n")
+    else:
+        ctx.out.write(f"the {job.action} did not happen: systemd ended the {job.target} job with "
+                      f"result '{job.result}'; {found}; see journalctl -b -u {service}\n")
+    return EXIT_ERROR
+
+
+def suspend(args: argparse.Namespace, ctx: Context) -> int:
+    action: str = args.action
+    config = ctx.config()
+    address = system_bus_address(ctx.environ)
+    if args.dry_run:
+        status = run_guard(ctx, True, None, "cli", False)
+        can = can_sleep(action, address=address)
+        said = can.reason if isinstance(can, Unavailable) else (
+            f"logind: Can{SLEEP_METHODS[action]} says {can}")
+        ctx.out.write(f"\n{said}; dry run: no {action} asked for\n")
+        return status
+    since = time.time() - 1.0
+    ctx.err.write(f"suspendguard: asking logind to {action}; waiting for the sleep to end\n")
+    ctx.err.flush()
+    job = request_sleep(action, config.drain.deadline_s + FOLLOW_MARGIN_S, address)
+    if isinstance(job, Unavailable):
+        raise OperationalError(f"suspend: {job.reason}")
+    found = unit_attempt(config, action, since)
+    return _slept(job, found, ctx) if job.done else _not_slept(job, found, ctx)

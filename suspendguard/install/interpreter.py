@@ -1,0 +1,113 @@
+"""The units' interpreter: chosen, refused where it would not last, checked that it runs the guard.
+
+The veto unit is ``RequiredBy=`` every sleep service: if its interpreter
+goes (a virtual environment deleted, /tmp cleaned) every suspend fails. So
+install refuses places that do not last, and status runs the interpreter the
+installed unit names.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from suspendguard.errors import InstallError
+from suspendguard.system import runner
+
+# What a staged tree (--root: a package or an image build) gets by default:
+# the target system's interpreter, not the builder's.
+STAGED_DEFAULT = "/usr/bin/python3"
+TEMPORARY = ("/tmp", "/var/tmp", "/dev/shm")
+PROBE_TIMEOUT_S = 10.0
+PROBE = "import suspendguard"
+
+
+@dataclass(frozen=True, slots=True)
+class Interpreter:
+    """The interpreter the installed unit names, and whether it runs the guard."""
+
+    path: str
+    usable: bool | None  # None: not run (a staged tree, not this system)
+    reason: str = ""  # why it is not usable
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "usable": self.usable, "reason": self.reason or None}
+
+
+def choose(python: str | None, staged: bool) -> str:
+    """``--python``, else this interpreter (live) or /usr/bin/python3 (staged)."""
+    if python:
+        return os.path.abspath(python)
+    return STAGED_DEFAULT if staged else os.path.abspath(sys.executable)
+
+
+def _homes() -> set[str]:
+    """Home folders of root and of people (uid 1000 and up), never the system's own."""
+    homes = {"/root", "/home"}
+    try:
+        users = pwd.getpwall()
+    except OSError:  # pragma: no cover - no passwd database
+        users = []
+    for user in users:
+        if 1000 <= user.pw_uid < 65534 and user.pw_dir not in ("", "/", "/nonexistent"):
+            homes.add(os.path.normpath(user.pw_dir))
+    return homes
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def place_problem(python: str) -> str | None:
+    """Why ``python`` lives somewhere an installed unit must not rely on, or None."""
+    path = os.path.normpath(python)
+    for folder in TEMPORARY:
+        if _under(path, folder):
+            return f"is under {folder} (cleaned at boot or by tmpfiles)"
+    for home in sorted(_homes()):
+        if _under(path, home):
+            return f"is under the home directory {home} (removed with its user or venv)"
+    return None
+
+
+def refuse_unsafe(python: str, force: bool) -> None:
+    """Raise unless ``python`` lives in a lasting place (or ``force`` says take it anyway)."""
+    problem = place_problem(python)
+    if problem and not force:
+        raise InstallError(
+            f"the units' interpreter {python} {problem}: every suspend would fail once it "
+            "is gone; pass --python PATH with a system interpreter, or --force"
+        )
+
+
+def program(exec_start: str) -> str | None:
+    """The program an ``ExecStart=`` line runs, its systemd prefixes and %-escapes undone."""
+    try:
+        words = shlex.split(exec_start)
+    except ValueError:
+        return None
+    if not words:
+        return None
+    return words[0].lstrip("-@:+!").replace("%%", "%") or None
+
+
+def probe(python: str, root: str = "/") -> Interpreter:
+    """Whether ``python`` exists, runs, and imports the guard (run only for the live system)."""
+    if os.path.normpath(root) != "/":
+        return Interpreter(python, None)  # a staged tree names the target's interpreter
+    if not os.path.lexists(python):
+        return Interpreter(python, False, "is missing")
+    if not os.path.exists(python):
+        return Interpreter(python, False, "is a broken link (its target is gone)")
+    if not os.access(python, os.X_OK):
+        return Interpreter(python, False, "is not executable")
+    result = runner.run((python, "-I", "-c", PROBE), PROBE_TIMEOUT_S)
+    if result.ok:
+        return Interpreter(python, True)
+    err = result.stderr.strip().splitlines()
+    why = err[-1] if err and result.returncode else result.describe_failure()
+    return Interpreter(python, False, f"cannot import suspendguard ({why[:200]})")

@@ -1,0 +1,145 @@
+"""``check`` never signals; ``drain`` asks first on a real pseudo-terminal, ``--yes`` skips the question."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers.holders import Holders
+
+from suspendguard.cli import main
+from suspendguard.store.history import History
+
+
+def cli(*argv: str, stdin: str = "") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err, environ={}, stdin=io.StringIO(stdin))
+    return code, out.getvalue(), err.getvalue()
+
+
+def attempts(conf: Path) -> list[object]:
+    if not (conf.parent / "state" / "history.db").exists():
+        return []
+    with History.open(str(conf.parent / "state"), readonly=True) as h:
+        return list(h.attempts(5))
+
+
+def on_a_terminal(argv: list[str], answer: bytes | None, timeout: float = 30.0
+                  ) -> tuple[int, str]:
+    """Run argv with stdin, stdout and stderr on a new pseudo-terminal; answer the question.
+
+    Returns the exit status and everything the terminal showed.
+    """
+    master, slave = os.openpty()
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                            env=env)
+    os.close(slave)
+    shown = b""
+    answered = answer is None
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: every copy of the slave side is closed
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            if not answered and b"[y/N]" in shown:
+                assert answer is not None
+                os.write(master, answer)
+                answered = True
+            if proc.poll() is not None and not ready:
+                break
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return code, shown.decode(errors="replace").replace("\r\n", "\n")
+
+
+def drain_argv(conf: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "suspendguard", "drain", "--config", str(conf), *args]
+
+
+def test_check_without_dry_run_signals_nobody(conf: Path, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    code, out, err = cli("check", "--config", str(conf))
+    assert code == 0, err
+    assert out.splitlines()[0] == "verdict: ALLOW (dry run)"
+    time.sleep(0.3)  # a SIGINT, had one been sent, is handled within the holder's delay
+    assert holders.signals() == [] and proc.poll() is None
+    assert attempts(conf) == []  # nothing recorded either
+    code, out, _ = cli("check", "--json", "--config", str(conf))
+    doc = json.loads(out)
+    assert doc["dry_run"] is True
+    assert [h["outcome"]["kind"] for h in doc["holders"] if h["pid"] == pid] == ["would-signal"]
+
+
+def test_drain_refuses_without_a_terminal(conf: Path, node: str, holders: Holders) -> None:
+    proc, _pid = holders.start(node)
+    code, out, err = cli("drain", "--config", str(conf))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "no terminal" in err and "--yes" in err
+    assert holders.signals() == [] and proc.poll() is None
+    assert attempts(conf) == []
+
+
+def test_drain_yes_without_a_terminal_drains(conf: Path, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    result = subprocess.run(drain_argv(conf, "--yes", "--json"), stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["verdict"] == "allow" and doc["dry_run"] is False
+    [held] = [h for h in doc["holders"] if h["pid"] == pid]
+    assert held["outcome"]["kind"] == "exited"
+    assert proc.wait(timeout=5) == 0
+    assert holders.signals() == [f"{pid} SIGINT"]
+    [attempt] = attempts(conf)
+    assert attempt.origin == "cli" and attempt.verdict == "allow"  # type: ignore[attr-defined]
+
+
+def test_drain_on_a_terminal_answered_no_signals_nobody(conf: Path, node: str,
+                                                       holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    code, shown = on_a_terminal(drain_argv(conf), b"n\n")
+    assert code == 1, shown
+    assert "SIGINT will be sent to 1 process(es)" in shown
+    assert any(line.split()[:2] == [str(pid), "root"] or line.split()[:1] == [str(pid)]
+               for line in shown.splitlines()), shown
+    assert "not confirmed: nobody was signalled" in shown
+    time.sleep(0.3)
+    assert holders.signals() == [] and proc.poll() is None
+    assert attempts(conf) == []
+
+
+def test_drain_on_a_terminal_answered_yes_drains(conf: Path, node: str,
+                                                holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    code, shown = on_a_terminal(drain_argv(conf), b"y\n")
+    assert code == 0, shown
+    assert "Send SIGINT to this process now? [y/N]" in shown
+    assert "verdict: ALLOW" in shown
+    assert proc.wait(timeout=5) == 0
+    assert holders.signals() == [f"{pid} SIGINT"]
+    [attempt] = attempts(conf)
+    assert attempt.verdict == "allow"  # type: ignore[attr-defined]
+
+
+def test_drain_with_nobody_to_signal_asks_nothing(conf: Path) -> None:
+    code, shown = on_a_terminal(drain_argv(conf), None)
+    assert code == 0, shown
+    assert "[y/N]" not in shown and "verdict: ALLOW" in shown

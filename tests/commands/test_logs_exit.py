@@ -1,0 +1,66 @@
+"""``suspendguard logs`` exit statuses, as grep's: 0 nothing found, 1 findings, 2 a PATH not read."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import FIXTURES as ALL_FIXTURES
+
+from suspendguard.cli import main
+
+FIXTURES = ALL_FIXTURES / "ascend-logs"
+
+
+def logs(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["logs", *argv], out=out, err=err, environ={})
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_no_finding_is_0(tmp_path: Path) -> None:
+    (tmp_path / "quiet.log").write_text("[INFO] RUNTIME(1,python3):2024-01-01-00:00:00.000.000 ok\n")
+    code, out, err = logs(str(tmp_path))
+    assert (code, err) == (0, "") and "No documented failure found." in out
+
+
+def test_findings_are_1_in_text_and_json() -> None:
+    code, out, _ = logs(str(FIXTURES / "known-failures.log"))
+    assert code == 1 and "hwts-busy-suspend" in out
+    code, out, _ = logs(str(FIXTURES / "known-failures.log"), "--json")
+    assert code == 1 and json.loads(out)["findings"]
+
+
+def test_a_path_that_does_not_exist_is_2_and_named(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nonexistent")
+    code, out, err = logs(missing)
+    assert "No documented failure found" not in out and "Nothing was read." in out
+    assert code == 2
+    assert err == f"suspendguard: logs: {missing}: No such file or directory\n"
+
+
+def test_a_path_that_cannot_be_read_is_2_even_next_to_findings(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.log"
+    plain.write_text("")
+    through_a_file = str(plain / "device-0")
+    code, out, err = logs(str(FIXTURES / "known-failures.log"), through_a_file, "--json")
+    assert code == 2
+    assert err.startswith(f"suspendguard: logs: {through_a_file}: ") and err.count("\n") == 1
+    assert json.loads(out)["findings"]  # what could be read is still reported
+
+
+def test_as_a_real_process_for_cron(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "suspendguard", "logs", str(tmp_path / "gone")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "gone: No such file or directory" in proc.stderr
+
+
+def test_a_file_read_in_part_is_not_an_unread_path(tmp_path: Path) -> None:
+    partly = tmp_path / "partly.log"
+    partly.write_bytes(b"binary \x00 line\n[INFO] RUNTIME(1,python3):2024-01-01-00:00:00.000.000 ok\n")
+    code, out, err = logs(str(partly))
+    assert "NUL bytes" in out  # listed under "Not read", but the file itself was read
+    assert (code, err) == (0, "")

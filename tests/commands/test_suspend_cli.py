@@ -1,0 +1,140 @@
+"""``suspendguard suspend`` against fake logind and systemd1 on a real private dbus-daemon.
+
+The fake logind answers Suspend(false) and starts suspend.target through the
+fake systemd1, whose job runs what the units ordered before the sleep would
+run here: the real guard (``pre-sleep``) on real holders, then the sleep
+hook's ``pre`` and ``post``. The booted-systemd version of the same is in
+tests/containers/test_systemd_container.py.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.dbus import PrivateBus, dbus_daemon, fake_service
+from helpers.holders import Holders
+
+from suspendguard.cli import main
+from suspendguard.store.history import History
+
+pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
+
+
+def guard(conf: Path, *argv: str) -> list[str]:
+    return [sys.executable, "-m", "suspendguard", *argv, "--config", str(conf)]
+
+
+def sleep_path(conf: Path, action: str = "suspend") -> dict[str, Any]:
+    """The fake systemd's job for ACTION.target: the veto unit's step, then the hooks."""
+    return {"jobs": {f"{action}.target": [
+        guard(conf, "pre-sleep", action),
+        guard(conf, "sleep-hook", "pre", action),
+        guard(conf, "sleep-hook", "post", action),
+    ]}}
+
+
+def suspend(bus: PrivateBus, conf: Path, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["suspend", *argv, "--config", str(conf)], out=out, err=err,
+                environ={"DBUS_SYSTEM_BUS_ADDRESS": bus.address}, stdin=io.StringIO())
+    return code, out.getvalue(), err.getvalue()
+
+
+def unit_attempts(conf: Path) -> list[Any]:
+    with History.open(str(conf.parent / "state"), readonly=True) as h:
+        return [a for a in h.attempts(10) if a.origin == "unit"]
+
+
+def test_allowed_sleep_says_when_it_went_down_and_came_back(
+        bus: PrivateBus, conf: Path, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    with fake_service(bus, sleep_path(conf)):
+        code, out, err = suspend(bus, conf)
+    assert code == 0, out + err
+    first, *rest = out.splitlines()
+    assert first.startswith("suspended at ") and ", resumed at " in first, out
+    [attempt] = unit_attempts(conf)
+    assert f"  attempt {attempt.id}: the guard allowed it, 1 holder(s) drained" in rest
+    assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
+    assert [e["phase"] for e in attempt.events] == ["pre", "post"]
+
+
+def test_vetoed_sleep_is_exit_1_with_the_reason(bus: PrivateBus, conf: Path, node: str,
+                                                 holders: Holders) -> None:
+    proc, pid = holders.start(node, mode="deaf")
+    with fake_service(bus, sleep_path(conf)):
+        code, out, err = suspend(bus, conf)
+    assert code == 1, out + err
+    first = out.splitlines()[0]
+    assert first.startswith(f"vetoed: pid {pid} ") and "SIGINT" in first, out
+    [attempt] = unit_attempts(conf)
+    assert attempt.verdict == "veto" and attempt.events == ()  # the hooks never ran
+    assert f"attempt {attempt.id}; more: suspendguard history" in out
+    assert proc.poll() is None
+
+
+def test_hibernate_asks_logind_to_hibernate(bus: PrivateBus, conf: Path) -> None:
+    with fake_service(bus, sleep_path(conf, "hibernate")):
+        code, out, err = suspend(bus, conf, "--hibernate")
+    assert code == 0, out + err
+    assert out.startswith("hibernated at ")
+    assert [a.action for a in unit_attempts(conf)] == ["hibernate"]
+
+
+def test_logind_refusing_is_exit_3_in_one_line(bus: PrivateBus, conf: Path) -> None:
+    state = {**sleep_path(conf), "sleep_error": [
+        "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired",
+        "Interactive authentication required."]}
+    with fake_service(bus, state):
+        code, out, err = suspend(bus, conf)
+    assert code == 3 and out == ""
+    last = err.splitlines()[-1]
+    assert last.startswith("suspendguard: suspend: ") and "InteractiveAuthorizationRequired" in last
+    assert not (conf.parent / "state" / "history.db").exists()  # nothing ran
+
+
+def test_no_logind_on_the_bus_is_exit_3(bus: PrivateBus, conf: Path) -> None:
+    with fake_service(bus, sleep_path(conf), services=("systemd",)):
+        code, _, err = suspend(bus, conf)
+    assert code == 3 and "org.freedesktop.login1 is not on the system bus" in err
+
+
+def test_a_sleep_that_fails_after_the_guard_allowed_is_exit_3(bus: PrivateBus,
+                                                              conf: Path) -> None:
+    state = {"jobs": {"suspend.target": [guard(conf, "pre-sleep", "suspend"), ["false"]]}}
+    with fake_service(bus, state):
+        code, out, err = suspend(bus, conf)
+    assert code == 3, out + err
+    [attempt] = unit_attempts(conf)
+    assert out.startswith(f"the suspend failed after the guard allowed it (attempt {attempt.id})")
+    assert "result 'dependency'" in out and "journalctl -b -u systemd-suspend.service" in out
+
+
+def test_a_sleep_without_the_guard_says_so(bus: PrivateBus, conf: Path) -> None:
+    with fake_service(bus, {"jobs": {}}):
+        code, out, _ = suspend(bus, conf)
+    assert code == 0
+    assert out.startswith("suspended, resumed at ")
+    assert "no history yet" in out and "(is it installed? suspendguard status)" in out
+    (conf.parent / "state").mkdir()
+    with History.open(str(conf.parent / "state")):
+        pass  # a history, but no attempt in it
+    with fake_service(bus, {"jobs": {}}):
+        code, out, _ = suspend(bus, conf)
+    assert code == 0 and "the guard recorded no attempt for this suspend" in out
+
+
+def test_dry_run_shows_the_check_report_and_asks_nothing(bus: PrivateBus, conf: Path,
+                                                         node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node, mode="deaf")
+    with fake_service(bus, sleep_path(conf)):
+        code, out, err = suspend(bus, conf, "--dry-run")
+    assert code == 1, err
+    assert out.startswith("verdict: VETO (dry run)") and f"pid {pid} " in out
+    assert out.rstrip().endswith("logind: CanSuspend says yes; dry run: no suspend asked for")
+    assert not (conf.parent / "state" / "history.db").exists()  # no attempt: no sleep started
+    assert proc.poll() is None and holders.signals() == []
