@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from suspendguard.cli import main
 from suspendguard.config import build
 from suspendguard.guard.pipeline import run
+from suspendguard.guard.report import RECORDED
 from suspendguard.system.log import Logger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,7 +71,7 @@ def guard(state: Path, deadline_s: float = 100.0) -> tuple[bool, bool, bool]:
     report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
                  log=Logger(io.StringIO(), {}))
     took = time.monotonic() - started
-    return report.verdict.kind in ("allow", "veto"), took < deadline_s, not report.history_note
+    return report.verdict.kind in ("allow", "veto"), took < deadline_s, report.history == RECORDED
 
 
 # -- item 1 -------------------------------------------------------------------
