@@ -132,6 +132,10 @@ class Status:
         """Why every suspend will be refused whatever runs now, or None."""
         if not self.config.valid:
             return f"the config is invalid: {self.config.error}"
+        if isinstance(self.config.config, Config) and self.config.config.trust:
+            more = len(self.config.config.trust) - 1
+            return (f"the config cannot be trusted: {self.config.config.trust[0]}"
+                    + (f" (and {more} more)" if more else ""))
         return self.installation.refusal()
 
     def verdict(self) -> Verdict | Unavailable:

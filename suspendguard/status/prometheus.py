@@ -200,6 +200,9 @@ def _installation(m: Metrics, s: Status) -> None:
     m.gauge("suspendguard_config_valid",
             "The configuration file is valid (or absent: defaults) (1) or invalid (0)").add(
         _flag(s.config.valid))
+    m.gauge("suspendguard_suspend_refused",
+            "1 when every suspend will be refused whatever runs now (invalid or untrusted "
+            "config, the unit's interpreter missing), else 0").add(_flag(s.refusal() is not None))
     m.gauge("suspendguard_state_dir_writable",
             "The state directory is writable by the user running status").add(
         _flag(s.state_dir.writable))

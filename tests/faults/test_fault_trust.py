@@ -70,6 +70,23 @@ def test_untrusted_program_is_never_run(tmp_path: Path, node: str) -> None:
 
 
 @needs_root
+def test_status_leads_with_the_refusal_and_runs_nothing(tmp_path: Path, node: str) -> None:
+    marker = tmp_path / "ran"
+    fake = tmp_path / "npu-smi"
+    fake.write_text(f"#!/bin/sh\necho ran > {marker}\n")
+    fake.chmod(0o777)
+    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
+                      f'[idle]\nbackends = ["npu-smi"]\nnpu_smi = "{fake}"\n')
+    env = {"PATH": os.defpath, "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={tmp_path / 'no-bus'}"}
+    status, out, _ = cli("status", "--config", str(conf), environ=env)
+    assert status == 0
+    first = out.splitlines()[0]
+    assert "every suspend will be refused: the config cannot be trusted" in first, out
+    assert "[idle] npu_smi" in first
+    assert not marker.exists()
+
+
+@needs_root
 def test_untrusted_program_on_path(tmp_path: Path, node: str) -> None:
     planted = tmp_path / "bin"
     planted.mkdir()

@@ -337,6 +337,7 @@ def test_prometheus_parses_and_carries_every_part(conf: Path, node: str, holders
     assert sample(m, "suspendguard_installed") in (0, 1)
     assert sample(m, "suspendguard_unit_enabled", action="suspend") in (0, 1)
     assert sample(m, "suspendguard_config_valid") == 1
+    assert sample(m, "suspendguard_suspend_refused") == 0
     for part in ("config", "accelerators", "installation", "logind", "systemd", "history"):
         assert sample(m, "suspendguard_status_part_available", part=part) == 1
 
@@ -391,6 +392,7 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str) -> Non
 
     code, out, _ = status("--prometheus", "--config", str(bad))
     assert code == 0 and sample(metrics(out), "suspendguard_config_valid") == 0
+    assert sample(metrics(out), "suspendguard_suspend_refused") == 1
 
 
 def test_missing_explicit_config_is_invalid_not_fatal(tmp_path: Path, no_bus: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 from helpers.holders import Holders
 from helpers.runners import cli
 from helpers.users import nobody_prefix, python_for_nobody
@@ -51,7 +52,7 @@ def as_nobody(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     if prefix is None:
         pytest.skip("needs root and setpriv or runuser to run as nobody")
     paths = [p for p in sys.path if p and os.path.isdir(p)]
-    repo = str(Path(__file__).resolve().parent.parent)
+    repo = str(REPO)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "PYTHONPATH": os.pathsep.join([repo, *paths]), "HOME": "/nonexistent"}
     python = python_for_nobody(prefix, env)
