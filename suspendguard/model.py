@@ -21,6 +21,7 @@ DecisionKind = Literal[
     "skip-stopped",  # stopped (SIGSTOP, a debugger), in the sleep hook: leave it, with a warning
     "veto-stopped",  # stopped: a signal stays pending until it continues, so veto
     "veto-sigint-ignored",  # it ignores the drain signal and nothing may follow it: veto
+    "veto-supervised",  # its supervisor would start it again whatever the guard does (a pod)
 ]
 OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal"]
 Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
@@ -142,6 +143,7 @@ class Holder:
     sig_masks: SignalMasks = SignalMasks()
     thaw: str = ""  # frozen: the file that thaws it (cgroup.freeze or freezer.state)
     stopped: str = ""  # "T" (SIGSTOP and friends) or "t" (a debugger's stop); "" when not
+    cgroup: str | None = None  # the cgroup path, which names the holder's supervisor
 
     def disposition(self, signum: int) -> Disposition:
         """How this process takes ``signum`` (as read when it was scanned)."""
@@ -197,7 +199,8 @@ class Decision:
 
     @property
     def vetoes(self) -> bool:
-        return self.kind in ("protect", "veto-frozen", "veto-stopped", "veto-sigint-ignored")
+        return self.kind in ("protect", "veto-frozen", "veto-stopped", "veto-sigint-ignored",
+                             "veto-supervised")
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,6 +126,10 @@ def _uninstall(p: argparse.ArgumentParser) -> None:
                    help="also remove the config file and the history (kept by default)")
 
 
+def _restore(p: argparse.ArgumentParser) -> None:
+    _json(p, "what was done")
+
+
 def _sleep_hook(p: argparse.ArgumentParser) -> None:
     p.add_argument("phase", choices=("pre", "post"), help="pre: before the sleep; post: after")
     p.add_argument("action", nargs="?", default="suspend", metavar="ACTION",
@@ -158,6 +162,11 @@ COMMANDS: tuple[Command, ...] = (
              (1, "veto: the unit fails, so systemd refuses the suspend"),
              USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT,
              (5, "unknown: the unit fails, so systemd refuses the suspend"))),
+    Command("restore", "the resume unit's step: start again the supervised jobs the guard stopped",
+            "restore:command", _restore,
+            ((0, "every job the guard stopped was started again or skipped (or none was left)"),
+             USAGE_EXIT,
+             (3, "a job failed to start, or the history could not be read"), UNTRUSTED_EXIT)),
     Command("config", "print the effective configuration as TOML",
             "config:command", _nothing, ((0, "printed"), USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("history", "list recorded suspend attempts, newest first",

@@ -17,6 +17,7 @@ from suspendguard.commands.context import Context
 from suspendguard.guard.layout import terminal_width
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
+from suspendguard.guard.supervise import Supervisors
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
 
@@ -54,7 +55,7 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
     with _sigterm_cancels() as cancel:
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
-                     cancel=cancel, record=not dry_run)
+                     cancel=cancel, record=not dry_run, supervisors=Supervisors())
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")

@@ -27,6 +27,7 @@ from suspendguard.config.schema import (
     IdleConfig,
     LogsConfig,
     PolicyConfig,
+    RestoreConfig,
     Rule,
     StateConfig,
 )
@@ -34,7 +35,7 @@ from suspendguard.config.schema import (
 __all__ = [
     "ANSWER_MARGIN_S", "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS", "SCHEMA",
     "Config", "DevicesConfig", "DrainConfig", "EscalationStep", "Family", "IdleConfig",
-    "LogsConfig", "PolicyConfig", "Rule", "StateConfig",
+    "LogsConfig", "PolicyConfig", "RestoreConfig", "Rule", "StateConfig",
     "build", "commented_default", "defaults", "idle_reserve_s", "load", "resolve_path",
     "to_toml",
 ]

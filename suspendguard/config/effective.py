@@ -10,6 +10,7 @@ from suspendguard.config.schema import (
     IdleConfig,
     LogsConfig,
     PolicyConfig,
+    RestoreConfig,
     StateConfig,
 )
 
@@ -21,6 +22,7 @@ class Config:
     drain: DrainConfig
     idle: IdleConfig
     logs: LogsConfig
+    restore: RestoreConfig
     state: StateConfig
     path: str | None = None
     loaded: bool = False

@@ -92,6 +92,11 @@ class PolicyConfig:
     ignore: tuple[Rule, ...] = setting(
         [], "rules", "Rules for holders that do not count and are never signalled.",
     )
+    kubernetes: str = setting(
+        "veto", "choice",
+        "A holder in a Kubernetes pod: veto (the kubelet would restart it), or drain it anyway.",
+        ("veto", "drain"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +177,19 @@ class LogsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RestoreConfig:
+    after_resume: bool = setting(
+        True, "bool", "After resume, start again the supervised jobs the guard stopped.",
+    )
+    after_veto: bool = setting(
+        True, "bool", "After a veto, start again at once the supervised jobs the guard stopped.",
+    )
+    skip: tuple[str, ...] = setting(
+        [], "list", 'Owners never started again (globs of owner keys, e.g. "systemd-service:train-*").',
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class StateConfig:
     dir: str = setting(DEFAULT_STATE_DIR, "path", "History database and state.")
 
@@ -184,6 +202,7 @@ SECTIONS: dict[str, type] = {
     "drain": DrainConfig,
     "idle": IdleConfig,
     "logs": LogsConfig,
+    "restore": RestoreConfig,
     "state": StateConfig,
 }
 

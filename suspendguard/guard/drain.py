@@ -13,7 +13,7 @@ import os
 import select
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import psutil
@@ -142,11 +142,15 @@ def drain(
     progress_every_s: float = 5.0,
     clock: Callable[[], float] = time.monotonic,
     opener: Callable[[int], int] = _pidfd_open,
+    through: Callable[[Sequence[Holder]], Collection[HolderId]] | None = None,
 ) -> DrainResult:
     """Signal every holder at once, then wait until all exit or time runs out.
 
     ``deadline`` is a ``clock()`` value the whole drain must end before,
-    escalation included.
+    escalation included. ``through``, when given, is handed the holders
+    once they are watched and answers those whose supervisor was asked to
+    stop them: those are waited for, not signalled here (escalation still
+    signals them).
     """
     proc = proc or ProcFS()
     result = DrainResult({})
@@ -161,8 +165,13 @@ def drain(
             targets[taken.pidfd if taken.pidfd >= 0 else -1 - len(targets)] = taken
     signum = int(signal.Signals[signame])
     try:
+        owned: Collection[HolderId] = ()
+        if through is not None and targets:
+            owned = through([t.holder for t in targets.values()])
         for key, target in list(targets.items()):
             target.signalled_at = clock()
+            if holder_id(target.holder) in owned:
+                continue
             if not _send(target, signum):
                 result.outcomes[holder_id(target.holder)] = _GONE
                 _close(target.pidfd)
@@ -171,10 +180,11 @@ def drain(
         until = min(now + timeout_s, deadline)
         wait_s = max(0.0, until - now)
         shortened = until < now + timeout_s - CUT_TOLERANCE_S
-        if targets:
-            names = ", ".join(f"{t.holder.pid} {t.holder.comm}" for t in targets.values())
+        sent = [t for t in targets.values() if holder_id(t.holder) not in owned]
+        if sent:
+            names = ", ".join(f"{t.holder.pid} {t.holder.comm}" for t in sent)
             cut = f" (cut from {timeout_s:g} s to end within the deadline)" if shortened else ""
-            log(f"sent {signame} to {len(targets)} holder(s): {names}; "
+            log(f"sent {signame} to {len(sent)} holder(s): {names}; "
                 f"waiting up to {wait_s:.1f} s{cut}")
         _wait(targets, result, until, cancel, log, progress_every_s, clock)
         for step in escalate:

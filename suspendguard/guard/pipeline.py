@@ -17,9 +17,11 @@ from typing import Literal
 from suspendguard.config import ANSWER_MARGIN_S, FAMILIES, Config, IdleConfig, idle_reserve_s
 from suspendguard.errors import HistoryError
 from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.owner import Supervisor
 from suspendguard.guard.policy import ancestors
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
+from suspendguard.guard.restore import restore
 from suspendguard.guard.rounds import Rounds
 from suspendguard.guard.scan import describe_process, scan_holders
 from suspendguard.idle.base import IdleReport
@@ -34,7 +36,7 @@ from suspendguard.model import (
     holder_id,
 )
 from suspendguard.store import lock as guard_lock
-from suspendguard.store.history import History
+from suspendguard.store.history import History, StopRow
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
@@ -61,11 +63,13 @@ def run(
     skip_frozen: bool = False,
     can_veto: bool = True,
     clock: Callable[[], float] = time.monotonic,
+    supervisors: Supervisor | None = None,
 ) -> Report:
     """One guard run, holding the state folder's guard lock while it may signal.
 
-    A dry run signals nobody: it takes no lock, and only says so when
-    another run is draining as it looks.
+    ``supervisors``: how owners are read and stopped (None: cgroups only,
+    every holder signalled directly). A dry run signals nobody: it takes no
+    lock, and only says so when another run is draining as it looks.
     """
     if dry_run:
         lock = guard_lock.peek(config.state.dir)
@@ -75,7 +79,8 @@ def run(
     try:
         return _run(config, lock, dry_run=dry_run, action=action, origin=origin, proc=proc,
                     idle_check=idle_check, log=log, cancel=cancel, record=record,
-                    skip_frozen=skip_frozen, can_veto=can_veto, clock=clock)
+                    skip_frozen=skip_frozen, can_veto=can_veto, clock=clock,
+                    supervisors=supervisors)
     finally:
         lock.release()
 
@@ -95,6 +100,7 @@ def _run(
     skip_frozen: bool,
     can_veto: bool,
     clock: Callable[[], float],
+    supervisors: Supervisor | None,
 ) -> Report:
     proc = proc or ProcFS()
     log = log or Logger()
@@ -104,7 +110,7 @@ def _run(
     deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
-               clock=clock)
+               clock=clock, supervisors=supervisors)
     if lock.refused:
         r.reasons.append(lock.refused)
     elif lock.unusable:
@@ -182,6 +188,12 @@ def _run(
 
     if r.cancelled:
         r.reasons.append(f"the guard was stopped ({r.cancel_reason}) before it finished")
+    if (r.reasons or unknown) and not dry_run:  # the suspend is refused
+        r.warnings.extend(
+            f"pid {hr.decision.holder.pid} {hr.decision.holder.comm} was drained as a plain "
+            "process: nothing can start it again"
+            for hr in r.results.values()
+            if hr.outcome.kind == "exited" and hr.owner.kind == "plain")
     if r.reasons:  # a veto is certain whatever the uninspected processes hold
         verdict = Verdict("veto", tuple(r.reasons), (*unknown, *r.warnings))
     elif unknown:
@@ -197,16 +209,30 @@ def _run(
     # The verdict line first: it is what the operator and the journal wait
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
+    stops = [StopRow(attempt_id or 0, s.seq, s.owner.key, s.owner.kind, s.owner.name,
+                     s.owner.uid, s.at) for s in r.stops]
     if history is not None and attempt_id is not None:
         try:
             history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
-                           [h.row() for h in holders])
+                           [h.row() for h in holders], stops=stops)
+            stops = history.pending_stops(attempt_id)
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
             report = replace(report, history=Unavailable(str(exc)), verdict=replace(
                 verdict, warnings=(*verdict.warnings, f"history not recorded: {exc}")))
-        finally:
-            history.close()
+    if stops and verdict.kind != "allow" and supervisors is not None:
+        # A refused attempt (veto or unknown) leaves the host as it found it.
+        def note(stop: StopRow, result: str, why: str) -> None:
+            if history is not None and stop.id:
+                try:
+                    history.record_restore(stop.id, result, why)
+                except HistoryError as exc:
+                    log.warning(f"history not recorded: {exc}")
+
+        restore(stops, supervisors, config.restore, enabled=config.restore.after_veto,
+                record=note, log=log.info)
+    if history is not None:
+        history.close()
     return report
 
 

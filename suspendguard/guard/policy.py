@@ -181,6 +181,7 @@ def unsignalled(decision: Decision, signame: str) -> Outcome:
         "skip-stopped": "stopped",
         "veto-stopped": "stopped",
         "veto-sigint-ignored": f"ignores {signame}",
+        "veto-supervised": "its supervisor would start it again",
     }[decision.kind]
     return Outcome("not-signalled", why=why)
 

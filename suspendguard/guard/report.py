@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from suspendguard.guard.owner import PLAIN, Owner
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Inventory, Outcome, Unavailable, Verdict
 from suspendguard.store.history import HolderRow
@@ -40,6 +41,7 @@ class HolderResult:
     outcome: Outcome
     round: int = 1
     respawned: str = ""
+    owner: Owner = PLAIN
 
     def to_json(self) -> dict[str, Any]:
         h = self.decision.holder
@@ -55,6 +57,8 @@ class HolderResult:
             "uid": h.uid,
             "unit": h.unit,
             "container": h.container,
+            "owner": self.owner.to_json(),
+            "owner_key": self.owner.key,
             "nspid": list(h.nspid),
             "nodes": [
                 {"path": n.node.path, "seen_as": n.seen_as, "role": n.node.role, "via": n.via}
@@ -78,6 +82,7 @@ class HolderResult:
             cmdline=h.command, action=self.decision.action, rule=self.decision.rule,
             outcome=self.outcome.kind, seconds=self.outcome.seconds,
             why=self.outcome.why or self.respawned, source=h.source, round=self.round,
+            owner=self.owner.key,
         )
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import select
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 
 from suspendguard.config import Config
 from suspendguard.guard.drain import drain
+from suspendguard.guard.owner import Owner, Stop, Supervisor, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
 from suspendguard.guard.report import HolderResult
 from suspendguard.guard.scan import scan_holders
@@ -25,8 +27,13 @@ from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
-# How long a supervisor gets to restart a drained job before the rescan.
+# How long an unknown supervisor (a live parent) gets to restart a drained job
+# before the rescan; a known one gets its own restart delay.
 RESPAWN_GRACE_S = 0.5
+# A supervisor's restart delay is waited for up to this long, plus a margin
+# for the restarted job to open its nodes.
+MAX_RESTART_WAIT_S = 5.0
+RESTART_MARGIN_S = 0.2
 
 # A holder's tag in the report ("respawned"), by holder; most have none.
 Tags = Mapping[HolderId, str]
@@ -38,7 +45,8 @@ class Rounds:
 
     def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
                  cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
-                 deadline: float, clock: Callable[[], float]) -> None:
+                 deadline: float, clock: Callable[[], float],
+                 supervisors: Supervisor | None = None) -> None:
         self.config = config
         self.dry_run = dry_run
         self.proc = proc
@@ -55,6 +63,10 @@ class Rounds:
         # Called with the holders about to be signalled, before the signal
         # (the pipeline writes them to the history).
         self.before_signal: Callable[[Sequence[Decision], int], None] = lambda _d, _r: None
+        self.supervisors = supervisors
+        self.owners: dict[HolderId, Owner] = {}
+        self.stops: list[Stop] = []  # what was stopped through its supervisor, in order
+        self._through: set[HolderId] = set()
 
     @property
     def cancelled(self) -> bool:
@@ -64,13 +76,31 @@ class Rounds:
     def cancel_reason(self) -> str:
         return self.cancel.reason if self.cancel else ""
 
+    def owner(self, holder: Holder) -> Owner:
+        key = holder_id(holder)
+        if key not in self.owners:
+            self.owners[key] = (self.supervisors.owner(holder) if self.supervisors is not None
+                                else owner_of_cgroup(holder.cgroup))
+        return self.owners[key]
+
     def decide(self, holders: Iterable[Holder], respawned: Collection[HolderId] = ()) -> list[Decision]:
-        return decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
-                      skip_frozen=self.skip_frozen, respawned=respawned)
+        decisions = decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
+                           skip_frozen=self.skip_frozen, respawned=respawned)
+        return [self._pod(d) for d in decisions]
+
+    def _pod(self, d: Decision) -> Decision:
+        """A pod's container comes back whatever the node does: veto, unless told otherwise."""
+        owner = self.owner(d.holder)
+        if not d.signals or owner.kind != "kubernetes" or self.config.policy.kubernetes != "veto":
+            return d
+        return replace(d, kind="veto-supervised", reason=(
+            f"pid {d.holder.pid} {d.holder.comm} is held by a Kubernetes pod (uid {owner.name}): "
+            "cordon and drain this node before suspending"))
 
     def record(self, d: Decision, outcome: Outcome, round_no: int, tags: Tags = NO_TAGS) -> None:
         self.results[holder_id(d.holder)] = HolderResult(d, outcome, round_no,
-                                                         tags.get(holder_id(d.holder), ""))
+                                                         tags.get(holder_id(d.holder), ""),
+                                                         self.owner(d.holder))
 
     def settle(self, decisions: Sequence[Decision], round_no: int, tags: Tags = NO_TAGS) -> list[Decision]:
         """Record the holders not to signal, with their reasons; return those to signal."""
@@ -113,7 +143,8 @@ class Rounds:
         self.before_signal(decisions, round_no)
         result = drain([d.holder for d in decisions], self.signame, cfg.timeout_s, until,
                        cfg.escalate, proc=self.proc, cancel=self.cancel, log=self.log.info,
-                       clock=self.clock)
+                       clock=self.clock,
+                       through=self._stop_through_owners if self.supervisors else None)
         if result.shortened:
             self.warnings.append(
                 f"the drain wait was cut to {result.wait_s:.1f} s (of [drain] timeout_s = "
@@ -124,11 +155,40 @@ class Rounds:
             if outcome.kind == "timeout":
                 h = d.holder
                 by = f" (reported by {h.source})" if h.source != "proc" else ""
+                if holder_id(h) in self._through:
+                    by += f" ({self.owner(h).name}, stopped through systemd)"
                 cut = " (the wait was cut short by the deadline)" if result.shortened else ""
                 self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}: "
                                     f"stop it yourself (kill -TERM {h.pid}), or raise "
                                     "[drain] timeout_s")
         return all(o.kind != "timeout" for o in result.outcomes.values())
+
+    def _stop_through_owners(self, holders: Sequence[Holder]) -> set[HolderId]:
+        """Ask each holder's supervisor to stop it; the holders it took over."""
+        assert self.supervisors is not None
+        owners = {}
+        for h in holders:
+            o = self.owner(h)
+            if o.kind == "systemd-service" and o.state in ("active", "activating", "reloading"):
+                owners[o.key] = o
+        if not owners:
+            return set()
+        answers = self.supervisors.stop(list(owners.values()), self.signame)
+        ok = set()
+        for key, why in answers.items():
+            o = owners[key]
+            if why:
+                self.warnings.append(f"{o.name}: could not stop it through systemd ({why}); "
+                                     f"signalled its processes directly")
+                continue
+            ok.add(key)
+            self.stops.append(Stop(o, len(self.stops) + 1, time.time()))
+            self.log.info(f"stopping {o.name} through systemd ({self.signame} for this stop, "
+                          f"Restart={o.restart or '?'}"
+                          + (", ExecStop= runs first" if o.exec_stop else "") + ")")
+        taken = {holder_id(h) for h in holders if self.owner(h).key in ok}
+        self._through |= taken
+        return taken
 
     def drain(self, first: list[Decision], seen: set[HolderId], inventory: Inventory,
               reserve: float) -> None:
@@ -146,6 +206,11 @@ class Rounds:
             if not self.signal(pending, reserve, round_no, tags) or self.cancelled:
                 return
             self.respawn_grace(pending)
+            if self.stops and self.supervisors is not None:
+                back = self.supervisors.settle(self.stops, self.deadline)
+                if back:
+                    self.reasons.extend(back)
+                    return
             # Rescan: a supervisor may have restarted the job, or a new one started.
             # fds only: a restarted job opens its nodes first; a mapping
             # without an fd comes later in a job's life. This keeps the step
@@ -190,14 +255,27 @@ class Rounds:
     def respawn_grace(self, drained: Sequence[Decision]) -> None:
         """Give a supervisor a moment to restart what it supervised before the rescan.
 
-        Only when a drained job's parent is still there and could restart it:
-        not init, not the guard itself (its own children are supervised by
-        nobody else).
+        A job signalled around a supervisor that restarts it (a service
+        whose stop through systemd failed, a container with a restart
+        policy) gets that supervisor's own restart delay; a job whose parent
+        is still there and could restart it (not init, not the guard itself,
+        whose children are supervised by nobody else) gets RESPAWN_GRACE_S.
+        A job stopped through its supervisor is not restarted by it; what
+        else may bring it back is looked at afterwards (Supervisors.settle).
         """
-        parents = {d.holder.ppid for d in drained} - self.never - {0, 1}
-        if not any(self.proc.exists(p) for p in parents):
+        wait = 0.0
+        for d in drained:
+            owner = self.owner(d.holder)
+            if holder_id(d.holder) in self._through or not owner.restarts:
+                continue
+            wait = max(wait, min(MAX_RESTART_WAIT_S, owner.restart_delay_s) + RESTART_MARGIN_S)
+        parents = {d.holder.ppid for d in drained
+                   if holder_id(d.holder) not in self._through} - self.never - {0, 1}
+        if any(self.proc.exists(p) for p in parents):
+            wait = max(wait, RESPAWN_GRACE_S)
+        if wait <= 0:
             return
-        wait = min(RESPAWN_GRACE_S, max(0.0, self.deadline - self.clock()))
+        wait = min(wait, max(0.0, self.deadline - self.clock()))
         if self.cancel is not None:
             select.select([self.cancel.fd], [], [], wait)
         else:

@@ -211,6 +211,7 @@ def describe_process(
         sig_masks=status.masks,
         thaw=thaw,
         stopped=st.state if st.state in ("T", "t") else "",
+        cgroup=cgroup,
     )
 
 

@@ -47,13 +47,17 @@ from suspendguard.install.templates import (
     HOOK_DIR,
     HOOK_PATH,
     HOOK_TEMPLATE,
+    RESUME_PATH,
+    RESUME_UNIT,
     UNIT_DIR,
     UNIT_PATH,
     UNIT_TEMPLATE,
     enable_links,
     instance,
     render_hook,
+    render_resume,
     render_unit,
+    resume_links,
     template_dir,
     timeout_start_s,
 )
@@ -180,6 +184,8 @@ def install(
         config.state.dir,
         config_path if config_explicit else None,
     )
+    resume_text = render_resume((templates / RESUME_UNIT).read_text(encoding="utf-8"), python,
+                                config.state.dir, config_path if config_explicit else None)
     hook_text = render_hook(
         (templates / HOOK_TEMPLATE).read_text(encoding="utf-8"),
         python,
@@ -196,6 +202,8 @@ def install(
     tree.makedirs(UNIT_DIR, manifest)
     tree.write(UNIT_PATH, unit_text, 0o644, manifest)
     say(f"unit: {tree.show(UNIT_PATH)} (TimeoutStartSec={timeout_start_s(config)})")
+    tree.write(RESUME_PATH, resume_text, 0o644, manifest)
+    say(f"resume unit: {tree.show(RESUME_PATH)}")
     tree.makedirs(HOOK_DIR, manifest)
     tree.write(HOOK_PATH, hook_text, 0o755, manifest)
     say(f"hook: {tree.show(HOOK_PATH)}")
@@ -233,8 +241,10 @@ def install(
         _systemctl("daemon-reload")
     if enable:
         if live:
-            _systemctl("enable", *(instance(a) for a in SLEEP_ACTIONS))
-        for link in (link for action in SLEEP_ACTIONS for link in enable_links(action)):
+            _systemctl("enable", *(instance(a) for a in SLEEP_ACTIONS), RESUME_UNIT)
+        links = [(link, UNIT_PATH) for action in SLEEP_ACTIONS for link in enable_links(action)]
+        links += [(link, RESUME_PATH) for link in resume_links()]
+        for link, target in links:
             if live:
                 # Recorded, so uninstall removes them: a link left to a removed unit
                 # would fail nvidia-suspend.service, and the suspend with it.
@@ -243,10 +253,10 @@ def install(
                     continue
                 raise InstallError(f"systemctl enable made no link {link}")
             tree.makedirs(os.path.dirname(link), manifest)
-            _symlink(tree.at(link), UNIT_PATH)
-            manifest.links[link] = UNIT_PATH
+            _symlink(tree.at(link), target)
+            manifest.links[link] = target
         tree.save_manifest(manifest)
-        say("enabled: " + " ".join(instance(a) for a in SLEEP_ACTIONS))
+        say("enabled: " + " ".join([*(instance(a) for a in SLEEP_ACTIONS), RESUME_UNIT]))
     say(f"manifest: {tree.show(MANIFEST_PATH)}")
     return manifest
 

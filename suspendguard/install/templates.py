@@ -16,15 +16,19 @@ from pathlib import Path
 
 from suspendguard.config import DEFAULT_STATE_DIR, ENV_VAR, Config
 from suspendguard.errors import InstallError
+from suspendguard.model import SLEEP_ACTIONS
 
 # As in the unit's [Install] RequiredBy=, with %i as {}.
 REQUIRED_BY = ("systemd-{}.service", "nvidia-{}.service")
 
 UNIT_TEMPLATE = "suspendguard@.service"
 HOOK_TEMPLATE = "system-sleep/suspendguard"
+# Started again after resume: WantedBy= every sleep service, After= it.
+RESUME_UNIT = "suspendguard-resume.service"
 
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PATH = f"{UNIT_DIR}/{UNIT_TEMPLATE}"
+RESUME_PATH = f"{UNIT_DIR}/{RESUME_UNIT}"
 HOOK_DIR = "/usr/lib/systemd/system-sleep"
 HOOK_PATH = f"{HOOK_DIR}/suspendguard"
 
@@ -53,6 +57,33 @@ def enable_link(action: str, unit: str | None = None) -> str:
 
 def enable_links(action: str) -> list[str]:
     return [enable_link(action, unit) for unit in required_by(action)]
+
+
+def resume_links() -> list[str]:
+    """The links ``systemctl enable`` makes for the resume unit's ``WantedBy=``."""
+    return [f"{UNIT_DIR}/systemd-{a}.service.wants/{RESUME_UNIT}" for a in SLEEP_ACTIONS]
+
+
+def render_resume(template: str, python: str, state_dir: str = DEFAULT_STATE_DIR,
+                  config_path: str | None = None) -> str:
+    """The resume unit for ``python``, writing the history in ``state_dir``."""
+    lines = [f"ExecStart={_systemd_arg(python)} -I -m suspendguard restore"]
+    if config_path is not None:
+        lines.append(f'Environment="{ENV_VAR}={_env_value(config_path)}"')
+    text = _replace_key(template, "ExecStart", lines, RESUME_UNIT)
+    return _state_dir(text, state_dir, RESUME_UNIT)
+
+
+def _state_dir(text: str, state_dir: str, what: str) -> str:
+    if os.path.normpath(state_dir) == DEFAULT_STATE_DIR:
+        return text
+    # ProtectSystem=strict leaves only StateDirectory= writable; "-": a
+    # missing folder must not fail the unit (and so veto every suspend).
+    rw = [
+        "StateDirectory=suspendguard",
+        f"ReadWritePaths=-{_systemd_arg(os.path.normpath(state_dir), exec_line=False)}",
+    ]
+    return _replace_key(text, "StateDirectory", rw, what)
 
 
 def timeout_start_s(config: Config) -> int:
@@ -106,15 +137,7 @@ def render_unit(
         exec_start.append(f'Environment="{ENV_VAR}={_env_value(config_path)}"')
     text = _replace_key(template, "ExecStart", exec_start, UNIT_TEMPLATE)
     text = _replace_key(text, "TimeoutStartSec", [f"TimeoutStartSec={timeout_s}"], UNIT_TEMPLATE)
-    if os.path.normpath(state_dir) != DEFAULT_STATE_DIR:
-        # ProtectSystem=strict leaves only StateDirectory= writable; "-": a
-        # missing folder must not fail the unit (and so veto every suspend).
-        rw = [
-            "StateDirectory=suspendguard",
-            f"ReadWritePaths=-{_systemd_arg(os.path.normpath(state_dir), exec_line=False)}",
-        ]
-        text = _replace_key(text, "StateDirectory", rw, UNIT_TEMPLATE)
-    return text
+    return _state_dir(text, state_dir, UNIT_TEMPLATE)
 
 
 def render_hook(template: str, python: str, config_path: str | None = None) -> str:

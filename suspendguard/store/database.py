@@ -60,6 +60,14 @@ CREATE TABLE IF NOT EXISTS findings (
     rule TEXT NOT NULL, severity TEXT, file TEXT, line INTEGER,
     time TEXT, pid INTEGER, text TEXT
 );
+CREATE TABLE IF NOT EXISTS stops (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    attempt_id INTEGER NOT NULL REFERENCES attempts(id),
+    seq INTEGER NOT NULL,
+    owner TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, uid INTEGER,
+    stopped REAL NOT NULL,
+    restored REAL, result TEXT, why TEXT NOT NULL DEFAULT ''
+);
 CREATE INDEX IF NOT EXISTS holders_attempt ON holders(attempt_id);
 CREATE INDEX IF NOT EXISTS findings_attempt ON findings(attempt_id);
 """
@@ -191,6 +199,7 @@ def _connect_rw(path: str, wait_s: float) -> sqlite3.Connection:
         if not check or check[0] != "ok":
             raise sqlite3.DatabaseError(f"integrity check failed: {check[0] if check else '?'}")
         conn.executescript(SCHEMA)
+        _migrate(conn)
     except sqlite3.Error:
         conn.close()
         raise
@@ -200,6 +209,19 @@ def _connect_rw(path: str, wait_s: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+# Columns added since the first schema: (table, column, declaration). A file
+# written by an older version gains them when it is next opened for writing.
+COLUMNS_ADDED = (("holders", "owner", "TEXT NOT NULL DEFAULT 'plain'"),)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    for table, column, decl in COLUMNS_ADDED:
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+    conn.commit()
 
 
 def _looks_corrupt(exc: sqlite3.Error) -> bool:

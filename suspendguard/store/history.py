@@ -53,6 +53,7 @@ class HolderRow:
     why: str
     source: str = "proc"
     round: int = 1
+    owner: str = "plain"  # the owner's key (guard/owner.py)
 
     def to_json(self) -> dict[str, Any]:
         """The holder keys every command's JSON shares (check --json adds detail):
@@ -62,8 +63,31 @@ class HolderRow:
             "unit": self.unit, "comm": self.comm, "command": self.cmdline,
             "action": self.action, "rule": self.rule,
             "outcome": {"kind": self.outcome, "seconds": self.seconds, "why": self.why},
-            "source": self.source, "round": self.round,
+            "source": self.source, "round": self.round, "owner_key": self.owner,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class StopRow:
+    """A job the guard stopped through its owner, and what became of it at restore."""
+
+    attempt_id: int
+    seq: int  # the order it was stopped in, within its attempt
+    owner: str  # the owner's key
+    kind: str
+    name: str
+    uid: int | None
+    stopped: float
+    restored: float | None = None
+    result: str | None = None  # started | failed | skipped; None: not yet brought back
+    why: str = ""
+    id: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"owner": self.owner, "kind": self.kind, "name": self.name, "uid": self.uid,
+                "order": self.seq, "stopped": _iso(self.stopped),
+                "restored": _iso(self.restored) if self.restored is not None else None,
+                "result": self.result or "pending", "why": self.why}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +107,7 @@ class Attempt:
     holders: tuple[HolderRow, ...] = ()
     findings: tuple[dict[str, Any], ...] = ()
     events: tuple[dict[str, Any], ...] = ()
+    stops: tuple[StopRow, ...] = ()
 
     @property
     def duration(self) -> float | None:
@@ -104,6 +129,7 @@ class Attempt:
             "holders": [h.to_json() for h in self.holders],
             "findings": list(self.findings),
             "events": list(self.events),
+            "stopped": [s.to_json() for s in self.stops],
         }
 
 
@@ -250,26 +276,24 @@ class History:
 
     def signalling(self, attempt_id: int, holders: Sequence[HolderRow]) -> None:
         """Write down who is about to be signalled, before the signal: a guard killed
-        mid-drain leaves these rows; :meth:`finish` replaces them with the outcomes.
-
-        """
+        mid-drain leaves these rows; :meth:`finish` replaces them with the outcomes."""
         with self._tx() as c:
             self._insert_holders(c, attempt_id, holders)
 
     def finish(self, attempt_id: int, verdict: str, reasons: Sequence[str],
                warnings: Sequence[str], holders: Sequence[HolderRow],
-               finished: float | None = None) -> None:
+               finished: float | None = None, stops: Sequence[StopRow] = ()) -> None:
         try:
-            self._finish(attempt_id, verdict, reasons, warnings, holders, finished)
+            self._finish(attempt_id, verdict, reasons, warnings, holders, finished, stops)
         except HistoryError as exc:
             # The disk filled during the run: write the verdict in the room kept for it.
             if "full" not in str(exc) or not reserve.release(os.path.dirname(self.path)):
                 raise
-            self._finish(attempt_id, verdict, reasons, warnings, holders, finished)
+            self._finish(attempt_id, verdict, reasons, warnings, holders, finished, stops)
 
     def _finish(self, attempt_id: int, verdict: str, reasons: Sequence[str],
                 warnings: Sequence[str], holders: Sequence[HolderRow],
-                finished: float | None) -> None:
+                finished: float | None, stops: Sequence[StopRow]) -> None:
         with self._tx() as c:
             c.execute("DELETE FROM holders WHERE attempt_id = ?", (attempt_id,))
             c.execute(
@@ -278,17 +302,46 @@ class History:
                  json.dumps(list(warnings)), attempt_id),
             )
             self._insert_holders(c, attempt_id, holders)
+            c.executemany(
+                "INSERT INTO stops (attempt_id, seq, owner, kind, name, uid, stopped)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(attempt_id, st.seq, st.owner, st.kind, st.name, st.uid, st.stopped)
+                 for st in stops],
+            )
 
     @staticmethod
     def _insert_holders(c: sqlite3.Connection, attempt_id: int,
                         holders: Sequence[HolderRow]) -> None:
         c.executemany(
             "INSERT INTO holders (attempt_id, pid, start_time, user, unit, comm, cmdline,"
-            " action, rule, outcome, seconds, why, source, round)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " action, rule, outcome, seconds, why, source, round, owner)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(attempt_id, h.pid, h.start_time, h.user, h.unit, h.comm, h.cmdline, h.action,
-              h.rule, h.outcome, h.seconds, h.why, h.source, h.round) for h in holders],
+              h.rule, h.outcome, h.seconds, h.why, h.source, h.round, h.owner)
+             for h in holders],
         )
+
+    def record_restore(self, stop_id: int, result: str, why: str,
+                       when: float | None = None) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE stops SET restored=?, result=?, why=? WHERE id=?",
+                      (when or time.time(), result, why, stop_id))
+
+    def pending_stops(self, attempt_id: int | None = None) -> list[StopRow]:
+        """Jobs stopped by the guard and not yet brought back, oldest attempt first, in stop order."""
+        where = "result IS NULL" + (" AND attempt_id = ?" if attempt_id is not None else "")
+        args = (attempt_id,) if attempt_id is not None else ()
+        return self._stops(where, args)
+
+    def _stops(self, where: str, args: Sequence[Any]) -> list[StopRow]:
+        try:
+            rows = self.conn.execute(
+                "SELECT attempt_id, seq, owner, kind, name, uid, stopped,"
+                f" restored, result, why, id FROM stops WHERE {where}"
+                " ORDER BY attempt_id, seq", tuple(args)).fetchall()
+        except sqlite3.OperationalError:
+            return []  # a file from before stops were recorded, opened read-only
+        return [StopRow(*r) for r in rows]
 
     def record_event(self, phase: str, action: str | None, note: str = "",
                      attempt_id: int | None = None) -> None:
@@ -338,10 +391,12 @@ class History:
         verdict = r[6]
         if verdict is None:
             verdict = "running" if self._alive(r[10], r[11]) else "interrupted"
+        owner = "owner" if self._holder_columns() >= {"owner"} else "'plain'"
         holders = tuple(
             HolderRow(*h) for h in self.conn.execute(
                 "SELECT pid, start_time, user, unit, comm, cmdline, action, rule, outcome, seconds,"
-                " why, source, round FROM holders WHERE attempt_id = ? ORDER BY rowid", (r[0],),
+                f" why, source, round, {owner} FROM holders WHERE attempt_id = ? ORDER BY rowid",
+                (r[0],),
             )
         )
         findings = tuple(
@@ -363,7 +418,13 @@ class History:
             id=r[0], started=r[1], finished=r[2], action=r[3], origin=r[4], dry_run=bool(r[5]),
             verdict=verdict, reasons=_texts(r[7]), warnings=_texts(r[8]),
             config_digest=r[9], holders=holders, findings=findings, events=events,
+            stops=tuple(self._stops("attempt_id = ?", (r[0],))),
         )
+
+    def _holder_columns(self) -> set[str]:
+        if not hasattr(self, "_columns"):
+            self._columns = {str(c[1]) for c in self.conn.execute("PRAGMA table_info(holders)")}
+        return self._columns
 
     def events(self, n: int = 20) -> list[dict[str, Any]]:
         with self._reading():

@@ -137,7 +137,7 @@ def test_one_holder_schema_across_drain_and_history(conf: Path, node: str,
     code, out, _ = cli("history", "--json", "-n", "1", "--config", str(conf))
     [stored] = [h for h in json.loads(out)["attempts"][0]["holders"] if h["pid"] == pid]
     shared_keys = {"pid", "start_time", "user", "unit", "comm", "command", "action", "rule",
-                   "outcome", "source", "round"}
+                   "outcome", "source", "round", "owner_key"}
     assert shared_keys <= set(checked) and set(stored) == shared_keys
     for key in shared_keys:
         assert stored[key] == checked[key], key

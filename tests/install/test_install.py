@@ -29,6 +29,7 @@ from suspendguard.model import SLEEP_ACTIONS
 ACTIONS = SLEEP_ACTIONS
 UNIT = "etc/systemd/system/suspendguard@.service"
 HOOK = "usr/lib/systemd/system-sleep/suspendguard"
+RESUME = "etc/systemd/system/suspendguard-resume.service"
 CONFIG = "etc/suspendguard/config.toml"
 MANIFEST = "var/lib/suspendguard/installed.json"
 
@@ -38,6 +39,10 @@ def links() -> dict[str, str]:
         f"etc/systemd/system/{by}-{a}.service.requires/suspendguard@{a}.service":
             "/etc/systemd/system/suspendguard@.service"
         for a in ACTIONS for by in ("systemd", "nvidia")
+    } | {
+        f"etc/systemd/system/systemd-{a}.service.wants/suspendguard-resume.service":
+            "/etc/systemd/system/suspendguard-resume.service"
+        for a in ACTIONS
     }
 
 
@@ -85,15 +90,17 @@ def test_install_stages_exactly_these_files(root: Path) -> None:
     from suspendguard.install.docs import DOCS
 
     docs = {path.lstrip("/") for path in DOCS.values()}
-    assert {k for k, v in added.items() if v[0] == "f"} == {UNIT, HOOK, CONFIG, MANIFEST, *docs}
+    assert {k for k, v in added.items() if v[0] == "f"} == {UNIT, RESUME, HOOK, CONFIG, MANIFEST, *docs}
     assert {k: v[1] for k, v in added.items() if v[0] == "l"} == links()
     assert {k for k, v in added.items() if v[0] == "d"} == {
         "etc/suspendguard", "var", "var/lib", "var/lib/suspendguard",
         *{str(Path(d).parents[i]) for d in docs for i in range(len(Path(d).parents) - 2)},
         *(f"etc/systemd/system/systemd-{a}.service.requires" for a in ACTIONS[1:]),
         *(f"etc/systemd/system/nvidia-{a}.service.requires" for a in ACTIONS),
+        *(f"etc/systemd/system/systemd-{a}.service.wants" for a in ACTIONS),
     }
     assert all(after[k] == v for k, v in before.items()), "install changed what was there"
+    assert "ExecStart=/usr/bin/python3 -I -m suspendguard restore\n" in (root / RESUME).read_text()
     assert after[UNIT][1] == 0o644 and after[HOOK][1] == 0o755 and after[CONFIG][1] == 0o644
     unit = (root / UNIT).read_text()
     # Staged: the target's interpreter, not the builder's venv.

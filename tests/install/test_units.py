@@ -77,7 +77,7 @@ def test_unit_is_the_veto_shape() -> None:
     assert values("StateDirectory") == ["suspendguard"]
     # No private /tmp: it would hide an interpreter living there (see the unit).
     assert not values("PrivateTmp")
-    assert values("ReadWritePaths") == ["-/var/log/npu -/root/ascend"]
+    assert values("ReadWritePaths") == ["-/var/log/npu -/root/ascend -/run/systemd/system"]
     for key in ("NoNewPrivileges", "ProtectKernelTunables", "ProtectKernelModules",
                 "ProtectKernelLogs", "ProtectControlGroups", "RestrictNamespaces",
                 "LockPersonality"):
@@ -93,13 +93,14 @@ def test_render_unit_sets_interpreter_and_timeout() -> None:
         '"/opt/sg venv/bin/python" -I -m suspendguard pre-sleep %i'
     ]
     assert not re.search(r"^Environment=", text, re.M)
-    assert re.findall(r"^ReadWritePaths=(.*)$", text, re.M) == ["-/var/log/npu -/root/ascend"]
+    assert re.findall(r"^ReadWritePaths=(.*)$", text, re.M) == [
+        "-/var/log/npu -/root/ascend -/run/systemd/system"]
 
 
 def test_render_unit_state_dir_and_config_elsewhere() -> None:
     text = templates.render_unit(UNIT, "/usr/bin/python3", 120, "/srv/sg/state", "/srv/sg/c%1.toml")
     assert re.findall(r"^ReadWritePaths=(.*)$", text, re.M) == [
-        "-/srv/sg/state", "-/var/log/npu -/root/ascend"]
+        "-/srv/sg/state", "-/var/log/npu -/root/ascend -/run/systemd/system"]
     assert re.findall(r"^Environment=(.*)$", text, re.M) == [
         '"SUSPENDGUARD_CONFIG=/srv/sg/c%%1.toml"'
     ]

@@ -1,7 +1,9 @@
-"""How systemd's manager reports units (the guard's veto units among them), and its jobs' ends."""
+"""systemd's manager over D-Bus: how it reports units (the veto units among them),
+stops and starts them, and hears its jobs' ends."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +23,8 @@ SYSTEMD_PATH = "/org/freedesktop/systemd1"
 SYSTEMD_MANAGER = "org.freedesktop.systemd1.Manager"
 SYSTEMD_UNIT = "org.freedesktop.systemd1.Unit"
 SYSTEMD_SERVICE = "org.freedesktop.systemd1.Service"
+SYSTEMD_JOB = "org.freedesktop.systemd1.Job"
+SYSTEMD_TIMER = "org.freedesktop.systemd1.Timer"
 
 _NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
 
@@ -94,6 +98,127 @@ async def _one_unit(session: Session, name: str) -> UnitInfo:
         result=result,
         exec_main_status=status,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceState:
+    """What the guard needs of a service it may stop and start again."""
+
+    name: str
+    load_state: str
+    active_state: str
+    restart: str  # Restart=: no | always | on-failure | ...
+    restart_delay_s: float  # RestartUSec
+    kill_mode: str
+    exec_stop: bool  # the unit has an ExecStop= command
+    triggered_by: tuple[str, ...]
+    job: str  # the type of the job queued for it ("start", "stop"...), "" when none
+    next_elapse: dict[str, float]  # timer -> NextElapseUSecMonotonic, seconds (CLOCK_MONOTONIC)
+
+
+async def _service_state(session: Session, name: str) -> ServiceState:
+    unit = await _one_unit(session, name)
+    if not unit.found:
+        return ServiceState(name, unit.load_state, "inactive", "", 0.0, "", False, (), "", {})
+    reply = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "LoadUnit",
+                               "s", [name], expect="o")
+    path = str(reply.body[0])
+    props = await session.get_all(SYSTEMD_NAME, path, SYSTEMD_UNIT)
+    service = await session.get_all(SYSTEMD_NAME, path, SYSTEMD_SERVICE)
+    triggers = tuple(optional(props, "TriggeredBy", list) or ())
+    job = optional(props, "Job", list) or [0, "/"]
+    job_type = ""
+    if job and int(job[0]) != 0:
+        try:
+            job_props = await session.get_all(SYSTEMD_NAME, str(job[1]), SYSTEMD_JOB)
+            job_type = optional(job_props, "JobType", str) or "?"
+        except CallError:
+            job_type = ""  # finished in between
+    elapse: dict[str, float] = {}
+    for trigger in triggers:
+        if str(trigger).endswith(".timer"):
+            t = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "LoadUnit",
+                                   "s", [str(trigger)], expect="o")
+            tprops = await session.get_all(SYSTEMD_NAME, str(t.body[0]), SYSTEMD_TIMER)
+            usec = optional(tprops, "NextElapseUSecMonotonic", int) or 0
+            if usec:
+                elapse[str(trigger)] = usec / 1e6
+    return ServiceState(
+        name=name, load_state=unit.load_state, active_state=unit.active_state,
+        restart=optional(service, "Restart", str) or "",
+        restart_delay_s=(optional(service, "RestartUSec", int) or 0) / 1e6,
+        kill_mode=optional(service, "KillMode", str) or "",
+        exec_stop=bool(optional(service, "ExecStop", list)),
+        triggered_by=tuple(str(t) for t in triggers), job=job_type,
+        next_elapse=elapse,
+    )
+
+
+def service_states(names: Sequence[str], timeout: float = DEFAULT_TIMEOUT,
+                   address: str | None = None) -> dict[str, ServiceState] | Unavailable:
+    """Each service's restart settings and state, in one conversation."""
+    wanted = tuple(dict.fromkeys(names))
+
+    async def body(session: Session) -> dict[str, ServiceState]:
+        return {name: await _service_state(session, name) for name in wanted}
+
+    return converse("systemd", timeout, body, address)
+
+
+def stop_units(names: Sequence[str], *, reload: bool, timeout: float = DEFAULT_TIMEOUT,
+               address: str | None = None) -> dict[str, str] | Unavailable:
+    """Queue a stop job for each unit, after a daemon reload when asked.
+
+    The answer: for each unit "" when its stop job was queued, else the reason.
+    The stop jobs run on; the caller watches the processes themselves.
+    """
+    wanted = tuple(dict.fromkeys(names))
+
+    async def body(session: Session) -> dict[str, str]:
+        if reload:
+            await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "Reload",
+                               expect="")
+        out: dict[str, str] = {}
+        for name in wanted:
+            try:
+                await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "StopUnit",
+                                   "ss", [name, "replace"], expect="o")
+                out[name] = ""
+            except CallError as e:
+                out[name] = e.reason
+        return out
+
+    return converse("systemd", timeout, body, address)
+
+
+def reload_manager(timeout: float = 10.0, address: str | None = None) -> Unavailable | None:
+    async def body(session: Session) -> None:
+        await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "Reload", expect="")
+
+    return converse("systemd", timeout, body, address)
+
+
+def start_unit(name: str, timeout: float = 10.0, address: str | None = None, *,
+               wait: bool = True) -> str | Unavailable:
+    """Start a unit; with ``wait``, wait for its start job to end.
+
+    The answer: the unit's ActiveState once the job ended ("active",
+    "failed"...), or "queued" when not waiting.
+    """
+
+    async def body(session: Session) -> str:
+        reply = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "StartUnit",
+                                   "ss", [name, "replace"], expect="o")
+        job = str(reply.body[0])
+        while wait:
+            try:
+                await session.get_all(SYSTEMD_NAME, job, SYSTEMD_JOB)
+            except CallError:
+                break  # the job is gone: it has finished
+            await asyncio.sleep(0.05)
+        return (await _one_unit(session, name)).active_state if wait else "queued"
+
+    return converse("systemd", timeout, body, address)
 
 
 @dataclass(frozen=True, slots=True)

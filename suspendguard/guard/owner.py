@@ -1,0 +1,169 @@
+"""Who runs a holder: a systemd service, a user service, a container engine, a pod, nobody.
+
+Read from the holder's cgroup path (every supervisor puts its jobs in a
+cgroup of its own, under names the supervisor chooses), then filled in from
+the supervisor's own API (guard/supervise.py): the unit's ``Restart=`` and
+``RestartUSec`` over D-Bus, the container's restart policy from the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
+
+from suspendguard.model import Holder, Unavailable
+
+OwnerKind = Literal["systemd-service", "user-service", "docker", "podman", "kubernetes", "plain"]
+
+# Docker: cgroupfs driver /docker/ID, systemd driver docker-ID.scope.
+_DOCKER = (re.compile(r"/docker/([0-9a-f]{64})(?:/|$)"),
+           re.compile(r"/docker-([0-9a-f]{64})\.scope(?:/|$)"))
+# Podman: libpod-ID.scope (systemd manager, rootful or rootless), libpod-ID (cgroupfs).
+_PODMAN = re.compile(r"/libpod-([0-9a-f]{64})(?:\.scope)?(?:/|$)")
+# Kubernetes: the pod's slice (systemd driver, dashes of the uid written as
+# underscores) or folder (cgroupfs driver), then the runtime's container.
+_POD = (re.compile(r"kubepods(?:-[a-z]+)?-pod([0-9a-f_]{36})\.slice"),
+        re.compile(r"/kubepods(?:/[a-z]+)?/pod([0-9a-f-]{36})(?:/|$)"))
+_POD_CONTAINER = re.compile(r"(?:cri-containerd-|crio-|docker-)?([0-9a-f]{64})(?:\.scope)?$")
+_USER_MANAGER = re.compile(r"/user@(\d+)\.service(?:/|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The supervisor of one holder, and what it would do when the holder exits.
+
+    ``restart`` is the supervisor's own word (``always``, ``on-failure``,
+    ``no``, Docker's ``unless-stopped``...), "" where it could not be read
+    (``note`` says why).
+    """
+
+    kind: OwnerKind
+    name: str = ""  # unit name, container id or pod uid; "" for a plain process
+    uid: int | None = None  # the user manager's uid, for a user service
+    restart: str = ""
+    restart_delay_s: float = 0.0
+    kill_mode: str = ""
+    exec_stop: bool = False
+    state: str = ""  # the unit's ActiveState, the container's State.Status
+    triggered_by: tuple[str, ...] = ()  # timers, paths, sockets that start the unit
+    engine: str = ""  # the engine's API socket, for containers
+    note: str = ""
+
+    @property
+    def key(self) -> str:
+        """One string naming the owner, as the history and [restore] skip see it."""
+        if self.kind == "plain":
+            return "plain"
+        if self.kind == "user-service":
+            return f"user-service:{self.uid}:{self.name}"
+        return f"{self.kind}:{self.name}"
+
+    @property
+    def restarts(self) -> bool:
+        """Whether the supervisor starts the job again when it exits after a signal."""
+        if self.kind in ("systemd-service", "user-service"):
+            return self.restart not in ("no", "")
+        if self.kind in ("docker", "podman"):
+            return self.restart not in ("no", "")
+        return self.kind == "kubernetes"
+
+    def describe(self) -> str:
+        if self.kind == "plain":
+            return "plain process"
+        what = {"systemd-service": "systemd service", "user-service": f"user {self.uid}'s service",
+                "docker": "Docker container", "podman": "Podman container",
+                "kubernetes": "Kubernetes pod"}[self.kind]
+        name = self.name[:12] if self.kind in ("docker", "podman") else self.name
+        tail = f"restart {self.restart}" if self.restart else self.note
+        return f"{what} {name}" + (f" ({tail})" if tail else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name or None, "uid": self.uid,
+                "restart": self.restart or None, "restart_delay_s": self.restart_delay_s,
+                "kill_mode": self.kill_mode or None, "exec_stop": self.exec_stop,
+                "state": self.state or None, "triggered_by": list(self.triggered_by),
+                "note": self.note or None}
+
+    def with_note(self, note: str) -> Owner:
+        return replace(self, note=note)
+
+
+PLAIN = Owner("plain")
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """One owner the guard stopped: the order, and when (wall clock)."""
+
+    owner: Owner
+    seq: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class UnitNow:
+    """A unit's state when restore looks at it."""
+
+    load_state: str
+    active_state: str
+    job: str  # the type of the job queued for it, "" when none
+
+
+class Supervisor(Protocol):
+    """What the pipeline and restore ask of the supervisors (guard/supervise.py has them).
+
+    A protocol here so that the pipeline, which the sleep hook's fallback
+    imports, does not import the D-Bus client with it.
+    """
+
+    def owner(self, holder: Holder) -> Owner: ...
+    def stop(self, owners: Sequence[Owner], signame: str) -> dict[str, str]: ...
+    def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]: ...
+    def started_meanwhile(self, unit: str) -> bool: ...
+    def remove_dropins(self, units: Sequence[str]) -> list[str]: ...
+    def reload(self) -> Unavailable | None: ...
+    def state(self, owner: Owner) -> UnitNow | Unavailable: ...
+    def start(self, owner: Owner, wait: bool = True) -> str | Unavailable: ...
+
+
+def owner_of_cgroup(cgroup: str | None) -> Owner:
+    """The owner a cgroup path names; ``plain`` when no supervisor's name is in it."""
+    if not cgroup:
+        return PLAIN
+    path = "/" + cgroup.strip("/")
+    for pattern in _POD:
+        m = pattern.search(path)
+        if m:
+            last = path.rsplit("/", 1)[-1]
+            cid = _POD_CONTAINER.match(last)
+            return Owner("kubernetes", m.group(1).replace("_", "-"),
+                         note=f"container {cid.group(1)[:12]}" if cid else "")
+    for pattern in _DOCKER:
+        m = pattern.search(path)
+        if m:
+            return Owner("docker", m.group(1))
+    m = _PODMAN.search(path)
+    if m:
+        return Owner("podman", m.group(1))
+    parts = path.strip("/").split("/")
+    # Units inside a machine (systemd-nspawn, a VM's scope) belong to that
+    # machine's own manager, not to this one.
+    machine = next((p for p in parts if p.startswith("systemd-nspawn@")
+                    or (p.startswith("machine-") and p.endswith(".scope"))), None)
+    if machine:
+        return Owner("plain", note=f"inside machine {machine}")
+    user = _USER_MANAGER.search(path)
+    if user:
+        inner = parts[parts.index(f"user@{user.group(1)}.service") + 1:]
+        services = [p for p in inner if p.endswith(".service")]
+        if services and not any(p.endswith(".scope") for p in inner):
+            return Owner("user-service", services[-1], uid=int(user.group(1)))
+        return PLAIN
+    # The innermost unit decides: a scope (a login session, systemd-run
+    # --scope) has no supervisor that would start it again.
+    units = [p for p in parts if p.endswith((".service", ".scope"))]
+    if units and units[-1].endswith(".service"):
+        return Owner("systemd-service", units[-1])
+    return PLAIN

@@ -1,0 +1,88 @@
+"""Start again what the guard stopped through its owners: after resume, or at once after a veto.
+
+Exactly what was stopped, in the order it was stopped, through the same
+owner; each gets a result: started, failed (with the reason), or skipped
+(``[restore] skip``, the unit is gone or masked, it runs already, or
+someone started and stopped it again since the guard stopped it).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from suspendguard.config import RestoreConfig
+from suspendguard.guard.owner import Owner, Supervisor
+from suspendguard.model import Unavailable
+from suspendguard.store.history import StopRow
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    stop: StopRow
+    result: str  # started | failed | skipped
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.stop.name}: {self.result}" + (f" ({self.why})" if self.why else "")
+
+
+Record = Callable[[StopRow, str, str], None]
+
+
+def restore(stops: Sequence[StopRow], supervisors: Supervisor, config: RestoreConfig, *,
+            enabled: bool, record: Record, log: Callable[[str], None]) -> list[Restored]:
+    """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins."""
+    if not stops:
+        return []
+    units = [s.name for s in stops if s.kind == "systemd-service"]
+    meanwhile = {u for u in units if supervisors.started_meanwhile(u)}
+    # The drop-ins go first and the manager reloads once: the job starts, and
+    # is stopped next time by an operator, with its own KillSignal=.
+    if supervisors.remove_dropins(units):
+        reloaded = supervisors.reload()
+        if isinstance(reloaded, Unavailable):
+            log(f"could not reload systemd after removing the drain drop-ins: {reloaded.reason}")
+    out = []
+    for stop in stops:
+        result, why = ("skipped", "[restore] is off for this case") if not enabled else \
+            _one(stop, supervisors, config, stop.name in meanwhile)
+        record(stop, result, why)
+        done = Restored(stop, result, why)
+        log(f"restore: {done.describe()}")
+        out.append(done)
+    return out
+
+
+def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
+         started_meanwhile: bool) -> tuple[str, str]:
+    if any(fnmatch.fnmatchcase(stop.owner, glob) for glob in config.skip):
+        return "skipped", "matches [restore] skip"
+    if stop.kind != "systemd-service":
+        return "skipped", f"a {stop.kind} cannot be started again by this version"
+    owner = Owner("systemd-service", stop.name)
+    state = supervisors.state(owner)
+    if isinstance(state, Unavailable):
+        return "failed", state.reason
+    if state.load_state in ("not-found", ""):
+        return "skipped", "the unit no longer exists"
+    if state.load_state == "masked":
+        return "skipped", "the unit was masked meanwhile"
+    if state.active_state in ("active", "activating", "reloading"):
+        return "skipped", f"already {state.active_state} (started meanwhile)"
+    if state.active_state == "deactivating" or state.job == "stop":
+        # Still stopping (it outlived [drain] timeout_s): systemd starts it
+        # once its stop has ended, which may take up to its TimeoutStopSec=.
+        queued = supervisors.start(owner, wait=False)
+        if isinstance(queued, Unavailable):
+            return "failed", queued.reason
+        return "started", "queued: it starts once its stop has ended"
+    if started_meanwhile:
+        return "skipped", "started and stopped again by someone else after the guard stopped it"
+    started = supervisors.start(owner)
+    if isinstance(started, Unavailable):
+        return "failed", started.reason
+    if started != "active":
+        return "failed", f"the start job ended with the unit {started}"
+    return "started", ""

@@ -1,0 +1,202 @@
+"""Supervised jobs under a real systemd: stopped through systemd, kept down, started again.
+
+One booted container for the module (tests/helpers/systemd_harness.py). The jobs are
+system services (unit files in /etc/systemd/system) running
+tests/helpers/holder.py on a node of rdev 1:9, as the guard's veto unit and
+resume unit, installed by ``suspendguard install``, see them during a real
+``systemctl suspend``. A sleep hook sorted before the guard's records, at the
+moment systemd-sleep runs (the fake /sys/power state is written right
+after), whether anything holds the node and whether the service runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import REPO
+from helpers.systemd_harness import Container, unavailable_reason
+
+pytestmark = [
+    pytest.mark.systemd,
+    pytest.mark.root,
+    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
+]
+
+HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
+NODE = "/dev/suspendguard-sv/accel0"
+NODE_RDEV = "1 9"  # /dev/urandom's number: not 1:7 nor the other container module's 1:8
+MARKER = "/run/suspendguard-sv/signals.log"
+SEEN = "/run/suspendguard-sv/at-sleep.log"
+STATE_DIR = "/var/lib/suspendguard-sv"
+CONFIG = f"""\
+[devices]
+families = []
+nodes = ["{NODE}"]
+
+[idle]
+backends = []
+
+[drain]
+timeout_s = 3.0
+deadline_s = 20.0
+
+[state]
+dir = "{STATE_DIR}"
+"""
+# Runs inside systemd-sleep, after the veto unit, just before the state is written.
+AT_SLEEP = f"""#!/bin/sh
+[ "$1" = pre ] || exit 0
+held=0
+for fd in /proc/[0-9]*/fd/*; do
+    [ "$(readlink "$fd" 2>/dev/null)" = "{NODE}" ] && held=$((held + 1))
+done
+echo "held=$held active=$(systemctl is-active sv-job.service)" >> {SEEN}
+"""
+
+
+def service(restart: str, extra: str = "", mode: str = "graceful") -> str:
+    return (f"[Service]\nRestart={restart}\nRestartSec=100ms\n"
+            f"ExecStart={sys.executable} {HOLDER} --node {NODE} --mode {mode} --delay 0.1 "
+            f"--marker {MARKER}\n{extra}")
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[Container]:
+    with Container(REPO) as container:
+        container.sh(f"mkdir -p {Path(NODE).parent} /run/suspendguard-sv && "
+                     f"mknod -m 666 {NODE} c {NODE_RDEV}")
+        container.write("/etc/suspendguard/config.toml", CONFIG)
+        container.suspendguard("install")
+        hook = container.hooks / "00-at-sleep"
+        hook.write_text(AT_SLEEP)
+        hook.chmod(0o755)
+        yield container
+
+
+@pytest.fixture
+def clean(box: Container) -> Iterator[Container]:
+    box.reset_power()
+    box.sh(f"rm -f {MARKER} {SEEN}")
+    yield box
+    for unit in ("sv-job.service", "sv-deaf.service", "sv-job.timer"):
+        box.run("systemctl", "stop", unit, check=False)
+        box.run("systemctl", "reset-failed", unit, check=False)
+    box.sh("rm -f /etc/systemd/system/sv-* && systemctl daemon-reload")
+
+
+def start(box: Container, unit: str, text: str) -> int:
+    box.write(f"/etc/systemd/system/{unit}", text)
+    box.run("systemctl", "daemon-reload")
+    cursor = box.cursor()
+    box.run("systemctl", "start", unit)
+    box.wait_journal(cursor, r"\bready\b", args=("-u", unit, "-o", "cat"))
+    return main_pid(box, unit)
+
+
+def main_pid(box: Container, unit: str) -> int:
+    return int(box.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout)
+
+
+def attempt(box: Container) -> dict[str, Any]:
+    out = json.loads(box.suspendguard("history", "--json", "-n", "3").stdout)["attempts"]
+    found: dict[str, Any] = next(a for a in out if a["origin"] == "unit")
+    return found
+
+
+def wait_active(box: Container, unit: str, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if box.unit_active(unit):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_restart_always_stays_stopped_through_the_sleep_and_runs_after_resume(
+        clean: Container) -> None:
+    box = clean
+    first = start(box, "sv-job.service", service("always"))
+    journal = box.suspend()
+    assert box.power_state().startswith("mem"), journal
+    # at the moment of the sleep nothing held the node and the service was down
+    assert box.run("cat", SEEN).stdout.split() == ["held=0", "active=inactive"], journal
+    assert f"{first} SIGINT" in box.run("cat", MARKER).stdout  # the drain signal, via systemd
+    assert wait_active(box, "sv-job.service"), journal
+    assert main_pid(box, "sv-job.service") != first
+    a = attempt(box)
+    assert a["verdict"] == "allow"
+    [stop] = a["stopped"]
+    assert (stop["owner"], stop["result"]) == ("systemd-service:sv-job.service", "started"), a
+    [holder] = a["holders"]
+    assert holder["owner_key"] == "systemd-service:sv-job.service"
+    # the drain drop-in is gone again: the next stop is the unit's own
+    assert box.run("systemctl", "show", "-p", "KillSignal", "--value",
+                   "sv-job.service").stdout.strip() == "15"
+    assert "Started suspendguard-resume.service" in journal or \
+        "Finished suspendguard-resume.service" in journal
+
+
+def test_restart_no_with_exec_stop_is_restored(clean: Container) -> None:
+    box = clean
+    stop_mark = "/run/suspendguard-sv/execstop.log"
+    box.sh(f"rm -f {stop_mark}")
+    start(box, "sv-job.service", service("no", f"ExecStop=/bin/sh -c 'echo ran >> {stop_mark}'\n"))
+    journal = box.suspend()
+    assert box.power_state().startswith("mem"), journal
+    assert box.run("cat", stop_mark).stdout.split() == ["ran"]
+    assert wait_active(box, "sv-job.service"), journal
+    assert attempt(box)["stopped"][0]["result"] == "started"
+
+
+def test_veto_after_a_drain_restarts_the_drained_service_at_once(clean: Container) -> None:
+    box = clean
+    start(box, "sv-job.service", service("always"))
+    # too slow to exit: it takes SIGINT, then sleeps on past [drain] timeout_s
+    start(box, "sv-deaf.service", service("no", "TimeoutStopSec=6\n", mode="slow"))
+    journal = box.suspend()
+    assert box.power_state() == "freeze mem disk\n", journal
+    a = attempt(box)
+    assert a["verdict"] == "veto"
+    assert any("sv-deaf.service" in r for r in a["reasons"]), a["reasons"]
+    assert box.unit_active("sv-job.service"), journal
+    by_name = {s["name"]: s for s in a["stopped"]}
+    assert by_name["sv-job.service"]["result"] == "started", a["stopped"]
+    assert by_name["sv-deaf.service"]["why"].startswith("queued"), a["stopped"]
+
+
+def test_a_timer_that_brings_the_job_back_is_caught(clean: Container) -> None:
+    box = clean
+    box.write("/etc/systemd/system/sv-job.timer",
+              "[Timer]\nOnUnitInactiveSec=300ms\nAccuracySec=1ms\n")
+    start(box, "sv-job.service", service("no"))
+    box.run("systemctl", "start", "sv-job.timer")
+    journal = box.suspend()
+    assert box.power_state() == "freeze mem disk\n", journal
+    a = attempt(box)
+    assert a["verdict"] == "veto"
+    assert any("sv-job.service was started again" in r and "sv-job.timer" in r
+               for r in a["reasons"]), a["reasons"]
+
+
+def test_a_unit_the_operator_ran_meanwhile_is_not_started_again(clean: Container) -> None:
+    box = clean
+    start(box, "sv-job.service", service("always"))
+    operator = box.hooks / "01-operator"
+    operator.write_text("#!/bin/sh\n[ \"$1\" = pre ] || exit 0\n"
+                        "systemctl start sv-job.service; sleep 0.5; systemctl stop sv-job.service\n")
+    operator.chmod(0o755)
+    try:
+        journal = box.suspend()
+    finally:
+        operator.unlink()
+    assert box.power_state().startswith("mem"), journal
+    time.sleep(1)
+    assert not box.unit_active("sv-job.service"), json.dumps(attempt(box)["stopped"]) + journal
+    [stop] = attempt(box)["stopped"]
+    assert stop["result"] == "skipped" and "someone else" in stop["why"], stop
