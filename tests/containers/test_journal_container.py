@@ -134,7 +134,7 @@ def test_logs_unit_reads_only_since(box: Container) -> None:
 
 
 def test_after_resume_reads_the_drained_jobs_journal(box: Container) -> None:
-    box.suspendguard("install")
+    box.suspendguard("install", "--force")
     try:
         unit = "sg-interrupted.service"
         box.write(f"/run/{unit}.py", INTERRUPTED_JOB)

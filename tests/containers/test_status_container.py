@@ -56,7 +56,7 @@ def box() -> Iterator[Container]:
         container.sh(f"mkdir -p {Path(NODE).parent} /run/suspendguard-test && "
                      f"mknod -m 666 {NODE} c 1 7")
         container.write("/etc/suspendguard/config.toml", CONFIG)
-        container.suspendguard("install")
+        container.suspendguard("install", "--force")
         yield container
 
 

@@ -72,7 +72,7 @@ def box() -> Iterator[Container]:
         container.sh(f"mkdir -p {Path(NODE).parent} /run/suspendguard-sv && "
                      f"mknod -m 666 {NODE} c {NODE_RDEV}")
         container.write("/etc/suspendguard/config.toml", CONFIG)
-        container.suspendguard("install")
+        container.suspendguard("install", "--force")
         hook = container.hooks / "00-at-sleep"
         hook.write_text(AT_SLEEP)
         hook.chmod(0o755)

@@ -100,7 +100,7 @@ def box() -> Iterator[Container]:
 @pytest.fixture(scope="module")
 def installed(box: Container) -> Container:
     box.write("/etc/suspendguard/config.toml", CONFIG)
-    result = box.suspendguard("install")
+    result = box.suspendguard("install", "--force")
     assert "enabled: suspendguard@suspend.service" in result.stdout, result.stdout
     return box
 

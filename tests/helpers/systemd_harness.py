@@ -283,6 +283,11 @@ class Container:
                  "sh", path, input=text)
 
     def suspendguard(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """The guard inside, from the test's own venv (bound read-only at its path).
+
+        Tests pass ``install --force``: that venv lives in the checkout, which
+        CI may clone under /tmp, where install rightly refuses an interpreter.
+        """
         return self.run(sys.executable, "-m", "suspendguard", *args, check=check)
 
     # -- the journal ------------------------------------------------------------
