@@ -29,6 +29,14 @@ class Restored:
 
 
 Record = Callable[[StopRow, str, str], None]
+# Stopped through a systemd manager: the system's, or a user's (user@UID.service).
+UNIT_KINDS = ("systemd-service", "user-service")
+
+
+def _owner(stop: StopRow) -> Owner:
+    if stop.kind == "user-service":
+        return Owner("user-service", stop.name, uid=stop.uid)
+    return Owner("systemd-service", stop.name)
 
 
 def restore(stops: Sequence[StopRow], supervisors: Supervisor, config: RestoreConfig, *,
@@ -36,18 +44,18 @@ def restore(stops: Sequence[StopRow], supervisors: Supervisor, config: RestoreCo
     """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins."""
     if not stops:
         return []
-    units = [s.name for s in stops if s.kind == "systemd-service"]
-    meanwhile = {u for u in units if supervisors.started_meanwhile(u)}
-    # The drop-ins go first and the manager reloads once: the job starts, and
-    # is stopped next time by an operator, with its own KillSignal=.
+    units = [_owner(s) for s in stops if s.kind in UNIT_KINDS]
+    meanwhile = {o.key for o in units if supervisors.started_meanwhile(o)}
+    # The drop-ins go first and each manager reloads once: the job starts,
+    # and is stopped next time by an operator, with its own KillSignal=.
     if supervisors.remove_dropins(units):
-        reloaded = supervisors.reload()
+        reloaded = supervisors.reload(units)
         if isinstance(reloaded, Unavailable):
             log(f"could not reload systemd after removing the drain drop-ins: {reloaded.reason}")
     out = []
     for stop in stops:
         result, why = ("skipped", "[restore] is off for this case") if not enabled else \
-            _one(stop, supervisors, config, stop.name in meanwhile)
+            _one(stop, supervisors, config, stop.owner in meanwhile)
         record(stop, result, why)
         done = Restored(stop, result, why)
         log(f"restore: {done.describe()}")
@@ -59,9 +67,9 @@ def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
          started_meanwhile: bool) -> tuple[str, str]:
     if any(fnmatch.fnmatchcase(stop.owner, glob) for glob in config.skip):
         return "skipped", "matches [restore] skip"
-    if stop.kind != "systemd-service":
+    if stop.kind not in UNIT_KINDS:
         return "skipped", f"a {stop.kind} cannot be started again by this version"
-    owner = Owner("systemd-service", stop.name)
+    owner = _owner(stop)
     state = supervisors.state(owner)
     if isinstance(state, Unavailable):
         return "failed", state.reason

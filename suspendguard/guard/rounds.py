@@ -169,7 +169,8 @@ class Rounds:
         owners = {}
         for h in holders:
             o = self.owner(h)
-            if o.kind == "systemd-service" and o.state in ("active", "activating", "reloading"):
+            if o.kind in ("systemd-service", "user-service") and \
+                    o.state in ("active", "activating", "reloading"):
                 owners[o.key] = o
         if not owners:
             return set()
@@ -178,17 +179,21 @@ class Rounds:
         for key, why in answers.items():
             o = owners[key]
             if why:
-                self.warnings.append(f"{o.name}: could not stop it through systemd ({why}); "
-                                     f"signalled its processes directly")
+                self.warnings.append(f"{o.name}: could not stop it through {self._manager(o)} "
+                                     f"({why}); signalled its processes directly")
                 continue
             ok.add(key)
             self.stops.append(Stop(o, len(self.stops) + 1, time.time()))
-            self.log.info(f"stopping {o.name} through systemd ({self.signame} for this stop, "
+            self.log.info(f"stopping {o.name} through {self._manager(o)} ({self.signame} for this stop, "
                           f"Restart={o.restart or '?'}"
                           + (", ExecStop= runs first" if o.exec_stop else "") + ")")
         taken = {holder_id(h) for h in holders if self.owner(h).key in ok}
         self._through |= taken
         return taken
+
+    @staticmethod
+    def _manager(o: Owner) -> str:
+        return f"the manager of uid {o.uid}" if o.kind == "user-service" else "systemd"
 
     def drain(self, first: list[Decision], seen: set[HolderId], inventory: Inventory,
               reserve: float) -> None:

@@ -19,17 +19,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text
 from suspendguard.guard.owner import Owner, Stop, UnitNow, owner_of_cgroup
+from suspendguard.guard.user_services import UserServices
 from suspendguard.model import Holder, Unavailable
 from suspendguard.system.dbus import systemd
 
 DROPIN_ROOT = "/run/systemd/system"
-DROPIN_NAME = "50-suspendguard-drain.conf"
-# Beside the drop-in (systemd reads only *.conf there): removed by any start
-# of the unit while the drop-in is in place, so restore can tell that
-# someone started it after the guard stopped it (systemd 252 keeps no
-# trace of a run that has ended: its InvocationID and ExecMainPID are reset).
-MARKER_NAME = "suspendguard-stopped"
 # How long the manager gets to finish a stop job once the processes exited
 # (ExecStopPost=, cgroup release) before the guard looks whether it came back.
 STOP_SETTLE_S = 2.0
@@ -37,8 +33,15 @@ STOP_SETTLE_S = 2.0
 TIMER_WINDOW_S = 5.0
 
 
+SYSTEMD_KINDS = ("systemd-service", "user-service")
+
+
 class Supervisors:
-    """The owners of holders, and the supervisors' own ways to stop and start them."""
+    """The owners of holders, and the supervisors' own ways to stop and start them.
+
+    System services go through the system manager over D-Bus; user services
+    (``user@UID.service``) through their user's manager, guard/user_services.py.
+    """
 
     def __init__(self, *, dropin_root: str = DROPIN_ROOT, bus_address: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
@@ -47,16 +50,18 @@ class Supervisors:
         self.bus_address = bus_address
         self.clock = clock
         self.sleep = sleep
+        self.users = UserServices(clock, sleep)
         self._owners: dict[str, Owner] = {}
 
     # -- who ---------------------------------------------------------------
 
     def owner(self, holder: Holder) -> Owner:
         found = owner_of_cgroup(holder.cgroup)
-        if found.kind != "systemd-service":
+        if found.kind not in SYSTEMD_KINDS:
             return found
         if found.key not in self._owners:
-            states = systemd.service_states([found.name], address=self.bus_address)
+            states = (systemd.service_states([found.name], address=self.bus_address)
+                      if found.kind == "systemd-service" else self.users.states(found))
             if isinstance(states, Unavailable):
                 self._owners[found.key] = found.with_note(states.reason)
             else:
@@ -69,9 +74,8 @@ class Supervisors:
         """Queue the stop of each owner; for each key, "" when its supervisor took it, else why not."""
         units = [o for o in owners if o.kind == "systemd-service"]
         out = {o.key: f"cannot stop a {o.kind} through its supervisor" for o in owners
-               if o.kind != "systemd-service"}
-        if not units:
-            return out
+               if o.kind not in SYSTEMD_KINDS}
+        out.update(self.users.stop([o for o in owners if o.kind == "user-service"], signame))
         for o in units:
             try:
                 self._write_dropin(o.name, signame)
@@ -95,35 +99,50 @@ class Supervisors:
         A reason for each unit that is running again, or about to (a start
         job queued).
         """
-        units = [s for s in stops if s.owner.kind == "systemd-service"]
+        units = [s.owner for s in stops if s.owner.kind in SYSTEMD_KINDS]
         if not units:
             return []
-        names = [s.owner.name for s in units]
-        # The triggers as read before the drain: a timer added since is not looked for.
-        timers = {s.owner.name: s.owner.triggered_by for s in units}
-        states = systemd.after_stop(timers, max(0.0, min(deadline - self.clock(), STOP_SETTLE_S)),
-                                    address=self.bus_address)
+        states = self._after_stop(units, max(0.0, min(deadline - self.clock(), STOP_SETTLE_S)))
         if isinstance(states, Unavailable):
-            return [f"cannot tell whether {', '.join(names)} stayed stopped: {states.reason}"]
+            return [f"cannot tell whether {', '.join(o.name for o in units)} stayed stopped: "
+                    f"{states.reason}"]
         # A timer (OnUnitInactiveSec=, a calendar event) may start the unit
         # again a moment from now: wait for it, inside the deadline.
         now = time.clock_gettime(time.CLOCK_MONOTONIC)
-        due = [t for n in names for t in states[n].next_elapse.values()
+        due = [t for st in states.values() for t in st.next_elapse.values()
                if now < t < now + TIMER_WINDOW_S]
         if due:
             wait = min(max(due) - now + 0.2, max(0.0, deadline - self.clock()))
             self.sleep(wait)
-            again = systemd.after_stop(timers, 0.0, address=self.bus_address)
+            again = self._after_stop(units, 0.0)
             if not isinstance(again, Unavailable):
                 states = again
         reasons = []
-        for s in units:
-            st = states[s.owner.name]
+        for o in units:
+            st = states[o.key]
             if st.active_state in ("active", "activating", "reloading") or st.job == "start":
                 by = f" (triggered by {', '.join(st.triggered_by)})" if st.triggered_by else ""
-                reasons.append(f"{s.owner.name} was started again during the drain{by}: "
+                reasons.append(f"{o.name} was started again during the drain{by}: "
                                "it would hold the accelerator while the machine sleeps")
         return reasons
+
+    def _after_stop(self, owners: Sequence[Owner], wait_s: float
+                    ) -> dict[str, systemd.AfterStop] | Unavailable:
+        """Each owner (by key) once its stop job ended; the triggers as read before the drain."""
+        system = [o for o in owners if o.kind == "systemd-service"]
+        out: dict[str, systemd.AfterStop] = {}
+        if system:
+            states = systemd.after_stop({o.name: o.triggered_by for o in system}, wait_s,
+                                        address=self.bus_address)
+            if isinstance(states, Unavailable):
+                return states
+            out.update({o.key: states[o.name] for o in system})
+        users = self.users.after_stop([o for o in owners if o.kind == "user-service"],
+                                      self.clock() + wait_s)
+        if isinstance(users, Unavailable):
+            return users
+        out.update(users)
+        return out
 
     # -- drop-ins ----------------------------------------------------------
 
@@ -138,20 +157,21 @@ class Supervisors:
         with open(marker, "w"):
             pass
         with open(tmp, "w") as f:
-            f.write("# Written by suspendguard for one drain; removed when the job is started "
-                    f"again.\n[Service]\nKillSignal={signame}\nExecStartPre=-/bin/rm -f {marker}\n")
+            f.write(dropin_text(signame, marker))
         os.replace(tmp, path)
 
-    def started_meanwhile(self, unit: str) -> bool:
+    def started_meanwhile(self, owner: Owner) -> bool:
         """Whether the unit was started since the guard stopped it (its marker is gone)."""
-        d = os.path.dirname(self._dropin(unit))
+        if owner.kind == "user-service":
+            return self.users.started_meanwhile(owner)
+        d = os.path.dirname(self._dropin(owner.name))
         return os.path.exists(os.path.join(d, DROPIN_NAME)) and \
             not os.path.exists(os.path.join(d, MARKER_NAME))
 
-    def remove_dropins(self, units: Sequence[str]) -> list[str]:
+    def remove_dropins(self, owners: Sequence[Owner]) -> list[str]:
         """Remove the drain drop-ins of these units; the paths removed."""
-        removed = []
-        for unit in dict.fromkeys(units):
+        removed = self.users.remove_dropins([o for o in owners if o.kind == "user-service"])
+        for unit in dict.fromkeys(o.name for o in owners if o.kind == "systemd-service"):
             path = self._dropin(unit)
             try:
                 os.unlink(path)
@@ -167,16 +187,28 @@ class Supervisors:
     # -- starting again ----------------------------------------------------
 
     def state(self, owner: Owner) -> UnitNow | Unavailable:
-        states = systemd.service_states([owner.name], address=self.bus_address)
+        if owner.kind == "user-service":
+            states = self.users.states(owner)
+        else:
+            states = systemd.service_states([owner.name], address=self.bus_address)
         if isinstance(states, Unavailable):
             return states
         st = states[owner.name]
         return UnitNow(st.load_state, st.active_state, st.job)
 
-    def reload(self) -> Unavailable | None:
-        return systemd.reload_manager(address=self.bus_address)
+    def reload(self, owners: Sequence[Owner]) -> Unavailable | None:
+        """Reload the managers of these owners (once each), after their drop-ins went."""
+        uids = dict.fromkeys(o.uid for o in owners if o.kind == "user-service" and o.uid is not None)
+        failed = [r for r in (self.users.reload(uid) for uid in uids) if r is not None]
+        if any(o.kind == "systemd-service" for o in owners):
+            system = systemd.reload_manager(address=self.bus_address)
+            if system is not None:
+                failed.append(system)
+        return failed[0] if failed else None
 
     def start(self, owner: Owner, wait: bool = True) -> str | Unavailable:
+        if owner.kind == "user-service":
+            return self.users.start(owner, wait)
         return systemd.start_unit(owner.name, address=self.bus_address, wait=wait)
 
 

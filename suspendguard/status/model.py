@@ -94,7 +94,10 @@ def restore_command(stop: StopRow, config_path: str | None = None) -> str:
         return f"suspendguard{config} restore"
     unit = shlex.quote(stop.name)
     if stop.kind == "user-service" and stop.uid is not None:
-        return f"systemctl --user --machine={stop.uid}@ start {unit}"
+        # What the guard does (system/usermanager.py): the user's manager
+        # takes orders from its own uid only.
+        return (f"setpriv --reuid={stop.uid} --regid=$(id -g {stop.uid}) --clear-groups "
+                f"env XDG_RUNTIME_DIR=/run/user/{stop.uid} systemctl --user start {unit}")
     return f"systemctl start {unit}"
 
 

@@ -55,8 +55,13 @@ def run(
     timeout: float,
     env: Mapping[str, str] | None = None,
     stdin: str | None = None,
+    as_user: tuple[int, int] | None = None,
 ) -> RunResult:
-    """Run ``argv`` with a hard timeout; never raises for a missing or failing tool."""
+    """Run ``argv`` with a hard timeout; never raises for a missing or failing tool.
+
+    ``as_user`` (uid, gid): the child drops to that user, with no
+    supplementary groups, before it executes (needs CAP_SETUID, CAP_SETGID).
+    """
     args = tuple(argv)
     try:
         proc = subprocess.Popen(
@@ -68,6 +73,9 @@ def run(
             start_new_session=True,
             text=True,
             errors="replace",
+            user=as_user[0] if as_user else None,
+            group=as_user[1] if as_user else None,
+            extra_groups=[] if as_user else None,
         )
     except FileNotFoundError:
         return RunResult(args, None, "", "", error="command not found")

@@ -60,6 +60,18 @@ echo "held=$held active=$(systemctl is-active sv-job.service)" >> {SEEN}
 """
 
 
+USER, UID = "sv-alice", 1234
+USER_UNIT = "sv-user.service"
+USER_MARKER = "/run/suspendguard-sv-user/signals.log"
+# Under --volatile=yes the container's /etc/pam.d is empty and user@.service
+# fails with 224/PAM; pam_systemd sets the manager's XDG_RUNTIME_DIR.
+PAM_SYSTEMD_USER = """auth required pam_permit.so
+account required pam_permit.so
+session required pam_permit.so
+session optional pam_systemd.so
+"""
+
+
 def service(restart: str, extra: str = "", mode: str = "graceful") -> str:
     return (f"[Service]\nRestart={restart}\nRestartSec=100ms\n"
             f"ExecStart={sys.executable} {HOLDER} --node {NODE} --mode {mode} --delay 0.1 "
@@ -101,6 +113,49 @@ def start(box: Container, unit: str, text: str) -> int:
 
 def main_pid(box: Container, unit: str) -> int:
     return int(box.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout)
+
+
+def as_user(box: Container, *argv: str, check: bool = True) -> str:
+    return box.run("setpriv", f"--reuid={UID}", "--regid=100", "--clear-groups", "env",
+                   f"XDG_RUNTIME_DIR=/run/user/{UID}", *argv, check=check).stdout
+
+
+@pytest.fixture
+def lingering(box: Container) -> Iterator[Container]:
+    """A lingering user (its manager runs with no login) with a Restart=always user service."""
+    box.reset_power()
+    box.sh(f"rm -f {MARKER} {SEEN}")
+    if box.run("id", USER, check=False).returncode != 0:
+        box.write("/etc/pam.d/systemd-user", PAM_SYSTEMD_USER)
+        box.run("useradd", "-m", "-u", str(UID), "-g", "100", USER)
+        box.run("loginctl", "enable-linger", USER)
+        assert wait_active(box, f"user@{UID}.service"), box.run(
+            "journalctl", "-u", f"user@{UID}.service", "-o", "cat", check=False).stdout
+    box.sh(f"mkdir -p {Path(USER_MARKER).parent} && chmod 1777 {Path(USER_MARKER).parent} && "
+           f"rm -f {USER_MARKER}")
+    unit = (f"[Service]\nRestart=always\nRestartSec=100ms\nExecStart=/usr/bin/python3 {HOLDER} "
+            f"--node {NODE} --mode graceful --delay 0.1 --marker {USER_MARKER}\n")
+    box.sh(f"install -d -o {USER} /home/{USER}/.config /home/{USER}/.config/systemd "
+           f"/home/{USER}/.config/systemd/user")
+    box.write(f"/home/{USER}/.config/systemd/user/{USER_UNIT}", unit)
+    as_user(box, "systemctl", "--user", "daemon-reload")
+    as_user(box, "systemctl", "--user", "start", USER_UNIT)
+    yield box
+    as_user(box, "systemctl", "--user", "stop", USER_UNIT, check=False)
+
+
+def user_main_pid(box: Container) -> int:
+    return int(as_user(box, "systemctl", "--user", "show", "-p", "MainPID", "--value", USER_UNIT))
+
+
+def wait_user_active(box: Container, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if as_user(box, "systemctl", "--user", "is-active", USER_UNIT, check=False).strip() == \
+                "active" and user_main_pid(box):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def attempt(box: Container) -> dict[str, Any]:
@@ -200,3 +255,35 @@ def test_a_unit_the_operator_ran_meanwhile_is_not_started_again(clean: Container
     assert not box.unit_active("sv-job.service"), json.dumps(attempt(box)["stopped"]) + journal
     [stop] = attempt(box)["stopped"]
     assert stop["result"] == "skipped" and "someone else" in stop["why"], stop
+
+
+def test_user_service_of_a_lingering_user_is_stopped_through_its_manager_and_restored(
+        lingering: Container) -> None:
+    box = lingering
+    assert wait_user_active(box)
+    deadline = time.monotonic() + 15
+    while "ready" not in as_user(box, "journalctl", "--user", "-u", USER_UNIT, "-o", "cat",
+                                 check=False) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    first = user_main_pid(box)
+    journal = box.suspend()
+    assert box.power_state().startswith("mem"), journal
+    # nothing held the node while the machine slept: Restart=always did not fire
+    assert box.run("cat", SEEN).stdout.split()[0] == "held=0", journal
+    assert f"{first} SIGINT" in box.run("cat", USER_MARKER).stdout  # the drain signal
+    assert wait_user_active(box), journal
+    assert user_main_pid(box) != first
+    a = attempt(box)
+    assert a["verdict"] == "allow", a
+    [stop] = a["stopped"]
+    assert (stop["owner"], stop["result"]) == (f"user-service:{UID}:{USER_UNIT}", "started"), a
+    [holder] = a["holders"]
+    assert holder["owner_key"] == f"user-service:{UID}:{USER_UNIT}"
+    unit_log = box.run("journalctl", "-u", "suspendguard@suspend.service", "-o", "cat").stdout
+    assert f"stopping {USER_UNIT} through the manager of uid {UID} (SIGINT for this stop, " \
+        "Restart=always)" in unit_log
+    # the drain drop-in is gone from the user's runtime unit folder
+    assert box.run("test", "-e", f"/run/user/{UID}/systemd/user/{USER_UNIT}.d",
+                   check=False).returncode != 0
+    assert as_user(box, "systemctl", "--user", "show", "-p", "KillSignal", "--value",
+                   USER_UNIT).strip() == "15"

@@ -71,13 +71,14 @@ def test_unit_is_the_veto_shape() -> None:
     # What it must keep: /dev visible, every process visible, root's powers to read and signal.
     assert not values("PrivateDevices") and not values("ProtectProc") and not values("User")
     caps = values("CapabilityBoundingSet")[0].split()
-    assert {"CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_KILL"} <= set(caps)
+    assert {"CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_KILL", "CAP_SETUID", "CAP_SETGID"} <= set(caps)
     assert values("ProtectSystem") == ["strict"]
-    assert values("ProtectHome") == ["read-only"]
+    # homes read-only as ProtectHome=read-only makes them, but /run/user writable
+    assert values("ReadOnlyPaths") == ["-/home -/root"] and not values("ProtectHome")
     assert values("StateDirectory") == ["suspendguard"]
     # No private /tmp: it would hide an interpreter living there (see the unit).
     assert not values("PrivateTmp")
-    assert values("ReadWritePaths") == ["-/var/log/npu -/root/ascend -/run/systemd/system"]
+    assert values("ReadWritePaths") == ["-/var/log/npu -/root/ascend -/run/systemd/system -/run/user"]
     for key in ("NoNewPrivileges", "ProtectKernelTunables", "ProtectKernelModules",
                 "ProtectKernelLogs", "ProtectControlGroups", "RestrictNamespaces",
                 "LockPersonality"):
@@ -94,13 +95,13 @@ def test_render_unit_sets_interpreter_and_timeout() -> None:
     ]
     assert not re.search(r"^Environment=", text, re.M)
     assert re.findall(r"^ReadWritePaths=(.*)$", text, re.M) == [
-        "-/var/log/npu -/root/ascend -/run/systemd/system"]
+        "-/var/log/npu -/root/ascend -/run/systemd/system -/run/user"]
 
 
 def test_render_unit_state_dir_and_config_elsewhere() -> None:
     text = templates.render_unit(UNIT, "/usr/bin/python3", 120, "/srv/sg/state", "/srv/sg/c%1.toml")
     assert re.findall(r"^ReadWritePaths=(.*)$", text, re.M) == [
-        "-/srv/sg/state", "-/var/log/npu -/root/ascend -/run/systemd/system"]
+        "-/srv/sg/state", "-/var/log/npu -/root/ascend -/run/systemd/system -/run/user"]
     assert re.findall(r"^Environment=(.*)$", text, re.M) == [
         '"SUSPENDGUARD_CONFIG=/srv/sg/c%%1.toml"'
     ]

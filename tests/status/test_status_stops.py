@@ -11,6 +11,8 @@ from suspendguard.store.history import History
 from suspendguard.store.rows import StopRow
 
 T0 = 1_700_000_000.0
+USER_START = ("setpriv --reuid=1000 --regid=$(id -g 1000) --clear-groups env "
+              "XDG_RUNTIME_DIR=/run/user/1000 systemctl --user start train.service")
 
 
 def stop(seq: int, name: str, kind: str = "systemd-service", uid: int | None = None) -> StopRow:
@@ -65,7 +67,7 @@ def test_status_lists_every_job_not_brought_back_with_the_command_to_run(
     assert rows[2].split()[-2:] == ["#8", "pending"]
     assert lines[head + 5:head + 7] == [
         f"  to start again: suspendguard --config {conf} restore",
-        "  to start again: systemctl --user --machine=1000@ start train.service",
+        f"  to start again: {USER_START}",
     ]
     assert not any("infer.service" in line for line in lines)  # it was started again
     # the section comes before the installation, right after the holders
@@ -76,7 +78,7 @@ def test_status_lists_every_job_not_brought_back_with_the_command_to_run(
     assert [(d["name"], d["attempt"], d["result"]) for d in down] == [
         ("batch.service", 2, "pending"), ("train.service", 2, "failed"),
         ("web.service", 8, "pending")]
-    assert down[1]["restore_command"] == "systemctl --user --machine=1000@ start train.service"
+    assert down[1]["restore_command"] == USER_START
     assert down[0]["restore_command"] == f"suspendguard --config {conf} restore"
 
 

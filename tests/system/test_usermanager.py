@@ -1,0 +1,49 @@
+"""system/usermanager.py and the runner's switch to another user: real children, no systemd needed."""
+
+from __future__ import annotations
+
+import os
+import pwd
+
+import pytest
+
+from suspendguard.model import Unavailable
+from suspendguard.system import runner, usermanager
+
+NOBODY = pwd.getpwnam("nobody")
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("100ms", 0.1), ("1min 30s", 90.0), ("2h 5min", 7500.0), ("1.5s", 1.5), ("250us", 0.00025),
+    ("0", 0.0), ("", 0.0), ("infinity", 0.0)])
+def test_timespan_as_systemctl_prints_it(text: str, seconds: float) -> None:
+    assert usermanager.timespan_s(text) == pytest.approx(seconds)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_child_runs_as_the_user_with_its_group_only() -> None:
+    result = runner.run(["sh", "-c", "id -u; id -g; id -G"], 10.0,
+                        as_user=(NOBODY.pw_uid, NOBODY.pw_gid))
+    assert result.ok, result.describe_failure()
+    assert result.stdout.split() == [str(NOBODY.pw_uid), str(NOBODY.pw_gid), str(NOBODY.pw_gid)]
+
+
+def test_a_user_without_a_running_manager_is_unavailable_with_why() -> None:
+    answer = usermanager.service_states(NOBODY.pw_uid, ["x.service"])
+    assert isinstance(answer, Unavailable)
+    assert answer.reason == (f"the manager of uid {NOBODY.pw_uid} does not run "
+                             f"(/run/user/{NOBODY.pw_uid} is absent)")
+
+
+def test_an_unknown_uid_is_unavailable() -> None:
+    uid = next(u for u in range(60000, 65000) if not _exists(u))
+    answer = usermanager.stop(uid, ["x.service"])
+    assert isinstance(answer, Unavailable) and answer.reason == f"uid {uid} has no user account"
+
+
+def _exists(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
