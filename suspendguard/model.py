@@ -18,6 +18,8 @@ DecisionKind = Literal[
     "protect",  # a protect rule: veto while it runs, never signalled
     "skip-frozen",  # frozen cgroup, in the sleep hook: leave it, with a warning
     "veto-frozen",  # frozen cgroup: it cannot exit until thawed, so veto
+    "skip-stopped",  # stopped (SIGSTOP, a debugger), in the sleep hook: leave it, with a warning
+    "veto-stopped",  # stopped: a signal stays pending until it continues, so veto
     "veto-sigint-ignored",  # it ignores the drain signal and nothing may follow it: veto
     "veto-supervised",  # its supervisor would start it again whatever the guard does (a pod)
 ]
@@ -136,9 +138,11 @@ class Holder:
     nodes: tuple[HeldNode, ...]
     sigint: Disposition
     fatal_handlers: tuple[str, ...] = ()
-    frozen: bool = False
+    frozen: bool = False  # its cgroup is frozen (cgroup v2, or the v1 freezer)
     source: str = "proc"  # "proc", or the backend that reported it
     sig_masks: SignalMasks = SignalMasks()
+    thaw: str = ""  # frozen: the file that thaws it (cgroup.freeze or freezer.state)
+    stopped: str = ""  # "T" (SIGSTOP and friends) or "t" (a debugger's stop); "" when not
     cgroup: str | None = None  # the cgroup path, which names the holder's supervisor
 
     def disposition(self, signum: int) -> Disposition:
@@ -195,7 +199,8 @@ class Decision:
 
     @property
     def vetoes(self) -> bool:
-        return self.kind in ("protect", "veto-frozen", "veto-sigint-ignored", "veto-supervised")
+        return self.kind in ("protect", "veto-frozen", "veto-stopped", "veto-sigint-ignored",
+                             "veto-supervised")
 
 
 @dataclass(frozen=True, slots=True)

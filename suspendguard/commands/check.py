@@ -24,13 +24,18 @@ from suspendguard.system.log import Logger
 
 @contextmanager
 def _sigterm_cancels() -> Iterator[Cancel]:
-    """SIGTERM (and SIGHUP) to the guard end the run as a veto, recorded."""
+    """SIGTERM, SIGHUP and SIGINT to the guard end the run as a veto, recorded.
+
+    SIGINT too: the unit can receive it (systemctl kill -s INT, a Ctrl-C
+    at a console the guard shares), and it must not end the guard with no
+    verdict, as a KeyboardInterrupt (exit 130) would.
+    """
     cancel = Cancel()
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         cancel.cancel(f"guard received {signal.Signals(signum).name}")
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
         yield cancel
     finally:

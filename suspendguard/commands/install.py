@@ -8,17 +8,36 @@ cannot run the guard.
 from __future__ import annotations
 
 import argparse
+import os
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config, load, resolve_path
-from suspendguard.errors import InstallError
-from suspendguard.install.files import Tree, check_live_system, install, uninstall
+from suspendguard.errors import InstallError, UsageError
+from suspendguard.install.files import Tree, check_live_system, check_root, install, uninstall
 from suspendguard.install.interpreter import choose, probe, refuse_unsafe
 
 
+def _root_of(args: argparse.Namespace) -> str | None:
+    root: str | None = getattr(args, "root", None)
+    check_root(root)
+    return root
+
+
 def _config_for(ctx: Context, tree: Tree | None) -> tuple[Config, str, bool]:
-    """(config, its path in the target system, chosen explicitly)."""
+    """(config, its absolute path in the target system, chosen explicitly).
+
+    The path goes into the unit and the hook, which systemd runs from /: a
+    relative one is made absolute here, from the current folder, for the
+    running system; for a staged one (--root) it would name a file of
+    another system, so it must be absolute already.
+    """
     path, explicit = resolve_path(ctx.config_arg, ctx.environ)
+    if explicit and not os.path.isabs(path):
+        if tree is not None:
+            raise UsageError(f"--config {path}: with --root, give the configuration's path in "
+                             "the target system, as an absolute path")
+        path = os.path.abspath(path)
+        ctx.config_arg = path
     if tree is None:
         return ctx.config(), path, explicit
     staged = tree.at(path)
@@ -28,7 +47,7 @@ def _config_for(ctx: Context, tree: Tree | None) -> tuple[Config, str, bool]:
 
 
 def command_install(args: argparse.Namespace, ctx: Context) -> int:
-    root = getattr(args, "root", None)
+    root = _root_of(args)
     if root is None:
         check_live_system()
     tree = Tree(root) if root is not None else None
@@ -48,7 +67,7 @@ def command_install(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def command_uninstall(args: argparse.Namespace, ctx: Context) -> int:
-    root = getattr(args, "root", None)
+    root = _root_of(args)
     if root is None:
         check_live_system()
     uninstall(root, purge=getattr(args, "purge", False), out=ctx.out, err=ctx.err)

@@ -27,6 +27,7 @@ from suspendguard.logs.journal import UnitJournal, read_unit, unit_name
 from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import SearchReport, search
 from suspendguard.store.history import last_attempt_start
+from suspendguard.system.terminal import safe
 
 LAST_ATTEMPT = "last-attempt"
 
@@ -87,7 +88,7 @@ def _human(logs: LogsReport, out: TextIO, since: datetime | None) -> None:
     )
     for j in logs.journals:
         if j.unavailable is None:
-            out.write(f"Read the journal of {j.unit}: {j.entries_read} entries.\n")
+            out.write(f"Read the journal of {safe(j.unit)}: {j.entries_read} entries.\n")
     groups: dict[str, list[Finding]] = {}
     for f in logs.findings:
         groups.setdefault(f.rule, []).append(f)
@@ -106,7 +107,7 @@ def _human(logs: LogsReport, out: TextIO, since: datetime | None) -> None:
             out.write(f", first {_fmt(times[0])}, last {_fmt(times[-1])}")
         out.write("\n")
         first_line = sample.text.split("\n", 1)[0]
-        out.write(f"  e.g. {sample.file}:{sample.line}: {first_line[:300]}\n")
+        out.write(f"  e.g. {safe(sample.file)}:{sample.line}: {safe(first_line[:300])}\n")
         if pids:
             shown = ", ".join(str(p) for p in pids[:20])
             out.write(f"  pids: {shown}{' ...' if len(pids) > 20 else ''}\n")
@@ -120,12 +121,13 @@ def _human(logs: LogsReport, out: TextIO, since: datetime | None) -> None:
     if report.skipped or missing or any(j.notes for j in logs.journals):
         out.write("\nNot read:\n")
         for s in report.skipped:
-            out.write(f"  {s.path}: {s.reason}\n")
+            out.write(f"  {safe(s.path)}: {safe(s.reason)}\n")
         for j in logs.journals:
             if j.unavailable is not None:
-                out.write(f"  journal of {j.unit}: not available: {j.unavailable.reason}\n")
+                out.write(f"  journal of {safe(j.unit)}: not available: "
+                          f"{safe(j.unavailable.reason)}\n")
             for note in j.notes:
-                out.write(f"  journal of {j.unit}: {note}\n")
+                out.write(f"  journal of {safe(j.unit)}: {safe(note)}\n")
 
 
 def search_logs(

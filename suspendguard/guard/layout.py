@@ -7,6 +7,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from suspendguard.system.terminal import safe
+
 ELLIPSIS = "…"
 DEFAULT_WIDTH = 80  # as shutil.get_terminal_size, when nothing says otherwise
 MIN_CUT = 8  # a column is never cut narrower than this (its header included)
@@ -37,10 +39,12 @@ def table(rows: Sequence[Sequence[str]], indent: str = "  ", width: int | None =
     """Aligned rows (the first is the header), at most ``width`` characters each.
 
     Only the ``flex`` columns are cut, the widest first; ``width`` None (the
-    ``--wide`` option) cuts nothing.
+    ``--wide`` option) cuts nothing. Every cell is made safe for a terminal
+    first (system/terminal.py): commands and names carry text any user sets.
     """
     if not rows:
         return []
+    rows = [[safe(c) for c in r] for r in rows]
     n = len(rows[0])
     widths = [max(len(r[i]) for r in rows) for i in range(n)]
     if width is not None:

@@ -20,13 +20,22 @@ from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.owner import Supervisor
 from suspendguard.guard.policy import ancestors
 from suspendguard.guard.render import log_verdict
-from suspendguard.guard.report import RECORDED, IdleSkipped, Report
+from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
 from suspendguard.guard.restore import restore
 from suspendguard.guard.rounds import Rounds
 from suspendguard.guard.scan import describe_process, scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
-from suspendguard.model import Decision, Holder, Unavailable, Verdict, holder_id
+from suspendguard.model import (
+    Decision,
+    Holder,
+    Outcome,
+    ScanResult,
+    Unavailable,
+    Verdict,
+    holder_id,
+)
+from suspendguard.store import lock as guard_lock
 from suspendguard.store.history import History
 from suspendguard.store.rows import StopRow
 from suspendguard.system import children
@@ -57,8 +66,43 @@ def run(
     clock: Callable[[], float] = time.monotonic,
     supervisors: Supervisor | None = None,
 ) -> Report:
-    """One guard run. ``supervisors``: how owners are read and stopped (None: cgroups only,
-    every holder signalled directly)."""
+    """One guard run, holding the state folder's guard lock while it may signal.
+
+    ``supervisors``: how owners are read and stopped (None: cgroups only,
+    every holder signalled directly). A dry run signals nobody: it takes no
+    lock, and only says so when another run is draining as it looks.
+    """
+    if dry_run:
+        lock = guard_lock.peek(config.state.dir)
+    else:
+        wait = min(guard_lock.LOCK_WAIT_S, max(0.0, config.drain.deadline_s / 3))
+        lock = guard_lock.take(config.state.dir, wait)
+    try:
+        return _run(config, lock, dry_run=dry_run, action=action, origin=origin, proc=proc,
+                    idle_check=idle_check, log=log, cancel=cancel, record=record,
+                    skip_frozen=skip_frozen, can_veto=can_veto, clock=clock,
+                    supervisors=supervisors)
+    finally:
+        lock.release()
+
+
+def _run(
+    config: Config,
+    lock: guard_lock.GuardLock,
+    *,
+    dry_run: bool,
+    action: str | None,
+    origin: str,
+    proc: ProcFS | None,
+    idle_check: IdleCheck | None,
+    log: Logger | None,
+    cancel: Cancel | None,
+    record: bool,
+    skip_frozen: bool,
+    can_veto: bool,
+    clock: Callable[[], float],
+    supervisors: Supervisor | None,
+) -> Report:
     proc = proc or ProcFS()
     log = log or Logger()
     started_wall = time.time()
@@ -68,6 +112,13 @@ def run(
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
                clock=clock, supervisors=supervisors)
+    if lock.refused:
+        r.reasons.append(lock.refused)
+    elif lock.unusable:
+        r.warnings.append(lock.unusable)
+    elif lock.busy_pid is not None:
+        r.warnings.append(guard_lock.busy_reason(lock.busy_pid or None).split(":")[0]
+                          + " now: what this dry run shows may change as it does")
 
     history: History | None = None
     attempt_id: int | None = None
@@ -89,12 +140,17 @@ def run(
     else:
         recorded = Unavailable("a dry run records nothing" if dry_run else "not asked to")
 
+    if history is not None and attempt_id is not None:
+        r.before_signal = _write_down(history, attempt_id, r)
+
     inventory = take_inventory(config.devices)
     r.warnings.extend(inventory.notes)
     # Only the built-in families have idle backends.
     if idle_check is default_idle_check and not set(inventory.families()) & set(FAMILIES):
         idle_check = None
-    scan = scan_holders(inventory, proc, exclude=children.active())
+    # Locked out: another run is draining these very holders; look at none.
+    scan = ScanResult((), 0, (), 0) if lock.refused else \
+        scan_holders(inventory, proc, exclude=children.active())
     # PID 1 is never signalled whatever it holds; some containers refuse
     # reading it even to root, which is worth counting but not a warning.
     refused = [p for p in scan.unreadable_pids if p != 1]
@@ -179,6 +235,26 @@ def run(
     if history is not None:
         history.close()
     return report
+
+
+def _write_down(history: History, attempt_id: int,
+                r: Rounds) -> Callable[[Sequence[Decision], int], None]:
+    """Who is about to get the signal, into the history before it is sent.
+
+    A guard killed mid-drain leaves these rows (an interrupted attempt
+    still says whom it signalled); the verdict's own rows replace them.
+    """
+    def write(decisions: Sequence[Decision], round_no: int) -> None:
+        why = (f"was being sent {r.signame} when this was written; "
+               "the guard ended before it recorded the outcome")
+        rows = [replace(HolderResult(d, Outcome("not-signalled"), round_no).row(),
+                        outcome="signalled", why=why) for d in decisions]
+        try:
+            history.signalling(attempt_id, rows)
+        except HistoryError as exc:
+            r.warnings.append(f"history: the holders about to be signalled were not "
+                              f"recorded: {exc}")
+    return write
 
 
 def _device_holders(r: Rounds, idle: IdleReport) -> list[Decision]:

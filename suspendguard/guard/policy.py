@@ -96,6 +96,8 @@ def decide(
         notes = tuple(n for n in (fatal_signal_note(holder),) if n)
         if holder.frozen:
             notes += ("its cgroup is frozen: a signal stays pending until it is thawed",)
+        elif holder.stopped:
+            notes += ("it is stopped: a signal stays pending until it continues",)
         action, rule = _action(holder, policy, never_pids, daemons)
         label = f"pid {holder.pid} {holder.comm}"
         if holder_id(holder) in respawned:
@@ -118,7 +120,17 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_fr
                                "pending until it is thawed); stop it before the next suspend")
     if holder.frozen:
         return "veto-frozen", (f"{label} is in a frozen cgroup: it cannot exit until thawed; "
-                               "thaw it (systemctl thaw UNIT) or stop it")
+                               + _thaw_step(holder))
+    if holder.stopped and skip_frozen:
+        return "skip-stopped", (f"{label} is {_stopped_how(holder.stopped)}: skipped (a signal "
+                                "would stay pending until it continues); stop it before the "
+                                "next suspend")
+    if holder.stopped:
+        return "veto-stopped", (
+            f"{label} is {_stopped_how(holder.stopped)}: a signal would stay pending and end it "
+            "when it continues, after this suspend was refused; "
+            + ("detach the debugger" if holder.stopped == "t" else f"continue it (kill -CONT "
+               f"{holder.pid})") + " or stop it yourself, then suspend again")
     if holder.disposition(signal.Signals[drain.signal]) != "ignored":
         return "drain", ""
     if drain.on_sigint_ignored == "veto":
@@ -130,6 +142,21 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_fr
                 "escalate is empty: add steps such as \"SIGTERM:10\"")
         return "escalate", ""
     return "drain", ""  # signal-anyway
+
+
+def _thaw_step(holder: Holder) -> str:
+    """How to thaw a frozen holder: its v1 freezer's file, or systemd's unit, else the cgroup's."""
+    if holder.thaw.endswith("freezer.state"):
+        return f"thaw it (echo THAWED > {holder.thaw}) or stop it"
+    if holder.unit:
+        return f"thaw it (systemctl thaw {holder.unit}) or stop it"
+    if holder.thaw:
+        return f"thaw it (echo 0 > {holder.thaw}) or stop it"
+    return "thaw it (systemctl thaw UNIT) or stop it"
+
+
+def _stopped_how(state: str) -> str:
+    return "stopped by a debugger (state t)" if state == "t" else "stopped (SIGSTOP, state T)"
 
 
 def sigint_ignored_reason(holder: Holder, signame: str, next_step: str = "") -> str:
@@ -151,6 +178,8 @@ def unsignalled(decision: Decision, signame: str) -> Outcome:
         "protect": "protected",
         "skip-frozen": "frozen cgroup",
         "veto-frozen": "frozen cgroup",
+        "skip-stopped": "stopped",
+        "veto-stopped": "stopped",
         "veto-sigint-ignored": f"ignores {signame}",
         "veto-supervised": "its supervisor would start it again",
     }[decision.kind]

@@ -11,6 +11,7 @@ from suspendguard.guard.report import HolderResult, Report
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Holder, Node, Verdict
 from suspendguard.system.log import Logger
+from suspendguard.system.terminal import safe
 
 _COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "unknown": "\033[31;1m",
             "warn": "\033[33m"}
@@ -37,18 +38,21 @@ def verdict_lines(v: Verdict, mode: str, colour: bool, advisory: bool = False,
     head = HEADS[v.kind]
     if v.kind == "veto" and advisory:
         head = "VETO (advisory: a sleep hook cannot stop the suspend)"
+    # Reasons and warnings carry names and commands any user can set: each is
+    # made safe for the terminal (system/terminal.py) before it is painted.
     lines = []
+    mode = safe(mode)
     if v.kind == "unknown" and lead:
         first, *rest = v.reasons or ("the guard cannot tell",)
-        lines.append(f"{paint('UNKNOWN', 'unknown', colour)}: {first}")
-        lines += [f"  - {r}" for r in rest]
+        lines.append(f"{paint('UNKNOWN', 'unknown', colour)}: {safe(first)}")
+        lines += [f"  - {safe(r)}" for r in rest]
         lines.append(f"verdict: {paint(head, v.kind, colour)} ({mode}): never read as allow "
                      "(exit status 5)")
     else:
         tail = ": never read as allow (exit status 5)" if v.kind == "unknown" else ""
         lines.append(f"verdict: {paint(head, v.kind, colour)} ({mode}){tail}")
-        lines += [f"  - {r}" for r in v.reasons]
-    lines += [f"  ! {paint(w, 'warn', colour)}" for w in v.warnings]
+        lines += [f"  - {safe(r)}" for r in v.reasons]
+    lines += [f"  ! {paint(safe(w), 'warn', colour)}" for w in v.warnings]
     return lines
 
 
@@ -77,15 +81,15 @@ def holder_lines(holders: Sequence[HolderResult], width: int | None,
     for hr in holders:
         by_rule.setdefault(hr.decision.rule, []).append(str(hr.decision.holder.pid))
     lines.append("  rules:")
-    lines += [f"    {rule}: pid {', '.join(pids)}" for rule, pids in by_rule.items()]
+    lines += [f"    {safe(rule)}: pid {', '.join(pids)}" for rule, pids in by_rule.items()]
     for hr in holders:
         h = hr.decision.holder
         notes = [*hr.decision.notes, *([hr.respawned] if hr.respawned else []),
                  *([f"run by {hr.owner.describe()}"] if hr.owner.kind != "plain" else [])]
         if notes:
             where = ", ".join(w for w in (h.unit, h.container and f"container {h.container}") if w)
-            lines.append(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": "
-                         + "; ".join(notes))
+            lines.append(safe(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": "
+                              + "; ".join(notes)))
     return lines
 
 
@@ -99,7 +103,7 @@ def idle_lines(idle: IdleReport, width: int | None, indent: str = "  ") -> list[
     for b in idle.backends:
         state = "available" if b.available else "unavailable"
         reason = f": {b.reason}" if b.reason else ""
-        lines.append(f"{indent}backend {b.name}: {state}{reason}")
+        lines.append(safe(f"{indent}backend {b.name}: {state}{reason}"))
     return lines
 
 
@@ -114,13 +118,13 @@ def render(report: Report, out: TextIO, colour: bool = False, width: int | None 
     lines += holder_lines(report.holders, width)
     note = report.unreadable_note(os.geteuid() == 0)
     if note:
-        lines.append(f"  {note}")
+        lines.append(safe(f"  {note}"))
     lines.append("")
     lines.append(f"idle: {report.idle.state}")
     if isinstance(report.idle, IdleReport):
         lines += idle_lines(report.idle, width)
     else:
-        lines.append(f"  {report.idle.reason}")
+        lines.append(safe(f"  {report.idle.reason}"))
     out.write("\n".join(lines) + "\n")
 
 

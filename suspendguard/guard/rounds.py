@@ -60,6 +60,9 @@ class Rounds:
         self.reasons: list[str] = []
         self.warnings: list[str] = []
         self.results: dict[HolderId, HolderResult] = {}
+        # Called with the holders about to be signalled, before the signal
+        # (the pipeline writes them to the history).
+        self.before_signal: Callable[[Sequence[Decision], int], None] = lambda _d, _r: None
         self.supervisors = supervisors
         self.owners: dict[HolderId, Owner] = {}
         self.stops: list[Stop] = []  # what was stopped through its supervisor, in order
@@ -138,6 +141,7 @@ class Rounds:
         """
         until = max(self.clock() + 0.5, self.deadline - reserve)
         cfg = self.config.drain
+        self.before_signal(decisions, round_no)
         result = drain([d.holder for d in decisions], self.signame, cfg.timeout_s, until,
                        cfg.escalate, proc=self.proc, cancel=self.cancel, log=self.log.info,
                        clock=self.clock,

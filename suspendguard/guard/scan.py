@@ -16,6 +16,7 @@ from typing import Any
 
 from suspendguard.guard.inventory import identity
 from suspendguard.model import HeldNode, Holder, Inventory, Node, NodeKey, ScanResult
+from suspendguard.system.kcmp import same_files
 from suspendguard.system.procfs import ProcAccessError, ProcFS, unit_and_container, user_name
 from suspendguard.system.workers import run_shares
 
@@ -31,27 +32,80 @@ class _Scanner:
             f" {os.major(dev):02x}:{os.minor(dev):02x} {ino} ".encode(): node
             for (dev, ino), node in self.by_file.items()
         }
-        self.own_ns = proc.mnt_ns("self") if proc.root == "/proc" else None
+        # This process's own /proc: its pids are kcmp's too.
+        self.live = proc.root == "/proc"
+        self.own_ns = proc.mnt_ns("self") if self.live else None
         self.path_cache: dict[tuple[str | None, str], NodeKey | None] = {}
         self.map_cache: dict[bytes, Node | None] = {}
 
+    def held_by(self, pid: int, maps: bool) -> tuple[int, list[HeldNode]] | None:
+        """(start time, nodes held) of the process that has ``pid`` now; None when it holds none.
+
+        Its identity is fixed first: every read goes through one fd on
+        /proc/PID, which keeps naming this process even if it exits and
+        another takes its PID mid-scan, and the start time is read through
+        it last. The drain compares with that start time before it signals.
+        """
+        at = self.proc.open_dir(pid)
+        if at is None:
+            return None
+        try:
+            threads = self.proc.thread_count(at)
+            held = self.held_fds(pid, at, threads)
+            if maps:
+                held.extend(self.held_maps(pid, at, threads))
+            if not held:
+                return None
+            st = self.proc.stat(pid, at)
+        finally:
+            os.close(at)
+        return None if st is None else (st.start_time, held)
+
     # -- fds --------------------------------------------------------------
 
-    def held_fds(self, pid: int) -> list[HeldNode]:
-        paths = self.proc.open_paths(pid)
+    def held_fds(self, pid: int, at: int, threads: int = 1) -> list[HeldNode]:
+        held = self._held_in_table(pid, at, ("fd",))
+        if threads > 1:
+            for tid in self._own_tables(pid, at):
+                held.extend(self._held_in_table(pid, at, ("task", str(tid), "fd")))
+        return held
+
+    def _own_tables(self, pid: int, at: int) -> list[int]:
+        """The threads whose fd table is neither the leader's nor one read already.
+
+        Threads share their process's table unless one called
+        unshare(CLONE_FILES); a leader that has exited (pthread_exit) has
+        none left, and its threads' fds show only under task/TID/fd. kcmp
+        tells in one call per thread; where it cannot (no kcmp, another
+        /proc root), every thread's table is read.
+        """
+        tables = [pid]
+        own = []
+        for tid in self.proc.task_ids(at):
+            if tid == pid:
+                continue
+            if self.live and any(same_files(t, tid) for t in tables):
+                continue
+            tables.append(tid)
+            own.append(tid)
+        return own
+
+    def _held_in_table(self, pid: int, at: int, folder: tuple[str, ...]) -> list[HeldNode]:
+        paths = self.proc.open_paths(pid, at, "/".join(folder))
         if not paths:
             return []
         ns = self.proc.mnt_ns(pid)
         held: list[HeldNode] = []
         for fd, target in paths:
-            key = self._key_of(pid, ns, fd, target)
+            key = self._key_of(pid, ns, (*folder, fd), target)
             if key is not None:
                 node = self.nodes.get(key)
                 if node is not None:
                     held.append(HeldNode(node, target, "fd"))
         return held
 
-    def _key_of(self, pid: int, ns: str | None, fd: str, target: str) -> NodeKey | None:
+    def _key_of(self, pid: int, ns: str | None, link: tuple[str, ...],
+                target: str) -> NodeKey | None:
         same_ns = self.own_ns is not None and ns == self.own_ns
         deleted = target.endswith(" (deleted)")
         cache_key = (self.own_ns if same_ns else str(ns), target)
@@ -65,7 +119,7 @@ class _Scanner:
             except OSError:
                 st = None
         else:
-            st = self.proc.link_stat(pid, "fd", fd)
+            st = self.proc.link_stat(pid, *link)
         if st is None:
             return None
         key = identity(st)
@@ -75,8 +129,13 @@ class _Scanner:
 
     # -- mappings ---------------------------------------------------------
 
-    def held_maps(self, pid: int) -> list[HeldNode]:
-        data = self.proc.read(pid, "maps")
+    def held_maps(self, pid: int, at: int, threads: int = 1) -> list[HeldNode]:
+        data = self.proc.read(pid, "maps", at)
+        if not data and threads > 1:
+            # The leader has exited and took its view of the memory with it;
+            # any other thread still shows the mappings they all share.
+            tid = next((t for t in self.proc.task_ids(at) if t != pid), None)
+            data = None if tid is None else self.proc.read(pid, f"task/{tid}/maps", at)
         if not data:
             return []
         found = [node for sig, node in self.map_sigs.items() if sig in data]
@@ -111,16 +170,24 @@ class _Scanner:
 
 
 def describe_process(
-    pid: int, held: list[HeldNode], proc: ProcFS | None = None, source: str = "proc"
+    pid: int, held: list[HeldNode], proc: ProcFS | None = None, source: str = "proc",
+    start_time: int | None = None,
 ) -> Holder | None:
-    """The holder record of ``pid``; None when it is gone."""
+    """The holder record of ``pid``; None when it is gone.
+
+    ``start_time``: the one the scan saw; a process with another one has
+    taken the PID over since, and is none of the scan's business.
+    """
     proc = proc or ProcFS()
     st = proc.stat(pid)
     status = proc.status(pid)
     if st is None or status is None:
         return None
+    if start_time is not None and st.start_time != start_time:
+        return None
     cgroup = proc.cgroup(pid)
     unit, container = unit_and_container(cgroup)
+    thaw = proc.thaw_file(pid, cgroup)
     unique: dict[tuple[NodeKey, str], HeldNode] = {}
     for h in held:
         unique.setdefault((h.node.key, h.via), h)
@@ -139,9 +206,11 @@ def describe_process(
         nodes=tuple(unique.values()),
         sigint=status.masks.disposition(signal.SIGINT),
         fatal_handlers=status.masks.fatal_handlers(),
-        frozen=proc.cgroup_frozen(cgroup),
+        frozen=bool(thaw),
         source=source,
         sig_masks=status.masks,
+        thaw=thaw,
+        stopped=st.state if st.state in ("T", "t") else "",
         cgroup=cgroup,
     )
 
@@ -163,8 +232,9 @@ def scan_holders(
     found, unreadable = _held_parallel(scanner, pids, workers, maps)
     holders = []
     for pid in sorted(found):
+        start_time, held = found[pid]
         try:
-            holder = describe_process(pid, found[pid], proc)
+            holder = describe_process(pid, held, proc, start_time=start_time)
         except ProcAccessError:
             unreadable.append(pid)
             continue
@@ -181,7 +251,7 @@ def scan_holders(
 MAX_WORKERS = 4
 PIDS_PER_WORKER = 500
 
-_Found = dict[int, list[HeldNode]]
+_Found = dict[int, tuple[int, list[HeldNode]]]  # pid: (start time, nodes held)
 
 
 def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> tuple[_Found, list[int]]:
@@ -189,9 +259,7 @@ def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> tuple[_Found
     unreadable: list[int] = []
     for pid in pids:
         try:
-            held = scanner.held_fds(pid)
-            if maps:
-                held.extend(scanner.held_maps(pid))
+            held = scanner.held_by(pid, maps)
         except ProcAccessError:
             unreadable.append(pid)
             continue
@@ -214,12 +282,12 @@ def _held_parallel(scanner: _Scanner, pids: list[int], workers: int,
 
     def to_wire(result: tuple[_Found, list[int]]) -> Any:
         found, unreadable = result
-        return [[[pid, [[index[h.node.key], h.seen_as, h.via] for h in held]]
-                 for pid, held in found.items()], unreadable]
+        return [[[pid, start, [[index[h.node.key], h.seen_as, h.via] for h in held]]
+                 for pid, (start, held) in found.items()], unreadable]
 
     def from_wire(wire: Any) -> tuple[_Found, list[int]]:
-        found = {int(pid): [HeldNode(nodes[n], seen, via) for n, seen, via in held]
-                 for pid, held in wire[0]}
+        found = {int(pid): (int(start), [HeldNode(nodes[n], seen, via) for n, seen, via in held])
+                 for pid, start, held in wire[0]}
         return found, [int(p) for p in wire[1]]
 
     found: _Found = {}

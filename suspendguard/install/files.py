@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TextIO
 
 from suspendguard.config import DEFAULT_STATE_DIR, Config, commented_default
-from suspendguard.errors import InstallError
+from suspendguard.errors import InstallError, UsageError
 from suspendguard.install.docs import DOCS, DOCS_ROOT, docs_dir
 from suspendguard.install.manifest import MANIFEST_PATH, Manifest, read_manifest, sha256
 from suspendguard.install.templates import (
@@ -153,6 +153,13 @@ def _systemctl(*argv: str) -> None:
         raise InstallError(f"systemctl {' '.join(argv)} failed: {result.describe_failure()}")
 
 
+def check_root(root: str | None) -> None:
+    """Refuse a --root that names no folder: "" would be the running system, unchecked."""
+    if root is not None and not root.strip():
+        raise UsageError("--root needs a folder to stage into (an empty one would mean the "
+                         "running system: leave --root out for that)")
+
+
 def install(
     root: str | None,
     config: Config,
@@ -163,6 +170,9 @@ def install(
     out: TextIO | None = None,
 ) -> Manifest:
     """Put everything in place under ``root`` (None: the running system)."""
+    check_root(root)
+    if config_explicit and not os.path.isabs(config_path):
+        raise UsageError(f"--config {config_path}: the unit needs an absolute path")
     live = root is None
     tree = Tree(root or "/")
     python = os.path.abspath(python or sys.executable)
@@ -266,6 +276,7 @@ def uninstall(
     root: str | None, purge: bool, out: TextIO | None = None, err: TextIO | None = None
 ) -> bool:
     """Remove what the manifest lists; False when nothing was installed."""
+    check_root(root)
     live = root is None
     tree = Tree(root or "/")
     manifest = tree.read_manifest()

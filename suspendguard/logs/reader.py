@@ -245,7 +245,10 @@ def read_file(
     start = offset = max(0, size - max_bytes)
     stop = start + max_bytes
     line = 1
-    fragment = start > 0  # reading from the middle: the first line is a fragment
+    # Reading from the middle: the first line is the tail of a longer one.
+    # It is read all the same (a needle there is as real as any; a file of
+    # one long line is nothing else), from its first whole character.
+    fragment = start > 0
     while offset < stop:
         want = min(chunk, stop - offset)
         while True:
@@ -258,8 +261,8 @@ def read_file(
             at_end = hi < want or offset + hi >= stop
             lo = 0
             if fragment:
-                nl = data.find(b"\n")
-                lo = hi if nl == -1 else nl + 1
+                while lo < min(hi, 3) and 0x80 <= data[lo] < 0xC0:
+                    lo += 1  # UTF-8 continuation bytes of a character cut in two
             cut = hi if at_end else _safe_cut(data, lo, hi)
             if cut > lo or at_end or want >= LONG_LINE:
                 break
@@ -267,9 +270,6 @@ def read_file(
             want = min(want * 2, stop - offset, LONG_LINE)
         if not data:
             break  # end of file, or the file was truncated under us
-        if fragment and lo >= hi:
-            offset += hi  # all of it is the fragment
-            continue
         fragment = False
         if cut <= lo:
             cut = hi  # longer than LONG_LINE: take it as it is

@@ -62,7 +62,7 @@ def search(
     found = plan(paths, patterns, homes, environ, since)
     findings: list[Finding] = []
     skipped = list(found.skipped)
-    files = total = 0
+    files, total = found.empty, 0
     try:
         for result in _read_all(sorted(found.candidates), max_bytes, rules, since, until):
             if isinstance(result, Skipped):

@@ -1,13 +1,17 @@
 """Which log files to read: explicit paths and the globs' folders walked, newest files first.
 
 A folder is walked depth-first by descriptor (see ``safe_open``), at most
-``MAX_DEPTH`` levels and ``MAX_FILES`` files below each base; a file reached
-twice (hard link, overlapping globs) is read once; with ``--since``, a file
-last modified before it is counted and left unread.
+``MAX_DEPTH`` levels and ``MAX_ENTRIES`` entries below each base; of its
+files the newest ``MAX_FILES`` are read, whatever the walk's order (a
+folder of thousands of old or empty files must not hide the newest log
+beside it); empty files are never candidates. A file reached twice (hard
+link, overlapping globs) is read once; with ``--since``, a file last
+modified before it is counted and left unread.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -20,6 +24,8 @@ from suspendguard.logs.safe_open import Refused, describe, open_base, open_dir
 
 MAX_DEPTH = 16
 MAX_FILES = 20000
+# Entries looked at below one base: bounds the walk's time on a hostile tree.
+MAX_ENTRIES = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,7 @@ class Plan:
     bases: list[Base] = field(default_factory=list)
     seen: set[tuple[int, int]] = field(default_factory=set)
     older: int = 0  # files left unread because modified before --since
+    empty: int = 0  # empty files met in folders: read, as it were, without opening them
 
     def close(self) -> None:
         for base in self.bases:
@@ -109,7 +116,10 @@ def _add_base(
 
 
 def _walk(found: Plan, base: Base, parts: tuple[str, ...], since_ts: float | None) -> None:
-    count = 0
+    # The newest MAX_FILES files, as a heap whose top is the oldest kept.
+    kept: list[tuple[float, int, Candidate]] = []
+    dropped = 0
+    entries_seen = 0
     # Iterative depth-first walk: (dir fd, relative path, NFA states).
     stack: list[tuple[int, tuple[str, ...], frozenset[int]]] = [(base.fd, (), START)]
     while stack:
@@ -120,6 +130,15 @@ def _walk(found: Plan, base: Base, parts: tuple[str, ...], since_ts: float | Non
             except OSError as exc:
                 found.skipped.append(Skipped(_join(base.display, rel), describe(exc)))
                 continue
+            entries_seen += len(entries)
+            if entries_seen > MAX_ENTRIES:
+                found.skipped.append(Skipped(
+                    base.display, f"more than {MAX_ENTRIES} entries; the rest not walked"))
+                for fd, _, _ in stack:
+                    if fd != base.fd:
+                        os.close(fd)
+                stack.clear()
+                break
             for entry in entries:
                 name = entry.name
                 sub = step(parts, states, name)
@@ -151,28 +170,28 @@ def _walk(found: Plan, base: Base, parts: tuple[str, ...], since_ts: float | Non
                 if not stat.S_ISREG(st.st_mode):
                     found.skipped.append(Skipped(shown, "not a regular file"))
                     continue
+                if st.st_size == 0:
+                    found.empty += 1  # nothing to find in it, and no place in the cap
+                    continue
                 key = (st.st_dev, st.st_ino)
                 if key in found.seen:
                     continue
                 found.seen.add(key)
-                count += 1
-                if count > MAX_FILES:
-                    found.skipped.append(
-                        Skipped(base.display, f"more than {MAX_FILES} files; the rest not read")
-                    )
-                    for fd, _, _ in stack:
-                        if fd != base.fd:
-                            os.close(fd)
-                    return
                 if since_ts is not None and st.st_mtime < since_ts:
                     found.older += 1
                     continue
-                found.candidates.append(
-                    Candidate(-st.st_mtime, shown, base, (*rel, name), st.st_mtime, st.st_size)
-                )
+                cand = Candidate(-st.st_mtime, shown, base, (*rel, name), st.st_mtime, st.st_size)
+                heapq.heappush(kept, (st.st_mtime, len(found.seen), cand))
+                if len(kept) > MAX_FILES:
+                    heapq.heappop(kept)
+                    dropped += 1
         finally:
             if dfd != base.fd:
                 os.close(dfd)
+    if dropped:
+        found.skipped.append(Skipped(
+            base.display, f"more than {MAX_FILES} files; the {dropped} oldest not read"))
+    found.candidates.extend(c for _, _, c in kept)
 
 
 def _join(base: str, rel: tuple[str, ...]) -> str:

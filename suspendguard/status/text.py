@@ -10,6 +10,7 @@ from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable
 from suspendguard.status.model import Status
 from suspendguard.system.dbus.logind import LogindInfo
+from suspendguard.system.terminal import safe
 
 
 def _yes(flag: object) -> str:
@@ -24,10 +25,10 @@ def _verdict_lines(s: Status, colour: bool) -> list[str]:
     """What happens to the next suspend first, then the verdict and its reasons."""
     lead = s.next_suspend()
     kind = "allow" if lead.endswith("would go ahead now") else "veto"
-    lines = [paint(lead, kind, colour)]
+    lines = [paint(safe(lead), kind, colour)]
     v = s.verdict()
     if isinstance(v, Unavailable):
-        return [*lines, f"verdict: unavailable: {v.reason}"]
+        return [*lines, safe(f"verdict: unavailable: {v.reason}")]
     return [*lines, *verdict_lines(v, "what check --dry-run gives now", colour, lead=False)]
 
 
@@ -107,7 +108,7 @@ def _logind_lines(s: Status, colour: bool, width: int | None) -> list[str]:
     else:
         lines.append("  inhibitors: none")
     for i in s.sleep_blockers():
-        lines.append("  ! " + paint(f"{i.describe()} (stops suspends asked for by users)",
+        lines.append("  ! " + paint(safe(f"{i.describe()} (stops suspends asked for by users)"),
                                     "warn", colour))
     return lines
 
@@ -162,15 +163,24 @@ def _history_lines(s: Status, width: int | None) -> list[str]:
 
 
 def render(s: Status, out: TextIO, colour: bool = False, width: int | None = 80) -> None:
-    """The report; ``width`` None (``--wide``) cuts no table cell."""
+    """The report; ``width`` None (``--wide``) cuts no table cell.
+
+    Commands, reasons, inhibitors' "why" and paths carry text any user can
+    set: every line of the plain sections is made safe for the terminal
+    here (system/terminal.py); the painted ones made theirs safe before
+    their colour.
+    """
+    def plain(lines: list[str]) -> list[str]:
+        return [safe(line) for line in lines]
+
     sections = [
         _verdict_lines(s, colour),
-        _accelerator_lines(s, width),
-        _holder_lines(s, width),
-        _installation_lines(s),
+        plain(_accelerator_lines(s, width)),
+        plain(_holder_lines(s, width)),
+        plain(_installation_lines(s)),
         _logind_lines(s, colour, width),
-        _systemd_lines(s),
-        _history_lines(s, width),
+        plain(_systemd_lines(s)),
+        plain(_history_lines(s, width)),
     ]
     if not s.root:
         sections.append(["(not root: processes, files and history this user cannot read are "

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from suspendguard.errors import HistoryError
-from suspendguard.store import database
+from suspendguard.store import database, reserve
 from suspendguard.store.rows import Attempt, HolderRow, LogFinding, StopRow, iso, texts
 from suspendguard.system.procfs import ProcFS
 
@@ -141,31 +141,57 @@ class History:
                 (started or time.time(), action, origin, int(dry_run), digest, os.getpid(),
                  me.start_time if me else 0),
             )
-            return int(cur.lastrowid or 0)
+            attempt_id = int(cur.lastrowid or 0)
+        # While there is room: keep some for this attempt's verdict (see .reserve).
+        reserve.keep(os.path.dirname(self.path))
+        return attempt_id
+
+    def signalling(self, attempt_id: int, holders: Sequence[HolderRow]) -> None:
+        """Write down who is about to be signalled, before the signal: a guard killed
+        mid-drain leaves these rows; :meth:`finish` replaces them with the outcomes."""
+        with self._tx() as c:
+            self._insert_holders(c, attempt_id, holders)
 
     def finish(self, attempt_id: int, verdict: str, reasons: Sequence[str],
                warnings: Sequence[str], holders: Sequence[HolderRow],
                finished: float | None = None, stops: Sequence[StopRow] = ()) -> None:
+        try:
+            self._finish(attempt_id, verdict, reasons, warnings, holders, finished, stops)
+        except HistoryError as exc:
+            # The disk filled during the run: write the verdict in the room kept for it.
+            if "full" not in str(exc) or not reserve.release(os.path.dirname(self.path)):
+                raise
+            self._finish(attempt_id, verdict, reasons, warnings, holders, finished, stops)
+
+    def _finish(self, attempt_id: int, verdict: str, reasons: Sequence[str],
+                warnings: Sequence[str], holders: Sequence[HolderRow],
+                finished: float | None, stops: Sequence[StopRow]) -> None:
         with self._tx() as c:
+            c.execute("DELETE FROM holders WHERE attempt_id = ?", (attempt_id,))
             c.execute(
                 "UPDATE attempts SET finished=?, verdict=?, reasons=?, warnings=? WHERE id=?",
                 (finished or time.time(), verdict, json.dumps(list(reasons)),
                  json.dumps(list(warnings)), attempt_id),
             )
-            c.executemany(
-                "INSERT INTO holders (attempt_id, pid, start_time, user, unit, comm, cmdline,"
-                " action, rule, outcome, seconds, why, source, round, owner)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(attempt_id, h.pid, h.start_time, h.user, h.unit, h.comm, h.cmdline, h.action,
-                  h.rule, h.outcome, h.seconds, h.why, h.source, h.round, h.owner)
-                 for h in holders],
-            )
+            self._insert_holders(c, attempt_id, holders)
             c.executemany(
                 "INSERT INTO stops (attempt_id, seq, owner, kind, name, uid, stopped)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(attempt_id, st.seq, st.owner, st.kind, st.name, st.uid, st.stopped)
                  for st in stops],
             )
+
+    @staticmethod
+    def _insert_holders(c: sqlite3.Connection, attempt_id: int,
+                        holders: Sequence[HolderRow]) -> None:
+        c.executemany(
+            "INSERT INTO holders (attempt_id, pid, start_time, user, unit, comm, cmdline,"
+            " action, rule, outcome, seconds, why, source, round, owner)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(attempt_id, h.pid, h.start_time, h.user, h.unit, h.comm, h.cmdline, h.action,
+              h.rule, h.outcome, h.seconds, h.why, h.source, h.round, h.owner)
+             for h in holders],
+        )
 
     def record_restore(self, stop_id: int, result: str, why: str,
                        when: float | None = None) -> None:

@@ -18,6 +18,7 @@ from suspendguard.model import SignalMasks
 
 _GONE = (errno.ENOENT, errno.ESRCH)
 _REFUSED = (errno.EACCES, errno.EPERM)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class ProcAccessError(Exception):
@@ -65,11 +66,15 @@ class ProcFS:
     def pids(self) -> list[int]:
         return [int(name) for name in os.listdir(self.root) if name.isdigit()]
 
-    def read(self, pid: int, name: str) -> bytes | None:
+    def read(self, pid: int, name: str, at: int | None = None) -> bytes | None:
+        """The content of /proc/PID/NAME; through ``at`` (an :meth:`open_dir` fd) when given."""
         # os.open/os.read: the scan reads thousands of small files, and the
         # io layers of open() cost more than the read itself.
         try:
-            fd = os.open(f"{self.root}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            if at is None:
+                fd = os.open(f"{self.root}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            else:
+                fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=at)
         except OSError as exc:
             _gone_or_refused(exc)
             return None
@@ -87,8 +92,42 @@ class ProcFS:
         finally:
             os.close(fd)
 
-    def stat(self, pid: int) -> Stat | None:
-        data = self.read(pid, "stat")
+    def open_dir(self, pid: int) -> int | None:
+        """An fd on /proc/PID that names this process and no other; None when it is gone.
+
+        Every read through it (``at=`` of the readers here) reaches the
+        process that had the PID when it was opened, or fails once that one
+        has been reaped: a process that takes the PID over is never read
+        through it. This is how the scan fixes a holder's identity before
+        reading its fds.
+        """
+        try:
+            return os.open(self.path(pid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            _gone_or_refused(exc)
+            return None
+
+    def thread_count(self, at: int) -> int:
+        """How many threads the process of ``at`` has (the task folder's link count less two)."""
+        try:
+            return max(1, os.stat("task", dir_fd=at).st_nlink - 2)
+        except OSError:
+            return 1
+
+    def task_ids(self, at: int) -> list[int]:
+        try:
+            fd = os.open("task", _DIR_FLAGS, dir_fd=at)
+        except OSError:
+            return []
+        try:
+            return [int(t) for t in os.listdir(fd) if t.isdigit()]
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+
+    def stat(self, pid: int, at: int | None = None) -> Stat | None:
+        data = self.read(pid, "stat", at)
         if not data:
             return None
         return parse_stat(data)
@@ -108,8 +147,12 @@ class ProcFS:
             return ()
         return tuple(p.decode("utf-8", "replace") for p in data.rstrip(b"\0").split(b"\0"))
 
-    def open_paths(self, pid: int) -> list[tuple[str, str]]:
+    def open_paths(self, pid: int, at: int | None = None,
+                   folder: str = "fd") -> list[tuple[str, str]]:
         """(fd, path) for each fd of ``pid`` whose link names a path.
+
+        ``at``: read through that :meth:`open_dir` fd; ``folder``: another
+        task's fd table (``task/TID/fd``).
 
         Sockets, pipes and anonymous inodes (links that are not paths) are
         left out, and so are fds closed meanwhile. This is the scan's hot
@@ -117,7 +160,10 @@ class ProcFS:
         fuser does.
         """
         try:
-            dfd = os.open(self.path(pid, "fd"), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            if at is None:
+                dfd = os.open(self.path(pid, folder), _DIR_FLAGS)
+            else:
+                dfd = os.open(folder, _DIR_FLAGS, dir_fd=at)
         except OSError as exc:
             _refused(exc)
             return []
@@ -176,6 +222,33 @@ class ProcFS:
         except OSError:
             return False
         return False
+
+    def thaw_file(self, pid: int, cgroup: str | None) -> str:
+        """The file that thaws ``pid`` when a freezer holds it (v2 or v1), else "".
+
+        cgroup v2: the frozen cgroup's cgroup.freeze; the v1 freezer
+        hierarchy (hybrid hosts): its freezer.state, FROZEN or FREEZING.
+        Both report the state their ancestors impose too.
+        """
+        root = self.unified_root()
+        if self.cgroup_frozen(cgroup) and root is not None and cgroup:
+            return os.path.join(root, cgroup.lstrip("/"), "cgroup.freeze")
+        try:
+            data = self.read(pid, "cgroup")
+        except ProcAccessError:
+            return ""
+        for line in (data or b"").decode("utf-8", "replace").splitlines():
+            parts = line.split(":", 2)
+            if len(parts) == 3 and "freezer" in parts[1].split(","):
+                state = os.path.join(self.cgroup_root, "freezer", parts[2].lstrip("/"),
+                                     "freezer.state")
+                try:
+                    with open(state) as f:
+                        frozen = f.read().strip() in ("FROZEN", "FREEZING")
+                except OSError:
+                    return ""
+                return state if frozen else ""
+        return ""
 
     def unified_root(self) -> str | None:
         """Where the cgroup v2 tree is mounted: the root itself, or unified/ on hybrid hosts."""

@@ -1,0 +1,120 @@
+"""One guard at a time: an exclusive flock on a file in the state folder, naming its holder.
+
+Two guards draining at once (the unit's run and one by hand) would signal
+every job twice, and a second SIGINT aborts a Python job's KeyboardInterrupt
+cleanup. A run that signals takes this lock first, waiting a bounded time;
+one that cannot get it signals nobody and says which run is draining. The
+lock is the kernel's (flock): it goes with its holder, SIGKILL included, so
+a dead guard never leaves it taken.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import time
+from dataclasses import dataclass
+
+LOCK_NAME = "guard.lock"
+# A run waits this long at most (and never more than a third of its
+# deadline): enough for a dry run's peek, or a run that is just ending.
+LOCK_WAIT_S = 5.0
+_POLL_S = 0.05
+
+
+@dataclass
+class GuardLock:
+    """The lock as taken: ``fd`` is -1 when it was not; ``refused`` (another run holds
+    it) or ``unusable`` (no lock file could be had) then says why."""
+
+    fd: int = -1
+    refused: str = ""
+    unusable: str = ""
+    # Set when a run that does not lock found another run draining.
+    busy_pid: int | None = None
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the only fd releases the flock
+            self.fd = -1
+
+
+def _open(state_dir: str, create: bool) -> int:
+    """The lock file, opened without following a symlink: this user's own, 0600, regular."""
+    if create:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    dfd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        fd = os.open(LOCK_NAME, flags | (os.O_CREAT if create else 0), 0o600, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise OSError(errno.EPERM, "not a regular file of this user's own")
+    if stat.S_IMODE(st.st_mode) != 0o600:
+        os.fchmod(fd, 0o600)
+    return fd
+
+
+def holder_pid(fd: int) -> int | None:
+    """The pid the run holding the lock wrote into it; None before it has."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def busy_reason(pid: int | None) -> str:
+    who = f" (pid {pid})" if pid else ""
+    return (f"another suspendguard run{who} is draining: this run signalled nobody; "
+            "try again once it has given its verdict")
+
+
+def take(state_dir: str, wait_s: float) -> GuardLock:
+    """The exclusive lock, waiting at most ``wait_s``; refused (with the reason) otherwise.
+
+    A lock file that cannot be had at all (the state folder is not usable:
+    a file in its way, not this user's, a symlink planted as the lock) is
+    ``unusable``: like the history, it never costs a suspend its verdict.
+    """
+    path = os.path.join(state_dir, LOCK_NAME)
+    try:
+        fd = _open(state_dir, create=True)
+    except OSError as exc:
+        why = "a symlink; not followed" if exc.errno == errno.ELOOP else exc.strerror
+        return GuardLock(unusable=f"no guard lock ({path}: {why}): a second run at the same "
+                                  "time would not be kept out")
+    until = time.monotonic() + max(0.0, wait_s)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= until:
+                pid = holder_pid(fd)
+                os.close(fd)
+                return GuardLock(refused=busy_reason(pid), busy_pid=pid)
+            time.sleep(_POLL_S)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return GuardLock(fd)
+
+
+def peek(state_dir: str) -> GuardLock:
+    """For a run that signals nobody: no lock kept, only whether another run is draining."""
+    try:
+        fd = _open(state_dir, create=False)
+    except OSError:
+        return GuardLock()  # no lock file, or not ours to read: nobody we can tell of
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return GuardLock(busy_pid=holder_pid(fd) or 0)
+    finally:
+        os.close(fd)
+    return GuardLock()

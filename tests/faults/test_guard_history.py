@@ -1,0 +1,60 @@
+"""Issue 15 item 9: every attempt is recorded as it went, holders included, full disk or SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers.holders import Holders
+from helpers.isolation import needs_root
+
+from suspendguard.store.history import History
+
+HERE = Path(__file__).resolve().parent
+
+
+@needs_root
+def test_an_allowed_attempt_is_recorded_when_the_drain_fills_the_disk(
+        node: str, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable,
+                           str(HERE / "scene_disk_full.py"), node, str(state)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["verdict"] == "allow", result
+    assert result["reserve_left"] is False  # the disk was full: the verdict used the room kept
+    recorded = result["recorded"]
+    assert recorded["verdict"] == "allow", recorded
+    assert [(h["pid"], h["outcome"]["kind"]) for h in recorded["holders"]] == [(result["job"], "exited")]
+
+
+def test_a_guard_killed_mid_drain_leaves_whom_it_signalled(
+        tmp_path: Path, node: str, holders: Holders) -> None:
+    state = tmp_path / "state"
+    conf = tmp_path / "guard.toml"
+    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\ndir = "{state}"\n'
+                    '[idle]\nbackends = []\n[drain]\ntimeout_s = 20\n')
+    _slow, pid = holders.start(node, mode="slow")
+    guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
+                              "drain", "--yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(500):
+            if holders.signals():
+                break
+            time.sleep(0.02)
+        assert holders.signals() == [f"{pid} SIGINT"]
+    finally:
+        guard.send_signal(signal.SIGKILL)
+        guard.wait()
+    with History.open(str(state)) as h:
+        [attempt] = h.attempts()
+    assert attempt.verdict == "interrupted"
+    [row] = attempt.holders
+    assert (row.pid, row.outcome) == (pid, "signalled")
+    assert "SIGINT" in row.why and "ended before it recorded the outcome" in row.why

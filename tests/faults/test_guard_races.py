@@ -1,0 +1,141 @@
+"""Issue 15 items 2, 3, 4: races around who holds the node, and who may signal it."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.holders import Holders
+from helpers.isolation import needs_root
+
+from suspendguard.guard.pipeline import run
+from suspendguard.system.log import Logger
+
+from .helpers import cli
+
+HERE = Path(__file__).resolve().parent
+
+
+def scene(script: str, *args: str) -> dict[str, object]:
+    """Run a scene as PID 1 of a PID namespace (and /proc) of its own; its JSON line."""
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+         sys.executable, str(HERE / script), *args],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+# -- item 3: a recycled PID never gets the signal ------------------------------
+
+@needs_root
+def test_a_pid_taken_over_mid_scan_is_not_signalled(node: str, tmp_path: Path) -> None:
+    result = scene("scene_pid_reuse.py", node, str(tmp_path / "marks"))
+    assert result["marks"] == [], result
+    assert result["holders"] == [], result  # the holder was gone; the innocent holds nothing
+    assert result["verdict"] == "allow"
+
+
+# -- item 2: holders whose fds only a thread's own table shows -----------------
+
+@pytest.fixture(scope="module")
+def threads_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed (tools/test installs it)")
+    out = tmp_path_factory.mktemp("bin") / "threads"
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(out), str(HERE / "threads.c")],
+                   check=True)
+    return str(out)
+
+
+@pytest.mark.parametrize("how", ["leader-exit", "unshare-files"])
+def test_a_node_held_by_a_thread_only_is_found_and_drained(
+        how: str, threads_bin: str, node: str, make_config: Any) -> None:
+    job = subprocess.Popen([threads_bin, node, how], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline().split() == ["ready", str(job.pid)]
+        report = run(make_config(), dry_run=False, action="suspend", origin="test",
+                     idle_check=None, log=Logger(io.StringIO(), {}), record=False)
+        found = {h.decision.holder.pid: h.outcome.kind for h in report.holders}
+        assert found == {job.pid: "exited"}, report.verdict
+        assert report.verdict.kind == "allow"
+        assert job.wait(timeout=5) == 0
+    finally:
+        job.kill()
+        job.wait()
+
+
+# -- item 4: one guard at a time -----------------------------------------------
+
+def _conf(tmp_path: Path, node: str, state: Path, **drain: float) -> Path:
+    path = tmp_path / f"guard-{len(list(tmp_path.glob('guard-*.toml')))}.toml"
+    keys = "".join(f"{k} = {v}\n" for k, v in drain.items())
+    path.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\ndir = "{state}"\n'
+                    f'[idle]\nbackends = []\n[drain]\n{keys}')
+    return path
+
+
+def _until(what: Any, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_second_guard_signals_nobody_while_the_first_drains(
+        tmp_path: Path, node: str, holders: Holders) -> None:
+    state = tmp_path / "state"
+    _slow, spid = holders.start(node, mode="slow")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "suspendguard", "--config",
+         str(_conf(tmp_path, node, state, timeout_s=20)), "drain", "--yes", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _until(lambda: holders.signals() == [f"{spid} SIGINT"])
+        second_conf = _conf(tmp_path, node, state, timeout_s=2, deadline_s=6)
+        start = time.monotonic()
+        status, out, err = cli("--config", str(second_conf), "drain", "--yes", "--json")
+        waited = time.monotonic() - start
+        assert out, err
+        report = json.loads(out)
+        assert status != 0 and report["verdict"] == "veto"
+        assert any(f"another suspendguard run (pid {first.pid}) is draining" in r
+                   and "signalled nobody" in r for r in report["reasons"]), report
+        assert 1.5 <= waited < 5  # waited a third of its deadline, no more
+        _, dry_out, _ = cli("--config", str(second_conf), "check", "--dry-run", "--json")
+        assert any(f"pid {first.pid}" in w and "is draining now" in w
+                   for w in json.loads(dry_out)["warnings"])
+        time.sleep(0.2)
+        assert holders.signals() == [f"{spid} SIGINT"]  # once, by the first run only
+    finally:
+        first.kill()
+        first.wait()
+    assert stat.S_IMODE((state / "guard.lock").stat().st_mode) == 0o600
+
+
+def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path, node: str,
+                                                 holders: Holders) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    target = tmp_path / "precious"
+    target.write_text("keep\n")
+    target.chmod(0o644)
+    (state / "guard.lock").symlink_to(target)
+    graceful, pid = holders.start(node)
+    status, out, _ = cli("--config", str(_conf(tmp_path, node, state)), "drain", "--yes", "--json")
+    report = json.loads(out)
+    # Like the history, a lock that cannot be had never costs the verdict.
+    assert status == 0 and report["verdict"] == "allow", report
+    assert any("no guard lock" in w and "symlink; not followed" in w for w in report["warnings"])
+    assert target.read_text() == "keep\n" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert holders.signals() == [f"{pid} SIGINT"] and graceful.wait(timeout=5) == 0

@@ -1,0 +1,120 @@
+"""Issue 15 item 8: stopped and cgroup-v1-frozen holders are never signalled, and say why."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from helpers.holders import Holders
+
+from suspendguard.guard.pipeline import run
+from suspendguard.guard.report import Report
+from suspendguard.system.log import Logger
+from suspendguard.system.procfs import ProcFS
+
+
+def guard(config: Any, **kw: Any) -> Report:
+    return run(config, dry_run=False, action="suspend", origin="test", idle_check=None,
+               log=Logger(io.StringIO(), {}), record=False, **kw)
+
+
+def state_of(pid: int) -> str:
+    stat = ProcFS().stat(pid)
+    assert stat is not None
+    return stat.state
+
+
+def _until(what: Callable[[], bool]) -> None:
+    for _ in range(250):
+        if what():
+            return
+        time.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+def test_a_stopped_holder_vetoes_unsignalled_and_lives_on_when_continued(
+        make_config: Any, node: str, holders: Holders) -> None:
+    job, pid = holders.start(node)
+    os.kill(pid, signal.SIGSTOP)
+    _until(lambda: state_of(pid) == "T")
+    start = time.monotonic()
+    report = guard(make_config(drain={"timeout_s": 2}))
+    assert time.monotonic() - start < 1.5  # no wait for a job that cannot answer
+    assert report.verdict.kind == "veto"
+    [reason] = report.verdict.reasons
+    assert f"pid {pid}" in reason and "stopped (SIGSTOP, state T)" in reason
+    assert f"kill -CONT {pid}" in reason
+    [result] = report.holders
+    assert result.decision.kind == "veto-stopped" and result.outcome.why == "stopped"
+    # The sleep hook cannot veto: it leaves the job with a warning.
+    hooked = guard(make_config(), skip_frozen=True, can_veto=False)
+    assert any("stopped" in w and "skipped" in w for w in hooked.verdict.warnings)
+    os.kill(pid, signal.SIGCONT)
+    time.sleep(0.3)
+    assert job.poll() is None and holders.signals() == []  # no SIGINT was left pending
+
+
+@pytest.fixture
+def v1_freezer() -> Iterator[Callable[[int], str]]:
+    """A cgroup of this test's own in the v1 freezer hierarchy, frozen with the holder in it."""
+    root = "/sys/fs/cgroup/freezer"
+    if os.geteuid() != 0 or not os.path.exists(os.path.join(root, "tasks")):
+        pytest.skip("needs root and a cgroup v1 freezer hierarchy (a hybrid host)")
+    path = os.path.join(root, f"suspendguard-test-{os.getpid()}")
+    try:
+        os.mkdir(path)
+    except OSError as exc:
+        pytest.skip(f"cannot make a freezer cgroup here: {exc.strerror}")
+    state = os.path.join(path, "freezer.state")
+
+    def freeze(pid: int) -> str:
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+        with open(state, "w") as f:
+            f.write("FROZEN")
+
+        def frozen() -> bool:
+            with open(state) as f:
+                return f.read().strip() == "FROZEN"
+        _until(frozen)
+        return state
+
+    try:
+        yield freeze
+    finally:
+        with open(state, "w") as f:
+            f.write("THAWED")
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            members = [int(p) for p in f.read().split()]
+        for pid in members:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for _ in range(50):
+            try:
+                os.rmdir(path)
+                break
+            except OSError:
+                time.sleep(0.05)
+
+
+def test_a_holder_frozen_by_the_v1_freezer_vetoes_unsignalled(
+        make_config: Any, node: str, holders: Holders, v1_freezer: Any) -> None:
+    job, pid = holders.start(node)
+    state = v1_freezer(pid)
+    start = time.monotonic()
+    report = guard(make_config(drain={"timeout_s": 2}))
+    assert time.monotonic() - start < 1.5
+    assert report.verdict.kind == "veto"
+    [reason] = report.verdict.reasons
+    assert f"pid {pid}" in reason and "frozen cgroup" in reason
+    assert f"echo THAWED > {state}" in reason
+    with open(state, "w") as f:
+        f.write("THAWED")
+    time.sleep(0.3)
+    assert job.poll() is None and holders.signals() == []
