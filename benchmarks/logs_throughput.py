@@ -8,7 +8,7 @@ It writes a corpus of Ascend-style plog/device logs (mostly INFO/DEBUG noise,
 one documented failure line in a few thousand) to a temporary folder, scans it
 with ``suspendguard.logs.search.search`` and with ``LC_ALL=C grep -E -c -f PATTERNS
 -r``, best of N interleaved runs each (files in the page cache for both), and prints MB/s
-and the ratio. Target: at least 0.5x grep.
+and the ratio. Target: at least 0.8x grep, with forked workers.
 """
 
 from __future__ import annotations
@@ -134,9 +134,9 @@ def main() -> int:
         mb = size / 1e6
         findings = len(report.findings) if report else 0
         print(f"corpus: {mb:.1f} MB in {args.files} files; {len(grep_patterns())} wordings")
-        print(f"suspendguard scan: {mb / t_scan:8.1f} MB/s  ({t_scan:.3f} s, {findings} findings)")
+        print(f"suspendguard logs: {mb / t_scan:8.1f} MB/s  ({t_scan:.3f} s, {findings} findings)")
         print(f"grep -E          : {mb / t_grep:8.1f} MB/s  ({t_grep:.3f} s, {grep_lines} lines)")
-        print(f"ratio scan/grep  : {t_grep / t_scan:.2f}x (target >= 0.5x)")
+        print(f"ratio scan/grep  : {t_grep / t_scan:.2f}x (target >= 0.8x)")
     return 0
 
 

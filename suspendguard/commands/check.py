@@ -55,7 +55,8 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
     with _sigterm_cancels() as cancel:
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
-                     cancel=cancel, record=not dry_run, supervisors=Supervisors())
+                     cancel=cancel, record=not dry_run,
+                     supervisors=Supervisors(environ=ctx.environ, state_dir=config.state.dir))
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")

@@ -32,7 +32,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         def note(stop: StopRow, result: str, why: str) -> None:
             history.record_restore(stop.id, result, why)
 
-        done = restore(pending, Supervisors(), config.restore,
+        supervisors = Supervisors(environ=ctx.environ, state_dir=config.state.dir)
+        done = restore(pending, supervisors, config.restore,
                        enabled=config.restore.after_resume, record=note, log=log.info)
     if args.json:
         json.dump({"restored": [{**d.stop.to_json(), "result": d.result, "why": d.why}

@@ -66,7 +66,8 @@ class Owner:
         if self.kind in ("systemd-service", "user-service"):
             return self.restart not in ("no", "")
         if self.kind in ("docker", "podman"):
-            return self.restart not in ("no", "")
+            # "" when the engine could not be asked: its policy may well.
+            return self.restart != "no"
         return self.kind == "kubernetes"
 
     def describe(self) -> str:
@@ -84,7 +85,7 @@ class Owner:
                 "restart": self.restart or None, "restart_delay_s": self.restart_delay_s,
                 "kill_mode": self.kill_mode or None, "exec_stop": self.exec_stop,
                 "state": self.state or None, "triggered_by": list(self.triggered_by),
-                "note": self.note or None}
+                "engine": self.engine or None, "note": self.note or None}
 
     def with_note(self, note: str) -> Owner:
         return replace(self, note=note)
@@ -119,13 +120,16 @@ class Supervisor(Protocol):
     """
 
     def owner(self, holder: Holder) -> Owner: ...
-    def stop(self, owners: Sequence[Owner], signame: str) -> dict[str, str]: ...
+    def stop(self, owners: Sequence[Owner], signame: str,
+             timeout_s: float = 10.0) -> dict[str, str]: ...
     def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]: ...
     def started_meanwhile(self, owner: Owner) -> bool: ...
     def remove_dropins(self, owners: Sequence[Owner]) -> list[str]: ...
     def reload(self, owners: Sequence[Owner]) -> Unavailable | None: ...
     def state(self, owner: Owner) -> UnitNow | Unavailable: ...
     def start(self, owner: Owner, wait: bool = True) -> str | Unavailable: ...
+    def start_container(self, owner: Owner, stopped_at: float) -> tuple[str, str]: ...
+    def take_warnings(self) -> list[str]: ...
 
 
 def owner_of_cgroup(cgroup: str | None) -> Owner:

@@ -84,7 +84,8 @@ def holder_lines(holders: Sequence[HolderResult], width: int | None,
     lines += [f"    {safe(rule)}: pid {', '.join(pids)}" for rule, pids in by_rule.items()]
     for hr in holders:
         h = hr.decision.holder
-        notes = [*hr.decision.notes, *([hr.respawned] if hr.respawned else [])]
+        notes = [*hr.decision.notes, *([hr.respawned] if hr.respawned else []),
+                 *([f"run by {hr.owner.describe()}"] if hr.owner.kind != "plain" else [])]
         if notes:
             where = ", ".join(w for w in (h.unit, h.container and f"container {h.container}") if w)
             lines.append(safe(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": "

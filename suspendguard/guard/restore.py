@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from suspendguard.config import RestoreConfig
-from suspendguard.guard.owner import Owner, Supervisor
+from suspendguard.guard.owner import Owner, OwnerKind, Supervisor
 from suspendguard.model import Unavailable
 from suspendguard.store.rows import StopRow
 
@@ -67,6 +67,9 @@ def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
          started_meanwhile: bool) -> tuple[str, str]:
     if any(fnmatch.fnmatchcase(stop.owner, glob) for glob in config.skip):
         return "skipped", "matches [restore] skip"
+    if stop.kind in ("docker", "podman"):
+        kind: OwnerKind = "docker" if stop.kind == "docker" else "podman"
+        return supervisors.start_container(Owner(kind, stop.name), stop.stopped)
     if stop.kind not in UNIT_KINDS:
         return "skipped", f"a {stop.kind} cannot be started again by this version"
     owner = _owner(stop)

@@ -67,6 +67,7 @@ class Rounds:
         self.owners: dict[HolderId, Owner] = {}
         self.stops: list[Stop] = []  # what was stopped through its supervisor, in order
         self._through: set[HolderId] = set()
+        self._unreached: set[str] = set()  # containers whose engine did not answer, warned once
 
     @property
     def cancelled(self) -> bool:
@@ -156,7 +157,9 @@ class Rounds:
                 h = d.holder
                 by = f" (reported by {h.source})" if h.source != "proc" else ""
                 if holder_id(h) in self._through:
-                    by += f" ({self.owner(h).name}, stopped through systemd)"
+                    o = self.owner(h)
+                    by += f" ({o.name[:12] if o.kind != 'systemd-service' else o.name}, " \
+                          f"stopped through {_via(o)})"
                 cut = " (the wait was cut short by the deadline)" if result.shortened else ""
                 self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}: "
                                     f"stop it yourself (kill -TERM {h.pid}), or raise "
@@ -169,31 +172,35 @@ class Rounds:
         owners = {}
         for h in holders:
             o = self.owner(h)
-            if o.kind in ("systemd-service", "user-service") and \
-                    o.state in ("active", "activating", "reloading"):
+            if (o.kind in ("systemd-service", "user-service")
+                    and o.state in ("active", "activating", "reloading")) \
+                    or (o.kind in ("docker", "podman") and o.state == "running"):
                 owners[o.key] = o
+            elif o.kind in ("docker", "podman") and not o.state and o.key not in self._unreached:
+                self._unreached.add(o.key)
+                self.warnings.append(
+                    f"{o.describe()}: the container engine could not be reached ({o.note}); "
+                    "its processes were signalled directly, and the container's restart policy "
+                    "may bring it back")
         if not owners:
             return set()
-        answers = self.supervisors.stop(list(owners.values()), self.signame)
+        answers = self.supervisors.stop(list(owners.values()), self.signame,
+                                        self.config.drain.timeout_s)
         ok = set()
         for key, why in answers.items():
             o = owners[key]
             if why:
-                self.warnings.append(f"{o.name}: could not stop it through {self._manager(o)} "
-                                     f"({why}); signalled its processes directly")
+                self.warnings.append(f"{o.name}: could not stop it through {_via(o)} ({why}); "
+                                     f"signalled its processes directly")
                 continue
             ok.add(key)
             self.stops.append(Stop(o, len(self.stops) + 1, time.time()))
-            self.log.info(f"stopping {o.name} through {self._manager(o)} ({self.signame} for this stop, "
-                          f"Restart={o.restart or '?'}"
+            self.log.info(f"stopping {o.describe()} through {_via(o)} ({self.signame} for this "
+                          f"stop, restart {o.restart or '?'}"
                           + (", ExecStop= runs first" if o.exec_stop else "") + ")")
         taken = {holder_id(h) for h in holders if self.owner(h).key in ok}
         self._through |= taken
         return taken
-
-    @staticmethod
-    def _manager(o: Owner) -> str:
-        return f"the manager of uid {o.uid}" if o.kind == "user-service" else "systemd"
 
     def drain(self, first: list[Decision], seen: set[HolderId], inventory: Inventory,
               reserve: float) -> None:
@@ -213,6 +220,7 @@ class Rounds:
             self.respawn_grace(pending)
             if self.stops and self.supervisors is not None:
                 back = self.supervisors.settle(self.stops, self.deadline)
+                self.warnings.extend(self.supervisors.take_warnings())
                 if back:
                     self.reasons.extend(back)
                     return
@@ -285,3 +293,9 @@ class Rounds:
             select.select([self.cancel.fd], [], [], wait)
         else:
             time.sleep(wait)
+
+
+def _via(owner: Owner) -> str:
+    if owner.kind == "user-service":
+        return f"the manager of uid {owner.uid}"
+    return {"docker": "the Docker engine", "podman": "Podman"}.get(owner.kind, "systemd")

@@ -9,6 +9,7 @@ drop-in (``/run/systemd/system/UNIT.d/50-suspendguard-drain.conf``,
 transient (systemd 252), and a ``KillUnit`` followed by a stop races a
 ``Restart=`` with a short delay, so neither is used. The drop-ins are
 removed (and the manager reloaded) when the jobs are started again.
+Docker and Podman containers go through their engine (guard/containers.py).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from suspendguard.guard.containers import CONTAINER_KINDS, Engines
 from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text
 from suspendguard.guard.owner import Owner, Stop, UnitNow, owner_of_cgroup
 from suspendguard.guard.user_services import UserServices
@@ -45,8 +47,12 @@ class Supervisors:
 
     def __init__(self, *, dropin_root: str = DROPIN_ROOT, bus_address: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 environ: Mapping[str, str] | None = None, state_dir: str | None = None) -> None:
+        """``environ``: where the engines' sockets are named (DOCKER_HOST, CONTAINER_HOST);
+        ``state_dir``: where restart policies set aside for a drain are kept."""
         self.dropin_root = dropin_root
+        self.engines = Engines(os.environ if environ is None else environ, state_dir, clock)
         self.bus_address = bus_address
         self.clock = clock
         self.sleep = sleep
@@ -57,6 +63,10 @@ class Supervisors:
 
     def owner(self, holder: Holder) -> Owner:
         found = owner_of_cgroup(holder.cgroup)
+        if found.kind in CONTAINER_KINDS:
+            if found.key not in self._owners:
+                self._owners[found.key] = self.engines.owner(found)
+            return self._owners[found.key]
         if found.kind not in SYSTEMD_KINDS:
             return found
         if found.key not in self._owners:
@@ -70,11 +80,18 @@ class Supervisors:
 
     # -- stopping ----------------------------------------------------------
 
-    def stop(self, owners: Sequence[Owner], signame: str) -> dict[str, str]:
-        """Queue the stop of each owner; for each key, "" when its supervisor took it, else why not."""
+    def stop(self, owners: Sequence[Owner], signame: str,
+             timeout_s: float = 10.0) -> dict[str, str]:
+        """Queue the stop of each owner; for each key, "" when its supervisor took it, else why not.
+
+        ``timeout_s``: how long an engine waits for a container before it kills it.
+        """
         units = [o for o in owners if o.kind == "systemd-service"]
+        containers = [o for o in owners if o.kind in CONTAINER_KINDS]
         out = {o.key: f"cannot stop a {o.kind} through its supervisor" for o in owners
-               if o.kind not in SYSTEMD_KINDS}
+               if o.kind not in SYSTEMD_KINDS and o.kind not in CONTAINER_KINDS}
+        if containers:
+            out.update(self.engines.stop(containers, signame, timeout_s))
         out.update(self.users.stop([o for o in owners if o.kind == "user-service"], signame))
         for o in units:
             try:
@@ -99,6 +116,10 @@ class Supervisors:
         A reason for each unit that is running again, or about to (a start
         job queued).
         """
+        back = self.engines.settle(stops, deadline)
+        return back + self._settle_units(stops, deadline)
+
+    def _settle_units(self, stops: Sequence[Stop], deadline: float) -> list[str]:
         units = [s.owner for s in stops if s.owner.kind in SYSTEMD_KINDS]
         if not units:
             return []
@@ -210,6 +231,14 @@ class Supervisors:
         if owner.kind == "user-service":
             return self.users.start(owner, wait)
         return systemd.start_unit(owner.name, address=self.bus_address, wait=wait)
+
+    def start_container(self, owner: Owner, stopped_at: float) -> tuple[str, str]:
+        return self.engines.start(owner, stopped_at)
+
+    def take_warnings(self) -> list[str]:
+        """What went wrong on the way that the verdict should say (once)."""
+        out, self.engines.warnings[:] = list(self.engines.warnings), []
+        return out
 
 
 def _with_state(owner: Owner, st: systemd.ServiceState) -> Owner:

@@ -280,8 +280,8 @@ def test_user_service_of_a_lingering_user_is_stopped_through_its_manager_and_res
     [holder] = a["holders"]
     assert holder["owner_key"] == f"user-service:{UID}:{USER_UNIT}"
     unit_log = box.run("journalctl", "-u", "suspendguard@suspend.service", "-o", "cat").stdout
-    assert f"stopping {USER_UNIT} through the manager of uid {UID} (SIGINT for this stop, " \
-        "Restart=always)" in unit_log
+    assert f"{USER_UNIT} (restart always) through the manager of uid {UID} (SIGINT for this " \
+        "stop, restart always)" in unit_log
     # the drain drop-in is gone from the user's runtime unit folder
     assert box.run("test", "-e", f"/run/user/{UID}/systemd/user/{USER_UNIT}.d",
                    check=False).returncode != 0

@@ -1,0 +1,267 @@
+"""Docker's Engine API (and Podman's Docker-compatible one) over the engine's unix socket.
+
+The standard library only: an ``http.client.HTTPConnection`` whose socket
+is AF_UNIX. The guard needs six documented endpoints (``/version``,
+``/containers/ID/json``, ``/stop``, ``/kill``, ``/update``, ``/start``);
+the ``docker`` SDK and its ``requests`` stack would be a new dependency on
+the suspend path for them. Every failure is an ``Unavailable`` saying which
+socket and why.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from suspendguard.model import Unavailable
+
+DOCKER_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock")
+PODMAN_SOCKETS = ("/run/podman/podman.sock",)
+# The environment variables the engines' own clients read for their socket.
+SOCKET_ENV = {"docker": "DOCKER_HOST", "podman": "CONTAINER_HOST"}
+# The newest API this client was written against; the server's own is used
+# when it is older (the SDK's negotiation).
+API_MAX = (1, 43)
+# POST /containers/ID/stop takes ``signal`` from API 1.42 on (Docker 23).
+STOP_SIGNAL_API = (1, 42)
+TIMEOUT_S = 5.0
+_TIME = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$")
+
+Version = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """What the guard reads of one container (GET /containers/ID/json)."""
+
+    id: str
+    name: str
+    running: bool
+    pid: int
+    status: str  # State.Status: running, exited, restarting...
+    restart: str  # HostConfig.RestartPolicy.Name; "" is Docker's "no"
+    restart_max: int  # HostConfig.RestartPolicy.MaximumRetryCount
+    started_at: float  # State.StartedAt as a Unix time; 0 when never started
+
+
+def socket_path(kind: str, environ: Mapping[str, str]) -> str | Unavailable:
+    """The API socket of this engine kind: from DOCKER_HOST / CONTAINER_HOST, else the usual places."""
+    var = SOCKET_ENV[kind]
+    value = environ.get(var, "")
+    if value:
+        if not value.startswith("unix://"):
+            return Unavailable(f"{var}={value} is not a unix socket (unix://PATH): the guard "
+                               "talks to the engine on this host only")
+        return value[len("unix://"):]
+    places = DOCKER_SOCKETS if kind == "docker" else PODMAN_SOCKETS
+    for place in places:
+        if os.path.exists(place):
+            return place
+    return Unavailable(f"no {kind} API socket at {' or '.join(places)} (set {var}=unix://PATH)")
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class Pending:
+    """A request sent whose answer is read later (a stop waits for the container's exit)."""
+
+    def __init__(self, engine: Engine, conn: _UnixConnection, what: str) -> None:
+        self.engine = engine
+        self.conn = conn
+        self.what = what
+
+    def answer(self) -> tuple[int, Any] | Unavailable:
+        try:
+            return self.engine.read(self.conn)
+        except (OSError, http.client.HTTPException) as exc:
+            return self.engine.failed(self.what, exc)
+        finally:
+            self.conn.close()
+
+
+class Engine:
+    """One engine's API socket; the API version is negotiated on first use."""
+
+    def __init__(self, path: str, timeout_s: float = TIMEOUT_S) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+        self._version: Version | Unavailable | None = None
+
+    # -- the wire -----------------------------------------------------------
+
+    def failed(self, what: str, exc: BaseException) -> Unavailable:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        return Unavailable(f"the engine at {self.path} did not answer {what}: {why}")
+
+    def read(self, conn: _UnixConnection) -> tuple[int, Any]:
+        response = conn.getresponse()
+        data = response.read()
+        try:
+            body = json.loads(data) if data else None
+        except ValueError:
+            body = data.decode("utf-8", "replace")
+        return response.status, body
+
+    def send(self, method: str, path: str, body: Any = None,
+             timeout_s: float | None = None) -> Pending | Unavailable:
+        conn = _UnixConnection(self.path, self.timeout_s if timeout_s is None else timeout_s)
+        what = f"{method} {path}"
+        try:
+            payload = json.dumps(body).encode() if body is not None else None
+            headers = {"Content-Type": "application/json"} if payload is not None else {}
+            conn.request(method, path, body=payload, headers=headers)
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            return self.failed(what, exc)
+        return Pending(self, conn, what)
+
+    def call(self, method: str, path: str, body: Any = None,
+             timeout_s: float | None = None) -> tuple[int, Any] | Unavailable:
+        sent = self.send(method, path, body, timeout_s)
+        return sent if isinstance(sent, Unavailable) else sent.answer()
+
+    # -- the API ------------------------------------------------------------
+
+    def version(self) -> Version | Unavailable:
+        """The API version to speak: the server's when older than API_MAX."""
+        if self._version is None:
+            answer = self.call("GET", "/version")
+            if isinstance(answer, Unavailable):
+                return answer
+            status, body = answer
+            got = _parse_version(body.get("ApiVersion")) if isinstance(body, dict) else None
+            if status != 200 or got is None:
+                return Unavailable(f"the engine at {self.path} answered GET /version with "
+                                   f"{status} and no ApiVersion")
+            self._version = min(got, API_MAX)
+        return self._version
+
+    def _path(self, endpoint: str, **query: str | int) -> str | Unavailable:
+        version = self.version()
+        if isinstance(version, Unavailable):
+            return version
+        tail = f"?{urlencode(query)}" if query else ""
+        return f"/v{version[0]}.{version[1]}{endpoint}{tail}"
+
+    def inspect(self, cid: str) -> Container | Unavailable | None:
+        """The container, None when the engine has no such container."""
+        path = self._path(f"/containers/{quote(cid)}/json")
+        if isinstance(path, Unavailable):
+            return path
+        answer = self.call("GET", path)
+        if isinstance(answer, Unavailable):
+            return answer
+        status, body = answer
+        if status == 404:
+            return None
+        if status != 200 or not isinstance(body, dict):
+            return Unavailable(_error(self.path, "GET", path, status, body))
+        state = body.get("State") or {}
+        policy = (body.get("HostConfig") or {}).get("RestartPolicy") or {}
+        return Container(str(body.get("Id", cid)), str(body.get("Name", "")).lstrip("/"),
+                         bool(state.get("Running")), int(state.get("Pid") or 0),
+                         str(state.get("Status", "")), str(policy.get("Name") or ""),
+                         int(policy.get("MaximumRetryCount") or 0),
+                         parse_time(str(state.get("StartedAt") or "")))
+
+    def can_stop_with_signal(self) -> bool | Unavailable:
+        version = self.version()
+        return version if isinstance(version, Unavailable) else version >= STOP_SIGNAL_API
+
+    def stop(self, cid: str, signame: str | None, timeout_s: float) -> Pending | Unavailable:
+        """Send ``docker stop --signal SIG --time T``; the answer comes once the container stopped.
+
+        The engine records the container as stopped by the user, so its
+        restart policy does not bring it back; after ``timeout_s`` the engine
+        kills it, as ``docker stop`` does. ``signame`` None: the container's
+        own stop signal (APIs before 1.42).
+        """
+        t = math.ceil(timeout_s)
+        query: dict[str, str | int] = {"t": t} if signame is None else {"signal": signame, "t": t}
+        path = self._path(f"/containers/{quote(cid)}/stop", **query)
+        if isinstance(path, Unavailable):
+            return path
+        # The answer may take as long as the engine's own wait, and its kill.
+        return self.send("POST", path, timeout_s=t + 30.0)
+
+    def kill(self, cid: str, signame: str) -> str | Unavailable:
+        return self._post(f"/containers/{quote(cid)}/kill", {"signal": signame})
+
+    def set_restart(self, cid: str, name: str, maximum: int = 0) -> str | Unavailable:
+        return self._post(f"/containers/{quote(cid)}/update", {},
+                          {"RestartPolicy": {"Name": name, "MaximumRetryCount": maximum}})
+
+    def start(self, cid: str) -> str | Unavailable:
+        """"" once started, "already running", or why not."""
+        return self._post(f"/containers/{quote(cid)}/start", {})
+
+    def _post(self, endpoint: str, query: dict[str, str], body: Any = None) -> str | Unavailable:
+        path = self._path(endpoint, **query)
+        if isinstance(path, Unavailable):
+            return path
+        answer = self.call("POST", path, body)
+        return answer if isinstance(answer, Unavailable) else stop_answer(self.path, path, answer)
+
+
+def stop_answer(where: str, path: str, answer: tuple[int, Any] | Unavailable) -> str | Unavailable:
+    """A POST's answer: "" when done, "already running"/"already stopped" (304), "gone" (404)."""
+    if isinstance(answer, Unavailable):
+        return answer
+    status, body = answer
+    if status in (200, 204):
+        return ""
+    if status == 304:
+        return "already running" if path.split("?")[0].endswith("/start") else "already stopped"
+    if status == 404:
+        return "gone"
+    return Unavailable(_error(where, "POST", path, status, body))
+
+
+def _error(where: str, method: str, path: str, status: int, body: Any) -> str:
+    message = body.get("message") if isinstance(body, dict) else body
+    return f"the engine at {where} answered {method} {path.split('?')[0]} with {status}" + \
+        (f": {message}" if message else "")
+
+
+def _parse_version(text: Any) -> Version | None:
+    try:
+        major, minor = str(text).split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def parse_time(text: str) -> float:
+    """Docker's RFC 3339 time (nanoseconds, Z or an offset) as a Unix time; 0 when absent."""
+    m = _TIME.match(text)
+    if not m or text.startswith("0001-"):
+        return 0.0
+    zone = m.group(3) if m.group(3) not in (None, "Z") else "+00:00"
+    try:
+        stamp = datetime.fromisoformat(f"{m.group(1)}.{(m.group(2) or '0')[:6]:0<6}{zone}")
+    except ValueError:
+        return 0.0
+    return stamp.timestamp()

@@ -1,0 +1,214 @@
+"""Containers drained through their engine, kept down through the sleep, started again after it.
+
+Against tests/fakes/engine (the Docker Engine API on a unix socket, real
+processes in ``docker-ID.scope`` / ``libpod-ID.scope`` cgroups), handed to
+the guard the standard way: DOCKER_HOST / CONTAINER_HOST.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.engine.fake_engine import FakeEngine, cgroup_root
+from helpers.holders import HOLDER, Holders
+from helpers.isolation import ROOT
+from helpers.runners import cli, guard
+
+from suspendguard.guard.supervise import Supervisors
+from suspendguard.store.history import History
+
+pytestmark = pytest.mark.skipif(not ROOT or cgroup_root() is None,
+                                reason="the fake engine puts its containers in cgroups: root and "
+                                       "a writable cgroup v2 tree")
+
+# Longer than the fake engine's restart delay and the guard's respawn wait:
+# a container that a restart policy brings back is running again by then.
+SLEEP_S = 0.6
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[FakeEngine]:
+    with FakeEngine(str(tmp_path / "docker.sock")) as e:
+        yield e
+
+
+def job(node: str, holders: Holders, mode: str = "graceful") -> list[str]:
+    return [sys.executable, HOLDER, "--node", node, "--mode", mode, "--delay", "0",
+            "--marker", holders.marker]
+
+
+def env(engine: FakeEngine) -> dict[str, str]:
+    var = "DOCKER_HOST" if engine.kind == "docker" else "CONTAINER_HOST"
+    return {var: f"unix://{engine.socket_path}"}
+
+
+def supervisors(engine: FakeEngine, tmp_path: Path) -> Supervisors:
+    return Supervisors(environ=env(engine), state_dir=str(tmp_path / "state"))
+
+
+def conf_file(tmp_path: Path, node: str, extra: str = "") -> str:
+    path = tmp_path / "config.toml"
+    path.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+                    f'[state]\ndir = "{tmp_path / "state"}"\n'
+                    f'[idle]\nbackends = []\n[drain]\ntimeout_s = 5\n{extra}')
+    return str(path)
+
+
+def stops(tmp_path: Path) -> list[dict[str, Any]]:
+    with History.open(str(tmp_path / "state")) as h:
+        return [s.to_json() for a in h.attempts() for s in a.stops]
+
+
+def test_the_fake_restarts_a_container_signalled_around_it(
+        engine: FakeEngine, node: str, holders: Holders) -> None:
+    # What makes the tests below able to fail: a plain drain's signal is
+    # followed by the restart policy.
+    c = engine.create(job(node, holders), restart="always")
+    first = c.pid
+    engine.kill_around(c)
+    time.sleep(SLEEP_S)
+    assert c.running and c.pid != first and c.restarts == 1
+
+
+def test_drained_through_the_engine_stays_down_and_is_restored_after_resume(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(job(node, holders), restart="always", name="infer")
+    pid = c.pid
+    report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
+
+    assert report.verdict.kind == "allow", report.verdict
+    assert ("POST", f"/containers/{c.id}/stop") in [(m, p) for m, p, _q, _b in engine.requests]
+    stop_query = next(q for m, p, q, _b in engine.requests if p.endswith("/stop"))
+    assert stop_query == {"signal": "SIGINT", "t": "5"}
+    assert f"{pid} SIGINT" in holders.signals()
+    [holder] = report.holders
+    assert holder.owner.kind == "docker" and holder.owner.name == c.id
+    assert holder.owner.restart == "always" and holder.outcome.kind == "exited"
+    # The "sleep": the restart policy does not bring it back.
+    time.sleep(SLEEP_S)
+    assert not c.running and c.restarts == 0
+    [pending] = stops(tmp_path)
+    assert pending["owner"] == f"docker:{c.id}" and pending["result"] == "pending"
+
+    code, out, err = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                         environ=env(engine))
+    assert code == 0, err
+    [done] = json.loads(out)["restored"]
+    assert done["result"] == "started", done
+    assert engine.wait_running(c) and c.pid != pid
+    assert stops(tmp_path)[0]["result"] == "started"
+    # Nothing left to bring back: a second restore starts nothing.
+    assert cli("--config", conf_file(tmp_path, node), "restore", environ=env(engine))[1] == \
+        "nothing to restore\n"
+    assert engine.paths("POST").count(f"/containers/{c.id}/start") == 1
+
+
+def test_container_without_restart_policy_is_stopped_and_restored(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(job(node, holders), restart="no")
+    report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
+    assert report.verdict.kind == "allow"
+    assert report.holders[0].owner.restart == "no"
+    assert f"/containers/{c.id}/stop" in engine.paths("POST")
+    code, out, _ = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                       environ=env(engine))
+    assert code == 0 and json.loads(out)["restored"][0]["result"] == "started"
+    assert engine.wait_running(c)
+
+
+def test_a_veto_starts_the_drained_container_again_at_once(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(job(node, holders), restart="always")
+    _, slow = holders.start(node, mode="slow", delay=4)  # exits too late: the veto
+    report = guard(make_config(drain={"timeout_s": 1}), supervisors=supervisors(engine, tmp_path))
+
+    assert report.verdict.kind == "veto"
+    assert any(f"pid {slow}" in r for r in report.verdict.reasons), report.verdict.reasons
+    posts = engine.paths("POST")
+    assert posts.index(f"/containers/{c.id}/stop") < posts.index(f"/containers/{c.id}/start")
+    assert c.running and c.restarts == 0  # started by the guard, not by the policy
+    [row] = stops(tmp_path)
+    assert row["result"] == "started"
+
+
+def test_a_container_started_meanwhile_is_skipped(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(job(node, holders), restart="always")
+    assert guard(make_config(), supervisors=supervisors(engine, tmp_path)).verdict.kind == "allow"
+    engine.handle("POST", f"/v1.43/containers/{c.id}/start", b"")  # an operator's docker start
+    _, out, _ = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                    environ=env(engine))
+    [done] = json.loads(out)["restored"]
+    assert done["result"] == "skipped" and "already running" in done["why"]
+
+
+def test_a_removed_container_is_skipped(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(job(node, holders), restart="always")
+    assert guard(make_config(), supervisors=supervisors(engine, tmp_path)).verdict.kind == "allow"
+    del engine.containers[c.id]  # docker rm
+    _, out, _ = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                    environ=env(engine))
+    [done] = json.loads(out)["restored"]
+    assert done == {**done, "result": "skipped", "why": "the container no longer exists"}
+
+
+def test_engine_not_answering_drains_it_as_a_plain_process_with_a_warning(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(job(node, holders), restart="always")
+    first = c.pid
+    gone = Supervisors(environ={"DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}"},
+                       state_dir=str(tmp_path / "state"))
+    report = guard(make_config(drain={"rounds": 2}), supervisors=gone)
+
+    assert f"{first} SIGINT" in holders.signals()  # signalled directly
+    assert engine.paths("POST") == []
+    assert any("the container engine could not be reached" in w
+               and "restart policy may bring it back" in w for w in report.verdict.warnings), \
+        report.verdict.warnings
+    # The respawn wait caught what the policy brought back.
+    assert report.verdict.kind == "veto"
+    assert any("respawned" in r for r in report.verdict.reasons), report.verdict.reasons
+    assert c.restarts >= 1
+    assert stops(tmp_path) == []
+
+
+def test_old_api_sets_the_restart_policy_aside_for_the_kill_and_restore_puts_it_back(
+        tmp_path: Path, node: str, holders: Holders, make_config: Any) -> None:
+    with FakeEngine(str(tmp_path / "podman.sock"), api="1.41", kind="podman") as engine:
+        c = engine.create(job(node, holders), restart="always")
+        report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
+        assert report.verdict.kind == "allow", report.verdict
+        assert report.holders[0].owner.kind == "podman"
+        posts = [(p, q, b) for m, p, q, b in engine.requests if m == "POST"]
+        assert posts[0] == (f"/containers/{c.id}/update", {},
+                            {"RestartPolicy": {"Name": "no", "MaximumRetryCount": 0}})
+        assert posts[1] == (f"/containers/{c.id}/kill", {"signal": "SIGINT"}, None)
+        time.sleep(SLEEP_S)
+        assert not c.running and c.restarts == 0
+
+        code, out, _ = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                           environ=env(engine))
+        assert json.loads(out)["restored"][0]["result"] == "started" and code == 0
+        assert c.restart == "always" and engine.wait_running(c)
+
+
+def test_check_shows_the_container_owner(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path) -> None:
+    c = engine.create(job(node, holders), restart="unless-stopped", name="infer")
+    code, out, _ = cli("--config", conf_file(tmp_path, node), "check", "--json",
+                       environ=env(engine))
+    assert code == 0
+    [holder] = json.loads(out)["holders"]
+    assert holder["owner_key"] == f"docker:{c.id}"
+    assert holder["owner"]["restart"] == "unless-stopped"
+    assert holder["owner"]["engine"] == engine.socket_path
+    assert engine.paths("POST") == []  # a dry run stops nothing
+    _, text, _ = cli("--config", conf_file(tmp_path, node), "check", environ=env(engine))
+    assert f"run by Docker container {c.id[:12]} (restart unless-stopped)" in text
