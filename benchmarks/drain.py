@@ -175,10 +175,10 @@ class TimedSupervisors(Supervisors):
         self.stop_s = 0.0
         self.settle_s = 0.0
 
-    def stop(self, owners: Sequence[Owner], signame: str) -> dict[str, str]:
+    def stop(self, owners: Sequence[Owner], signame: str, timeout_s: float = 10.0) -> dict[str, str]:
         t = time.monotonic()
         try:
-            return super().stop(owners, signame)
+            return super().stop(owners, signame, timeout_s)
         finally:
             self.stop_s += time.monotonic() - t
 
@@ -233,7 +233,7 @@ def inside(n: int, runs: int, work: Path) -> int:
         subprocess.run(["systemctl", "stop", *units], check=True)
         for unit in units:
             Path(f"/run/systemd/system/{unit}").unlink()
-        Supervisors().remove_dropins(units)
+        Supervisors().remove_dropins([Owner("systemd-service", unit) for unit in units])
 
         exits = work / f"exits-{i}-plain"
         procs = [subprocess.Popen([sys.executable, str(work / "holder.py"), str(node), str(exits)],
