@@ -41,8 +41,10 @@ SYSTEMD_KINDS = ("systemd-service", "user-service")
 class Supervisors:
     """The owners of holders, and the supervisors' own ways to stop and start them.
 
-    System services go through the system manager over D-Bus; user services
-    (``user@UID.service``) through their user's manager, guard/user_services.py.
+    System services go through the system manager over D-Bus, user services
+    (``user@UID.service``) through their user's manager
+    (guard/user_services.py), containers through their engine
+    (guard/containers.py).
     """
 
     def __init__(self, *, dropin_root: str = DROPIN_ROOT, bus_address: str | None = None,
