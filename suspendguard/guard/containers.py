@@ -20,11 +20,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from suspendguard.guard.owner import Owner, Stop
+from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop
 from suspendguard.model import Unavailable
 from suspendguard.system.engine import Container, Engine, Pending, socket_path, stop_answer
 
-CONTAINER_KINDS = ("docker", "podman")
 # Docker restarts an exited container after 100 ms, doubling each time.
 FIRST_RESTART_DELAY_S = 0.1
 # How long the guard waits for an engine's answer to a stop beyond the
@@ -147,7 +146,10 @@ class Engines:
             if isinstance(engine, Unavailable):
                 continue
             seen = engine.inspect(s.owner.name)
-            if isinstance(seen, Container) and seen.running:
+            # An engine may still say "running" for a moment after the job
+            # exited: only a start after the stop (StartedAt) is a restart.
+            if isinstance(seen, Container) and seen.running and (
+                    seen.started_at == 0 or seen.started_at >= s.at):
                 reasons.append(f"{s.owner.describe()} was started again during the drain: it "
                                "would hold the accelerator while the machine sleeps")
         return reasons

@@ -16,6 +16,8 @@ from typing import Any, Literal, Protocol
 from suspendguard.model import Holder, Unavailable
 
 OwnerKind = Literal["systemd-service", "user-service", "docker", "podman", "kubernetes", "plain"]
+# The owners stopped and started through a container engine's API.
+CONTAINER_KINDS: tuple[OwnerKind, ...] = ("docker", "podman")
 
 # Docker: cgroupfs driver /docker/ID, systemd driver docker-ID.scope.
 _DOCKER = (re.compile(r"/docker/([0-9a-f]{64})(?:/|$)"),

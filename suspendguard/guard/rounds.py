@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from suspendguard.config import Config
 from suspendguard.guard.drain import drain
-from suspendguard.guard.owner import Owner, Stop, Supervisor, owner_of_cgroup
+from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, Supervisor, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
 from suspendguard.guard.report import HolderResult
 from suspendguard.guard.scan import scan_holders
@@ -275,11 +275,15 @@ class Rounds:
         whose children are supervised by nobody else) gets RESPAWN_GRACE_S.
         A job stopped through its supervisor is not restarted by it; what
         else may bring it back is looked at afterwards (Supervisors.settle).
+        A container with a restart policy, stopped through its engine, gets
+        its restart delay all the same: an engine that starts it again
+        anyway (or a watcher beside it) is caught by the look that follows.
         """
         wait = 0.0
         for d in drained:
             owner = self.owner(d.holder)
-            if holder_id(d.holder) in self._through or not owner.restarts:
+            through = holder_id(d.holder) in self._through
+            if not owner.restarts or (through and owner.kind not in CONTAINER_KINDS):
                 continue
             wait = max(wait, min(MAX_RESTART_WAIT_S, owner.restart_delay_s) + RESTART_MARGIN_S)
         parents = {d.holder.ppid for d in drained

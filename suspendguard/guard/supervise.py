@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from suspendguard.guard.containers import CONTAINER_KINDS, Engines
+from suspendguard.guard.containers import Engines
 from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text
-from suspendguard.guard.owner import Owner, Stop, UnitNow, owner_of_cgroup
+from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, UnitNow, owner_of_cgroup
 from suspendguard.guard.user_services import UserServices
 from suspendguard.model import Holder, Unavailable
 from suspendguard.system.dbus import systemd

@@ -137,6 +137,18 @@ def test_a_veto_starts_the_drained_container_again_at_once(
     assert row["result"] == "started"
 
 
+def test_a_container_brought_back_after_its_stop_vetoes(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(job(node, holders), restart="always")
+    c.back_after_stop = True
+    report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
+    assert report.verdict.kind == "veto"
+    assert any("started again" in r or "respawned" in r for r in report.verdict.reasons), \
+        report.verdict.reasons
+    assert engine.wait_running(c)
+    c.back_after_stop = False  # the fake's teardown stops it for good
+
+
 def test_a_container_started_meanwhile_is_skipped(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
     c = engine.create(job(node, holders), restart="always")

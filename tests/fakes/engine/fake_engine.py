@@ -62,6 +62,9 @@ class Container:
     started_at: str = "0001-01-01T00:00:00Z"
     exit_code: int = 0
     restarts: int = 0
+    # Something beside the engine (a compose watcher, a watchdog) starts it
+    # again even after a stop: what the guard must catch, not prevent.
+    back_after_stop: bool = False
     generation: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -179,12 +182,12 @@ class FakeEngine:
             if generation != c.generation:
                 return
             c.exit_code = code
-            comes_back = not c.stopped_by_user and (
+            comes_back = c.back_after_stop or not c.stopped_by_user and (
                 c.restart in ("always", "unless-stopped") or (c.restart == "on-failure" and code != 0))
         if comes_back:
             time.sleep(RESTART_DELAY_S)
             with c.lock:
-                if generation == c.generation and not c.stopped_by_user:
+                if generation == c.generation and (c.back_after_stop or not c.stopped_by_user):
                     c.restarts += 1
                     self._start(c)
 
