@@ -182,8 +182,8 @@ class FakeEngine:
             if generation != c.generation:
                 return
             c.exit_code = code
-            comes_back = c.back_after_stop or not c.stopped_by_user and (
-                c.restart in ("always", "unless-stopped") or (c.restart == "on-failure" and code != 0))
+            comes_back = c.back_after_stop or (not c.stopped_by_user and (
+                c.restart in ("always", "unless-stopped") or (c.restart == "on-failure" and code != 0)))
         if comes_back:
             time.sleep(RESTART_DELAY_S)
             with c.lock:
