@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from helpers import REPO
-from helpers.systemd_harness import Container, unavailable_reason
+from helpers.systemd_harness import Container, guard_config, unavailable_reason
 
 pytestmark = [
     pytest.mark.systemd,
@@ -27,31 +27,13 @@ pytestmark = [
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
 ]
 
-REPO = REPO
 NODE = "/dev/suspendguard-test/accel0"
 # 1:8, as in test_systemd_container.py: a node the container's device policy
 # lets a job open, that nothing else in the container holds.
 NODE_RDEV = "1 8"
 LOG_DIR = "/var/log/suspendguard-test"
 STATE_DIR = "/var/lib/suspendguard-test-state"
-CONFIG = f"""\
-[devices]
-families = []
-nodes = ["{NODE}"]
-
-[idle]
-backends = []
-
-[drain]
-timeout_s = 5.0
-deadline_s = 20.0
-
-[logs]
-paths = ["{LOG_DIR}/**"]
-
-[state]
-dir = "{STATE_DIR}"
-"""
+CONFIG = guard_config(NODE, state_dir=STATE_DIR, log_dir=LOG_DIR)
 HCCP = ("EJ0001: 2024-05-21-11:57:54.167.645 Failed to initialize the HCCP process. "
         "Reason: Maybe the last training process is running.")
 SOLUTION = "        Solution: Wait for 10s after killing the last training process and try again."

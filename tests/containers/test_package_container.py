@@ -33,8 +33,6 @@ import pytest
 from helpers import REPO
 from helpers.debian_box import DebianBox, debian_tree, unavailable_reason
 
-REPO = REPO
-
 
 def _reason() -> str | None:
     reason = unavailable_reason()

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-REPO = REPO
 INSTANCES = [f"suspendguard@{a}.service"
              for a in ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")]
 RESUME = "suspendguard-resume.service"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from helpers import REPO
-from helpers.systemd_harness import Container, unavailable_reason
+from helpers.systemd_harness import Container, guard_config, unavailable_reason
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [
@@ -28,25 +28,10 @@ pytestmark = [
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
 ]
 
-REPO = REPO
 HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
 NODE = "/dev/suspendguard-status/accel0"  # /run is nodev in the container: /dev is not
 STATE_DIR = "/var/lib/suspendguard"
-CONFIG = f"""\
-[devices]
-families = []
-nodes = ["{NODE}"]
-
-[idle]
-backends = []
-
-[drain]
-timeout_s = 5.0
-deadline_s = 20.0
-
-[state]
-dir = "{STATE_DIR}"
-"""
+CONFIG = guard_config(NODE, state_dir=STATE_DIR)
 VETO_UNIT = "suspendguard@suspend.service"
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from helpers import REPO
-from helpers.systemd_harness import Container, unavailable_reason
+from helpers.systemd_harness import Container, guard_config, unavailable_reason
 
 pytestmark = [
     pytest.mark.systemd,
@@ -34,21 +34,7 @@ NODE_RDEV = "1 9"  # /dev/urandom's number: not 1:7 nor the other container modu
 MARKER = "/run/suspendguard-sv/signals.log"
 SEEN = "/run/suspendguard-sv/at-sleep.log"
 STATE_DIR = "/var/lib/suspendguard-sv"
-CONFIG = f"""\
-[devices]
-families = []
-nodes = ["{NODE}"]
-
-[idle]
-backends = []
-
-[drain]
-timeout_s = 3.0
-deadline_s = 20.0
-
-[state]
-dir = "{STATE_DIR}"
-"""
+CONFIG = guard_config(NODE, state_dir=STATE_DIR, timeout_s=3.0)
 # Runs inside systemd-sleep, after the veto unit, just before the state is written.
 AT_SLEEP = f"""#!/bin/sh
 [ "$1" = pre ] || exit 0

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from helpers import REPO
-from helpers.systemd_harness import Container, HarnessError, unavailable_reason
+from helpers.systemd_harness import Container, HarnessError, guard_config, unavailable_reason
 
 pytestmark = [
     pytest.mark.systemd,
@@ -34,7 +34,6 @@ pytestmark = [
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
 ]
 
-REPO = REPO
 HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
 NODE = "/dev/suspendguard-test/accel0"  # /run is nodev in the container: /dev is not
 # 1:8 (as /dev/random): a node the container's device policy lets a job open,
@@ -46,24 +45,7 @@ MARKER = "/run/suspendguard-test/signals.log"
 LOG_DIR = "/var/log/suspendguard-test"
 STATE_DIR = "/var/lib/suspendguard-test-state"  # not the default: ReadWritePaths= must work
 DEADLINE_S = 20
-CONFIG = f"""\
-[devices]
-families = []
-nodes = ["{NODE}"]
-
-[idle]
-backends = []
-
-[drain]
-timeout_s = 5.0
-deadline_s = {DEADLINE_S}.0
-
-[logs]
-paths = ["{LOG_DIR}/**"]
-
-[state]
-dir = "{STATE_DIR}"
-"""
+CONFIG = guard_config(NODE, state_dir=STATE_DIR, deadline_s=DEADLINE_S, log_dir=LOG_DIR)
 NVIDIA_LOG = "/run/suspendguard-test/nvidia.log"
 # Shaped like the NVIDIA driver's own unit (Before= and RequiredBy= the sleep
 # step), standing in for it: the GPU's preparation must come after the drain

@@ -26,7 +26,6 @@ pytestmark = [
     pytest.mark.skipif(not HAS_WAIT_ONLINE, reason=f"{WAIT_ONLINE} is not installed"),
 ]
 
-REPO = REPO
 WANT_WAIT_ONLINE = [f"systemd.wants={WAIT_ONLINE}"]
 
 

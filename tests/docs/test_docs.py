@@ -23,7 +23,6 @@ from suspendguard.config import SCHEMA, commented_default
 from suspendguard.docs import GENERATED, README, generate
 from suspendguard.docs.__main__ import main as docs_main
 
-REPO = REPO
 MAN8 = REPO / "man" / "suspendguard.8"
 MAN5 = REPO / "man" / "suspendguard.toml.5"
 BASH = REPO / "completion" / "suspendguard"

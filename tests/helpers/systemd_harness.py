@@ -421,3 +421,18 @@ def _descendants(pid: int) -> list[int]:
 def _kill(pid: int) -> None:
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
+
+
+def guard_config(node: str, *, state_dir: str | None = None, timeout_s: float = 5.0,
+                 deadline_s: float | None = 20.0, log_dir: str | None = None) -> str:
+    """The guard's config for a container test: one test node, no idle backends."""
+    lines = ["[devices]", "families = []", f'nodes = ["{node}"]', "",
+             "[idle]", "backends = []", "",
+             "[drain]", f"timeout_s = {timeout_s:.1f}"]
+    if deadline_s is not None:
+        lines.append(f"deadline_s = {deadline_s:.1f}")
+    if log_dir is not None:
+        lines += ["", "[logs]", f'paths = ["{log_dir}/**"]']
+    if state_dir is not None:
+        lines += ["", "[state]", f'dir = "{state_dir}"']
+    return "\n".join(lines) + "\n"

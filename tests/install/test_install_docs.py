@@ -14,7 +14,6 @@ from suspendguard.cli import main
 from suspendguard.errors import InstallError
 from suspendguard.install.docs import DOCS, docs_dir
 
-REPO = REPO
 MANIFEST = "var/lib/suspendguard/installed.json"
 
 

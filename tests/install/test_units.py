@@ -16,7 +16,6 @@ from suspendguard.config import build, defaults
 from suspendguard.install import templates
 from suspendguard.model import SLEEP_ACTIONS
 
-REPO = REPO
 SHIPPED = REPO / "systemd"
 UNIT = (SHIPPED / templates.UNIT_TEMPLATE).read_text()
 HOOK = (SHIPPED / templates.HOOK_TEMPLATE).read_text()
