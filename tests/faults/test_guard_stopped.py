@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import signal
@@ -11,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from helpers.cgroups import remove_cgroup
 from helpers.holders import Holders
 
 from suspendguard.guard.pipeline import run
@@ -90,17 +90,7 @@ def v1_freezer() -> Iterator[Callable[[int], str]]:
     finally:
         with open(state, "w") as f:
             f.write("THAWED")
-        with open(os.path.join(path, "cgroup.procs")) as f:
-            members = [int(p) for p in f.read().split()]
-        for pid in members:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        for _ in range(50):
-            try:
-                os.rmdir(path)
-                break
-            except OSError:
-                time.sleep(0.05)
+        remove_cgroup(path)
 
 
 def test_a_holder_frozen_by_the_v1_freezer_vetoes_unsignalled(

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import io
 import os
 import re
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from helpers.cgroups import remove_cgroup
 from helpers.holders import Holders
 from helpers.runners import guard
 
@@ -245,17 +244,7 @@ def frozen_cgroup() -> Iterator[Callable[[int], None]]:
     finally:
         with open(os.path.join(path, "cgroup.freeze"), "w") as f:
             f.write("0")
-        with open(os.path.join(path, "cgroup.procs")) as f:
-            members = [int(p) for p in f.read().split()]
-        for pid in members:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        for _ in range(50):
-            try:
-                os.rmdir(path)
-                break
-            except OSError:
-                time.sleep(0.05)
+        remove_cgroup(path)
 
 
 def test_frozen_holder_vetoes_in_the_unit_and_is_skipped_by_the_hook(
