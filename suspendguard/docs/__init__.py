@@ -6,7 +6,7 @@ completion) and the config schema (``suspendguard.config.schema``) for the
 configuration file's page and the README's table of keys. The results are
 committed (``man/``, ``completion/``): the packages and ``suspendguard
 install`` ship those files and need no generator at build time.
-``tools/gen-docs`` rewrites them; tests/test_docs.py regenerates them and
+``tools/gen-docs`` rewrites them; tests/docs/test_docs.py regenerates them and
 fails when a committed file differs, so they cannot drift from the parser.
 
 The generators (argparse-manpage, shtab) are in the ``docs`` extra and the
