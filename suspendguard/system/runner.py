@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from suspendguard.system import children
 
@@ -63,26 +64,21 @@ def run(
     supplementary groups, before it executes (needs CAP_SETUID, CAP_SETGID).
     """
     args = tuple(argv)
-    try:
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-            text=True,
-            errors="replace",
-            user=as_user[0] if as_user else None,
-            group=as_user[1] if as_user else None,
-            extra_groups=[] if as_user else None,
-        )
-    except FileNotFoundError:
-        return RunResult(args, None, "", "", error="command not found")
-    except PermissionError:
-        return RunResult(args, None, "", "", error="permission denied")
-    except OSError as exc:
-        return RunResult(args, None, "", "", error=exc.strerror or str(exc))
+    proc = _spawn(
+        args,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env) if env is not None else None,
+        start_new_session=True,
+        text=True,
+        errors="replace",
+        user=as_user[0] if as_user else None,
+        group=as_user[1] if as_user else None,
+        extra_groups=[] if as_user else None,
+    )
+    if isinstance(proc, RunResult):
+        return proc
     children.add(proc.pid)
     try:
         try:
@@ -109,15 +105,10 @@ def run_bounded(argv: Sequence[str], timeout: float, max_output: int) -> RunResu
     as UTF-8 (bad bytes replaced) without newline translation.
     """
     args = tuple(argv)
-    try:
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
-    except FileNotFoundError:
-        return RunResult(args, None, "", "", error="command not found")
-    except PermissionError:
-        return RunResult(args, None, "", "", error="permission denied")
-    except OSError as exc:
-        return RunResult(args, None, "", "", error=exc.strerror or str(exc))
+    proc = _spawn(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE, start_new_session=True)
+    if isinstance(proc, RunResult):
+        return proc
     children.add(proc.pid)
     timed_out = truncated = True  # until it is read to the end: killed on the way out
     try:
@@ -172,3 +163,15 @@ def _read_bounded(proc: subprocess.Popen[bytes], timeout: float, max_output: int
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def _spawn(args: tuple[str, ...], **popen: Any) -> subprocess.Popen[Any] | RunResult:
+    """The started child, or the RunResult that says why it could not start."""
+    try:
+        return subprocess.Popen(args, **popen)
+    except FileNotFoundError:
+        return RunResult(args, None, "", "", error="command not found")
+    except PermissionError:
+        return RunResult(args, None, "", "", error="permission denied")
+    except OSError as exc:
+        return RunResult(args, None, "", "", error=exc.strerror or str(exc))

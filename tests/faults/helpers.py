@@ -6,9 +6,14 @@ import contextlib
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from helpers.holders import Holders
 
 from suspendguard.cli import main
 
@@ -33,3 +38,25 @@ def open_dir(mode: int = 0o755) -> Iterator[Path]:
 
 def one_line(err: str) -> bool:
     return err.count("\n") == 1 and "Traceback" not in err
+
+
+def guard_mid_drain(tmp_path: Path, node: str, holders: Holders, *argv: str
+                    ) -> tuple[subprocess.Popen[str], int, Path]:
+    """A real ``drain --yes`` (plus ``argv``) that has just sent SIGINT to a slow job.
+
+    Returns the guard's process, the job's pid and the state folder; the
+    caller ends the guard.
+    """
+    state = tmp_path / "state"
+    conf = tmp_path / "guard.toml"
+    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\ndir = "{state}"\n'
+                    '[idle]\nbackends = []\n[drain]\ntimeout_s = 20\n')
+    _slow, pid = holders.start(node, mode="slow")
+    guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
+                              "drain", "--yes", *argv], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    for _ in range(500):
+        if holders.signals():
+            break
+        time.sleep(0.02)
+    return guard, pid, state

@@ -6,13 +6,14 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from helpers.holders import Holders
 from helpers.isolation import needs_root
 
 from suspendguard.store.history import History
+
+from .helpers import guard_mid_drain
 
 HERE = Path(__file__).resolve().parent
 
@@ -36,18 +37,8 @@ def test_an_allowed_attempt_is_recorded_when_the_drain_fills_the_disk(
 
 def test_a_guard_killed_mid_drain_leaves_whom_it_signalled(
         tmp_path: Path, node: str, holders: Holders) -> None:
-    state = tmp_path / "state"
-    conf = tmp_path / "guard.toml"
-    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\ndir = "{state}"\n'
-                    '[idle]\nbackends = []\n[drain]\ntimeout_s = 20\n')
-    _slow, pid = holders.start(node, mode="slow")
-    guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
-                              "drain", "--yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    guard, pid, state = guard_mid_drain(tmp_path, node, holders)
     try:
-        for _ in range(500):
-            if holders.signals():
-                break
-            time.sleep(0.02)
         assert holders.signals() == [f"{pid} SIGINT"]
     finally:
         guard.send_signal(signal.SIGKILL)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,22 +11,13 @@ from helpers.holders import Holders
 
 from suspendguard.store.history import History
 
+from .helpers import guard_mid_drain
+
 
 def test_sigint_to_the_guard_mid_drain_gives_a_recorded_veto(
         tmp_path: Path, node: str, holders: Holders) -> None:
-    state = tmp_path / "state"
-    conf = tmp_path / "guard.toml"
-    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\ndir = "{state}"\n'
-                    '[idle]\nbackends = []\n[drain]\ntimeout_s = 20\n')
-    _slow, pid = holders.start(node, mode="slow")
-    guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
-                              "drain", "--yes", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    guard, pid, state = guard_mid_drain(tmp_path, node, holders, "--json")
     try:
-        for _ in range(500):
-            if holders.signals():
-                break
-            time.sleep(0.02)
         assert holders.signals() == [f"{pid} SIGINT"]
         start = time.monotonic()
         guard.send_signal(signal.SIGINT)
