@@ -1,9 +1,9 @@
-"""The man pages, the shell completion and the README's key table, generated.
+"""The man pages, the shell completion and the configuration page's key table, generated.
 
 Everything here is read off the program's own definitions:
 ``suspendguard.cli.build_parser()`` for the command (man page, bash and zsh
 completion) and the config schema (``suspendguard.config.schema``) for the
-configuration file's page and the README's table of keys. The results are
+configuration file's page and docs/configuration.md's table of keys. The results are
 committed (``man/``, ``completion/``): the packages and ``suspendguard
 install`` ship those files and need no generator at build time.
 ``tools/gen-docs`` rewrites them; tests/docs/test_docs.py regenerates them and
@@ -31,7 +31,7 @@ GENERATED: dict[str, Callable[[str], str]] = {
 }
 
 # Generated in part: its table of configuration keys.
-README = "README.md"
+KEYS_PAGE = "docs/configuration.md"
 
 
 def release_date(repo: Path) -> str:
@@ -52,5 +52,5 @@ def generate(repo: Path) -> dict[str, str]:
     """Every generated file's text, by its path in the repository."""
     date = release_date(repo)
     files = {path: make(date) for path, make in GENERATED.items()}
-    files[README] = with_keys_table((repo / README).read_text(encoding="utf-8"))
+    files[KEYS_PAGE] = with_keys_table((repo / KEYS_PAGE).read_text(encoding="utf-8"))
     return files

@@ -141,5 +141,5 @@ def with_keys_table(readme: str) -> str:
     """The README with its table of keys regenerated."""
     pattern = re.compile(re.escape(README_START) + r".*?" + re.escape(README_END), re.DOTALL)
     if len(pattern.findall(readme)) != 1:
-        raise ValueError(f"README.md: expected one block {README_START} ... {README_END}")
+        raise ValueError(f"docs/configuration.md: expected one block {README_START} ... {README_END}")
     return pattern.sub(lambda _m: readme_keys_table(), readme)

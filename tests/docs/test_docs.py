@@ -20,7 +20,7 @@ from helpers import REPO
 
 from suspendguard.cli import build_parser
 from suspendguard.config import SCHEMA, commented_default
-from suspendguard.docs import GENERATED, README, generate
+from suspendguard.docs import GENERATED, KEYS_PAGE, generate
 from suspendguard.docs.__main__ import main as docs_main
 
 MAN8 = REPO / "man" / "suspendguard.8"
@@ -52,7 +52,7 @@ def test_generated_files_are_current() -> None:
 
 
 def test_check_mode_names_a_stale_file_and_writes_nothing(tmp_path: Path) -> None:
-    for path in [*GENERATED, README, "debian/changelog"]:
+    for path in [*GENERATED, KEYS_PAGE, "debian/changelog"]:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / path, tmp_path / path)
     assert docs_main(["--check", str(tmp_path)]) == 0
