@@ -84,10 +84,16 @@ def check_idle(
 
     statuses: dict[str, BackendStatus] = {}
     active: list[Backend] = []
-    for backend in candidates:
+    # Primaries first, so a fallback knows whether one of its family is usable.
+    for backend in sorted(candidates, key=lambda b: b.fallback):
         if backend.family not in wanted:
             statuses[backend.name] = BackendStatus(
                 backend.name, False, f"not needed: no {backend.family} device found")
+            continue
+        primary = next((b for b in active if b.family == backend.family), None)
+        if backend.fallback and primary is not None:
+            statuses[backend.name] = BackendStatus(
+                backend.name, False, f"not needed: {primary.name} answers for {backend.family}")
             continue
         try:
             ok, why = backend.probe()
