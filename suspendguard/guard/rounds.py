@@ -16,7 +16,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from suspendguard.config import Config
-from suspendguard.guard.drain import drain
+from suspendguard.guard.drain import UNSIGNALLABLE, drain
 from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, Supervisor, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
 from suspendguard.guard.report import HolderResult
@@ -153,7 +153,11 @@ class Rounds:
         for d in decisions:
             outcome = result.outcomes[holder_id(d.holder)]
             self.record(d, outcome, round_no, tags)
-            if outcome.kind == "timeout":
+            if outcome.kind == "not-signalled" and outcome.why.startswith(UNSIGNALLABLE):
+                h = d.holder
+                self.reasons.append(f"pid {h.pid} {h.comm} {outcome.why}: it still holds "
+                                    f"the device; stop it yourself (kill -INT {h.pid})")
+            elif outcome.kind == "timeout":
                 h = d.holder
                 by = f" (reported by {h.source})" if h.source != "proc" else ""
                 if holder_id(h) in self._through:
@@ -164,7 +168,8 @@ class Rounds:
                 self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}: "
                                     f"stop it yourself (kill -TERM {h.pid}), or raise "
                                     "[drain] timeout_s")
-        return all(o.kind != "timeout" for o in result.outcomes.values())
+        return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
+                       for o in result.outcomes.values())
 
     def _stop_through_owners(self, holders: Sequence[Holder]) -> set[HolderId]:
         """Ask each holder's supervisor to stop it; the holders it took over."""

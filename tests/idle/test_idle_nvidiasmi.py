@@ -91,7 +91,7 @@ def test_process_name_with_commas_stays_whole() -> None:
 
 def test_missing_tool_says_where_it_comes_from() -> None:
     ok, why = NvidiaSmiBackend(config(nvidia_smi="no-such-nvidia-smi")).probe()
-    assert not ok and "ships with the driver" in why
+    assert not ok and "ships with the NVIDIA driver" in why
 
 
 def test_default_backends_include_nvidia_smi_after_nvml() -> None:
