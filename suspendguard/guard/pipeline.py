@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Literal
 
@@ -41,7 +41,7 @@ from suspendguard.store.rows import StopRow
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
-from suspendguard.system.procfs import ProcFS
+from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
 
@@ -154,18 +154,17 @@ def _run(
     # PID 1 is never signalled whatever it holds; some containers refuse
     # reading it even to root, which is worth counting but not a warning.
     refused = [p for p in scan.unreadable_pids if p != 1]
-    unknown: list[str] = []
-    if refused and os.geteuid() != 0:
-        # Any of them may hold a node: the guard cannot say allow.
-        n = len(refused)
-        unknown.append(f"run as root: {n} process{'es' if n != 1 else ''} could not be "
-                       "inspected (any of them may hold an accelerator node)")
-    elif refused:
-        pids = ", ".join(str(p) for p in refused[:10])
-        r.warnings.append(f"{len(refused)} process(es) could not be inspected "
-                          f"(permission denied): {pids}")
+    decisions = r.decide(scan.holders)
+    # The device's own view before anyone is signalled: what it reports and
+    # this host cannot see, or a device nobody can answer for, is a certain
+    # veto, and every job the drain would stop first is spared.
+    first: IdleReport | None = None
+    if idle_check is not None and inventory.nodes and not lock.refused:
+        first = _ask_device_first(r, idle_check, inventory.families(), deadline)
+        decisions += _device_holders(r, first, {h.pid for h in scan.holders})
+    unknown = _uninspected(r, refused, first, inventory.families())
     seen = {holder_id(h) for h in scan.holders}
-    to_drain = r.admit(r.decide(scan.holders))
+    to_drain = r.admit(decisions, vetoed=bool(r.reasons))
     certain_veto = bool(r.reasons)
     if to_drain:
         # Time for the idle check only when one will run (config/budget.py).
@@ -179,6 +178,8 @@ def _run(
     elif idle_check is None:
         idle = IdleSkipped("none", "no idle backend for the nodes found ("
                            + ", ".join(inventory.families()) + ")")
+    elif certain_veto and first is not None:
+        idle = first  # what the device said before the drain, and why it vetoed
     elif certain_veto and not dry_run:
         idle = IdleSkipped("skipped", "the verdict was already veto")
     elif r.cancelled:
@@ -257,19 +258,74 @@ def _write_down(history: History, attempt_id: int,
     return write
 
 
-def _device_holders(r: Rounds, idle: IdleReport) -> list[Decision]:
+def _ask_device_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
+                      deadline: float) -> IdleReport:
+    """One reading of every device before the drain, for its process lists and its backends.
+
+    Its load decides nothing (the jobs are still running); a family no
+    backend can answer for is vetoed now under ``[idle] on_unknown = veto``,
+    since no drain can change that.
+    """
+    config = replace(r.config.idle, samples=1, settle_s=0.0)
+    until = min(deadline, r.clock() + config.command_timeout_s)
+    first = idle_check(config, families, max(until, r.clock() + 0.5))
+    if r.config.idle.on_unknown == "veto":
+        r.reasons.extend(first.unknown_reasons)
+    return first
+
+
+def _uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
+                 families: Sequence[str]) -> list[str]:
+    """Why processes the scan could not read leave the verdict unknown ([] when they do not).
+
+    Any of them may hold a node. As root that stays a warning only when the
+    device's own view answers for every device, process lists included, and
+    names none of them.
+    """
+    if not refused:
+        return []
+    n = len(refused)
+    some = f"{n} process{'es' if n != 1 else ''}"
+    pids = ", ".join(str(p) for p in refused[:10]) + (", ..." if n > 10 else "")
+    if os.geteuid() != 0:
+        return [f"run as root: {some} could not be inspected (any of them may hold an "
+                "accelerator node)"]
+    # Extra nodes alone have no vendor query (the check is then None); a
+    # check handed in speaks for the families it read.
+    wanted = [f for f in dict.fromkeys(families) if f in FAMILIES] or \
+        (list(dict.fromkeys(d.family for d in first.devices)) if first is not None else [])
+    views = {f: first.process_view(f) for f in wanted} if first is not None else {}
+    named = {p.pid for p in first.processes()} & set(refused) if first is not None else set()
+    if wanted and all(views.values()) and not named:
+        r.warnings.append(f"{some} could not be inspected as root (pids {pids}); the devices' "
+                          f"own view ({', '.join(dict.fromkeys(views.values()))}) answers for "
+                          "every device and reports no process the guard did not see")
+        return []
+    why = (f"the device reports {len(named)} of them" if named else
+           "no device view answers for every device, process lists included"
+           + (f" ({', '.join(f for f in wanted if not views.get(f))})" if wanted else
+              " (no idle backend for these nodes)"))
+    return [f"{some} could not be inspected as root (pids {pids}), and {why}: any of them "
+            "may hold an accelerator node"]
+
+
+def _device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> list[Decision]:
     """Processes the device reports that the scan did not see, as decided holders."""
-    known_pids = {k[0] for k in r.results}
+    known_pids = {k[0] for k in r.results} | set(known)
     extra: list[Holder] = []
     for p in idle.processes():
         pid = int(p.pid)
         if pid in known_pids or pid <= 0:
             continue
         known_pids.add(pid)
-        holder = describe_process(pid, [], r.proc, source=str(p.source))
+        try:
+            holder = describe_process(pid, [], r.proc, source=str(p.source))
+        except ProcAccessError:
+            holder = None
         if holder is None:
             r.reasons.append(f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
-                             + ", which is not visible here (another PID namespace?)")
+                             + ", which is not visible here (another PID namespace, a VM, or a "
+                             "container the guard cannot enter): the guard cannot ask it to stop")
             continue
         extra.append(holder)
     return r.decide(extra)

@@ -117,15 +117,15 @@ class Rounds:
             self.record(d, unsignalled(d, self.signame), round_no, tags)
         return to_signal
 
-    def admit(self, decisions: Sequence[Decision]) -> list[Decision]:
+    def admit(self, decisions: Sequence[Decision], vetoed: bool = False) -> list[Decision]:
         """Settle a batch found outside the rounds (the scan, the device); return those to signal now.
 
-        When the batch holds a veto, or in a dry run, nobody is signalled:
-        each holder that would have been says why not, or what the signal
-        would do.
+        When the batch holds a veto (or ``vetoed``: one is already certain),
+        or in a dry run, nobody is signalled: each holder that would have
+        been says why not, or what the signal would do.
         """
         to_signal = self.settle(decisions, 1)
-        vetoed = any(d.vetoes for d in decisions)
+        vetoed = vetoed or any(d.vetoes for d in decisions)
         if not (vetoed or self.dry_run):
             return to_signal
         for d in to_signal:

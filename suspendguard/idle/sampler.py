@@ -224,6 +224,7 @@ def _verdict(
 ) -> IdleReport:
     vetoes: list[str] = []
     warnings: list[str] = []
+    unknown: list[str] = []
     states: list[ReportState] = []
     sources = {b.name: b.family for b in used}
     for family in families:
@@ -251,8 +252,9 @@ def _verdict(
             why += [_said_by(s.name, s.reason) for s in statuses
                     if not s.available and families_of.get(s.name) == family]
         text = f"{family}: no idle backend could answer ({'; '.join(why) or 'none configured'})"
+        unknown.append(f"{text}; vetoed by [idle] on_unknown = veto")
         if config.on_unknown == "veto":
-            vetoes.append(f"{text}; vetoed by [idle] on_unknown = veto")
+            vetoes.append(unknown[-1])
         else:
             warnings.append(f"{text}; allowed by [idle] on_unknown = allow")
 
@@ -260,4 +262,4 @@ def _verdict(
         "busy" if "busy" in states else "unknown" if "unknown" in states else "idle"
     )
     devices = tuple(t.report() for t in tracks.values())
-    return IdleReport(state, devices, statuses, tuple(vetoes), tuple(warnings))
+    return IdleReport(state, devices, statuses, tuple(vetoes), tuple(warnings), tuple(unknown))
