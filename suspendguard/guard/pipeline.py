@@ -292,7 +292,7 @@ def _uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
                 "accelerator node)"]
     # Extra nodes alone have no vendor query (the check is then None); a
     # check handed in speaks for the families it read.
-    wanted = [f for f in dict.fromkeys(families) if f in FAMILIES] or \
+    wanted: list[str] = [f for f in dict.fromkeys(families) if f in FAMILIES] or \
         (list(dict.fromkeys(d.family for d in first.devices)) if first is not None else [])
     views = {f: first.process_view(f) for f in wanted} if first is not None else {}
     named = {p.pid for p in first.processes()} & set(refused) if first is not None else set()
