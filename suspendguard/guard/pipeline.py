@@ -270,7 +270,7 @@ def _ask_device_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
     until = min(deadline, r.clock() + config.command_timeout_s)
     first = idle_check(config, families, max(until, r.clock() + 0.5))
     if r.config.idle.on_unknown == "veto":
-        r.reasons.extend(first.unknown_reasons)
+        r.reasons.extend(why for _family, why in first.unknown)
     return first
 
 

@@ -106,9 +106,9 @@ class IdleReport:
     backends: tuple[BackendStatus, ...]
     veto_reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
-    # Each family no backend could answer for, in the words of the veto it
-    # makes under [idle] on_unknown = veto (among veto_reasons or warnings).
-    unknown_reasons: tuple[str, ...] = ()
+    # (family, the veto it makes under [idle] on_unknown = veto) for each
+    # family no backend could answer for; also among veto_reasons or warnings.
+    unknown: tuple[tuple[str, str], ...] = ()
 
     def process_view(self, family: str) -> str:
         """The backend whose process lists cover every device of ``family`` it reported; "" if none."""

@@ -224,7 +224,7 @@ def _verdict(
 ) -> IdleReport:
     vetoes: list[str] = []
     warnings: list[str] = []
-    unknown: list[str] = []
+    unknown: list[tuple[str, str]] = []
     states: list[ReportState] = []
     sources = {b.name: b.family for b in used}
     for family in families:
@@ -252,9 +252,9 @@ def _verdict(
             why += [_said_by(s.name, s.reason) for s in statuses
                     if not s.available and families_of.get(s.name) == family]
         text = f"{family}: no idle backend could answer ({'; '.join(why) or 'none configured'})"
-        unknown.append(f"{text}; vetoed by [idle] on_unknown = veto")
+        unknown.append((family, f"{text}; vetoed by [idle] on_unknown = veto"))
         if config.on_unknown == "veto":
-            vetoes.append(unknown[-1])
+            vetoes.append(unknown[-1][1])
         else:
             warnings.append(f"{text}; allowed by [idle] on_unknown = allow")
 

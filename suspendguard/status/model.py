@@ -17,6 +17,8 @@ from typing import Any
 from suspendguard import __version__
 from suspendguard.config import Config
 from suspendguard.guard.report import Report
+from suspendguard.idle.base import IdleReport
+from suspendguard.idle.catalog import INSTALL, family_of
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
 from suspendguard.store.rows import Attempt, StopRow
@@ -164,7 +166,20 @@ class Status:
             more = len(self.config.config.trust) - 1
             return (f"the config cannot be trusted: {self.config.config.trust[0]}"
                     + (f" (and {more} more)" if more else ""))
-        return self.installation.refusal()
+        return self.no_backend() or self.installation.refusal()
+
+    def no_backend(self) -> str | None:
+        """"no backend can answer for FAMILY (install X)" when [idle] on_unknown = veto makes
+        that a veto of every suspend, else None."""
+        report, config = self.report, self.config.config
+        if isinstance(report, Unavailable) or not isinstance(report.idle, IdleReport) \
+                or not isinstance(config, Config) or config.idle.on_unknown != "veto":
+            return None
+        for family, _why in report.idle.unknown:
+            if not any(b.available for b in report.idle.backends if family_of(b.name) == family):
+                hint = INSTALL.get(family, "an idle backend")  # type: ignore[call-overload]
+                return f"no backend can answer for {family} (install {hint})"
+        return None
 
     def verdict(self) -> Verdict | Unavailable:
         """What the guard would answer now: the dry run's verdict, unless the guard

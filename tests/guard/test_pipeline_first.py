@@ -12,34 +12,17 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.holders import Holders
-from helpers.nvidia import IDLE_GPUS, TOOL, FakeNvidiaSmi, busy_gpus
+from helpers.nvidia import IDLE_GPUS, Checks, FakeNvidiaSmi, busy_gpus
 from helpers.runners import guard
 
 from suspendguard.config import IdleConfig
 from suspendguard.idle.base import IdleReport
-from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
-from suspendguard.idle.sampler import check_idle
 from suspendguard.system.procfs import ProcAccessError, ProcFS
-
-
-class Checks:
-    """An idle check through the real nvidia-smi backend; counts its calls."""
-
-    def __init__(self, tool: str = str(TOOL)) -> None:
-        self.tool = tool
-        self.calls: list[IdleConfig] = []
-
-    def __call__(self, config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
-        self.calls.append(config)
-        cfg = replace(config, nvidia_smi=self.tool, backends=("nvidia-smi",), interval_ms=10,
-                      settle_s=min(config.settle_s, 0.3))
-        return check_idle(cfg, ["nvidia"], deadline, backends=[NvidiaSmiBackend(cfg)])
 
 
 class RefusingFds(ProcFS):

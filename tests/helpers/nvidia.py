@@ -7,11 +7,17 @@ environment, with our own pids in the process table where a test needs them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from helpers import FAKES, FIXTURES
+from suspendguard.config import IdleConfig
+from suspendguard.idle.base import IdleReport
+from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
+from suspendguard.idle.sampler import check_idle
 
 TOOL = FAKES / "idle" / "nvidia-smi"
 CAPTURE = FIXTURES / "nvidia-h200"
@@ -73,3 +79,17 @@ class FakeNvidiaSmi:
 
     def calls(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+class Checks:
+    """An idle check through the real nvidia-smi backend; counts its calls."""
+
+    def __init__(self, tool: str = str(TOOL)) -> None:
+        self.tool = tool
+        self.calls: list[IdleConfig] = []
+
+    def __call__(self, config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
+        self.calls.append(config)
+        cfg = replace(config, nvidia_smi=self.tool, backends=("nvidia-smi",), interval_ms=10,
+                      settle_s=min(config.settle_s, 0.3))
+        return check_idle(cfg, ["nvidia"], deadline, backends=[NvidiaSmiBackend(cfg)])
