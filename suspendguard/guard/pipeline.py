@@ -154,6 +154,15 @@ def _run(
     # PID 1 is never signalled whatever it holds; some containers refuse
     # reading it even to root, which is worth counting but not a warning.
     refused = [p for p in scan.unreadable_pids if p != 1]
+    if scan.maps_refused:
+        n = len(scan.maps_refused)
+        r.warnings.append(
+            f"{n} process{'es' if n != 1 else ''} map a device file whose /proc/PID/map_files "
+            "link the guard may not follow (that takes CAP_SYS_ADMIN, or CAP_CHECKPOINT_RESTORE "
+            "from Linux 5.9): a node held only through a mapping is missed for them (pids "
+            + ", ".join(str(p) for p in scan.maps_refused[:10]) + ")")
+        if os.geteuid() == 0:
+            refused = sorted({*refused, *scan.maps_refused} - {1})
     decisions = r.decide(scan.holders)
     # The device's own view before anyone is signalled: what it reports and
     # this host cannot see, or a device nobody can answer for, is a certain
