@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Literal
 
 from suspendguard.config import ANSWER_MARGIN_S, FAMILIES, Config, IdleConfig, idle_reserve_s
 from suspendguard.errors import HistoryError
+from suspendguard.guard import device_view
+from suspendguard.guard.device_view import IdleCheck
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.owner import Supervisor
 from suspendguard.guard.policy import ancestors
@@ -23,12 +25,11 @@ from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
 from suspendguard.guard.restore import restore
 from suspendguard.guard.rounds import Rounds
-from suspendguard.guard.scan import describe_process, scan_holders
+from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import (
     Decision,
-    Holder,
     Outcome,
     ScanResult,
     Unavailable,
@@ -41,9 +42,7 @@ from suspendguard.store.rows import StopRow
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
-from suspendguard.system.procfs import ProcAccessError, ProcFS
-
-IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
+from suspendguard.system.procfs import ProcFS
 
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
@@ -153,25 +152,18 @@ def _run(
         scan_holders(inventory, proc, exclude=children.active())
     # PID 1 is never signalled whatever it holds; some containers refuse
     # reading it even to root, which is worth counting but not a warning.
-    refused = [p for p in scan.unreadable_pids if p != 1]
-    if scan.maps_refused:
-        n = len(scan.maps_refused)
-        r.warnings.append(
-            f"{n} process{'es' if n != 1 else ''} map a device file whose /proc/PID/map_files "
-            "link the guard may not follow (that takes CAP_SYS_ADMIN, or CAP_CHECKPOINT_RESTORE "
-            "from Linux 5.9): a node held only through a mapping is missed for them (pids "
-            + ", ".join(str(p) for p in scan.maps_refused[:10]) + ")")
-        if os.geteuid() == 0:
-            refused = sorted({*refused, *scan.maps_refused} - {1})
+    refused = device_view.refused_pids(r, scan)
     decisions = r.decide(scan.holders)
     # The device's own view before anyone is signalled: what it reports and
     # this host cannot see, or a device nobody can answer for, is a certain
-    # veto, and every job the drain would stop first is spared.
+    # veto, and every job the drain would stop first is spared. Only worth a
+    # query when someone would be signalled, or the scan could not read all.
     first: IdleReport | None = None
-    if idle_check is not None and inventory.nodes and not lock.refused:
-        first = _ask_device_first(r, idle_check, inventory.families(), deadline)
-        decisions += _device_holders(r, first, {h.pid for h in scan.holders})
-    unknown = _uninspected(r, refused, first, inventory.families())
+    if idle_check is not None and inventory.nodes and not lock.refused \
+            and (refused or any(d.signals for d in decisions)):
+        first = device_view.ask_first(r, idle_check, inventory.families(), deadline)
+        decisions += device_view.device_holders(r, first, {h.pid for h in scan.holders})
+    unknown = device_view.uninspected(r, refused, first, inventory.families())
     seen = {holder_id(h) for h in scan.holders}
     to_drain = r.admit(decisions, vetoed=bool(r.reasons))
     certain_veto = bool(r.reasons)
@@ -267,79 +259,6 @@ def _write_down(history: History, attempt_id: int,
     return write
 
 
-def _ask_device_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
-                      deadline: float) -> IdleReport:
-    """One reading of every device before the drain, for its process lists and its backends.
-
-    Its load decides nothing (the jobs are still running); a family no
-    backend can answer for is vetoed now under ``[idle] on_unknown = veto``,
-    since no drain can change that.
-    """
-    config = replace(r.config.idle, samples=1, settle_s=0.0)
-    until = min(deadline, r.clock() + config.command_timeout_s)
-    first = idle_check(config, families, max(until, r.clock() + 0.5))
-    if r.config.idle.on_unknown == "veto":
-        r.reasons.extend(why for _family, why in first.unknown)
-    return first
-
-
-def _uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
-                 families: Sequence[str]) -> list[str]:
-    """Why processes the scan could not read leave the verdict unknown ([] when they do not).
-
-    Any of them may hold a node. As root that stays a warning only when the
-    device's own view answers for every device, process lists included, and
-    names none of them.
-    """
-    if not refused:
-        return []
-    n = len(refused)
-    some = f"{n} process{'es' if n != 1 else ''}"
-    pids = ", ".join(str(p) for p in refused[:10]) + (", ..." if n > 10 else "")
-    if os.geteuid() != 0:
-        return [f"run as root: {some} could not be inspected (any of them may hold an "
-                "accelerator node)"]
-    # Extra nodes alone have no vendor query (the check is then None); a
-    # check handed in speaks for the families it read.
-    wanted: list[str] = [f for f in dict.fromkeys(families) if f in FAMILIES] or \
-        (list(dict.fromkeys(d.family for d in first.devices)) if first is not None else [])
-    views = {f: first.process_view(f) for f in wanted} if first is not None else {}
-    named = {p.pid for p in first.processes()} & set(refused) if first is not None else set()
-    if wanted and all(views.values()) and not named:
-        r.warnings.append(f"{some} could not be inspected as root (pids {pids}); the devices' "
-                          f"own view ({', '.join(dict.fromkeys(views.values()))}) answers for "
-                          "every device and reports no process the guard did not see")
-        return []
-    why = (f"the device reports {len(named)} of them" if named else
-           "no device view answers for every device, process lists included"
-           + (f" ({', '.join(f for f in wanted if not views.get(f))})" if wanted else
-              " (no idle backend for these nodes)"))
-    return [f"{some} could not be inspected as root (pids {pids}), and {why}: any of them "
-            "may hold an accelerator node"]
-
-
-def _device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> list[Decision]:
-    """Processes the device reports that the scan did not see, as decided holders."""
-    known_pids = {k[0] for k in r.results} | set(known)
-    extra: list[Holder] = []
-    for p in idle.processes():
-        pid = int(p.pid)
-        if pid in known_pids or pid <= 0:
-            continue
-        known_pids.add(pid)
-        try:
-            holder = describe_process(pid, [], r.proc, source=str(p.source))
-        except ProcAccessError:
-            holder = None
-        if holder is None:
-            r.reasons.append(f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
-                             + ", which is not visible here (another PID namespace, a VM, or a "
-                             "container the guard cannot enter): the guard cannot ask it to stop")
-            continue
-        extra.append(holder)
-    return r.decide(extra)
-
-
 def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
                families: Sequence[str]) -> IdleReport:
     """Fold the device's own view into the verdict, device-reported pids included.
@@ -348,7 +267,7 @@ def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
     could not read) goes through the same policy and drain; the device is
     then asked again.
     """
-    to_drain = r.admit(_device_holders(r, idle))
+    to_drain = r.admit(device_view.device_holders(r, idle))
     if to_drain:
         r.signal(to_drain, reserve=r.config.idle.settle_s + 1.0)
         if not r.cancelled:

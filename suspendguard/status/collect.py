@@ -32,7 +32,7 @@ from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
 if TYPE_CHECKING:
-    from suspendguard.guard.pipeline import IdleCheck
+    from suspendguard.guard.device_view import IdleCheck
 
 # Enough to see a pattern, short enough for a terminal.
 HISTORY_ATTEMPTS = 5
