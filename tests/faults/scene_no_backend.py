@@ -5,9 +5,10 @@
 
 Mounts a tmpfs on /dev holding null and nvidia0 (rdev 1:7, as /dev/full: the
 private PID namespace keeps every other holder of that number out of the
-guard's sight, so nothing outside the scene can be signalled), starts a job holding /dev/nvidia0, and runs the guard with the
-built-in families and the default idle backends, on a host where neither
-pynvml nor nvidia-smi is to be found; then ``status``. Prints one JSON line:
+guard's sight, so nothing outside the scene can be signalled), starts a job
+holding /dev/nvidia0, and runs the guard with the built-in families and the
+default idle backends, on a host where neither pynvml nor nvidia-smi is to
+be found; then ``status``. Prints one JSON line:
 the verdict and its reasons, the idle backends' words, the signals the job
 got, and status's first line.
 """
