@@ -120,7 +120,7 @@ class DrainConfig:
         100.0, "float",
         "Hard limit for one guard run; the unit's TimeoutStartSec is this plus 20 s. Must leave "
         "room for timeout_s, the escalation steps and, with idle backends, settle_s plus "
-        "command_timeout_s plus 1 s, plus 2 s to answer.",
+        "twice command_timeout_s (a reading before the drain) plus 1 s, plus 2 s to answer.",
     )
 
 

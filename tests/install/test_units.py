@@ -88,9 +88,9 @@ def test_unit_is_the_veto_shape() -> None:
 
 
 def test_render_unit_sets_interpreter_and_timeout() -> None:
-    config = build({"drain": {"deadline_s": 45.5}})
+    config = build({"drain": {"deadline_s": 46.5}})
     text = templates.render_unit(UNIT, "/opt/sg venv/bin/python", templates.timeout_start_s(config))
-    assert re.findall(r"^TimeoutStartSec=(.*)$", text, re.M) == ["66"]
+    assert re.findall(r"^TimeoutStartSec=(.*)$", text, re.M) == ["67"]
     assert re.findall(r"^ExecStart=(.*)$", text, re.M) == [
         '"/opt/sg venv/bin/python" -I -m suspendguard pre-sleep %i'
     ]
