@@ -12,7 +12,7 @@ import re
 
 from suspendguard import __version__
 from suspendguard.config import DEFAULT_PATH, ENV_VAR, SCHEMA, commented_default
-from suspendguard.config.schema import RULE_FIELDS, Kind, Spec
+from suspendguard.config.schema import RULE_FIELDS, RULE_HELP, Kind, Spec
 from suspendguard.docs import roff
 
 KINDS: dict[Kind, str] = {
@@ -28,14 +28,6 @@ KINDS: dict[Kind, str] = {
     "signal": "signal name",
     "escalate": 'list of "SIGNAL:SECONDS"',
     "rules": "array of rule tables",
-}
-
-RULES: dict[str, str] = {
-    "comm": "the process name (/proc/PID/comm), exactly",
-    "exe": "the executable's path, a glob",
-    "cmdline": "a regular expression, searched in the space-joined command line",
-    "user": "the owner, a user name or a uid",
-    "unit": "the systemd unit (from the cgroup), a glob",
 }
 
 EXAMPLE = """\
@@ -113,10 +105,16 @@ def config_page(date: str) -> str:
         """`[[policy.protect]]` and `[[policy.ignore]]` are arrays of tables; each
         table is one rule, and a rule matches a holder when every field it gives
         matches:"""))
-    missing = set(RULE_FIELDS) ^ set(RULES)
+    missing = set(RULE_FIELDS) ^ set(RULE_HELP)
     if missing:
-        raise ValueError(f"RULES and the schema's rule fields differ: {sorted(missing)}")
-    out.extend(roff.tagged(roff.bold(name), RULES[name]) for name in RULE_FIELDS)
+        raise ValueError(f"RULE_HELP and the schema's rule fields differ: {sorted(missing)}")
+    out.extend(roff.tagged(roff.bold(name), RULE_HELP[name]) for name in RULE_FIELDS)
+    out.append(".PP")
+    out.append(roff.paragraphs(
+        """A process sets its own name and command line: a rule on comm or cmdline
+        alone matches whatever any user chooses to run. A protect rule of that kind
+        lets any user veto every suspend; check warns of each one. Give uid or user
+        (and exe or unit) for a rule that holds."""))
     out.append(".SH EXAMPLE")
     out.extend([".PP", ".nf", ".RS 4", roff.text(EXAMPLE), ".RE", ".fi"])
     out.append(".SH FILES")

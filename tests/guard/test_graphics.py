@@ -1,0 +1,97 @@
+"""NVIDIA graphics clients on real processes: the display server's nodes are kept, CUDA's drained.
+
+The nodes are the suite's test nodes (as root, character devices of major 1
+that no process of the private PID namespace holds otherwise; plain files
+when not root), put in an inventory under NVIDIA's names and roles
+(guard/inventory.py), and scanned as the guard scans.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.isolation import NODE_RDEV, ROOT
+
+from suspendguard.config import defaults
+from suspendguard.guard.inventory import FAMILY_NODES, identity
+from suspendguard.guard.policy import decide
+from suspendguard.guard.scan import scan_holders
+from suspendguard.model import Inventory, Node, Role
+
+# The display server's three nodes, and CUDA's own: name, role, rdev as root.
+NODES: dict[str, tuple[Role, int]] = {
+    "nvidia0": ("graphics", NODE_RDEV),
+    "nvidiactl": ("management", os.makedev(1, 8)),
+    "nvidia-modeset": ("management", os.makedev(1, 9)),
+    "nvidia-uvm": ("compute", os.makedev(1, 5)),
+}
+DISPLAY_SERVER = ("nvidia0", "nvidiactl", "nvidia-modeset")
+
+HOLD = """
+import os, sys, time
+held = [open(p, "rb") for p in sys.argv[1:]]
+print("ready", os.getpid(), flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.fixture
+def nvidia(tmp_path: Path) -> Inventory:
+    nodes = []
+    for name, (role, rdev) in NODES.items():
+        path = tmp_path / name
+        if ROOT:
+            os.mknod(path, 0o666 | 0o020000, rdev)
+        else:
+            path.write_bytes(b"\0")
+        st = os.stat(path)
+        nodes.append(Node(str(path), "nvidia", role, identity(st), (st.st_dev, st.st_ino)))
+    return Inventory(tuple(nodes))
+
+
+@pytest.fixture
+def hold() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def start(procs: list[subprocess.Popen[str]], paths: list[str]) -> int:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, *paths], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    procs.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline().split()[0] == "ready"
+    return proc.pid
+
+
+def test_the_roles_are_nvidias_own_names() -> None:
+    roles = {role: globs for role, globs in FAMILY_NODES["nvidia"].items()}
+    assert roles["compute"] == ("/dev/nvidia-uvm",)
+    assert roles["graphics"] == ("/dev/nvidia[0-9]*",)
+    assert {"/dev/nvidiactl", "/dev/nvidia-modeset"} <= set(roles["management"])
+
+
+def test_display_servers_nodes_are_kept_and_uvm_is_drained(
+        nvidia: Inventory, hold: list[subprocess.Popen[str]]) -> None:
+    paths = {Path(n.path).name: n.path for n in nvidia.nodes}
+    display = start(hold, [paths[n] for n in DISPLAY_SERVER])
+    cuda = start(hold, [paths[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
+    scan = scan_holders(nvidia)
+    config = defaults()
+    decisions = {d.holder.pid: d for d in decide(scan.holders, config.policy, config.drain)}
+
+    kept = decisions[display]
+    assert sorted(Path(p).name for p in kept.holder.node_paths()) == sorted(DISPLAY_SERVER)
+    assert (kept.action, kept.kind, kept.signals, kept.vetoes) == ("keep", "leave", False, False)
+    assert kept.rule == ("graphics client: holds NVIDIA nodes but not /dev/nvidia-uvm (no CUDA); "
+                         "the driver's own suspend path keeps its state")
+    drained = decisions[cuda]
+    assert (drained.action, drained.kind, drained.rule) == \
+        ("drain", "drain", "holds a compute node")
