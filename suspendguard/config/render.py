@@ -84,7 +84,8 @@ RULES_INTRO = "# A rule matches a holder when every field it gives matches:"
 # Above the first rules key of the commented default, after the match kinds.
 FORGEABLE_NOTE = (
     "# A protect rule on comm or cmdline alone lets any user veto every",
-    "# suspend (name a process so, open the device): add uid, user, unit or exe.",
+    "# suspend (name a process so, open the device); an ignore rule on them",
+    "# alone lets any user's job run on through it: add uid, user, unit or exe.",
 )
 
 

@@ -113,8 +113,9 @@ def config_page(date: str) -> str:
     out.append(roff.paragraphs(
         """A process sets its own name and command line: a rule on comm or cmdline
         alone matches whatever any user chooses to run. A protect rule of that kind
-        lets any user veto every suspend; check warns of each one. Give uid or user
-        (and exe or unit) for a rule that holds."""))
+        lets any user veto every suspend, an ignore rule lets any user's job run on
+        through it; check warns of each one. Give uid or user (and exe or unit) for
+        a rule that holds."""))
     out.append(".SH EXAMPLE")
     out.extend([".PP", ".nf", ".RS 4", roff.text(EXAMPLE), ".RE", ".fi"])
     out.append(".SH FILES")

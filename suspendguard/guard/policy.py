@@ -257,12 +257,18 @@ def _action(
     return "drain", "holds a compute node", doubt
 
 
-def forgeable_protect_warning(rule: Rule, index: int) -> str:
-    return (f"[policy] protect #{index + 1} ({rule.describe()}) matches by name or command line "
-            "alone, which any user's process can set: any user can veto every suspend with it; "
-            "add uid, user, unit or exe")
+# What any user gains from a rule that matches by name or command line alone.
+_FORGED = {
+    "protect": "any user can veto every suspend with it",
+    "ignore": "any user's job can match it and run on through the suspend",
+}
 
 
 def forgeable_rule_warnings(policy: PolicyConfig) -> list[str]:
-    """One warning per protect rule any user can match (check's output and the journal)."""
-    return [forgeable_protect_warning(r, i) for i, r in enumerate(policy.protect) if r.forgeable]
+    """One warning per rule any user's process can match (check's output and the journal)."""
+    out = []
+    for kind, rules in (("protect", policy.protect), ("ignore", policy.ignore)):
+        out += [f"[policy] {kind} #{i + 1} ({r.describe()}) matches by name or command line "
+                f"alone, which any user's process can set: {_FORGED[kind]}; add uid, user, "
+                "unit or exe" for i, r in enumerate(rules) if r.forgeable]
+    return out

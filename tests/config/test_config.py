@@ -88,7 +88,8 @@ def test_commented_default_says_who_can_forge_each_match_kind() -> None:
         assert f"#   {kind}: {RULE_HELP[kind]}" in text
     assert "#   comm: process name (/proc/PID/comm), exact: any user can set it" in text
     assert "# A protect rule on comm or cmdline alone lets any user veto every\n" \
-        "# suspend (name a process so, open the device): add uid, user, unit or exe." in text
+        "# suspend (name a process so, open the device); an ignore rule on them\n" \
+        "# alone lets any user's job run on through it: add uid, user, unit or exe." in text
     assert build(tomllib.loads(text.replace("# protect = [", "protect = ["))).policy.protect == (
         Rule(exe="/usr/bin/example", uid=1000),)
 

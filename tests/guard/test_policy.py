@@ -99,12 +99,16 @@ def test_rule_on_uid() -> None:
         "ignore"
 
 
-def test_protect_rule_on_a_name_alone_is_named_as_forgeable() -> None:
-    by_name = PolicyConfig((Rule(comm="python3"), Rule(cmdline="train", uid=1000)), (), "veto")
+def test_rules_on_a_name_alone_are_named_as_forgeable() -> None:
+    by_name = PolicyConfig((Rule(comm="python3"), Rule(cmdline="train", uid=1000)),
+                           (Rule(exe="/usr/bin/x"), Rule(cmdline="exporter")), "veto")
     assert forgeable_rule_warnings(by_name) == [
         "[policy] protect #1 (comm='python3') matches by name or command line alone, which any "
         "user's process can set: any user can veto every suspend with it; add uid, user, unit "
-        "or exe"]
+        "or exe",
+        "[policy] ignore #2 (cmdline='exporter') matches by name or command line alone, which "
+        "any user's process can set: any user's job can match it and run on through the "
+        "suspend; add uid, user, unit or exe"]
     [d] = decide([holder()], by_name, DRAIN)
     assert d.notes == ("the rule that protects it matches by name or command line alone, "
                        "which any user's process can set",)
