@@ -247,7 +247,8 @@ def _action(
         if not daemon_why:
             return "ignore", f"built-in: {named[1]} driver daemon {named[0]}", ""
         doubt = daemon_why
-    if holder.source != "proc" and not holder.nodes:
+    if holder.source != "proc" and "compute" not in holder.roles:
+        # Seen by the device, not (or not as compute work) by the scan.
         return "drain", f"reported by the device ({holder.source})", doubt
     if "compute" not in holder.roles:
         if "graphics" in holder.roles:

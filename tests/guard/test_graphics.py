@@ -8,19 +8,26 @@ when not root), put in an inventory under NVIDIA's names and roles
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from helpers import FAKES
 from helpers.isolation import NODE_RDEV, ROOT
+from helpers.runners import guard
 
-from suspendguard.config import defaults
+from suspendguard.config import IdleConfig, defaults
 from suspendguard.guard.inventory import FAMILY_NODES, identity
 from suspendguard.guard.policy import decide
 from suspendguard.guard.scan import scan_holders
+from suspendguard.idle.nvml import NvmlBackend
+from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Inventory, Node, Role
 
 # The display server's three nodes, and CUDA's own: name, role, rdev as root.
@@ -95,3 +102,58 @@ def test_display_servers_nodes_are_kept_and_uvm_is_drained(
     drained = decisions[cuda]
     assert (drained.action, drained.kind, drained.rule) == \
         ("drain", "drain", "holds a compute node")
+
+
+@pytest.fixture
+def as_nvidia(tmp_path: Path, nvidia: Inventory, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The built-in NVIDIA node list pointed at the test nodes, so the whole guard sees them."""
+    paths = {Path(n.path).name: n.path for n in nvidia.nodes}
+    monkeypatch.setitem(FAMILY_NODES, "nvidia", {
+        "compute": (paths["nvidia-uvm"],),
+        "graphics": (str(tmp_path / "nvidia[0-9]*"),),
+        "management": (paths["nvidiactl"], paths["nvidia-modeset"]),
+    })
+    return paths
+
+
+def nvml_check(monkeypatch: pytest.MonkeyPatch, compute: list[int]) -> Any:
+    """An idle check through the NVML backend and the suite's fake pynvml: an idle GPU
+    whose compute process list is ``compute``."""
+    monkeypatch.syspath_prepend(str(FAKES / "idle" / "nvml"))
+    sys.modules.pop("pynvml", None)
+    pynvml = importlib.import_module("pynvml")
+    monkeypatch.setitem(sys.modules, "pynvml", pynvml)
+    pynvml.SCRIPT[:] = [{"gpu": 0, "memory": 0, "used": 0,
+                         "compute": [(pid, None) for pid in compute]}]
+
+    def check(config: IdleConfig, families: Sequence[str], deadline: float) -> Any:
+        cfg = replace(config, backends=("nvml",), samples=1, interval_ms=10, settle_s=0.1)
+        return check_idle(cfg, families, deadline, backends=[NvmlBackend(cfg)])
+
+    return check
+
+
+def test_the_guard_never_signals_a_graphics_client_and_drains_cuda(
+        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]]) -> None:
+    display = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
+    cuda = start(hold, [as_nvidia[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
+    report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}))
+    assert report.verdict.kind == "allow", report.verdict.reasons
+    by_pid = {h.decision.holder.pid: h for h in report.holders}
+    assert (by_pid[display].decision.action, by_pid[display].outcome.kind) == \
+        ("keep", "not-signalled")
+    assert hold[0].poll() is None  # the display server runs on
+    assert by_pid[cuda].outcome.kind == "exited" and hold[1].wait(timeout=5) != 0
+
+
+def test_a_kept_process_the_device_lists_as_compute_is_drained(
+        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Vulkan compute, say: no /dev/nvidia-uvm, but NVML lists it among compute processes.
+    job = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
+    report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}),
+                   idle_check=nvml_check(monkeypatch, [job]))
+    [hr] = [h for h in report.holders if h.decision.holder.pid == job]
+    assert (hr.decision.action, hr.decision.rule) == ("drain", "reported by the device (nvml)")
+    assert hr.outcome.kind == "exited", hr.outcome
+    assert report.verdict.kind == "allow", report.verdict.reasons
