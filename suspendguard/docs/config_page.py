@@ -40,9 +40,11 @@ escalate = ["SIGTERM:10"]          # opt-in; default: never beyond SIGINT
 
 [[policy.protect]]                 # never signalled; no suspend while it runs
 unit = "inference-server.service"
+user = "inference"                 # any user can name a user unit so: the user holds
 
 [[policy.ignore]]                  # not counted, not signalled
-comm = "my-exporter\""""
+user = "prometheus"                # a name alone would let any job pass as the exporter
+exe = "/usr/local/bin/my-exporter\""""
 
 README_START = "<!-- config-keys:start (generated from the config schema: tools/gen-docs) -->"
 README_END = "<!-- config-keys:end -->"
