@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import pwd
 import shutil
@@ -16,18 +17,29 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import FAKES
 from helpers.isolation import needs_root
 from helpers.runners import guard
 from helpers.users import nobody_prefix, python_for_nobody
 
-from suspendguard.guard.inventory import DAEMON_USERS, FAMILY_DAEMONS
+from suspendguard.guard.identity import names_probe, vouch
+from suspendguard.guard.inventory import DAEMON_USERS, FAMILY_DAEMONS, take_inventory
+from suspendguard.guard.policy import decide
 from suspendguard.guard.render import render
 from suspendguard.guard.report import HolderResult, Report
+from suspendguard.guard.scan import scan_holders
+from suspendguard.idle.acl import AclBackend
+from suspendguard.model import Holder, holder_id
+from suspendguard.store import lock as guard_lock
+from suspendguard.system.procfs import ProcFS
 
 pytestmark = needs_root
 
@@ -218,3 +230,43 @@ def test_forged_probe_command_line_is_drained_the_guards_own_child_is_not(
     assert drained.decision.action == "drain" and drained.outcome.kind == "exited"
     assert drained.decision.notes[0].startswith(f"its command line names {PROBE}, but its "
                                                 "parent (pid ")
+
+
+def test_the_acl_backends_own_probe_child_is_known_by_its_parents_lock(
+        make_config: Any, node: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real probe (bash, then python -m suspendguard.idle.acl_probe, started by the acl
+    backend) holding the node, seen by another run's scan: ignored only by a run on the same
+    state folder, whose guard.lock its parent holds."""
+    config = make_config()
+    state, done = tmp_path / "acl.json", tmp_path / "probe-may-end"
+    state.write_text(json.dumps({"mode": "hold", "hold": node, "until": str(done), "count": 1,
+                                 "devices": [{"cube_utilization": 0}]}))
+    monkeypatch.setenv("FAKE_ACL_STATE", str(state))
+    idle = replace(config.idle, ascend_env=str(FAKES / "idle" / "acl_site" / "set_env.sh"))
+    probing = guard_lock.take(config.state.dir, 0.0)  # this process: the run that probes
+    # Another state folder's lock, which the probe's parent does not hold.
+    other = guard_lock.take(str(tmp_path / "other-state"), 0.0)
+    elsewhere = other.token()
+    other.release()
+    query = threading.Thread(target=AclBackend(idle).query, args=(20.0,))
+    query.start()
+    try:
+        inventory = take_inventory(config.devices)
+        deadline = time.monotonic() + 10
+        probes: list[Holder] = []
+        while not probes and time.monotonic() < deadline:
+            probes = [h for h in scan_holders(inventory).holders if names_probe(h)]
+            time.sleep(0.02)
+        [probe] = probes
+        assert probe.ppid == os.getpid()
+        token = probing.token()
+        assert token is not None
+        assert vouch([probe], ProcFS(), token).probes == {holder_id(probe)}
+        assert vouch([probe], ProcFS(), elsewhere).probes == frozenset()
+        [d] = decide([probe], config.policy, config.drain,
+                     vouched=vouch([probe], ProcFS(), token))
+        assert d.action == "ignore"
+    finally:
+        done.write_text("")
+        query.join(timeout=20)
+        probing.release()
