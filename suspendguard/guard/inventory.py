@@ -80,11 +80,12 @@ FAMILY_DAEMONS: dict[str, tuple[str, ...]] = {
 
 # The users the drivers' own documentation runs their daemons as, besides
 # root: the Ascend driver's running user (HwHiAiUser by default, chosen with
-# --install-username at install time), and the user of NVIDIA's sample
-# nvidia-persistenced service (--user nvidia-persistenced).
+# --install-username at install time); for nvidia-persistenced the user of
+# NVIDIA's sample service (--user nvidia-persistenced) and the one Debian's
+# and Gentoo's packages create for it (nvpd).
 DAEMON_USERS: dict[str, tuple[str, ...]] = {
     "ascend": ("HwHiAiUser",),
-    "nvidia": ("nvidia-persistenced",),
+    "nvidia": ("nvidia-persistenced", "nvpd"),
 }
 
 
