@@ -116,15 +116,17 @@ def as_nvidia(tmp_path: Path, nvidia: Inventory, monkeypatch: pytest.MonkeyPatch
     return paths
 
 
-def nvml_check(monkeypatch: pytest.MonkeyPatch, compute: list[int]) -> Any:
+def nvml_check(monkeypatch: pytest.MonkeyPatch, compute: list[int],
+               graphics: Sequence[int] = ()) -> Any:
     """An idle check through the NVML backend and the suite's fake pynvml: an idle GPU
-    whose compute process list is ``compute``."""
+    whose compute and graphics process lists are these."""
     monkeypatch.syspath_prepend(str(FAKES / "idle" / "nvml"))
     sys.modules.pop("pynvml", None)
     pynvml = importlib.import_module("pynvml")
     monkeypatch.setitem(sys.modules, "pynvml", pynvml)
     pynvml.SCRIPT[:] = [{"gpu": 0, "memory": 0, "used": 0,
-                         "compute": [(pid, None) for pid in compute]}]
+                         "compute": [(pid, None) for pid in compute],
+                         "graphics": [(pid, None) for pid in graphics]}]
 
     def check(config: IdleConfig, families: Sequence[str], deadline: float) -> Any:
         cfg = replace(config, backends=("nvml",), samples=1, interval_ms=10, settle_s=0.1)
@@ -157,3 +159,19 @@ def test_a_kept_process_the_device_lists_as_compute_is_drained(
     assert (hr.decision.action, hr.decision.rule) == ("drain", "reported by the device (nvml)")
     assert hr.outcome.kind == "exited", hr.outcome
     assert report.verdict.kind == "allow", report.verdict.reasons
+
+
+def test_a_graphics_process_only_the_device_reports_is_named_not_signalled(
+        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Seen by NVML as a graphics process, by the scan not at all (think: another PID
+    # namespace): it holds none of the nodes here.
+    unseen = start(hold, [])
+    check = nvml_check(monkeypatch, [], graphics=[unseen])
+    report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}), idle_check=check)
+    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert all(h.decision.holder.pid != unseen for h in report.holders)
+    assert any(w.startswith(f"the device (nvml) reports pid {unseen} ") and
+               w.endswith("as a graphics process, which the scan did not see: kept, not "
+                          "signalled") for w in report.verdict.warnings), report.verdict.warnings
+    assert hold[0].poll() is None
