@@ -94,11 +94,21 @@ def uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
 
 
 def device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> list[Decision]:
-    """Processes the device reports that the scan did not see, as decided holders."""
+    """Processes the device reports that the scan did not see, as decided holders.
+
+    A holder kept as a graphics client that the device lists as a compute
+    process is decided again, as the device reports it: its nodes said
+    "no CUDA", the device says otherwise (a compute API without UVM).
+    """
     known_pids = {k[0] for k in r.results} | set(known)
+    kept = {k[0]: hr.decision.holder for k, hr in r.results.items()
+            if hr.decision.action == "keep"}
     extra: list[Holder] = []
     for p in idle.processes():
         pid = int(p.pid)
+        if pid in kept and p.kind == "compute":
+            extra.append(replace(kept.pop(pid), source=str(p.source)))
+            continue
         if pid in known_pids or pid <= 0:
             continue
         known_pids.add(pid)

@@ -20,7 +20,7 @@ from suspendguard.guard import device_view
 from suspendguard.guard.device_view import IdleCheck
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.owner import Supervisor
-from suspendguard.guard.policy import ancestors
+from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
 from suspendguard.guard.restore import restore
@@ -110,7 +110,8 @@ def _run(
     deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
-               clock=clock, supervisors=supervisors)
+               clock=clock, supervisors=supervisors, token=lock.token())
+    r.warnings.extend(forgeable_rule_warnings(config.policy))
     if lock.refused:
         r.reasons.append(lock.refused)
     elif lock.unusable:

@@ -20,7 +20,7 @@ from suspendguard.model import SLEEP_ACTIONS, Action, Disposition, Unavailable
 from suspendguard.status.model import RecentHistory, Status
 from suspendguard.system.dbus.logind import LogindInfo
 
-ACTIONS: tuple[Action, ...] = ("drain", "protect", "ignore", "never")
+ACTIONS: tuple[Action, ...] = ("drain", "protect", "ignore", "never", "keep")
 DISPOSITIONS: tuple[Disposition, ...] = ("default", "caught", "ignored", "blocked", "unknown")
 DEVICE_STATES = ("busy", "idle", "unknown")
 VERDICTS = ("allow", "veto", "unknown")

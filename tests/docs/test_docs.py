@@ -20,6 +20,8 @@ from helpers import REPO
 
 from suspendguard.cli import build_parser
 from suspendguard.config import SCHEMA, commented_default
+from suspendguard.config.render import FORGEABLE_NOTE, RULES_INTRO
+from suspendguard.config.schema import RULE_FIELDS, RULE_HELP
 from suspendguard.docs import GENERATED, KEYS_PAGE, generate
 from suspendguard.docs.__main__ import main as docs_main
 
@@ -92,8 +94,14 @@ def test_installed_config_comments_are_the_pages_help_texts() -> None:
     assert "README" not in text
     assert "man 5 suspendguard.toml" in text
     page = " ".join(unescaped(MAN5.read_text()).split())
+    # The rules' match kinds, each with who can forge it, as the page gives them.
+    kinds = [line[4:] for line in text.splitlines() if line.startswith("#   ")]
+    assert kinds == [f"{k}: {RULE_HELP[k]}" for k in RULE_FIELDS]
+    for kind, help_text in RULE_HELP.items():
+        assert f"\\fB{kind}\\fR {help_text}" in page, kind
     comments = [line[2:] for line in text.splitlines()
-                if line.startswith("# ") and not re.match(r"# \w+ = ", line)][3:]
+                if line.startswith("# ") and not re.match(r"# \w+ = ", line)
+                and not line.startswith("#   ") and line not in (RULES_INTRO, *FORGEABLE_NOTE)][3:]
     assert len(comments) == sum(len(s) for s in SCHEMA.values())
     for comment in comments:
         assert comment in page, comment
