@@ -43,7 +43,7 @@ def refused_pids(r: Rounds, scan: ScanResult) -> list[int]:
 
 
 def ask_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
-                      deadline: float) -> IdleReport:
+              deadline: float) -> IdleReport:
     """One reading of every device before the drain, for its process lists and its backends.
 
     Its load decides nothing (the jobs are still running); a family no
@@ -59,7 +59,7 @@ def ask_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
 
 
 def uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
-                 families: Sequence[str]) -> list[str]:
+                families: Sequence[str]) -> list[str]:
     """Why processes the scan could not read leave the verdict unknown ([] when they do not).
 
     Any of them may hold a node. As root that stays a warning only when the

@@ -151,8 +151,6 @@ def _run(
     # Locked out: another run is draining these very holders; look at none.
     scan = ScanResult((), 0, (), 0) if lock.refused else \
         scan_holders(inventory, proc, exclude=children.active())
-    # PID 1 is never signalled whatever it holds; some containers refuse
-    # reading it even to root, which is worth counting but not a warning.
     refused = device_view.refused_pids(r, scan)
     decisions = r.decide(scan.holders)
     # The device's own view before anyone is signalled: what it reports and
