@@ -13,6 +13,7 @@ import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 from helpers import REPO
 
+from suspendguard.logs.codes import name_record
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.matching import classify, markdown_table, needles
 from suspendguard.logs.reader import read_file
@@ -80,12 +81,12 @@ EXPECTED = {
         4: "device-held-by-previous-job",  # MindSpore: other processes occupying this card
         5: "heartbeat-lost",  # Device[1] lost heartbeat.
         6: "heartbeat-lost",  # rtDeviceSynchronizeWithTimeout ... reason=lost heartbeat
-        7: None,  # its consequence, runtime result = 507010
+        7: "heartbeat-lost",  # its consequence: runtime result = 507010, the lost heartbeat's code
         8: "aicore-exception",  # rtEventRecord ... reason=aicore exception: not event IDs
-        9: None,  # record event failed, runtime result = 507015
+        9: "aicore-exception",  # record event failed, runtime result = 507015 (its code)
         10: "aicore-exception",  # desc=[vector core exception]
         11: "aicore-exception",  # rtEventRecord execution failed, reason=vector core exception
-        12: None,  # aclrtRecordEventImpl:record event failed: not event IDs either
+        12: "aicore-exception",  # record event failed, runtime result = 507035: not event IDs
         13: "aicore-exception",
         14: "aicore-exception",  # Kernel task happen error, retCode=0x26, [aicore exception]
         15: "aicore-exception",  # Aicore kernel execute failed
@@ -141,7 +142,7 @@ def test_vendor_ids_are_knowledge_base_codes() -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_fixture_line_classified(name: str) -> None:
     records = read_text((FIXTURES / name).read_text(), name)
-    got = {r.line: (c.id if (c := classify(r.text, RULES)) else None) for r in records}
+    got = {r.line: (c.id if (c := name_record(r.text, RULES).rule) else None) for r in records}
     assert got == EXPECTED[name]
 
 

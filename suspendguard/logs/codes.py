@@ -1,0 +1,237 @@
+"""The vendor's error codes: the table (data/vendor-codes.toml) and where a line carries one.
+
+A line is named by the code it carries even when its wording is new. Codes
+are found by position, never with a regex per code: an E code (``EL0004``,
+``E30003``) or a torch_npu code (``ERR00100``) is a token of its own shape;
+a number is a code only where a runtime, DCMI or framework message prints
+its return code (``ErrCode=507035``, ``runtime result = 507015``,
+``ret is -8005``, ``ret[207001]``). Each shape is one regex with a literal
+prefix, so the scanner finds it in one pass over a window at C speed, and a
+line's codes come out of one pass over the line; the table is a dict.
+
+The table is read on first use: the sleep hook's common case, logs without
+a code, never parses it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from suspendguard.logs.matching import Rule, classify
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10
+    import tomli as tomllib
+
+TABLE_FILE = "vendor-codes.toml"
+
+# The shapes, each with its code where "{code}" stands. The regexes use no
+# unbounded repetition (tests/logs/test_codes.py checks it), and each begins
+# with a literal, which the regex engine finds as fast as bytes.find.
+# E codes: E + module (digit or capital) + 4 digits; torch_npu: ERR + 2 + 3 digits.
+_TOKEN = "{code}(?![0-9A-Za-z_])", r"E(?:[0-9A-Z][0-9]{4}|RR[0-9]{5})"
+# A return code as those messages print it: 6 digits for aclError/rtError and
+# aclnn (1xxxxx-5xxxxx), -80xx for DCMI. Anything else (ret=0, ret=-1) is no code.
+_NUMBER = r"-80[0-9]{2}|[1-5][0-9]{5}"
+# "ret is -8005" (npu-smi), "ret = 507015" (torch_npu [PTA]), "ret[207001]" and
+# "ret: 507033" (MindSpore), "retCode=507033" (runtime).
+_RET = r"ret(?:Code)?(?: is | ?[=:\[] ?){code}(?![0-9])", _NUMBER
+# "ErrCode=507035" (runtime), "errorCode = 507033" (samples), "error code is
+# 507033" (torch_npu "NPU function error"), "Error code: 507033".
+_ERR = r"rr(?:or)?(?:Code| [Cc]ode|_code)(?: is | ?[=:] ?){code}(?![0-9])", _NUMBER
+# "runtime result = 507015" (AscendCL's ReportCallError).
+_RESULT = r"result ?[=:] ?{code}(?![0-9])", _NUMBER
+
+
+def _not_word(c: int) -> bool:
+    return not (48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95)
+
+
+def _not_letter(c: int) -> bool:
+    return not (65 <= c <= 90 or 97 <= c <= 122)
+
+
+def _is_e(c: int) -> bool:
+    return c in (69, 101)  # "E", "e": the start of "Err", "error"
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    template: str
+    code: str
+    before: Callable[[int], bool]  # what the byte (or character) before a match may be
+    at_start: bool  # whether the shape may open a line
+
+    def regex(self, group: str | None = None) -> str:
+        inner = f"(?P<{group}>{self.code})" if group else f"(?:{self.code})"
+        return self.template.replace("{code}", inner)
+
+    def fits(self, before: int | None) -> bool:
+        return self.at_start if before is None else self.before(before)
+
+
+SHAPES: tuple[_Shape, ...] = (
+    _Shape(*_TOKEN, _not_word, True),
+    _Shape(*_RET, _not_letter, True),
+    _Shape(*_ERR, _is_e, False),
+    _Shape(*_RESULT, _not_letter, True),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowScan:
+    """One shape searched for in a window of bytes."""
+
+    shape: _Shape
+    rx: re.Pattern[bytes]
+
+    def next_at(self, buf: bytes, lo: int, hi: int, pos: int) -> int:
+        """The offset of the next code of this shape in ``buf[pos:hi]``, or -1."""
+        while True:
+            m = self.rx.search(buf, pos, hi)
+            if m is None:
+                return -1
+            i = m.start()
+            if self.shape.fits(None if i <= lo else buf[i - 1]):
+                return i
+            pos = i + 1
+
+
+WINDOW_SCANS = tuple(WindowScan(s, re.compile(s.regex().encode())) for s in SHAPES)
+# One pass over a line finds every code in it: group cN is the code of shape N.
+_LINE = re.compile("|".join(s.regex(f"c{n}") for n, s in enumerate(SHAPES)))
+
+
+def codes_in(text: str) -> tuple[str, ...]:
+    """The codes a line carries, each once, in the order they appear."""
+    found: list[str] = []
+    pos = 0
+    while (m := _LINE.search(text, pos)) is not None:
+        n = next(k for k in range(len(SHAPES)) if m.group(f"c{k}") is not None)
+        i = m.start()
+        if SHAPES[n].fits(None if i == 0 else min(ord(text[i - 1]), 127)):
+            found.append(m.group(f"c{n}"))
+            pos = m.end()
+        else:
+            pos = i + 1
+    return tuple(dict.fromkeys(found))
+
+
+@dataclass(frozen=True, slots=True)
+class VendorCode:
+    """One documented code: its name, the vendor's meaning and handling, and the catalog's rule.
+
+    ``rule`` None: known, not ours (documented, but not a failure the
+    catalog reports).
+    """
+
+    code: str
+    name: str
+    meaning: str
+    handling: str
+    rule: str | None
+    block: str  # the block's title
+    source: str  # the block's reference
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    id: str
+    title: str
+    source: str
+    codes: tuple[VendorCode, ...]
+
+
+def _code(entry: dict[str, Any], code: str, block: dict[str, Any], name: str) -> VendorCode:
+    return VendorCode(
+        code=code,
+        name=name,
+        meaning=str(entry["meaning"]),
+        handling=str(entry.get("handling", block["handling"])),
+        rule=str(entry["rule"]) if entry.get("rule") else None,
+        block=str(block["title"]),
+        source=" ".join(str(block["source"]).split()),
+    )
+
+
+def parse_table(text: str) -> tuple[Block, ...]:
+    """The table's blocks; a framework block's codes composed from its submodules."""
+    doc = tomllib.loads(text)
+    blocks = [
+        Block(b["id"], b["title"], b["source"],
+              tuple(_code(c, str(c["code"]), b, str(c["name"])) for c in b["codes"]))
+        for b in doc.get("block", ())
+    ]
+    for f in doc.get("framework", ()):
+        codes = tuple(
+            _code(c, f"{f['prefix']}{sub['id']}{c['code']}", f, f"{sub['name']} {c['name']}")
+            for sub in f["submodules"] for c in f["codes"]
+        )
+        blocks.append(Block(f["id"], f["title"], f["source"], codes))
+    return tuple(blocks)
+
+
+@functools.cache
+def blocks() -> tuple[Block, ...]:
+    return parse_table((resources.files("suspendguard") / "data" / TABLE_FILE).read_text("utf-8"))
+
+
+@functools.cache
+def table() -> dict[str, VendorCode]:
+    return {c.code: c for b in blocks() for c in b.codes}
+
+
+def normalise(given: str) -> str:
+    """A code as an operator pastes it (``el0004``, `` 507033``, ``ret is -8020``) -> its key."""
+    text = given.strip()
+    if re.fullmatch(r"[Ee][0-9A-Za-z][0-9]{4}|[Ee][Rr][Rr][0-9]{5}", text):
+        return text.upper()
+    found = codes_in(text)
+    return found[0] if len(found) == 1 else text
+
+
+# A line that says it failed: only there is an unknown code worth a note.
+_ERRORISH = re.compile(r"(?i)error|fail|exception|\bE[0-9A-Z][0-9]{4}:")
+
+
+@dataclass(frozen=True, slots=True)
+class Naming:
+    """What a record is named by: a rule (and the code that named it), or unknown codes to note."""
+
+    rule: Rule | None
+    code: str | None = None
+    unknown: tuple[str, ...] = ()
+
+
+def name_record(text: str, rules: Sequence[Rule]) -> Naming:
+    """A wording names a record first, then the first rule (catalog order) of its known codes.
+
+    A wording is the more specific: ``ErrorCode=EE1023`` is any resource
+    shortage and the wording says which, and MindSpore's "ret[207001] ...
+    other processes occupying this card" is a held device, not a full one.
+    A code known but not ours names nothing; codes not in the table are
+    returned, from a line that says it failed, for ``logs --verbose``.
+    """
+    found = codes_in(text)
+    rule = classify(text, rules)
+    if not found:
+        return Naming(rule)
+    known = table()
+    if rule is not None:
+        return Naming(rule, next((c for c in found if c in known and known[c].rule == rule.id), None))
+    order = {r.id: i for i, r in enumerate(rules)}
+    named = sorted((order[known[c].rule or ""], c) for c in found
+                   if c in known and (known[c].rule or "") in order)
+    if named:
+        return Naming(rules[named[0][0]], named[0][1])
+    unknown = tuple(c for c in found if c not in known)
+    if unknown and _ERRORISH.search(text, 0, 4096):
+        return Naming(None, None, unknown)
+    return Naming(None)
