@@ -38,8 +38,8 @@ TABLE_FILE = "vendor-codes.toml"
 # E codes: E + module (digit or capital) + 4 digits; torch_npu: ERR + 2 + 3 digits.
 _TOKEN = "{code}(?![0-9A-Za-z_])", r"E(?:[0-9A-Z][0-9]{4}|RR[0-9]{5})"
 # A return code as those messages print it: 6 digits for aclError/rtError and
-# aclnn (1xxxxx-5xxxxx), -80xx for DCMI. Anything else (ret=0, ret=-1) is no code.
-_NUMBER = r"-80[0-9]{2}|[1-5][0-9]{5}"
+# aclnn (1xxxxx-5xxxxx), -8xxx for DCMI. Anything else (ret=0, ret=-1) is no code.
+_NUMBER = r"-8[0-9]{3}|[1-5][0-9]{5}"
 # "ret is -8005" (npu-smi), "ret = 507015" (torch_npu [PTA]), "ret[207001]" and
 # "ret: 507033" (MindSpore), "retCode=507033" (runtime).
 _RET = r"ret(?:Code)?(?: is | ?[=:\[] ?){code}(?![0-9])", _NUMBER

@@ -13,7 +13,7 @@ import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 from helpers import REPO
 
-from suspendguard.logs.codes import name_record
+from suspendguard.logs.codes import SHAPES, name_record
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.matching import classify, markdown_table, needles
 from suspendguard.logs.reader import read_file
@@ -105,6 +105,34 @@ EXPECTED = {
         8: "heartbeat-lost",  # Device lost heartbeat (no index)
         9: None,  # 0x8c104e00: a sibling id that is not a release failure
         10: "device-resources-not-released",  # 0x8c1fa006
+        11: "device-busy",  # DCMI -8020, resource occupied
+        12: "heartbeat-lost",  # ErrCode=507010 with a wording the catalog lacks
+        13: "hccl-peer-lost",  # EI0002, a timeout that names a peer's absence
+    },
+    # Verbatim published lines carrying vendor codes; sources in SOURCES.md.
+    "vendor-codes.log": {
+        1: "device-oom",  # EL0004 behind a vLLM prefix: no wording of the catalog
+        2: "device-oom",  # runtime result = 207001
+        3: None,  # 507013 (sys dma): known, not ours; "Timeout" in the wording
+        4: None,  # ERR00100: torch_npu's wrapper code
+        5: "aicore-exception",  # error code is 507035 (vector core exception)
+        6: None,  # 107002 (context null): a fault of the program
+        7: None,  # EE1001
+        8: None,  # ret = 507008
+        9: None,  # 507001, "Stream", "Timeout"
+        10: None,  # 561103: not in the table (a note with --verbose)
+        11: None,  # EH9999: internal error
+        12: None,  # result = 500001: not in the table (a note)
+        13: None,  # DCMI -8005
+        14: None,  # ERR02200 and EI0001, HCCL_EXEC_TIMEOUT
+        15: None,  # module_name=EL9999
+        16: "device-oom",  # the driver's own out-of-memory line
+        17: None,  # module_name=EE8888: not in the table (a note)
+        18: None,  # "the model stream execute failed"
+        19: None,  # "Memory async copy failed"
+        20: "device-busy",  # a RecentErrMsg block: EE1001 ... open device failed, 507033
+        31: None,  # torch_npu.memory, "can be ignored"
+        32: None,  # HcclCommInitRootInfo failed, errNo in hex
     },
 }
 
@@ -244,6 +272,12 @@ def test_regexes_have_no_unbounded_repetition() -> None:
                 # Each regex starts with the needle or a literal, so it is only
                 # tried where the needle's text is.
                 assert re.match(r"[\w\[(]", rx)
+    # The vendor codes' shapes too: each begins with a literal, which the
+    # scanner's regex engine finds at C speed.
+    for shape in SHAPES:
+        rx = shape.regex("c")
+        walk(sre_parse.parse(rx))
+        assert re.match(r"(?:\(\?P<c>)?[A-Za-z]", rx), rx
 
 
 def test_every_pattern_is_found_by_the_prefilter() -> None:
