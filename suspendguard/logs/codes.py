@@ -33,56 +33,60 @@ else:  # pragma: no cover - exercised on 3.10
 TABLE_FILE = "vendor-codes.toml"
 
 # The shapes, each with its code where "{code}" stands. The regexes use no
-# unbounded repetition (tests/logs/test_codes.py checks it), and each begins
-# with a literal, which the regex engine finds as fast as bytes.find.
+# unbounded repetition (tests/logs/test_logs.py checks it), and each begins
+# with a literal, which the regex engine finds at C speed: two shapes, so two
+# passes over a window (measured: one regex for the three return-code forms,
+# prefix "r", costs a third of three regexes).
 # E codes: E + module (digit or capital) + 4 digits; torch_npu: ERR + 2 + 3 digits.
 _TOKEN = "{code}(?![0-9A-Za-z_])", r"E(?:[0-9A-Z][0-9]{4}|RR[0-9]{5})"
-# A return code as those messages print it: 6 digits for aclError/rtError and
-# aclnn (1xxxxx-5xxxxx), -8xxx for DCMI. Anything else (ret=0, ret=-1) is no code.
-_NUMBER = r"-8[0-9]{3}|[1-5][0-9]{5}"
+# A return code where a message prints one: 6 digits for aclError/rtError and
+# aclnn (1xxxxx-5xxxxx), -8xxx for DCMI, 0x + 7 hex digits for the runtime's inner
+# codes (retCode=0x7020019), 11757xxxx for those printed in decimal; anything else
+# (ret=0, ret=-1, retCode=0x26) is no code.
 # "ret is -8005" (npu-smi), "ret = 507015" (torch_npu [PTA]), "ret[207001]" and
-# "ret: 507033" (MindSpore), "retCode=507033" (runtime).
-_RET = r"ret(?:Code)?(?: is | ?[=:\[] ?){code}(?![0-9])", _NUMBER
-# "ErrCode=507035" (runtime), "errorCode = 507033" (samples), "error code is
-# 507033" (torch_npu "NPU function error"), "Error code: 507033".
-_ERR = r"rr(?:or)?(?:Code| [Cc]ode|_code)(?: is | ?[=:] ?){code}(?![0-9])", _NUMBER
-# "runtime result = 507015" (AscendCL's ReportCallError).
-_RESULT = r"result ?[=:] ?{code}(?![0-9])", _NUMBER
+# "ret: 507033" (MindSpore), "retCode=507033" (runtime); "ErrCode=507035"
+# (runtime), "errorCode = 507033" (samples), "error code is 507033" (torch_npu's
+# "NPU function error"), "Error code: 507033"; "runtime result = 507015"
+# (AscendCL's ReportCallError).
+_RETURN = (
+    r"r(?:et(?:Code)?(?: is | ?[=:\[] ?)|r(?:or)?(?:Code| [Cc]ode|_code)(?: is | ?[=:] ?)"
+    r"|esult ?[=:] ?){code}(?![0-9])",
+    r"-8[0-9]{3}|[1-5][0-9]{5}|0x[0-9a-fA-F]{7}(?![0-9a-fA-F])|11757[0-9]{4}",
+)
 
 
-def _not_word(c: int) -> bool:
-    return not (48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95)
+def _is_word(c: int) -> bool:
+    return 48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95
 
 
-def _not_letter(c: int) -> bool:
-    return not (65 <= c <= 90 or 97 <= c <= 122)
+def _is_letter(c: int) -> bool:
+    return 65 <= c <= 90 or 97 <= c <= 122
 
 
-def _is_e(c: int) -> bool:
-    return c in (69, 101)  # "E", "e": the start of "Err", "error"
+def _token_fits(before: int | None, second: int) -> bool:
+    return before is None or not _is_word(before)
+
+
+def _return_fits(before: int | None, second: int) -> bool:
+    if second == 114:  # "rr": the rest of "Err", "error", so an E comes before
+        return before in (69, 101)
+    return before is None or not _is_letter(before)  # "ret", "result" as words
 
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
     template: str
     code: str
-    before: Callable[[int], bool]  # what the byte (or character) before a match may be
-    at_start: bool  # whether the shape may open a line
+    # Whether a match stands where a code is printed: the character before it
+    # (None at the start of the text) and the match's second character.
+    fits: Callable[[int | None, int], bool]
 
     def regex(self, group: str | None = None) -> str:
         inner = f"(?P<{group}>{self.code})" if group else f"(?:{self.code})"
         return self.template.replace("{code}", inner)
 
-    def fits(self, before: int | None) -> bool:
-        return self.at_start if before is None else self.before(before)
 
-
-SHAPES: tuple[_Shape, ...] = (
-    _Shape(*_TOKEN, _not_word, True),
-    _Shape(*_RET, _not_letter, True),
-    _Shape(*_ERR, _is_e, False),
-    _Shape(*_RESULT, _not_letter, True),
-)
+SHAPES: tuple[_Shape, ...] = (_Shape(*_TOKEN, _token_fits), _Shape(*_RETURN, _return_fits))
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +103,7 @@ class WindowScan:
             if m is None:
                 return -1
             i = m.start()
-            if self.shape.fits(None if i <= lo else buf[i - 1]):
+            if self.shape.fits(None if i <= lo else buf[i - 1], buf[i + 1]):
                 return i
             pos = i + 1
 
@@ -116,8 +120,9 @@ def codes_in(text: str) -> tuple[str, ...]:
     while (m := _LINE.search(text, pos)) is not None:
         n = next(k for k in range(len(SHAPES)) if m.group(f"c{k}") is not None)
         i = m.start()
-        if SHAPES[n].fits(None if i == 0 else min(ord(text[i - 1]), 127)):
-            found.append(m.group(f"c{n}"))
+        if SHAPES[n].fits(None if i == 0 else min(ord(text[i - 1]), 127), ord(text[i + 1])):
+            code = m.group(f"c{n}")
+            found.append(code.lower() if code.startswith("0x") else code)
             pos = m.end()
         else:
             pos = i + 1
@@ -193,6 +198,8 @@ def normalise(given: str) -> str:
     text = given.strip()
     if re.fullmatch(r"[Ee][0-9A-Za-z][0-9]{4}|[Ee][Rr][Rr][0-9]{5}", text):
         return text.upper()
+    if re.fullmatch(r"0[Xx][0-9A-Fa-f]{7}", text):
+        return text.lower()
     found = codes_in(text)
     return found[0] if len(found) == 1 else text
 

@@ -192,8 +192,8 @@ RULES: tuple[Rule, ...] = (
             # CANN troubleshooting "EE1023 resource shortage" (Event section): plog lines
             # "GenEventId:Alloc Event resource failed. ... ErrorCode=EE1023." and
             # "Failed to allocate event id, device_id=0, tsId=0, retCode=0x7020019."
-            # (also "InnerCode=0x7020019"; both end in "Code=").
-            wording("Code=0x7020019", "Code=0x70200", regex=r"Code=0x7020019(?![0-9a-fA-F])"),
+            # (retCode=0x7020019 itself, and ErrCode=207007, name this rule through the code
+            # table, data/vendor-codes.toml.)
             wording("Alloc Event resource failed", " resource"),
             wording("Failed to allocate event id", "Failed to alloc"),
             # (No catch-all "rtEventRecord ... fail": that call also fails for AI Core
@@ -219,18 +219,13 @@ RULES: tuple[Rule, ...] = (
         patterns=(
             # CANN troubleshooting "EE1023 resource shortage" (Stream section): retCode
             # 0x7020023 with "Alloc Stream resource failed", "resource alloc fail" or
-            # "Failed to alloc stream id".
-            wording("Code=0x7020023", "Code=0x70200", regex=r"Code=0x7020023(?![0-9a-fA-F])"),
+            # "Failed to alloc stream id". (The code itself, also printed in decimal as
+            # 117571619 (issue 14), and ErrCode=207008 name this rule through the code table.)
             wording("Alloc Stream resource failed", " resource"),
             wording("Failed to alloc stream id", "Failed to alloc"),
             # CANN runtime error table: ACL_ERROR_RT_NO_STREAM_RESOURCE; also printed when
             # the async-copy queue of an ACL graph is full (retCode 0x7110019).
             wording("no stream resource", " resource"),
-            # The same code printed as a decimal error number (0x7020023 == 117571619; issue
-            # 14). Only this one: the event and notify codes (117571609, 117571611) were never
-            # seen in decimal, and an all-digit needle is the slowest pass of the scanner
-            # (log lines are full of digits).
-            needle("117571619", regex=r"(?<![0-9])117571619(?![0-9])"),
         ),
         vendor_ids=("AISW_CANN_Runtime_015", "AISW_CANN_DRV_TS_001"),
     ),
@@ -248,8 +243,8 @@ RULES: tuple[Rule, ...] = (
             "aclmdlRIDestroy; run fewer ACL graphs concurrently."
         ),
         patterns=(
-            # CANN troubleshooting "EE1023 resource shortage" (Notify section).
-            wording("Code=0x702001b", "Code=0x70200", regex=r"Code=0x702001b(?![0-9a-fA-F])"),
+            # CANN troubleshooting "EE1023 resource shortage" (Notify section); its retCode
+            # 0x702001b, and ErrCode=207009, name this rule through the code table.
             wording("Alloc Notify resource failed", " resource"),
             # CANN runtime error table: ACL_ERROR_RT_NO_NOTIFY_RESOURCE.
             wording("no notify resource", " resource"),
