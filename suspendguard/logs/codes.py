@@ -242,3 +242,16 @@ def name_record(text: str, rules: Sequence[Rule]) -> Naming:
     if unknown and _ERRORISH.search(text, 0, 4096):
         return Naming(None, None, unknown)
     return Naming(None)
+
+
+def markdown_table() -> str:
+    """docs/log-findings.md's table of the code blocks, generated so it cannot drift."""
+    lines = ["| block | codes | named by a rule | rules | reference |", "|---|---|---|---|---|"]
+    for b in blocks():
+        named = [c for c in b.codes if c.rule]
+        rules = ", ".join(f"`{r}`" for r in sorted({c.rule or "" for c in named})) or "none"
+        source = " ".join(b.source.split()).replace("|", "\\|")
+        lines.append(f"| {b.title} | {len(b.codes)} | {len(named)} | {rules} | {source} |")
+    total = sum(len(b.codes) for b in blocks())
+    lines.append(f"| all | {total} | {sum(1 for c in table().values() if c.rule)} | | |")
+    return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from helpers import FIXTURES as ALL_FIXTURES
 from helpers import REPO
 
 from suspendguard.logs.codes import SHAPES, name_record
+from suspendguard.logs.codes import markdown_table as codes_markdown_table
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.matching import classify, markdown_table, needles
 from suspendguard.logs.reader import read_file
@@ -309,3 +310,10 @@ def test_readme_table_matches_catalog() -> None:
     assert between == markdown_table(RULES)
     for rule in RULES:
         assert f"`{rule.id}`" in between
+
+
+def test_findings_page_code_table_matches_the_data() -> None:
+    text = FINDINGS_PAGE.read_text()
+    start, end = "<!-- codes:start -->\n", "<!-- codes:end -->"
+    assert start in text and end in text
+    assert text[text.index(start) + len(start):text.index(end)] == codes_markdown_table()
