@@ -20,7 +20,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from suspendguard.logs.matching import Rule, classify
@@ -108,16 +108,25 @@ class WindowScan:
             pos = i + 1
 
 
-WINDOW_SCANS = tuple(WindowScan(s, re.compile(s.regex().encode())) for s in SHAPES)
-# One pass over a line finds every code in it: group cN is the code of shape N.
-_LINE = re.compile("|".join(s.regex(f"c{n}") for n, s in enumerate(SHAPES)))
+# Compiled on first use, as the catalog's patterns are: importing this module
+# is on the sleep hook's path.
+@functools.cache
+def window_scans() -> tuple[WindowScan, ...]:
+    return tuple(WindowScan(s, re.compile(s.regex().encode())) for s in SHAPES)
+
+
+@functools.cache
+def _line() -> re.Pattern[str]:
+    """One pass over a line finds every code in it: group cN is the code of shape N."""
+    return re.compile("|".join(s.regex(f"c{n}") for n, s in enumerate(SHAPES)))
 
 
 def codes_in(text: str) -> tuple[str, ...]:
     """The codes a line carries, each once, in the order they appear."""
     found: list[str] = []
     pos = 0
-    while (m := _LINE.search(text, pos)) is not None:
+    line = _line()
+    while (m := line.search(text, pos)) is not None:
         n = next(k for k in range(len(SHAPES)) if m.group(f"c{k}") is not None)
         i = m.start()
         if SHAPES[n].fits(None if i == 0 else min(ord(text[i - 1]), 127), ord(text[i + 1])):
@@ -185,7 +194,10 @@ def parse_table(text: str) -> tuple[Block, ...]:
 
 @functools.cache
 def blocks() -> tuple[Block, ...]:
-    return parse_table((resources.files("suspendguard") / "data" / TABLE_FILE).read_text("utf-8"))
+    # Beside the package's other data (install/docs.py finds man/ the same way);
+    # importlib.resources would cost the sleep hook's start-up tempfile and shutil.
+    path = Path(__file__).resolve().parents[1] / "data" / TABLE_FILE
+    return parse_table(path.read_text("utf-8"))
 
 
 @functools.cache
@@ -205,7 +217,7 @@ def normalise(given: str) -> str:
 
 
 # A line that says it failed: only there is an unknown code worth a note.
-_ERRORISH = re.compile(r"(?i)error|fail|exception|\bE[0-9A-Z][0-9]{4}:")
+_ERRORISH = r"(?i)error|fail|exception|\bE[0-9A-Z][0-9]{4}:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +251,7 @@ def name_record(text: str, rules: Sequence[Rule]) -> Naming:
     if named:
         return Naming(rules[named[0][0]], named[0][1])
     unknown = tuple(c for c in found if c not in known)
-    if unknown and _ERRORISH.search(text, 0, 4096):
+    if unknown and re.search(_ERRORISH, text[:4096]):
         return Naming(None, None, unknown)
     return Naming(None)
 

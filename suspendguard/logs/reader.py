@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from suspendguard.logs.codes import WINDOW_SCANS, name_record
+from suspendguard.logs.codes import name_record, window_scans
 from suspendguard.logs.entries import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, parse_entry, parse_head_time
 from suspendguard.logs.finding import Finding, Skipped, UnknownCode
 from suspendguard.logs.matching import Rule, needles
@@ -136,7 +136,7 @@ class _Window:
                 # One hit per line is enough: go on after it, which also keeps a
                 # megabyte line full of needles linear.
                 i = buf.find(needle, end, hi)
-        for scan in WINDOW_SCANS:
+        for scan in window_scans():
             i = scan.next_at(buf, lo, hi, lo)
             while i != -1:
                 start, end = _line_bounds(buf, i, lo, hi)
