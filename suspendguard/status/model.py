@@ -19,6 +19,7 @@ from suspendguard.config import Config
 from suspendguard.guard.report import Report
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
+from suspendguard.store.mode import ENFORCE, Mode
 from suspendguard.store.rows import Attempt, StopRow
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
@@ -137,6 +138,7 @@ class Status:
     history: HistoryState
     duration_s: float
     configured_families: tuple[str, ...] = ()
+    mode: Mode = ENFORCE
 
     @property
     def root(self) -> bool:
@@ -185,9 +187,15 @@ class Status:
         v = self.verdict()
         if isinstance(v, Unavailable):
             return f"the next suspend: unknown: {v.reason}"
+        if self.mode.name == "off":
+            return ("suspends are not guarded: the guard is off (suspendguard mode enforce); "
+                    f"it would say {v.kind} now")
         if not self.installation.enabled:
             guard = "suspends are not guarded (the veto unit is not enabled: suspendguard install)"
             return f"{guard}; the guard would say {v.kind} now"
+        if self.mode.name == "observe":
+            return ("observe mode: the next suspend goes ahead whatever the guard finds "
+                    f"(suspendguard mode enforce); it would say {v.kind} now")
         if v.kind == "unknown":
             return f"the next suspend: unknown now: {v.reasons[0] if v.reasons else ''}"
         if v.kind == "veto":
@@ -215,6 +223,7 @@ class Status:
                                "units": {name: u.to_json() for name, u in self.systemd.items()}}
         data["history"] = self.history.to_json()
         data["config"] = self.config.to_json()
+        data["mode"] = {"mode": self.mode.name, "problem": self.mode.problem}
         return data
 
     def _report_json(self) -> dict[str, Any]:
