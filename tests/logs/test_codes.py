@@ -11,6 +11,7 @@ from helpers import FIXTURES
 from helpers.runners import cli
 
 from suspendguard.logs.codes import blocks, codes_in, name_record, normalise, table
+from suspendguard.logs.journal import parse_journal
 from suspendguard.logs.reader import read_file
 from suspendguard.logs.rules import BY_ID, RULES
 
@@ -140,6 +141,20 @@ def test_logs_verbose_shows_unrecognised_codes_and_they_never_count() -> None:
     doc = json.loads(out)
     assert [u["code"] for u in doc["unrecognised_vendor_codes"]] == ["561103", "500001", "EE8888"]
     assert {f["code"] for f in doc["findings"]} == {"EL0004", "207001", "507035", None, "507033"}
+
+
+def test_a_unit_journal_is_named_by_codes_too() -> None:
+    lines = [
+        "(EngineCore_DP0 pid=553) EL0004: [PID: 553] 2025-09-17-04:55:13.065.712 Failed to "
+        "allocate memory.",
+        "[ERROR] 2025-09-17-04:55:13 (PID:553, Device:0, RankID:-1) ERR00100 PTA call acl api "
+        "failed",
+    ]
+    text = "\n".join(json.dumps({"_PID": "553", "__REALTIME_TIMESTAMP": "1700000000000000",
+                                 "MESSAGE": m}) for m in lines)
+    findings, entries, _ = parse_journal(text, "job.service")
+    assert entries == 2
+    assert [(f.rule, f.code, f.line) for f in findings] == [("device-oom", "EL0004", 1)]
 
 
 def test_a_file_of_notes_only_exits_zero(tmp_path: os.PathLike[str]) -> None:
