@@ -43,11 +43,11 @@ _TOKEN = "{code}(?![0-9A-Za-z_])", r"E(?:[0-9A-Z][0-9]{4}|RR[0-9]{5})"
 # aclnn (1xxxxx-5xxxxx), -8xxx for DCMI, 0x + 7 hex digits for the runtime's inner
 # codes (retCode=0x7020019), 11757xxxx for those printed in decimal; anything else
 # (ret=0, ret=-1, retCode=0x26) is no code.
-# "ret is -8005" (npu-smi), "ret = 507015" (torch_npu [PTA]), "ret[207001]" and
-# "ret: 507033" (MindSpore), "retCode=507033" (runtime); "ErrCode=507035"
-# (runtime), "errorCode = 507033" (samples), "error code is 507033" (torch_npu's
-# "NPU function error"), "Error code: 507033"; "runtime result = 507015"
-# (AscendCL's ReportCallError).
+# "ret is -8005" (npu-smi), "ret = 507015" (torch_npu [PTA], GE), "ret[207001]"
+# (MindSpore), "retCode=0x7020019" (runtime); "ErrCode=507035" (runtime),
+# "errorCode = 507033" (Ascend/samples), "error code is 507033" (torch_npu's "NPU
+# function error"); "runtime result = 507015" (AscendCL's ReportCallError). The
+# same forms with ":" ("ret: 507033", "Error code: 507033") are taken too.
 _RETURN = (
     r"r(?:et(?:Code)?(?: is | ?[=:\[] ?)|r(?:or)?(?:Code| [Cc]ode|_code)(?: is | ?[=:] ?)"
     r"|esult ?[=:] ?){code}(?![0-9])",
