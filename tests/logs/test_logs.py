@@ -121,9 +121,9 @@ EXPECTED = {
         7: None,  # EE1001
         8: None,  # ret = 507008
         9: None,  # 507001, "Stream", "Timeout"
-        10: None,  # 561103: not in the table (a note with --verbose)
+        10: None,  # 561103 (aclnn inner nullptr): known, not ours
         11: None,  # EH9999: internal error
-        12: None,  # result = 500001: not in the table (a note)
+        12: None,  # result = 500001 (ACL_ERROR_FAILURE)
         13: None,  # DCMI -8005
         14: None,  # ERR02200 and EI0001, HCCL_EXEC_TIMEOUT
         15: None,  # module_name=EL9999
