@@ -290,14 +290,17 @@ def test_every_pattern_is_found_by_the_prefilter() -> None:
 
 def test_pathological_megabyte_line_completes() -> None:
     # Every needle and half-wordings, repeated: the worst case for a naive regex.
-    bits = [n[:-1] for n in needles(RULES)] + ["drvEventIdAlloc errorcode = ", "Device[" + "9" * 50]
+    # Half codes and codes in the wrong place too: "ret is -80", "xEL0004", "error code is ".
+    bits = [n[:-1] for n in needles(RULES)] + ["drvEventIdAlloc errorcode = ", "Device[" + "9" * 50,
+                                               "ret is -80", "xEL0004", "error code is ", "E1234"]
     line = "[ERROR] RUNTIME(1,a):2023-05-29-17:53:11.569.804 " + "".join(bits) * 1
     line = (line * (1_000_000 // len(line) + 1))[:1_000_000]
     started = time.perf_counter()
-    records = read_text(line + "\n" + "(" * 1_000_000 + "\n")
+    records = read_text(line + "\n" + "(" * 1_000_000 + "\n" + "EL0004 ret = 507033 " * 50_000 + "\n")
     for r in records:
         classify(r.text, RULES)
-    assert len(records) == 2
+        name_record(r.text, RULES)
+    assert len(records) == 3
     # No timing assertion: it completing is the test (a quadratic regex would not).
     assert time.perf_counter() - started >= 0
 
