@@ -80,13 +80,23 @@ class _Shape:
     # Whether a match stands where a code is printed: the character before it
     # (None at the start of the text) and the match's second character.
     fits: Callable[[int | None, int], bool]
+    # The same test as lookbehinds, for windows where matches keep failing it
+    # ("xEL0004 xEL0004 ..."): slower on ordinary text, as the regex then has no
+    # literal prefix, but it stays in C however many matches fail.
+    strict: str
 
     def regex(self, group: str | None = None) -> str:
         inner = f"(?P<{group}>{self.code})" if group else f"(?:{self.code})"
         return self.template.replace("{code}", inner)
 
 
-SHAPES: tuple[_Shape, ...] = (_Shape(*_TOKEN, _token_fits), _Shape(*_RETURN, _return_fits))
+SHAPES: tuple[_Shape, ...] = (
+    _Shape(*_TOKEN, _token_fits, r"(?<![0-9A-Za-z_])" + _TOKEN[0]),
+    _Shape(*_RETURN, _return_fits,
+           r"(?:(?<![A-Za-z])(?=re)|(?<=[Ee])(?=rr))" + _RETURN[0]),
+)
+# Failed matches in one search before the strict regex takes over.
+MAX_MISSES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,24 +105,32 @@ class WindowScan:
 
     shape: _Shape
     rx: re.Pattern[bytes]
+    strict: re.Pattern[bytes]
 
     def next_at(self, buf: bytes, lo: int, hi: int, pos: int) -> int:
         """The offset of the next code of this shape in ``buf[pos:hi]``, or -1."""
+        misses = 0
         while True:
-            m = self.rx.search(buf, pos, hi)
+            m = (self.rx if misses < MAX_MISSES else self.strict).search(buf, pos, hi)
             if m is None:
                 return -1
             i = m.start()
             if self.shape.fits(None if i <= lo else buf[i - 1], buf[i + 1]):
                 return i
-            pos = i + 1
+            # No code of the shape starts inside a failed match: go on after it.
+            misses += 1
+            pos = m.end()
+
+
+def _compile(shape: _Shape, template: str) -> re.Pattern[bytes]:
+    return re.compile(template.replace("{code}", f"(?:{shape.code})").encode())
 
 
 # Compiled on first use, as the catalog's patterns are: importing this module
 # is on the sleep hook's path.
 @functools.cache
 def window_scans() -> tuple[WindowScan, ...]:
-    return tuple(WindowScan(s, re.compile(s.regex().encode())) for s in SHAPES)
+    return tuple(WindowScan(s, _compile(s, s.template), _compile(s, s.strict)) for s in SHAPES)
 
 
 @functools.cache

@@ -10,7 +10,15 @@ import pytest
 from helpers import FIXTURES
 from helpers.runners import cli
 
-from suspendguard.logs.codes import blocks, codes_in, name_record, normalise, table
+from suspendguard.logs.codes import (
+    MAX_MISSES,
+    blocks,
+    codes_in,
+    name_record,
+    normalise,
+    table,
+    window_scans,
+)
 from suspendguard.logs.journal import parse_journal
 from suspendguard.logs.reader import read_file
 from suspendguard.logs.rules import BY_ID, RULES
@@ -92,6 +100,26 @@ def test_every_code_is_found_where_it_is_printed_and_named_by_its_rule(code: str
 ])
 def test_codes_are_found_by_position(line: str, codes: tuple[str, ...]) -> None:
     assert codes_in(line) == codes
+
+
+def test_a_window_of_failing_matches_is_searched_by_the_strict_regex_alike() -> None:
+    # Each failed match is a step in Python; after MAX_MISSES the lookbehind form takes
+    # over, and must find what the fast form and its test find.
+    text = ("xEL0004 arr = 507033 xret = 207001 (EL0005) ErrCode=507035 ret is -8020 "
+            "error code is 507010 _E30003 " * (MAX_MISSES + 1)).encode()
+    for scan in window_scans():
+        fast, pos = [], 0
+        while (m := scan.rx.search(text, pos)) is not None:
+            i = m.start()
+            if scan.shape.fits(None if i == 0 else text[i - 1], text[i + 1]):
+                fast.append(i)
+            pos = m.end()
+        assert fast and [m.start() for m in scan.strict.finditer(text)] == fast
+        found, i = [], scan.next_at(text, 0, len(text), 0)
+        while i != -1:
+            found.append(i)
+            i = scan.next_at(text, 0, len(text), i + 1)
+        assert found == fast
 
 
 def test_a_wording_names_a_line_before_its_code() -> None:

@@ -279,6 +279,7 @@ def test_regexes_have_no_unbounded_repetition() -> None:
         rx = shape.regex("c")
         walk(sre_parse.parse(rx))
         assert re.match(r"(?:\(\?P<c>)?[A-Za-z]", rx), rx
+        walk(sre_parse.parse(shape.strict.replace("{code}", shape.code)))
 
 
 def test_every_pattern_is_found_by_the_prefilter() -> None:
