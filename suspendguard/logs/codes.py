@@ -150,9 +150,7 @@ def codes_in(text: str) -> tuple[str, ...]:
         if SHAPES[n].fits(None if i == 0 else min(ord(text[i - 1]), 127), ord(text[i + 1])):
             code = m.group(f"c{n}")
             found.append(code.lower() if code.startswith("0x") else code)
-            pos = m.end()
-        else:
-            pos = i + 1
+        pos = m.end()  # no code starts inside a match, whether it fitted or not
     return tuple(dict.fromkeys(found))
 
 
