@@ -262,10 +262,12 @@ def name_record(text: str, rules: Sequence[Rule]) -> Naming:
     if rule is not None:
         return Naming(rule, next((c for c in found if c in known and known[c].rule == rule.id), None))
     order = {r.id: i for i, r in enumerate(rules)}
-    named = sorted((order[known[c].rule or ""], c) for c in found
-                   if c in known and (known[c].rule or "") in order)
+    # The earliest rule in catalog order; among its codes, the first in the line.
+    named = [(order[known[c].rule or ""], at, c) for at, c in enumerate(found)
+             if c in known and (known[c].rule or "") in order]
     if named:
-        return Naming(rules[named[0][0]], named[0][1])
+        first = min(named)
+        return Naming(rules[first[0]], first[2])
     unknown = tuple(c for c in found if c not in known)
     if unknown and re.search(_ERRORISH, text[:4096]):
         return Naming(None, None, unknown)
