@@ -304,6 +304,10 @@ def test_status_and_history_answer(installed: DebianBox) -> None:
     assert "installation: installed" in status.stdout, status.stdout + status.stderr
     assert "enabled for: suspend, hibernate, hybrid-sleep, suspend-then-hibernate" in status.stdout
     assert "config: /etc/suspendguard/config.toml: valid" in status.stdout
+    # written by Debian's own python3-prometheus-client (0.16 in Debian 12)
+    prom = box.suspendguard("status", "--prometheus", check=False)
+    assert prom.returncode == 0 and "\nsuspendguard_installed 1.0\n" in prom.stdout, (
+        prom.stdout[-2000:] + prom.stderr)
     history = box.suspendguard("history")
     assert re.search(r"\bveto\b", history.stdout) and re.search(r"\ballow\b", history.stdout), (
         history.stdout)
