@@ -1,6 +1,6 @@
 """Holder scan against its floor, fuser and lsof on a standard population (run on demand).
 
-    python benchmarks/scan.py [--procs 3000] [--runs 5] [--linear 1000,3000,10000]
+    python benchmarks/scan.py [--procs 3000] [--runs 5] [--linear 1000,3000,10000] [--no-lsof]
 
 Builds 3,000 processes with 60 fds each (40% unix sockets, 20% pipes, 30%
 regular files, 10% /dev/null), 5 of which hold a test node, then measures,
@@ -47,19 +47,21 @@ SCAN_CHILD = (
 )
 
 
-def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MiB, stdout) of one run of argv.
+def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str, float]:
+    """(wall seconds, peak RSS MiB, stdout, CPU seconds: user + system) of one run of argv.
 
-    Peak RSS comes from GNU time, a small parent: a child forked from this
-    Python would report this process's own size as its high-water mark.
+    Peak RSS and CPU time come from GNU time, a small parent: a child forked
+    from this Python would report this process's own size as its high-water
+    mark. CPU time counts the forked workers of a scan too; on a shared
+    machine it moves less than wall time.
     """
     with tempfile.NamedTemporaryFile("r") as report:
         start = time.perf_counter()
-        proc = subprocess.run(["/usr/bin/time", "-o", report.name, "-f", "%M", *argv],
+        proc = subprocess.run(["/usr/bin/time", "-o", report.name, "-f", "%M %U %S", *argv],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         wall = time.perf_counter() - start
-        rss_kib = float(report.read().split()[-1])
-    return wall, rss_kib / 1024, proc.stdout.decode()
+        rss_kib, user, system = (float(x) for x in report.read().split()[-3:])
+    return wall, rss_kib / 1024, proc.stdout.decode(), user + system
 
 
 @contextmanager
@@ -89,8 +91,12 @@ def population_holders(out: str) -> int:
     return sum(1 for h in json.loads(out)["holders"] if h["comm"] == "population")
 
 
-def ratios(results: dict[str, list[tuple[float, float]]], name: str) -> str:
-    per_run = [w / f for (w, _), (f, _) in zip(results[name], results["floor"], strict=True)]
+Runs = list[tuple[float, float, float]]  # (wall s, peak RSS MiB, CPU s) of each run
+
+
+def ratios(results: dict[str, Runs], name: str, at: int = 0) -> str:
+    """Run by run against the floor's run just before: min and median."""
+    per_run = [r[at] / f[at] for r, f in zip(results[name], results["floor"], strict=True)]
     return f"min {min(per_run):.2f}x  median {statistics.median(per_run):.2f}x"
 
 
@@ -100,6 +106,7 @@ def main() -> int:
     p.add_argument("--holders", type=int, default=5)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--linear", default="", help="comma-separated population sizes")
+    p.add_argument("--no-lsof", action="store_true", help="leave lsof out (15x the floor: slow)")
     args = p.parse_args()
     for tool in ("gcc", "fuser", "lsof", "/usr/bin/time"):
         if not shutil.which(tool):
@@ -134,11 +141,13 @@ def main() -> int:
                 "fuser": ["fuser", str(node)],
                 "lsof": ["lsof", str(node)],
             }
-            results: dict[str, list[tuple[float, float]]] = {k: [] for k in tools}
+            if args.no_lsof:
+                del tools["lsof"]
+            results: dict[str, Runs] = {k: [] for k in tools}
             for _ in range(args.runs):
                 for name, argv in tools.items():
-                    wall, rss, out = measure(argv, env)
-                    results[name].append((wall, rss))
+                    wall, rss, out, cpu = measure(argv, env)
+                    results[name].append((wall, rss, cpu))
                     if name == "check --dry-run":
                         assert population_holders(out) == args.holders, out[:2000]
                     elif name in ("floor", "suspendguard scan"):
@@ -146,14 +155,18 @@ def main() -> int:
             print(f"population: {args.procs} processes x 60 fds, {args.holders} holders; "
                   f"{args.runs} runs")
             for name, runs in results.items():
-                walls = [w for w, _ in runs]
+                walls = [w for w, _, _ in runs]
                 print(f"  {name:18s} wall min {min(walls) * 1000:8.1f} ms  median "
-                      f"{statistics.median(walls) * 1000:8.1f} ms   "
-                      f"peak RSS {max(r for _, r in runs):6.1f} MiB")
-            print(f"  scan / floor:  {ratios(results, 'suspendguard scan')} (target <= 1.1)")
-            print(f"  check / floor: {ratios(results, 'check --dry-run')} (target <= 1.1)")
-            print(f"  fuser / floor: {ratios(results, 'fuser')}")
-            print(f"  lsof / floor:  {ratios(results, 'lsof')}")
+                      f"{statistics.median(walls) * 1000:8.1f} ms   CPU median "
+                      f"{statistics.median(c for _, _, c in runs) * 1000:8.1f} ms   "
+                      f"peak RSS {max(r for _, r, _ in runs):6.1f} MiB")
+            for name, label in (("suspendguard scan", "scan"), ("check --dry-run", "check"),
+                                ("fuser", "fuser"), ("lsof", "lsof")):
+                if name not in results:
+                    continue
+                target = " (target <= 1.1)" if label in ("scan", "check") else ""
+                print(f"  {label + ' / floor:':14s} wall {ratios(results, name)}{target};  "
+                      f"CPU {ratios(results, name, at=2)}")
         for procs in [int(n) for n in args.linear.split(",") if n]:
             with population(tmp, procs, args.holders, node):
                 runs = [(measure(floor, env)[0], measure(scan, env)[0])
@@ -169,8 +182,8 @@ def main() -> int:
     conf = Path(tempfile.mkdtemp()) / "c.toml"
     conf.write_text(f'[state]\ndir = "{conf.parent}"\n')
     for _ in range(max(args.runs, 9)):
-        wall, rss, _ = measure([python, "-m", "suspendguard", "--config", str(conf),
-                                "check", "--dry-run"], env)
+        wall, _, _, _ = measure([python, "-m", "suspendguard", "--config", str(conf),
+                                 "check", "--dry-run"], env)
         walls.append(wall)
     print(f"  check --dry-run (this machine's nodes, default families): "
           f"{statistics.median(walls) * 1000:.1f} ms wall (target < 150)")
