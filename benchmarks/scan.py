@@ -169,13 +169,13 @@ def main() -> int:
                       f"CPU {ratios(results, name, at=2)}")
         for procs in [int(n) for n in args.linear.split(",") if n]:
             with population(tmp, procs, args.holders, node):
-                runs = [(measure(floor, env)[0], measure(scan, env)[0])
-                        for _ in range(args.runs)]
-            f_med = statistics.median(f for f, _ in runs)
-            s_med = statistics.median(s for _, s in runs)
+                pairs = [(measure(floor, env), measure(scan, env)) for _ in range(args.runs)]
+            f_med = statistics.median(f[0] for f, _ in pairs)
+            s_med = statistics.median(s[0] for _, s in pairs)
             print(f"  {procs:6d} processes: floor {f_med * 1e6 / procs:6.1f} us, scan "
                   f"{s_med * 1e6 / procs:6.1f} us per process (medians); scan / floor "
-                  f"median {statistics.median(s / f for f, s in runs):.2f}x")
+                  f"median {statistics.median(s[0] / f[0] for f, s in pairs):.2f}x; "
+                  f"scan peak RSS {max(s[1] for _, s in pairs):.1f} MiB")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     walls = []
