@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 
+from docgen import roff
 from suspendguard import __version__
 from suspendguard.config import DEFAULT_PATH, ENV_VAR, SCHEMA, commented_default
 from suspendguard.config.schema import RULE_FIELDS, RULE_HELP, Kind, Spec
-from suspendguard.docs import roff
 
 KINDS: dict[Kind, str] = {
     "str": "string",
