@@ -123,6 +123,7 @@ class FakeEngine:
         self.base = root / f"suspendguard-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.containers: dict[str, Container] = {}
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
+        self.refuse_update = False  # answer /update with an error, as an engine may
         self._server = _Server(socket_path, _Handler)
         self._server.engine = self
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -238,6 +239,8 @@ class FakeEngine:
                 return 409, {"message": f"Container {c.id} is not running"}
             os.kill(c.pid, int(signal.Signals[query.get("signal", "SIGKILL")]))
             return 204, None
+        if action == "update" and self.refuse_update:
+            return 500, {"message": "Cannot update container: refused"}
         if action == "update":
             policy = (body or {}).get("RestartPolicy") or {}
             c.restart = "" if policy.get("Name") == "no" else str(policy.get("Name", c.restart))
