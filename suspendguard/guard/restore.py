@@ -83,7 +83,8 @@ def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
     if state.active_state == "active" and not started_meanwhile:
         # Never started again since the drain: its main process (a launcher
         # such as cron) held nothing and outlived the job.
-        return "skipped", "still running: only its job was drained, its main process was kept"
+        return "skipped", ("still running since the drain: its main process was not the job, "
+                           "or outlived [drain] timeout_s")
     if state.active_state in ("active", "activating", "reloading"):
         return "skipped", f"already {state.active_state} (started meanwhile)"
     if state.active_state == "deactivating" or state.job == "stop":

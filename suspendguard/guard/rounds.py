@@ -215,10 +215,9 @@ class Rounds:
             self.stops.append(Stop(o, len(self.stops) + 1, time.time()))
             raised = "" if o.kind in CONTAINER_KINDS or not (
                 0 < o.timeout_stop_s < self.config.drain.timeout_s) else \
-                f", TimeoutStopSec={o.timeout_stop_s:g}s raised to [drain] timeout_s"
-            self.log.info(f"keeping {o.describe()} down through {_via(o)} until restore "
-                          f"(restart {o.restart or '?'}{raised}); its holders get "
-                          f"{self.signame} from the guard")
+                f" (its TimeoutStopSec={o.timeout_stop_s:g}s raised to [drain] timeout_s)"
+            self.log.info(f"keeping {o.describe()} down through {_via(o)} until restore"
+                          f"{raised}; its holders get {self.signame} from the guard")
         self._through |= {holder_id(h) for h in holders if self.owner(h).key in ok}
 
     def drain(self, first: list[Decision], seen: set[HolderId], inventory: Inventory,
