@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Sequence
@@ -126,12 +127,18 @@ class DockerEngine:
 
     def run(self, name: str, argv: Sequence[str], *, node: str, restart: str = "no",
             init: bool = False, writable: Sequence[str] = ()) -> str:
-        """Start a detached container holding ``node`` (as /dev/davinci0); its id."""
+        """Start a detached container holding ``node`` (as /dev/davinci0); its id.
+
+        A device node goes in with ``--device``; a plain file standing for one
+        (its identity is unique, so nothing else on the host can hold it) is bound.
+        """
         binds = [f"--volume={b}:{b}:ro" for b in BINDS if os.path.exists(b)]
+        into = (f"--device={node}:/dev/davinci0" if stat.S_ISCHR(os.stat(node).st_mode)
+                else f"--volume={node}:/dev/davinci0")
         binds += [f"--volume={w}:{w}" for w in writable]
         out = self.docker("run", "--detach", f"--name={name}", "--network=none",
                           f"--restart={restart}", *(["--init"] if init else []),
-                          f"--device={node}:/dev/davinci0", *binds, IMAGE, *argv)
+                          into, *binds, IMAGE, *argv)
         return out.stdout.strip()
 
     def inspect(self, name: str) -> dict[str, Any]:
