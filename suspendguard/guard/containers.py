@@ -87,13 +87,18 @@ class Engines:
             if seen is None:
                 out[o.key] = "the engine has no such container"
                 continue
+            # Kept as stopped by the guard even when its policy stays: it is
+            # looked at for a restart after the drain, and started after resume.
             out[o.key] = ""
             if seen.restart in ("", "no"):
                 continue
             changed = engine.set_restart(o.name, "no")
             if isinstance(changed, Unavailable) or changed:
                 why = changed.reason if isinstance(changed, Unavailable) else changed
-                out[o.key] = f"its restart policy {seen.restart} could not be set aside ({why})"
+                self.warnings.append(
+                    f"{o.describe()}: its restart policy could not be set aside ({why}); its "
+                    "processes were signalled directly all the same, and the policy may bring "
+                    "it back")
                 continue
             self.policies.put(o.key, [seen.restart, seen.restart_max])
         return out

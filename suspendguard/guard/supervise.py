@@ -132,6 +132,7 @@ class Supervisors:
             self.transient.warnings.append(
                 f"{owner.name} is a transient unit whose settings could not be read "
                 f"({spec.reason}): it cannot be made again after resume")
+            self.transient.take(owner.key)  # an older record would make another unit
             return
         self.transient.put(owner.key, spec.to_json())
 
@@ -150,7 +151,7 @@ class Supervisors:
         return systemd.start_transient(owner.name, spec, address=self.bus_address)
 
     def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]:
-        """After the exits: wait for the stop jobs to end and for timers due soon; who came back.
+        """After the exits: wait for the units to finish stopping and for timers due soon; who came back.
 
         A reason for each unit that is running again, or about to (a start
         job queued).

@@ -230,10 +230,11 @@ def test_a_policy_the_engine_refuses_to_change_is_said_and_its_return_vetoes(
     c = engine.create(job(node, holders), restart="always")
     engine.refuse_update = True
     report = guard(make_config(drain={"rounds": 2}), supervisors=supervisors(engine, tmp_path))
-    assert any("could not keep it from restarting" in w and "could not be set aside" in w
+    assert any("restart policy could not be set aside" in w and "may bring it back" in w
                for w in report.verdict.warnings), report.verdict.warnings
     assert report.verdict.kind == "veto"
-    assert any("respawned" in r for r in report.verdict.reasons), report.verdict.reasons
+    assert any("started again during the drain" in r or "respawned" in r
+               for r in report.verdict.reasons), report.verdict.reasons
     assert c.restarts >= 1
 
 
@@ -250,3 +251,20 @@ def test_check_shows_the_container_owner(
     assert engine.paths("POST") == []  # a dry run stops nothing
     _, text, _ = cli("--config", conf_file(tmp_path, node), "check", environ=env(engine))
     assert f"run by Docker container {c.id[:12]} (restart unless-stopped)" in text
+
+
+class _Broken(Supervisors):
+    """The real supervisors, failing after the holders were signalled."""
+
+    def settle(self, stops: Any, deadline: float) -> list[str]:
+        raise RuntimeError("broken on purpose")
+
+
+def test_a_drain_that_breaks_half_way_puts_the_owner_back(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(job(node, holders), restart="always")
+    broken = _Broken(environ=env(engine), state_dir=str(tmp_path / "state"))
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        guard(make_config(), supervisors=broken)
+    assert updates(engine, c.id) == ["no", "always"]  # set aside, then put back
+    assert engine.wait_running(c) and c.restart == "always"

@@ -169,10 +169,13 @@ class FakeEngine:
         procs = c.cgroup / "cgroup.procs"
         proc = subprocess.Popen(["/bin/sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *c.argv],
                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
+        # Running from the moment its process is, as Docker's State.Running
+        # is: not only once the job opened its nodes.
+        c.proc, c.started_at = proc, _now()
         assert proc.stdout is not None
         line = proc.stdout.readline().split()
         assert line and line[0] == "ready", f"container job did not start: {line}"
-        c.proc, c.pid, c.started_at = proc, int(line[1]), _now()
+        c.pid = int(line[1])
         c.stopped_by_user = False
         c.generation += 1
         threading.Thread(target=self._watch, args=(c, proc, c.generation), daemon=True).start()
