@@ -65,7 +65,7 @@ class Rounds:
         self.before_signal: Callable[[Sequence[Decision], int], None] = lambda _d, _r: None
         self.supervisors = supervisors
         self.owners: dict[HolderId, Owner] = {}
-        self.stops: list[Stop] = []  # what was stopped through its supervisor, in order
+        self.stops: list[Stop] = []  # owners kept down for the drain, in order
         self._through: set[HolderId] = set()
         self._unreached: set[str] = set()  # containers whose engine did not answer, warned once
 
@@ -291,9 +291,9 @@ class Rounds:
         policy) gets that supervisor's own restart delay; a job whose parent
         is still there and could restart it (not init, not the guard itself,
         whose children are supervised by nobody else) gets RESPAWN_GRACE_S.
-        A job stopped through its supervisor is not restarted by it; what
+        A job whose supervisor keeps it down is not restarted by it; what
         else may bring it back is looked at afterwards (Supervisors.settle).
-        A container with a restart policy, stopped through its engine, gets
+        A container with a restart policy, set aside through its engine, gets
         its restart delay all the same: an engine that starts it again
         anyway (or a watcher beside it) is caught by the look that follows.
         """

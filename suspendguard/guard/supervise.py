@@ -34,7 +34,7 @@ from suspendguard.model import Holder, Unavailable
 from suspendguard.system.dbus import systemd
 
 DROPIN_ROOT = "/run/systemd/system"
-# How long the manager gets to finish a stop job once the processes exited
+# How long the manager gets to finish stopping a unit once the processes exited
 # (ExecStopPost=, cgroup release) before the guard looks whether it came back.
 STOP_SETTLE_S = 2.0
 # A timer due later than this after the stop is the next sleep's business.
@@ -193,7 +193,7 @@ class Supervisors:
 
     def _after_stop(self, owners: Sequence[Owner], wait_s: float
                     ) -> dict[str, systemd.AfterStop] | Unavailable:
-        """Each owner (by key) once its stop job ended; the triggers as read before the drain."""
+        """Each owner (by key) once it finished stopping; the triggers as read before the drain."""
         system = [o for o in owners if o.kind == "systemd-service"]
         out: dict[str, systemd.AfterStop] = {}
         if system:

@@ -63,7 +63,7 @@ class UserServices:
 
     def after_stop(self, owners: Sequence[Owner], until: float
                    ) -> dict[str, AfterStop] | Unavailable:
-        """Each owner (by key) once its stop job ended, or ``until`` passed."""
+        """Each owner (by key) once it finished stopping, or ``until`` passed."""
         out: dict[str, AfterStop] = {}
         for uid, group in _by_uid(owners):
             states = usermanager.after_stop(uid, {o.name: o.triggered_by for o in group}, until,

@@ -148,7 +148,7 @@ def start(uid: int, name: str, wait: bool = True) -> str | Unavailable:
 def after_stop(uid: int, timers: Mapping[str, Sequence[str]], until: float,
                clock: Callable[[], float], sleep: Callable[[float], None],
                ) -> dict[str, AfterStop] | Unavailable:
-    """Each unit once its stop job has ended, or ``until`` (on ``clock``) has passed."""
+    """Each unit once it is no longer stopping, or ``until`` (on ``clock``) has passed."""
     names = list(dict.fromkeys(timers))
     while True:
         states = service_states(uid, names)

@@ -1,4 +1,4 @@
-"""Supervised jobs under a real systemd: stopped through systemd, kept down, started again.
+"""Supervised jobs under a real systemd: signalled by the guard, kept down by systemd, started again.
 
 One booted container for the module (tests/helpers/systemd_harness.py). The jobs are
 system services (unit files in /etc/systemd/system) running

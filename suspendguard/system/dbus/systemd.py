@@ -332,7 +332,7 @@ class AfterStop:
 def after_stop(timers: Mapping[str, Sequence[str]], wait_s: float, poll_s: float = 0.005,
                timeout: float = DEFAULT_TIMEOUT, address: str | None = None,
                ) -> dict[str, AfterStop] | Unavailable:
-    """Each unit (the keys of ``timers``) once its stop job has ended, or ``wait_s`` passed.
+    """Each unit (the keys of ``timers``) once it is no longer stopping, or ``wait_s`` passed.
 
     ``timers``: each unit's ``.timer`` triggers, whose next elapse is read
     at the end. One conversation, one ``ListUnitsByNames`` call a poll (state
