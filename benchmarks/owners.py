@@ -53,6 +53,8 @@ HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
 LAUNCHER = str(REPO / "tests" / "helpers" / "launcher.py")
 TIMEOUT_S = 4.0
 SLEEP_S = 1.0
+# Worth the guard's own log on stderr: a drain this slow from signal to verdict.
+SLOW_S = 3.0
 
 
 class Times(Logger):
@@ -61,8 +63,10 @@ class Times(Logger):
     def __init__(self) -> None:
         super().__init__(io.StringIO(), {})
         self.sent = self.verdict = 0.0
+        self.lines: list[tuple[float, str]] = []
 
     def log(self, priority: int, message: str) -> None:
+        self.lines.append((time.monotonic(), message))
         if message.startswith("sent ") and not self.sent:
             self.sent = time.monotonic()
         if ": allow" in message or ": veto" in message:
@@ -135,6 +139,11 @@ class Bench:
             row["graceful"] &= len(report.holders) == shape.holders and all(
                 h.outcome.kind == "exited" for h in report.holders)
             row["seconds"].append(times.verdict - times.sent)
+            if times.verdict - times.sent > SLOW_S:  # say where the time went
+                print(f"{shape.name}: {times.verdict - times.sent:.2f} s from signal to verdict:",
+                      file=sys.stderr)
+                for at, line in times.lines:
+                    print(f"  {at - times.sent:+8.3f} {line}", file=sys.stderr)
             cli(["--config", str(self.config_file), "restore"], out=io.StringIO(),
                 err=io.StringIO(), environ=self.environ)
             resumed = shape.back is None or _wait(shape.back)
