@@ -179,6 +179,9 @@ class ScanResult:
     unreadable: int  # processes whose fds/maps could not be read
     unreadable_pids: tuple[int, ...] = ()
     scanned: int = 0
+    # Processes with a device mapping the kernel would not let the guard
+    # follow (/proc/PID/map_files without CAP_SYS_ADMIN): never silent.
+    maps_refused: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

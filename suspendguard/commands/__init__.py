@@ -130,6 +130,12 @@ def _restore(p: argparse.ArgumentParser) -> None:
     _json(p, "what was done")
 
 
+def _mode(p: argparse.ArgumentParser) -> None:
+    p.add_argument("mode", nargs="?", choices=("enforce", "observe", "off"), metavar="MODE",
+                   help="enforce (drain, veto: the default) | observe (look and record, never signal "
+                        "or refuse) | off (let every suspend go); none: show the mode")
+
+
 def _sleep_hook(p: argparse.ArgumentParser) -> None:
     p.add_argument("phase", choices=("pre", "post"), help="pre: before the sleep; post: after")
     p.add_argument("action", nargs="?", default="suspend", metavar="ACTION",
@@ -167,6 +173,10 @@ COMMANDS: tuple[Command, ...] = (
             ((0, "every job the guard stopped was started again or skipped (or none was left)"),
              USAGE_EXIT,
              (3, "a job failed to start, or the history could not be read"), UNTRUSTED_EXIT)),
+    Command("mode", "show or switch what the guard does at a suspend: enforce, observe, off",
+            "mode:command", _mode,
+            ((0, "shown, or switched"), USAGE_EXIT,
+             (3, "not root, or the state folder cannot be written"), UNTRUSTED_EXIT)),
     Command("config", "print the effective configuration as TOML",
             "config:command", _nothing, ((0, "printed"), USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("history", "list recorded suspend attempts, newest first",

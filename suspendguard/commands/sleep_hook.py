@@ -22,6 +22,7 @@ from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
 from suspendguard.logs.after import after_attempt
+from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 from suspendguard.store.rows import Attempt
 from suspendguard.system.log import Logger
@@ -62,6 +63,11 @@ def pre(config: Config, action: str, log: Logger) -> int:
         return 0
     if history is not None:
         history.close()
+    mode = guard_mode.read(config.state.dir)
+    if not mode.enforcing:
+        log.info(f"the veto unit's attempt is not found, and the guard's mode is {mode.name}: "
+                 "no fallback drain")
+        return 0
     log.warning(f"the veto unit did not run before this {action}: draining from the sleep hook "
                 "as a fallback; it cannot stop the suspend")
     # Imported here, not at the top: only this fallback runs the pipeline, and

@@ -23,6 +23,7 @@ IDLE_BACKENDS: dict[str, Family] = {
     "npu-smi": "ascend",
     "dcmi": "ascend",
     "nvml": "nvidia",
+    "nvidia-smi": "nvidia",
 }
 
 DEFAULT_STATE_DIR = "/var/lib/suspendguard"
@@ -119,7 +120,7 @@ class DrainConfig:
         100.0, "float",
         "Hard limit for one guard run; the unit's TimeoutStartSec is this plus 20 s. Must leave "
         "room for timeout_s, the escalation steps and, with idle backends, settle_s plus "
-        "command_timeout_s plus 1 s, plus 2 s to answer.",
+        "twice command_timeout_s (a reading before the drain) plus 1 s, plus 2 s to answer.",
     )
 
 
@@ -138,13 +139,19 @@ class IdleConfig:
         0.0, "float", "Utilization percent above which a reading is busy.",
     )
     on_unknown: str = setting(
-        "allow", "choice",
-        "When no backend can answer for a device found: allow (warn) or veto.",
+        "veto", "choice",
+        "When no backend can answer for an Ascend or NVIDIA device found: veto, or allow "
+        "(warn). Extra nodes ([devices] nodes) have no backend and are not asked.",
         ("allow", "veto"),
     )
     # The keys below belong to one backend each; the backend reads its own
-    # when it is made (idle/npusmi.py, idle/acl.py, idle/dcmi.py).
+    # when it is made (idle/npusmi.py, idle/nvidiasmi.py, idle/acl.py, idle/dcmi.py).
     npu_smi: str = setting("npu-smi", "str", "The npu-smi command (name on PATH or a path).")
+    nvidia_smi: str = setting(
+        "nvidia-smi", "str",
+        "The nvidia-smi command (name on PATH or a path); asked when NVML (nvidia-ml-py) "
+        "cannot be imported.",
+    )
     command_timeout_s: float = setting(5.0, "float", "Timeout for each backend query.")
     ascend_env: str = setting(
         "", "str", "set_env.sh sourced for the pyACL probe; empty: first of the CANN defaults.",

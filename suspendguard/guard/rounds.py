@@ -16,7 +16,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from suspendguard.config import Config
-from suspendguard.guard.drain import drain
+from suspendguard.guard.drain import UNSIGNALLABLE, drain
 from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, Supervisor, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
 from suspendguard.guard.report import HolderResult
@@ -130,15 +130,15 @@ class Rounds:
             self.record(d, unsignalled(d, self.signame), round_no, tags)
         return to_signal
 
-    def admit(self, decisions: Sequence[Decision]) -> list[Decision]:
+    def admit(self, decisions: Sequence[Decision], vetoed: bool = False) -> list[Decision]:
         """Settle a batch found outside the rounds (the scan, the device); return those to signal now.
 
-        When the batch holds a veto, or in a dry run, nobody is signalled:
-        each holder that would have been says why not, or what the signal
-        would do.
+        When the batch holds a veto (or ``vetoed``: one is already certain),
+        or in a dry run, nobody is signalled: each holder that would have
+        been says why not, or what the signal would do.
         """
         to_signal = self.settle(decisions, 1)
-        vetoed = any(d.vetoes for d in decisions)
+        vetoed = vetoed or any(d.vetoes for d in decisions)
         if not (vetoed or self.dry_run):
             return to_signal
         for d in to_signal:
@@ -166,7 +166,11 @@ class Rounds:
         for d in decisions:
             outcome = result.outcomes[holder_id(d.holder)]
             self.record(d, outcome, round_no, tags)
-            if outcome.kind == "timeout":
+            if outcome.kind == "not-signalled" and outcome.why.startswith(UNSIGNALLABLE):
+                h = d.holder
+                self.reasons.append(f"pid {h.pid} {h.comm} {outcome.why}: it still holds "
+                                    f"the device; stop it yourself (kill -INT {h.pid})")
+            elif outcome.kind == "timeout":
                 h = d.holder
                 by = f" (reported by {h.source})" if h.source != "proc" else ""
                 if holder_id(h) in self._through:
@@ -177,7 +181,8 @@ class Rounds:
                 self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}: "
                                     f"stop it yourself (kill -TERM {h.pid}), or raise "
                                     "[drain] timeout_s")
-        return all(o.kind != "timeout" for o in result.outcomes.values())
+        return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
+                       for o in result.outcomes.values())
 
     def _keep_down(self, holders: Sequence[Holder]) -> None:
         """Before the signal: ask each holder's supervisor not to start it again.

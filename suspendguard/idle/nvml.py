@@ -114,11 +114,13 @@ class NvmlBackend(Backend):
             readings["memory_used_mb"] = memory.used / MB
             readings["memory_total_mb"] = memory.total / MB
         processes: dict[int, DeviceProcess] = {}
+        complete = True
         for kind, call in (("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
                            ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
             found = _ask(nvml, call, handle)
             if isinstance(found, Unavailable):
                 notes.append(f"{kind} processes: {found.reason}")
+                complete = False
                 continue
             for proc in found:
                 used = getattr(proc, "usedGpuMemory", None)
@@ -127,7 +129,8 @@ class NvmlBackend(Backend):
                         int(proc.pid), self._process_name(nvml, proc.pid),
                         None if used is None else used / MB, ident, self.name,
                     )
-        return self.reading(ident, readings, tuple(processes.values()), "; ".join(notes))
+        return self.reading(ident, readings, tuple(processes.values()), "; ".join(notes),
+                            lists_processes=complete)
 
     @staticmethod
     def _process_name(nvml: ModuleType, pid: int) -> str:

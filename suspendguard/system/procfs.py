@@ -189,8 +189,21 @@ class ProcFS:
     def link_stat(self, pid: int, *parts: str) -> os.stat_result | None:
         """The stat of the file a magic link (fd/N, map_files/SPAN) leads to; None if it cannot."""
         try:
+            return self.map_file_stat(pid, *parts)
+        except ProcAccessError:
+            return None
+
+    def map_file_stat(self, pid: int, *parts: str) -> os.stat_result | None:
+        """As :meth:`link_stat`, but a refusal raises ProcAccessError instead of reading None.
+
+        Following /proc/PID/map_files/SPAN takes CAP_SYS_ADMIN in the initial
+        user namespace (or CAP_CHECKPOINT_RESTORE, from Linux 5.9): the
+        kernel's checkpoint_restore_ns_capable(). Root without it gets EPERM.
+        """
+        try:
             return os.stat(self.path(pid, *parts))
-        except OSError:
+        except OSError as exc:
+            _refused(exc)
             return None
 
     def exe(self, pid: int) -> str:

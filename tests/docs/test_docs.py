@@ -158,3 +158,25 @@ def test_man_renders_the_page_without_warnings(page: Path) -> None:
     text = subprocess.run(["man", "-l", str(page)], capture_output=True, text=True, timeout=60, check=True,
                           env={**os.environ, "MANWIDTH": "200", "MAN_KEEP_FORMATTING": ""}).stdout
     assert "NAME" in text and "SEE ALSO" in text
+
+
+def test_layer_table_names_every_module() -> None:
+    """docs/development.md's layer table names each module in its folder's row."""
+    rows = {}
+    for line in (REPO / "docs" / "development.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            for folder in cells[0].replace("`", "").split():
+                rows[folder.rstrip("/").removesuffix(".py")] = cells[1]
+    package = REPO / "suspendguard"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if path.stem in ("__init__", "__main__") or len(rel.parts) == 1:
+            continue
+        folder = rel.parts[0]
+        if folder not in rows:
+            missing.append(f"{folder}/ (no row)")
+        elif f"`{path.stem}`" not in rows[folder]:
+            missing.append(str(rel))
+    assert missing == [], f"docs/development.md's layer table does not name: {missing}"

@@ -46,6 +46,18 @@ def job(node: str, holders: Holders, mode: str = "graceful") -> list[str]:
             "--marker", holders.marker]
 
 
+def quick_job(node: str, holders: Holders) -> list[str]:
+    """A graceful job a shell makes: it holds the node a few ms after its start, not Python's 50+.
+
+    For the tests whose point is a restart caught within Docker's restart
+    delay plus the guard's margin, which Python's start-up on a loaded
+    machine can outlast.
+    """
+    script = ('exec 3<"$1"; trap \'echo "$$ SIGINT" >> "$2"; exit 0\' INT; echo "ready $$"; '
+              'while :; do sleep 0.05 3<&-; done')
+    return ["/bin/sh", "-c", script, "sh", node, holders.marker]
+
+
 def env(engine: FakeEngine) -> dict[str, str]:
     var = "DOCKER_HOST" if engine.kind == "docker" else "CONTAINER_HOST"
     return {var: f"unix://{engine.socket_path}"}
@@ -185,7 +197,7 @@ def test_a_removed_container_is_skipped(
 
 def test_engine_not_answering_drains_it_as_a_plain_process_with_a_warning(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
-    c = engine.create(job(node, holders), restart="always")
+    c = engine.create(quick_job(node, holders), restart="always")
     first = c.pid
     gone = Supervisors(environ={"DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}"},
                        state_dir=str(tmp_path / "state"))
@@ -227,7 +239,7 @@ def test_podman_is_kept_down_through_its_compatible_api_and_restore_puts_its_pol
 
 def test_a_policy_the_engine_refuses_to_change_is_said_and_its_return_vetoes(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
-    c = engine.create(job(node, holders), restart="always")
+    c = engine.create(quick_job(node, holders), restart="always")
     engine.refuse_update = True
     report = guard(make_config(drain={"rounds": 2}), supervisors=supervisors(engine, tmp_path))
     assert any("restart policy could not be set aside" in w and "may bring it back" in w

@@ -490,3 +490,25 @@ def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders
         assert "not writable by this user" in human.stdout
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_no_backend_for_a_family_leads_status(conf: Path, tmp_path: Path, no_bus: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from helpers.nvidia import Checks, FakeNvidiaSmi
+
+    from suspendguard.status.collect import collect
+    from suspendguard.status.text import render
+
+    FakeNvidiaSmi(tmp_path, monkeypatch)
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}
+    lead = ("every suspend will be refused: no backend can answer for nvidia (install the "
+            "NVIDIA driver's nvidia-smi, or nvidia-ml-py for NVML)")
+    s = collect(str(conf), env, idle_check=Checks(tool=str(tmp_path / "no-nvidia-smi")))
+    out = io.StringIO()
+    render(s, out)
+    assert out.getvalue().splitlines()[0] == lead
+    assert s.to_json()["verdict"]["next_suspend"] == lead
+    # With a backend that answers, status says what the next suspend gets.
+    s = collect(str(conf), env, idle_check=Checks())
+    assert s.no_backend() is None
+    assert not s.next_suspend().startswith("every suspend will be refused"), s.next_suspend()
