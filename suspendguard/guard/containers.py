@@ -14,8 +14,7 @@ signalled all the same, and a container its policy brings back vetoes.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop
@@ -31,13 +30,10 @@ POLICIES_FILE = "container-restart-policies.json"
 
 
 class Engines:
-    """The container engines of this host, and the stops the guard asked of them."""
+    """The container engines of this host, and the restart policies the guard set aside."""
 
-    def __init__(self, environ: Mapping[str, str], state_dir: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, environ: Mapping[str, str], state_dir: str | None = None) -> None:
         self.environ = environ
-        self.state_dir = state_dir
-        self.clock = clock
         self._engines: dict[str, Engine | Unavailable] = {}
         self.policies = SetAside(state_dir, POLICIES_FILE, "the containers' restart policies")
         self.warnings = self.policies.warnings
@@ -103,7 +99,7 @@ class Engines:
             self.policies.put(o.key, [seen.restart, seen.restart_max])
         return out
 
-    def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]:
+    def settle(self, stops: Sequence[Stop]) -> list[str]:
         """After the exits: a reason for each container started again since the guard stopped it."""
         reasons = []
         for s in stops:

@@ -62,7 +62,7 @@ class Supervisors:
         """``environ``: where the engines' sockets are named (DOCKER_HOST, CONTAINER_HOST);
         ``state_dir``: where restart policies set aside for a drain are kept."""
         self.dropin_root = dropin_root
-        self.engines = Engines(os.environ if environ is None else environ, state_dir, clock)
+        self.engines = Engines(os.environ if environ is None else environ, state_dir)
         self.bus_address = bus_address
         self.clock = clock
         self.sleep = sleep
@@ -156,7 +156,7 @@ class Supervisors:
         A reason for each unit that is running again, or about to (a start
         job queued).
         """
-        back = self.engines.settle(stops, deadline)
+        back = self.engines.settle(stops)
         return back + self._settle_units(stops, deadline)
 
     def _settle_units(self, stops: Sequence[Stop], deadline: float) -> list[str]:
