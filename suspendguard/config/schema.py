@@ -221,6 +221,12 @@ class RestoreConfig:
     skip: tuple[str, ...] = setting(
         [], "list", 'Owners never started again (globs of owner keys, e.g. "systemd-service:train-*").',
     )
+    transient: str = setting(
+        "veto", "choice",
+        "A holder in a transient user unit (systemd-run --user), which cannot be made again "
+        "after resume: veto, or drain it anyway.",
+        ("veto", "drain"),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,7 +170,11 @@ def _run(
         # Time for the idle check only when one will run (config/budget.py).
         idle_reserve = idle_reserve_s(config.idle.settle_s, config.idle.command_timeout_s) \
             if idle_check is not None and inventory.nodes else 0.0
-        r.drain(to_drain, seen, inventory, idle_reserve)
+        try:
+            r.drain(to_drain, seen, inventory, idle_reserve)
+        except BaseException:
+            _put_back(r, config, log)
+            raise
 
     idle: IdleReport | IdleSkipped
     if not inventory.nodes:
@@ -211,8 +215,7 @@ def _run(
     # The verdict line first: it is what the operator and the journal wait
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
-    stops = [StopRow(attempt_id or 0, s.seq, s.owner.key, s.owner.kind, s.owner.name,
-                     s.owner.uid, s.at) for s in r.stops]
+    stops = _stop_rows(r, attempt_id or 0)
     if history is not None and attempt_id is not None:
         try:
             history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
@@ -236,6 +239,22 @@ def _run(
     if history is not None:
         history.close()
     return report
+
+
+def _put_back(r: Rounds, config: Config, log: Logger) -> None:
+    """A drain that failed half-way: the owners kept down get their settings back, and their jobs.
+
+    Nothing may stay ``Restart=no`` (or a container's policy ``no``) because
+    the guard broke; the error itself goes on to the caller.
+    """
+    if r.stops and r.supervisors is not None:
+        restore(_stop_rows(r, 0), r.supervisors, config.restore,
+                enabled=config.restore.after_veto, record=lambda _s, _r, _w: None, log=log.info)
+
+
+def _stop_rows(r: Rounds, attempt_id: int) -> list[StopRow]:
+    return [StopRow(attempt_id, s.seq, s.owner.key, s.owner.kind, s.owner.name, s.owner.uid,
+                    s.at) for s in r.stops]
 
 
 def _write_down(history: History, attempt_id: int,
