@@ -43,7 +43,7 @@ def refused_pids(r: Rounds, scan: ScanResult) -> list[int]:
 
 
 def ask_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
-                      deadline: float) -> IdleReport:
+              deadline: float) -> IdleReport:
     """One reading of every device before the drain, for its process lists and its backends.
 
     Its load decides nothing (the jobs are still running); a family no
@@ -59,7 +59,7 @@ def ask_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
 
 
 def uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
-                 families: Sequence[str]) -> list[str]:
+                families: Sequence[str]) -> list[str]:
     """Why processes the scan could not read leave the verdict unknown ([] when they do not).
 
     Any of them may hold a node. As root that stays a warning only when the
@@ -94,14 +94,31 @@ def uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
 
 
 def device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> list[Decision]:
-    """Processes the device reports that the scan did not see, as decided holders."""
+    """Processes the device reports that the scan did not see, as decided holders.
+
+    A holder kept as a graphics client that the device lists as a compute
+    process is decided again, as the device reports it: its nodes said
+    "no CUDA", the device says otherwise (a compute API without UVM). One
+    the device lists as a graphics process alone is a graphics client
+    wherever it runs: named in a warning, never signalled, never a veto.
+    """
     known_pids = {k[0] for k in r.results} | set(known)
+    kept = {k[0]: hr.decision.holder for k, hr in r.results.items()
+            if hr.decision.action == "keep"}
     extra: list[Holder] = []
     for p in idle.processes():
         pid = int(p.pid)
+        if pid in kept and p.kind == "compute":
+            extra.append(replace(kept.pop(pid), source=str(p.source)))
+            continue
         if pid in known_pids or pid <= 0:
             continue
         known_pids.add(pid)
+        if p.kind == "graphics":
+            r.warnings.append(f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
+                              + " as a graphics process, which the scan did not see: kept, "
+                              "not signalled")
+            continue
         try:
             holder = describe_process(pid, [], r.proc, source=str(p.source))
         except ProcAccessError:

@@ -20,7 +20,7 @@ from suspendguard.guard import device_view
 from suspendguard.guard.device_view import IdleCheck
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.owner import Supervisor
-from suspendguard.guard.policy import ancestors
+from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
 from suspendguard.guard.restore import restore
@@ -110,7 +110,8 @@ def _run(
     deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
-               clock=clock, supervisors=supervisors)
+               clock=clock, supervisors=supervisors, token=lock.token())
+    r.warnings.extend(forgeable_rule_warnings(config.policy))
     if lock.refused:
         r.reasons.append(lock.refused)
     elif lock.unusable:
@@ -150,8 +151,6 @@ def _run(
     # Locked out: another run is draining these very holders; look at none.
     scan = ScanResult((), 0, (), 0) if lock.refused else \
         scan_holders(inventory, proc, exclude=children.active())
-    # PID 1 is never signalled whatever it holds; some containers refuse
-    # reading it even to root, which is worth counting but not a warning.
     refused = device_view.refused_pids(r, scan)
     decisions = r.decide(scan.holders)
     # The device's own view before anyone is signalled: what it reports and

@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from suspendguard.config import Config
 from suspendguard.guard.drain import UNSIGNALLABLE, drain
+from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, Supervisor, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
 from suspendguard.guard.report import HolderResult
@@ -46,8 +47,11 @@ class Rounds:
     def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
                  cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
                  deadline: float, clock: Callable[[], float],
-                 supervisors: Supervisor | None = None) -> None:
+                 supervisors: Supervisor | None = None, token: Token | None = None) -> None:
         self.config = config
+        # This run's open guard.lock: another run's probe is its child only if
+        # its parent holds the same file (guard/identity.py).
+        self.token = token
         self.dry_run = dry_run
         self.proc = proc
         self.log = log
@@ -85,8 +89,10 @@ class Rounds:
         return self.owners[key]
 
     def decide(self, holders: Iterable[Holder], respawned: Collection[HolderId] = ()) -> list[Decision]:
+        holders = list(holders)
         decisions = decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
-                           skip_frozen=self.skip_frozen, respawned=respawned)
+                           skip_frozen=self.skip_frozen, respawned=respawned,
+                           vouched=vouch(holders, self.proc, self.token))
         return [self._pod(d) for d in decisions]
 
     def _pod(self, d: Decision) -> Decision:

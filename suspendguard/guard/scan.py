@@ -35,7 +35,7 @@ class _Scanner:
         # This process's own /proc: its pids are kcmp's too.
         self.live = proc.root == "/proc"
         self.own_ns = proc.mnt_ns("self") if self.live else None
-        self.path_cache: dict[tuple[str | None, str], NodeKey | None] = {}
+        self.path_cache: dict[str, dict[str, Node | None]] = {}  # mount ns: path: node
         self.map_cache: dict[bytes, Node | None] = {}
         # Processes with a /dev mapping whose map_files link the kernel
         # refused to follow: a node held only so is missed for them.
@@ -97,38 +97,41 @@ class _Scanner:
         paths = self.proc.open_paths(pid, at, "/".join(folder))
         if not paths:
             return []
-        ns = self.proc.mnt_ns(pid)
+        ns = self.proc.mnt_ns(pid, at)
+        # Almost every path was seen in another process of the same mount
+        # namespace already: the hot loop is one dict lookup per fd.
+        known = self.path_cache.setdefault(ns, {}) if ns is not None else {}
         held: list[HeldNode] = []
         for fd, target in paths:
-            key = self._key_of(pid, ns, (*folder, fd), target)
-            if key is not None:
-                node = self.nodes.get(key)
-                if node is not None:
-                    held.append(HeldNode(node, target, "fd"))
+            try:
+                node = known[target]
+            except KeyError:
+                node = self._node_of(pid, ns, (*folder, fd), target, known)
+            if node is not None:
+                held.append(HeldNode(node, target, "fd"))
         return held
 
-    def _key_of(self, pid: int, ns: str | None, link: tuple[str, ...],
-                target: str) -> NodeKey | None:
-        same_ns = self.own_ns is not None and ns == self.own_ns
+    def _node_of(self, pid: int, ns: str | None, link: tuple[str, ...], target: str,
+                 known: dict[str, Node | None]) -> Node | None:
+        """The inventoried node ``target`` is, stat-ed once per path and namespace.
+
+        A deleted file's path may name another file by now: it is stat-ed
+        through its link every time, and never remembered.
+        """
         deleted = target.endswith(" (deleted)")
-        cache_key = (self.own_ns if same_ns else str(ns), target)
-        if not deleted and cache_key in self.path_cache:
-            return self.path_cache[cache_key]
         # In our own namespace the path names the same file for everyone;
         # elsewhere only the magic link itself reaches the real file.
-        if same_ns and not deleted:
+        if ns is not None and ns == self.own_ns and not deleted:
             try:
                 st: os.stat_result | None = os.stat(target)
             except OSError:
                 st = None
         else:
             st = self.proc.link_stat(pid, *link)
-        if st is None:
-            return None
-        key = identity(st)
-        if not deleted and ns is not None:
-            self.path_cache[cache_key] = key
-        return key
+        node = None if st is None else self.nodes.get(identity(st))
+        if not deleted and st is not None:
+            known[target] = node
+        return node
 
     # -- mappings ---------------------------------------------------------
 

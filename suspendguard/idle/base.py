@@ -45,10 +45,12 @@ class DeviceProcess:
     memory_mb: float | None
     device: str  # the DeviceReading.id it runs on
     source: str  # the backend that reported it
+    # NVML lists compute (CUDA) and graphics processes apart; the others list compute work.
+    kind: str = "compute"
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "name": self.name, "memory_mb": self.memory_mb,
-                "device": self.device, "source": self.source}
+                "device": self.device, "source": self.source, "kind": self.kind}
 
 
 @dataclass(frozen=True)

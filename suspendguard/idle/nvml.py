@@ -127,7 +127,7 @@ class NvmlBackend(Backend):
                 if proc.pid not in processes:
                     processes[proc.pid] = DeviceProcess(
                         int(proc.pid), self._process_name(nvml, proc.pid),
-                        None if used is None else used / MB, ident, self.name,
+                        None if used is None else used / MB, ident, self.name, kind,
                     )
         return self.reading(ident, readings, tuple(processes.values()), "; ".join(notes),
                             lists_processes=complete)

@@ -174,13 +174,14 @@ class ProcFS:
             _refused(exc)
             return []
         paths = []
+        readlink = os.readlink  # a local: this line runs once per fd on the host
         try:
             for name in names:
                 try:
-                    target = os.readlink(name, dir_fd=dfd)
+                    target = readlink(name, dir_fd=dfd)
                 except OSError:
                     continue
-                if target.startswith("/"):
+                if target[0] == "/":
                     paths.append((name, target))
         finally:
             os.close(dfd)
@@ -273,9 +274,12 @@ class ProcFS:
                     break
         return self._unified
 
-    def mnt_ns(self, pid: int | str) -> str | None:
+    def mnt_ns(self, pid: int | str, at: int | None = None) -> str | None:
+        """The mount namespace of ``pid`` (``mnt:[INODE]``); through ``at`` when given."""
         try:
-            return os.readlink(self.path(pid, "ns", "mnt"))
+            if at is None:
+                return os.readlink(self.path(pid, "ns", "mnt"))
+            return os.readlink("ns/mnt", dir_fd=at)
         except OSError:
             return None
 

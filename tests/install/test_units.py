@@ -165,3 +165,22 @@ def test_systemd_analyze_verify_catches_a_bad_interpreter(tmp_path: Path) -> Non
     result = _verify(tmp_path, templates.instance("suspend"))
     assert result.returncode != 0
     assert "/nonexistent/python" in result.stderr
+
+
+RESUME = (SHIPPED / templates.RESUME_UNIT).read_text()
+
+
+def test_resume_unit_runs_after_the_sleep_and_nvidias_resume() -> None:
+    after = " ".join(re.findall(r"^After=(.*)$", RESUME, re.M)).split()
+    assert {f"systemd-{a}.service" for a in SLEEP_ACTIONS} <= set(after)
+    # A restored CUDA service must not start before the driver has resumed the GPU.
+    assert "nvidia-resume.service" in after
+
+
+@needs_analyze
+def test_resume_unit_verifies_where_nvidia_resume_does_not_exist(tmp_path: Path) -> None:
+    """After= on a unit that does not exist (no NVIDIA driver here) is harmless."""
+    (tmp_path / templates.RESUME_UNIT).write_text(templates.render_resume(RESUME, sys.executable))
+    result = _verify(tmp_path, templates.RESUME_UNIT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "nvidia-resume" not in result.stderr, result.stderr

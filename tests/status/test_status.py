@@ -357,14 +357,25 @@ def test_prometheus_without_bus_or_history(conf: Path, no_bus: str) -> None:
 
 
 def test_prometheus_escapes_label_values() -> None:
-    from suspendguard.status.prometheus import Metrics
+    from suspendguard.status.prometheus import Metrics, render
 
     m = Metrics()
     m.gauge("suspendguard_test_info", 'help with \\ and\nnewline').add(
         1, why='a "quoted" \\ back\nslash')
-    [family] = text_string_to_metric_families(m.text())
+    [family] = text_string_to_metric_families(render(m))
     assert family.documentation == 'help with \\ and\nnewline'
     assert family.samples[0].labels == {"why": 'a "quoted" \\ back\nslash'}
+
+
+def test_prometheus_family_refuses_samples_with_other_labels() -> None:
+    # A family's samples share one set of label names, or the exposition
+    # would be one that Prometheus rejects: that fails here, not in a scrape.
+    from suspendguard.status.prometheus import Metrics, render
+
+    m = Metrics()
+    m.gauge("suspendguard_test", "test").add(1, action="suspend").add(0, unit="x.service")
+    with pytest.raises(ValueError, match="suspendguard_test: labels"):
+        render(m)
 
 
 # --- configuration ----------------------------------------------------------------------
