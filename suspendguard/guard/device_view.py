@@ -98,7 +98,9 @@ def device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> 
 
     A holder kept as a graphics client that the device lists as a compute
     process is decided again, as the device reports it: its nodes said
-    "no CUDA", the device says otherwise (a compute API without UVM).
+    "no CUDA", the device says otherwise (a compute API without UVM). One
+    the device lists as a graphics process alone is a graphics client
+    wherever it runs: named in a warning, never signalled, never a veto.
     """
     known_pids = {k[0] for k in r.results} | set(known)
     kept = {k[0]: hr.decision.holder for k, hr in r.results.items()
@@ -112,6 +114,13 @@ def device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> 
         if pid in known_pids or pid <= 0:
             continue
         known_pids.add(pid)
+        if p.kind == "graphics":
+            kept_warning = (f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
+                            + " as a graphics process, which the scan did not see: kept, not "
+                            "signalled")
+            if kept_warning not in r.warnings:  # the device is asked before and after the drain
+                r.warnings.append(kept_warning)
+            continue
         try:
             holder = describe_process(pid, [], r.proc, source=str(p.source))
         except ProcAccessError:
