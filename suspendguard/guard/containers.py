@@ -206,6 +206,33 @@ class Engines:
 
     # -- restart policies set aside (old APIs) -----------------------------
 
+    def put_back_policies(self) -> list[str]:
+        """Put back the restart policies a killed run set aside; a line for each."""
+        notes = []
+        for key, saved in sorted(self._policies().items()):
+            kind, _, cid = key.partition(":")
+            engine = self.engine(kind) if kind in CONTAINER_KINDS else None
+            if engine is None or isinstance(engine, Unavailable):
+                continue
+            policy = self._take_policy(key)
+            if policy is None:
+                continue
+            put = engine.set_restart(cid, *policy)
+            if isinstance(put, Unavailable) or (put and put != "gone"):
+                self._save_back(key, saved)
+                why = put.reason if isinstance(put, Unavailable) else put
+                notes.append(f"{kind} container {cid[:12]}: the restart policy {policy[0]} a "
+                             f"killed guard run set aside could not be put back ({why})")
+            else:
+                notes.append(f"{kind} container {cid[:12]}: put back the restart policy "
+                             f"{policy[0]} a killed guard run had set aside")
+        return notes
+
+    def _save_back(self, key: str, saved: list[object]) -> None:
+        data = self._policies()
+        data[key] = saved
+        self._write_policies(data)
+
     def _policy_path(self) -> str | None:
         return os.path.join(self.state_dir, POLICIES_FILE) if self.state_dir else None
 

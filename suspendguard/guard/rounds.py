@@ -63,9 +63,16 @@ class Rounds:
         # Called with the holders about to be signalled, before the signal
         # (the pipeline writes them to the history).
         self.before_signal: Callable[[Sequence[Decision], int], None] = lambda _d, _r: None
+        # Called with the stops about to be asked of the supervisors, before
+        # they are, and with the supervisors' answers (the pipeline writes
+        # them ahead to the history, then completes them).
+        self.before_stop: Callable[[Sequence[Stop]], None] = lambda _s: None
+        self.after_stop: Callable[[Sequence[Stop], Mapping[str, str]], None] = \
+            lambda _s, _a: None
         self.supervisors = supervisors
         self.owners: dict[HolderId, Owner] = {}
         self.stops: list[Stop] = []  # what was stopped through its supervisor, in order
+        self.written_ahead: set[int] = set()  # seqs of the stops the history has already
         self._through: set[HolderId] = set()
         self._unreached: set[str] = set()  # containers whose engine did not answer, warned once
 
@@ -184,8 +191,12 @@ class Rounds:
                     "may bring it back")
         if not owners:
             return set()
+        planned = {o.key: Stop(o, len(self.stops) + i, time.time())
+                   for i, o in enumerate(owners.values(), 1)}
+        self.before_stop(list(planned.values()))
         answers = self.supervisors.stop(list(owners.values()), self.signame,
                                         self.config.drain.timeout_s)
+        self.after_stop(list(planned.values()), answers)
         ok = set()
         for key, why in answers.items():
             o = owners[key]
@@ -194,7 +205,7 @@ class Rounds:
                                      f"signalled its processes directly")
                 continue
             ok.add(key)
-            self.stops.append(Stop(o, len(self.stops) + 1, time.time()))
+            self.stops.append(planned[key])
             self.log.info(f"stopping {o.describe()} through {_via(o)} ({self.signame} for this "
                           f"stop, restart {o.restart or '?'}"
                           + (", ExecStop= runs first" if o.exec_stop else "") + ")")

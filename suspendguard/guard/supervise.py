@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from suspendguard.guard import leftovers
 from suspendguard.guard.containers import Engines
 from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text
 from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, UnitNow, owner_of_cgroup
@@ -31,6 +32,8 @@ DROPIN_ROOT = "/run/systemd/system"
 # How long the manager gets to finish a stop job once the processes exited
 # (ExecStopPost=, cgroup release) before the guard looks whether it came back.
 STOP_SETTLE_S = 2.0
+# How long the daemon-reload before the stop jobs may take (cut to the deadline).
+RELOAD_TIMEOUT_S = 30.0
 # A timer due later than this after the stop is the next sleep's business.
 TIMER_WINDOW_S = 5.0
 
@@ -103,7 +106,15 @@ class Supervisors:
         queued = [o for o in units if o.key not in out]
         if not queued:
             return out
-        answer = systemd.stop_units([o.name for o in queued], reload=True,
+        # The reload has a timeout of its own (a large host's takes seconds),
+        # inside the run's deadline; when it fails the drop-ins go again.
+        reloaded = systemd.reload_manager(RELOAD_TIMEOUT_S, address=self.bus_address)
+        if reloaded is not None:
+            self.remove_dropins(queued)
+            out.update({o.key: f"the daemon-reload before its stop failed: {reloaded.reason}"
+                        for o in queued})
+            return out
+        answer = systemd.stop_units([o.name for o in queued], reload=False,
                                     address=self.bus_address)
         for o in queued:
             if isinstance(answer, Unavailable):
@@ -169,6 +180,22 @@ class Supervisors:
 
     # -- drop-ins ----------------------------------------------------------
 
+    def clean_leftovers(self) -> list[str]:
+        """Put back what a killed run left (guard/leftovers.py); a line for each thing put back."""
+        notes = self.engines.put_back_policies()
+        units = [Owner("systemd-service", u) for u in leftovers.system_dropins(self.dropin_root)]
+        users = leftovers.user_dropins()
+        if not units and not users:
+            return notes
+        self.remove_dropins([*units, *users])
+        failed = self.reload([*units, *users])
+        names = ", ".join(o.name if o.uid is None else f"{o.name} (uid {o.uid})"
+                          for o in [*units, *users])
+        notes.append(f"removed the drain drop-in a killed guard run left on {names}; "
+                     + ("its manager was reloaded" if failed is None else
+                        f"the reload failed ({failed.reason}): run systemctl daemon-reload"))
+        return notes
+
     def _dropin(self, unit: str) -> str:
         return os.path.join(self.dropin_root, f"{unit}.d", DROPIN_NAME)
 
@@ -224,7 +251,7 @@ class Supervisors:
         uids = dict.fromkeys(o.uid for o in owners if o.kind == "user-service" and o.uid is not None)
         failed = [r for r in (self.users.reload(uid) for uid in uids) if r is not None]
         if any(o.kind == "systemd-service" for o in owners):
-            system = systemd.reload_manager(address=self.bus_address)
+            system = systemd.reload_manager(RELOAD_TIMEOUT_S, address=self.bus_address)
             if system is not None:
                 failed.append(system)
         return failed[0] if failed else None

@@ -55,7 +55,10 @@ class UserServices:
                     queued.append(o)
             if not queued:
                 continue
-            answer = usermanager.reload(uid) or usermanager.stop(uid, [o.name for o in queued])
+            reloaded = usermanager.reload(uid)
+            if reloaded is not None:
+                self.remove_dropins(queued)  # a drop-in never outlives a stop not made
+            answer = reloaded or usermanager.stop(uid, [o.name for o in queued])
             for o in queued:
                 out[o.key] = answer.reason if isinstance(answer, Unavailable) else ""
         return out

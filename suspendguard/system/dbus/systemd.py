@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suspendguard.model import Unavailable
+from suspendguard.system import deadline
 from suspendguard.system.dbus.bus import (
     DEFAULT_TIMEOUT,
     PROPERTIES,
@@ -28,6 +29,8 @@ SYSTEMD_JOB = "org.freedesktop.systemd1.Job"
 SYSTEMD_TIMER = "org.freedesktop.systemd1.Timer"
 
 _NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
+# What a start's wait leaves of its timeout for the last look and the answer.
+START_ANSWER_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,10 +207,16 @@ def start_unit(name: str, timeout: float = 10.0, address: str | None = None, *,
     """Start a unit; with ``wait``, wait for its start job to end.
 
     The answer: the unit's ActiveState once the job ended ("active",
-    "failed"...), or "queued" when not waiting.
+    "failed"...), "queued" when not waiting, or "starting" when the job
+    still ran as the wait ended (``timeout``, cut to the guard's deadline):
+    a slow start (``Type=notify``, a oneshot) is no failed one.
     """
+    limit = deadline.cap(timeout)
+    # The last look at the job leaves time for the answer inside the conversation's bound.
+    wait_s = max(0.0, limit - START_ANSWER_S)
 
     async def body(session: Session) -> str:
+        until = asyncio.get_running_loop().time() + wait_s
         reply = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "StartUnit",
                                    "ss", [name, "replace"], expect="o")
         job = str(reply.body[0])
@@ -216,10 +225,12 @@ def start_unit(name: str, timeout: float = 10.0, address: str | None = None, *,
                 await session.get_all(SYSTEMD_NAME, job, SYSTEMD_JOB)
             except CallError:
                 break  # the job is gone: it has finished
+            if asyncio.get_running_loop().time() >= until:
+                return "starting"
             await asyncio.sleep(0.05)
         return (await _one_unit(session, name)).active_state if wait else "queued"
 
-    return converse("systemd", timeout, body, address)
+    return converse("systemd", limit, body, address)
 
 
 @dataclass(frozen=True, slots=True)
