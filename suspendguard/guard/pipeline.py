@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
@@ -37,6 +37,7 @@ from suspendguard.idle.sampler import check_idle
 from suspendguard.model import (
     Decision,
     Holder,
+    HolderId,
     Outcome,
     ScanResult,
     Unavailable,
@@ -74,12 +75,16 @@ def run(
     can_veto: bool = True,
     clock: Callable[[], float] = time.monotonic,
     supervisors: Supervisor | None = None,
+    confirmed: Collection[HolderId] | None = None,
 ) -> Report:
     """One guard run, holding the state folder's guard lock while it may signal.
 
     ``supervisors``: how owners are read and stopped (None: cgroups only,
-    every holder signalled directly). A dry run signals nobody: it takes no
-    lock, and only says so when another run is draining as it looks.
+    every holder signalled directly). ``confirmed``: the only holders that
+    may be signalled (those ``drain`` showed and the operator confirmed);
+    any other that would be vetoes, unsignalled. A dry run signals nobody:
+    it takes no lock, and only says so when another run is draining as it
+    looks.
     """
     if dry_run:
         lock = guard_lock.peek(config.state.dir)
@@ -91,7 +96,7 @@ def run(
         return _run(config, lock, clocked, dry_run=dry_run, action=action, origin=origin,
                     proc=proc, idle_check=idle_check, log=log, cancel=cancel, record=record,
                     skip_frozen=skip_frozen, can_veto=can_veto, clock=clock,
-                    supervisors=supervisors)
+                    supervisors=supervisors, confirmed=confirmed)
     finally:
         clocked.close()
         lock.release()
@@ -114,6 +119,7 @@ def _run(
     can_veto: bool,
     clock: Callable[[], float],
     supervisors: Supervisor | None,
+    confirmed: Collection[HolderId] | None,
 ) -> Report:
     proc = proc or ProcFS()
     log = log or Logger()
@@ -125,7 +131,7 @@ def _run(
     clocked.enter_context(bounded(Deadline(deadline, cancel, clock)))
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
-               clock=clock, supervisors=supervisors)
+               clock=clock, supervisors=supervisors, confirmed=confirmed)
     if lock.refused:
         r.reasons.append(lock.refused)
     elif lock.unusable:

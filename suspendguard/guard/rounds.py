@@ -46,7 +46,8 @@ class Rounds:
     def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
                  cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
                  deadline: float, clock: Callable[[], float],
-                 supervisors: Supervisor | None = None) -> None:
+                 supervisors: Supervisor | None = None,
+                 confirmed: Collection[HolderId] | None = None) -> None:
         self.config = config
         self.dry_run = dry_run
         self.proc = proc
@@ -70,6 +71,8 @@ class Rounds:
         self.after_stop: Callable[[Sequence[Stop], Mapping[str, str]], None] = \
             lambda _s, _a: None
         self.supervisors = supervisors
+        # The holders ``drain`` showed and had confirmed; None: no such list (the unit, --yes).
+        self.confirmed = frozenset(confirmed) if confirmed is not None else None
         self.owners: dict[HolderId, Owner] = {}
         self.stops: list[Stop] = []  # what was stopped through its supervisor, in order
         self.written_ahead: set[int] = set()  # seqs of the stops the history has already
@@ -94,7 +97,16 @@ class Rounds:
     def decide(self, holders: Iterable[Holder], respawned: Collection[HolderId] = ()) -> list[Decision]:
         decisions = decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
                            skip_frozen=self.skip_frozen, respawned=respawned)
-        return [self._pod(d) for d in decisions]
+        return [self._confirmed(self._pod(d)) for d in decisions]
+
+    def _confirmed(self, d: Decision) -> Decision:
+        """From a shell, only the holders the operator was shown and confirmed are signalled."""
+        if not d.signals or self.confirmed is None or holder_id(d.holder) in self.confirmed:
+            return d
+        h = d.holder
+        return replace(d, kind="veto-unconfirmed", reason=(
+            f"pid {h.pid} {h.comm} appeared after the list was confirmed: not signalled "
+            "(run drain again to be asked about it)"))
 
     def _pod(self, d: Decision) -> Decision:
         """A pod's container comes back whatever the node does: veto, unless told otherwise."""
