@@ -19,7 +19,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -175,10 +174,11 @@ class History:
                  json.dumps(list(warnings)), attempt_id),
             )
             self._insert_holders(c, attempt_id, holders)
-            self._insert_stops(c, attempt_id, stops)
+            self._insert_stops(c, attempt_id, stops, issued=True)
 
     def _insert_stops(self, c: sqlite3.Connection, attempt_id: int,
-                      stops: Sequence[StopRow]) -> list[int]:
+                      stops: Sequence[StopRow], *, issued: bool) -> list[int]:
+        """Insert stop rows; ``issued`` False: written ahead, the stop not yet answered."""
         boot = self.proc.boot_id()
         ids = []
         for st in stops:
@@ -186,7 +186,7 @@ class History:
                 "INSERT INTO stops (attempt_id, seq, owner, kind, name, uid, stopped, boot_id,"
                 " issued) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (attempt_id, st.seq, st.owner, st.kind, st.name, st.uid, st.stopped,
-                 st.boot_id or boot, st.issued if st.issued is not None else st.stopped))
+                 st.boot_id or boot, (st.issued or st.stopped) if issued else None))
             ids.append(int(cur.lastrowid or 0))
         return ids
 
@@ -198,7 +198,7 @@ class History:
         acts on; :meth:`stop_issued` completes them.
         """
         with self._tx() as c:
-            return self._insert_stops(c, attempt_id, [replace(st, issued=None) for st in stops])
+            return self._insert_stops(c, attempt_id, stops, issued=False)
 
     def stop_issued(self, taken: Sequence[int], refused: Sequence[int],
                     when: float | None = None) -> None:
