@@ -349,6 +349,17 @@ def sigterm_in_hung_wait(tmp: Path) -> Seen:
 # -- the guard killed between steps: a row restore acts on, nothing left behind --------
 
 
+def restored_after_kill(seen: Seen, s: Stage, owner: str, supervisors: Supervisors) -> None:
+    """The killed guard's stop row is there, with the boot id, and restore brings the job back."""
+    rows = pending(s)
+    seen.check([r.owner for r in rows] == [owner], f"a pending stop row for {owner}")
+    seen.check(all(r.boot_id for r in rows), "the row has the boot id")
+    seen.recorded = bool(rows)
+    done = restore_pending(s, supervisors)
+    seen.check([d.result for d in done] == ["started"], f"restore started it ({done})")
+    seen.check(pending(s) == [], "nothing left pending")
+
+
 def killed_after_engine_stop(tmp: Path) -> Seen:
     seen = Seen()
     with stage(tmp) as s, FakeEngine(str(tmp / "docker.sock")) as engine:
@@ -360,13 +371,9 @@ def killed_after_engine_stop(tmp: Path) -> Seen:
         seen.check(stopped.wait(20), "the guard stopped the container")
         kill(guard)  # the container is down; the guard heard nothing more
         seen.check(not c.running, "the container is down")
-        rows = pending(s)
-        seen.check([r.owner for r in rows] == [f"docker:{c.id}"], "a pending stop row")
-        seen.recorded = bool(rows)
-        done = restore_pending(s, Supervisors(environ=env, state_dir=str(s.state)))
-        seen.check([d.result for d in done] == ["started"], f"restore started it ({done})")
+        restored_after_kill(seen, s, f"docker:{c.id}",
+                            Supervisors(environ=env, state_dir=str(s.state)))
         seen.check(engine.wait_running(c), "the container runs again")
-        seen.check(pending(s) == [], "nothing left pending")
     return seen
 
 
@@ -378,15 +385,9 @@ def killed_after_stop_job(tmp: Path) -> Seen:
             guard = guard_process(s, {"DBUS_SYSTEM_BUS_ADDRESS": bus.address})
             seen.check(until(lambda: job.poll() is not None), "the stop job ended the job")
             kill(guard)
-            rows = pending(s)
-            seen.check([r.owner for r in rows] == ["systemd-service:train.service"],
-                       "a pending stop row")
-            seen.check(all(r.boot_id for r in rows), "the row has the boot id")
-            seen.recorded = bool(rows)
-            done = restore_pending(s, unit_supervisors(s, bus))
-            seen.check([d.result for d in done] == ["started"], f"restore started it ({done})")
+            restored_after_kill(seen, s, "systemd-service:train.service",
+                                unit_supervisors(s, bus))
             seen.check(not dropin(s.dropins).exists(), "the drop-in is gone")
-            seen.check(pending(s) == [], "nothing left pending")
     return seen
 
 
