@@ -81,8 +81,11 @@ def _not_restored_lines(s: Status) -> list[str]:
     rows += [(p.owner, when(p.stopped), f"#{p.attempt_id}", _restore_state(p)) for p in down]
     # Owner keys name units: nothing here may be cut.
     lines = [f"stopped by the guard, not started again: {len(down)}", *table(rows)]
-    for command in dict.fromkeys(restore_command(p, s.history.config_path) for p in down):
-        lines.append(f"  to start again: {command}")
+    commands = {restore_command(p, s.history.config_path):
+                "to see whether it came up" if p.result == "starting" else "to start again"
+                for p in down}
+    for command, what in commands.items():
+        lines.append(f"  {what}: {command}")
     config = s.config.config
     if any(p.result is None for p in down) and isinstance(config, Config) \
             and not config.restore.after_resume:
