@@ -49,7 +49,7 @@ from suspendguard.store.history import History
 from suspendguard.store.rows import StopRow
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
-from suspendguard.system.deadline import Deadline, bounded
+from suspendguard.system.deadline import Deadline, bounded, nap
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
@@ -57,7 +57,8 @@ IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
 
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
-    return check_idle(config, families, deadline)
+    # Its pauses between readings end at SIGTERM too (system/deadline.py).
+    return check_idle(config, families, deadline, sleep=nap)
 
 
 def run(

@@ -26,6 +26,7 @@ from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text
 from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, UnitNow, owner_of_cgroup
 from suspendguard.guard.user_services import UserServices
 from suspendguard.model import Holder, Unavailable
+from suspendguard.system import deadline
 from suspendguard.system.dbus import systemd
 
 DROPIN_ROOT = "/run/systemd/system"
@@ -52,7 +53,7 @@ class Supervisors:
 
     def __init__(self, *, dropin_root: str = DROPIN_ROOT, bus_address: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep,
+                 sleep: Callable[[float], None] = deadline.nap,
                  environ: Mapping[str, str] | None = None, state_dir: str | None = None) -> None:
         """``environ``: where the engines' sockets are named (DOCKER_HOST, CONTAINER_HOST);
         ``state_dir``: where restart policies set aside for a drain are kept."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import select
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -63,6 +64,17 @@ def cap(timeout: float) -> float:
 
 def cancelled() -> bool:
     return current().cancelled
+
+
+def nap(seconds: float) -> None:
+    """Sleep ``seconds``, cut to the deadline, and ended at once by the guard's cancel."""
+    bound = current()
+    wait = bound.cap(seconds)
+    fd = bound.cancel_fd
+    if fd is None:
+        time.sleep(max(0.0, wait))
+    elif wait > 0 and not bound.cancelled:
+        select.select([fd], [], [], wait)
 
 
 @contextlib.contextmanager
