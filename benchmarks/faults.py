@@ -1,6 +1,6 @@
 """The fault table: every hostile-input and damage scenario of issues 15 and 19, run again (on demand).
 
-    python benchmarks/faults.py [--runs 3]
+    python benchmarks/faults.py [--runs 3] [--only WORDS]
 
 Run as root (the trust rule and the history's owner are root's), ideally in
 a throw-away namespace as tools/test does; it touches only a folder of its
@@ -266,12 +266,16 @@ def _seen(seen: Seen) -> Result:
 def main_(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", default="", metavar="WORDS",
+                        help="run only the scenarios whose name holds WORDS")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("faults.py: run as root (the trust rule and the history's owner are root's)")
         return 2
     rows = [("scenario", "runs", "outcome", "verdict-in-time", "recorded")]
     for name, scenario in SCENARIOS:
+        if args.only not in name:
+            continue
         results = []
         for _ in range(args.runs):
             tmp = Path(tempfile.mkdtemp(prefix="suspendguard-faults-", dir="/tmp"))

@@ -25,6 +25,7 @@ from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
 from suspendguard.logs.after import after_attempt
+from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 from suspendguard.store.rows import Attempt
 from suspendguard.system.log import Logger
@@ -68,10 +69,18 @@ def pre(config: Config, action: str, log: Logger) -> int:
         history.close()
         log.info(f"attempt {attempt.id}: system going down for {action}")
         return 0
-    log.warning(NO_UNIT.format(action=action))
+    mode = guard_mode.read(config.state.dir)
+    if mode.enforcing:
+        note = NO_UNIT.format(action=action)
+        log.warning(note)
+    else:
+        # Not enforcing: the unit records no attempt of its own, or none that drained.
+        note = (f"the veto unit's attempt is not found, and the guard's mode is {mode.name}: "
+                "no fallback drain")
+        log.info(note)
     if history is not None:
         try:
-            history.record_event("pre", action, NO_UNIT.format(action=action))
+            history.record_event("pre", action, note)
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
         history.close()

@@ -27,7 +27,7 @@ SYSTEM_DIRS = frozenset({
 })
 
 # The [idle] keys that name something root executes, sources or loads.
-PROGRAM_KEYS = ("npu_smi", "ascend_env", "dcmi_library")
+PROGRAM_KEYS = ("npu_smi", "nvidia_smi", "ascend_env", "dcmi_library")
 
 
 def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:

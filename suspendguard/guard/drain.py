@@ -40,6 +40,9 @@ POLL_S = 0.01
 CUT_TOLERANCE_S = 0.1
 
 _GONE = Outcome("gone-before-signal", why="exited before the signal")
+# How an Outcome says the holder is still there and the guard could not ask
+# it to stop (rounds.py vetoes on it: such a holder has no backing for allow).
+UNSIGNALLABLE = "could not be signalled"
 
 
 @dataclass
@@ -79,7 +82,8 @@ def _take(holder: Holder, signame: str, proc: ProcFS,
         return _GONE
     except OSError as exc:
         if exc.errno != errno.ENOSYS:
-            return Outcome("not-signalled", why=f"pidfd_open failed: {exc.strerror}")
+            return Outcome("not-signalled",
+                           why=f"{UNSIGNALLABLE}: pidfd_open failed: {exc.strerror}")
         fd = NO_PIDFD
         try:
             process = psutil.Process(holder.pid)
@@ -106,17 +110,24 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
-def _send(target: _Target, signum: int) -> bool:
+def _send(target: _Target, signum: int) -> Outcome | None:
+    """None once the signal is sent, else the holder's outcome (gone, or refused to us)."""
     try:
         if target.process is None:
             signal.pidfd_send_signal(target.pidfd, signum)
         elif _exited(target.process):
-            return False
+            return _GONE
         else:
             target.process.send_signal(signum)
     except (ProcessLookupError, psutil.NoSuchProcess):
-        return False
-    return True
+        return _GONE
+    except (PermissionError, psutil.AccessDenied):
+        # Another user's process and no CAP_KILL (a unit's bounding set, a
+        # guard run by a user): it keeps running, and holding.
+        return Outcome("not-signalled",
+                       why=f"{UNSIGNALLABLE}: permission denied (another user's process, "
+                           "and the guard lacks CAP_KILL)")
+    return None
 
 
 def _exited(process: psutil.Process) -> bool:
@@ -172,8 +183,9 @@ def drain(
             target.signalled_at = clock()
             if holder_id(target.holder) in owned:
                 continue
-            if not _send(target, signum):
-                result.outcomes[holder_id(target.holder)] = _GONE
+            refused = _send(target, signum)
+            if refused is not None:
+                result.outcomes[holder_id(target.holder)] = refused
                 _close(target.pidfd)
                 del targets[key]
         now = clock()

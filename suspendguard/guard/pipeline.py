@@ -24,19 +24,20 @@ from suspendguard.config import (
     idle_reserve_s,
 )
 from suspendguard.errors import HistoryError
+from suspendguard.guard import device_view
+from suspendguard.guard.device_view import IdleCheck
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.owner import Stop, Supervisor
-from suspendguard.guard.policy import ancestors
+from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
 from suspendguard.guard.restore import restore
 from suspendguard.guard.rounds import Rounds
-from suspendguard.guard.scan import describe_process, scan_holders
+from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import (
     Decision,
-    Holder,
     HolderId,
     Outcome,
     ScanResult,
@@ -52,8 +53,6 @@ from suspendguard.system.cancel import Cancel
 from suspendguard.system.deadline import Deadline, bounded, nap
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
-
-IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
 
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
@@ -132,7 +131,9 @@ def _run(
     clocked.enter_context(bounded(Deadline(deadline, cancel, clock)))
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
-               clock=clock, supervisors=supervisors, confirmed=confirmed)
+               clock=clock, supervisors=supervisors, token=lock.token(),
+               confirmed=confirmed)
+    r.warnings.extend(forgeable_rule_warnings(config.policy))
     if lock.refused:
         r.reasons.append(lock.refused)
     elif lock.unusable:
@@ -179,21 +180,20 @@ def _run(
     # Locked out: another run is draining these very holders; look at none.
     scan = ScanResult((), 0, (), 0) if lock.refused else \
         scan_holders(inventory, proc, exclude=children.active())
-    # PID 1 is never signalled whatever it holds; some containers refuse
-    # reading it even to root, which is worth counting but not a warning.
-    refused = [p for p in scan.unreadable_pids if p != 1]
-    unknown: list[str] = []
-    if refused and os.geteuid() != 0:
-        # Any of them may hold a node: the guard cannot say allow.
-        n = len(refused)
-        unknown.append(f"run as root: {n} process{'es' if n != 1 else ''} could not be "
-                       "inspected (any of them may hold an accelerator node)")
-    elif refused:
-        pids = ", ".join(str(p) for p in refused[:10])
-        r.warnings.append(f"{len(refused)} process(es) could not be inspected "
-                          f"(permission denied): {pids}")
+    refused = device_view.refused_pids(r, scan)
+    decisions = r.decide(scan.holders)
+    # The device's own view before anyone is signalled: what it reports and
+    # this host cannot see, or a device nobody can answer for, is a certain
+    # veto, and every job the drain would stop first is spared. Only worth a
+    # query when someone would be signalled, or the scan could not read all.
+    first: IdleReport | None = None
+    if idle_check is not None and inventory.nodes and not lock.refused \
+            and (refused or any(d.signals for d in decisions)):
+        first = device_view.ask_first(r, idle_check, inventory.families(), deadline)
+        decisions += device_view.device_holders(r, first, {h.pid for h in scan.holders})
+    unknown = device_view.uninspected(r, refused, first, inventory.families())
     seen = {holder_id(h) for h in scan.holders}
-    to_drain = r.admit(r.decide(scan.holders))
+    to_drain = r.admit(decisions, vetoed=bool(r.reasons))
     certain_veto = bool(r.reasons)
     if to_drain:
         # Time for the idle check only when one will run (config/budget.py).
@@ -207,6 +207,8 @@ def _run(
     elif idle_check is None:
         idle = IdleSkipped("none", "no idle backend for the nodes found ("
                            + ", ".join(inventory.families()) + ")")
+    elif certain_veto and first is not None:
+        idle = first  # what the device said before the drain, and why it vetoed
     elif certain_veto and not dry_run:
         idle = IdleSkipped("skipped", "the verdict was already veto")
     elif r.cancelled:
@@ -327,24 +329,6 @@ def _write_ahead(history: History, attempt_id: int, r: Rounds
     return before, after
 
 
-def _device_holders(r: Rounds, idle: IdleReport) -> list[Decision]:
-    """Processes the device reports that the scan did not see, as decided holders."""
-    known_pids = {k[0] for k in r.results}
-    extra: list[Holder] = []
-    for p in idle.processes():
-        pid = int(p.pid)
-        if pid in known_pids or pid <= 0:
-            continue
-        known_pids.add(pid)
-        holder = describe_process(pid, [], r.proc, source=str(p.source))
-        if holder is None:
-            r.reasons.append(f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
-                             + ", which is not visible here (another PID namespace?)")
-            continue
-        extra.append(holder)
-    return r.decide(extra)
-
-
 def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
                families: Sequence[str]) -> IdleReport:
     """Fold the device's own view into the verdict, device-reported pids included.
@@ -353,7 +337,7 @@ def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
     could not read) goes through the same policy and drain; the device is
     then asked again.
     """
-    to_drain = r.admit(_device_holders(r, idle))
+    to_drain = r.admit(device_view.device_holders(r, idle))
     if to_drain:
         r.signal(to_drain, reserve=r.config.idle.settle_s + 1.0)
         if not r.cancelled:

@@ -16,7 +16,8 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from suspendguard.config import Config
-from suspendguard.guard.drain import drain
+from suspendguard.guard.drain import UNSIGNALLABLE, drain
+from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, Supervisor, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
 from suspendguard.guard.report import HolderResult
@@ -46,9 +47,12 @@ class Rounds:
     def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
                  cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
                  deadline: float, clock: Callable[[], float],
-                 supervisors: Supervisor | None = None,
+                 supervisors: Supervisor | None = None, token: Token | None = None,
                  confirmed: Collection[HolderId] | None = None) -> None:
         self.config = config
+        # This run's open guard.lock: another run's probe is its child only if
+        # its parent holds the same file (guard/identity.py).
+        self.token = token
         self.dry_run = dry_run
         self.proc = proc
         self.log = log
@@ -95,8 +99,10 @@ class Rounds:
         return self.owners[key]
 
     def decide(self, holders: Iterable[Holder], respawned: Collection[HolderId] = ()) -> list[Decision]:
+        holders = list(holders)
         decisions = decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
-                           skip_frozen=self.skip_frozen, respawned=respawned)
+                           skip_frozen=self.skip_frozen, respawned=respawned,
+                           vouched=vouch(holders, self.proc, self.token))
         return [self._confirmed(self._pod(d)) for d in decisions]
 
     def _confirmed(self, d: Decision) -> Decision:
@@ -136,15 +142,15 @@ class Rounds:
             self.record(d, unsignalled(d, self.signame), round_no, tags)
         return to_signal
 
-    def admit(self, decisions: Sequence[Decision]) -> list[Decision]:
+    def admit(self, decisions: Sequence[Decision], vetoed: bool = False) -> list[Decision]:
         """Settle a batch found outside the rounds (the scan, the device); return those to signal now.
 
-        When the batch holds a veto, or in a dry run, nobody is signalled:
-        each holder that would have been says why not, or what the signal
-        would do.
+        When the batch holds a veto (or ``vetoed``: one is already certain),
+        or in a dry run, nobody is signalled: each holder that would have
+        been says why not, or what the signal would do.
         """
         to_signal = self.settle(decisions, 1)
-        vetoed = any(d.vetoes for d in decisions)
+        vetoed = vetoed or any(d.vetoes for d in decisions)
         if not (vetoed or self.dry_run):
             return to_signal
         for d in to_signal:
@@ -172,7 +178,11 @@ class Rounds:
         for d in decisions:
             outcome = result.outcomes[holder_id(d.holder)]
             self.record(d, outcome, round_no, tags)
-            if outcome.kind == "timeout":
+            if outcome.kind == "not-signalled" and outcome.why.startswith(UNSIGNALLABLE):
+                h = d.holder
+                self.reasons.append(f"pid {h.pid} {h.comm} {outcome.why}: it still holds "
+                                    f"the device; stop it yourself (kill -INT {h.pid})")
+            elif outcome.kind == "timeout":
                 h = d.holder
                 by = f" (reported by {h.source})" if h.source != "proc" else ""
                 if holder_id(h) in self._through:
@@ -183,7 +193,8 @@ class Rounds:
                 self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}: "
                                     f"stop it yourself (kill -TERM {h.pid}), or raise "
                                     "[drain] timeout_s")
-        return all(o.kind != "timeout" for o in result.outcomes.values())
+        return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
+                       for o in result.outcomes.values())
 
     def _stop_through_owners(self, holders: Sequence[Holder]) -> set[HolderId]:
         """Ask each holder's supervisor to stop it; the holders it took over."""

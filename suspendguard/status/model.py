@@ -17,8 +17,11 @@ from typing import Any
 from suspendguard import __version__
 from suspendguard.config import Config
 from suspendguard.guard.report import Report
+from suspendguard.idle.base import IdleReport
+from suspendguard.idle.catalog import INSTALL, family_of
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
+from suspendguard.store.mode import ENFORCE, Mode
 from suspendguard.store.rows import Attempt, StopRow
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
@@ -142,6 +145,7 @@ class Status:
     history: HistoryState
     duration_s: float
     configured_families: tuple[str, ...] = ()
+    mode: Mode = ENFORCE
 
     @property
     def root(self) -> bool:
@@ -169,7 +173,20 @@ class Status:
             more = len(self.config.config.trust) - 1
             return (f"the config cannot be trusted: {self.config.config.trust[0]}"
                     + (f" (and {more} more)" if more else ""))
-        return self.installation.refusal()
+        return self.no_backend() or self.installation.refusal()
+
+    def no_backend(self) -> str | None:
+        """"no backend can answer for FAMILY (install X)" when [idle] on_unknown = veto makes
+        that a veto of every suspend, else None."""
+        report, config = self.report, self.config.config
+        if isinstance(report, Unavailable) or not isinstance(report.idle, IdleReport) \
+                or not isinstance(config, Config) or config.idle.on_unknown != "veto":
+            return None
+        for family, _why in report.idle.unknown:
+            if not any(b.available for b in report.idle.backends if family_of(b.name) == family):
+                hint = INSTALL.get(family, "an idle backend")  # type: ignore[call-overload]
+                return f"no backend can answer for {family} (install {hint})"
+        return None
 
     def verdict(self) -> Verdict | Unavailable:
         """What the guard would answer now: the dry run's verdict, unless the guard
@@ -190,9 +207,15 @@ class Status:
         v = self.verdict()
         if isinstance(v, Unavailable):
             return f"the next suspend: unknown: {v.reason}"
+        if self.mode.name == "off":
+            return ("suspends are not guarded: the guard is off (suspendguard mode enforce); "
+                    f"it would say {v.kind} now")
         if not self.installation.enabled:
             guard = "suspends are not guarded (the veto unit is not enabled: suspendguard install)"
             return f"{guard}; the guard would say {v.kind} now"
+        if self.mode.name == "observe":
+            return ("observe mode: the next suspend goes ahead whatever the guard finds "
+                    f"(suspendguard mode enforce); it would say {v.kind} now")
         if v.kind == "unknown":
             return f"the next suspend: unknown now: {v.reasons[0] if v.reasons else ''}"
         if v.kind == "veto":
@@ -220,6 +243,7 @@ class Status:
                                "units": {name: u.to_json() for name, u in self.systemd.items()}}
         data["history"] = self.history.to_json()
         data["config"] = self.config.to_json()
+        data["mode"] = {"mode": self.mode.name, "problem": self.mode.problem}
         return data
 
     def _report_json(self) -> dict[str, Any]:

@@ -1,5 +1,8 @@
 """The Debian package, built with tools/build-deb and used for real on a fresh Debian 12.
 
+It is built from a copy of the tree without .git, as a release tarball
+unpacks.
+
 A minbase Debian 12 tree (mmdebstrap, cached: see tests/helpers/debian_box.py)
 holding only Debian's own packages, the package's dependencies among them, is
 booted with systemd-nspawn and a fake /sys/power. The package is installed
@@ -82,13 +85,28 @@ def cache_dir() -> Path:
     return Path(base) / "suspendguard-test"
 
 
+# What a release tarball or a downloaded ZIP holds: the tree, no .git, no
+# build output.
+NOT_IN_A_TARBALL = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "__pycache__",
+                                          "*.egg-info", ".mypy_cache", ".ruff_cache",
+                                          ".pytest_cache")
+
+
 @pytest.fixture(scope="module")
-def deb() -> Path:
-    result = subprocess.run([str(REPO / "tools" / "build-deb")], cwd=REPO, capture_output=True,
+def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package as tools/build-deb builds it from an unpacked source tarball.
+
+    There is no git checkout around it: a build that still needed one
+    (`git ls-files`) fails here with "not a git repository".
+    """
+    src = tmp_path_factory.mktemp("tarball") / "suspendguard-0.1.0"
+    shutil.copytree(REPO, src, ignore=NOT_IN_A_TARBALL, symlinks=True)
+    assert not (src / ".git").exists()
+    result = subprocess.run([str(src / "tools" / "build-deb")], cwd=src, capture_output=True,
                             text=True, timeout=900, env={**os.environ, "LINTIAN": "0"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [path] = re.findall(r"^tools/build-deb: (dist/\S+\.deb)$", result.stdout, re.M)
-    return REPO / path
+    return src / path
 
 
 @pytest.fixture(scope="module")
@@ -286,6 +304,10 @@ def test_status_and_history_answer(installed: DebianBox) -> None:
     assert "installation: installed" in status.stdout, status.stdout + status.stderr
     assert "enabled for: suspend, hibernate, hybrid-sleep, suspend-then-hibernate" in status.stdout
     assert "config: /etc/suspendguard/config.toml: valid" in status.stdout
+    # written by Debian's own python3-prometheus-client (0.16 in Debian 12)
+    prom = box.suspendguard("status", "--prometheus", check=False)
+    assert prom.returncode == 0 and "\nsuspendguard_installed 1.0\n" in prom.stdout, (
+        prom.stdout[-2000:] + prom.stderr)
     history = box.suspendguard("history")
     assert re.search(r"\bveto\b", history.stdout) and re.search(r"\ballow\b", history.stdout), (
         history.stdout)

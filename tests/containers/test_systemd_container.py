@@ -334,6 +334,12 @@ def test_unit_settings_as_systemd_loaded_them(installed: Container) -> None:
     assert re.search(r"^Before=.*\bnvidia-suspend\.service", props, re.M)
     assert f"path={sys.executable} ; argv[]={sys.executable} -I -m suspendguard pre-sleep suspend" \
         in props
+    # The resume unit waits for NVIDIA's resume where it exists; here it does not, and
+    # systemd loads the ordering all the same.
+    resume = installed.run("systemctl", "show", "suspendguard-resume.service", "-p", "After",
+                           "-p", "LoadState").stdout
+    assert "LoadState=loaded" in resume
+    assert re.search(r"^After=.*\bnvidia-resume\.service", resume, re.M), resume
 
 
 def test_uninstall_live(installed: Container) -> None:
