@@ -227,6 +227,12 @@ class RestoreConfig:
         "leave it down, listed by status with the command that starts it, or start it.",
         ("leave", "start"),
     )
+    transient: str = setting(
+        "veto", "choice",
+        "A holder in a transient user unit (systemd-run --user), which cannot be made again "
+        "after resume: veto, or drain it anyway.",
+        ("veto", "drain"),
+    )
 
 
 @dataclass(frozen=True, slots=True)

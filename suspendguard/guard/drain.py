@@ -13,7 +13,7 @@ import os
 import select
 import signal
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psutil
@@ -153,15 +153,14 @@ def drain(
     progress_every_s: float = 5.0,
     clock: Callable[[], float] = time.monotonic,
     opener: Callable[[int], int] = _pidfd_open,
-    through: Callable[[Sequence[Holder]], Collection[HolderId]] | None = None,
+    keep: Callable[[Sequence[Holder]], None] | None = None,
 ) -> DrainResult:
     """Signal every holder at once, then wait until all exit or time runs out.
 
     ``deadline`` is a ``clock()`` value the whole drain must end before,
-    escalation included. ``through``, when given, is handed the holders
-    once they are watched and answers those whose supervisor was asked to
-    stop them: those are waited for, not signalled here (escalation still
-    signals them).
+    escalation included. ``keep``, when given, is handed the holders once
+    they are watched and before any signal: it asks their supervisors not
+    to start them again (every holder is signalled here all the same).
     """
     proc = proc or ProcFS()
     result = DrainResult({})
@@ -176,13 +175,10 @@ def drain(
             targets[taken.pidfd if taken.pidfd >= 0 else -1 - len(targets)] = taken
     signum = int(signal.Signals[signame])
     try:
-        owned: Collection[HolderId] = ()
-        if through is not None and targets:
-            owned = through([t.holder for t in targets.values()])
+        if keep is not None and targets:
+            keep([t.holder for t in targets.values()])
         for key, target in list(targets.items()):
             target.signalled_at = clock()
-            if holder_id(target.holder) in owned:
-                continue
             refused = _send(target, signum)
             if refused is not None:
                 result.outcomes[holder_id(target.holder)] = refused
@@ -192,7 +188,7 @@ def drain(
         until = min(now + timeout_s, deadline)
         wait_s = max(0.0, until - now)
         shortened = until < now + timeout_s - CUT_TOLERANCE_S
-        sent = [t for t in targets.values() if holder_id(t.holder) not in owned]
+        sent = list(targets.values())
         if sent:
             names = ", ".join(f"{t.holder.pid} {t.holder.comm}" for t in sent)
             cut = f" (cut from {timeout_s:g} s to end within the deadline)" if shortened else ""

@@ -199,7 +199,11 @@ def _run(
         # Time for the idle check only when one will run (config/budget.py).
         idle_reserve = idle_reserve_s(config.idle.settle_s, config.idle.command_timeout_s) \
             if idle_check is not None and inventory.nodes else 0.0
-        r.drain(to_drain, seen, inventory, idle_reserve)
+        try:
+            r.drain(to_drain, seen, inventory, idle_reserve)
+        except BaseException:
+            _put_back(r, config, log)
+            raise
 
     idle: IdleReport | IdleSkipped
     if not inventory.nodes:
@@ -241,7 +245,7 @@ def _run(
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
     clocked.close()  # the verdict is given: the restore below has a budget of its own
-    stops = [_stop_row(attempt_id or 0, s) for s in r.stops]
+    stops = _stop_rows(r, attempt_id or 0)
     if history is not None and attempt_id is not None:
         try:
             # Stops written ahead are in already; the others (their row failed) now.
@@ -270,6 +274,21 @@ def _run(
     if history is not None:
         history.close()
     return report
+
+
+def _put_back(r: Rounds, config: Config, log: Logger) -> None:
+    """A drain that failed half-way: the owners kept down get their settings back, and their jobs.
+
+    Nothing may stay ``Restart=no`` (or a container's policy ``no``) because
+    the guard broke; the error itself goes on to the caller.
+    """
+    if r.stops and r.supervisors is not None:
+        restore(_stop_rows(r, 0), r.supervisors, config.restore,
+                enabled=config.restore.after_veto, record=lambda _s, _r, _w: None, log=log.info)
+
+
+def _stop_rows(r: Rounds, attempt_id: int) -> list[StopRow]:
+    return [_stop_row(attempt_id, s) for s in r.stops]
 
 
 def _write_down(history: History, attempt_id: int,

@@ -103,9 +103,14 @@ def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
     if isinstance(state, Unavailable):
         return "failed", state.reason
     if state.load_state in ("not-found", ""):
-        return "skipped", "the unit no longer exists"
+        return _recreate(owner, supervisors)
     if state.load_state == "masked":
         return "skipped", "the unit was masked meanwhile"
+    if state.active_state == "active" and not started_meanwhile:
+        # Never started again since the drain: its main process (a launcher
+        # such as cron) held nothing and outlived the job.
+        return "skipped", ("still running since the drain: its main process was not the job, "
+                           "or outlived [drain] timeout_s")
     if state.active_state in ("active", "activating", "reloading"):
         return "skipped", f"already {state.active_state} (started meanwhile)"
     if state.active_state == "deactivating" or state.job == "stop":
@@ -126,3 +131,15 @@ def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
     if started != "active":
         return "failed", f"the start job ended with the unit {started}"
     return "started", ""
+
+
+def _recreate(owner: Owner, supervisors: Supervisor) -> tuple[str, str]:
+    """A unit gone since the drain: a transient one (systemd-run) is made again from its record."""
+    made = supervisors.recreate(owner)
+    if made is None:
+        return "skipped", "the unit no longer exists"
+    if isinstance(made, Unavailable):
+        return "failed", made.reason
+    if made != "active":
+        return "failed", f"the transient unit made again ended up {made}"
+    return "started", "made again as a transient unit from what was recorded before the drain"

@@ -78,7 +78,7 @@ class Rounds:
         # The holders ``drain`` showed and had confirmed; None: no such list (the unit, --yes).
         self.confirmed = frozenset(confirmed) if confirmed is not None else None
         self.owners: dict[HolderId, Owner] = {}
-        self.stops: list[Stop] = []  # what was stopped through its supervisor, in order
+        self.stops: list[Stop] = []  # owners kept down for the drain, in order
         self.written_ahead: set[int] = set()  # seqs of the stops the history has already
         self._through: set[HolderId] = set()
         self._unreached: set[str] = set()  # containers whose engine did not answer, warned once
@@ -115,13 +115,26 @@ class Rounds:
             "(run drain again to be asked about it)"))
 
     def _pod(self, d: Decision) -> Decision:
-        """A pod's container comes back whatever the node does: veto, unless told otherwise."""
+        """Owners the guard cannot bring back after resume: veto, unless told otherwise.
+
+        A pod's container comes back whatever the node does; a transient
+        user unit is gone once its job ended, and (unlike a system one) is
+        not made again. Said before anyone is signalled.
+        """
         owner = self.owner(d.holder)
-        if not d.signals or owner.kind != "kubernetes" or self.config.policy.kubernetes != "veto":
+        if not d.signals:
             return d
-        return replace(d, kind="veto-supervised", reason=(
-            f"pid {d.holder.pid} {d.holder.comm} is held by a Kubernetes pod (uid {owner.name}): "
-            "cordon and drain this node before suspending"))
+        if owner.kind == "kubernetes" and self.config.policy.kubernetes == "veto":
+            return replace(d, kind="veto-supervised", reason=(
+                f"pid {d.holder.pid} {d.holder.comm} is held by a Kubernetes pod (uid "
+                f"{owner.name}): cordon and drain this node before suspending"))
+        if owner.kind == "user-service" and owner.transient and \
+                self.config.restore.transient == "veto":
+            return replace(d, kind="veto-supervised", reason=(
+                f"pid {d.holder.pid} {d.holder.comm} runs in {owner.describe()}, a transient "
+                "unit that cannot be made again after resume: stop it yourself, or set "
+                '[restore] transient = "drain"'))
+        return d
 
     def record(self, d: Decision, outcome: Outcome, round_no: int, tags: Tags = NO_TAGS) -> None:
         self.results[holder_id(d.holder)] = HolderResult(d, outcome, round_no,
@@ -170,7 +183,7 @@ class Rounds:
         result = drain([d.holder for d in decisions], self.signame, cfg.timeout_s, until,
                        cfg.escalate, proc=self.proc, cancel=self.cancel, log=self.log.info,
                        clock=self.clock,
-                       through=self._stop_through_owners if self.supervisors else None)
+                       keep=self._keep_down if self.supervisors else None)
         if result.shortened:
             self.warnings.append(
                 f"the drain wait was cut to {result.wait_s:.1f} s (of [drain] timeout_s = "
@@ -188,7 +201,7 @@ class Rounds:
                 if holder_id(h) in self._through:
                     o = self.owner(h)
                     by += f" ({o.name[:12] if o.kind != 'systemd-service' else o.name}, " \
-                          f"stopped through {_via(o)})"
+                          f"kept from restarting by {_via(o)})"
                 cut = " (the wait was cut short by the deadline)" if result.shortened else ""
                 self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}: "
                                     f"stop it yourself (kill -TERM {h.pid}), or raise "
@@ -196,8 +209,12 @@ class Rounds:
         return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
                        for o in result.outcomes.values())
 
-    def _stop_through_owners(self, holders: Sequence[Holder]) -> set[HolderId]:
-        """Ask each holder's supervisor to stop it; the holders it took over."""
+    def _keep_down(self, holders: Sequence[Holder]) -> None:
+        """Before the signal: ask each holder's supervisor not to start it again.
+
+        The guard signals every holder itself; the supervisor is asked only
+        to keep the job down until restore (and is then asked to start it).
+        """
         assert self.supervisors is not None
         owners = {}
         for h in holders:
@@ -213,7 +230,7 @@ class Rounds:
                     "its processes were signalled directly, and the container's restart policy "
                     "may bring it back")
         if not owners:
-            return set()
+            return
         planned = {o.key: Stop(o, len(self.stops) + i, time.time())
                    for i, o in enumerate(owners.values(), 1)}
         self.before_stop(list(planned.values()))
@@ -224,17 +241,18 @@ class Rounds:
         for key, why in answers.items():
             o = owners[key]
             if why:
-                self.warnings.append(f"{o.name}: could not stop it through {_via(o)} ({why}); "
-                                     f"signalled its processes directly")
+                self.warnings.append(f"{o.name}: could not keep it from restarting through "
+                                     f"{_via(o)} ({why}); its processes were signalled "
+                                     "directly all the same")
                 continue
             ok.add(key)
             self.stops.append(planned[key])
-            self.log.info(f"stopping {o.describe()} through {_via(o)} ({self.signame} for this "
-                          f"stop, restart {o.restart or '?'}"
-                          + (", ExecStop= runs first" if o.exec_stop else "") + ")")
-        taken = {holder_id(h) for h in holders if self.owner(h).key in ok}
-        self._through |= taken
-        return taken
+            raised = "" if o.kind in CONTAINER_KINDS or not (
+                0 < o.timeout_stop_s < self.config.drain.timeout_s) else \
+                f" (its TimeoutStopSec={o.timeout_stop_s:g}s raised to [drain] timeout_s)"
+            self.log.info(f"keeping {o.describe()} down through {_via(o)} until restore"
+                          f"{raised}; its holders get {self.signame} from the guard")
+        self._through |= {holder_id(h) for h in holders if self.owner(h).key in ok}
 
     def drain(self, first: list[Decision], seen: set[HolderId], inventory: Inventory,
               reserve: float) -> None:
@@ -307,9 +325,9 @@ class Rounds:
         policy) gets that supervisor's own restart delay; a job whose parent
         is still there and could restart it (not init, not the guard itself,
         whose children are supervised by nobody else) gets RESPAWN_GRACE_S.
-        A job stopped through its supervisor is not restarted by it; what
+        A job whose supervisor keeps it down is not restarted by it; what
         else may bring it back is looked at afterwards (Supervisors.settle).
-        A container with a restart policy, stopped through its engine, gets
+        A container with a restart policy, set aside through its engine, gets
         its restart delay all the same: an engine that starts it again
         anyway (or a watcher beside it) is caught by the look that follows.
         """

@@ -29,7 +29,8 @@ from suspendguard.system.dbus.systemd import AfterStop, ServiceState
 
 TIMEOUT_S = 10.0
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-PROPERTIES = "Id,LoadState,ActiveState,Restart,RestartUSec,KillMode,ExecStop,TriggeredBy,Job"
+PROPERTIES = ("Id,LoadState,ActiveState,Restart,RestartUSec,KillMode,ExecStop,TriggeredBy,Job,"
+              "MainPID,TimeoutStopUSec,Transient")
 
 # systemd's time spans as systemctl show prints them: "100ms", "1min 30s", "2h 5min".
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d|w)\b")
@@ -124,19 +125,16 @@ def service_states(uid: int, names: Sequence[str]) -> dict[str, ServiceState] | 
             restart_delay_s=timespan_s(b.get("RestartUSec", "")),
             kill_mode=b.get("KillMode", ""), exec_stop=bool(b.get("ExecStop")),
             triggered_by=tuple(b.get("TriggeredBy", "").split()),
-            job=jobs.get(name, "?") if b.get("Job") else "", next_elapse={})
+            job=jobs.get(name, "?") if b.get("Job") else "", next_elapse={},
+            main_pid=int(b.get("MainPID") or 0) if (b.get("MainPID") or "0").isdigit() else 0,
+            timeout_stop_s=timespan_s(b.get("TimeoutStopUSec", "")),
+            transient=b.get("Transient") == "yes")
     return out
 
 
 def reload(uid: int) -> Unavailable | None:
     result = systemctl(uid, "daemon-reload", timeout=30.0)
     return result if isinstance(result, Unavailable) else None
-
-
-def stop(uid: int, names: Sequence[str]) -> dict[str, str] | Unavailable:
-    """Queue a stop job for each unit (not waited for); "" for each queued."""
-    result = systemctl(uid, "stop", "--no-block", *dict.fromkeys(names))
-    return result if isinstance(result, Unavailable) else dict.fromkeys(names, "")
 
 
 def start(uid: int, name: str, wait: bool = True) -> str | Unavailable:
@@ -157,7 +155,7 @@ def start(uid: int, name: str, wait: bool = True) -> str | Unavailable:
 def after_stop(uid: int, timers: Mapping[str, Sequence[str]], until: float,
                clock: Callable[[], float], sleep: Callable[[float], None],
                ) -> dict[str, AfterStop] | Unavailable:
-    """Each unit once its stop job has ended, or ``until`` (on ``clock``) has passed."""
+    """Each unit once it is no longer stopping, or ``until`` (on ``clock``) has passed."""
     names = list(dict.fromkeys(timers))
     while True:
         states = service_states(uid, names)

@@ -9,7 +9,7 @@ booted with systemd-nspawn and a fake /sys/power. The package is installed
 with apt from the local file (the container has no network), configured the
 way an operator would (its conffile rewritten), then: a graceful job is
 drained and the suspend goes on, a deaf job vetoes it, a `Restart=always`
-service is stopped through systemd and runs again after resume (the
+service is drained, kept down by systemd and runs again after resume (the
 package's resume unit), `status` and `history`
 answer, `apt-get remove` keeps the configuration and the history, a
 reinstall keeps them too, and `apt-get purge` leaves the file list exactly
@@ -246,10 +246,12 @@ def test_graceful_job_is_drained_and_the_suspend_goes_on(clean: DebianBox) -> No
     journal = box.suspend()
     assert box.power_state().splitlines()[0] == "mem", journal
     assert f"{pid} SIGINT" in signals(box)
-    assert not box.unit_active("sg-test-graceful.service")
     assert "Finished suspendguard@suspend.service" in journal, journal
     attempt = newest_unit_attempt(box)
     assert attempt["verdict"] == "allow", attempt
+    # a transient unit (systemd-run) is gone once drained: restore made it again
+    assert [(st["name"], st["result"]) for st in attempt["stopped"]] == \
+        [("sg-test-graceful.service", "started")], attempt["stopped"]
     [holder] = [h for h in attempt["holders"] if h["pid"] == pid]
     assert holder["action"] == "drain" and holder["outcome"]["kind"] == "exited", attempt
 
@@ -268,7 +270,7 @@ def test_deaf_job_vetoes_the_suspend(clean: DebianBox) -> None:
     assert any(str(deaf) in reason for reason in attempt["reasons"]), attempt["reasons"]
 
 
-def test_restart_always_service_is_stopped_through_systemd_and_runs_after_resume(
+def test_restart_always_service_is_kept_down_by_systemd_and_runs_after_resume(
         clean: DebianBox) -> None:
     box = clean
     unit = "sg-test-always.service"
@@ -283,7 +285,7 @@ def test_restart_always_service_is_stopped_through_systemd_and_runs_after_resume
         first = main_pid(box, unit)
         journal = box.suspend()
         assert box.power_state().splitlines()[0] == "mem", journal
-        assert f"{first} SIGINT" in signals(box)  # the drain signal, sent by systemd's stop
+        assert f"{first} SIGINT" in signals(box)  # the drain signal, from the guard
         assert wait_active(box, unit), journal
         assert main_pid(box, unit) != first
         assert re.search(r"Finished suspendguard-resume\.service", journal) or \

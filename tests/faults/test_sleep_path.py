@@ -3,10 +3,11 @@
 The scenes (tests/faults/sleep_scenes.py, also rows of benchmarks/faults.py)
 each give a verdict within ``[drain] deadline_s`` + 1 s and record it, and
 leave no job stopped without a row that ``restore`` acts on: a container
-engine that never answers or hangs on the stop, a hung user manager, a
-daemon-reload slower than the deadline, SIGTERM in a hung wait, the guard
-SIGKILLed after the engine's stop, after the stop job or between the drain
-drop-in and the reload, stops of an earlier boot. Below them, restore's own
+engine that never answers or hangs on the update of a restart policy, a
+hung user manager, a daemon-reload slower than the deadline, SIGTERM in a
+hung wait, the guard SIGKILLed once a container or a unit was kept down and
+its job signalled, or between the drain drop-in and the reload, stops of an
+earlier boot. Below them, restore's own
 budget: a slow start is "starting", a stop not reached stays pending.
 """
 

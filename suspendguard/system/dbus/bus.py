@@ -195,6 +195,11 @@ def value(props: Mapping[str, Any], name: str, kind: type[T], where: str) -> T:
     return found
 
 
+def variant(signature: str, data: Any) -> Any:
+    """A value for a ``v`` argument (StartTransientUnit's properties)."""
+    return Variant(signature, data)
+
+
 def optional(props: Mapping[str, Any], name: str, kind: type[T]) -> T | None:
     """A property that may be missing: None when absent or of another type."""
     variant = props.get(name)

@@ -13,7 +13,7 @@ For the guard's own supervised jobs: StopUnit runs "stop_jobs" ({unit:
 unit named there is active again once a StartUnit job ends, after
 "start_delay_s" ({unit: seconds}); "hang_stop" (units) never answers a
 StopUnit; Reload takes "reload_s" seconds; ListUnitsByNames answers as
-systemd's does.
+systemd's does; a unit with "MainPID" is active while that process runs.
 No `from __future__ import annotations`: dbus-next reads the D-Bus signatures
 from the annotations.
 """
@@ -34,6 +34,21 @@ UNIT = "org.freedesktop.systemd1.Unit"
 SERVICE = "org.freedesktop.systemd1.Service"
 
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.[a-z]+$")
+
+
+def active_state(props: dict[str, object]) -> str:
+    """The unit's ActiveState; with "MainPID", active while that process runs (not a zombie)."""
+    pid = props.get("MainPID")
+    if pid:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                alive = f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            alive = False
+        if not alive:
+            props.pop("MainPID")
+            props["ActiveState"] = "inactive"
+    return str(props.get("ActiveState", "inactive"))
 
 
 def unit_path(name: str) -> str:
@@ -60,7 +75,7 @@ class Unit(ServiceInterface):
 
     @dbus_property(access=PropertyAccess.READ)
     def ActiveState(self) -> "s":
-        return str(self.props.get("ActiveState", "inactive"))
+        return active_state(self.props)
 
     @dbus_property(access=PropertyAccess.READ)
     def SubState(self) -> "s":
@@ -200,7 +215,7 @@ class Manager(ServiceInterface):
         for name in names:
             props = self.on_disk.get(name, {})
             rows.append([name, "", str(props.get("LoadState", "loaded" if props else "not-found")),
-                         str(props.get("ActiveState", "inactive")),
+                         active_state(props),
                          str(props.get("SubState", "dead")), "", self._load(name), 0, "", "/"])
         return rows
 

@@ -130,6 +130,7 @@ class FakeEngine:
         self.hang: set[str] = set()
         self.after: Callable[[str, str], None] | None = None
         self._released = threading.Event()
+        self.refuse_update = False  # answer /update with an error, as an engine may
         self._server = _Server(socket_path, _Handler)
         self._server.engine = self
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -176,10 +177,13 @@ class FakeEngine:
         procs = c.cgroup / "cgroup.procs"
         proc = subprocess.Popen(["/bin/sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *c.argv],
                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
+        # Running from the moment its process is, as Docker's State.Running
+        # is: not only once the job opened its nodes.
+        c.proc, c.started_at = proc, _now()
         assert proc.stdout is not None
         line = proc.stdout.readline().split()
         assert line and line[0] == "ready", f"container job did not start: {line}"
-        c.proc, c.pid, c.started_at = proc, int(line[1]), _now()
+        c.pid = int(line[1])
         c.stopped_by_user = False
         c.generation += 1
         threading.Thread(target=self._watch, args=(c, proc, c.generation), daemon=True).start()
@@ -256,6 +260,8 @@ class FakeEngine:
                 return 409, {"message": f"Container {c.id} is not running"}
             os.kill(c.pid, int(signal.Signals[query.get("signal", "SIGKILL")]))
             return 204, None
+        if action == "update" and self.refuse_update:
+            return 500, {"message": "Cannot update container: refused"}
         if action == "update":
             policy = (body or {}).get("RestartPolicy") or {}
             c.restart = "" if policy.get("Name") == "no" else str(policy.get("Name", c.restart))
