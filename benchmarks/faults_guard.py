@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sleep_scenes import until  # tests/faults, on the path faults.py sets
+
 from suspendguard.cli import main
 from suspendguard.store.history import History
 
@@ -61,15 +63,6 @@ def _holder(node: str, tmp: Path, mode: str = "graceful") -> subprocess.Popen[st
 def _marks(tmp: Path) -> list[str]:
     path = tmp / "marks"
     return path.read_text().splitlines() if path.exists() else []
-
-
-def _until(what: Callable[[], bool], timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while not what():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def _check(conf: Path) -> tuple[int, dict[str, object], float]:
@@ -139,7 +132,7 @@ def _killed_mid_drain(how: signal.Signals) -> Callable[[Path], Outcome]:
                                   "drain", "--yes", "--json"], stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, text=True)
         try:
-            _until(lambda: bool(_marks(tmp)))
+            until(lambda: bool(_marks(tmp)))
             sent = time.monotonic()
             guard.send_signal(how)
             out, _ = guard.communicate(timeout=20)
@@ -168,7 +161,7 @@ def two_guards(tmp: Path) -> Outcome:
     first = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(first_conf),
                               "drain", "--yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _until(lambda: bool(_marks(tmp)))
+        until(lambda: bool(_marks(tmp)))
         status, report, took = _check(second_conf)
         reasons = report["reasons"]
         assert isinstance(reasons, list)

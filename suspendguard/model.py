@@ -26,6 +26,7 @@ DecisionKind = Literal[
     "veto-stopped",  # stopped: a signal stays pending until it continues, so veto
     "veto-sigint-ignored",  # it ignores the drain signal and nothing may follow it: veto
     "veto-supervised",  # its supervisor would start it again whatever the guard does (a pod)
+    "veto-unconfirmed",  # drain from a shell: not on the list the operator confirmed
 ]
 OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal"]
 Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
@@ -207,7 +208,7 @@ class Decision:
     @property
     def vetoes(self) -> bool:
         return self.kind in ("protect", "veto-frozen", "veto-stopped", "veto-sigint-ignored",
-                             "veto-supervised")
+                             "veto-supervised", "veto-unconfirmed")
 
 
 @dataclass(frozen=True, slots=True)

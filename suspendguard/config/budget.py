@@ -12,6 +12,13 @@ from collections.abc import Sequence
 # Left at the end of every run to record the verdict and answer before
 # systemd's TimeoutStartSec.
 ANSWER_MARGIN_S = 2.0
+# The restore right after a veto: it starts once the verdict is recorded
+# (by deadline_s - ANSWER_MARGIN_S) and must end inside the unit's
+# TimeoutStartSec, deadline_s + 20 s (install/templates.py): a start job
+# still running then is reported "starting", not waited for.
+RESTORE_AFTER_VETO_S = 15.0
+# The resume unit's restore (its TimeoutStartSec is 120 s).
+RESTORE_AFTER_RESUME_S = 100.0
 # Beyond [idle] settle_s and command_timeout_s: the idle check's own start.
 IDLE_MARGIN_S = 1.0
 

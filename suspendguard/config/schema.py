@@ -221,6 +221,12 @@ class RestoreConfig:
     skip: tuple[str, ...] = setting(
         [], "list", 'Owners never started again (globs of owner keys, e.g. "systemd-service:train-*").',
     )
+    earlier_boot: str = setting(
+        "leave", "choice",
+        "A job stopped in an earlier boot (the machine lost power or rebooted while asleep): "
+        "leave it down, listed by status with the command that starts it, or start it.",
+        ("leave", "start"),
+    )
     transient: str = setting(
         "veto", "choice",
         "A holder in a transient user unit (systemd-run --user), which cannot be made again "

@@ -153,3 +153,26 @@ class Engines:
         if started:
             return "skipped", f"{started} (started meanwhile){note}"
         return ("failed", note[2:]) if note else ("started", "")
+
+    def put_back_policies(self) -> list[str]:
+        """Put back the restart policies a killed run set aside; a line for each."""
+        notes = []
+        for key in sorted(self.policies.records()):
+            kind, _, cid = key.partition(":")
+            engine = self.engine(kind) if kind in CONTAINER_KINDS else None
+            if engine is None or isinstance(engine, Unavailable):
+                continue
+            saved = self.policies.take(key)
+            if saved is None:
+                continue
+            name, maximum = str(saved[0]), int(saved[1])
+            put = engine.set_restart(cid, name, maximum)
+            if isinstance(put, Unavailable) or (put and put != "gone"):
+                self.policies.put(key, saved)
+                why = put.reason if isinstance(put, Unavailable) else put
+                notes.append(f"{kind} container {cid[:12]}: the restart policy {name} a "
+                             f"killed guard run set aside could not be put back ({why})")
+            else:
+                notes.append(f"{kind} container {cid[:12]}: put back the restart policy "
+                             f"{name} a killed guard run had set aside")
+        return notes

@@ -115,9 +115,11 @@ def device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> 
             continue
         known_pids.add(pid)
         if p.kind == "graphics":
-            r.warnings.append(f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
-                              + " as a graphics process, which the scan did not see: kept, "
-                              "not signalled")
+            kept_warning = (f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
+                            + " as a graphics process, which the scan did not see: kept, not "
+                            "signalled")
+            if kept_warning not in r.warnings:  # the device is asked before and after the drain
+                r.warnings.append(kept_warning)
             continue
         try:
             holder = describe_process(pid, [], r.proc, source=str(p.source))

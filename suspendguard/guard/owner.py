@@ -122,8 +122,8 @@ class UnitNow:
 class Supervisor(Protocol):
     """What the pipeline and restore ask of the supervisors (guard/supervise.py has them).
 
-    A protocol here so that the pipeline, which the sleep hook's fallback
-    imports, does not import the D-Bus client with it.
+    A protocol here so that the pipeline does not import the D-Bus client
+    with it: tests hand it supervisors of their own.
     """
 
     def owner(self, holder: Holder) -> Owner: ...
@@ -138,6 +138,7 @@ class Supervisor(Protocol):
     def start_container(self, owner: Owner, stopped_at: float) -> tuple[str, str]: ...
     def recreate(self, owner: Owner) -> str | Unavailable | None: ...
     def take_warnings(self) -> list[str]: ...
+    def clean_leftovers(self) -> list[str]: ...
 
 
 def owner_of_cgroup(cgroup: str | None) -> Owner:

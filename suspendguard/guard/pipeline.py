@@ -2,24 +2,32 @@
 
 Plain Python over plain data; collaborators (the /proc root, the idle
 check, the logger, the clock) are arguments so tests hand it real or fake
-ones. The same function serves the dry run, the veto unit and the sleep
-hook's fallback; only its arguments differ.
+ones. The same function serves the dry run, the veto unit and ``drain``;
+only its arguments differ.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
-from suspendguard.config import ANSWER_MARGIN_S, FAMILIES, Config, IdleConfig, idle_reserve_s
+from suspendguard.config import (
+    ANSWER_MARGIN_S,
+    FAMILIES,
+    RESTORE_AFTER_VETO_S,
+    Config,
+    IdleConfig,
+    idle_reserve_s,
+)
 from suspendguard.errors import HistoryError
 from suspendguard.guard import device_view
 from suspendguard.guard.device_view import IdleCheck
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.owner import Supervisor
+from suspendguard.guard.owner import Stop, Supervisor
 from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
@@ -30,6 +38,7 @@ from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import (
     Decision,
+    HolderId,
     Outcome,
     ScanResult,
     Unavailable,
@@ -41,12 +50,14 @@ from suspendguard.store.history import History
 from suspendguard.store.rows import StopRow
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
+from suspendguard.system.deadline import Deadline, bounded, nap
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
-    return check_idle(config, families, deadline)
+    # Its pauses between readings end at SIGTERM too (system/deadline.py).
+    return check_idle(config, families, deadline, sleep=nap)
 
 
 def run(
@@ -64,30 +75,37 @@ def run(
     can_veto: bool = True,
     clock: Callable[[], float] = time.monotonic,
     supervisors: Supervisor | None = None,
+    confirmed: Collection[HolderId] | None = None,
 ) -> Report:
     """One guard run, holding the state folder's guard lock while it may signal.
 
     ``supervisors``: how owners are read and stopped (None: cgroups only,
-    every holder signalled directly). A dry run signals nobody: it takes no
-    lock, and only says so when another run is draining as it looks.
+    every holder signalled directly). ``confirmed``: the only holders that
+    may be signalled (those ``drain`` showed and the operator confirmed);
+    any other that would be vetoes, unsignalled. A dry run signals nobody:
+    it takes no lock, and only says so when another run is draining as it
+    looks.
     """
     if dry_run:
         lock = guard_lock.peek(config.state.dir)
     else:
         wait = min(guard_lock.LOCK_WAIT_S, max(0.0, config.drain.deadline_s / 3))
         lock = guard_lock.take(config.state.dir, wait)
+    clocked = contextlib.ExitStack()
     try:
-        return _run(config, lock, dry_run=dry_run, action=action, origin=origin, proc=proc,
-                    idle_check=idle_check, log=log, cancel=cancel, record=record,
+        return _run(config, lock, clocked, dry_run=dry_run, action=action, origin=origin,
+                    proc=proc, idle_check=idle_check, log=log, cancel=cancel, record=record,
                     skip_frozen=skip_frozen, can_veto=can_veto, clock=clock,
-                    supervisors=supervisors)
+                    supervisors=supervisors, confirmed=confirmed)
     finally:
+        clocked.close()
         lock.release()
 
 
 def _run(
     config: Config,
     lock: guard_lock.GuardLock,
+    clocked: contextlib.ExitStack,
     *,
     dry_run: bool,
     action: str | None,
@@ -101,6 +119,7 @@ def _run(
     can_veto: bool,
     clock: Callable[[], float],
     supervisors: Supervisor | None,
+    confirmed: Collection[HolderId] | None,
 ) -> Report:
     proc = proc or ProcFS()
     log = log or Logger()
@@ -108,9 +127,12 @@ def _run(
     start = clock()
     # Leave time to record and answer before systemd's TimeoutStartSec.
     deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
+    # Every wait before the verdict, in every client below, ends by then (or at SIGTERM).
+    clocked.enter_context(bounded(Deadline(deadline, cancel, clock)))
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
-               clock=clock, supervisors=supervisors, token=lock.token())
+               clock=clock, supervisors=supervisors, token=lock.token(),
+               confirmed=confirmed)
     r.warnings.extend(forgeable_rule_warnings(config.policy))
     if lock.refused:
         r.reasons.append(lock.refused)
@@ -142,6 +164,13 @@ def _run(
 
     if history is not None and attempt_id is not None:
         r.before_signal = _write_down(history, attempt_id, r)
+        r.before_stop, r.after_stop = _write_ahead(history, attempt_id, r)
+    if not dry_run and not lock.refused and supervisors is not None:
+        # What a killed run left (drain drop-ins, restart policies set aside)
+        # goes first: it would outlive this run otherwise.
+        for line in supervisors.clean_leftovers():
+            log.warning(line)
+            r.warnings.append(line)
 
     inventory = take_inventory(config.devices)
     r.warnings.extend(inventory.notes)
@@ -215,11 +244,14 @@ def _run(
     # The verdict line first: it is what the operator and the journal wait
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
+    clocked.close()  # the verdict is given: the restore below has a budget of its own
     stops = _stop_rows(r, attempt_id or 0)
     if history is not None and attempt_id is not None:
         try:
+            # Stops written ahead are in already; the others (their row failed) now.
             history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
-                           [h.row() for h in holders], stops=stops)
+                           [h.row() for h in holders],
+                           stops=[st for st in stops if st.seq not in r.written_ahead])
             stops = history.pending_stops(attempt_id)
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
@@ -234,8 +266,11 @@ def _run(
                 except HistoryError as exc:
                     log.warning(f"history not recorded: {exc}")
 
-        restore(stops, supervisors, config.restore, enabled=config.restore.after_veto,
-                record=note, log=log.info)
+        # Inside the unit's TimeoutStartSec (deadline_s + 20 s): the verdict
+        # came by deadline_s - ANSWER_MARGIN_S.
+        with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
+            restore(stops, supervisors, config.restore, enabled=config.restore.after_veto,
+                    record=note, log=log.info)
     if history is not None:
         history.close()
     return report
@@ -253,8 +288,7 @@ def _put_back(r: Rounds, config: Config, log: Logger) -> None:
 
 
 def _stop_rows(r: Rounds, attempt_id: int) -> list[StopRow]:
-    return [StopRow(attempt_id, s.seq, s.owner.key, s.owner.kind, s.owner.name, s.owner.uid,
-                    s.at) for s in r.stops]
+    return [_stop_row(attempt_id, s) for s in r.stops]
 
 
 def _write_down(history: History, attempt_id: int,
@@ -275,6 +309,43 @@ def _write_down(history: History, attempt_id: int,
             r.warnings.append(f"history: the holders about to be signalled were not "
                               f"recorded: {exc}")
     return write
+
+
+def _stop_row(attempt_id: int, stop: Stop) -> StopRow:
+    o = stop.owner
+    return StopRow(attempt_id, stop.seq, o.key, o.kind, o.name, o.uid, stop.at)
+
+
+def _write_ahead(history: History, attempt_id: int, r: Rounds
+                 ) -> tuple[Callable[[Sequence[Stop]], None],
+                            Callable[[Sequence[Stop], Mapping[str, str]], None]]:
+    """The stops into the history before the supervisors are asked, then completed.
+
+    A guard killed after a stop job was queued or an engine's stop sent
+    (TimeoutStartSec, an OOM kill, an operator's SIGKILL) leaves a row that
+    ``restore`` and ``status`` act on; a stop the supervisor refused never
+    happened and its row goes.
+    """
+    ids: dict[int, int] = {}  # seq -> row id
+
+    def before(stops: Sequence[Stop]) -> None:
+        try:
+            written = history.stopping(attempt_id, [_stop_row(attempt_id, s) for s in stops])
+        except HistoryError as exc:
+            r.warnings.append(f"history: the jobs about to be stopped were not recorded "
+                              f"first: {exc}")
+            return
+        ids.update(zip((s.seq for s in stops), written, strict=True))
+        r.written_ahead.update(s.seq for s in stops)
+
+    def after(stops: Sequence[Stop], answers: Mapping[str, str]) -> None:
+        taken = [ids[s.seq] for s in stops if s.seq in ids and not answers.get(s.owner.key)]
+        refused = [ids[s.seq] for s in stops if s.seq in ids and answers.get(s.owner.key)]
+        try:
+            history.stop_issued(taken, refused)
+        except HistoryError as exc:
+            r.warnings.append(f"history: the stops were not completed: {exc}")
+    return before, after
 
 
 def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,

@@ -195,6 +195,7 @@ def unsignalled(decision: Decision, signame: str) -> Outcome:
         "veto-stopped": "stopped",
         "veto-sigint-ignored": f"ignores {signame}",
         "veto-supervised": "its supervisor would start it again",
+        "veto-unconfirmed": "not on the list that was confirmed",
     }[decision.kind]
     return Outcome("not-signalled", why=why)
 

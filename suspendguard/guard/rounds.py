@@ -47,7 +47,8 @@ class Rounds:
     def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
                  cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
                  deadline: float, clock: Callable[[], float],
-                 supervisors: Supervisor | None = None, token: Token | None = None) -> None:
+                 supervisors: Supervisor | None = None, token: Token | None = None,
+                 confirmed: Collection[HolderId] | None = None) -> None:
         self.config = config
         # This run's open guard.lock: another run's probe is its child only if
         # its parent holds the same file (guard/identity.py).
@@ -67,9 +68,18 @@ class Rounds:
         # Called with the holders about to be signalled, before the signal
         # (the pipeline writes them to the history).
         self.before_signal: Callable[[Sequence[Decision], int], None] = lambda _d, _r: None
+        # Called with the stops about to be asked of the supervisors, before
+        # they are, and with the supervisors' answers (the pipeline writes
+        # them ahead to the history, then completes them).
+        self.before_stop: Callable[[Sequence[Stop]], None] = lambda _s: None
+        self.after_stop: Callable[[Sequence[Stop], Mapping[str, str]], None] = \
+            lambda _s, _a: None
         self.supervisors = supervisors
+        # The holders ``drain`` showed and had confirmed; None: no such list (the unit, --yes).
+        self.confirmed = frozenset(confirmed) if confirmed is not None else None
         self.owners: dict[HolderId, Owner] = {}
         self.stops: list[Stop] = []  # owners kept down for the drain, in order
+        self.written_ahead: set[int] = set()  # seqs of the stops the history has already
         self._through: set[HolderId] = set()
         self._unreached: set[str] = set()  # containers whose engine did not answer, warned once
 
@@ -93,7 +103,16 @@ class Rounds:
         decisions = decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
                            skip_frozen=self.skip_frozen, respawned=respawned,
                            vouched=vouch(holders, self.proc, self.token))
-        return [self._pod(d) for d in decisions]
+        return [self._confirmed(self._pod(d)) for d in decisions]
+
+    def _confirmed(self, d: Decision) -> Decision:
+        """From a shell, only the holders the operator was shown and confirmed are signalled."""
+        if not d.signals or self.confirmed is None or holder_id(d.holder) in self.confirmed:
+            return d
+        h = d.holder
+        return replace(d, kind="veto-unconfirmed", reason=(
+            f"pid {h.pid} {h.comm} appeared after the list was confirmed: not signalled "
+            "(run drain again to be asked about it)"))
 
     def _pod(self, d: Decision) -> Decision:
         """Owners the guard cannot bring back after resume: veto, unless told otherwise.
@@ -212,8 +231,12 @@ class Rounds:
                     "may bring it back")
         if not owners:
             return
+        planned = {o.key: Stop(o, len(self.stops) + i, time.time())
+                   for i, o in enumerate(owners.values(), 1)}
+        self.before_stop(list(planned.values()))
         answers = self.supervisors.stop(list(owners.values()), self.signame,
                                         self.config.drain.timeout_s)
+        self.after_stop(list(planned.values()), answers)
         ok = set()
         for key, why in answers.items():
             o = owners[key]
@@ -223,7 +246,7 @@ class Rounds:
                                      "directly all the same")
                 continue
             ok.add(key)
-            self.stops.append(Stop(o, len(self.stops) + 1, time.time()))
+            self.stops.append(planned[key])
             raised = "" if o.kind in CONTAINER_KINDS or not (
                 0 < o.timeout_stop_s < self.config.drain.timeout_s) else \
                 f" (its TimeoutStopSec={o.timeout_stop_s:g}s raised to [drain] timeout_s)"

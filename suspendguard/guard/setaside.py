@@ -48,6 +48,10 @@ class SetAside:
         except OSError as exc:
             self.warnings.append(f"cannot record {self.what} in {self.path}: {exc.strerror}")
 
+    def records(self) -> dict[str, Any]:
+        """Every record kept in the file now, by key (what a killed run left, too)."""
+        return self._read()
+
     def put(self, key: str, record: Any) -> None:
         self._memory[key] = record
         data = self._read()

@@ -25,18 +25,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from suspendguard.guard import leftovers
 from suspendguard.guard.containers import Engines
 from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
 from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, UnitNow, owner_of_cgroup
 from suspendguard.guard.setaside import SetAside
 from suspendguard.guard.user_services import UserServices
 from suspendguard.model import Holder, Unavailable
+from suspendguard.system import deadline
 from suspendguard.system.dbus import systemd
 
 DROPIN_ROOT = "/run/systemd/system"
 # How long the manager gets to finish stopping a unit once the processes exited
 # (ExecStopPost=, cgroup release) before the guard looks whether it came back.
 STOP_SETTLE_S = 2.0
+# How long the daemon-reload before the stop jobs may take (cut to the deadline).
+RELOAD_TIMEOUT_S = 30.0
 # A timer due later than this after the stop is the next sleep's business.
 TIMER_WINDOW_S = 5.0
 # What transient units were made of, by owner key: what restore makes again.
@@ -57,7 +61,7 @@ class Supervisors:
 
     def __init__(self, *, dropin_root: str = DROPIN_ROOT, bus_address: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep,
+                 sleep: Callable[[float], None] = deadline.nap,
                  environ: Mapping[str, str] | None = None, state_dir: str | None = None) -> None:
         """``environ``: where the engines' sockets are named (DOCKER_HOST, CONTAINER_HOST);
         ``state_dir``: where restart policies set aside for a drain are kept."""
@@ -117,9 +121,14 @@ class Supervisors:
         kept = [o for o in units if o.key not in out]
         if not kept:
             return out
-        reloaded = systemd.reload_manager(address=self.bus_address)
+        # The reload has a timeout of its own (a large host's takes seconds),
+        # inside the run's deadline; when it fails the drop-ins go again.
+        reloaded = systemd.reload_manager(RELOAD_TIMEOUT_S, address=self.bus_address)
+        if reloaded is not None:
+            self.remove_dropins(kept)
         for o in kept:
-            out[o.key] = reloaded.reason if reloaded is not None else ""
+            out[o.key] = "" if reloaded is None else \
+                f"the daemon-reload before the drain failed: {reloaded.reason}"
         return out
 
     def _record_transient(self, owner: Owner) -> None:
@@ -211,6 +220,22 @@ class Supervisors:
 
     # -- drop-ins ----------------------------------------------------------
 
+    def clean_leftovers(self) -> list[str]:
+        """Put back what a killed run left (guard/leftovers.py); a line for each thing put back."""
+        notes = self.engines.put_back_policies()
+        units = [Owner("systemd-service", u) for u in leftovers.system_dropins(self.dropin_root)]
+        users = leftovers.user_dropins()
+        if not units and not users:
+            return notes
+        self.remove_dropins([*units, *users])
+        failed = self.reload([*units, *users])
+        names = ", ".join(o.name if o.uid is None else f"{o.name} (uid {o.uid})"
+                          for o in [*units, *users])
+        notes.append(f"removed the drain drop-in a killed guard run left on {names}; "
+                     + ("its manager was reloaded" if failed is None else
+                        f"the reload failed ({failed.reason}): run systemctl daemon-reload"))
+        return notes
+
     def _dropin(self, unit: str) -> str:
         return os.path.join(self.dropin_root, f"{unit}.d", DROPIN_NAME)
 
@@ -266,7 +291,7 @@ class Supervisors:
         uids = dict.fromkeys(o.uid for o in owners if o.kind == "user-service" and o.uid is not None)
         failed = [r for r in (self.users.reload(uid) for uid in uids) if r is not None]
         if any(o.kind == "systemd-service" for o in owners):
-            system = systemd.reload_manager(address=self.bus_address)
+            system = systemd.reload_manager(RELOAD_TIMEOUT_S, address=self.bus_address)
             if system is not None:
                 failed.append(system)
         return failed[0] if failed else None

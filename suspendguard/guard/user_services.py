@@ -57,6 +57,8 @@ class UserServices:
             if not queued:
                 continue
             answer = usermanager.reload(uid)
+            if answer is not None:
+                self.remove_dropins(queued)  # a drop-in never outlives a reload that failed
             for o in queued:
                 out[o.key] = answer.reason if answer is not None else ""
         return out

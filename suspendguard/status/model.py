@@ -91,17 +91,22 @@ class RecentHistory:
 
 def restore_command(stop: StopRow, config_path: str | None = None) -> str:
     """What brings ``stop`` back: ``suspendguard restore`` while it is pending; once
-    restore has tried and failed, the owner's own start (restore tries once)."""
+    restore has tried and failed (or left a stop of an earlier boot down), the
+    owner's own start (restore tries once); for one still starting, its status."""
     if stop.result is None:
         config = f" --config {shlex.quote(config_path)}" if config_path else ""
         return f"suspendguard{config} restore"
     unit = shlex.quote(stop.name)
+    if stop.kind in ("docker", "podman"):
+        return f"{stop.kind} start {unit}"
+    # A start job still running when restore ended: look whether it came up.
+    verb = "status" if stop.result == "starting" else "start"
     if stop.kind == "user-service" and stop.uid is not None:
         # What the guard does (system/usermanager.py): the user's manager
         # takes orders from its own uid only.
         return (f"setpriv --reuid={stop.uid} --regid=$(id -g {stop.uid}) --clear-groups "
-                f"env XDG_RUNTIME_DIR=/run/user/{stop.uid} systemctl --user start {unit}")
-    return f"systemctl start {unit}"
+                f"env XDG_RUNTIME_DIR=/run/user/{stop.uid} systemctl --user {verb} {unit}")
+    return f"systemctl {verb} {unit}"
 
 
 @dataclass(frozen=True, slots=True)

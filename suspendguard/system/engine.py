@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import re
+import select
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from suspendguard.model import Unavailable
+from suspendguard.system import deadline
 
 DOCKER_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock")
 PODMAN_SOCKETS = ("/run/podman/podman.sock",)
@@ -82,6 +84,24 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+def _wait_for_answer(conn: _UnixConnection) -> None:
+    """Wait for the first bytes of the answer, or the guard's cancel, or the socket's timeout.
+
+    http.client blocks in recv() where a SIGTERM to the guard cannot end
+    the wait: the cancel's fd is watched beside the socket here.
+    """
+    sock = conn.sock
+    bound = deadline.current()
+    fd = bound.cancel_fd
+    if sock is None or fd is None:
+        return
+    ready, _, _ = select.select([sock, fd], [], [], conn.timeout)
+    if fd in ready:
+        raise ConnectionAbortedError(f"interrupted: {bound.cancel_reason}")
+    if not ready:
+        raise TimeoutError("timed out")
+
+
 class Engine:
     """One engine's API socket; the API version is negotiated on first use."""
 
@@ -97,6 +117,7 @@ class Engine:
         return Unavailable(f"the engine at {self.path} did not answer {what}: {why}")
 
     def read(self, conn: _UnixConnection) -> tuple[int, Any]:
+        _wait_for_answer(conn)
         response = conn.getresponse()
         data = response.read()
         try:
@@ -107,7 +128,13 @@ class Engine:
 
     def call(self, method: str, path: str, body: Any = None,
              timeout_s: float | None = None) -> tuple[int, Any] | Unavailable:
-        conn = _UnixConnection(self.path, self.timeout_s if timeout_s is None else timeout_s)
+        # Inside a guard run, no answer is waited for past its deadline.
+        limit = deadline.cap(self.timeout_s if timeout_s is None else timeout_s)
+        if deadline.cancelled() or limit <= 0:
+            why = deadline.current().cancel_reason if deadline.cancelled() else \
+                "no time was left before the guard's deadline"
+            return Unavailable(f"the engine at {self.path} was not asked {method} {path}: {why}")
+        conn = _UnixConnection(self.path, limit)
         try:
             payload = json.dumps(body).encode() if body is not None else None
             headers = {"Content-Type": "application/json"} if payload is not None else {}

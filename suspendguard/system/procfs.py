@@ -60,6 +60,14 @@ class ProcFS:
     def path(self, pid: int | str, *parts: str) -> str:
         return "/".join((self.root, str(pid), *parts))
 
+    def boot_id(self) -> str:
+        """This boot's id (``sys/kernel/random/boot_id``); "" when it cannot be read."""
+        try:
+            with open(f"{self.root}/sys/kernel/random/boot_id", encoding="ascii") as f:
+                return f.read().strip()
+        except (OSError, ValueError):
+            return ""
+
     def exists(self, pid: int) -> bool:
         return os.path.exists(self.path(pid))
 

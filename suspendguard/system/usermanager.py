@@ -59,7 +59,8 @@ def systemctl(uid: int, *args: str, timeout: float = TIMEOUT_S,
 
 
 def run_as(uid: int, argv: Sequence[str], timeout: float = TIMEOUT_S,
-           stdin: str | None = None) -> runner.RunResult | Unavailable:
+           stdin: str | None = None, timed_out_ok: bool = False
+           ) -> runner.RunResult | Unavailable:
     try:
         gid = pwd.getpwuid(uid).pw_gid
     except KeyError:
@@ -69,6 +70,8 @@ def run_as(uid: int, argv: Sequence[str], timeout: float = TIMEOUT_S,
     env = {"XDG_RUNTIME_DIR": runtime_dir(uid), "PATH": PATH, "LANG": "C.UTF-8",
            "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"}
     result = runner.run(argv, timeout, env=env, stdin=stdin, as_user=(uid, gid))
+    if result.timed_out and timed_out_ok:
+        return result
     if not result.ok:
         why = result.describe_failure()
         if result.error == "permission denied":
@@ -135,10 +138,14 @@ def reload(uid: int) -> Unavailable | None:
 
 
 def start(uid: int, name: str, wait: bool = True) -> str | Unavailable:
-    """Start a unit; with ``wait``, the unit's ActiveState once the start job ended."""
-    result = systemctl(uid, "start", *(() if wait else ("--no-block",)), name, timeout=60.0)
+    """Start a unit; with ``wait``, the unit's ActiveState once the start job ended,
+    "starting" when it still ran as the wait (cut to the guard's deadline) ended."""
+    result = run_as(uid, ["systemctl", "--user", "start", *(() if wait else ("--no-block",)),
+                          name], timeout=60.0, timed_out_ok=True)
     if isinstance(result, Unavailable):
         return result
+    if result.timed_out:
+        return "starting"  # systemctl was stopped; the start job runs on in the manager
     if not wait:
         return "queued"
     state = systemctl(uid, "show", "-p", "ActiveState", "--value", name)

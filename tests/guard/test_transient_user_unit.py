@@ -42,6 +42,9 @@ class OneOwner:
     def remove_dropins(self, owners: Sequence[Owner]) -> list[str]:
         return []
 
+    def clean_leftovers(self) -> list[str]:
+        return []
+
     def reload(self, owners: Sequence[Owner]) -> Unavailable | None:
         return None
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suspendguard.model import Unavailable
+from suspendguard.system import deadline
 from suspendguard.system.dbus.bus import (
     DEFAULT_TIMEOUT,
     PROPERTIES,
@@ -29,6 +30,8 @@ SYSTEMD_JOB = "org.freedesktop.systemd1.Job"
 SYSTEMD_TIMER = "org.freedesktop.systemd1.Timer"
 
 _NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
+# What a start's wait leaves of its timeout for the last look and the answer.
+START_ANSWER_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,24 +270,31 @@ def transient_spec(name: str, timeout: float = DEFAULT_TIMEOUT,
 
 def start_transient(name: str, spec: TransientSpec, timeout: float = 10.0,
                     address: str | None = None) -> str | Unavailable:
-    """Make the transient unit again and start it; its ActiveState once the start job ended."""
+    """Make the transient unit again and start it; its ActiveState once the start job ended,
+    "starting" when it still ran as the wait (cut to the guard's deadline) ended."""
+    limit = deadline.cap(timeout)
 
     async def body(session: Session) -> str:
+        until = asyncio.get_running_loop().time() + max(0.0, limit - START_ANSWER_S)
         reply = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER,
                                    "StartTransientUnit", "ssa(sv)a(sa(sv))",
                                    [name, "fail", spec.properties(), []], expect="o")
-        await _job_end(session, str(reply.body[0]))
+        if not await _job_end(session, str(reply.body[0]), until):
+            return "starting"
         return (await _one_unit(session, name)).active_state
 
-    return converse("systemd", timeout, body, address)
+    return converse("systemd", limit, body, address)
 
 
-async def _job_end(session: Session, job: str) -> None:
+async def _job_end(session: Session, job: str, until: float | None = None) -> bool:
+    """Wait for the job to end; False when it still runs at ``until`` (the loop's time)."""
     while True:
         try:
             await session.get_all(SYSTEMD_NAME, job, SYSTEMD_JOB)
         except CallError:
-            return  # the job is gone: it has finished
+            return True  # the job is gone: it has finished
+        if until is not None and asyncio.get_running_loop().time() >= until:
+            return False
         await asyncio.sleep(0.05)
 
 
@@ -300,18 +310,25 @@ def start_unit(name: str, timeout: float = 10.0, address: str | None = None, *,
     """Start a unit; with ``wait``, wait for its start job to end.
 
     The answer: the unit's ActiveState once the job ended ("active",
-    "failed"...), or "queued" when not waiting.
+    "failed"...), "queued" when not waiting, or "starting" when the job
+    still ran as the wait ended (``timeout``, cut to the guard's deadline):
+    a slow start (``Type=notify``, a oneshot) is no failed one.
     """
+    limit = deadline.cap(timeout)
+    # The last look at the job leaves time for the answer inside the conversation's bound.
+    wait_s = max(0.0, limit - START_ANSWER_S)
 
     async def body(session: Session) -> str:
+        until = asyncio.get_running_loop().time() + wait_s
         reply = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "StartUnit",
                                    "ss", [name, "replace"], expect="o")
         if not wait:
             return "queued"
-        await _job_end(session, str(reply.body[0]))
+        if not await _job_end(session, str(reply.body[0]), until):
+            return "starting"
         return (await _one_unit(session, name)).active_state
 
-    return converse("systemd", timeout, body, address)
+    return converse("systemd", limit, body, address)
 
 
 @dataclass(frozen=True, slots=True)
