@@ -127,6 +127,8 @@ def _uninstall(p: argparse.ArgumentParser) -> None:
 
 
 def _restore(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="start the jobs even when a device is unhealthy after resume")
     _json(p, "what was done")
 
 
@@ -162,9 +164,12 @@ COMMANDS: tuple[Command, ...] = (
              (1, "veto: the unit fails, so systemd refuses the suspend"),
              USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT,
              (5, "unknown: the unit fails, so systemd refuses the suspend"))),
-    Command("restore", "the resume unit's step: start again the supervised jobs the guard stopped",
+    Command("restore", "the resume unit's step: check the devices, then start again the "
+            "supervised jobs the guard stopped",
             "restore:command", _restore,
             ((0, "every job the guard stopped was started again or skipped (or none was left)"),
+             (1, "held: a device is unhealthy after resume, the jobs stay stopped "
+                 "(restore --force starts them)"),
              USAGE_EXIT,
              (3, "a job failed to start, or the history could not be read"), UNTRUSTED_EXIT)),
     Command("config", "print the effective configuration as TOML",

@@ -28,6 +28,7 @@ from suspendguard.config.schema import (
     LogsConfig,
     PolicyConfig,
     RestoreConfig,
+    ResumeConfig,
     Rule,
     StateConfig,
 )
@@ -35,7 +36,7 @@ from suspendguard.config.schema import (
 __all__ = [
     "ANSWER_MARGIN_S", "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS", "SCHEMA",
     "Config", "DevicesConfig", "DrainConfig", "EscalationStep", "Family", "IdleConfig",
-    "LogsConfig", "PolicyConfig", "RestoreConfig", "Rule", "StateConfig",
+    "LogsConfig", "PolicyConfig", "RestoreConfig", "ResumeConfig", "Rule", "StateConfig",
     "build", "commented_default", "defaults", "idle_reserve_s", "load", "resolve_path",
     "to_toml",
 ]

@@ -64,7 +64,9 @@ class StopRow:
     uid: int | None
     stopped: float
     restored: float | None = None
-    result: str | None = None  # started | failed | skipped; None: not yet brought back
+    # started | failed | skipped; None: not yet brought back; held:
+    # kept stopped after resume because its device is unhealthy (why says so)
+    result: str | None = None
     why: str = ""
     id: int = 0
 
@@ -73,6 +75,23 @@ class StopRow:
                 "order": self.seq, "stopped": iso(self.stopped),
                 "restored": iso(self.restored) if self.restored is not None else None,
                 "result": self.result or "pending", "why": self.why}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthRow:
+    """One device's answer to the health check after resume."""
+
+    device: str
+    family: str
+    state: str  # healthy | unhealthy | unknown
+    reason: str = ""
+    time: float = 0.0
+    attempt_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "family": self.family, "state": self.state,
+                "reason": self.reason, "time": iso(self.time) if self.time else None,
+                "attempt": self.attempt_id}
 
 
 @dataclass(frozen=True, slots=True)
