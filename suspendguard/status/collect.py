@@ -60,7 +60,8 @@ def _history(state_dir: str, n: int, config_path: str | None) -> HistoryState:
     try:
         with History.open(state_dir, readonly=True) as h:
             recent = RecentHistory(tuple(h.attempts(n, include_dry_run=False)), h.counts(),
-                                   h.finding_counts(), tuple(h.not_restored()))
+                                   h.finding_counts(), tuple(h.not_restored()),
+                                   tuple(h.last_health()))
     except HistoryError as exc:
         return HistoryState(where, Unavailable(str(exc)), config_path)
     except OSError as exc:  # an unreadable state dir is an answer, not a crash

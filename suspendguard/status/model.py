@@ -19,7 +19,7 @@ from suspendguard.config import Config
 from suspendguard.guard.report import Report
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
-from suspendguard.store.rows import Attempt, StopRow
+from suspendguard.store.rows import Attempt, HealthRow, StopRow
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
 
@@ -84,14 +84,17 @@ class RecentHistory:
     # yet, or their start failed), of any attempt, not only the last few;
     # oldest first, in stop order.
     not_restored: tuple[StopRow, ...] = ()
+    # The last health check after resume, one row per device (none before the first).
+    health: tuple[HealthRow, ...] = ()
 
 
 def restore_command(stop: StopRow, config_path: str | None = None) -> str:
-    """What brings ``stop`` back: ``suspendguard restore`` while it is pending; once
-    restore has tried and failed, the owner's own start (restore tries once)."""
-    if stop.result is None:
+    """What brings ``stop`` back: ``suspendguard restore`` while it is pending (``--force``
+    while it is held after resume); once restore has tried and failed, the owner's own start
+    (restore tries once)."""
+    if stop.result in (None, "held"):
         config = f" --config {shlex.quote(config_path)}" if config_path else ""
-        return f"suspendguard{config} restore"
+        return f"suspendguard{config} restore" + (" --force" if stop.result == "held" else "")
     unit = shlex.quote(stop.name)
     if stop.kind == "user-service" and stop.uid is not None:
         # What the guard does (system/usermanager.py): the user's manager
@@ -99,6 +102,15 @@ def restore_command(stop: StopRow, config_path: str | None = None) -> str:
         return (f"setpriv --reuid={stop.uid} --regid=$(id -g {stop.uid}) --clear-groups "
                 f"env XDG_RUNTIME_DIR=/run/user/{stop.uid} systemctl --user start {unit}")
     return f"systemctl start {unit}"
+
+
+def held_line(stops: tuple[StopRow, ...]) -> str | None:
+    """"N jobs held after resume: why" for the jobs kept stopped on an unhealthy device."""
+    held = [s for s in stops if s.result == "held"]
+    if not held:
+        return None
+    reasons = "; ".join(dict.fromkeys(s.why for s in held))
+    return f"{len(held)} jobs held after resume: {reasons}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +133,8 @@ class HistoryState:
             "not_restored": [{**p.to_json(), "attempt": p.attempt_id,
                               "restore_command": restore_command(p, self.config_path)}
                              for p in recent.not_restored],
+            "held": held_line(recent.not_restored),
+            "health": [r.to_json() for r in recent.health],
         }
 
 
@@ -145,6 +159,14 @@ class Status:
     def not_restored(self) -> tuple[StopRow, ...]:
         recent = self.history.recent
         return () if isinstance(recent, Unavailable) else recent.not_restored
+
+    def held(self) -> str | None:
+        """"N jobs held after resume: ...": status leads with it."""
+        return held_line(self.not_restored())
+
+    def health(self) -> tuple[HealthRow, ...]:
+        recent = self.history.recent
+        return () if isinstance(recent, Unavailable) else recent.health
 
     def sleep_blockers(self) -> tuple[Inhibitor, ...]:
         """Block locks on sleep held by someone else: they stop a user's suspend."""

@@ -296,6 +296,18 @@ def _history(m: Metrics, s: Status) -> None:
         drained.add(count, outcome=outcome)
 
 
+def _after_resume(m: Metrics, s: Status) -> None:
+    """Jobs held after resume, and each device's state at the last health check."""
+    m.gauge("suspendguard_jobs_held",
+            "Jobs kept stopped after resume because a device is unhealthy").add(
+        sum(1 for p in s.not_restored() if p.result == "held"))
+    for row in s.health():
+        m.one_of("suspendguard_device_health",
+                 "Each device's state at the last health check after resume (1 for the state)",
+                 "state", row.state, ("healthy", "unhealthy", "unknown"), device=row.device,
+                 family=row.family)
+
+
 def _parts(s: Status) -> dict[str, bool]:
     return {
         "config": s.config.valid,
@@ -324,4 +336,5 @@ def exposition(s: Status) -> str:
     _logind(m, s)
     _systemd(m, s)
     _history(m, s)
+    _after_resume(m, s)
     return m.text()

@@ -67,7 +67,7 @@ def _not_restored_lines(s: Status) -> list[str]:
         return []
     rows = [("OWNER", "STOPPED", "ATTEMPT", "RESTORE")]
     rows += [(p.owner, when(p.stopped), f"#{p.attempt_id}",
-              "pending" if p.result is None else f"failed: {p.why}") for p in down]
+              "pending" if p.result is None else f"{p.result}: {p.why}") for p in down]
     # Owner keys name units: nothing here may be cut.
     lines = [f"stopped by the guard, not started again: {len(down)}", *table(rows)]
     for command in dict.fromkeys(restore_command(p, s.history.config_path) for p in down):
@@ -183,6 +183,16 @@ def _history_lines(s: Status, width: int | None) -> list[str]:
     return lines
 
 
+def _health_lines(s: Status) -> list[str]:
+    """The last health check after resume, when a device was not healthy."""
+    rows = s.health()
+    if all(r.state == "healthy" for r in rows):
+        return []
+    lines = [f"device health after the last resume ({when(rows[0].time)}):"]
+    lines += [f"  {r.device}: {r.state}" + (f": {r.reason}" if r.reason else "") for r in rows]
+    return lines
+
+
 def render(s: Status, out: TextIO, colour: bool = False, width: int | None = 80) -> None:
     """The report; ``width`` None (``--wide``) cuts no table cell.
 
@@ -194,11 +204,15 @@ def render(s: Status, out: TextIO, colour: bool = False, width: int | None = 80)
     def plain(lines: list[str]) -> list[str]:
         return [safe(line) for line in lines]
 
+    held = s.held()
     sections = [
+        # Jobs kept stopped on an unhealthy device come before anything else.
+        [paint(safe(held), "veto", colour)] if held else [],
         _verdict_lines(s, colour),
         plain(_accelerator_lines(s, width)),
         plain(_holder_lines(s, width)),
         plain(_not_restored_lines(s)),
+        plain(_health_lines(s)),
         plain(_installation_lines(s)),
         _logind_lines(s, colour, width),
         plain(_systemd_lines(s)),

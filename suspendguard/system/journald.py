@@ -27,11 +27,11 @@ def encode(fields: Mapping[str, str]) -> bytes:
     return bytes(out)
 
 
-def send(fields: Mapping[str, str], path: str = SOCKET) -> bool:
+def send(fields: Mapping[str, str], path: str | None = None) -> bool:
     """Send one entry; False when there is no journald to take it."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.sendto(encode(fields), path)
+            sock.sendto(encode(fields), path or SOCKET)
     except OSError:
         return False
     return True
