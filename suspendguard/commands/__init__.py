@@ -132,6 +132,12 @@ def _restore(p: argparse.ArgumentParser) -> None:
     _json(p, "what was done")
 
 
+def _doctor(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", metavar="DIR",
+                   help="read the host's files under DIR instead of / (a copy, an image)")
+    _json(p, "the findings")
+
+
 def _sleep_hook(p: argparse.ArgumentParser) -> None:
     p.add_argument("phase", choices=("pre", "post"), help="pre: before the sleep; post: after")
     p.add_argument("action", nargs="?", default="suspend", metavar="ACTION",
@@ -172,6 +178,11 @@ COMMANDS: tuple[Command, ...] = (
                  "(restore --force starts them)"),
              USAGE_EXIT,
              (3, "a job failed to start, or the history could not be read"), UNTRUSTED_EXIT)),
+    Command("doctor", "check this host's suspend setup (read-only); each finding with its fix",
+            "doctor:command", _doctor,
+            ((0, "nothing to fix (notes may be printed)"),
+             (1, "findings to fix (each line says what, and how)"),
+             USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("config", "print the effective configuration as TOML",
             "config:command", _nothing, ((0, "printed"), USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("history", "list recorded suspend attempts, newest first",

@@ -16,6 +16,7 @@ from typing import Any
 
 from suspendguard import __version__
 from suspendguard.config import Config
+from suspendguard.doctor.checks import Finding, to_fix
 from suspendguard.guard.report import Report
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
@@ -151,6 +152,7 @@ class Status:
     history: HistoryState
     duration_s: float
     configured_families: tuple[str, ...] = ()
+    doctor: tuple[Finding, ...] = ()  # suspendguard doctor's findings on this host
 
     @property
     def root(self) -> bool:
@@ -236,6 +238,8 @@ class Status:
             data["systemd"] = {"available": True,
                                "units": {name: u.to_json() for name, u in self.systemd.items()}}
         data["history"] = self.history.to_json()
+        data["doctor"] = {"to_fix": len(to_fix(self.doctor)),
+                          "findings": [f.to_json() for f in self.doctor]}
         data["config"] = self.config.to_json()
         return data
 

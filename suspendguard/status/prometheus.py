@@ -297,10 +297,14 @@ def _history(m: Metrics, s: Status) -> None:
 
 
 def _after_resume(m: Metrics, s: Status) -> None:
-    """Jobs held after resume, and each device's state at the last health check."""
+    """Jobs held after resume, doctor's findings, each device's state at the last health check."""
     m.gauge("suspendguard_jobs_held",
             "Jobs kept stopped after resume because a device is unhealthy").add(
         sum(1 for p in s.not_restored() if p.result == "held"))
+    found = m.gauge("suspendguard_doctor_findings",
+                    "suspendguard doctor's findings on this host, by severity")
+    for severity in ("error", "warning", "note"):
+        found.add(sum(1 for f in s.doctor if f.severity == severity), severity=severity)
     for row in s.health():
         m.one_of("suspendguard_device_health",
                  "Each device's state at the last health check after resume (1 for the state)",
