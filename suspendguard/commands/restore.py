@@ -60,8 +60,13 @@ class Blocker:
         scan = scan_holders(compute)
         decisions = decide(scan.holders, self.config.policy, self.config.drain,
                            never_pids=ancestors(os.getpid()))
-        return [f"pid {d.holder.pid} {d.holder.comm}" for d in decisions
+        held = [f"pid {d.holder.pid} {d.holder.comm}" for d in decisions
                 if d.action not in ("ignore", "never")]
+        # A process the scan could not read may hold the device: not known
+        # free is not free.
+        if scan.unreadable:
+            held.append(f"{scan.unreadable} processes that could not be inspected")
+        return held
 
 
 def health_step(config: Config, history: History, log: Logger) -> AfterResume:
