@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import TYPE_CHECKING
 
 from suspendguard.doctor.checks import doctor, to_fix, vram_in_use_mb
 from suspendguard.doctor.host import Host
+from suspendguard.errors import UsageError
 
 if TYPE_CHECKING:
     from suspendguard.commands.context import Context
@@ -19,6 +21,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     """0: nothing to fix; 1: findings to fix."""
     config = ctx.config()
     root = args.root or "/"
+    if not os.path.isdir(root):
+        raise UsageError(f"doctor --root {root}: not a folder")
     # The VRAM in use is this host's, asked of NVML: only when the files read are its own.
     vram = vram_in_use_mb(config) if root == "/" else None
     findings = doctor(Host(root), config, vram)

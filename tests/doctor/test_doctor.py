@@ -199,6 +199,10 @@ def test_the_command_its_exit_status_and_json(tmp_path: Path) -> None:
     doc = json.loads(out)
     assert code == 1 and doc["to_fix"] == 1
     assert [f["severity"] for f in doc["findings"]] == ["error", "note", "note"]
+    code, out, err = cli("doctor", "--root", str(tmp_path / "nowhere"))
+    assert (code, out) == (2, "") and err.strip().endswith("--root " + str(tmp_path / "nowhere")
+                                                          + ": not a folder")
+    assert len(err.splitlines()) == 1
     # notes alone are nothing to fix
     _, out, _ = cli("doctor", "--root", str(clean_host(tmp_path / "other")))
     write(tmp_path / "other", "usr/lib/systemd/libsystemd-shared-256.so")
