@@ -89,6 +89,8 @@ def test_held_while_unhealthy_then_restored_once_healthy(
     assert len(sent) == 1 and sent[0]["MESSAGE_ID"] == HELD_MESSAGE_ID
     assert sent[0]["MESSAGE"] == f"1 jobs held after resume: {reason} (train.service)"
 
+    code, out, _ = cli("--config", str(gpu_conf), "history", "--wide")
+    assert code == 0 and f"1 jobs held after resume: {reason}" in out
     code, out, _ = cli("--config", str(gpu_conf), "status")
     assert out.splitlines()[0] == f"1 jobs held after resume: {reason}"
     assert "systemd-service:train.service" in out and f"held: {reason}" in out
