@@ -162,3 +162,12 @@ def test_health_check_off_restores_without_asking(gpu_conf: Path, gpu: Gpu,
     stopped_job(gpu_conf.parent / "state")
     code, out, _ = cli("--config", str(gpu_conf), "restore", "--json")
     assert code == 3 and json.loads(out)["health"] is None and not gpu.calls()
+
+
+def test_idle_host_is_checked_and_repaired_too(gpu_conf: Path, gpu: Gpu, no_bus: str) -> None:
+    """Nothing was stopped: the device is still repaired for the next job, and nothing is held."""
+    code, out, _ = cli("--config", str(gpu_conf), "restore")
+    assert (code, out) == (0, "nothing to restore\n")
+    assert "modprobe nvidia_uvm" in gpu.calls()
+    with History.open(str(gpu_conf.parent / "state"), readonly=True) as h:
+        assert [(r.device, r.state) for r in h.last_health()] == [("gpu 0", "healthy")]
