@@ -12,7 +12,7 @@ never worse than the baseline.
 
 ``--supervised`` boots a real systemd in a container
 (tests/helpers/systemd_harness.py) and measures, in the same run, the same
-jobs as ``Restart=always`` system services stopped through systemd and as
+jobs as ``Restart=always`` system services kept down by systemd and as
 plain processes, both through the pipeline with the real supervisors.
 Target: at most 50 ms more than the plain drain per attempt. The reload
 and stop-job calls come before the first signal, so they are timed apart.
@@ -98,7 +98,7 @@ def main() -> int:
     p.add_argument("--holders", type=int, default=8)
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--supervised", action="store_true",
-                   help="services stopped through systemd against plain processes (root)")
+                   help="services kept down by systemd against plain processes (root)")
     p.add_argument("--inside", help=argparse.SUPPRESS)  # the container's half of --supervised
     args = p.parse_args()
     if args.inside:
@@ -168,7 +168,7 @@ ExecStart={python} {holder} {node} {exits}
 
 
 class TimedSupervisors(Supervisors):
-    """The real supervisors, noting how long the stop (reload + StopUnit) and settle steps take."""
+    """The real supervisors, noting how long the keep-down (drop-ins + reload) and settle steps take."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -262,8 +262,8 @@ def supervised(n: int, runs: int) -> int:
     print(f"{n} holders, {runs} runs, in a booted systemd; ms after the last holder's exit")
     print(f"  plain processes: verdict                {ms(data['plain'], 'verdict')}")
     print(f"  systemd services: verdict               {ms(data['service'], 'verdict')}")
-    print(f"    of which settle (stop jobs ended?)    {ms(data['service'], 'settle')}")
-    print(f"  before the first signal: reload+StopUnit {ms(data['service'], 'stop')}")
+    print(f"    of which settle (units stopped?)      {ms(data['service'], 'settle')}")
+    print(f"  before the first signal: drop-ins+reload {ms(data['service'], 'stop')}")
     print(f"    the Manager.Reload alone              {ms(data['reload'], 's')}")
     extra = [s["verdict"] - p["verdict"] for s, p in zip(data["service"], data["plain"], strict=True)]
     print(f"  services minus plain per attempt: median {statistics.median(extra) * 1000:.1f} ms,"

@@ -1,10 +1,11 @@
-"""The fault table: every hostile-input and damage scenario of issue 15, run again (on demand).
+"""The fault table: every hostile-input and damage scenario of issues 15 and 19, run again (on demand).
 
-    python benchmarks/faults.py [--runs 3]
+    python benchmarks/faults.py [--runs 3] [--only WORDS]
 
 Run as root (the trust rule and the history's owner are root's), ideally in
 a throw-away namespace as tools/test does; it touches only a folder of its
-own under /tmp. Each scenario is a function in SCENARIOS that builds its
+own under /tmp (and, for the sleep path's rows, cgroups of its own under a
+writable cgroup v2 tree). Each scenario is a function in SCENARIOS that builds its
 fault, runs the guard or the CLI once and returns (outcome, verdict in
 time, recorded); a new scenario is one more function in that list. The
 table: scenario, runs, outcome (ok when every run did what it must),
@@ -37,7 +38,14 @@ from suspendguard.guard.report import RECORDED
 from suspendguard.system.log import Logger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The sleep path's scenes (issue 19) are the fault tests' own: tests/ for
+# their fakes and helpers, tests/faults after it for the scenes.
+_TESTS = Path(__file__).resolve().parent.parent / "tests"
+sys.path[1:1] = [str(_TESTS), str(_TESTS / "faults")]
 from faults_guard import SCENARIOS as GUARD_SCENARIOS
+from sleep_scenes import SCENES as SLEEP_SCENES
+from sleep_scenes import Seen
+from sleep_scenes import can_run as sleep_scenes_can_run
 
 NOBODY = 65534
 
@@ -240,18 +248,34 @@ SCENARIOS: list[tuple[str, Scenario]] = [
 ]
 # The guard's own rows (items 2-4, 8-11, 13 and SIGINT), with real holders.
 SCENARIOS += [(name, lambda tmp, f=f: Result(*f(tmp))) for name, f in GUARD_SCENARIOS]
+# The sleep path (issue 19): hung supervisors, the guard killed between steps.
+if sleep_scenes_can_run() is None:
+    SCENARIOS += [(name, lambda tmp, f=f: _seen(f(tmp))) for name, f in SLEEP_SCENES]
+else:
+    print(f"faults.py: the sleep-path rows are left out: {sleep_scenes_can_run()}",
+          file=sys.stderr)
 SCENARIOS.sort(key=lambda s: int(s[0].split()[0]))
+
+
+def _seen(seen: Seen) -> Result:
+    if seen.failed:
+        print(f"  failed: {'; '.join(seen.failed)}", file=sys.stderr)
+    return Result(seen.ok, seen.in_time, seen.recorded)
 
 
 def main_(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", default="", metavar="WORDS",
+                        help="run only the scenarios whose name holds WORDS")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("faults.py: run as root (the trust rule and the history's owner are root's)")
         return 2
     rows = [("scenario", "runs", "outcome", "verdict-in-time", "recorded")]
     for name, scenario in SCENARIOS:
+        if args.only not in name:
+            continue
         results = []
         for _ in range(args.runs):
             tmp = Path(tempfile.mkdtemp(prefix="suspendguard-faults-", dir="/tmp"))

@@ -9,6 +9,7 @@ host is ever signalled.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -18,6 +19,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from sleep_scenes import until  # tests/faults, on the path faults.py sets
 
 from suspendguard.cli import main
 from suspendguard.store.history import History
@@ -60,15 +63,6 @@ def _holder(node: str, tmp: Path, mode: str = "graceful") -> subprocess.Popen[st
 def _marks(tmp: Path) -> list[str]:
     path = tmp / "marks"
     return path.read_text().splitlines() if path.exists() else []
-
-
-def _until(what: Callable[[], bool], timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while not what():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def _check(conf: Path) -> tuple[int, dict[str, object], float]:
@@ -138,7 +132,7 @@ def _killed_mid_drain(how: signal.Signals) -> Callable[[Path], Outcome]:
                                   "drain", "--yes", "--json"], stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, text=True)
         try:
-            _until(lambda: bool(_marks(tmp)))
+            until(lambda: bool(_marks(tmp)))
             sent = time.monotonic()
             guard.send_signal(how)
             out, _ = guard.communicate(timeout=20)
@@ -167,7 +161,7 @@ def two_guards(tmp: Path) -> Outcome:
     first = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(first_conf),
                               "drain", "--yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _until(lambda: bool(_marks(tmp)))
+        until(lambda: bool(_marks(tmp)))
         status, report, took = _check(second_conf)
         reasons = report["reasons"]
         assert isinstance(reasons, list)
@@ -250,6 +244,47 @@ def logs_long_line(tmp: Path) -> Outcome:
     return "hwts-busy-suspend" in out, None, None
 
 
+# -- issue 19 ------------------------------------------------------------------
+
+def pidfd_failure(tmp: Path) -> Outcome:
+    """pidfd_open fails (EMFILE, as with a full fd table): the holder vetoes, named, unsignalled."""
+    node, state, conf = _setup(tmp, timeout_s=2)
+    job = _holder(node, tmp)
+    real = os.pidfd_open
+
+    def full_table(_pid: int, _flags: int = 0) -> int:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    os.pidfd_open = full_table
+    try:
+        status, report, took = _check(conf)
+    finally:
+        os.pidfd_open = real
+        alive = job.poll() is None
+        job.kill()
+        job.wait()
+    reasons = report["reasons"]
+    assert isinstance(reasons, list)
+    ok = status == 1 and alive and _marks(tmp) == [] and any(
+        f"pid {job.pid}" in r and "could not be signalled" in r for r in reasons)
+    return ok, took < 100, _last_attempt(state).verdict == "veto"  # type: ignore[attr-defined]
+
+
+def no_backend(tmp: Path) -> Outcome:
+    """An NVIDIA GPU that nothing can query: veto before any signal, and status says so."""
+    state = tmp / "state"
+    state.mkdir()
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+                           "--propagation", "private", sys.executable,
+                           str(SCENES / "scene_no_backend.py"), str(state), str(tmp / "marks")],
+                          capture_output=True, text=True, timeout=60)
+    result = json.loads(done.stdout.splitlines()[-1])
+    ok = (result["verdict"] == "veto" and result["signals"] == [] and result["alive"]
+          and result["status"][0].startswith("every suspend will be refused: no backend can "
+                                             "answer for nvidia"))
+    return ok, result["took"] < 100, result["recorded"]
+
+
 SCENARIOS: list[tuple[str, Callable[[Path], Outcome]]] = [
     ("2 leader exited (pthread_exit)", _thread_holder("leader-exit")),
     ("2 thread with its own fd table", _thread_holder("unshare-files")),
@@ -263,4 +298,6 @@ SCENARIOS: list[tuple[str, Callable[[Path], Outcome]]] = [
     ("12 SIGINT to the guard mid-drain", _killed_mid_drain(signal.SIGINT)),
     ("13 20,001 empty files beside a log", logs_empty_sibling),
     ("13 needle in a 100 MB single line", logs_long_line),
+    ("19 pidfd failure (EMFILE)", pidfd_failure),
+    ("19 no backend for the GPU", no_backend),
 ]

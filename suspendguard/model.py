@@ -7,14 +7,18 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Role = Literal["compute", "management"]
+# compute: holding one means a job to drain; management: monitoring and management
+# tools hold these too; graphics: NVIDIA's /dev/nvidiaN, which display servers and
+# graphics clients hold as well as CUDA jobs (CUDA work is told by /dev/nvidia-uvm).
+Role = Literal["compute", "management", "graphics"]
 # What the policy's rules say of a holder (the "action" of the JSON and the history).
-Action = Literal["drain", "protect", "ignore", "never"]
+# keep: a graphics client, which the driver's own suspend path takes care of.
+Action = Literal["drain", "protect", "ignore", "never", "keep"]
 # What the guard does with a holder before any signal, rules and signal masks weighed.
 DecisionKind = Literal[
     "drain",  # signal it and wait for its exit
     "escalate",  # it ignores the drain signal: signal it, then escalate
-    "leave",  # not the guard's business (ignored by a rule, PID 1, the guard itself)
+    "leave",  # not the guard's business (ignored by a rule, kept, PID 1, the guard itself)
     "protect",  # a protect rule: veto while it runs, never signalled
     "skip-frozen",  # frozen cgroup, in the sleep hook: leave it, with a warning
     "veto-frozen",  # frozen cgroup: it cannot exit until thawed, so veto
@@ -22,6 +26,7 @@ DecisionKind = Literal[
     "veto-stopped",  # stopped: a signal stays pending until it continues, so veto
     "veto-sigint-ignored",  # it ignores the drain signal and nothing may follow it: veto
     "veto-supervised",  # its supervisor would start it again whatever the guard does (a pod)
+    "veto-unconfirmed",  # drain from a shell: not on the list the operator confirmed
 ]
 OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal"]
 Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
@@ -179,6 +184,9 @@ class ScanResult:
     unreadable: int  # processes whose fds/maps could not be read
     unreadable_pids: tuple[int, ...] = ()
     scanned: int = 0
+    # Processes with a device mapping the kernel would not let the guard
+    # follow (/proc/PID/map_files without CAP_SYS_ADMIN): never silent.
+    maps_refused: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +208,7 @@ class Decision:
     @property
     def vetoes(self) -> bool:
         return self.kind in ("protect", "veto-frozen", "veto-stopped", "veto-sigint-ignored",
-                             "veto-supervised")
+                             "veto-supervised", "veto-unconfirmed")
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,6 +99,11 @@ def _logs(p: argparse.ArgumentParser) -> None:
                    help="also read this systemd unit's journal (the job's own output); repeatable")
     p.add_argument("--since", metavar="T", help="ISO 8601 time, or last-attempt")
     p.add_argument("--until", metavar="T", help="ISO 8601 time")
+    p.add_argument("--verbose", action="store_true",
+                   help="also list unrecognised vendor codes in failed lines (never findings)")
+    p.add_argument("--explain", metavar="CODE",
+                   help="explain a vendor code (EL0004, 507033, -8020): its meaning, the "
+                        "catalog's rule or not a suspend failure, the remedy; reads no log")
     _json(p, "the findings")
 
 
@@ -136,6 +141,10 @@ def _doctor(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", metavar="DIR",
                    help="read the host's files under DIR instead of / (a copy, an image)")
     _json(p, "the findings")
+def _mode(p: argparse.ArgumentParser) -> None:
+    p.add_argument("mode", nargs="?", choices=("enforce", "observe", "off"), metavar="MODE",
+                   help="enforce (drain, veto: the default) | observe (look and record, never signal "
+                        "or refuse) | off (let every suspend go); none: show the mode")
 
 
 def _sleep_hook(p: argparse.ArgumentParser) -> None:
@@ -183,6 +192,10 @@ COMMANDS: tuple[Command, ...] = (
             ((0, "nothing to fix (notes may be printed)"),
              (1, "findings to fix (each line says what, and how)"),
              USAGE_EXIT, UNTRUSTED_EXIT)),
+    Command("mode", "show or switch what the guard does at a suspend: enforce, observe, off",
+            "mode:command", _mode,
+            ((0, "shown, or switched"), USAGE_EXIT,
+             (3, "not root, or the state folder cannot be written"), UNTRUSTED_EXIT)),
     Command("config", "print the effective configuration as TOML",
             "config:command", _nothing, ((0, "printed"), USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("history", "list recorded suspend attempts, newest first",
@@ -191,8 +204,9 @@ COMMANDS: tuple[Command, ...] = (
              (3, "the history cannot be read"), UNTRUSTED_EXIT)),
     Command("logs", "scan Ascend device logs for documented failures",
             "logs:command", _logs,
-            ((0, "no documented failure found"),
-             (1, "documented failures found (like grep)"),
+            ((0, "no documented failure found; with --explain: the code is known"),
+             (1, "documented failures found (like grep); with --explain: the code is not in "
+                 "the vendor code table"),
              (2, "bad usage, or a PATH that does not exist or cannot be read (it says which)"),
              UNTRUSTED_EXIT)),
     Command("status", "accelerators, holders, verdict, installation, logind, history",

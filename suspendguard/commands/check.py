@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -18,6 +18,8 @@ from suspendguard.guard.layout import terminal_width
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.guard.supervise import Supervisors
+from suspendguard.model import HolderId
+from suspendguard.store import mode as guard_mode
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
 
@@ -45,17 +47,23 @@ def _sigterm_cancels() -> Iterator[Cancel]:
 
 
 def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool,
-              wide: bool = False) -> int:
+              wide: bool = False, observe: bool = False,
+              confirmed: Collection[HolderId] | None = None) -> int:
     """The pipeline, recorded unless a dry run; the report printed (fitted to the
-    terminal unless ``wide``); its exit status."""
+    terminal unless ``wide``); its exit status.
+
+    ``observe``: a dry run that logs and records like a real one (the
+    observe mode's look at a real suspend). ``confirmed``: the only holders
+    that may be signalled.
+    """
     config = ctx.config()
     # A dry run's report (text or JSON) already says what the log lines would;
     # a would-be veto is no error of this command, so nothing goes to stderr.
-    log = Logger(ctx.err, ctx.environ, quiet=dry_run)
+    log = Logger(ctx.err, ctx.environ, quiet=dry_run and not observe)
     with _sigterm_cancels() as cancel:
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
-                     cancel=cancel, record=not dry_run,
+                     cancel=cancel, record=not dry_run or observe, confirmed=confirmed,
                      supervisors=Supervisors(environ=ctx.environ, state_dir=config.state.dir))
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
@@ -72,4 +80,17 @@ def check(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
+    """The veto unit's run, as ``suspendguard mode`` says: enforce, observe or off."""
+    mode = guard_mode.read(ctx.config().state.dir)
+    log = Logger(ctx.err, ctx.environ)
+    if mode.problem:
+        log.warning(mode.problem)
+    if mode.name == "off":
+        log.info(f"the guard is off (suspendguard mode): {args.action} not guarded")
+        return 0
+    if mode.name == "observe":
+        status = run_guard(ctx, True, args.action, "unit", args.json, observe=True)
+        log.info(f"observe mode (suspendguard mode): signalled nobody; the {args.action} goes on "
+                 f"whatever the verdict (exit status {status} when enforced)")
+        return 0
     return run_guard(ctx, False, args.action, "unit", args.json)

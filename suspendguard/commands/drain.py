@@ -5,7 +5,9 @@ on a terminal the operator confirms (answer ``y``), with ``--yes`` nobody is
 asked. Without a terminal and without ``--yes`` it refuses before doing
 anything: a script must say that it means it. Confirmed, the list is taken
 again; a holder that appeared while the question was open is asked about
-too, so nobody is signalled who was not shown.
+too. The real run then signals only the holders confirmed: one that
+appears after the last look (or a respawn in a later round) is not
+signalled and vetoes, named, so nobody is signalled who was not shown.
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ def drain(args: argparse.Namespace, ctx: Context) -> int:
         raise UsageError("drain: no terminal to ask on: add --yes to signal the holders "
                          "without a question (suspendguard check shows who they are)")
     config = ctx.config()
+    shown: dict[HolderId, HolderResult] = {}
     if not args.yes:
-        shown: dict[HolderId, HolderResult] = {}
         while True:
             new = {k: v for k, v in to_signal(config, ctx).items() if k not in shown}
             if not new:
@@ -71,4 +73,5 @@ def drain(args: argparse.Namespace, ctx: Context) -> int:
                 ctx.err.write("drain: not confirmed: nobody was signalled\n")
                 return EXIT_VETO
             shown.update(new)
-    return run_guard(ctx, False, None, "cli", args.json, getattr(args, "wide", False))
+    return run_guard(ctx, False, None, "cli", args.json, getattr(args, "wide", False),
+                     confirmed=None if args.yes else set(shown))

@@ -1,4 +1,4 @@
-"""``suspendguard logs [PATH ...] [--unit UNIT ...] [--since T] [--until T] [--json]``.
+"""``suspendguard logs [PATH ...] [--unit UNIT ...] [--since T] [--until T] [--verbose] [--json]``.
 
 Exit statuses like grep's, so cron or a monitoring check can alert on them:
 0 no documented failure found (a unit's journal that is not available is a
@@ -7,7 +7,8 @@ command line that does not exist or cannot be read (one line on stderr
 names it; the report of what could be read is printed all the same).
 ``--since last-attempt`` reads device logs the way the after-resume check
 does: from ``[logs] clock_slack_s`` before the attempt's start, findings
-stamped before it marked as such.
+stamped before it marked as such. ``--explain CODE`` reads no log: it
+answers from the vendor code table, 0 when the code is in it, 1 when not.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, TextIO
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_USAGE, UsageError
+from suspendguard.logs import codes
 from suspendguard.logs.finding import Finding, Skipped
 from suspendguard.logs.journal import UnitJournal, read_unit, unit_name
 from suspendguard.logs.rules import BY_ID
@@ -78,7 +80,17 @@ class LogsReport:
         return doc
 
 
-def _human(logs: LogsReport, out: TextIO, since: datetime | None) -> None:
+def _unknown_codes(report: SearchReport, out: TextIO) -> None:
+    if not report.unknown_codes:
+        return
+    out.write("\nUnrecognised vendor codes (not findings; `suspendguard logs --explain CODE`):\n")
+    for u in report.unknown_codes:
+        first = u.text.split("\n", 1)[0]
+        out.write(f"  {safe(u.file)}:{u.line}: unrecognised vendor code {safe(u.code)}: "
+                  f"{safe(first[:200])}\n")
+
+
+def _human(logs: LogsReport, out: TextIO, since: datetime | None, verbose: bool = False) -> None:
     report = logs.files
     out.write(
         f"Read {report.files_read} file(s), {report.bytes_read} bytes"
@@ -115,8 +127,13 @@ def _human(logs: LogsReport, out: TextIO, since: datetime | None) -> None:
         if marks:
             nearest = min(marks, key=lambda m: m.by_s)
             out.write(f"  outside the attempt: {len(marks)} line(s), e.g. {nearest.describe()}\n")
+        named = sorted({f.code for f in found if f.code})
+        if named:
+            out.write(f"  vendor code(s): {', '.join(named)}\n")
         out.write(f"  what it means: {rule.meaning}\n")
         out.write(f"  what to do: {rule.remedy}\n")
+    if verbose:
+        _unknown_codes(report, out)
     missing = [j for j in logs.journals if j.unavailable is not None]
     if report.skipped or missing or any(j.notes for j in logs.journals):
         out.write("\nNot read:\n")
@@ -162,7 +179,46 @@ def units_of(args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(units))
 
 
+def explain(given: str, out: TextIO, as_json: bool) -> int:
+    """``--explain CODE``: the vendor's meaning, the catalog's rule (or none) and the remedy."""
+    key = codes.normalise(given)
+    known = codes.table().get(key)
+    rule = BY_ID.get(known.rule) if known and known.rule else None
+    if as_json:
+        doc: dict[str, Any] = {"code": key, "known": known is not None}
+        if known:
+            doc.update(name=known.name, meaning=known.meaning, handling=known.handling,
+                       block=known.block, source=known.source, rule=known.rule,
+                       suspend_failure=rule is not None,
+                       remedy=rule.remedy if rule else known.handling)
+        json.dump(doc, out, indent=2)
+        out.write("\n")
+        return 0 if known else 1
+    if known is None:
+        total = len(codes.table())
+        out.write(f"{safe(key)}: not in the vendor code table ({total} codes from "
+                  f"{len(codes.blocks())} references; see docs/log-findings.md).\n")
+        return 1
+    out.write(f"{known.code}: {known.name} ({known.block})\n")
+    out.write(f"  vendor's meaning: {known.meaning}\n")
+    if rule is not None:
+        out.write(f"  catalog rule: {rule.id} ({rule.severity}): {rule.summary}\n")
+        out.write(f"  what it means: {rule.meaning}\n")
+        out.write(f"  what to do: {rule.remedy}\n")
+    else:
+        out.write("  catalog rule: none: not a suspend failure (the guard reports no finding "
+                  "for it)\n")
+        out.write(f"  what to do: {known.handling}\n")
+    out.write(f"  reference: {known.source}\n")
+    return 0
+
+
 def command(args: argparse.Namespace, ctx: Context) -> int:
+    if args.explain is not None:
+        if args.paths or args.unit or args.since or args.until:
+            raise UsageError("--explain CODE reads no log: give it no PATH, --unit, --since or "
+                             "--until")
+        return explain(args.explain, ctx.out, args.json)
     since_arg: str | None = args.since
     until_arg: str | None = args.until
     since = until = started = None
@@ -190,7 +246,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         json.dump(doc, ctx.out, indent=2)
         ctx.out.write("\n")
     else:
-        _human(logs, ctx.out, since)
+        _human(logs, ctx.out, since, args.verbose)
     return exit_status(report, logs.findings, list(args.paths or ()), ctx)
 
 

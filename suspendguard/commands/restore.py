@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from suspendguard.config import Config
+from suspendguard.config import RESTORE_AFTER_RESUME_S, Config
 from suspendguard.errors import EXIT_ERROR, HistoryError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors, decide
@@ -30,7 +30,9 @@ from suspendguard.model import Inventory
 from suspendguard.store.history import History
 from suspendguard.store.rows import HealthRow, StopRow
 from suspendguard.system import journald
+from suspendguard.system.deadline import Deadline, bounded
 from suspendguard.system.log import Logger
+from suspendguard.system.procfs import ProcFS
 
 if TYPE_CHECKING:
     from suspendguard.commands.context import Context
@@ -103,7 +105,8 @@ def hold(stops: Sequence[StopRow], reason: str, history: History, log: Logger) -
 
 
 def command(args: argparse.Namespace, ctx: Context) -> int:
-    """0: every job started or skipped; 1: held (a device is unhealthy); 3: a start or history failed."""
+    """0 when every job was started, is starting, was skipped or left down; 1 when they are
+    held (a device is unhealthy); 3 when one failed to start or history failed."""
     config = ctx.config()
     log = Logger(ctx.err, ctx.environ)
     try:
@@ -127,9 +130,20 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
             history.record_restore(stop.id, result, why)
 
         supervisors = Supervisors(environ=ctx.environ, state_dir=config.state.dir)
-        done = [] if held else restore(pending, supervisors, config.restore,
-                                       enabled=config.restore.after_resume, record=note,
-                                       log=log.info)
+        done = []
+        # Held jobs keep what keeps them down (their drain drop-ins) until
+        # they are started: nothing is put back while they are held.
+        if not held:
+            # Inside the resume unit's TimeoutStartSec: a start still running
+            # when the budget ends is "starting", one not reached stays pending.
+            with bounded(Deadline(time.monotonic() + RESTORE_AFTER_RESUME_S)):
+                done = restore(pending, supervisors, config.restore,
+                               enabled=config.restore.after_resume, record=note, log=log.info,
+                               boot_id=ProcFS().boot_id())
+                # Whatever is still set aside (a killed run's drop-in, the restart
+                # policy of a container left down) goes back now.
+                for line in supervisors.clean_leftovers():
+                    log.warning(line)
     if args.json:
         doc = {"restored": [{**d.stop.to_json(), "result": d.result, "why": d.why}
                             for d in done],

@@ -2,9 +2,13 @@
 
 systemd-sleep runs every hook in parallel under one shared 90 s timeout and
 ignores their exit status, so this step can record and check but never
-veto. ``pre`` records that the system is going down; when the veto unit did
-not run in this cycle it drains as a fallback (advisory only, frozen
-cgroups skipped). ``post`` records the resume and reads the device logs
+veto. ``pre`` records that the system is going down, after the veto unit's
+attempt; when the unit did not run in this cycle it says so and drains
+nothing: a drain here could not stop the sleep, and, without the owners'
+supervisors (D-Bus is not asked on this path), it would signal services
+around systemd, whose ``Restart=`` starts them again into the sleep. The
+veto unit is enabled for every sleep kind ``install`` knows. ``post``
+records the resume and reads the device logs
 written since the attempt began, and the journals of the units of the
 jobs it found (their own console output). It imports neither dbus-next nor asyncio:
 nothing on this path asks D-Bus.
@@ -15,20 +19,21 @@ from __future__ import annotations
 import argparse
 import pwd
 import time
-from dataclasses import replace
 from datetime import datetime
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
 from suspendguard.logs.after import after_attempt
+from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 from suspendguard.store.rows import Attempt
 from suspendguard.system.log import Logger
 
-# systemd-sleep gives all hooks together 90 s; the fallback stays well inside.
-FALLBACK_DEADLINE_S = 60.0
-FALLBACK_TIMEOUT_S = 40.0
+# How long after the veto unit's attempt ended the hook still counts it as
+# this sleep's: the other units ordered before the sleep (nvidia-suspend's
+# VRAM copy among them) run in between.
+LOOK_BACK_S = 120.0
 
 
 def _open(config: Config, log: Logger) -> History | None:
@@ -42,47 +47,42 @@ def _open(config: Config, log: Logger) -> History | None:
     return history
 
 
-def unit_attempt(history: History, action: str, config: Config) -> Attempt | None:
-    """The veto unit's attempt of this sleep cycle, if it ran."""
-    since = time.time() - (config.drain.deadline_s + 30.0)
-    attempt = history.last_real_attempt(action=action, since=since)
+def unit_attempt(history: History, action: str) -> Attempt | None:
+    """The veto unit's attempt of this sleep cycle, if it ran: one that ended
+    at most LOOK_BACK_S ago (from its end: a long drain is no older attempt)."""
+    attempt = history.last_real_attempt(action=action, ended_since=time.time() - LOOK_BACK_S)
     if attempt is not None and attempt.origin == "unit":
         return attempt
     return None
 
 
+NO_UNIT = ("the veto unit did not run before this {action}: nothing was drained (a sleep "
+           "hook cannot stop the sleep; suspendguard install enables the unit)")
+
+
 def pre(config: Config, action: str, log: Logger) -> int:
     history = _open(config, log)
-    attempt = unit_attempt(history, action, config) if history else None
+    attempt = unit_attempt(history, action) if history else None
     if attempt is not None and history is not None:
         history.record_event("pre", action, f"going down after attempt {attempt.id} "
                              f"({attempt.verdict})", attempt.id)
         history.close()
         log.info(f"attempt {attempt.id}: system going down for {action}")
         return 0
+    mode = guard_mode.read(config.state.dir)
+    if mode.enforcing:
+        note = NO_UNIT.format(action=action)
+        log.warning(note)
+    else:
+        # Not enforcing: the unit records no attempt of its own, or none that drained.
+        note = (f"the veto unit's attempt is not found, and the guard's mode is {mode.name}: "
+                "no fallback drain")
+        log.info(note)
     if history is not None:
-        history.close()
-    log.warning(f"the veto unit did not run before this {action}: draining from the sleep hook "
-                "as a fallback; it cannot stop the suspend")
-    # Imported here, not at the top: only this fallback runs the pipeline, and
-    # its imports would make the usual hook (note the unit's attempt and go)
-    # about half again as slow to start.
-    from suspendguard.guard.pipeline import run
-
-    fallback = replace(config, drain=replace(
-        config.drain,
-        timeout_s=min(config.drain.timeout_s, FALLBACK_TIMEOUT_S),
-        deadline_s=min(config.drain.deadline_s, FALLBACK_DEADLINE_S),
-    ))
-    report = run(fallback, dry_run=False, action=action, origin="hook", log=log,
-                 skip_frozen=True, can_veto=False)
-    history = _open(config, log)
-    if history is not None:
-        note = "fallback drain from the sleep hook (veto unit did not run)"
-        if report.verdict.kind != "allow":
-            note += (f"; would have refused it ({report.verdict.kind}), but a hook cannot "
-                     "stop the suspend")
-        history.record_event("pre", action, note, report.attempt_id)
+        try:
+            history.record_event("pre", action, note)
+        except HistoryError as exc:
+            log.warning(f"history not recorded: {exc}")
         history.close()
     return 0
 

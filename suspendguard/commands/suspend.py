@@ -52,8 +52,8 @@ def _event_time(attempt: Attempt | None, phase: str) -> float | None:
 
 
 def unit_attempt(config: Config, action: str, since: float) -> Attempt | str:
-    """The guard's attempt for this sleep (recorded by the unit, or by the hook's
-    fallback), or why there is none to read."""
+    """The guard's attempt for this sleep (recorded by the veto unit; an older
+    version's sleep hook drained as a fallback), or why there is none to read."""
     try:
         with History.open(config.state.dir, readonly=True) as history:
             attempt = history.last_real_attempt(action=action, since=since)
@@ -81,8 +81,8 @@ def _slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
     ctx.out.write(f"  attempt {attempt.id}: {by} allowed it"
                   + (f", {drained} holder(s) drained" if drained else "") + "\n")
     if attempt.origin != "unit":
-        ctx.out.write("  ! the veto unit did not run: the sleep hook drained as a fallback and "
-                      "could not have stopped the sleep (suspendguard status)\n")
+        ctx.out.write("  ! the veto unit did not run for this sleep: nothing was drained and "
+                      "nothing could have stopped it (suspendguard status)\n")
     for warning in attempt.warnings:
         ctx.out.write(f"  ! {warning}\n")
     rules = sorted({str(f["rule"]) for f in attempt.findings})

@@ -11,7 +11,12 @@ schema.py: the table; budget.py: how the deadline is shared; validate.py: one va
 file read and validated into a Config (effective.py); render.py: TOML out.
 """
 
-from suspendguard.config.budget import ANSWER_MARGIN_S, idle_reserve_s
+from suspendguard.config.budget import (
+    ANSWER_MARGIN_S,
+    RESTORE_AFTER_RESUME_S,
+    RESTORE_AFTER_VETO_S,
+    idle_reserve_s,
+)
 from suspendguard.config.effective import Config
 from suspendguard.config.load import DEFAULT_PATH, ENV_VAR, build, defaults, load, resolve_path
 from suspendguard.config.render import commented_default, to_toml
@@ -34,7 +39,8 @@ from suspendguard.config.schema import (
 )
 
 __all__ = [
-    "ANSWER_MARGIN_S", "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS", "SCHEMA",
+    "ANSWER_MARGIN_S", "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS",
+    "RESTORE_AFTER_RESUME_S", "RESTORE_AFTER_VETO_S", "SCHEMA",
     "Config", "DevicesConfig", "DrainConfig", "EscalationStep", "Family", "IdleConfig",
     "LogsConfig", "PolicyConfig", "RestoreConfig", "ResumeConfig", "Rule", "StateConfig",
     "build", "commented_default", "defaults", "idle_reserve_s", "load", "resolve_path",

@@ -170,8 +170,9 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
         if waits:
             parts.append("the [drain] escalate waits")
         if idle["backends"]:
-            parts.append("[idle] settle_s and command_timeout_s (with [idle] backends "
-                         f"set; +{IDLE_MARGIN_S:g} s)")
+            parts.append("[idle] settle_s and twice command_timeout_s (with [idle] backends "
+                         f"set: a reading before the drain and the settle after it; "
+                         f"+{IDLE_MARGIN_S:g} s)")
         parts.append(f"{ANSWER_MARGIN_S:g} s to answer")
         raise ConfigError(
             f"{_where(path, 'drain', 'deadline_s', text)}: expected at least {needed:g} "

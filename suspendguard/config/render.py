@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from suspendguard.config.effective import Config
-from suspendguard.config.schema import RULE_FIELDS, SCHEMA, EscalationStep, Rule
+from suspendguard.config.schema import RULE_FIELDS, RULE_HELP, SCHEMA, EscalationStep, Rule
 from suspendguard.config.validate import validate
 
 
@@ -32,7 +32,7 @@ def commented_default() -> str:
         for key, spec in specs.items():
             lines.append(f"# {spec.doc}")
             if spec.kind == "rules":
-                lines.append(f"# {key} = [ {{ comm = \"example\" }} ]")
+                lines += _rules_comment(key)
             else:
                 lines.append(f"# {key} = {_toml_value(validate(spec, spec.default))}")
         lines.append("")
@@ -76,5 +76,25 @@ def _toml_str(value: str) -> str:
 
 def _rule_table(rule: Rule) -> str:
     return "{ " + ", ".join(
-        f"{k} = {_toml_str(getattr(rule, k))}" for k in RULE_FIELDS if getattr(rule, k) is not None
+        f"{k} = {_toml_value(getattr(rule, k))}" for k in RULE_FIELDS if getattr(rule, k) is not None
     ) + " }"
+
+
+RULES_INTRO = "# A rule matches a holder when every field it gives matches:"
+# Above the first rules key of the commented default, after the match kinds.
+FORGEABLE_NOTE = (
+    "# A protect rule on comm or cmdline alone lets any user veto every",
+    "# suspend (name a process so, open the device); an ignore rule on them",
+    "# alone lets any user's job run on through it: add uid, user, unit or exe.",
+)
+
+
+def _rules_comment(key: str) -> list[str]:
+    """The example of a rules key; before the first, each match kind and who can forge it."""
+    lines = []
+    if key == "protect":
+        lines.append(RULES_INTRO)
+        lines += [f"#   {k}: {RULE_HELP[k]}" for k in RULE_FIELDS]
+        lines += FORGEABLE_NOTE
+    lines.append(f"# {key} = [ {{ uid = 1000, exe = \"/usr/bin/example\" }} ]")
+    return lines

@@ -23,6 +23,7 @@ IDLE_BACKENDS: dict[str, Family] = {
     "npu-smi": "ascend",
     "dcmi": "ascend",
     "nvml": "nvidia",
+    "nvidia-smi": "nvidia",
 }
 
 DEFAULT_STATE_DIR = "/var/lib/suspendguard"
@@ -52,20 +53,47 @@ def setting(default: Any, kind: Kind, doc: str, choices: tuple[str, ...] = ()) -
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A policy rule: every field given must match."""
+    """A policy rule: every field given must match.
+
+    comm and cmdline are the process's own to set, so any user's process can
+    match a rule on them alone; user and uid are not, exe and unit only
+    within limits (RULE_HELP says which).
+    """
 
     comm: str | None = None
     exe: str | None = None
     cmdline: str | None = None
     user: str | None = None
+    uid: int | None = None
     unit: str | None = None
 
     def describe(self) -> str:
         parts = [f"{k}={getattr(self, k)!r}" for k in RULE_FIELDS if getattr(self, k) is not None]
         return ", ".join(parts)
 
+    @property
+    def forgeable(self) -> bool:
+        """It matches by name or command line alone: any user's process can match it."""
+        return all(getattr(self, k) is None for k in RULE_FIELDS if k not in FORGEABLE)
+
 
 RULE_FIELDS = tuple(f.name for f in fields(Rule))
+# The match kinds a process sets for itself (prctl(PR_SET_NAME), its argv).
+FORGEABLE = ("comm", "cmdline")
+# Each match kind, and who can make a process match it: the config's comments
+# and the manual say it next to the kind.
+RULE_HELP: dict[str, str] = {
+    "comm": "process name (/proc/PID/comm), exact: any user can set it (prctl PR_SET_NAME)",
+    "cmdline": "regular expression searched in the command line (its arguments joined by "
+               "spaces): any user can set it",
+    "user": "user name, or uid as text, it runs as: only root can change it",
+    "uid": "uid it runs as, an integer: only root can change it",
+    "exe": "glob on the executable path as the process sees it: on the host only who may "
+           "write that folder can put a program there; in its own mount namespace (a "
+           "container, a user namespace) a process sees its own files: pair it with uid",
+    "unit": "glob on its innermost systemd unit (its cgroup): root alone starts system "
+            "units, but any user can name a user unit anything: pair it with uid",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +147,7 @@ class DrainConfig:
         100.0, "float",
         "Hard limit for one guard run; the unit's TimeoutStartSec is this plus 20 s. Must leave "
         "room for timeout_s, the escalation steps and, with idle backends, settle_s plus "
-        "command_timeout_s plus 1 s, plus 2 s to answer.",
+        "twice command_timeout_s (a reading before the drain) plus 1 s, plus 2 s to answer.",
     )
 
 
@@ -138,13 +166,19 @@ class IdleConfig:
         0.0, "float", "Utilization percent above which a reading is busy.",
     )
     on_unknown: str = setting(
-        "allow", "choice",
-        "When no backend can answer for a device found: allow (warn) or veto.",
+        "veto", "choice",
+        "When no backend can answer for an Ascend or NVIDIA device found: veto, or allow "
+        "(warn). Extra nodes ([devices] nodes) have no backend and are not asked.",
         ("allow", "veto"),
     )
     # The keys below belong to one backend each; the backend reads its own
-    # when it is made (idle/npusmi.py, idle/acl.py, idle/dcmi.py).
+    # when it is made (idle/npusmi.py, idle/nvidiasmi.py, idle/acl.py, idle/dcmi.py).
     npu_smi: str = setting("npu-smi", "str", "The npu-smi command (name on PATH or a path).")
+    nvidia_smi: str = setting(
+        "nvidia-smi", "str",
+        "The nvidia-smi command (name on PATH or a path); asked when NVML (nvidia-ml-py) "
+        "cannot be imported.",
+    )
     command_timeout_s: float = setting(5.0, "float", "Timeout for each backend query.")
     ascend_env: str = setting(
         "", "str", "set_env.sh sourced for the pyACL probe; empty: first of the CANN defaults.",
@@ -186,6 +220,18 @@ class RestoreConfig:
     )
     skip: tuple[str, ...] = setting(
         [], "list", 'Owners never started again (globs of owner keys, e.g. "systemd-service:train-*").',
+    )
+    earlier_boot: str = setting(
+        "leave", "choice",
+        "A job stopped in an earlier boot (the machine lost power or rebooted while asleep): "
+        "leave it down, listed by status with the command that starts it, or start it.",
+        ("leave", "start"),
+    )
+    transient: str = setting(
+        "veto", "choice",
+        "A holder in a transient user unit (systemd-run --user), which cannot be made again "
+        "after resume: veto, or drain it anyway.",
+        ("veto", "drain"),
     )
 
 

@@ -27,7 +27,7 @@ SYSTEM_DIRS = frozenset({
 })
 
 # The [idle] keys that name something root executes, sources or loads.
-PROGRAM_KEYS = ("npu_smi", "ascend_env", "dcmi_library")
+PROGRAM_KEYS = ("npu_smi", "nvidia_smi", "ascend_env", "dcmi_library")
 # The [resume] keys that name something root executes or loads after resume.
 RESUME_PROGRAM_KEYS = ("modprobe", "cuda_library")
 

@@ -131,7 +131,10 @@ def _rule(value: Any, index: int) -> Rule:
     if not value:
         raise Invalid(f"entry {index + 1}: at least one of " + ", ".join(RULE_FIELDS))
     for k, v in value.items():
-        if not isinstance(v, str) or not v:
+        if k == "uid":
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
+                raise Invalid(f"entry {index + 1}: uid must be an integer from 0 to 4294967295")
+        elif not isinstance(v, str) or not v:
             raise Invalid(f"entry {index + 1}: {k} must be a non-empty string")
     if "cmdline" in value:
         try:

@@ -13,7 +13,7 @@ import os
 import select
 import signal
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psutil
@@ -40,6 +40,9 @@ POLL_S = 0.01
 CUT_TOLERANCE_S = 0.1
 
 _GONE = Outcome("gone-before-signal", why="exited before the signal")
+# How an Outcome says the holder is still there and the guard could not ask
+# it to stop (rounds.py vetoes on it: such a holder has no backing for allow).
+UNSIGNALLABLE = "could not be signalled"
 
 
 @dataclass
@@ -79,7 +82,8 @@ def _take(holder: Holder, signame: str, proc: ProcFS,
         return _GONE
     except OSError as exc:
         if exc.errno != errno.ENOSYS:
-            return Outcome("not-signalled", why=f"pidfd_open failed: {exc.strerror}")
+            return Outcome("not-signalled",
+                           why=f"{UNSIGNALLABLE}: pidfd_open failed: {exc.strerror}")
         fd = NO_PIDFD
         try:
             process = psutil.Process(holder.pid)
@@ -106,17 +110,24 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
-def _send(target: _Target, signum: int) -> bool:
+def _send(target: _Target, signum: int) -> Outcome | None:
+    """None once the signal is sent, else the holder's outcome (gone, or refused to us)."""
     try:
         if target.process is None:
             signal.pidfd_send_signal(target.pidfd, signum)
         elif _exited(target.process):
-            return False
+            return _GONE
         else:
             target.process.send_signal(signum)
     except (ProcessLookupError, psutil.NoSuchProcess):
-        return False
-    return True
+        return _GONE
+    except (PermissionError, psutil.AccessDenied):
+        # Another user's process and no CAP_KILL (a unit's bounding set, a
+        # guard run by a user): it keeps running, and holding.
+        return Outcome("not-signalled",
+                       why=f"{UNSIGNALLABLE}: permission denied (another user's process, "
+                           "and the guard lacks CAP_KILL)")
+    return None
 
 
 def _exited(process: psutil.Process) -> bool:
@@ -142,15 +153,14 @@ def drain(
     progress_every_s: float = 5.0,
     clock: Callable[[], float] = time.monotonic,
     opener: Callable[[int], int] = _pidfd_open,
-    through: Callable[[Sequence[Holder]], Collection[HolderId]] | None = None,
+    keep: Callable[[Sequence[Holder]], None] | None = None,
 ) -> DrainResult:
     """Signal every holder at once, then wait until all exit or time runs out.
 
     ``deadline`` is a ``clock()`` value the whole drain must end before,
-    escalation included. ``through``, when given, is handed the holders
-    once they are watched and answers those whose supervisor was asked to
-    stop them: those are waited for, not signalled here (escalation still
-    signals them).
+    escalation included. ``keep``, when given, is handed the holders once
+    they are watched and before any signal: it asks their supervisors not
+    to start them again (every holder is signalled here all the same).
     """
     proc = proc or ProcFS()
     result = DrainResult({})
@@ -165,22 +175,20 @@ def drain(
             targets[taken.pidfd if taken.pidfd >= 0 else -1 - len(targets)] = taken
     signum = int(signal.Signals[signame])
     try:
-        owned: Collection[HolderId] = ()
-        if through is not None and targets:
-            owned = through([t.holder for t in targets.values()])
+        if keep is not None and targets:
+            keep([t.holder for t in targets.values()])
         for key, target in list(targets.items()):
             target.signalled_at = clock()
-            if holder_id(target.holder) in owned:
-                continue
-            if not _send(target, signum):
-                result.outcomes[holder_id(target.holder)] = _GONE
+            refused = _send(target, signum)
+            if refused is not None:
+                result.outcomes[holder_id(target.holder)] = refused
                 _close(target.pidfd)
                 del targets[key]
         now = clock()
         until = min(now + timeout_s, deadline)
         wait_s = max(0.0, until - now)
         shortened = until < now + timeout_s - CUT_TOLERANCE_S
-        sent = [t for t in targets.values() if holder_id(t.holder) not in owned]
+        sent = list(targets.values())
         if sent:
             names = ", ".join(f"{t.holder.pid} {t.holder.comm}" for t in sent)
             cut = f" (cut from {timeout_s:g} s to end within the deadline)" if shortened else ""

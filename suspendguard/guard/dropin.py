@@ -1,19 +1,50 @@
-"""The drain drop-in: the one-stop ``KillSignal=`` a supervised unit gets, and its marker.
+"""The drain drop-in: what a supervised unit runs under while the guard drains its holders.
 
-Written beside the unit's other drop-ins (``UNIT.d/``) before its stop job
-is queued, removed when the guard starts the unit again. The marker beside
-it (systemd reads only ``*.conf`` there) is removed by any start of the
-unit while the drop-in is in place, so restore can tell that someone
-started it after the guard stopped it (systemd 252 keeps no trace of a run
-that has ended: its InvocationID and ExecMainPID are reset).
+Written beside the unit's other drop-ins (``UNIT.d/``) and applied with one
+daemon reload before any holder is signalled; removed when the guard
+starts the unit again. ``Restart=no`` keeps systemd from starting the job
+again once its holders exit (systemd 252 applies it to the running
+service on reload). ``KillSignal=`` is the drain signal and
+``TimeoutStopSec=`` is raised to ``[drain] timeout_s`` where it was
+shorter: what systemd sends to the unit's leftover processes once its main
+process exited, and when it escalates to SIGKILL, must not be harsher or
+sooner than the guard's own drain.
+
+The marker beside it (systemd reads only ``*.conf`` there) is removed by
+any start of the unit while the drop-in is in place, so restore can tell
+that someone started it after the guard stopped it (systemd 252 keeps no
+trace of a run that has ended: its InvocationID and ExecMainPID are reset).
+The ``+`` prefix runs that removal with full privileges, whatever the unit's
+``User=``, ``DynamicUser=``, ``ProtectSystem=`` or ``PrivateTmp=``; the
+path is escaped because systemd unescapes command lines (a unit named
+``a\\x2db.service`` has that backslash in its folder's name) and expands
+``%`` specifiers in them.
 """
 
 from __future__ import annotations
+
+import math
 
 DROPIN_NAME = "50-suspendguard-drain.conf"
 MARKER_NAME = "suspendguard-stopped"
 
 
-def dropin_text(signame: str, marker: str) -> str:
+def exec_path(path: str) -> str:
+    """``path`` as one word of a unit's command line that systemd turns back into ``path``."""
+    return path.replace("\\", "\\\\").replace("%", "%%")
+
+
+def dropin_text(signame: str, marker: str, timeout_stop_s: float | None = None) -> str:
+    """``timeout_stop_s``: a ``TimeoutStopSec=`` for the drain (None: the unit's own)."""
+    timeout = "" if timeout_stop_s is None else f"TimeoutStopSec={math.ceil(timeout_stop_s)}s\n"
     return ("# Written by suspendguard for one drain; removed when the job is started "
-            f"again.\n[Service]\nKillSignal={signame}\nExecStartPre=-/bin/rm -f {marker}\n")
+            f"again.\n[Service]\nRestart=no\nKillSignal={signame}\n{timeout}"
+            f"ExecStartPre=-+/bin/rm -f {exec_path(marker)}\n")
+
+
+def stop_timeout(unit_timeout_s: float, timeout_s: float) -> float | None:
+    """The ``TimeoutStopSec=`` a unit drains under: the drain's wait when the unit's is shorter.
+
+    ``unit_timeout_s``: the unit's own, 0 when infinite or unknown (kept).
+    """
+    return timeout_s + 1.0 if 0 < unit_timeout_s < timeout_s else None

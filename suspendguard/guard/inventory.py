@@ -3,7 +3,10 @@
 Compute nodes are the ones a job uses to run work on the device; holding one
 means the job must be drained. Management nodes are opened by monitoring and
 management tools too (npu-smi, nvidia-smi): holding only those is reported,
-not signalled.
+not signalled. NVIDIA's /dev/nvidiaN is a graphics node: the display server
+and every OpenGL/Vulkan client hold it, and so does CUDA work, which alone
+also opens /dev/nvidia-uvm (the Unified Memory module, CUDA's): holding
+graphics nodes without a compute node is a graphics client, kept as it is.
 """
 
 from __future__ import annotations
@@ -54,10 +57,8 @@ FAMILY_NODES: dict[str, dict[Role, tuple[str, ...]]] = {
         ),
     },
     "nvidia": {
-        "compute": (
-            "/dev/nvidia[0-9]*",
-            "/dev/nvidia-uvm",
-        ),
+        "compute": ("/dev/nvidia-uvm",),
+        "graphics": ("/dev/nvidia[0-9]*",),
         "management": (
             "/dev/nvidiactl",
             "/dev/nvidia-uvm-tools",
@@ -68,10 +69,23 @@ FAMILY_NODES: dict[str, dict[Role, tuple[str, ...]]] = {
 }
 
 # Driver daemons that hold nodes by design; draining them would break the
-# driver rather than free the device. Reported as "ignore".
+# driver rather than free the device. Reported as "ignore", but only for the
+# daemon itself: its executable has this name, root may trust it, and it runs
+# as root or as a service user of the family (guard/identity.py). A name alone
+# is any process's own to set.
 FAMILY_DAEMONS: dict[str, tuple[str, ...]] = {
     "ascend": ("dmp_daemon", "slogd", "sklogd", "log-daemon", "ascend_monitor"),
     "nvidia": ("nvidia-persistenced", "nv-fabricmanager"),
+}
+
+# The users the drivers' own documentation runs their daemons as, besides
+# root: the Ascend driver's running user (HwHiAiUser by default, chosen with
+# --install-username at install time); for nvidia-persistenced the user of
+# NVIDIA's sample service (--user nvidia-persistenced) and the one Debian's
+# and Gentoo's packages create for it (nvpd).
+DAEMON_USERS: dict[str, tuple[str, ...]] = {
+    "ascend": ("HwHiAiUser",),
+    "nvidia": ("nvidia-persistenced", "nvpd"),
 }
 
 

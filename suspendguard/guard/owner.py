@@ -52,6 +52,9 @@ class Owner:
     triggered_by: tuple[str, ...] = ()  # timers, paths, sockets that start the unit
     engine: str = ""  # the engine's API socket, for containers
     note: str = ""
+    main_pid: int = 0  # the unit's main process (a launcher, when it holds nothing)
+    timeout_stop_s: float = 0.0  # the unit's TimeoutStopSec=, 0 when infinite or unknown
+    transient: bool = False  # a transient unit (systemd-run): gone once it stopped
 
     @property
     def key(self) -> str:
@@ -87,7 +90,9 @@ class Owner:
                 "restart": self.restart or None, "restart_delay_s": self.restart_delay_s,
                 "kill_mode": self.kill_mode or None, "exec_stop": self.exec_stop,
                 "state": self.state or None, "triggered_by": list(self.triggered_by),
-                "engine": self.engine or None, "note": self.note or None}
+                "engine": self.engine or None, "note": self.note or None,
+                "main_pid": self.main_pid or None, "timeout_stop_s": self.timeout_stop_s or None,
+                "transient": self.transient}
 
     def with_note(self, note: str) -> Owner:
         return replace(self, note=note)
@@ -117,8 +122,8 @@ class UnitNow:
 class Supervisor(Protocol):
     """What the pipeline and restore ask of the supervisors (guard/supervise.py has them).
 
-    A protocol here so that the pipeline, which the sleep hook's fallback
-    imports, does not import the D-Bus client with it.
+    A protocol here so that the pipeline does not import the D-Bus client
+    with it: tests hand it supervisors of their own.
     """
 
     def owner(self, holder: Holder) -> Owner: ...
@@ -131,7 +136,9 @@ class Supervisor(Protocol):
     def state(self, owner: Owner) -> UnitNow | Unavailable: ...
     def start(self, owner: Owner, wait: bool = True) -> str | Unavailable: ...
     def start_container(self, owner: Owner, stopped_at: float) -> tuple[str, str]: ...
+    def recreate(self, owner: Owner) -> str | Unavailable | None: ...
     def take_warnings(self) -> list[str]: ...
+    def clean_leftovers(self) -> list[str]: ...
 
 
 def owner_of_cgroup(cgroup: str | None) -> Owner:

@@ -2,33 +2,43 @@
 
 Plain Python over plain data; collaborators (the /proc root, the idle
 check, the logger, the clock) are arguments so tests hand it real or fake
-ones. The same function serves the dry run, the veto unit and the sleep
-hook's fallback; only its arguments differ.
+ones. The same function serves the dry run, the veto unit and ``drain``;
+only its arguments differ.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
-from suspendguard.config import ANSWER_MARGIN_S, FAMILIES, Config, IdleConfig, idle_reserve_s
+from suspendguard.config import (
+    ANSWER_MARGIN_S,
+    FAMILIES,
+    RESTORE_AFTER_VETO_S,
+    Config,
+    IdleConfig,
+    idle_reserve_s,
+)
 from suspendguard.errors import HistoryError
+from suspendguard.guard import device_view
+from suspendguard.guard.device_view import IdleCheck
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.owner import Supervisor
-from suspendguard.guard.policy import ancestors
+from suspendguard.guard.owner import Stop, Supervisor
+from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
 from suspendguard.guard.restore import restore
 from suspendguard.guard.rounds import Rounds
-from suspendguard.guard.scan import describe_process, scan_holders
+from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import (
     Decision,
-    Holder,
+    HolderId,
     Outcome,
     ScanResult,
     Unavailable,
@@ -40,14 +50,14 @@ from suspendguard.store.history import History
 from suspendguard.store.rows import StopRow
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
+from suspendguard.system.deadline import Deadline, bounded, nap
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
-IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
-
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
-    return check_idle(config, families, deadline)
+    # Its pauses between readings end at SIGTERM too (system/deadline.py).
+    return check_idle(config, families, deadline, sleep=nap)
 
 
 def run(
@@ -65,30 +75,37 @@ def run(
     can_veto: bool = True,
     clock: Callable[[], float] = time.monotonic,
     supervisors: Supervisor | None = None,
+    confirmed: Collection[HolderId] | None = None,
 ) -> Report:
     """One guard run, holding the state folder's guard lock while it may signal.
 
     ``supervisors``: how owners are read and stopped (None: cgroups only,
-    every holder signalled directly). A dry run signals nobody: it takes no
-    lock, and only says so when another run is draining as it looks.
+    every holder signalled directly). ``confirmed``: the only holders that
+    may be signalled (those ``drain`` showed and the operator confirmed);
+    any other that would be vetoes, unsignalled. A dry run signals nobody:
+    it takes no lock, and only says so when another run is draining as it
+    looks.
     """
     if dry_run:
         lock = guard_lock.peek(config.state.dir)
     else:
         wait = min(guard_lock.LOCK_WAIT_S, max(0.0, config.drain.deadline_s / 3))
         lock = guard_lock.take(config.state.dir, wait)
+    clocked = contextlib.ExitStack()
     try:
-        return _run(config, lock, dry_run=dry_run, action=action, origin=origin, proc=proc,
-                    idle_check=idle_check, log=log, cancel=cancel, record=record,
+        return _run(config, lock, clocked, dry_run=dry_run, action=action, origin=origin,
+                    proc=proc, idle_check=idle_check, log=log, cancel=cancel, record=record,
                     skip_frozen=skip_frozen, can_veto=can_veto, clock=clock,
-                    supervisors=supervisors)
+                    supervisors=supervisors, confirmed=confirmed)
     finally:
+        clocked.close()
         lock.release()
 
 
 def _run(
     config: Config,
     lock: guard_lock.GuardLock,
+    clocked: contextlib.ExitStack,
     *,
     dry_run: bool,
     action: str | None,
@@ -102,6 +119,7 @@ def _run(
     can_veto: bool,
     clock: Callable[[], float],
     supervisors: Supervisor | None,
+    confirmed: Collection[HolderId] | None,
 ) -> Report:
     proc = proc or ProcFS()
     log = log or Logger()
@@ -109,9 +127,13 @@ def _run(
     start = clock()
     # Leave time to record and answer before systemd's TimeoutStartSec.
     deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
+    # Every wait before the verdict, in every client below, ends by then (or at SIGTERM).
+    clocked.enter_context(bounded(Deadline(deadline, cancel, clock)))
     r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
-               clock=clock, supervisors=supervisors)
+               clock=clock, supervisors=supervisors, token=lock.token(),
+               confirmed=confirmed)
+    r.warnings.extend(forgeable_rule_warnings(config.policy))
     if lock.refused:
         r.reasons.append(lock.refused)
     elif lock.unusable:
@@ -142,6 +164,13 @@ def _run(
 
     if history is not None and attempt_id is not None:
         r.before_signal = _write_down(history, attempt_id, r)
+        r.before_stop, r.after_stop = _write_ahead(history, attempt_id, r)
+    if not dry_run and not lock.refused and supervisors is not None:
+        # What a killed run left (drain drop-ins, restart policies set aside)
+        # goes first: it would outlive this run otherwise.
+        for line in supervisors.clean_leftovers():
+            log.warning(line)
+            r.warnings.append(line)
 
     inventory = take_inventory(config.devices)
     r.warnings.extend(inventory.notes)
@@ -151,27 +180,30 @@ def _run(
     # Locked out: another run is draining these very holders; look at none.
     scan = ScanResult((), 0, (), 0) if lock.refused else \
         scan_holders(inventory, proc, exclude=children.active())
-    # PID 1 is never signalled whatever it holds; some containers refuse
-    # reading it even to root, which is worth counting but not a warning.
-    refused = [p for p in scan.unreadable_pids if p != 1]
-    unknown: list[str] = []
-    if refused and os.geteuid() != 0:
-        # Any of them may hold a node: the guard cannot say allow.
-        n = len(refused)
-        unknown.append(f"run as root: {n} process{'es' if n != 1 else ''} could not be "
-                       "inspected (any of them may hold an accelerator node)")
-    elif refused:
-        pids = ", ".join(str(p) for p in refused[:10])
-        r.warnings.append(f"{len(refused)} process(es) could not be inspected "
-                          f"(permission denied): {pids}")
+    refused = device_view.refused_pids(r, scan)
+    decisions = r.decide(scan.holders)
+    # The device's own view before anyone is signalled: what it reports and
+    # this host cannot see, or a device nobody can answer for, is a certain
+    # veto, and every job the drain would stop first is spared. Only worth a
+    # query when someone would be signalled, or the scan could not read all.
+    first: IdleReport | None = None
+    if idle_check is not None and inventory.nodes and not lock.refused \
+            and (refused or any(d.signals for d in decisions)):
+        first = device_view.ask_first(r, idle_check, inventory.families(), deadline)
+        decisions += device_view.device_holders(r, first, {h.pid for h in scan.holders})
+    unknown = device_view.uninspected(r, refused, first, inventory.families())
     seen = {holder_id(h) for h in scan.holders}
-    to_drain = r.admit(r.decide(scan.holders))
+    to_drain = r.admit(decisions, vetoed=bool(r.reasons))
     certain_veto = bool(r.reasons)
     if to_drain:
         # Time for the idle check only when one will run (config/budget.py).
         idle_reserve = idle_reserve_s(config.idle.settle_s, config.idle.command_timeout_s) \
             if idle_check is not None and inventory.nodes else 0.0
-        r.drain(to_drain, seen, inventory, idle_reserve)
+        try:
+            r.drain(to_drain, seen, inventory, idle_reserve)
+        except BaseException:
+            _put_back(r, config, log)
+            raise
 
     idle: IdleReport | IdleSkipped
     if not inventory.nodes:
@@ -179,6 +211,8 @@ def _run(
     elif idle_check is None:
         idle = IdleSkipped("none", "no idle backend for the nodes found ("
                            + ", ".join(inventory.families()) + ")")
+    elif certain_veto and first is not None:
+        idle = first  # what the device said before the drain, and why it vetoed
     elif certain_veto and not dry_run:
         idle = IdleSkipped("skipped", "the verdict was already veto")
     elif r.cancelled:
@@ -210,12 +244,14 @@ def _run(
     # The verdict line first: it is what the operator and the journal wait
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
-    stops = [StopRow(attempt_id or 0, s.seq, s.owner.key, s.owner.kind, s.owner.name,
-                     s.owner.uid, s.at) for s in r.stops]
+    clocked.close()  # the verdict is given: the restore below has a budget of its own
+    stops = _stop_rows(r, attempt_id or 0)
     if history is not None and attempt_id is not None:
         try:
+            # Stops written ahead are in already; the others (their row failed) now.
             history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
-                           [h.row() for h in holders], stops=stops)
+                           [h.row() for h in holders],
+                           stops=[st for st in stops if st.seq not in r.written_ahead])
             stops = history.pending_stops(attempt_id)
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
@@ -230,11 +266,29 @@ def _run(
                 except HistoryError as exc:
                     log.warning(f"history not recorded: {exc}")
 
-        restore(stops, supervisors, config.restore, enabled=config.restore.after_veto,
-                record=note, log=log.info)
+        # Inside the unit's TimeoutStartSec (deadline_s + 20 s): the verdict
+        # came by deadline_s - ANSWER_MARGIN_S.
+        with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
+            restore(stops, supervisors, config.restore, enabled=config.restore.after_veto,
+                    record=note, log=log.info)
     if history is not None:
         history.close()
     return report
+
+
+def _put_back(r: Rounds, config: Config, log: Logger) -> None:
+    """A drain that failed half-way: the owners kept down get their settings back, and their jobs.
+
+    Nothing may stay ``Restart=no`` (or a container's policy ``no``) because
+    the guard broke; the error itself goes on to the caller.
+    """
+    if r.stops and r.supervisors is not None:
+        restore(_stop_rows(r, 0), r.supervisors, config.restore,
+                enabled=config.restore.after_veto, record=lambda _s, _r, _w: None, log=log.info)
+
+
+def _stop_rows(r: Rounds, attempt_id: int) -> list[StopRow]:
+    return [_stop_row(attempt_id, s) for s in r.stops]
 
 
 def _write_down(history: History, attempt_id: int,
@@ -257,22 +311,41 @@ def _write_down(history: History, attempt_id: int,
     return write
 
 
-def _device_holders(r: Rounds, idle: IdleReport) -> list[Decision]:
-    """Processes the device reports that the scan did not see, as decided holders."""
-    known_pids = {k[0] for k in r.results}
-    extra: list[Holder] = []
-    for p in idle.processes():
-        pid = int(p.pid)
-        if pid in known_pids or pid <= 0:
-            continue
-        known_pids.add(pid)
-        holder = describe_process(pid, [], r.proc, source=str(p.source))
-        if holder is None:
-            r.reasons.append(f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
-                             + ", which is not visible here (another PID namespace?)")
-            continue
-        extra.append(holder)
-    return r.decide(extra)
+def _stop_row(attempt_id: int, stop: Stop) -> StopRow:
+    o = stop.owner
+    return StopRow(attempt_id, stop.seq, o.key, o.kind, o.name, o.uid, stop.at)
+
+
+def _write_ahead(history: History, attempt_id: int, r: Rounds
+                 ) -> tuple[Callable[[Sequence[Stop]], None],
+                            Callable[[Sequence[Stop], Mapping[str, str]], None]]:
+    """The stops into the history before the supervisors are asked, then completed.
+
+    A guard killed after a stop job was queued or an engine's stop sent
+    (TimeoutStartSec, an OOM kill, an operator's SIGKILL) leaves a row that
+    ``restore`` and ``status`` act on; a stop the supervisor refused never
+    happened and its row goes.
+    """
+    ids: dict[int, int] = {}  # seq -> row id
+
+    def before(stops: Sequence[Stop]) -> None:
+        try:
+            written = history.stopping(attempt_id, [_stop_row(attempt_id, s) for s in stops])
+        except HistoryError as exc:
+            r.warnings.append(f"history: the jobs about to be stopped were not recorded "
+                              f"first: {exc}")
+            return
+        ids.update(zip((s.seq for s in stops), written, strict=True))
+        r.written_ahead.update(s.seq for s in stops)
+
+    def after(stops: Sequence[Stop], answers: Mapping[str, str]) -> None:
+        taken = [ids[s.seq] for s in stops if s.seq in ids and not answers.get(s.owner.key)]
+        refused = [ids[s.seq] for s in stops if s.seq in ids and answers.get(s.owner.key)]
+        try:
+            history.stop_issued(taken, refused)
+        except HistoryError as exc:
+            r.warnings.append(f"history: the stops were not completed: {exc}")
+    return before, after
 
 
 def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
@@ -283,7 +356,7 @@ def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
     could not read) goes through the same policy and drain; the device is
     then asked again.
     """
-    to_drain = r.admit(_device_holders(r, idle))
+    to_drain = r.admit(device_view.device_holders(r, idle))
     if to_drain:
         r.signal(to_drain, reserve=r.config.idle.settle_s + 1.0)
         if not r.cancelled:

@@ -18,7 +18,13 @@ from collections.abc import Collection, Iterable, Sequence
 import psutil
 
 from suspendguard.config import DrainConfig, PolicyConfig, Rule
-from suspendguard.guard.inventory import FAMILY_DAEMONS
+from suspendguard.guard.identity import (
+    NOTHING_VOUCHED,
+    PROBE_MODULE,
+    Vouched,
+    daemon_named,
+    names_probe,
+)
 from suspendguard.model import Action, Decision, DecisionKind, Holder, HolderId, Outcome, holder_id
 
 # Python's faulthandler installs exactly these; it dumps a traceback and
@@ -29,6 +35,8 @@ _RUNTIMES_THAT_CATCH_BY_DESIGN = ("java", "node")
 
 def rule_matches(rule: Rule, holder: Holder) -> bool:
     if rule.comm is not None and rule.comm != holder.comm:
+        return False
+    if rule.uid is not None and rule.uid != holder.uid:
         return False
     if rule.exe is not None and not fnmatch.fnmatchcase(holder.exe, rule.exe):
         return False
@@ -82,23 +90,28 @@ def decide(
     never_pids: frozenset[int] = frozenset(),
     skip_frozen: bool = False,
     respawned: Collection[HolderId] = (),
+    vouched: Vouched = NOTHING_VOUCHED,
 ) -> list[Decision]:
     """One decision per holder, in order.
 
     ``skip_frozen``: leave frozen holders with a warning instead of vetoing
     (the sleep hook, which runs after systemd froze the user sessions).
     ``respawned``: holders a supervisor restarted during the drain; their
-    reasons say so.
+    reasons say so. ``vouched``: what guard/identity.py proved of holders
+    that claim a built-in exemption; one it did not prove gets none.
     """
     decisions = []
-    daemons = {comm: fam for fam, comms in FAMILY_DAEMONS.items() for comm in comms}
     for holder in holders:
-        notes = tuple(n for n in (fatal_signal_note(holder),) if n)
+        action, rule, doubt = _action(holder, policy, never_pids, vouched)
+        notes = tuple(n for n in (doubt, fatal_signal_note(holder)) if n)
+        i = _first(policy.protect, holder) if action == "protect" else None
+        if i is not None and policy.protect[i].forgeable:
+            notes += ("the rule that protects it matches by name or command line alone, which "
+                      "any user's process can set",)
         if holder.frozen:
             notes += ("its cgroup is frozen: a signal stays pending until it is thawed",)
         elif holder.stopped:
             notes += ("it is stopped: a signal stays pending until it continues",)
-        action, rule = _action(holder, policy, never_pids, daemons)
         label = f"pid {holder.pid} {holder.comm}"
         if holder_id(holder) in respawned:
             label += " (respawned)"
@@ -113,7 +126,7 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_fr
     if action == "protect":
         return "protect", (f"{label} is protected by {rule}: veto while it runs; stop it "
                            "before suspending, or change the rule")
-    if action in ("ignore", "never"):
+    if action in ("ignore", "never", "keep"):
         return "leave", ""
     if holder.frozen and skip_frozen:
         return "skip-frozen", (f"{label} is in a frozen cgroup: skipped (a signal would stay "
@@ -182,6 +195,7 @@ def unsignalled(decision: Decision, signame: str) -> Outcome:
         "veto-stopped": "stopped",
         "veto-sigint-ignored": f"ignores {signame}",
         "veto-supervised": "its supervisor would start it again",
+        "veto-unconfirmed": "not on the list that was confirmed",
     }[decision.kind]
     return Outcome("not-signalled", why=why)
 
@@ -198,15 +212,6 @@ def predicted(decision: Decision, signame: str) -> Outcome:
     return Outcome("would-signal", why=why)
 
 
-def _is_own_probe(holder: Holder) -> bool:
-    """A concurrent guard's pyACL child (e.g. the metrics timer's status run).
-
-    It holds the device for well under a second and exits by itself;
-    draining it would only race its own finalize.
-    """
-    return "suspendguard.idle.acl_probe" in holder.cmdline[:4]
-
-
 def _first(rules: Sequence[Rule], holder: Holder) -> int | None:
     for i, rule in enumerate(rules):
         if rule_matches(rule, holder):
@@ -215,23 +220,57 @@ def _first(rules: Sequence[Rule], holder: Holder) -> int | None:
 
 
 def _action(
-    holder: Holder, policy: PolicyConfig, never_pids: frozenset[int], daemons: dict[str, str]
-) -> tuple[Action, str]:
+    holder: Holder, policy: PolicyConfig, never_pids: frozenset[int], vouched: Vouched
+) -> tuple[Action, str, str]:
+    """The action, the rule that decided it, and why a built-in exemption it claims fails."""
     why = _never(holder, never_pids)
     if why:
-        return "never", why
+        return "never", why, ""
     i = _first(policy.protect, holder)
     if i is not None:
-        return "protect", f"[policy] protect #{i + 1} ({policy.protect[i].describe()})"
+        return "protect", f"[policy] protect #{i + 1} ({policy.protect[i].describe()})", ""
     i = _first(policy.ignore, holder)
     if i is not None:
-        return "ignore", f"[policy] ignore #{i + 1} ({policy.ignore[i].describe()})"
-    if _is_own_probe(holder):
-        return "ignore", "suspendguard's own short-lived pyACL probe (of another guard run)"
-    if holder.comm in daemons:
-        return "ignore", f"built-in: {daemons[holder.comm]} driver daemon"
-    if holder.source != "proc" and not holder.nodes:
-        return "drain", f"reported by the device ({holder.source})"
+        return "ignore", f"[policy] ignore #{i + 1} ({policy.ignore[i].describe()})", ""
+    key = holder_id(holder)
+    doubt = ""
+    if names_probe(holder):
+        # The probe holds the device well under a second and exits by itself;
+        # draining it would only race its own finalize.
+        if key in vouched.probes:
+            return "ignore", ("suspendguard's own short-lived pyACL probe (its parent, "
+                              "another guard run, holds this state folder's guard.lock)"), ""
+        doubt = (f"its command line names {PROBE_MODULE}, but its parent (pid {holder.ppid}) "
+                 "is no suspendguard run on this state folder: not exempt")
+    named = daemon_named(holder)
+    if named is not None:
+        daemon_why = vouched.daemons.get(key, f"named {named[0]}, but not checked: not exempt")
+        if not daemon_why:
+            return "ignore", f"built-in: {named[1]} driver daemon {named[0]}", ""
+        doubt = daemon_why
+    if holder.source != "proc" and "compute" not in holder.roles:
+        # Seen by the device, not (or not as compute work) by the scan.
+        return "drain", f"reported by the device ({holder.source})", doubt
     if "compute" not in holder.roles:
-        return "ignore", "holds management nodes only (monitoring/management tool)"
-    return "drain", "holds a compute node"
+        if "graphics" in holder.roles:
+            return "keep", ("graphics client: holds NVIDIA nodes but not /dev/nvidia-uvm (no "
+                            "CUDA); the driver's own suspend path keeps its state"), doubt
+        return "ignore", "holds management nodes only (monitoring/management tool)", doubt
+    return "drain", "holds a compute node", doubt
+
+
+# What any user gains from a rule that matches by name or command line alone.
+_FORGED = {
+    "protect": "any user can veto every suspend with it",
+    "ignore": "any user's job can match it and run on through the suspend",
+}
+
+
+def forgeable_rule_warnings(policy: PolicyConfig) -> list[str]:
+    """One warning per rule any user's process can match (check's output and the journal)."""
+    out = []
+    for kind, rules in (("protect", policy.protect), ("ignore", policy.ignore)):
+        out += [f"[policy] {kind} #{i + 1} ({r.describe()}) matches by name or command line "
+                f"alone, which any user's process can set: {_FORGED[kind]}; add uid, user, "
+                "unit or exe" for i, r in enumerate(rules) if r.forgeable]
+    return out

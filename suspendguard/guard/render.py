@@ -85,12 +85,32 @@ def holder_lines(holders: Sequence[HolderResult], width: int | None,
     for hr in holders:
         h = hr.decision.holder
         notes = [*hr.decision.notes, *([hr.respawned] if hr.respawned else []),
-                 *([f"run by {hr.owner.describe()}"] if hr.owner.kind != "plain" else [])]
+                 *owner_notes(hr)]
         if notes:
             where = ", ".join(w for w in (h.unit, h.container and f"container {h.container}") if w)
             lines.append(safe(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": "
                               + "; ".join(notes)))
     return lines
+
+
+def owner_notes(hr: HolderResult) -> list[str]:
+    """Who runs the holder, and what its owner will and will not do through the drain."""
+    o, pid = hr.owner, hr.decision.holder.pid
+    if o.kind == "plain":
+        return []
+    if o.main_pid and o.main_pid != pid:
+        # A launcher (cron, a shell, torchrun) is not the job: the job is signalled, not it.
+        notes = [f"started by {o.describe()}, whose main process (pid {o.main_pid}) "
+                 "is not signalled"]
+    else:
+        notes = [f"run by {o.describe()}"]
+    if o.transient and o.kind == "user-service":
+        notes.append("a transient user unit: it cannot be made again after resume "
+                     "([restore] transient)")
+    elif o.transient:
+        notes.append("a transient unit (systemd-run): made again after resume from its "
+                     "recorded settings")
+    return notes
 
 
 def idle_lines(idle: IdleReport, width: int | None, indent: str = "  ") -> list[str]:

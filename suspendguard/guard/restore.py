@@ -1,9 +1,13 @@
 """Start again what the guard stopped through its owners: after resume, or at once after a veto.
 
 Exactly what was stopped, in the order it was stopped, through the same
-owner; each gets a result: started, failed (with the reason), or skipped
-(``[restore] skip``, the unit is gone or masked, it runs already, or
-someone started and stopped it again since the guard stopped it).
+owner; each gets a result: started, starting (its start job still ran when
+the restore's budget ended), failed (with the reason), skipped (``[restore]
+skip``, the unit is gone or masked, it runs already, or someone started and
+stopped it again since the guard stopped it), or left (stopped in an
+earlier boot, and ``[restore] earlier_boot = "leave"``). A stop whose turn
+comes after the budget ended gets no result: it stays pending, for the
+next ``restore``. The budget is the caller's (system/deadline.py).
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ from suspendguard.config import RestoreConfig
 from suspendguard.guard.owner import Owner, OwnerKind, Supervisor
 from suspendguard.model import Unavailable
 from suspendguard.store.rows import StopRow
+from suspendguard.system import deadline
 
 
 @dataclass(frozen=True, slots=True)
 class Restored:
     stop: StopRow
-    result: str  # started | failed | skipped
+    result: str  # started | starting | failed | skipped | left | pending (not tried)
     why: str
 
     def describe(self) -> str:
@@ -40,8 +45,13 @@ def _owner(stop: StopRow) -> Owner:
 
 
 def restore(stops: Sequence[StopRow], supervisors: Supervisor, config: RestoreConfig, *,
-            enabled: bool, record: Record, log: Callable[[str], None]) -> list[Restored]:
-    """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins."""
+            enabled: bool, record: Record, log: Callable[[str], None],
+            boot_id: str = "") -> list[Restored]:
+    """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins.
+
+    ``boot_id``: this boot's; a stop made in another is left down unless
+    ``[restore] earlier_boot = "start"``.
+    """
     if not stops:
         return []
     units = [_owner(s) for s in stops if s.kind in UNIT_KINDS]
@@ -54,13 +64,29 @@ def restore(stops: Sequence[StopRow], supervisors: Supervisor, config: RestoreCo
             log(f"could not reload systemd after removing the drain drop-ins: {reloaded.reason}")
     out = []
     for stop in stops:
-        result, why = ("skipped", "[restore] is off for this case") if not enabled else \
-            _one(stop, supervisors, config, stop.owner in meanwhile)
+        if deadline.current().left() <= 0:
+            done = Restored(stop, "pending", "the restore's budget ended before its turn: "
+                            "suspendguard restore starts it")
+            log(f"restore: {done.describe()}")
+            out.append(done)
+            continue
+        if earlier_boot(stop, boot_id) and config.earlier_boot == "leave":
+            result, why = "left", ("stopped before a reboot; [restore] earlier_boot = \"leave\": "
+                                   "start it yourself if it is still wanted")
+        elif not enabled:
+            result, why = "skipped", "[restore] is off for this case"
+        else:
+            result, why = _one(stop, supervisors, config, stop.owner in meanwhile)
         record(stop, result, why)
         done = Restored(stop, result, why)
         log(f"restore: {done.describe()}")
         out.append(done)
     return out
+
+
+def earlier_boot(stop: StopRow, boot_id: str) -> bool:
+    """Whether ``stop`` was made in another boot than ``boot_id`` (unknown either side: no)."""
+    return bool(stop.boot_id and boot_id and stop.boot_id != boot_id)
 
 
 def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
@@ -77,9 +103,14 @@ def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
     if isinstance(state, Unavailable):
         return "failed", state.reason
     if state.load_state in ("not-found", ""):
-        return "skipped", "the unit no longer exists"
+        return _recreate(owner, supervisors)
     if state.load_state == "masked":
         return "skipped", "the unit was masked meanwhile"
+    if state.active_state == "active" and not started_meanwhile:
+        # Never started again since the drain: its main process (a launcher
+        # such as cron) held nothing and outlived the job.
+        return "skipped", ("still running since the drain: its main process was not the job, "
+                           "or outlived [drain] timeout_s")
     if state.active_state in ("active", "activating", "reloading"):
         return "skipped", f"already {state.active_state} (started meanwhile)"
     if state.active_state == "deactivating" or state.job == "stop":
@@ -94,6 +125,21 @@ def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
     started = supervisors.start(owner)
     if isinstance(started, Unavailable):
         return "failed", started.reason
+    if started == "starting":
+        return "starting", ("its start job still ran when the restore's budget ended: "
+                            "suspendguard status shows whether it came up")
     if started != "active":
         return "failed", f"the start job ended with the unit {started}"
     return "started", ""
+
+
+def _recreate(owner: Owner, supervisors: Supervisor) -> tuple[str, str]:
+    """A unit gone since the drain: a transient one (systemd-run) is made again from its record."""
+    made = supervisors.recreate(owner)
+    if made is None:
+        return "skipped", "the unit no longer exists"
+    if isinstance(made, Unavailable):
+        return "failed", made.reason
+    if made != "active":
+        return "failed", f"the transient unit made again ended up {made}"
+    return "started", "made again as a transient unit from what was recorded before the drain"

@@ -16,7 +16,8 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from suspendguard.config import Config
-from suspendguard.guard.drain import drain
+from suspendguard.guard.drain import UNSIGNALLABLE, drain
+from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, Supervisor, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
 from suspendguard.guard.report import HolderResult
@@ -46,8 +47,12 @@ class Rounds:
     def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
                  cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
                  deadline: float, clock: Callable[[], float],
-                 supervisors: Supervisor | None = None) -> None:
+                 supervisors: Supervisor | None = None, token: Token | None = None,
+                 confirmed: Collection[HolderId] | None = None) -> None:
         self.config = config
+        # This run's open guard.lock: another run's probe is its child only if
+        # its parent holds the same file (guard/identity.py).
+        self.token = token
         self.dry_run = dry_run
         self.proc = proc
         self.log = log
@@ -63,9 +68,18 @@ class Rounds:
         # Called with the holders about to be signalled, before the signal
         # (the pipeline writes them to the history).
         self.before_signal: Callable[[Sequence[Decision], int], None] = lambda _d, _r: None
+        # Called with the stops about to be asked of the supervisors, before
+        # they are, and with the supervisors' answers (the pipeline writes
+        # them ahead to the history, then completes them).
+        self.before_stop: Callable[[Sequence[Stop]], None] = lambda _s: None
+        self.after_stop: Callable[[Sequence[Stop], Mapping[str, str]], None] = \
+            lambda _s, _a: None
         self.supervisors = supervisors
+        # The holders ``drain`` showed and had confirmed; None: no such list (the unit, --yes).
+        self.confirmed = frozenset(confirmed) if confirmed is not None else None
         self.owners: dict[HolderId, Owner] = {}
-        self.stops: list[Stop] = []  # what was stopped through its supervisor, in order
+        self.stops: list[Stop] = []  # owners kept down for the drain, in order
+        self.written_ahead: set[int] = set()  # seqs of the stops the history has already
         self._through: set[HolderId] = set()
         self._unreached: set[str] = set()  # containers whose engine did not answer, warned once
 
@@ -85,18 +99,42 @@ class Rounds:
         return self.owners[key]
 
     def decide(self, holders: Iterable[Holder], respawned: Collection[HolderId] = ()) -> list[Decision]:
+        holders = list(holders)
         decisions = decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
-                           skip_frozen=self.skip_frozen, respawned=respawned)
-        return [self._pod(d) for d in decisions]
+                           skip_frozen=self.skip_frozen, respawned=respawned,
+                           vouched=vouch(holders, self.proc, self.token))
+        return [self._confirmed(self._pod(d)) for d in decisions]
+
+    def _confirmed(self, d: Decision) -> Decision:
+        """From a shell, only the holders the operator was shown and confirmed are signalled."""
+        if not d.signals or self.confirmed is None or holder_id(d.holder) in self.confirmed:
+            return d
+        h = d.holder
+        return replace(d, kind="veto-unconfirmed", reason=(
+            f"pid {h.pid} {h.comm} appeared after the list was confirmed: not signalled "
+            "(run drain again to be asked about it)"))
 
     def _pod(self, d: Decision) -> Decision:
-        """A pod's container comes back whatever the node does: veto, unless told otherwise."""
+        """Owners the guard cannot bring back after resume: veto, unless told otherwise.
+
+        A pod's container comes back whatever the node does; a transient
+        user unit is gone once its job ended, and (unlike a system one) is
+        not made again. Said before anyone is signalled.
+        """
         owner = self.owner(d.holder)
-        if not d.signals or owner.kind != "kubernetes" or self.config.policy.kubernetes != "veto":
+        if not d.signals:
             return d
-        return replace(d, kind="veto-supervised", reason=(
-            f"pid {d.holder.pid} {d.holder.comm} is held by a Kubernetes pod (uid {owner.name}): "
-            "cordon and drain this node before suspending"))
+        if owner.kind == "kubernetes" and self.config.policy.kubernetes == "veto":
+            return replace(d, kind="veto-supervised", reason=(
+                f"pid {d.holder.pid} {d.holder.comm} is held by a Kubernetes pod (uid "
+                f"{owner.name}): cordon and drain this node before suspending"))
+        if owner.kind == "user-service" and owner.transient and \
+                self.config.restore.transient == "veto":
+            return replace(d, kind="veto-supervised", reason=(
+                f"pid {d.holder.pid} {d.holder.comm} runs in {owner.describe()}, a transient "
+                "unit that cannot be made again after resume: stop it yourself, or set "
+                '[restore] transient = "drain"'))
+        return d
 
     def record(self, d: Decision, outcome: Outcome, round_no: int, tags: Tags = NO_TAGS) -> None:
         self.results[holder_id(d.holder)] = HolderResult(d, outcome, round_no,
@@ -117,15 +155,15 @@ class Rounds:
             self.record(d, unsignalled(d, self.signame), round_no, tags)
         return to_signal
 
-    def admit(self, decisions: Sequence[Decision]) -> list[Decision]:
+    def admit(self, decisions: Sequence[Decision], vetoed: bool = False) -> list[Decision]:
         """Settle a batch found outside the rounds (the scan, the device); return those to signal now.
 
-        When the batch holds a veto, or in a dry run, nobody is signalled:
-        each holder that would have been says why not, or what the signal
-        would do.
+        When the batch holds a veto (or ``vetoed``: one is already certain),
+        or in a dry run, nobody is signalled: each holder that would have
+        been says why not, or what the signal would do.
         """
         to_signal = self.settle(decisions, 1)
-        vetoed = any(d.vetoes for d in decisions)
+        vetoed = vetoed or any(d.vetoes for d in decisions)
         if not (vetoed or self.dry_run):
             return to_signal
         for d in to_signal:
@@ -145,7 +183,7 @@ class Rounds:
         result = drain([d.holder for d in decisions], self.signame, cfg.timeout_s, until,
                        cfg.escalate, proc=self.proc, cancel=self.cancel, log=self.log.info,
                        clock=self.clock,
-                       through=self._stop_through_owners if self.supervisors else None)
+                       keep=self._keep_down if self.supervisors else None)
         if result.shortened:
             self.warnings.append(
                 f"the drain wait was cut to {result.wait_s:.1f} s (of [drain] timeout_s = "
@@ -153,21 +191,30 @@ class Rounds:
         for d in decisions:
             outcome = result.outcomes[holder_id(d.holder)]
             self.record(d, outcome, round_no, tags)
-            if outcome.kind == "timeout":
+            if outcome.kind == "not-signalled" and outcome.why.startswith(UNSIGNALLABLE):
+                h = d.holder
+                self.reasons.append(f"pid {h.pid} {h.comm} {outcome.why}: it still holds "
+                                    f"the device; stop it yourself (kill -INT {h.pid})")
+            elif outcome.kind == "timeout":
                 h = d.holder
                 by = f" (reported by {h.source})" if h.source != "proc" else ""
                 if holder_id(h) in self._through:
                     o = self.owner(h)
                     by += f" ({o.name[:12] if o.kind != 'systemd-service' else o.name}, " \
-                          f"stopped through {_via(o)})"
+                          f"kept from restarting by {_via(o)})"
                 cut = " (the wait was cut short by the deadline)" if result.shortened else ""
                 self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}: "
                                     f"stop it yourself (kill -TERM {h.pid}), or raise "
                                     "[drain] timeout_s")
-        return all(o.kind != "timeout" for o in result.outcomes.values())
+        return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
+                       for o in result.outcomes.values())
 
-    def _stop_through_owners(self, holders: Sequence[Holder]) -> set[HolderId]:
-        """Ask each holder's supervisor to stop it; the holders it took over."""
+    def _keep_down(self, holders: Sequence[Holder]) -> None:
+        """Before the signal: ask each holder's supervisor not to start it again.
+
+        The guard signals every holder itself; the supervisor is asked only
+        to keep the job down until restore (and is then asked to start it).
+        """
         assert self.supervisors is not None
         owners = {}
         for h in holders:
@@ -183,24 +230,29 @@ class Rounds:
                     "its processes were signalled directly, and the container's restart policy "
                     "may bring it back")
         if not owners:
-            return set()
+            return
+        planned = {o.key: Stop(o, len(self.stops) + i, time.time())
+                   for i, o in enumerate(owners.values(), 1)}
+        self.before_stop(list(planned.values()))
         answers = self.supervisors.stop(list(owners.values()), self.signame,
                                         self.config.drain.timeout_s)
+        self.after_stop(list(planned.values()), answers)
         ok = set()
         for key, why in answers.items():
             o = owners[key]
             if why:
-                self.warnings.append(f"{o.name}: could not stop it through {_via(o)} ({why}); "
-                                     f"signalled its processes directly")
+                self.warnings.append(f"{o.name}: could not keep it from restarting through "
+                                     f"{_via(o)} ({why}); its processes were signalled "
+                                     "directly all the same")
                 continue
             ok.add(key)
-            self.stops.append(Stop(o, len(self.stops) + 1, time.time()))
-            self.log.info(f"stopping {o.describe()} through {_via(o)} ({self.signame} for this "
-                          f"stop, restart {o.restart or '?'}"
-                          + (", ExecStop= runs first" if o.exec_stop else "") + ")")
-        taken = {holder_id(h) for h in holders if self.owner(h).key in ok}
-        self._through |= taken
-        return taken
+            self.stops.append(planned[key])
+            raised = "" if o.kind in CONTAINER_KINDS or not (
+                0 < o.timeout_stop_s < self.config.drain.timeout_s) else \
+                f" (its TimeoutStopSec={o.timeout_stop_s:g}s raised to [drain] timeout_s)"
+            self.log.info(f"keeping {o.describe()} down through {_via(o)} until restore"
+                          f"{raised}; its holders get {self.signame} from the guard")
+        self._through |= {holder_id(h) for h in holders if self.owner(h).key in ok}
 
     def drain(self, first: list[Decision], seen: set[HolderId], inventory: Inventory,
               reserve: float) -> None:
@@ -273,9 +325,9 @@ class Rounds:
         policy) gets that supervisor's own restart delay; a job whose parent
         is still there and could restart it (not init, not the guard itself,
         whose children are supervised by nobody else) gets RESPAWN_GRACE_S.
-        A job stopped through its supervisor is not restarted by it; what
+        A job whose supervisor keeps it down is not restarted by it; what
         else may bring it back is looked at afterwards (Supervisors.settle).
-        A container with a restart policy, stopped through its engine, gets
+        A container with a restart policy, set aside through its engine, gets
         its restart delay all the same: an engine that starts it again
         anyway (or a watcher beside it) is caught by the look that follows.
         """

@@ -35,8 +35,11 @@ class _Scanner:
         # This process's own /proc: its pids are kcmp's too.
         self.live = proc.root == "/proc"
         self.own_ns = proc.mnt_ns("self") if self.live else None
-        self.path_cache: dict[tuple[str | None, str], NodeKey | None] = {}
+        self.path_cache: dict[str, dict[str, Node | None]] = {}  # mount ns: path: node
         self.map_cache: dict[bytes, Node | None] = {}
+        # Processes with a /dev mapping whose map_files link the kernel
+        # refused to follow: a node held only so is missed for them.
+        self.maps_refused: set[int] = set()
 
     def held_by(self, pid: int, maps: bool) -> tuple[int, list[HeldNode]] | None:
         """(start time, nodes held) of the process that has ``pid`` now; None when it holds none.
@@ -94,38 +97,41 @@ class _Scanner:
         paths = self.proc.open_paths(pid, at, "/".join(folder))
         if not paths:
             return []
-        ns = self.proc.mnt_ns(pid)
+        ns = self.proc.mnt_ns(pid, at)
+        # Almost every path was seen in another process of the same mount
+        # namespace already: the hot loop is one dict lookup per fd.
+        known = self.path_cache.setdefault(ns, {}) if ns is not None else {}
         held: list[HeldNode] = []
         for fd, target in paths:
-            key = self._key_of(pid, ns, (*folder, fd), target)
-            if key is not None:
-                node = self.nodes.get(key)
-                if node is not None:
-                    held.append(HeldNode(node, target, "fd"))
+            try:
+                node = known[target]
+            except KeyError:
+                node = self._node_of(pid, ns, (*folder, fd), target, known)
+            if node is not None:
+                held.append(HeldNode(node, target, "fd"))
         return held
 
-    def _key_of(self, pid: int, ns: str | None, link: tuple[str, ...],
-                target: str) -> NodeKey | None:
-        same_ns = self.own_ns is not None and ns == self.own_ns
+    def _node_of(self, pid: int, ns: str | None, link: tuple[str, ...], target: str,
+                 known: dict[str, Node | None]) -> Node | None:
+        """The inventoried node ``target`` is, stat-ed once per path and namespace.
+
+        A deleted file's path may name another file by now: it is stat-ed
+        through its link every time, and never remembered.
+        """
         deleted = target.endswith(" (deleted)")
-        cache_key = (self.own_ns if same_ns else str(ns), target)
-        if not deleted and cache_key in self.path_cache:
-            return self.path_cache[cache_key]
         # In our own namespace the path names the same file for everyone;
         # elsewhere only the magic link itself reaches the real file.
-        if same_ns and not deleted:
+        if ns is not None and ns == self.own_ns and not deleted:
             try:
                 st: os.stat_result | None = os.stat(target)
             except OSError:
                 st = None
         else:
             st = self.proc.link_stat(pid, *link)
-        if st is None:
-            return None
-        key = identity(st)
-        if not deleted and ns is not None:
-            self.path_cache[cache_key] = key
-        return key
+        node = None if st is None else self.nodes.get(identity(st))
+        if not deleted and st is not None:
+            known[target] = node
+        return node
 
     # -- mappings ---------------------------------------------------------
 
@@ -156,8 +162,14 @@ class _Scanner:
             if path.startswith(b"/dev/shm/") or path.endswith(b" (deleted)"):
                 continue
             ident = parts[3] + b" " + parts[4]
+            if b" " + ident + b" " in self.map_sigs:
+                continue  # a node's own file, matched above
             if ident not in self.map_cache:
-                self.map_cache[ident] = self._map_node(pid, parts[0].decode())
+                try:
+                    self.map_cache[ident] = self._map_node(pid, parts[0].decode())
+                except ProcAccessError:
+                    self.maps_refused.add(pid)
+                    continue
             node = self.map_cache[ident]
             if node is not None and node.key not in have:
                 have.add(node.key)
@@ -165,7 +177,7 @@ class _Scanner:
         return out
 
     def _map_node(self, pid: int, span: str) -> Node | None:
-        st = self.proc.link_stat(pid, "map_files", span)
+        st = self.proc.map_file_stat(pid, "map_files", span)
         return None if st is None else self.nodes.get(identity(st))
 
 
@@ -229,7 +241,7 @@ def scan_holders(
     skip = {os.getpid(), *exclude}
     pids = [pid for pid in proc.pids() if pid not in skip]
     workers = min(MAX_WORKERS, os.cpu_count() or 1, max(1, len(pids) // PIDS_PER_WORKER))
-    found, unreadable = _held_parallel(scanner, pids, workers, maps)
+    found, unreadable, maps_refused = _held_parallel(scanner, pids, workers, maps)
     holders = []
     for pid in sorted(found):
         start_time, held = found[pid]
@@ -240,7 +252,8 @@ def scan_holders(
             continue
         if holder is not None:
             holders.append(holder)
-    return ScanResult(tuple(holders), len(unreadable), tuple(sorted(unreadable)), len(pids))
+    return ScanResult(tuple(holders), len(unreadable), tuple(sorted(unreadable)), len(pids),
+                      tuple(sorted(maps_refused)))
 
 
 # Almost all of a scan is kernel time in readlink() on /proc, one call per fd,
@@ -252,11 +265,14 @@ MAX_WORKERS = 4
 PIDS_PER_WORKER = 500
 
 _Found = dict[int, tuple[int, list[HeldNode]]]  # pid: (start time, nodes held)
+# What a share of the scan found: holders, unreadable pids, pids whose map_files refused.
+_Share = tuple[_Found, list[int], list[int]]
 
 
-def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> tuple[_Found, list[int]]:
+def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> _Share:
     found: _Found = {}
     unreadable: list[int] = []
+    scanner.maps_refused = set()
     for pid in pids:
         try:
             held = scanner.held_by(pid, maps)
@@ -269,31 +285,32 @@ def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> tuple[_Found
             raise
         if held:
             found[pid] = held
-    return found, unreadable
+    return found, unreadable, sorted(scanner.maps_refused)
 
 
-def _held_parallel(scanner: _Scanner, pids: list[int], workers: int,
-                   maps: bool) -> tuple[_Found, list[int]]:
+def _held_parallel(scanner: _Scanner, pids: list[int], workers: int, maps: bool) -> _Share:
     nodes = list(scanner.nodes.values())
     index = {n.key: i for i, n in enumerate(nodes)}
 
-    def work(part: list[int]) -> tuple[_Found, list[int]]:
+    def work(part: list[int]) -> _Share:
         return _held_in(scanner, part, maps)
 
-    def to_wire(result: tuple[_Found, list[int]]) -> Any:
-        found, unreadable = result
+    def to_wire(result: _Share) -> Any:
+        found, unreadable, refused = result
         return [[[pid, start, [[index[h.node.key], h.seen_as, h.via] for h in held]]
-                 for pid, (start, held) in found.items()], unreadable]
+                 for pid, (start, held) in found.items()], unreadable, refused]
 
-    def from_wire(wire: Any) -> tuple[_Found, list[int]]:
+    def from_wire(wire: Any) -> _Share:
         found = {int(pid): (int(start), [HeldNode(nodes[n], seen, via) for n, seen, via in held])
                  for pid, start, held in wire[0]}
-        return found, [int(p) for p in wire[1]]
+        return found, [int(p) for p in wire[1]], [int(p) for p in wire[2]]
 
     found: _Found = {}
     unreadable: list[int] = []
-    for part_found, part_unreadable in run_shares(
+    refused: list[int] = []
+    for part_found, part_unreadable, part_refused in run_shares(
             [pids[i::workers] for i in range(workers)], work, to_wire, from_wire):
         found.update(part_found)
         unreadable.extend(part_unreadable)
-    return found, unreadable
+        refused.extend(part_refused)
+    return found, unreadable, refused

@@ -1,14 +1,19 @@
-"""Drain supervised jobs through their supervisor, and start them again afterwards.
+"""Keep supervised jobs from restarting while the guard drains them, and start them again afterwards.
 
-A systemd service is stopped with a stop job, never signalled around
-systemd: ``Restart=`` never applies to an explicit stop, and ``ExecStop=``
-runs. For this stop only, its kill signal is the drain signal: a runtime
-drop-in (``/run/systemd/system/UNIT.d/50-suspendguard-drain.conf``,
-``KillSignal=``) and one daemon reload before the stop jobs are queued.
-``SetUnitProperties`` refuses ``KillSignal`` for units that are not
-transient (systemd 252), and a ``KillUnit`` followed by a stop races a
-``Restart=`` with a short delay, so neither is used. The drop-ins are
-removed (and the manager reloaded) when the jobs are started again.
+Every holder gets the drain signal from the guard itself (guard/drain.py),
+whatever runs it: the owner is asked only for what the owner alone can do.
+A systemd service first gets a runtime drop-in
+(``/run/systemd/system/UNIT.d/50-suspendguard-drain.conf``, guard/dropin.py:
+``Restart=no``, the drain signal as ``KillSignal=``, ``TimeoutStopSec=``
+raised to ``[drain] timeout_s``) and one daemon reload for all units, then
+its holders are signalled directly, and the unit sees their exit as any
+exit. A stop job is not used: ``KillMode=mixed`` and ``KillMode=process``
+send its signal to the main process only, which is a launcher (torchrun, a
+shell, cron) more often than the job, and stopping cron would stop the
+launcher and leave its job holding the node. A unit whose main process
+holds nothing and outlives its job stays running; one whose processes all
+exit goes down and stays down, and restore starts it again. The drop-ins
+are removed (and the manager reloaded) when the jobs are started again.
 Docker and Podman containers go through their engine (guard/containers.py).
 """
 
@@ -20,19 +25,26 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from suspendguard.guard import leftovers
 from suspendguard.guard.containers import Engines
-from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text
+from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
 from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, UnitNow, owner_of_cgroup
+from suspendguard.guard.setaside import SetAside
 from suspendguard.guard.user_services import UserServices
 from suspendguard.model import Holder, Unavailable
+from suspendguard.system import deadline
 from suspendguard.system.dbus import systemd
 
 DROPIN_ROOT = "/run/systemd/system"
-# How long the manager gets to finish a stop job once the processes exited
+# How long the manager gets to finish stopping a unit once the processes exited
 # (ExecStopPost=, cgroup release) before the guard looks whether it came back.
 STOP_SETTLE_S = 2.0
+# How long the daemon-reload before the stop jobs may take (cut to the deadline).
+RELOAD_TIMEOUT_S = 30.0
 # A timer due later than this after the stop is the next sleep's business.
 TIMER_WINDOW_S = 5.0
+# What transient units were made of, by owner key: what restore makes again.
+TRANSIENT_FILE = "transient-units.json"
 
 
 SYSTEMD_KINDS = ("systemd-service", "user-service")
@@ -49,16 +61,17 @@ class Supervisors:
 
     def __init__(self, *, dropin_root: str = DROPIN_ROOT, bus_address: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep,
+                 sleep: Callable[[float], None] = deadline.nap,
                  environ: Mapping[str, str] | None = None, state_dir: str | None = None) -> None:
         """``environ``: where the engines' sockets are named (DOCKER_HOST, CONTAINER_HOST);
         ``state_dir``: where restart policies set aside for a drain are kept."""
         self.dropin_root = dropin_root
-        self.engines = Engines(os.environ if environ is None else environ, state_dir, clock)
+        self.engines = Engines(os.environ if environ is None else environ, state_dir)
         self.bus_address = bus_address
         self.clock = clock
         self.sleep = sleep
         self.users = UserServices(clock, sleep)
+        self.transient = SetAside(state_dir, TRANSIENT_FILE, "the transient units' settings")
         self._owners: dict[str, Owner] = {}
 
     # -- who ---------------------------------------------------------------
@@ -84,9 +97,11 @@ class Supervisors:
 
     def stop(self, owners: Sequence[Owner], signame: str,
              timeout_s: float = 10.0) -> dict[str, str]:
-        """Queue the stop of each owner; for each key, "" when its supervisor took it, else why not.
+        """Keep each owner from restarting its job; for each key, "" when kept, else why not.
 
-        ``timeout_s``: how long an engine waits for a container before it kills it.
+        Nothing is signalled here: the caller signals the holders once this
+        returns. ``timeout_s``: the drain's wait, which no supervisor's own
+        stop timeout may cut short.
         """
         units = [o for o in owners if o.kind == "systemd-service"]
         containers = [o for o in owners if o.kind in CONTAINER_KINDS]
@@ -94,31 +109,63 @@ class Supervisors:
                if o.kind not in SYSTEMD_KINDS and o.kind not in CONTAINER_KINDS}
         if containers:
             out.update(self.engines.stop(containers, signame, timeout_s))
-        out.update(self.users.stop([o for o in owners if o.kind == "user-service"], signame))
+        out.update(self.users.stop([o for o in owners if o.kind == "user-service"], signame,
+                                   timeout_s))
         for o in units:
+            if o.transient:
+                self._record_transient(o)
             try:
-                self._write_dropin(o.name, signame)
+                self._write_dropin(o.name, signame, stop_timeout(o.timeout_stop_s, timeout_s))
             except OSError as exc:
                 out[o.key] = f"cannot write the drain drop-in for {o.name}: {exc.strerror}"
-        queued = [o for o in units if o.key not in out]
-        if not queued:
+        kept = [o for o in units if o.key not in out]
+        if not kept:
             return out
-        answer = systemd.stop_units([o.name for o in queued], reload=True,
-                                    address=self.bus_address)
-        for o in queued:
-            if isinstance(answer, Unavailable):
-                out[o.key] = answer.reason
-            else:
-                out[o.key] = answer.get(o.name, "no answer")
+        # The reload has a timeout of its own (a large host's takes seconds),
+        # inside the run's deadline; when it fails the drop-ins go again.
+        reloaded = systemd.reload_manager(RELOAD_TIMEOUT_S, address=self.bus_address)
+        if reloaded is not None:
+            self.remove_dropins(kept)
+        for o in kept:
+            out[o.key] = "" if reloaded is None else \
+                f"the daemon-reload before the drain failed: {reloaded.reason}"
         return out
 
+    def _record_transient(self, owner: Owner) -> None:
+        """A transient unit is unloaded once its job ended: write down how to make it again.
+
+        Read before the drop-in's ``Restart=no`` and ``KillSignal=`` are in force.
+        """
+        spec = systemd.transient_spec(owner.name, address=self.bus_address)
+        if isinstance(spec, Unavailable):
+            self.transient.warnings.append(
+                f"{owner.name} is a transient unit whose settings could not be read "
+                f"({spec.reason}): it cannot be made again after resume")
+            self.transient.take(owner.key)  # an older record would make another unit
+            return
+        self.transient.put(owner.key, spec.to_json())
+
+    def recreate(self, owner: Owner) -> str | Unavailable | None:
+        """Make a transient unit recorded before the drain again, and start it.
+
+        Its ActiveState once started; None when nothing was recorded for it.
+        """
+        record = self.transient.take(owner.key)
+        if record is None:
+            return None
+        try:
+            spec = systemd.TransientSpec.from_json(record)
+        except (KeyError, TypeError, ValueError):
+            return Unavailable(f"the record of {owner.name} in {self.transient.path} is unreadable")
+        return systemd.start_transient(owner.name, spec, address=self.bus_address)
+
     def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]:
-        """After the exits: wait for the stop jobs to end and for timers due soon; who came back.
+        """After the exits: wait for the units to finish stopping and for timers due soon; who came back.
 
         A reason for each unit that is running again, or about to (a start
         job queued).
         """
-        back = self.engines.settle(stops, deadline)
+        back = self.engines.settle(stops)
         return back + self._settle_units(stops, deadline)
 
     def _settle_units(self, stops: Sequence[Stop], deadline: float) -> list[str]:
@@ -143,7 +190,11 @@ class Supervisors:
         reasons = []
         for o in units:
             st = states[o.key]
-            if st.active_state in ("active", "activating", "reloading") or st.job == "start":
+            # Still active and never started again (its marker is there): a
+            # launcher whose job was drained, left running as it should be.
+            started = st.job == "start" or st.active_state == "activating" or (
+                st.active_state in ("active", "reloading") and self.started_meanwhile(o))
+            if started:
                 by = f" (triggered by {', '.join(st.triggered_by)})" if st.triggered_by else ""
                 reasons.append(f"{o.name} was started again during the drain{by}: "
                                "it would hold the accelerator while the machine sleeps")
@@ -151,7 +202,7 @@ class Supervisors:
 
     def _after_stop(self, owners: Sequence[Owner], wait_s: float
                     ) -> dict[str, systemd.AfterStop] | Unavailable:
-        """Each owner (by key) once its stop job ended; the triggers as read before the drain."""
+        """Each owner (by key) once it finished stopping; the triggers as read before the drain."""
         system = [o for o in owners if o.kind == "systemd-service"]
         out: dict[str, systemd.AfterStop] = {}
         if system:
@@ -169,10 +220,26 @@ class Supervisors:
 
     # -- drop-ins ----------------------------------------------------------
 
+    def clean_leftovers(self) -> list[str]:
+        """Put back what a killed run left (guard/leftovers.py); a line for each thing put back."""
+        notes = self.engines.put_back_policies()
+        units = [Owner("systemd-service", u) for u in leftovers.system_dropins(self.dropin_root)]
+        users = leftovers.user_dropins()
+        if not units and not users:
+            return notes
+        self.remove_dropins([*units, *users])
+        failed = self.reload([*units, *users])
+        names = ", ".join(o.name if o.uid is None else f"{o.name} (uid {o.uid})"
+                          for o in [*units, *users])
+        notes.append(f"removed the drain drop-in a killed guard run left on {names}; "
+                     + ("its manager was reloaded" if failed is None else
+                        f"the reload failed ({failed.reason}): run systemctl daemon-reload"))
+        return notes
+
     def _dropin(self, unit: str) -> str:
         return os.path.join(self.dropin_root, f"{unit}.d", DROPIN_NAME)
 
-    def _write_dropin(self, unit: str, signame: str) -> None:
+    def _write_dropin(self, unit: str, signame: str, timeout_stop_s: float | None) -> None:
         path = self._dropin(unit)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = path + ".tmp"
@@ -180,7 +247,7 @@ class Supervisors:
         with open(marker, "w"):
             pass
         with open(tmp, "w") as f:
-            f.write(dropin_text(signame, marker))
+            f.write(dropin_text(signame, marker, timeout_stop_s))
         os.replace(tmp, path)
 
     def started_meanwhile(self, owner: Owner) -> bool:
@@ -224,7 +291,7 @@ class Supervisors:
         uids = dict.fromkeys(o.uid for o in owners if o.kind == "user-service" and o.uid is not None)
         failed = [r for r in (self.users.reload(uid) for uid in uids) if r is not None]
         if any(o.kind == "systemd-service" for o in owners):
-            system = systemd.reload_manager(address=self.bus_address)
+            system = systemd.reload_manager(RELOAD_TIMEOUT_S, address=self.bus_address)
             if system is not None:
                 failed.append(system)
         return failed[0] if failed else None
@@ -239,7 +306,8 @@ class Supervisors:
 
     def take_warnings(self) -> list[str]:
         """What went wrong on the way that the verdict should say (once)."""
-        out, self.engines.warnings[:] = list(self.engines.warnings), []
+        out = [*self.engines.warnings, *self.transient.warnings]
+        self.engines.warnings[:], self.transient.warnings[:] = [], []
         return out
 
 
@@ -248,5 +316,6 @@ def _with_state(owner: Owner, st: systemd.ServiceState) -> Owner:
         return owner.with_note(f"unit {st.load_state}")
     return replace(owner, restart=st.restart, restart_delay_s=st.restart_delay_s,
                    kill_mode=st.kill_mode, exec_stop=st.exec_stop, state=st.active_state,
-                   triggered_by=st.triggered_by)
+                   triggered_by=st.triggered_by, main_pid=st.main_pid,
+                   timeout_stop_s=st.timeout_stop_s, transient=st.transient)
 

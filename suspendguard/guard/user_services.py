@@ -1,11 +1,11 @@
-"""User services (``user@UID.service``): stopped, watched and started again through their user's manager.
+"""User services (``user@UID.service``): kept down, watched and started again through their user's manager.
 
-The same stop as a system service's: a drain drop-in (``KillSignal=`` the
-drain signal, guard/dropin.py) in the user's runtime unit folder
-``/run/user/UID/systemd/user/UNIT.d/``, one ``daemon-reload`` of that
-manager, then a stop job, so that ``Restart=`` does not fire and
-``ExecStop=`` runs. Every call goes to the user's own manager as that user
-(system/usermanager.py): it takes orders from no one else.
+The same as a system service's: a drain drop-in (``Restart=no``, the drain
+signal as ``KillSignal=``, guard/dropin.py) in the user's runtime unit
+folder ``/run/user/UID/systemd/user/UNIT.d/`` and one ``daemon-reload`` of
+that manager before the guard signals the holders itself. Every call goes
+to the user's own manager as that user (system/usermanager.py): it takes
+orders from no one else.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 from itertools import groupby
 
-from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text
+from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
 from suspendguard.guard.owner import Owner
 from suspendguard.model import Unavailable
 from suspendguard.system import usermanager
@@ -39,30 +39,33 @@ class UserServices:
             return Unavailable("the user manager's uid is not known")
         return usermanager.service_states(owner.uid, [owner.name])
 
-    def stop(self, owners: Sequence[Owner], signame: str) -> dict[str, str]:
-        """Queue the stops, one reload per user; for each key "" when queued, else why not."""
+    def stop(self, owners: Sequence[Owner], signame: str, timeout_s: float) -> dict[str, str]:
+        """Write the drop-ins, one reload per user; for each key "" when in force, else why not."""
         out = {o.key: "the user manager's uid is not known" for o in owners if o.uid is None}
         for uid, group in _by_uid(owners):
             queued = []
             for o in group:
                 folder = self._folder(o)
                 marker = os.path.join(folder, MARKER_NAME)
+                text = dropin_text(signame, marker, stop_timeout(o.timeout_stop_s, timeout_s))
                 failed = usermanager.write_file(uid, marker, "") or usermanager.write_file(
-                    uid, os.path.join(folder, DROPIN_NAME), dropin_text(signame, marker))
+                    uid, os.path.join(folder, DROPIN_NAME), text)
                 if failed is not None:
                     out[o.key] = f"cannot write the drain drop-in for {o.name}: {failed.reason}"
                 else:
                     queued.append(o)
             if not queued:
                 continue
-            answer = usermanager.reload(uid) or usermanager.stop(uid, [o.name for o in queued])
+            answer = usermanager.reload(uid)
+            if answer is not None:
+                self.remove_dropins(queued)  # a drop-in never outlives a reload that failed
             for o in queued:
-                out[o.key] = answer.reason if isinstance(answer, Unavailable) else ""
+                out[o.key] = answer.reason if answer is not None else ""
         return out
 
     def after_stop(self, owners: Sequence[Owner], until: float
                    ) -> dict[str, AfterStop] | Unavailable:
-        """Each owner (by key) once its stop job ended, or ``until`` passed."""
+        """Each owner (by key) once it finished stopping, or ``until`` passed."""
         out: dict[str, AfterStop] = {}
         for uid, group in _by_uid(owners):
             states = usermanager.after_stop(uid, {o.name: o.triggered_by for o in group}, until,

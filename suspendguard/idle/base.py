@@ -8,6 +8,7 @@ everything here is plain Python so the sampler and the tests never need one.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -44,10 +45,12 @@ class DeviceProcess:
     memory_mb: float | None
     device: str  # the DeviceReading.id it runs on
     source: str  # the backend that reported it
+    # NVML lists compute (CUDA) and graphics processes apart; the others list compute work.
+    kind: str = "compute"
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "name": self.name, "memory_mb": self.memory_mb,
-                "device": self.device, "source": self.source}
+                "device": self.device, "source": self.source, "kind": self.kind}
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class DeviceReading:
     readings: Mapping[str, float | None]
     processes: tuple[DeviceProcess, ...] = ()
     reason: str = ""  # why unknown, or what was not supported
+    # The backend read this device's process list in full: an empty
+    # ``processes`` then means no process, not "cannot say".
+    lists_processes: bool = False
 
     def load(self) -> tuple[str, float] | None:
         """The highest compute-load reading as (words, percent), if any was read."""
@@ -78,6 +84,7 @@ class DeviceReading:
             "source": self.source,
             "readings": dict(self.readings),
             "processes": [p.to_json() for p in self.processes],
+            "lists_processes": self.lists_processes,
             "reason": self.reason,
         }
 
@@ -101,6 +108,17 @@ class IdleReport:
     backends: tuple[BackendStatus, ...]
     veto_reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    # (family, the veto it makes under [idle] on_unknown = veto) for each
+    # family no backend could answer for; also among veto_reasons or warnings.
+    unknown: tuple[tuple[str, str], ...] = ()
+
+    def process_view(self, family: str) -> str:
+        """The backend whose process lists cover every device of ``family`` it reported; "" if none."""
+        by: dict[str, list[DeviceReading]] = {}
+        for device in self.devices:
+            if device.family == family:
+                by.setdefault(device.source, []).append(device)
+        return next((src for src, devs in by.items() if all(d.lists_processes for d in devs)), "")
 
     def processes(self) -> tuple[DeviceProcess, ...]:
         """Every process a device reported, once per (source, device, pid)."""
@@ -138,6 +156,9 @@ class Backend(ABC):
 
     name: str
     family: Family
+    # A fallback is asked only when no other backend of its family probes OK
+    # (nvidia-smi behind NVML: both read the same driver, one is enough).
+    fallback: bool = False
 
     def __init__(self, config: IdleConfig) -> None:
         self.busy_threshold = config.busy_threshold
@@ -156,14 +177,27 @@ class Backend(ABC):
         readings: Mapping[str, float | None],
         processes: tuple[DeviceProcess, ...] = (),
         reason: str = "",
+        lists_processes: bool = False,
     ) -> DeviceReading:
         """A DeviceReading whose state follows from its load readings."""
         state, why = judge(readings, self.busy_threshold)
         return DeviceReading(
             id=device, family=self.family, state=state, source=self.name,
             readings=dict(readings), processes=processes,
-            reason="; ".join(r for r in (why, reason) if r),
+            reason="; ".join(r for r in (why, reason) if r), lists_processes=lists_processes,
         )
+
+
+def find_command(tool: str, key: str, hint: str = "") -> tuple[bool, str]:
+    """(usable, the program or why not) for a command configured as a path or a name on PATH."""
+    if "/" in tool:
+        if os.access(tool, os.X_OK) and os.path.isfile(tool):
+            return True, tool
+        return False, f"{tool}: not an executable file ([idle] {key})"
+    found = shutil.which(tool)
+    if found is None:
+        return False, f"{tool}: not found on PATH ([idle] {key}{hint})"
+    return True, found
 
 
 def find_file(configured: str, defaults: Sequence[str], key: str,

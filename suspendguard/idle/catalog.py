@@ -15,3 +15,10 @@ NAMES: tuple[str, ...] = tuple(IDLE_BACKENDS)
 def family_of(name: str) -> Family | None:
     """The family backend ``name`` reads; None for a name no backend has."""
     return IDLE_BACKENDS.get(name)
+
+
+# What to install so that a family's devices can be asked at all.
+INSTALL: dict[Family, str] = {
+    "ascend": "the Ascend driver's npu-smi, or the CANN toolkit for pyACL",
+    "nvidia": "the NVIDIA driver's nvidia-smi, or nvidia-ml-py for NVML",
+}

@@ -151,6 +151,8 @@ class DcmiBackend(Backend):
         found = ctypes.c_int(0)
         ret = lib.dcmi_get_device_resource_info(card, dev, infos, ctypes.byref(found))
         processes: tuple[DeviceProcess, ...] = ()
+        # DCMI returns at most MAX_PROCESSES: a full table may have left some out.
+        complete = ret == 0 and found.value < MAX_PROCESSES
         if ret == 0:
             processes = tuple(
                 DeviceProcess(info.proc_id, "", info.proc_mem_usage / MB, ident, self.name)
@@ -158,4 +160,5 @@ class DcmiBackend(Backend):
             )
         else:
             notes.append(f"process list {_code(ret)}")
-        return self.reading(ident, {"aicore_pct": aicore}, processes, "; ".join(notes))
+        return self.reading(ident, {"aicore_pct": aicore}, processes, "; ".join(notes),
+                            lists_processes=complete)

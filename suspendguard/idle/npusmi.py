@@ -10,9 +10,7 @@ chip at all, ``npu-smi info -l`` says which NPUs and chips to ask.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,10 +22,12 @@ from suspendguard.idle.base import (
     DeviceReading,
     QueryFailed,
     ascend_device_id,
+    find_command,
 )
 from suspendguard.system import runner
 
 NOT_SUPPORTED = "does not support querying"
+LISTED_AT_MOST = 8
 
 _UTIL_LABEL = re.compile(r"(AICore|NPU\s*Util)\s*\(%\)", re.IGNORECASE)
 _USAGE_LABEL = re.compile(r"([A-Za-z]+)-Usage\(MB\)")
@@ -248,15 +248,7 @@ class NpuSmiBackend(Backend):
         self.tool = config.npu_smi
 
     def probe(self) -> tuple[bool, str]:
-        tool = self.tool
-        if "/" in tool:
-            if os.access(tool, os.X_OK) and os.path.isfile(tool):
-                return True, tool
-            return False, f"{tool}: not an executable file ([idle] npu_smi)"
-        found = shutil.which(tool)
-        if found is None:
-            return False, f"{tool}: not found on PATH ([idle] npu_smi)"
-        return True, found
+        return find_command(self.tool, "npu_smi")
 
     def _run(self, args: list[str], until: float) -> runner.RunResult:
         left = until - time.monotonic()
@@ -301,7 +293,10 @@ class NpuSmiBackend(Backend):
             )
             if not info.process_table:
                 notes.append("npu-smi lists no processes on this board")
-            out.append(self.reading(ident, readings, procs, "; ".join(notes)))
+            # Some products list at most eight device-side processes per chip.
+            complete = info.process_table and len(procs) < LISTED_AT_MOST
+            out.append(self.reading(ident, readings, procs, "; ".join(notes),
+                                    lists_processes=complete))
         return out
 
     def health(self, timeout_s: float) -> list[tuple[str, str]]:

@@ -114,20 +114,23 @@ class NvmlBackend(Backend):
             readings["memory_used_mb"] = memory.used / MB
             readings["memory_total_mb"] = memory.total / MB
         processes: dict[int, DeviceProcess] = {}
+        complete = True
         for kind, call in (("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
                            ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
             found = _ask(nvml, call, handle)
             if isinstance(found, Unavailable):
                 notes.append(f"{kind} processes: {found.reason}")
+                complete = False
                 continue
             for proc in found:
                 used = getattr(proc, "usedGpuMemory", None)
                 if proc.pid not in processes:
                     processes[proc.pid] = DeviceProcess(
                         int(proc.pid), self._process_name(nvml, proc.pid),
-                        None if used is None else used / MB, ident, self.name,
+                        None if used is None else used / MB, ident, self.name, kind,
                     )
-        return self.reading(ident, readings, tuple(processes.values()), "; ".join(notes))
+        return self.reading(ident, readings, tuple(processes.values()), "; ".join(notes),
+                            lists_processes=complete)
 
     @staticmethod
     def _process_name(nvml: ModuleType, pid: int) -> str:

@@ -7,12 +7,14 @@ from suspendguard.idle.acl import AclBackend
 from suspendguard.idle.base import Backend
 from suspendguard.idle.dcmi import DcmiBackend
 from suspendguard.idle.npusmi import NpuSmiBackend
+from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
 from suspendguard.idle.nvml import NvmlBackend
 
 # Each class names itself; a new backend is one module, its name and family
 # in config.IDLE_BACKENDS (with any key of its own), and one entry here.
 BACKEND_TYPES: dict[str, type[Backend]] = {
-    backend.name: backend for backend in (AclBackend, NpuSmiBackend, DcmiBackend, NvmlBackend)
+    backend.name: backend for backend in (AclBackend, NpuSmiBackend, DcmiBackend, NvmlBackend,
+                                      NvidiaSmiBackend)
 }
 
 

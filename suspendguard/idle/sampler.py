@@ -84,10 +84,16 @@ def check_idle(
 
     statuses: dict[str, BackendStatus] = {}
     active: list[Backend] = []
-    for backend in candidates:
+    # Primaries first, so a fallback knows whether one of its family is usable.
+    for backend in sorted(candidates, key=lambda b: b.fallback):
         if backend.family not in wanted:
             statuses[backend.name] = BackendStatus(
                 backend.name, False, f"not needed: no {backend.family} device found")
+            continue
+        primary = next((b for b in active if b.family == backend.family), None)
+        if backend.fallback and primary is not None:
+            statuses[backend.name] = BackendStatus(
+                backend.name, False, f"not needed: {primary.name} answers for {backend.family}")
             continue
         try:
             ok, why = backend.probe()
@@ -218,6 +224,7 @@ def _verdict(
 ) -> IdleReport:
     vetoes: list[str] = []
     warnings: list[str] = []
+    unknown: list[tuple[str, str]] = []
     states: list[ReportState] = []
     sources = {b.name: b.family for b in used}
     for family in families:
@@ -245,8 +252,9 @@ def _verdict(
             why += [_said_by(s.name, s.reason) for s in statuses
                     if not s.available and families_of.get(s.name) == family]
         text = f"{family}: no idle backend could answer ({'; '.join(why) or 'none configured'})"
+        unknown.append((family, f"{text}; vetoed by [idle] on_unknown = veto"))
         if config.on_unknown == "veto":
-            vetoes.append(f"{text}; vetoed by [idle] on_unknown = veto")
+            vetoes.append(unknown[-1][1])
         else:
             warnings.append(f"{text}; allowed by [idle] on_unknown = allow")
 
@@ -254,4 +262,4 @@ def _verdict(
         "busy" if "busy" in states else "unknown" if "unknown" in states else "idle"
     )
     devices = tuple(t.report() for t in tracks.values())
-    return IdleReport(state, devices, statuses, tuple(vetoes), tuple(warnings))
+    return IdleReport(state, devices, statuses, tuple(vetoes), tuple(warnings), tuple(unknown))

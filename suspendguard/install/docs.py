@@ -7,7 +7,7 @@ bash-completion and zsh all look in /usr/local/share by default
 (MANDATORY_MANPATH, $XDG_DATA_DIRS, zsh's site-functions in $fpath).
 
 The files themselves are generated from the parser and the config schema
-and committed (man/, completion/; see suspendguard/docs): install copies
+and committed (man/, completion/; see tools/docgen): install copies
 them, it generates nothing.
 """
 

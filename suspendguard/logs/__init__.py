@@ -2,6 +2,7 @@
 
 - ``entries``: log lines -> entries (level, module, pid, time, message);
 - ``rules``: the catalog of documented failures and every known wording;
+- ``codes``: the vendor's error codes (data/vendor-codes.toml), found by position;
 - ``finding``: what a search reports: findings, and paths not read;
 - ``globs``: the configured globs, filled in and matched;
 - ``safe_open``: opening untrusted paths without following planted links;

@@ -45,6 +45,8 @@ class Finding:
     names the unit (``unit``; ``file`` is ``journal:UNIT``, ``line`` the
     entry's number among those read) and carries the journal's time.
     ``outside``: set when the time lies outside the attempt it was read for.
+    ``code``: the vendor code (logs/codes.py) the entry carries for its rule,
+    if any; a line whose wording is new is named by it.
     """
 
     rule: str
@@ -56,6 +58,7 @@ class Finding:
     text: str
     unit: str | None = None
     outside: Outside | None = None
+    code: str | None = None
 
     def placed(self, start: datetime, end: datetime | None) -> Finding:
         """This finding, marked when its time is before ``start`` or after ``end``."""
@@ -81,6 +84,7 @@ class Finding:
             "text": self.text,
             "unit": self.unit,
             "outside_attempt": self.outside.to_json() if self.outside else None,
+            "code": self.code,
         }
 
     @classmethod
@@ -89,7 +93,7 @@ class Finding:
         out = doc.get("outside_attempt")
         outside = Outside(out["side"], float(out["by_s"])) if out else None
         return cls(doc["rule"], doc["severity"], doc["file"], doc["line"], time, doc["pid"],
-                   doc["text"], doc.get("unit"), outside)
+                   doc["text"], doc.get("unit"), outside, doc.get("code"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +109,24 @@ class Skipped:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Skipped:
         return cls(doc["path"], doc["reason"])
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownCode:
+    """A code-shaped token, in a line that says it failed, that the vendor code table lacks.
+
+    Never a finding: ``logs --verbose`` shows it as an unrecognised vendor
+    code, so that the table can learn it.
+    """
+
+    code: str
+    file: str
+    line: int
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "file": self.file, "line": self.line, "text": self.text}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> UnknownCode:
+        return cls(doc["code"], doc["file"], doc["line"], doc["text"])

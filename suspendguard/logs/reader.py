@@ -1,8 +1,9 @@
 """Reading one open log file fast: the catalog's needles searched in windows of bytes.
 
-It does not parse every line: the needles are searched for in big chunks
-(``bytes.find`` runs at memory speed) and only the entries around a hit are
-decoded, parsed (``entries``) and classified (``rules``). At most
+It does not parse every line: the needles, and the shapes of vendor codes
+(``codes``), are searched for in big chunks (``bytes.find`` and a regex with
+a literal prefix run at memory speed) and only the entries around a hit are
+decoded, parsed (``entries``) and named (``codes.name_record``). At most
 ``max_bytes`` are read, from the file's end, where the newest lines are;
 lines with NUL bytes or bad UTF-8 are skipped and counted.
 """
@@ -15,9 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from suspendguard.logs.codes import name_record, window_scans
 from suspendguard.logs.entries import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, parse_entry, parse_head_time
-from suspendguard.logs.finding import Finding, Skipped
-from suspendguard.logs.matching import Rule, classify, needles
+from suspendguard.logs.finding import Finding, Skipped, UnknownCode
+from suspendguard.logs.matching import Rule, needles
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.safe_open import describe
 
@@ -30,6 +32,8 @@ LONG_LINE = 16 * 1024 * 1024
 # line above it, for --since/--until.
 INHERIT_LINES = 64
 INHERIT_BYTES = 256 * 1024
+# Unrecognised vendor codes kept per file: notes for --verbose, not findings.
+MAX_UNKNOWN = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +43,14 @@ class FileResult:
     findings: tuple[Finding, ...]
     bytes_read: int
     skipped: tuple[Skipped, ...]
+    unknown_codes: tuple[UnknownCode, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "findings": [f.to_json() for f in self.findings],
             "bytes_read": self.bytes_read,
             "skipped": [k.to_json() for k in self.skipped],
+            "unknown_codes": [u.to_json() for u in self.unknown_codes],
         }
 
     @classmethod
@@ -53,6 +59,7 @@ class FileResult:
             tuple(Finding.from_json(f) for f in doc["findings"]),
             doc["bytes_read"],
             tuple(Skipped.from_json(k) for k in doc["skipped"]),
+            tuple(UnknownCode.from_json(u) for u in doc.get("unknown_codes", ())),
         )
 
 
@@ -95,6 +102,7 @@ class _Window:
         self.since = since
         self.until = until
         self.findings: list[Finding] = []
+        self.unknown: list[UnknownCode] = []
         self.nul_lines = 0
         self.bad_lines = 0
 
@@ -128,6 +136,12 @@ class _Window:
                 # One hit per line is enough: go on after it, which also keeps a
                 # megabyte line full of needles linear.
                 i = buf.find(needle, end, hi)
+        for scan in window_scans():
+            i = scan.next_at(buf, lo, hi, lo)
+            while i != -1:
+                start, end = _line_bounds(buf, i, lo, hi)
+                found.add(self._head_of(buf, start, lo, hi))
+                i = scan.next_at(buf, lo, hi, end)
         return sorted(found)
 
     def _head_of(self, buf: bytes, start: int, lo: int, hi: int) -> int:
@@ -190,8 +204,8 @@ class _Window:
             if not lines:
                 continue
             text = "\n".join(lines)
-            rule = classify(text, self.rules)
-            if rule is None:
+            named = name_record(text, self.rules)
+            if named.rule is None and not named.unknown:
                 continue
             entry = parse_entry(self.path, line, lines)
             if self.since is not None or self.until is not None:
@@ -204,9 +218,14 @@ class _Window:
                     continue
                 if self.until is not None and when > self.until:
                     continue
+            if named.rule is None:
+                room = MAX_UNKNOWN - len(self.unknown)
+                self.unknown.extend(UnknownCode(c, self.path, line, text[:MAX_TEXT])
+                                    for c in named.unknown[:max(room, 0)])
+                continue
             self.findings.append(
-                Finding(rule.id, rule.severity, self.path, line, entry.time, entry.pid,
-                        text[:MAX_TEXT])
+                Finding(named.rule.id, named.rule.severity, self.path, line, entry.time,
+                        entry.pid, text[:MAX_TEXT], code=named.code)
             )
         return line + buf.count(b"\n", last, hi) if count_all else line
 
@@ -288,4 +307,4 @@ def read_file(
         skipped.append(Skipped(path, f"{window.nul_lines} line(s) with NUL bytes (binary) skipped"))
     if window.bad_lines:
         skipped.append(Skipped(path, f"{window.bad_lines} line(s) not UTF-8 text skipped"))
-    return FileResult(tuple(window.findings), total, tuple(skipped))
+    return FileResult(tuple(window.findings), total, tuple(skipped), tuple(window.unknown))

@@ -192,8 +192,8 @@ RULES: tuple[Rule, ...] = (
             # CANN troubleshooting "EE1023 resource shortage" (Event section): plog lines
             # "GenEventId:Alloc Event resource failed. ... ErrorCode=EE1023." and
             # "Failed to allocate event id, device_id=0, tsId=0, retCode=0x7020019."
-            # (also "InnerCode=0x7020019"; both end in "Code=").
-            wording("Code=0x7020019", "Code=0x70200", regex=r"Code=0x7020019(?![0-9a-fA-F])"),
+            # (retCode=0x7020019 itself, and ErrCode=207007, name this rule through the code
+            # table, data/vendor-codes.toml.)
             wording("Alloc Event resource failed", " resource"),
             wording("Failed to allocate event id", "Failed to alloc"),
             # (No catch-all "rtEventRecord ... fail": that call also fails for AI Core
@@ -219,18 +219,13 @@ RULES: tuple[Rule, ...] = (
         patterns=(
             # CANN troubleshooting "EE1023 resource shortage" (Stream section): retCode
             # 0x7020023 with "Alloc Stream resource failed", "resource alloc fail" or
-            # "Failed to alloc stream id".
-            wording("Code=0x7020023", "Code=0x70200", regex=r"Code=0x7020023(?![0-9a-fA-F])"),
+            # "Failed to alloc stream id". (The code itself, also printed in decimal as
+            # 117571619 (issue 14), and ErrCode=207008 name this rule through the code table.)
             wording("Alloc Stream resource failed", " resource"),
             wording("Failed to alloc stream id", "Failed to alloc"),
             # CANN runtime error table: ACL_ERROR_RT_NO_STREAM_RESOURCE; also printed when
             # the async-copy queue of an ACL graph is full (retCode 0x7110019).
             wording("no stream resource", " resource"),
-            # The same code printed as a decimal error number (0x7020023 == 117571619; issue
-            # 14). Only this one: the event and notify codes (117571609, 117571611) were never
-            # seen in decimal, and an all-digit needle is the slowest pass of the scanner
-            # (log lines are full of digits).
-            needle("117571619", regex=r"(?<![0-9])117571619(?![0-9])"),
         ),
         vendor_ids=("AISW_CANN_Runtime_015", "AISW_CANN_DRV_TS_001"),
     ),
@@ -248,8 +243,8 @@ RULES: tuple[Rule, ...] = (
             "aclmdlRIDestroy; run fewer ACL graphs concurrently."
         ),
         patterns=(
-            # CANN troubleshooting "EE1023 resource shortage" (Notify section).
-            wording("Code=0x702001b", "Code=0x70200", regex=r"Code=0x702001b(?![0-9a-fA-F])"),
+            # CANN troubleshooting "EE1023 resource shortage" (Notify section); its retCode
+            # 0x702001b, and ErrCode=207009, name this rule through the code table.
             wording("Alloc Notify resource failed", " resource"),
             # CANN runtime error table: ACL_ERROR_RT_NO_NOTIFY_RESOURCE.
             wording("no notify resource", " resource"),
@@ -274,19 +269,21 @@ RULES: tuple[Rule, ...] = (
             # RecentErrMsg blocks, e.g. hw-native-sys/PTOAS PR 341 (CANN 8.x):
             # "Memory_Allocation_Failure(EL0004): Failed to allocate memory." followed by
             # "allocate device memory failed.[FUNC:Init][FILE:memory_pool_manager.cc]".
-            needle("Memory_Allocation_Failure(EL0004)"),
+            # (EL0004 itself, and 207001/207018, name this rule through the vendor code
+            # table, data/vendor-codes.toml: no wording needed for them.)
             needle("allocate device memory failed"),
             # torch_npu's message (vllm-ascend issue 19, vllm-omni issues 1199, 2128).
             wording("NPU out of memory", "out of memory"),
             # CANN runtime error table: RT_ERROR_DRV_OUT_MEMORY -> "driver error:out of memory".
             wording("driver error:out of memory", "out of memory"),
-            # ACL_ERROR_RT_MEMORY_ALLOCATION as AscendCL reports it (issue 14): "alloc device
-            # memory failed, runtime result = 207001" (the ReportCallError form, as in
-            # "open device 2 failed, runtime result = 507033" of PTOAS PR 341 above).
+            # The driver's own line, hiascend.com CANN troubleshooting_0118 ("内存申请失败,
+            # 出现OOM"): "[drv][devmm][devmm_alloc_managed 182]<errno:12, 6>
+            # Heap_alloc_managed out of memory." (next to "module_name=EL9999").
+            wording("Heap_alloc_managed out of memory", "out of memory"),
+            # (ACL_ERROR_RT_MEMORY_ALLOCATION as AscendCL reports it, "alloc device memory
+            # failed, runtime result = 207001" (issue 14), is named by the code table.
             # MindSpore's "ret[207001] ... may be other processes occupying this card" is
-            # device-held-by-previous-job. (Not the bare number: an all-digit needle is the
-            # scanner's slowest pass.)
-            needle("runtime result = 207001", regex=r"runtime result = 207001(?![0-9])"),
+            # device-held-by-previous-job: a wording names a line before its code does.)
         ),
         vendor_ids=("AISW_Framework_Custom_01",),
     ),
@@ -312,13 +309,11 @@ RULES: tuple[Rule, ...] = (
             # 7 is DRV_ERROR_INNER_ERR and 13 DRV_ERROR_BUSY in ascend_hal_error.h; the
             # field case reports 7 next to Resource_Busy, so both count.
             needle("halDeviceOpen failed", regex=r"drvRetCode=(?:7|13)(?![0-9])"),
-            # CANN error text "Resource_Busy(EL0005): The resources are busy. Possible
-            # Cause: 1. occupied 2. device is being reset 3. software is not ready".
-            needle("Resource_Busy(EL0005)"),
-            # Ascend/samples issue 16: "acl set device 0 failed, errorCode = 507033"
-            # (the sample's own message; the long tail is the faster needle).
-            wording("failed, errorCode = 507033", "failed, errorCode = 507033", "acl set device",
-               regex=r"errorCode = 507033(?![0-9])"),
+            # (CANN's "Resource_Busy(EL0005): The resources are busy. Possible Cause: 1.
+            # occupied 2. device is being reset 3. software is not ready", and Ascend/samples
+            # issue 16's "acl set device 0 failed, errorCode = 507033", are named by their
+            # codes, EL0005 and 507033 (ACL_ERROR_RT_DEV_SETUP_ERROR), in the code table;
+            # so are DCMI's -8012 (not ready) and -8020 (resource occupied).)
         ),
     ),
     Rule(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from suspendguard.logs.finding import Finding, Skipped
+from suspendguard.logs.finding import Finding, Skipped, UnknownCode
 from suspendguard.logs.matching import Rule
 from suspendguard.logs.reader import FileResult, read_file
 from suspendguard.logs.rules import RULES
@@ -36,6 +36,7 @@ class SearchReport:
     bytes_read: int
     skipped: tuple[Skipped, ...]
     files_older: int = 0  # left unread because modified before --since
+    unknown_codes: tuple[UnknownCode, ...] = ()  # notes, never findings
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class SearchReport:
             "bytes_read": self.bytes_read,
             "files_older_than_since": self.files_older,
             "skipped": [s.to_json() for s in self.skipped],
+            "unrecognised_vendor_codes": [u.to_json() for u in self.unknown_codes],
         }
 
 
@@ -61,6 +63,7 @@ def search(
     """Search explicit files/folders and/or configured globs, newest files first."""
     found = plan(paths, patterns, homes, environ, since)
     findings: list[Finding] = []
+    unknown: list[UnknownCode] = []
     skipped = list(found.skipped)
     files, total = found.empty, 0
     try:
@@ -71,10 +74,11 @@ def search(
             files += 1
             total += result.bytes_read
             findings.extend(result.findings)
+            unknown.extend(result.unknown_codes)
             skipped.extend(result.skipped)
     finally:
         found.close()
-    return SearchReport(tuple(findings), files, total, tuple(skipped), found.older)
+    return SearchReport(tuple(findings), files, total, tuple(skipped), found.older, tuple(unknown))
 
 
 def _read_one(cand: Candidate, max_bytes: int, rules: Sequence[Rule],

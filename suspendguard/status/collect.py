@@ -27,6 +27,7 @@ from suspendguard.install.state import installation_state
 from suspendguard.install.templates import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.status.model import ConfigState, HistoryState, RecentHistory, StateDir, Status
+from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import DB_NAME, History
 from suspendguard.system.dbus.bus import system_bus_address
 from suspendguard.system.dbus.logind import logind_info
@@ -35,7 +36,7 @@ from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
 if TYPE_CHECKING:
-    from suspendguard.guard.pipeline import IdleCheck
+    from suspendguard.guard.device_view import IdleCheck
 
 # Enough to see a pattern, short enough for a terminal.
 HISTORY_ATTEMPTS = 5
@@ -122,7 +123,7 @@ def collect(
     findings = tuple(doctor(Host(root), config, _vram_mb(report)))
     return Status(started, os.geteuid(), config_state, report, installation, state_dir,
                   logind, units, history, time.monotonic() - clock, config.devices.families,
-                  findings)
+                  guard_mode.read(config.state.dir), findings)
 
 
 def _vram_mb(report: Report | Unavailable) -> float | None:

@@ -18,8 +18,11 @@ from suspendguard import __version__
 from suspendguard.config import Config
 from suspendguard.doctor.checks import Finding, to_fix
 from suspendguard.guard.report import Report
+from suspendguard.idle.base import IdleReport
+from suspendguard.idle.catalog import INSTALL, family_of
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
+from suspendguard.store.mode import ENFORCE, Mode
 from suspendguard.store.rows import Attempt, HealthRow, StopRow
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
@@ -91,18 +94,23 @@ class RecentHistory:
 
 def restore_command(stop: StopRow, config_path: str | None = None) -> str:
     """What brings ``stop`` back: ``suspendguard restore`` while it is pending (``--force``
-    while it is held after resume); once restore has tried and failed, the owner's own start
-    (restore tries once)."""
+    while it is held after resume); once restore has tried and failed (or left a stop
+    of an earlier boot down), the owner's own start (restore tries once); for one still
+    starting, its status."""
     if stop.result in (None, "held"):
         config = f" --config {shlex.quote(config_path)}" if config_path else ""
         return f"suspendguard{config} restore" + (" --force" if stop.result == "held" else "")
     unit = shlex.quote(stop.name)
+    if stop.kind in ("docker", "podman"):
+        return f"{stop.kind} start {unit}"
+    # A start job still running when restore ended: look whether it came up.
+    verb = "status" if stop.result == "starting" else "start"
     if stop.kind == "user-service" and stop.uid is not None:
         # What the guard does (system/usermanager.py): the user's manager
         # takes orders from its own uid only.
         return (f"setpriv --reuid={stop.uid} --regid=$(id -g {stop.uid}) --clear-groups "
-                f"env XDG_RUNTIME_DIR=/run/user/{stop.uid} systemctl --user start {unit}")
-    return f"systemctl start {unit}"
+                f"env XDG_RUNTIME_DIR=/run/user/{stop.uid} systemctl --user {verb} {unit}")
+    return f"systemctl {verb} {unit}"
 
 
 def held_line(stops: tuple[StopRow, ...]) -> str | None:
@@ -152,6 +160,7 @@ class Status:
     history: HistoryState
     duration_s: float
     configured_families: tuple[str, ...] = ()
+    mode: Mode = ENFORCE
     doctor: tuple[Finding, ...] = ()  # suspendguard doctor's findings on this host
 
     @property
@@ -188,7 +197,20 @@ class Status:
             more = len(self.config.config.trust) - 1
             return (f"the config cannot be trusted: {self.config.config.trust[0]}"
                     + (f" (and {more} more)" if more else ""))
-        return self.installation.refusal()
+        return self.no_backend() or self.installation.refusal()
+
+    def no_backend(self) -> str | None:
+        """"no backend can answer for FAMILY (install X)" when [idle] on_unknown = veto makes
+        that a veto of every suspend, else None."""
+        report, config = self.report, self.config.config
+        if isinstance(report, Unavailable) or not isinstance(report.idle, IdleReport) \
+                or not isinstance(config, Config) or config.idle.on_unknown != "veto":
+            return None
+        for family, _why in report.idle.unknown:
+            if not any(b.available for b in report.idle.backends if family_of(b.name) == family):
+                hint = INSTALL.get(family, "an idle backend")  # type: ignore[call-overload]
+                return f"no backend can answer for {family} (install {hint})"
+        return None
 
     def verdict(self) -> Verdict | Unavailable:
         """What the guard would answer now: the dry run's verdict, unless the guard
@@ -209,9 +231,15 @@ class Status:
         v = self.verdict()
         if isinstance(v, Unavailable):
             return f"the next suspend: unknown: {v.reason}"
+        if self.mode.name == "off":
+            return ("suspends are not guarded: the guard is off (suspendguard mode enforce); "
+                    f"it would say {v.kind} now")
         if not self.installation.enabled:
             guard = "suspends are not guarded (the veto unit is not enabled: suspendguard install)"
             return f"{guard}; the guard would say {v.kind} now"
+        if self.mode.name == "observe":
+            return ("observe mode: the next suspend goes ahead whatever the guard finds "
+                    f"(suspendguard mode enforce); it would say {v.kind} now")
         if v.kind == "unknown":
             return f"the next suspend: unknown now: {v.reasons[0] if v.reasons else ''}"
         if v.kind == "veto":
@@ -241,6 +269,7 @@ class Status:
         data["doctor"] = {"to_fix": len(to_fix(self.doctor)),
                           "findings": [f.to_json() for f in self.doctor]}
         data["config"] = self.config.to_json()
+        data["mode"] = {"mode": self.mode.name, "problem": self.mode.problem}
         return data
 
     def _report_json(self) -> dict[str, Any]:

@@ -1,18 +1,25 @@
 """``suspendguard status --prometheus``: the Prometheus text exposition format (0.0.4).
 
-Written by hand: prometheus-client is not a runtime dependency, and this is
-a one-shot report for node_exporter's textfile collector, not a server.
-Names follow Prometheus conventions: the ``suspendguard_`` prefix, base
-units in the name (``_seconds``, ``_bytes``, ``_ratio``, ``_watts``),
-``_total`` for counters, and one series per label value set to 1 (0 for
-the others) for states, so that alerts can say ``== 1``.
+A collector over the typed status report, rendered by prometheus-client (the
+Prometheus project's own client; python3-prometheus-client in Debian), for
+node_exporter's textfile collector: a one-shot report, not a server. Names
+follow Prometheus conventions: the ``suspendguard_`` prefix, base units in
+the name (``_seconds``, ``_bytes``, ``_ratio``, ``_watts``), ``_total`` for
+counters, and one series per label value set to 1 (0 for the others) for
+states, so that alerts can say ``== 1``.
+
+Each metric is one line in the function of its part of the report, e.g.
+``m.gauge("suspendguard_x", "What x is").add(value, label="...")``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from suspendguard.idle.base import IdleReport
 from suspendguard.install.templates import instance
@@ -20,7 +27,7 @@ from suspendguard.model import SLEEP_ACTIONS, Action, Disposition, Unavailable
 from suspendguard.status.model import RecentHistory, Status
 from suspendguard.system.dbus.logind import LogindInfo
 
-ACTIONS: tuple[Action, ...] = ("drain", "protect", "ignore", "never")
+ACTIONS: tuple[Action, ...] = ("drain", "protect", "ignore", "never", "keep")
 DISPOSITIONS: tuple[Disposition, ...] = ("default", "caught", "ignored", "blocked", "unknown")
 DEVICE_STATES = ("busy", "idle", "unknown")
 VERDICTS = ("allow", "veto", "unknown")
@@ -34,26 +41,10 @@ PARTS = ("config", "accelerators", "installation", "logind", "systemd", "history
 Labels = Mapping[str, str]
 
 
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
-
-
 @dataclass
 class Family:
+    """One metric's samples as they are added; a prometheus-client family once complete."""
+
     name: str
     kind: str  # gauge | counter
     help: str
@@ -63,16 +54,20 @@ class Family:
         self.samples.append((labels, value))
         return self
 
-    def lines(self) -> list[str]:
-        out = [f"# HELP {self.name} {_escape_help(self.help)}", f"# TYPE {self.name} {self.kind}"]
+    def metric(self) -> Metric:
+        names = list(self.samples[0][0]) if self.samples else []
+        family = (CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily)(
+            self.name, self.help, labels=names)
         for labels, value in self.samples:
-            text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
-            out.append(f"{self.name}{{{text}}} {_number(value)}" if text
-                       else f"{self.name} {_number(value)}")
-        return out
+            if set(labels) != set(names):
+                raise ValueError(f"{self.name}: labels {sorted(labels)}, not {sorted(names)}")
+            family.add_metric([labels[n] for n in names], value)
+        return family
 
 
-class Metrics:
+class Metrics(Collector):
+    """The families of one report, in the order they are first added."""
+
     def __init__(self) -> None:
         self.families: dict[str, Family] = {}
 
@@ -98,11 +93,9 @@ class Metrics:
         for v in known:
             family.add(1 if v == chosen else 0, **labels, **{label: v})
 
-    def text(self) -> str:
-        lines: list[str] = []
-        for f in self.families.values():
-            lines += f.lines()
-        return "\n".join(lines) + "\n"
+    def collect(self) -> Iterator[Metric]:
+        for family in self.families.values():
+            yield family.metric()
 
 
 def _flag(value: object) -> float:
@@ -323,22 +316,39 @@ def _parts(s: Status) -> dict[str, bool]:
     }
 
 
+class StatusCollector(Collector):
+    """The metrics of one status report, for a prometheus-client registry."""
+
+    def __init__(self, status: Status) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.status
+        m = Metrics()
+        m.gauge("suspendguard_up", "1: the status report was made").add(1)
+        part = m.gauge("suspendguard_status_part_available",
+                       "Each part of the status report could be read (1) or not (0); "
+                       "suspendguard status --json says why")
+        for name, ok in _parts(s).items():
+            part.add(_flag(ok), part=name)
+        m.gauge("suspendguard_status_duration_seconds", "How long the status report took").add(
+            round(s.duration_s, 3))
+        m.gauge("suspendguard_status_root", "The report was made as root (1) or not (0)").add(
+            _flag(s.root))
+        _accelerators(m, s)
+        _installation(m, s)
+        _logind(m, s)
+        _systemd(m, s)
+        _history(m, s)
+        _after_resume(m, s)
+        return m.collect()
+
+
+def render(collector: Collector) -> str:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
 def exposition(s: Status) -> str:
-    m = Metrics()
-    m.gauge("suspendguard_up", "1: the status report was made").add(1)
-    part = m.gauge("suspendguard_status_part_available",
-                   "Each part of the status report could be read (1) or not (0); "
-                   "suspendguard status --json says why")
-    for name, ok in _parts(s).items():
-        part.add(_flag(ok), part=name)
-    m.gauge("suspendguard_status_duration_seconds", "How long the status report took").add(
-        round(s.duration_s, 3))
-    m.gauge("suspendguard_status_root", "The report was made as root (1) or not (0)").add(
-        _flag(s.root))
-    _accelerators(m, s)
-    _installation(m, s)
-    _logind(m, s)
-    _systemd(m, s)
-    _history(m, s)
-    _after_resume(m, s)
-    return m.text()
+    return render(StatusCollector(s))

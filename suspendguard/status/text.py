@@ -11,6 +11,7 @@ from suspendguard.guard.render import device_lines, holder_lines, idle_lines, pa
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable
 from suspendguard.status.model import Status, restore_command
+from suspendguard.store.rows import StopRow
 from suspendguard.system.dbus.logind import LogindInfo
 from suspendguard.system.terminal import safe
 
@@ -61,18 +62,31 @@ def _holder_lines(s: Status, width: int | None) -> list[str]:
     return lines
 
 
+def _restore_state(p: StopRow) -> str:
+    if p.result is None:
+        return "pending" if p.issued is not None else \
+            "pending (the guard ended while it issued the stop)"
+    if p.result == "left":
+        return "left down: stopped before a reboot"
+    if p.result == "starting":
+        return "starting when restore ended"
+    return f"{p.result}: {p.why}"
+
+
 def _not_restored_lines(s: Status) -> list[str]:
     """Jobs the guard stopped and has not started again: they stay down until someone does."""
     down = s.not_restored()
     if not down:
         return []
     rows = [("OWNER", "STOPPED", "ATTEMPT", "RESTORE")]
-    rows += [(p.owner, when(p.stopped), f"#{p.attempt_id}",
-              "pending" if p.result is None else f"{p.result}: {p.why}") for p in down]
+    rows += [(p.owner, when(p.stopped), f"#{p.attempt_id}", _restore_state(p)) for p in down]
     # Owner keys name units: nothing here may be cut.
     lines = [f"stopped by the guard, not started again: {len(down)}", *table(rows)]
-    for command in dict.fromkeys(restore_command(p, s.history.config_path) for p in down):
-        lines.append(f"  to start again: {command}")
+    commands = {restore_command(p, s.history.config_path):
+                "to see whether it came up" if p.result == "starting" else "to start again"
+                for p in down}
+    for command, what in commands.items():
+        lines.append(f"  {what}: {command}")
     config = s.config.config
     if any(p.result is None for p in down) and isinstance(config, Config) \
             and not config.restore.after_resume:
@@ -108,6 +122,8 @@ def _installation_lines(s: Status) -> list[str]:
         lines.append(f"  hook: absent ({inst.hook.path})")
     lines.append(f"  config: {s.config.path}: {s.config.describe()}")
     lines.append(f"  state dir: {s.state_dir.path}: {s.state_dir.describe()}")
+    lines.append(f"  mode: {s.mode.name}" + (f" ({s.mode.problem})" if s.mode.problem else "")
+                 + ("" if s.mode.enforcing else ": suspends are not enforced (suspendguard mode enforce)"))
     if isinstance(inst.manifest, Unavailable):
         lines.append(f"  manifest: {inst.manifest.reason}")
     return lines

@@ -220,7 +220,15 @@ def _connect_rw(path: str, wait_s: float) -> sqlite3.Connection:
 
 # Columns added since the first schema: (table, column, declaration). A file
 # written by an older version gains them when it is next opened for writing.
-COLUMNS_ADDED = (("holders", "owner", "TEXT NOT NULL DEFAULT 'plain'"),)
+COLUMNS_ADDED = (
+    ("holders", "owner", "TEXT NOT NULL DEFAULT 'plain'"),
+    # The boot a stop was made in (/proc/sys/kernel/random/boot_id): a stop of
+    # an earlier boot is not started again on its own (guard/restore.py).
+    ("stops", "boot_id", "TEXT NOT NULL DEFAULT ''"),
+    # When the supervisor took the stop; NULL while it was being issued (a
+    # row written ahead of the stop that the guard never saw answered).
+    ("stops", "issued", "REAL"),
+)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:

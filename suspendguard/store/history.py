@@ -174,12 +174,40 @@ class History:
                  json.dumps(list(warnings)), attempt_id),
             )
             self._insert_holders(c, attempt_id, holders)
-            c.executemany(
-                "INSERT INTO stops (attempt_id, seq, owner, kind, name, uid, stopped)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(attempt_id, st.seq, st.owner, st.kind, st.name, st.uid, st.stopped)
-                 for st in stops],
-            )
+            self._insert_stops(c, attempt_id, stops, issued=True)
+
+    def _insert_stops(self, c: sqlite3.Connection, attempt_id: int,
+                      stops: Sequence[StopRow], *, issued: bool) -> list[int]:
+        """Insert stop rows; ``issued`` False: written ahead, the stop not yet answered."""
+        boot = self.proc.boot_id()
+        ids = []
+        for st in stops:
+            cur = c.execute(
+                "INSERT INTO stops (attempt_id, seq, owner, kind, name, uid, stopped, boot_id,"
+                " issued) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (attempt_id, st.seq, st.owner, st.kind, st.name, st.uid, st.stopped,
+                 st.boot_id or boot, (st.issued or st.stopped) if issued else None))
+            ids.append(int(cur.lastrowid or 0))
+        return ids
+
+    def stopping(self, attempt_id: int, stops: Sequence[StopRow]) -> list[int]:
+        """Write down the jobs about to be stopped, before the stop is issued; their row ids.
+
+        Committed first, so a guard killed at any point after it (the stop
+        job queued, the engine's stop sent) leaves a row that ``restore``
+        acts on; :meth:`stop_issued` completes them.
+        """
+        with self._tx() as c:
+            return self._insert_stops(c, attempt_id, stops, issued=False)
+
+    def stop_issued(self, taken: Sequence[int], refused: Sequence[int],
+                    when: float | None = None) -> None:
+        """The supervisor took these stops; those it refused never happened (their rows go)."""
+        with self._tx() as c:
+            c.executemany("UPDATE stops SET issued=? WHERE id=?",
+                          [(when or time.time(), i) for i in taken])
+            c.executemany("DELETE FROM stops WHERE id=? AND result IS NULL",
+                          [(i,) for i in refused])
 
     @staticmethod
     def _insert_holders(c: sqlite3.Connection, attempt_id: int,
@@ -227,29 +255,42 @@ class History:
 
     def pending_stops(self, attempt_id: int | None = None) -> list[StopRow]:
         """Jobs stopped by the guard and not yet brought back (held ones too), oldest attempt
-        first, in stop order."""
+        first, in stop order.
+
+        Rows written ahead of a stop that was never answered count: the job
+        may well be down.
+        """
         where = "(result IS NULL OR result = 'held')" + (
             " AND attempt_id = ?" if attempt_id is not None else "")
         args = (attempt_id,) if attempt_id is not None else ()
         return self._stops(where, args)
 
     def not_restored(self) -> list[StopRow]:
-        """The newest stop of each owner that did not end with the job back: pending, or failed.
+        """The newest stop of each owner that did not end with the job back: pending, failed,
+        still starting when restore's budget ended, or left down (a stop of an earlier boot).
 
         An owner stopped again by a later attempt counts once, by that stop.
         """
         return self._stops("id IN (SELECT MAX(id) FROM stops GROUP BY owner)"
-                           " AND (result IS NULL OR result IN ('failed', 'held'))", ())
+                           " AND (result IS NULL OR result IN ('failed', 'starting', 'left',"
+                           " 'held'))", ())
 
     def _stops(self, where: str, args: Sequence[Any]) -> list[StopRow]:
+        columns = "boot_id, issued" if self._stop_columns() >= {"boot_id", "issued"} \
+            else "'', stopped"
         try:
             rows = self.conn.execute(
                 "SELECT attempt_id, seq, owner, kind, name, uid, stopped,"
-                f" restored, result, why, id FROM stops WHERE {where}"
+                f" restored, result, why, id, {columns} FROM stops WHERE {where}"
                 " ORDER BY attempt_id, seq", tuple(args)).fetchall()
         except sqlite3.OperationalError:
             return []  # a file from before stops were recorded, opened read-only
         return [StopRow(*r) for r in rows]
+
+    def _stop_columns(self) -> set[str]:
+        if not hasattr(self, "_stops_columns"):
+            self._stops_columns = {str(c[1]) for c in self.conn.execute("PRAGMA table_info(stops)")}
+        return self._stops_columns
 
     def record_event(self, phase: str, action: str | None, note: str = "",
                      attempt_id: int | None = None) -> None:
@@ -364,8 +405,10 @@ class History:
             return {str(r[0]): r[1] for r in self.conn.execute(
                 "SELECT rule, count(*) FROM findings GROUP BY rule")}
 
-    def last_real_attempt(self, action: str | None = None, since: float | None = None
-                          ) -> Attempt | None:
+    def last_real_attempt(self, action: str | None = None, since: float | None = None,
+                          ended_since: float | None = None) -> Attempt | None:
+        """The newest attempt that was no dry run; ``since``: started then or later;
+        ``ended_since``: finished then or later (or still unfinished and started then)."""
         sql = "SELECT id FROM attempts WHERE dry_run = 0"
         params: list[Any] = []
         if action is not None:
@@ -374,6 +417,9 @@ class History:
         if since is not None:
             sql += " AND started >= ?"
             params.append(since)
+        if ended_since is not None:
+            sql += " AND COALESCE(finished, started) >= ?"
+            params.append(ended_since)
         with self._reading():
             row = self.conn.execute(sql + " ORDER BY id DESC LIMIT 1", params).fetchone()
         return self.attempt(row[0]) if row else None

@@ -27,18 +27,33 @@ _POLL_S = 0.05
 @dataclass
 class GuardLock:
     """The lock as taken: ``fd`` is -1 when it was not; ``refused`` (another run holds
-    it) or ``unusable`` (no lock file could be had) then says why."""
+    it) or ``unusable`` (no lock file could be had) then says why.
+
+    After a peek ``fd`` is the lock file open without a lock: a run keeps the
+    file open either way until it ends, because that open file is how
+    another run tells this run's pyACL probe (a child of this process) from
+    a job that only borrowed its command line (guard/identity.py).
+    """
 
     fd: int = -1
     refused: str = ""
     unusable: str = ""
     # Set when a run that does not lock found another run draining.
     busy_pid: int | None = None
+    path: str = ""
 
     def release(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)  # closing the only fd releases the flock
             self.fd = -1
+
+    def token(self) -> tuple[str, tuple[int, int]] | None:
+        """(path, (st_dev, st_ino)) of the open lock file; None when none is open."""
+        if self.fd < 0:
+            return None
+        st = os.fstat(self.fd)
+        # As the kernel names it in another process's /proc/PID/fd.
+        return os.path.realpath(self.path), (st.st_dev, st.st_ino)
 
 
 def _open(state_dir: str, create: bool) -> int:
@@ -102,11 +117,15 @@ def take(state_dir: str, wait_s: float) -> GuardLock:
             time.sleep(_POLL_S)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return GuardLock(fd)
+    return GuardLock(fd, path=path)
 
 
 def peek(state_dir: str) -> GuardLock:
-    """For a run that signals nobody: no lock kept, only whether another run is draining."""
+    """For a run that signals nobody: no lock kept, only whether another run is draining.
+
+    The file stays open (``fd``), unlocked, until the run releases it.
+    """
+    path = os.path.join(state_dir, LOCK_NAME)
     try:
         fd = _open(state_dir, create=False)
     except OSError:
@@ -114,7 +133,7 @@ def peek(state_dir: str) -> GuardLock:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return GuardLock(busy_pid=holder_pid(fd) or 0)
-    finally:
-        os.close(fd)
-    return GuardLock()
+        return GuardLock(fd, busy_pid=holder_pid(fd) or 0, path=path)
+    # Never keep the shared lock: a run that drains would wait for it.
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return GuardLock(fd, path=path)

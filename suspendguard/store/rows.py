@@ -64,15 +64,21 @@ class StopRow:
     uid: int | None
     stopped: float
     restored: float | None = None
-    # started | failed | skipped; None: not yet brought back; held:
-    # kept stopped after resume because its device is unhealthy (why says so)
+    # started | starting | failed | skipped | left (a stop of an earlier boot,
+    # not started again); None: not yet brought back; held: kept stopped after
+    # resume because its device is unhealthy (why says so)
     result: str | None = None
     why: str = ""
     id: int = 0
+    boot_id: str = ""  # the boot the stop was made in; "" in files from before it was kept
+    # When the supervisor took the stop; None while it was being issued (the
+    # row is written first: a guard killed then leaves it for restore).
+    issued: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"owner": self.owner, "kind": self.kind, "name": self.name, "uid": self.uid,
                 "order": self.seq, "stopped": iso(self.stopped),
+                "issued": self.issued is not None, "boot_id": self.boot_id or None,
                 "restored": iso(self.restored) if self.restored is not None else None,
                 "result": self.result or "pending", "why": self.why}
 

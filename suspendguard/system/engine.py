@@ -1,8 +1,8 @@
 """Docker's Engine API (and Podman's Docker-compatible one) over the engine's unix socket.
 
 The standard library only: an ``http.client.HTTPConnection`` whose socket
-is AF_UNIX. The guard needs six documented endpoints (``/version``,
-``/containers/ID/json``, ``/stop``, ``/kill``, ``/update``, ``/start``);
+is AF_UNIX. The guard needs four documented endpoints (``/version``,
+``/containers/ID/json``, ``/containers/ID/update``, ``/containers/ID/start``);
 the ``docker`` SDK and its ``requests`` stack would be a new dependency on
 the suspend path for them. Every failure is an ``Unavailable`` saying which
 socket and why.
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
 import os
 import re
+import select
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from suspendguard.model import Unavailable
+from suspendguard.system import deadline
 
 DOCKER_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock")
 PODMAN_SOCKETS = ("/run/podman/podman.sock",)
@@ -31,8 +32,6 @@ SOCKET_ENV = {"docker": "DOCKER_HOST", "podman": "CONTAINER_HOST"}
 # The newest API this client was written against; the server's own is used
 # when it is older (the SDK's negotiation).
 API_MAX = (1, 43)
-# POST /containers/ID/stop takes ``signal`` from API 1.42 on (Docker 23).
-STOP_SIGNAL_API = (1, 42)
 TIMEOUT_S = 5.0
 _TIME = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$")
 
@@ -85,21 +84,22 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-class Pending:
-    """A request sent whose answer is read later (a stop waits for the container's exit)."""
+def _wait_for_answer(conn: _UnixConnection) -> None:
+    """Wait for the first bytes of the answer, or the guard's cancel, or the socket's timeout.
 
-    def __init__(self, engine: Engine, conn: _UnixConnection, what: str) -> None:
-        self.engine = engine
-        self.conn = conn
-        self.what = what
-
-    def answer(self) -> tuple[int, Any] | Unavailable:
-        try:
-            return self.engine.read(self.conn)
-        except (OSError, http.client.HTTPException) as exc:
-            return self.engine.failed(self.what, exc)
-        finally:
-            self.conn.close()
+    http.client blocks in recv() where a SIGTERM to the guard cannot end
+    the wait: the cancel's fd is watched beside the socket here.
+    """
+    sock = conn.sock
+    bound = deadline.current()
+    fd = bound.cancel_fd
+    if sock is None or fd is None:
+        return
+    ready, _, _ = select.select([sock, fd], [], [], conn.timeout)
+    if fd in ready:
+        raise ConnectionAbortedError(f"interrupted: {bound.cancel_reason}")
+    if not ready:
+        raise TimeoutError("timed out")
 
 
 class Engine:
@@ -117,6 +117,7 @@ class Engine:
         return Unavailable(f"the engine at {self.path} did not answer {what}: {why}")
 
     def read(self, conn: _UnixConnection) -> tuple[int, Any]:
+        _wait_for_answer(conn)
         response = conn.getresponse()
         data = response.read()
         try:
@@ -125,23 +126,24 @@ class Engine:
             body = data.decode("utf-8", "replace")
         return response.status, body
 
-    def send(self, method: str, path: str, body: Any = None,
-             timeout_s: float | None = None) -> Pending | Unavailable:
-        conn = _UnixConnection(self.path, self.timeout_s if timeout_s is None else timeout_s)
-        what = f"{method} {path}"
+    def call(self, method: str, path: str, body: Any = None,
+             timeout_s: float | None = None) -> tuple[int, Any] | Unavailable:
+        # Inside a guard run, no answer is waited for past its deadline.
+        limit = deadline.cap(self.timeout_s if timeout_s is None else timeout_s)
+        if deadline.cancelled() or limit <= 0:
+            why = deadline.current().cancel_reason if deadline.cancelled() else \
+                "no time was left before the guard's deadline"
+            return Unavailable(f"the engine at {self.path} was not asked {method} {path}: {why}")
+        conn = _UnixConnection(self.path, limit)
         try:
             payload = json.dumps(body).encode() if body is not None else None
             headers = {"Content-Type": "application/json"} if payload is not None else {}
             conn.request(method, path, body=payload, headers=headers)
+            return self.read(conn)
         except (OSError, http.client.HTTPException) as exc:
+            return self.failed(f"{method} {path}", exc)
+        finally:
             conn.close()
-            return self.failed(what, exc)
-        return Pending(self, conn, what)
-
-    def call(self, method: str, path: str, body: Any = None,
-             timeout_s: float | None = None) -> tuple[int, Any] | Unavailable:
-        sent = self.send(method, path, body, timeout_s)
-        return sent if isinstance(sent, Unavailable) else sent.answer()
 
     # -- the API ------------------------------------------------------------
 
@@ -187,29 +189,6 @@ class Engine:
                          int(policy.get("MaximumRetryCount") or 0),
                          parse_time(str(state.get("StartedAt") or "")))
 
-    def can_stop_with_signal(self) -> bool | Unavailable:
-        version = self.version()
-        return version if isinstance(version, Unavailable) else version >= STOP_SIGNAL_API
-
-    def stop(self, cid: str, signame: str | None, timeout_s: float) -> Pending | Unavailable:
-        """Send ``docker stop --signal SIG --time T``; the answer comes once the container stopped.
-
-        The engine records the container as stopped by the user, so its
-        restart policy does not bring it back; after ``timeout_s`` the engine
-        kills it, as ``docker stop`` does. ``signame`` None: the container's
-        own stop signal (APIs before 1.42).
-        """
-        t = math.ceil(timeout_s)
-        query: dict[str, str | int] = {"t": t} if signame is None else {"signal": signame, "t": t}
-        path = self._path(f"/containers/{quote(cid)}/stop", **query)
-        if isinstance(path, Unavailable):
-            return path
-        # The answer may take as long as the engine's own wait, and its kill.
-        return self.send("POST", path, timeout_s=t + 30.0)
-
-    def kill(self, cid: str, signame: str) -> str | Unavailable:
-        return self._post(f"/containers/{quote(cid)}/kill", {"signal": signame})
-
     def set_restart(self, cid: str, name: str, maximum: int = 0) -> str | Unavailable:
         return self._post(f"/containers/{quote(cid)}/update", {},
                           {"RestartPolicy": {"Name": name, "MaximumRetryCount": maximum}})
@@ -223,13 +202,11 @@ class Engine:
         if isinstance(path, Unavailable):
             return path
         answer = self.call("POST", path, body)
-        return answer if isinstance(answer, Unavailable) else stop_answer(self.path, path, answer)
+        return answer if isinstance(answer, Unavailable) else post_answer(self.path, path, answer)
 
 
-def stop_answer(where: str, path: str, answer: tuple[int, Any] | Unavailable) -> str | Unavailable:
+def post_answer(where: str, path: str, answer: tuple[int, Any]) -> str | Unavailable:
     """A POST's answer: "" when done, "already running"/"already stopped" (304), "gone" (404)."""
-    if isinstance(answer, Unavailable):
-        return answer
     status, body = answer
     if status in (200, 204):
         return ""

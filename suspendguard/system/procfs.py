@@ -60,6 +60,14 @@ class ProcFS:
     def path(self, pid: int | str, *parts: str) -> str:
         return "/".join((self.root, str(pid), *parts))
 
+    def boot_id(self) -> str:
+        """This boot's id (``sys/kernel/random/boot_id``); "" when it cannot be read."""
+        try:
+            with open(f"{self.root}/sys/kernel/random/boot_id", encoding="ascii") as f:
+                return f.read().strip()
+        except (OSError, ValueError):
+            return ""
+
     def exists(self, pid: int) -> bool:
         return os.path.exists(self.path(pid))
 
@@ -174,13 +182,14 @@ class ProcFS:
             _refused(exc)
             return []
         paths = []
+        readlink = os.readlink  # a local: this line runs once per fd on the host
         try:
             for name in names:
                 try:
-                    target = os.readlink(name, dir_fd=dfd)
+                    target = readlink(name, dir_fd=dfd)
                 except OSError:
                     continue
-                if target.startswith("/"):
+                if target[0] == "/":
                     paths.append((name, target))
         finally:
             os.close(dfd)
@@ -189,8 +198,21 @@ class ProcFS:
     def link_stat(self, pid: int, *parts: str) -> os.stat_result | None:
         """The stat of the file a magic link (fd/N, map_files/SPAN) leads to; None if it cannot."""
         try:
+            return self.map_file_stat(pid, *parts)
+        except ProcAccessError:
+            return None
+
+    def map_file_stat(self, pid: int, *parts: str) -> os.stat_result | None:
+        """As :meth:`link_stat`, but a refusal raises ProcAccessError instead of reading None.
+
+        Following /proc/PID/map_files/SPAN takes CAP_SYS_ADMIN in the initial
+        user namespace (or CAP_CHECKPOINT_RESTORE, from Linux 5.9): the
+        kernel's checkpoint_restore_ns_capable(). Root without it gets EPERM.
+        """
+        try:
             return os.stat(self.path(pid, *parts))
-        except OSError:
+        except OSError as exc:
+            _refused(exc)
             return None
 
     def exe(self, pid: int) -> str:
@@ -260,9 +282,12 @@ class ProcFS:
                     break
         return self._unified
 
-    def mnt_ns(self, pid: int | str) -> str | None:
+    def mnt_ns(self, pid: int | str, at: int | None = None) -> str | None:
+        """The mount namespace of ``pid`` (``mnt:[INODE]``); through ``at`` when given."""
         try:
-            return os.readlink(self.path(pid, "ns", "mnt"))
+            if at is None:
+                return os.readlink(self.path(pid, "ns", "mnt"))
+            return os.readlink("ns/mnt", dir_fd=at)
         except OSError:
             return None
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from suspendguard.system import children
+from suspendguard.system import children, deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +82,39 @@ def run(
     children.add(proc.pid)
     try:
         try:
-            out, err = proc.communicate(stdin, timeout=max(timeout, 0.001))
+            out, err = _communicate(proc, stdin, timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid)
             out, err = proc.communicate()
+            if deadline.cancelled():
+                return RunResult(args, None, out, err, error=deadline.current().cancel_reason)
             return RunResult(args, None, out, err, timed_out=True)
         return RunResult(args, proc.returncode, out, err)
     finally:
         children.discard(proc.pid)
+
+
+# How often a child's wait looks whether the guard was cancelled.
+CANCEL_POLL_S = 0.05
+
+
+def _communicate(proc: subprocess.Popen[str], stdin: str | None,
+                 timeout: float) -> tuple[str, str]:
+    """The child's output; TimeoutExpired past ``timeout``, the guard's deadline or its cancel."""
+    bound = deadline.current()
+    until = time.monotonic() + max(bound.cap(timeout), 0.001)
+    if bound.cancel is None:
+        return proc.communicate(stdin, timeout=until - time.monotonic())
+    first = True
+    while True:
+        left = until - time.monotonic()
+        if bound.cancelled or left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        try:
+            # communicate() may be called again after a timeout: no output is lost.
+            return proc.communicate(stdin if first else None, timeout=min(left, CANCEL_POLL_S))
+        except subprocess.TimeoutExpired:
+            first = False
 
 
 # What is kept of a bounded command's stderr: enough for its last lines.

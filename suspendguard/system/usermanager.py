@@ -29,7 +29,8 @@ from suspendguard.system.dbus.systemd import AfterStop, ServiceState
 
 TIMEOUT_S = 10.0
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-PROPERTIES = "Id,LoadState,ActiveState,Restart,RestartUSec,KillMode,ExecStop,TriggeredBy,Job"
+PROPERTIES = ("Id,LoadState,ActiveState,Restart,RestartUSec,KillMode,ExecStop,TriggeredBy,Job,"
+              "MainPID,TimeoutStopUSec,Transient")
 
 # systemd's time spans as systemctl show prints them: "100ms", "1min 30s", "2h 5min".
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d|w)\b")
@@ -58,7 +59,8 @@ def systemctl(uid: int, *args: str, timeout: float = TIMEOUT_S,
 
 
 def run_as(uid: int, argv: Sequence[str], timeout: float = TIMEOUT_S,
-           stdin: str | None = None) -> runner.RunResult | Unavailable:
+           stdin: str | None = None, timed_out_ok: bool = False
+           ) -> runner.RunResult | Unavailable:
     try:
         gid = pwd.getpwuid(uid).pw_gid
     except KeyError:
@@ -68,6 +70,8 @@ def run_as(uid: int, argv: Sequence[str], timeout: float = TIMEOUT_S,
     env = {"XDG_RUNTIME_DIR": runtime_dir(uid), "PATH": PATH, "LANG": "C.UTF-8",
            "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"}
     result = runner.run(argv, timeout, env=env, stdin=stdin, as_user=(uid, gid))
+    if result.timed_out and timed_out_ok:
+        return result
     if not result.ok:
         why = result.describe_failure()
         if result.error == "permission denied":
@@ -121,7 +125,10 @@ def service_states(uid: int, names: Sequence[str]) -> dict[str, ServiceState] | 
             restart_delay_s=timespan_s(b.get("RestartUSec", "")),
             kill_mode=b.get("KillMode", ""), exec_stop=bool(b.get("ExecStop")),
             triggered_by=tuple(b.get("TriggeredBy", "").split()),
-            job=jobs.get(name, "?") if b.get("Job") else "", next_elapse={})
+            job=jobs.get(name, "?") if b.get("Job") else "", next_elapse={},
+            main_pid=int(b.get("MainPID") or 0) if (b.get("MainPID") or "0").isdigit() else 0,
+            timeout_stop_s=timespan_s(b.get("TimeoutStopUSec", "")),
+            transient=b.get("Transient") == "yes")
     return out
 
 
@@ -130,17 +137,15 @@ def reload(uid: int) -> Unavailable | None:
     return result if isinstance(result, Unavailable) else None
 
 
-def stop(uid: int, names: Sequence[str]) -> dict[str, str] | Unavailable:
-    """Queue a stop job for each unit (not waited for); "" for each queued."""
-    result = systemctl(uid, "stop", "--no-block", *dict.fromkeys(names))
-    return result if isinstance(result, Unavailable) else dict.fromkeys(names, "")
-
-
 def start(uid: int, name: str, wait: bool = True) -> str | Unavailable:
-    """Start a unit; with ``wait``, the unit's ActiveState once the start job ended."""
-    result = systemctl(uid, "start", *(() if wait else ("--no-block",)), name, timeout=60.0)
+    """Start a unit; with ``wait``, the unit's ActiveState once the start job ended,
+    "starting" when it still ran as the wait (cut to the guard's deadline) ended."""
+    result = run_as(uid, ["systemctl", "--user", "start", *(() if wait else ("--no-block",)),
+                          name], timeout=60.0, timed_out_ok=True)
     if isinstance(result, Unavailable):
         return result
+    if result.timed_out:
+        return "starting"  # systemctl was stopped; the start job runs on in the manager
     if not wait:
         return "queued"
     state = systemctl(uid, "show", "-p", "ActiveState", "--value", name)
@@ -150,7 +155,7 @@ def start(uid: int, name: str, wait: bool = True) -> str | Unavailable:
 def after_stop(uid: int, timers: Mapping[str, Sequence[str]], until: float,
                clock: Callable[[], float], sleep: Callable[[float], None],
                ) -> dict[str, AfterStop] | Unavailable:
-    """Each unit once its stop job has ended, or ``until`` (on ``clock``) has passed."""
+    """Each unit once it is no longer stopping, or ``until`` (on ``clock``) has passed."""
     names = list(dict.fromkeys(timers))
     while True:
         states = service_states(uid, names)

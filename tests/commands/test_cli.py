@@ -46,6 +46,23 @@ def test_human_output_puts_the_verdict_first(conf: Path, node: str, holders: Hol
     assert holders.signals() == []
 
 
+def test_check_says_a_protect_rule_on_a_name_alone_lets_anyone_veto(
+        conf: Path, node: str, holders: Holders) -> None:
+    _, pid = holders.start(node)
+    comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    conf.write_text(conf.read_text() + f'[[policy.protect]]\ncomm = "{comm}"\n'
+                    f'[[policy.protect]]\ncomm = "{comm}"\nuid = 4242\n')
+    code, out, _ = cli("check", "--dry-run", "--config", str(conf))
+    assert code == 1  # the holder is protected by the first rule: veto
+    warning = (f"  ! [policy] protect #1 (comm={comm!r}) matches by name or command line alone, "
+               "which any user's process can set: any user can veto every suspend with it; add "
+               "uid, user, unit or exe")
+    assert warning in out.splitlines()
+    assert "protect #2" not in out.split("holders:")[0]  # a rule on a uid holds
+    assert (f"  pid {pid}: the rule that protects it matches by name or command line alone, "
+            "which any user's process can set") in out.splitlines()
+
+
 @pytest.mark.parametrize("mode,status", [("graceful", 0), ("deaf", 1)])
 def test_pre_sleep_exit_status(conf: Path, node: str, holders: Holders, mode: str,
                                status: int) -> None:

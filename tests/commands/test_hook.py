@@ -1,4 +1,4 @@
-"""The sleep hook's side: pre after the unit, the fallback drain, post with log findings."""
+"""The sleep hook's side: pre after the unit (and without it: no drain), post with log findings."""
 
 from __future__ import annotations
 
@@ -57,27 +57,34 @@ def test_pre_after_the_unit_only_records(conf: Path, node: str, holders: Holders
     assert events[0]["phase"] == "pre" and events[0]["attempt_id"] == report.attempt_id
 
 
-def test_pre_without_the_unit_drains_as_a_fallback(conf: Path, node: str,
-                                                   holders: Holders) -> None:
-    _proc, _pid = holders.start(node)
-    _deaf, _dpid = holders.start(node, mode="deaf")
+def test_pre_without_the_unit_drains_nothing_and_says_so(conf: Path, node: str,
+                                                         holders: Holders) -> None:
+    proc, _pid = holders.start(node)
     code, err = hook(conf, "pre", "suspend")
     assert code == 0  # a hook can never veto
-    assert "the veto unit did not run" in err
-    assert "a sleep hook cannot stop the suspend" in err
+    assert "the veto unit did not run before this suspend: nothing was drained" in err
+    assert holders.signals() == [] and proc.poll() is None  # no drain around the owners
     with History.open(state(conf), readonly=True) as h:
-        [attempt] = h.attempts(1)
-        events = h.events()
-    assert attempt.origin == "hook" and attempt.verdict == "veto"
-    assert "cannot stop the suspend" in events[0]["note"]
+        assert h.attempts(1) == []  # no attempt of the hook's own
+        [event] = h.events()
+    assert event["phase"] == "pre" and "nothing was drained" in event["note"]
 
 
-def test_fallback_drains_a_graceful_job(conf: Path, node: str, holders: Holders) -> None:
-    proc, pid = holders.start(node)
-    code, _ = hook(conf, "pre", "hibernate")
-    assert code == 0
-    assert proc.wait(timeout=10) == 0
-    assert holders.signals() == [f"{pid} SIGINT"]
+def test_a_long_attempt_still_counts_from_its_end(conf: Path, node: str) -> None:
+    """The look-back runs from the attempt's end: a drain that took longer
+    than the look-back itself is still this sleep's attempt."""
+    from suspendguard.config import load
+    cfg = load(str(conf))
+    report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
+                 log=Logger(io.StringIO(), {}))
+    import contextlib
+    import sqlite3
+    with contextlib.closing(sqlite3.connect(Path(state(conf)) / "history.db")) as c, c:
+        # As if it had begun 10 minutes ago and ended just now.
+        c.execute("UPDATE attempts SET started = started - 600 WHERE id = ?",
+                  (report.attempt_id,))
+    code, err = hook(conf, "pre", "suspend")
+    assert code == 0 and f"attempt {report.attempt_id}: system going down" in err
 
 
 def test_post_records_hwts_busy_for_the_attempt(conf: Path) -> None:

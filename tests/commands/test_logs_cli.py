@@ -37,7 +37,7 @@ def test_json_output() -> None:
     assert doc["files_read"] == 1
     first = doc["findings"][0]
     assert set(first) == {"rule", "severity", "file", "line", "time", "pid", "text", "unit",
-                          "outside_attempt"}
+                          "outside_attempt", "code"}
     assert (first["rule"], first["line"], first["pid"]) == ("event-id-exhausted", 1, 18401)
     assert (first["unit"], first["outside_attempt"]) == (None, None)
     assert doc["journals"] == [] and doc["attempt_started"] is None

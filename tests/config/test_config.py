@@ -9,7 +9,8 @@ import pytest
 from helpers import REPO
 from helpers.runners import cli
 
-from suspendguard.config import SCHEMA, build, defaults, load, to_toml
+from suspendguard.config import SCHEMA, Rule, build, commented_default, defaults, load, to_toml
+from suspendguard.config.schema import RULE_FIELDS, RULE_HELP
 from suspendguard.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -29,7 +30,8 @@ def test_defaults_match_the_issue() -> None:
 def test_effective_config_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('[drain]\ntimeout_s = 12\nescalate = ["SIGTERM:10", "kill:5"]\n'
-                    '[[policy.protect]]\ncomm = "trainer"\ncmdline = "--epochs \\\\d+"\n')
+                    '[[policy.protect]]\ncomm = "trainer"\ncmdline = "--epochs \\\\d+"\n'
+                    '[[policy.ignore]]\nuid = 997\nexe = "/usr/bin/x"\n')
     cfg = load(str(path))
     text = to_toml(cfg)
     again = build(tomllib.loads(text))
@@ -55,12 +57,15 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
          '[devices] families (line 2): expected a list of "ascend", "nvidia"'),
         ('[[policy.protect]]\ncmdline = "(unclosed"\n', "cmdline must be a valid regular expression"),
         ('[[policy.ignore]]\nname = "x"\n', "unknown field 'name'"),
+        ('[[policy.ignore]]\nuid = "1000"\n', "entry 1: uid must be an integer from 0 to 4294967295"),
+        ('[[policy.ignore]]\nuid = -1\n', "entry 1: uid must be an integer from 0"),
+        ('[[policy.protect]]\nuid = true\n', "entry 1: uid must be an integer from 0"),
         ('[state]\ndir = "relative"\n', "[state] dir (line 2): expected an absolute path"),
         ("[idle]\nsamples = 0\n", "[idle] samples (line 2): expected an integer >= 1"),
         ("[drain]\ntimeout_s = 30\ndeadline_s = 20\n",
-         "[drain] deadline_s (line 3): expected at least 41 ([drain] timeout_s + [idle] settle_s"),
+         "[drain] deadline_s (line 3): expected at least 46 ([drain] timeout_s + [idle] settle_s"),
         ("[drain]\ntimeout_s = 3\ndeadline_s = 10\n",
-         "expected at least 14 ([drain] timeout_s + [idle] settle_s and command_timeout_s"),
+         "expected at least 19 ([drain] timeout_s + [idle] settle_s and twice command_timeout_s"),
         ('[drain]\ntimeout_s = 3\ndeadline_s = 10\nescalate = ["SIGTERM:6"]\n[idle]\nbackends = []\n',
          "expected at least 11 ([drain] timeout_s + the [drain] escalate waits + 2 s to answer)"),
     ],
@@ -75,6 +80,18 @@ def test_bad_config_is_one_line_exit_2(tmp_path: Path, text: str, expected: str)
     assert str(path) in err
     assert expected in err
     assert "Traceback" not in err
+
+
+def test_commented_default_says_who_can_forge_each_match_kind() -> None:
+    text = commented_default()
+    for kind in RULE_FIELDS:
+        assert f"#   {kind}: {RULE_HELP[kind]}" in text
+    assert "#   comm: process name (/proc/PID/comm), exact: any user can set it" in text
+    assert "# A protect rule on comm or cmdline alone lets any user veto every\n" \
+        "# suspend (name a process so, open the device); an ignore rule on them\n" \
+        "# alone lets any user's job run on through it: add uid, user, unit or exe." in text
+    assert build(tomllib.loads(text.replace("# protect = [", "protect = ["))).policy.protect == (
+        Rule(exe="/usr/bin/example", uid=1000),)
 
 
 def test_drain_wait_that_fits_the_deadline_is_accepted(tmp_path: Path) -> None:

@@ -1,12 +1,15 @@
 """The Debian package, built with tools/build-deb and used for real on a fresh Debian 12.
 
+It is built from a copy of the tree without .git, as a release tarball
+unpacks.
+
 A minbase Debian 12 tree (mmdebstrap, cached: see tests/helpers/debian_box.py)
 holding only Debian's own packages, the package's dependencies among them, is
 booted with systemd-nspawn and a fake /sys/power. The package is installed
 with apt from the local file (the container has no network), configured the
 way an operator would (its conffile rewritten), then: a graceful job is
 drained and the suspend goes on, a deaf job vetoes it, a `Restart=always`
-service is stopped through systemd and runs again after resume (the
+service is drained, kept down by systemd and runs again after resume (the
 package's resume unit), `status` and `history`
 answer, `apt-get remove` keeps the configuration and the history, a
 reinstall keeps them too, and `apt-get purge` leaves the file list exactly
@@ -82,13 +85,28 @@ def cache_dir() -> Path:
     return Path(base) / "suspendguard-test"
 
 
+# What a release tarball or a downloaded ZIP holds: the tree, no .git, no
+# build output.
+NOT_IN_A_TARBALL = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "__pycache__",
+                                          "*.egg-info", ".mypy_cache", ".ruff_cache",
+                                          ".pytest_cache")
+
+
 @pytest.fixture(scope="module")
-def deb() -> Path:
-    result = subprocess.run([str(REPO / "tools" / "build-deb")], cwd=REPO, capture_output=True,
+def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package as tools/build-deb builds it from an unpacked source tarball.
+
+    There is no git checkout around it: a build that still needed one
+    (`git ls-files`) fails here with "not a git repository".
+    """
+    src = tmp_path_factory.mktemp("tarball") / "suspendguard-0.1.0"
+    shutil.copytree(REPO, src, ignore=NOT_IN_A_TARBALL, symlinks=True)
+    assert not (src / ".git").exists()
+    result = subprocess.run([str(src / "tools" / "build-deb")], cwd=src, capture_output=True,
                             text=True, timeout=900, env={**os.environ, "LINTIAN": "0"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [path] = re.findall(r"^tools/build-deb: (dist/\S+\.deb)$", result.stdout, re.M)
-    return REPO / path
+    return src / path
 
 
 @pytest.fixture(scope="module")
@@ -228,10 +246,12 @@ def test_graceful_job_is_drained_and_the_suspend_goes_on(clean: DebianBox) -> No
     journal = box.suspend()
     assert box.power_state().splitlines()[0] == "mem", journal
     assert f"{pid} SIGINT" in signals(box)
-    assert not box.unit_active("sg-test-graceful.service")
     assert "Finished suspendguard@suspend.service" in journal, journal
     attempt = newest_unit_attempt(box)
     assert attempt["verdict"] == "allow", attempt
+    # a transient unit (systemd-run) is gone once drained: restore made it again
+    assert [(st["name"], st["result"]) for st in attempt["stopped"]] == \
+        [("sg-test-graceful.service", "started")], attempt["stopped"]
     [holder] = [h for h in attempt["holders"] if h["pid"] == pid]
     assert holder["action"] == "drain" and holder["outcome"]["kind"] == "exited", attempt
 
@@ -250,7 +270,7 @@ def test_deaf_job_vetoes_the_suspend(clean: DebianBox) -> None:
     assert any(str(deaf) in reason for reason in attempt["reasons"]), attempt["reasons"]
 
 
-def test_restart_always_service_is_stopped_through_systemd_and_runs_after_resume(
+def test_restart_always_service_is_kept_down_by_systemd_and_runs_after_resume(
         clean: DebianBox) -> None:
     box = clean
     unit = "sg-test-always.service"
@@ -265,7 +285,7 @@ def test_restart_always_service_is_stopped_through_systemd_and_runs_after_resume
         first = main_pid(box, unit)
         journal = box.suspend()
         assert box.power_state().splitlines()[0] == "mem", journal
-        assert f"{first} SIGINT" in signals(box)  # the drain signal, sent by systemd's stop
+        assert f"{first} SIGINT" in signals(box)  # the drain signal, from the guard
         assert wait_active(box, unit), journal
         assert main_pid(box, unit) != first
         assert re.search(r"Finished suspendguard-resume\.service", journal) or \
@@ -286,6 +306,10 @@ def test_status_and_history_answer(installed: DebianBox) -> None:
     assert "installation: installed" in status.stdout, status.stdout + status.stderr
     assert "enabled for: suspend, hibernate, hybrid-sleep, suspend-then-hibernate" in status.stdout
     assert "config: /etc/suspendguard/config.toml: valid" in status.stdout
+    # written by Debian's own python3-prometheus-client (0.16 in Debian 12)
+    prom = box.suspendguard("status", "--prometheus", check=False)
+    assert prom.returncode == 0 and "\nsuspendguard_installed 1.0\n" in prom.stdout, (
+        prom.stdout[-2000:] + prom.stderr)
     history = box.suspendguard("history")
     assert re.search(r"\bveto\b", history.stdout) and re.search(r"\ballow\b", history.stdout), (
         history.stdout)

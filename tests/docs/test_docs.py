@@ -13,15 +13,19 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
+from docgen import GENERATED, KEYS_PAGE, generate
+from docgen.__main__ import main as docs_main
 from helpers import REPO
 
 from suspendguard.cli import build_parser
 from suspendguard.config import SCHEMA, commented_default
-from suspendguard.docs import GENERATED, KEYS_PAGE, generate
-from suspendguard.docs.__main__ import main as docs_main
+from suspendguard.config.render import FORGEABLE_NOTE, RULES_INTRO
+from suspendguard.config.schema import RULE_FIELDS, RULE_HELP
 
 MAN8 = REPO / "man" / "suspendguard.8"
 MAN5 = REPO / "man" / "suspendguard.toml.5"
@@ -92,8 +96,14 @@ def test_installed_config_comments_are_the_pages_help_texts() -> None:
     assert "README" not in text
     assert "man 5 suspendguard.toml" in text
     page = " ".join(unescaped(MAN5.read_text()).split())
+    # The rules' match kinds, each with who can forge it, as the page gives them.
+    kinds = [line[4:] for line in text.splitlines() if line.startswith("#   ")]
+    assert kinds == [f"{k}: {RULE_HELP[k]}" for k in RULE_FIELDS]
+    for kind, help_text in RULE_HELP.items():
+        assert f"\\fB{kind}\\fR {help_text}" in page, kind
     comments = [line[2:] for line in text.splitlines()
-                if line.startswith("# ") and not re.match(r"# \w+ = ", line)][3:]
+                if line.startswith("# ") and not re.match(r"# \w+ = ", line)
+                and not line.startswith("#   ") and line not in (RULES_INTRO, *FORGEABLE_NOTE)][3:]
     assert len(comments) == sum(len(s) for s in SCHEMA.values())
     for comment in comments:
         assert comment in page, comment
@@ -158,3 +168,41 @@ def test_man_renders_the_page_without_warnings(page: Path) -> None:
     text = subprocess.run(["man", "-l", str(page)], capture_output=True, text=True, timeout=60, check=True,
                           env={**os.environ, "MANWIDTH": "200", "MAN_KEEP_FORMATTING": ""}).stdout
     assert "NAME" in text and "SEE ALSO" in text
+
+
+def test_layer_table_names_every_module() -> None:
+    """docs/development.md's layer table names each module in its folder's row."""
+    rows = {}
+    for line in (REPO / "docs" / "development.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            for folder in cells[0].replace("`", "").split():
+                rows[folder.rstrip("/").removesuffix(".py")] = cells[1]
+    package = REPO / "suspendguard"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if path.stem in ("__init__", "__main__") or len(rel.parts) == 1:
+            continue
+        folder = rel.parts[0]
+        if folder not in rows:
+            missing.append(f"{folder}/ (no row)")
+        elif f"`{path.stem}`" not in rows[folder]:
+            missing.append(str(rel))
+    assert missing == [], f"docs/development.md's layer table does not name: {missing}"
+
+
+def test_the_wheel_ships_the_pages_but_not_their_generators(tmp_path: Path) -> None:
+    # Nothing at run time imports the generators: they stay in tools/. The
+    # wheel is built for real, from a copy (a build writes build/ and
+    # *.egg-info next to the sources).
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "dist", "__pycache__", "*.egg-info", ".*_cache"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                    "--disable-pip-version-check", "-q", "-w", str(tmp_path / "dist"), str(src)],
+                   check=True, capture_output=True, timeout=300)
+    [wheel] = (tmp_path / "dist").glob("suspendguard-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "suspendguard/cli.py" in names and "suspendguard/data/man/suspendguard.8" in names
+    assert [n for n in names if "docgen" in n or n.startswith("suspendguard/docs/")] == []

@@ -231,5 +231,5 @@ def test_status_summarises_the_findings(conf: Path, tmp_path: Path, no_bus: str)
     at = lines.index("suspend setup: 1 to fix (suspendguard doctor says how)")
     assert lines[at + 1] == ("  ! suspendguard@hibernate.service is not enabled: hibernate is "
                              "not guarded")
-    assert 'suspendguard_doctor_findings{severity="error"} 1' in exposition(s).splitlines()
+    assert 'suspendguard_doctor_findings{severity="error"} 1.0' in exposition(s).splitlines()
     assert s.to_json()["doctor"]["to_fix"] == 1

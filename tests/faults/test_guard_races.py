@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -17,6 +18,7 @@ from helpers.holders import Holders
 from helpers.isolation import needs_root
 
 from suspendguard.guard.pipeline import run
+from suspendguard.store import lock as guard_lock
 from suspendguard.system.log import Logger
 
 from .helpers import cli
@@ -139,3 +141,30 @@ def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path, node: str,
     assert any("no guard lock" in w and "symlink; not followed" in w for w in report["warnings"])
     assert target.read_text() == "keep\n" and stat.S_IMODE(target.stat().st_mode) == 0o644
     assert holders.signals() == [f"{pid} SIGINT"] and graceful.wait(timeout=5) == 0
+
+
+def test_a_dry_runs_open_lock_file_never_keeps_a_drain_out(tmp_path: Path) -> None:
+    """A peek keeps guard.lock open (its probes' token) but holds no lock on it."""
+    state = str(tmp_path / "state")
+    assert guard_lock.peek(state).fd == -1  # no lock file yet: nothing to keep open
+    first = guard_lock.take(state, 0.0)
+    first.release()
+    looking = guard_lock.peek(state)
+    try:
+        assert looking.fd >= 0
+        drain = guard_lock.take(state, 0.0)  # not refused: the peek holds no lock
+        try:
+            assert drain.fd >= 0 and not drain.refused
+            # Both name the same file, as another run sees it through /proc/PID/fd.
+            assert looking.token() == drain.token() == (
+                os.path.realpath(os.path.join(state, guard_lock.LOCK_NAME)),
+                (os.stat(os.path.join(state, guard_lock.LOCK_NAME)).st_dev,
+                 os.stat(os.path.join(state, guard_lock.LOCK_NAME)).st_ino))
+            busy = guard_lock.peek(state)
+            assert busy.busy_pid == os.getpid() and busy.fd >= 0
+            busy.release()
+        finally:
+            drain.release()
+    finally:
+        looking.release()
+    assert looking.token() is None

@@ -1,8 +1,11 @@
-"""Containers drained through their engine, kept down through the sleep, started again after it.
+"""Containers: their holders signalled by the guard, kept down by their engine, started again after.
 
 Against tests/fakes/engine (the Docker Engine API on a unix socket, real
 processes in ``docker-ID.scope`` / ``libpod-ID.scope`` cgroups), handed to
-the guard the standard way: DOCKER_HOST / CONTAINER_HOST.
+the guard the standard way: DOCKER_HOST / CONTAINER_HOST. What a real
+Docker Engine does with the same requests is tested in
+tests/containers/test_docker_engine.py; the fake stays for Podman (which
+does not run here) and for engines that fail or are watched by others.
 """
 
 from __future__ import annotations
@@ -43,6 +46,18 @@ def job(node: str, holders: Holders, mode: str = "graceful") -> list[str]:
             "--marker", holders.marker]
 
 
+def quick_job(node: str, holders: Holders) -> list[str]:
+    """A graceful job a shell makes: it holds the node a few ms after its start, not Python's 50+.
+
+    For the tests whose point is a restart caught within Docker's restart
+    delay plus the guard's margin, which Python's start-up on a loaded
+    machine can outlast.
+    """
+    script = ('exec 3<"$1"; trap \'echo "$$ SIGINT" >> "$2"; exit 0\' INT; echo "ready $$"; '
+              'while :; do sleep 0.05 3<&-; done')
+    return ["/bin/sh", "-c", script, "sh", node, holders.marker]
+
+
 def env(engine: FakeEngine) -> dict[str, str]:
     var = "DOCKER_HOST" if engine.kind == "docker" else "CONTAINER_HOST"
     return {var: f"unix://{engine.socket_path}"}
@@ -76,16 +91,23 @@ def test_the_fake_restarts_a_container_signalled_around_it(
     assert c.running and c.pid != first and c.restarts == 1
 
 
-def test_drained_through_the_engine_stays_down_and_is_restored_after_resume(
+def updates(engine: FakeEngine, cid: str) -> list[str]:
+    """The restart policies the guard set, in order."""
+    return [b["RestartPolicy"]["Name"] for m, p, _q, b in engine.requests
+            if m == "POST" and p == f"/containers/{cid}/update"]
+
+
+def test_drained_by_pid_kept_down_by_the_engine_and_restored_after_resume(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
     c = engine.create(job(node, holders), restart="always", name="infer")
     pid = c.pid
     report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
 
     assert report.verdict.kind == "allow", report.verdict
-    assert ("POST", f"/containers/{c.id}/stop") in [(m, p) for m, p, _q, _b in engine.requests]
-    stop_query = next(q for m, p, q, _b in engine.requests if p.endswith("/stop"))
-    assert stop_query == {"signal": "SIGINT", "t": "5"}
+    # The policy went aside before the signal, and the guard sent the signal itself.
+    assert updates(engine, c.id) == ["no"]
+    assert f"/containers/{c.id}/stop" not in engine.paths("POST")
+    assert f"/containers/{c.id}/kill" not in engine.paths("POST")
     assert f"{pid} SIGINT" in holders.signals()
     [holder] = report.holders
     assert holder.owner.kind == "docker" and holder.owner.name == c.id
@@ -102,6 +124,7 @@ def test_drained_through_the_engine_stays_down_and_is_restored_after_resume(
     [done] = json.loads(out)["restored"]
     assert done["result"] == "started", done
     assert engine.wait_running(c) and c.pid != pid
+    assert updates(engine, c.id) == ["no", "always"] and c.restart == "always"
     assert stops(tmp_path)[0]["result"] == "started"
     # Nothing left to bring back: a second restore starts nothing.
     assert cli("--config", conf_file(tmp_path, node), "restore", environ=env(engine))[1] == \
@@ -115,7 +138,7 @@ def test_container_without_restart_policy_is_stopped_and_restored(
     report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
     assert report.verdict.kind == "allow"
     assert report.holders[0].owner.restart == "no"
-    assert f"/containers/{c.id}/stop" in engine.paths("POST")
+    assert updates(engine, c.id) == []  # nothing to set aside
     code, out, _ = cli("--config", conf_file(tmp_path, node), "restore", "--json",
                        environ=env(engine))
     assert code == 0 and json.loads(out)["restored"][0]["result"] == "started"
@@ -131,8 +154,9 @@ def test_a_veto_starts_the_drained_container_again_at_once(
     assert report.verdict.kind == "veto"
     assert any(f"pid {slow}" in r for r in report.verdict.reasons), report.verdict.reasons
     posts = engine.paths("POST")
-    assert posts.index(f"/containers/{c.id}/stop") < posts.index(f"/containers/{c.id}/start")
+    assert posts.index(f"/containers/{c.id}/update") < posts.index(f"/containers/{c.id}/start")
     assert c.running and c.restarts == 0  # started by the guard, not by the policy
+    assert c.restart == "always"
     [row] = stops(tmp_path)
     assert row["result"] == "started"
 
@@ -173,7 +197,7 @@ def test_a_removed_container_is_skipped(
 
 def test_engine_not_answering_drains_it_as_a_plain_process_with_a_warning(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
-    c = engine.create(job(node, holders), restart="always")
+    c = engine.create(quick_job(node, holders), restart="always")
     first = c.pid
     gone = Supervisors(environ={"DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}"},
                        state_dir=str(tmp_path / "state"))
@@ -191,24 +215,39 @@ def test_engine_not_answering_drains_it_as_a_plain_process_with_a_warning(
     assert stops(tmp_path) == []
 
 
-def test_old_api_sets_the_restart_policy_aside_for_the_kill_and_restore_puts_it_back(
+def test_podman_is_kept_down_through_its_compatible_api_and_restore_puts_its_policy_back(
         tmp_path: Path, node: str, holders: Holders, make_config: Any) -> None:
     with FakeEngine(str(tmp_path / "podman.sock"), api="1.41", kind="podman") as engine:
-        c = engine.create(job(node, holders), restart="always")
+        c = engine.create(job(node, holders), restart="on-failure")
+        c.restart_max = 3
+        pid = c.pid
         report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
         assert report.verdict.kind == "allow", report.verdict
         assert report.holders[0].owner.kind == "podman"
         posts = [(p, q, b) for m, p, q, b in engine.requests if m == "POST"]
-        assert posts[0] == (f"/containers/{c.id}/update", {},
-                            {"RestartPolicy": {"Name": "no", "MaximumRetryCount": 0}})
-        assert posts[1] == (f"/containers/{c.id}/kill", {"signal": "SIGINT"}, None)
+        assert posts == [(f"/containers/{c.id}/update", {},
+                          {"RestartPolicy": {"Name": "no", "MaximumRetryCount": 0}})]
+        assert f"{pid} SIGINT" in holders.signals()
         time.sleep(SLEEP_S)
         assert not c.running and c.restarts == 0
 
         code, out, _ = cli("--config", conf_file(tmp_path, node), "restore", "--json",
                            environ=env(engine))
         assert json.loads(out)["restored"][0]["result"] == "started" and code == 0
-        assert c.restart == "always" and engine.wait_running(c)
+        assert (c.restart, c.restart_max) == ("on-failure", 3) and engine.wait_running(c)
+
+
+def test_a_policy_the_engine_refuses_to_change_is_said_and_its_return_vetoes(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(quick_job(node, holders), restart="always")
+    engine.refuse_update = True
+    report = guard(make_config(drain={"rounds": 2}), supervisors=supervisors(engine, tmp_path))
+    assert any("restart policy could not be set aside" in w and "may bring it back" in w
+               for w in report.verdict.warnings), report.verdict.warnings
+    assert report.verdict.kind == "veto"
+    assert any("started again during the drain" in r or "respawned" in r
+               for r in report.verdict.reasons), report.verdict.reasons
+    assert c.restarts >= 1
 
 
 def test_check_shows_the_container_owner(
@@ -224,3 +263,20 @@ def test_check_shows_the_container_owner(
     assert engine.paths("POST") == []  # a dry run stops nothing
     _, text, _ = cli("--config", conf_file(tmp_path, node), "check", environ=env(engine))
     assert f"run by Docker container {c.id[:12]} (restart unless-stopped)" in text
+
+
+class _Broken(Supervisors):
+    """The real supervisors, failing after the holders were signalled."""
+
+    def settle(self, stops: Any, deadline: float) -> list[str]:
+        raise RuntimeError("broken on purpose")
+
+
+def test_a_drain_that_breaks_half_way_puts_the_owner_back(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(job(node, holders), restart="always")
+    broken = _Broken(environ=env(engine), state_dir=str(tmp_path / "state"))
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        guard(make_config(), supervisors=broken)
+    assert updates(engine, c.id) == ["no", "always"]  # set aside, then put back
+    assert engine.wait_running(c) and c.restart == "always"

@@ -305,3 +305,25 @@ def test_without_pidfds_escalation_reaches_a_deaf_holder(node: str, holders: Hol
                    opener=_no_pidfd)
     assert result.outcomes[(pid, holder.start_time)].kind == "exited"
     assert proc.wait(timeout=5) == -9 and f"{pid} SIGTERM" in holders.signals()
+
+
+def test_only_the_confirmed_holders_are_signalled(make_config: Any, node: str,
+                                                  holders: Holders) -> None:
+    """``drain`` without --yes: a holder that appeared after the confirmed list is not
+    signalled, and vetoes: the confirmed one is then left running too (a certain veto
+    signals nobody)."""
+    from suspendguard.model import holder_id
+    shown_job, _shown_pid = holders.start(node)
+    cfg = make_config()
+    listed = run(cfg, dry_run=True, origin="cli", record=False, idle_check=None,
+                 log=Logger(io.StringIO(), {}))
+    confirmed = {holder_id(hr.decision.holder) for hr in listed.holders}
+    late, late_pid = holders.start(node)  # after the operator answered
+    report = run(cfg, dry_run=False, origin="cli", idle_check=None, log=Logger(io.StringIO(), {}),
+                 confirmed=confirmed)
+    assert holders.signals() == []
+    assert late.poll() is None and shown_job.poll() is None
+    assert report.verdict.kind == "veto"
+    assert any(f"pid {late_pid}" in r and "appeared after the list was confirmed" in r
+               for r in report.verdict.reasons), report.verdict.reasons
+    assert outcome_of(report, late_pid).why == "not on the list that was confirmed"

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from suspendguard.config import EscalationStep, PolicyConfig, Rule, defaults
-from suspendguard.guard.policy import decide
-from suspendguard.model import Decision, HeldNode, Holder, Node, SignalMasks
+from suspendguard.guard.identity import Vouched
+from suspendguard.guard.policy import decide, forgeable_rule_warnings
+from suspendguard.model import Decision, HeldNode, Holder, Node, SignalMasks, holder_id
 
 CAUGHT = SignalMasks(caught=1 << 1)  # a SIGINT handler
 COMPUTE = Node("/dev/davinci0", "ascend", "compute", ("char", 1))
@@ -69,10 +70,64 @@ def test_never_pid1_and_the_guard_whatever_the_rules() -> None:
     assert action(holder(pid=77), rules, frozenset({77}))[0] == "never"
 
 
-def test_driver_daemons_and_own_probe_are_ignored() -> None:
-    assert action(holder(comm="nvidia-persistenced"))[0] == "ignore"
+def test_driver_daemons_and_own_probe_are_ignored_only_when_vouched_for() -> None:
+    daemon = holder(comm="nvidia-persiste", exe="/usr/bin/nvidia-persistenced", user="root")
     probe = holder(cmdline=("/usr/bin/python3", "-m", "suspendguard.idle.acl_probe"))
-    assert action(probe)[0] == "ignore"
+    vouched = Vouched({holder_id(daemon): ""}, frozenset({holder_id(probe)}))
+    [d, p] = decide([daemon, probe], NO_RULES, DRAIN, vouched=vouched)
+    assert (d.action, d.rule, d.kind) == \
+        ("ignore", "built-in: nvidia driver daemon nvidia-persistenced", "leave")
+    assert p.action == "ignore" and p.rule.startswith("suspendguard's own short-lived pyACL")
+    # Not vouched for: the name and the command line alone earn nothing.
+    [d, p] = decide([daemon, probe], NO_RULES, DRAIN)
+    assert (d.action, d.kind) == ("drain", "drain")
+    assert d.notes == ("named nvidia-persistenced, but not checked: not exempt",)
+    assert (p.action, p.kind) == ("drain", "drain")
+    assert p.notes == ("its command line names suspendguard.idle.acl_probe, but its parent "
+                       "(pid 1) is no suspendguard run on this state folder: not exempt",)
+    doubt = "named slogd, but run by nobody from /tmp/x/slogd (...): not exempt"
+    named = holder(comm="slogd", exe="/tmp/x/slogd", user="nobody")
+    [n] = decide([named], NO_RULES, DRAIN, vouched=Vouched({holder_id(named): doubt}))
+    assert (n.action, n.notes) == ("drain", (doubt,))
+
+
+def test_rule_on_uid() -> None:
+    assert action(holder(), PolicyConfig((Rule(uid=1000),), (), "veto")) == \
+        ("protect", "[policy] protect #1 (uid=1000)")
+    assert action(holder(), PolicyConfig((Rule(uid=0),), (), "veto"))[0] == "drain"
+    assert action(holder(), PolicyConfig((), (Rule(uid=1000, comm="python3"),), "veto"))[0] == \
+        "ignore"
+
+
+def test_rules_on_a_name_alone_are_named_as_forgeable() -> None:
+    by_name = PolicyConfig((Rule(comm="python3"), Rule(cmdline="train", uid=1000)),
+                           (Rule(exe="/usr/bin/x"), Rule(cmdline="exporter")), "veto")
+    assert forgeable_rule_warnings(by_name) == [
+        "[policy] protect #1 (comm='python3') matches by name or command line alone, which any "
+        "user's process can set: any user can veto every suspend with it; add uid, user, unit "
+        "or exe",
+        "[policy] ignore #2 (cmdline='exporter') matches by name or command line alone, which "
+        "any user's process can set: any user's job can match it and run on through the "
+        "suspend; add uid, user, unit or exe"]
+    [d] = decide([holder()], by_name, DRAIN)
+    assert d.notes == ("the rule that protects it matches by name or command line alone, "
+                       "which any user's process can set",)
+    [d] = decide([holder(comm="other")], by_name, DRAIN)
+    assert d.action == "protect" and d.notes == ()
+
+
+GPU = Node("/dev/nvidia0", "nvidia", "graphics", ("char", 3))
+CTL = Node("/dev/nvidiactl", "nvidia", "management", ("char", 4))
+MODESET = Node("/dev/nvidia-modeset", "nvidia", "management", ("char", 5))
+UVM = Node("/dev/nvidia-uvm", "nvidia", "compute", ("char", 6))
+
+
+def test_nvidia_graphics_client_is_kept_cuda_work_is_drained() -> None:
+    [xorg] = decide([holder(comm="Xorg", nodes=(GPU, CTL, MODESET))], NO_RULES, DRAIN)
+    assert (xorg.action, xorg.kind, xorg.signals, xorg.vetoes) == ("keep", "leave", False, False)
+    assert xorg.rule.startswith("graphics client: holds NVIDIA nodes but not /dev/nvidia-uvm")
+    assert action(holder(nodes=(GPU, CTL, UVM))) == ("drain", "holds a compute node")
+    assert action(holder(nodes=(CTL,)))[0] == "ignore"
 
 
 def test_device_reported_process_without_nodes_is_drained() -> None:
@@ -87,7 +142,7 @@ def test_what_follows_before_any_signal() -> None:
     assert protect.reason == "pid 4242 python3 is protected by [policy] protect #1 " \
         "(comm='python3'): veto while it runs; stop it before suspending, or change the rule"
     assert "waits" not in protect.reason
-    assert decision(holder(comm="nvidia-persistenced")).kind == "leave"
+    assert decision(holder(nodes=(MANAGER,))).kind == "leave"
 
 
 def test_frozen_holder_vetoes_or_is_skipped_in_the_hook() -> None:

@@ -188,3 +188,42 @@ print(json.dumps([[h.pid, [[n.node.path, n.seen_as, n.via] for n in h.nodes]] fo
                      for h in alone.holders]
     assert unreadable == list(alone.unreadable_pids)
     assert scanned > 0
+
+
+def _map_only_in_own_dev(holders: Holders, zero: str) -> int:
+    """A job in a mount namespace of its own mapping its own /dev/davinci0 (rdev 1:5):
+    only /proc/PID/map_files leads from that mapping to the node."""
+    script = (
+        "mount -t tmpfs none /dev && mknod /dev/davinci0 c 1 5 && "
+        f'exec "$0" {HOLDER} --node /dev/davinci0 --mode map --marker {holders.marker}'
+    )
+    _, pid = holders.start(zero, argv_prefix=["unshare", "-m", "--propagation", "private",
+                                               "sh", "-c", script, sys.executable, "--"])
+    return pid
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("setpriv") is None,
+                    reason="needs unshare and setpriv")
+def test_map_files_refusal_is_a_counted_warning(tmp_path: Path, holders: Holders) -> None:
+    zero = tmp_path / "zero0"
+    os.mknod(zero, 0o666 | 0o020000, os.makedev(1, 5))
+    pid = _map_only_in_own_dev(holders, str(zero))
+    [h] = [h for h in scan_holders(inventory(str(zero))).holders if h.pid == pid]
+    assert [(hn.via, hn.seen_as) for hn in h.nodes] == [("map", "/dev/davinci0")]
+    conf = tmp_path / "guard.toml"
+    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{zero}"]\n[idle]\nbackends = []\n'
+                    f'[state]\ndir = "{tmp_path / "state"}"\n')
+    # Root without CAP_SYS_ADMIN (and CAP_CHECKPOINT_RESTORE): the kernel
+    # refuses map_files, and the guard says so instead of missing it quietly.
+    done = subprocess.run(["setpriv", "--bounding-set=-sys_admin,-checkpoint_restore",
+                           sys.executable, "-m", "suspendguard", "--config", str(conf), "check",
+                           "--dry-run", "--json"], capture_output=True, text=True, timeout=60)
+    report = json.loads(done.stdout)
+    assert [x["pid"] for x in report["holders"]] == []
+    [warning] = [w for w in report["warnings"] if "map_files" in w]
+    assert warning.startswith("1 process map a device file whose /proc/PID/map_files link")
+    assert f"(pids {pid})" in warning
+    # As root that process could not be inspected, and nothing else answers for it.
+    assert report["verdict"] == "unknown"
+    assert report["reasons"][0].startswith(f"1 process could not be inspected as root (pids {pid})")

@@ -97,8 +97,8 @@ def test_held_while_unhealthy_then_restored_once_healthy(
     assert f"suspendguard --config {gpu_conf} restore --force" in out
     assert "  nvidia: unhealthy: CUDA init error 999" in out
     code, out, _ = cli("--config", str(gpu_conf), "status", "--prometheus")
-    assert "suspendguard_jobs_held 1" in out.splitlines()
-    assert ('suspendguard_device_health{device="nvidia",family="nvidia",state="unhealthy"} 1'
+    assert "suspendguard_jobs_held 1.0" in out.splitlines()
+    assert ('suspendguard_device_health{device="nvidia",family="nvidia",state="unhealthy"} 1.0'
             in out.splitlines())
     code, out, _ = cli("--config", str(gpu_conf), "status", "--json")
     assert json.loads(out)["history"]["held"] == f"1 jobs held after resume: {reason}"
@@ -117,7 +117,7 @@ def test_held_while_unhealthy_then_restored_once_healthy(
     assert [(r.device, r.state) for r in health] == [("gpu 0", "healthy")]
     assert not entries(journal)
     code, out, _ = cli("--config", str(gpu_conf), "status", "--prometheus")
-    assert "suspendguard_jobs_held 0" in out.splitlines()
+    assert "suspendguard_jobs_held 0.0" in out.splitlines()
 
 
 def test_force_starts_them_anyway(gpu_conf: Path, gpu: Gpu, no_bus: str,

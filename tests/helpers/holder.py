@@ -20,6 +20,7 @@ p.add_argument("--mode", default="graceful",
                         "segv-handler", "faulthandler"])
 p.add_argument("--delay", type=float, default=0.3)
 p.add_argument("--marker", default="")
+p.add_argument("--exit", type=int, default=0, help="exit status after a graceful SIGINT")
 args = p.parse_args()
 
 
@@ -82,4 +83,4 @@ except KeyboardInterrupt:
     if args.mode == "slow":
         time.sleep(3600)
     time.sleep(args.delay)
-    sys.exit(0)
+    sys.exit(args.exit)

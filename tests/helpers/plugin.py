@@ -1,4 +1,4 @@
-"""The suite's pytest plugin: device nodes, configs, holder jobs and a private system bus."""
+"""The suite's pytest plugin: device nodes, configs, holder jobs, a private system bus and Docker Engine."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from helpers import docker
 from helpers.dbus import PrivateBus, fake_service, private_system_bus
 from helpers.holders import Holders
 from helpers.isolation import NODE_RDEV, ROOT
@@ -90,3 +91,13 @@ def no_bus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     address = f"unix:path={tmp_path / 'no-bus-here'}"
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", address)
     return address
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[docker.DockerEngine]:
+    """One private Docker Engine for the session (helpers/docker.py), stopped at its end."""
+    reason = docker.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with docker.DockerEngine(tmp_path_factory.mktemp("docker")) as engine:
+        yield engine

@@ -125,3 +125,26 @@ def test_probe_needs_a_set_env(tmp_path: Path) -> None:
     if not any(os.path.isfile(p) for p in DEFAULT_ENV_SCRIPTS):
         ok, why = AclBackend(config(ascend_env="")).probe()
         assert not ok and "/usr/local/Ascend/ascend-toolkit/set_env.sh" in why
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the trust rule applies to root")
+def test_untrusted_cann_default_is_unknown_and_vetoes(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from suspendguard.idle import acl as acl_module
+    from suspendguard.idle.sampler import check_idle
+
+    # A set_env.sh at a default place that someone other than root can change.
+    shared = tmp_path / "Ascend"
+    shared.mkdir()
+    shared.chmod(0o777)
+    script = shared / "set_env.sh"
+    script.write_text("export PYTHONPATH=/tmp/elsewhere\n")
+    monkeypatch.setattr(acl_module, "DEFAULT_ENV_SCRIPTS", (str(script),))
+    cfg = replace(defaults().idle, ascend_env="", samples=1, settle_s=0.1)
+    ok, why = acl_module.AclBackend(cfg).probe()
+    assert not ok and why.endswith(": not used") and str(shared) in why
+    report = check_idle(cfg, ["ascend"], 1e18, backends=[acl_module.AclBackend(cfg)])
+    assert report.state == "unknown"
+    [veto] = report.veto_reasons
+    assert veto.startswith("ascend: no idle backend could answer (acl: ")
+    assert veto.endswith("vetoed by [idle] on_unknown = veto")

@@ -106,3 +106,17 @@ def test_without_nvidia_ml_py(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
     ok, why = NvmlBackend(config()).probe()
     assert not ok and "nvidia-ml-py" in why and "suspendguard[nvidia]" in why
+
+
+def test_mig_gpu_not_supported_vetoes_by_default(pynvml: ModuleType) -> None:
+    from suspendguard.idle.sampler import check_idle
+
+    # A MIG-enabled GPU: NVML has no whole-GPU utilization for it.
+    pynvml.SCRIPT[:] = [dict(H200_IDLE, error_nvmlDeviceGetUtilizationRates=pynvml.NVML_ERROR_NOT_SUPPORTED)]
+    cfg = replace(config(), samples=1, settle_s=0.1, interval_ms=10)
+    assert defaults().idle.on_unknown == "veto"
+    report = check_idle(cfg, ["nvidia"], 1e18, backends=[NvmlBackend(cfg)])
+    assert report.state == "unknown"
+    [why] = report.veto_reasons
+    assert "gpu 0 (nvml): no utilization reading (not supported); utilization: Not Supported" in why
+    assert why.endswith("vetoed by [idle] on_unknown = veto")

@@ -282,7 +282,7 @@ def test_report_json_shape() -> None:
     [device] = data["devices"]
     assert set(device) >= {"id", "state", "source", "readings", "processes"}
     assert device["processes"] == [{"pid": 4242, "name": "python3", "memory_mb": 10.0,
-                                     "device": "npu 0", "source": "npu-smi"}]
+                                     "device": "npu 0", "source": "npu-smi", "kind": "compute"}]
     assert data["backends"] == [{"name": "npu-smi", "available": True, "reason": "scripted"}]
 
 

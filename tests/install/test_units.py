@@ -71,6 +71,8 @@ def test_unit_is_the_veto_shape() -> None:
     assert not values("PrivateDevices") and not values("ProtectProc") and not values("User")
     caps = values("CapabilityBoundingSet")[0].split()
     assert {"CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_KILL", "CAP_SETUID", "CAP_SETGID"} <= set(caps)
+    # /proc/PID/map_files: checkpoint_restore_ns_capable() in the kernel
+    assert "CAP_SYS_ADMIN" in caps
     assert values("ProtectSystem") == ["strict"]
     # homes read-only as ProtectHome=read-only makes them, but /run/user writable
     assert values("ReadOnlyPaths") == ["-/home -/root"] and not values("ProtectHome")
@@ -86,9 +88,9 @@ def test_unit_is_the_veto_shape() -> None:
 
 
 def test_render_unit_sets_interpreter_and_timeout() -> None:
-    config = build({"drain": {"deadline_s": 45.5}})
+    config = build({"drain": {"deadline_s": 46.5}})
     text = templates.render_unit(UNIT, "/opt/sg venv/bin/python", templates.timeout_start_s(config))
-    assert re.findall(r"^TimeoutStartSec=(.*)$", text, re.M) == ["66"]
+    assert re.findall(r"^TimeoutStartSec=(.*)$", text, re.M) == ["67"]
     assert re.findall(r"^ExecStart=(.*)$", text, re.M) == [
         '"/opt/sg venv/bin/python" -I -m suspendguard pre-sleep %i'
     ]
@@ -178,3 +180,20 @@ def test_resume_unit_may_check_and_repair_the_devices() -> None:
     assert not values("ProtectKernelModules") and not values("MemoryDenyWriteExecute")
     assert "nvidia-resume.service" in " ".join(values("After"))
     assert int(values("TimeoutStartSec")[0]) >= 300
+RESUME = (SHIPPED / templates.RESUME_UNIT).read_text()
+
+
+def test_resume_unit_runs_after_the_sleep_and_nvidias_resume() -> None:
+    after = " ".join(re.findall(r"^After=(.*)$", RESUME, re.M)).split()
+    assert {f"systemd-{a}.service" for a in SLEEP_ACTIONS} <= set(after)
+    # A restored CUDA service must not start before the driver has resumed the GPU.
+    assert "nvidia-resume.service" in after
+
+
+@needs_analyze
+def test_resume_unit_verifies_where_nvidia_resume_does_not_exist(tmp_path: Path) -> None:
+    """After= on a unit that does not exist (no NVIDIA driver here) is harmless."""
+    (tmp_path / templates.RESUME_UNIT).write_text(templates.render_resume(RESUME, sys.executable))
+    result = _verify(tmp_path, templates.RESUME_UNIT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "nvidia-resume" not in result.stderr, result.stderr

@@ -13,6 +13,8 @@ import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 from helpers import REPO
 
+from suspendguard.logs.codes import SHAPES, name_record
+from suspendguard.logs.codes import markdown_table as codes_markdown_table
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.matching import classify, markdown_table, needles
 from suspendguard.logs.reader import read_file
@@ -80,12 +82,12 @@ EXPECTED = {
         4: "device-held-by-previous-job",  # MindSpore: other processes occupying this card
         5: "heartbeat-lost",  # Device[1] lost heartbeat.
         6: "heartbeat-lost",  # rtDeviceSynchronizeWithTimeout ... reason=lost heartbeat
-        7: None,  # its consequence, runtime result = 507010
+        7: "heartbeat-lost",  # its consequence: runtime result = 507010, the lost heartbeat's code
         8: "aicore-exception",  # rtEventRecord ... reason=aicore exception: not event IDs
-        9: None,  # record event failed, runtime result = 507015
+        9: "aicore-exception",  # record event failed, runtime result = 507015 (its code)
         10: "aicore-exception",  # desc=[vector core exception]
         11: "aicore-exception",  # rtEventRecord execution failed, reason=vector core exception
-        12: None,  # aclrtRecordEventImpl:record event failed: not event IDs either
+        12: "aicore-exception",  # record event failed, runtime result = 507035: not event IDs
         13: "aicore-exception",
         14: "aicore-exception",  # Kernel task happen error, retCode=0x26, [aicore exception]
         15: "aicore-exception",  # Aicore kernel execute failed
@@ -104,6 +106,34 @@ EXPECTED = {
         8: "heartbeat-lost",  # Device lost heartbeat (no index)
         9: None,  # 0x8c104e00: a sibling id that is not a release failure
         10: "device-resources-not-released",  # 0x8c1fa006
+        11: "device-busy",  # DCMI -8020, resource occupied
+        12: "heartbeat-lost",  # ErrCode=507010 with a wording the catalog lacks
+        13: "hccl-peer-lost",  # EI0002, a timeout that names a peer's absence
+    },
+    # Verbatim published lines carrying vendor codes; sources in SOURCES.md.
+    "vendor-codes.log": {
+        1: "device-oom",  # EL0004 behind a vLLM prefix: no wording of the catalog
+        2: "device-oom",  # runtime result = 207001
+        3: None,  # 507013 (sys dma): known, not ours; "Timeout" in the wording
+        4: None,  # ERR00100: torch_npu's wrapper code
+        5: "aicore-exception",  # error code is 507035 (vector core exception)
+        6: None,  # 107002 (context null): a fault of the program
+        7: None,  # EE1001
+        8: None,  # ret = 507008
+        9: None,  # 507001, "Stream", "Timeout"
+        10: None,  # 561103 (aclnn inner nullptr): known, not ours
+        11: None,  # EH9999: internal error
+        12: None,  # result = 500001 (ACL_ERROR_FAILURE)
+        13: None,  # DCMI -8005
+        14: None,  # ERR02200 and EI0001, HCCL_EXEC_TIMEOUT
+        15: None,  # module_name=EL9999
+        16: "device-oom",  # the driver's own out-of-memory line
+        17: None,  # module_name=EE8888: not in the table (a note)
+        18: None,  # "the model stream execute failed"
+        19: None,  # "Memory async copy failed"
+        20: "device-busy",  # a RecentErrMsg block: EE1001 ... open device failed, 507033
+        31: None,  # torch_npu.memory, "can be ignored"
+        32: None,  # HcclCommInitRootInfo failed, errNo in hex
     },
 }
 
@@ -141,7 +171,7 @@ def test_vendor_ids_are_knowledge_base_codes() -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_fixture_line_classified(name: str) -> None:
     records = read_text((FIXTURES / name).read_text(), name)
-    got = {r.line: (c.id if (c := classify(r.text, RULES)) else None) for r in records}
+    got = {r.line: (c.id if (c := name_record(r.text, RULES).rule) else None) for r in records}
     assert got == EXPECTED[name]
 
 
@@ -243,6 +273,13 @@ def test_regexes_have_no_unbounded_repetition() -> None:
                 # Each regex starts with the needle or a literal, so it is only
                 # tried where the needle's text is.
                 assert re.match(r"[\w\[(]", rx)
+    # The vendor codes' shapes too: each begins with a literal, which the
+    # scanner's regex engine finds at C speed.
+    for shape in SHAPES:
+        rx = shape.regex("c")
+        walk(sre_parse.parse(rx))
+        assert re.match(r"(?:\(\?P<c>)?[A-Za-z]", rx), rx
+        walk(sre_parse.parse(shape.strict.replace("{code}", shape.code)))
 
 
 def test_every_pattern_is_found_by_the_prefilter() -> None:
@@ -254,14 +291,17 @@ def test_every_pattern_is_found_by_the_prefilter() -> None:
 
 def test_pathological_megabyte_line_completes() -> None:
     # Every needle and half-wordings, repeated: the worst case for a naive regex.
-    bits = [n[:-1] for n in needles(RULES)] + ["drvEventIdAlloc errorcode = ", "Device[" + "9" * 50]
+    # Half codes and codes in the wrong place too: "ret is -80", "xEL0004", "error code is ".
+    bits = [n[:-1] for n in needles(RULES)] + ["drvEventIdAlloc errorcode = ", "Device[" + "9" * 50,
+                                               "ret is -80", "xEL0004", "error code is ", "E1234"]
     line = "[ERROR] RUNTIME(1,a):2023-05-29-17:53:11.569.804 " + "".join(bits) * 1
     line = (line * (1_000_000 // len(line) + 1))[:1_000_000]
     started = time.perf_counter()
-    records = read_text(line + "\n" + "(" * 1_000_000 + "\n")
+    records = read_text(line + "\n" + "(" * 1_000_000 + "\n" + "EL0004 ret = 507033 " * 50_000 + "\n")
     for r in records:
         classify(r.text, RULES)
-    assert len(records) == 2
+        name_record(r.text, RULES)
+    assert len(records) == 3
     # No timing assertion: it completing is the test (a quadratic regex would not).
     assert time.perf_counter() - started >= 0
 
@@ -274,3 +314,10 @@ def test_readme_table_matches_catalog() -> None:
     assert between == markdown_table(RULES)
     for rule in RULES:
         assert f"`{rule.id}`" in between
+
+
+def test_findings_page_code_table_matches_the_data() -> None:
+    text = FINDINGS_PAGE.read_text()
+    start, end = "<!-- codes:start -->\n", "<!-- codes:end -->"
+    assert start in text and end in text
+    assert text[text.index(start) + len(start):text.index(end)] == codes_markdown_table()

@@ -11,9 +11,9 @@ import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 
 from suspendguard.logs import search as search_module
+from suspendguard.logs.codes import name_record
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.globs import expand, split_glob
-from suspendguard.logs.matching import classify
 from suspendguard.logs.reader import read_file
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.search import search
@@ -208,7 +208,7 @@ def test_windows_and_truncation_agree_with_the_reader(tmp_path: Path) -> None:
     log = tmp_path / "all.log"
     log.write_text(text)
     want = [
-        (c.id, r.line) for r in read_text(text) if (c := classify(r.text, RULES))
+        (c.id, r.line) for r in read_text(text) if (c := name_record(r.text, RULES).rule)
     ]
     fd = os.open(log, os.O_RDONLY)
     try:

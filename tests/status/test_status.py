@@ -357,14 +357,25 @@ def test_prometheus_without_bus_or_history(conf: Path, no_bus: str) -> None:
 
 
 def test_prometheus_escapes_label_values() -> None:
-    from suspendguard.status.prometheus import Metrics
+    from suspendguard.status.prometheus import Metrics, render
 
     m = Metrics()
     m.gauge("suspendguard_test_info", 'help with \\ and\nnewline').add(
         1, why='a "quoted" \\ back\nslash')
-    [family] = text_string_to_metric_families(m.text())
+    [family] = text_string_to_metric_families(render(m))
     assert family.documentation == 'help with \\ and\nnewline'
     assert family.samples[0].labels == {"why": 'a "quoted" \\ back\nslash'}
+
+
+def test_prometheus_family_refuses_samples_with_other_labels() -> None:
+    # A family's samples share one set of label names, or the exposition
+    # would be one that Prometheus rejects: that fails here, not in a scrape.
+    from suspendguard.status.prometheus import Metrics, render
+
+    m = Metrics()
+    m.gauge("suspendguard_test", "test").add(1, action="suspend").add(0, unit="x.service")
+    with pytest.raises(ValueError, match="suspendguard_test: labels"):
+        render(m)
 
 
 # --- configuration ----------------------------------------------------------------------
@@ -490,3 +501,25 @@ def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders
         assert "not writable by this user" in human.stdout
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_no_backend_for_a_family_leads_status(conf: Path, tmp_path: Path, no_bus: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from helpers.nvidia import Checks, FakeNvidiaSmi
+
+    from suspendguard.status.collect import collect
+    from suspendguard.status.text import render
+
+    FakeNvidiaSmi(tmp_path, monkeypatch)
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}
+    lead = ("every suspend will be refused: no backend can answer for nvidia (install the "
+            "NVIDIA driver's nvidia-smi, or nvidia-ml-py for NVML)")
+    s = collect(str(conf), env, idle_check=Checks(tool=str(tmp_path / "no-nvidia-smi")))
+    out = io.StringIO()
+    render(s, out)
+    assert out.getvalue().splitlines()[0] == lead
+    assert s.to_json()["verdict"]["next_suspend"] == lead
+    # With a backend that answers, status says what the next suspend gets.
+    s = collect(str(conf), env, idle_check=Checks())
+    assert s.no_backend() is None
+    assert not s.next_suspend().startswith("every suspend will be refused"), s.next_suspend()

@@ -100,3 +100,23 @@ def test_after_resume_off_says_restore_will_not_start_them(conf: Path, no_bus: s
         h.finish(one, "allow", [], [], [], finished=T0 + 1, stops=[stop(0, "infer.service")])
     _, out = status("--config", str(conf))
     assert "[restore] after_resume = false: restore then only removes the drain drop-ins" in out
+
+
+def test_status_says_starting_issuing_and_a_containers_own_start(conf: Path, no_bus: str) -> None:
+    cid = "c" * 64
+    with History.open(str(conf.parent / "state")) as h:
+        attempt = h.begin("suspend", "unit", False, "digest", T0)
+        h.finish(attempt, "veto", ["x"], [], [], finished=T0 + 1,
+                 stops=[stop(0, "slow.service"), stop(1, cid, "docker")])
+        h.stopping(attempt, [stop(2, "cut.service")])  # the guard killed while it issued it
+        for row in h.not_restored():
+            if row.name == "slow.service":
+                h.record_restore(row.id, "starting", "its start job still ran")
+            elif row.name == cid:
+                h.record_restore(row.id, "failed", "still stopping")
+    code, out = status("--config", str(conf))
+    assert code == 0
+    assert "starting when restore ended" in out
+    assert "pending (the guard ended while it issued the stop)" in out
+    assert "to see whether it came up: systemctl status slow.service" in out
+    assert f"to start again: docker start {cid}" in out

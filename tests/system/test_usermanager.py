@@ -37,7 +37,7 @@ def test_a_user_without_a_running_manager_is_unavailable_with_why() -> None:
 
 def test_an_unknown_uid_is_unavailable() -> None:
     uid = next(u for u in range(60000, 65000) if not _exists(u))
-    answer = usermanager.stop(uid, ["x.service"])
+    answer = usermanager.reload(uid)
     assert isinstance(answer, Unavailable) and answer.reason == f"uid {uid} has no user account"
 
 

@@ -28,6 +28,7 @@ from dbus_next.message import Message
 from dbus_next.signature import Variant
 
 from suspendguard.model import Unavailable
+from suspendguard.system import deadline
 
 DEFAULT_TIMEOUT = 2.0
 DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"
@@ -194,6 +195,11 @@ def value(props: Mapping[str, Any], name: str, kind: type[T], where: str) -> T:
     return found
 
 
+def variant(signature: str, data: Any) -> Any:
+    """A value for a ``v`` argument (StartTransientUnit's properties)."""
+    return Variant(signature, data)
+
+
 def optional(props: Mapping[str, Any], name: str, kind: type[T]) -> T | None:
     """A property that may be missing: None when absent or of another type."""
     variant = props.get(name)
@@ -207,12 +213,25 @@ def converse(service: str, timeout: float, body: Callable[[Session], Awaitable[T
 
     ``service`` names the answer's source in an Unavailable reason;
     ``address``: the bus to ask (default: :func:`system_bus_address`).
+    Inside a guard run the timeout is cut to what is left of its deadline,
+    and the guard's cancel (SIGTERM) ends the conversation at once.
     """
+    bound = deadline.current()
+    wanted = timeout
+    timeout = bound.cap(timeout)
 
     async def conversation() -> T | Unavailable:
         session = Session(address or system_bus_address())
         ok = False
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        fd = bound.cancel_fd
+        if fd is not None and task is not None:
+            loop.add_reader(fd, task.cancel)
         try:
+            if bound.cancelled:
+                raise asyncio.CancelledError
+
             async def steps() -> T:
                 await session.connect()
                 return await body(session)
@@ -220,15 +239,21 @@ def converse(service: str, timeout: float, body: Callable[[Session], Awaitable[T
             result = await asyncio.wait_for(steps(), timeout)
             ok = True
             return result
+        except asyncio.CancelledError:
+            why = bound.cancel.reason if bound.cancel is not None else "cancelled"
+            return Unavailable(f"{service}: unavailable: {session.step} was interrupted ({why})")
         except asyncio.TimeoutError:
+            cut = f" (cut from {wanted:g} s by the guard's deadline)" if timeout < wanted else ""
             return Unavailable(f"{service}: unavailable: {session.step} timed out "
-                               f"after {timeout:g} s")
+                               f"after {timeout:g} s{cut}")
         except Failure as e:
             return Unavailable(f"{service}: unavailable: {e.reason}")
         except Exception as e:  # dbus-next raises bare Exception on a lost connection
             return Unavailable(f"{service}: unavailable: {session.step} failed "
                                f"({type(e).__name__}: {e})")
         finally:
+            if fd is not None:
+                loop.remove_reader(fd)
             session.close(keep_kept=ok)
 
     try:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suspendguard.model import Unavailable
+from suspendguard.system import deadline
 from suspendguard.system.dbus.bus import (
     DEFAULT_TIMEOUT,
     PROPERTIES,
@@ -17,6 +18,7 @@ from suspendguard.system.dbus.bus import (
     converse,
     optional,
     value,
+    variant,
 )
 
 SYSTEMD_NAME = "org.freedesktop.systemd1"
@@ -28,6 +30,8 @@ SYSTEMD_JOB = "org.freedesktop.systemd1.Job"
 SYSTEMD_TIMER = "org.freedesktop.systemd1.Timer"
 
 _NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
+# What a start's wait leaves of its timeout for the last look and the answer.
+START_ANSWER_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,13 @@ class ServiceState:
     triggered_by: tuple[str, ...]
     job: str  # the type of the job queued for it ("start", "stop"...), "" when none
     next_elapse: dict[str, float]  # timer -> NextElapseUSecMonotonic, seconds (CLOCK_MONOTONIC)
+    main_pid: int = 0  # MainPID, 0 when none
+    timeout_stop_s: float = 0.0  # TimeoutStopUSec; 0 when infinite
+    transient: bool = False  # made by StartTransientUnit (systemd-run): unloaded once inactive
+
+
+# TimeoutStopUSec says "infinity" as the largest 64-bit value.
+_INFINITY_USEC = (1 << 64) - 1
 
 
 async def _service_state(session: Session, name: str) -> ServiceState:
@@ -135,6 +146,7 @@ async def _service_state(session: Session, name: str) -> ServiceState:
             job_type = optional(job_props, "JobType", str) or "?"
         except CallError:
             job_type = ""  # finished in between
+    stop_usec = optional(service, "TimeoutStopUSec", int) or 0
     elapse: dict[str, float] = {}
     for trigger in triggers:
         if str(trigger).endswith(".timer"):
@@ -151,7 +163,9 @@ async def _service_state(session: Session, name: str) -> ServiceState:
         kill_mode=optional(service, "KillMode", str) or "",
         exec_stop=bool(optional(service, "ExecStop", list)),
         triggered_by=tuple(str(t) for t in triggers), job=job_type,
-        next_elapse=elapse,
+        next_elapse=elapse, main_pid=optional(service, "MainPID", int) or 0,
+        timeout_stop_s=0.0 if stop_usec in (0, _INFINITY_USEC) else stop_usec / 1e6,
+        transient=bool(optional(props, "Transient", bool)),
     )
 
 
@@ -166,30 +180,122 @@ def service_states(names: Sequence[str], timeout: float = DEFAULT_TIMEOUT,
     return converse("systemd", timeout, body, address)
 
 
-def stop_units(names: Sequence[str], *, reload: bool, timeout: float = DEFAULT_TIMEOUT,
-               address: str | None = None) -> dict[str, str] | Unavailable:
-    """Queue a stop job for each unit, after a daemon reload when asked.
+@dataclass(frozen=True, slots=True)
+class TransientSpec:
+    """What a transient unit (systemd-run) is made of, as far as the guard can make it again.
 
-    The answer: for each unit "" when its stop job was queued, else the reason.
-    The stop jobs run on; the caller watches the processes themselves.
+    Read from the running unit before its holders are signalled, written to
+    the state folder across the sleep, handed back to StartTransientUnit.
     """
-    wanted = tuple(dict.fromkeys(names))
 
-    async def body(session: Session) -> dict[str, str]:
-        if reload:
-            await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "Reload",
-                               expect="")
-        out: dict[str, str] = {}
-        for name in wanted:
-            try:
-                await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "StopUnit",
-                                   "ss", [name, "replace"], expect="o")
-                out[name] = ""
-            except CallError as e:
-                out[name] = e.reason
-        return out
+    description: str
+    exec_start: tuple[tuple[str, tuple[str, ...], bool], ...]  # path, argv, ignore failure
+    environment: tuple[str, ...]
+    working_directory: str
+    user: str
+    group: str
+    restart: str
+    restart_usec: int
+    slice: str
+    service_type: str
+    kill_mode: str
+    kill_signal: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"description": self.description,
+                "exec_start": [[p, list(a), i] for p, a, i in self.exec_start],
+                "environment": list(self.environment), "working_directory": self.working_directory,
+                "user": self.user, "group": self.group, "restart": self.restart,
+                "restart_usec": self.restart_usec, "slice": self.slice,
+                "service_type": self.service_type, "kill_mode": self.kill_mode,
+                "kill_signal": self.kill_signal}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TransientSpec:
+        return cls(str(data["description"]),
+                   tuple((str(p), tuple(str(x) for x in a), bool(i))
+                         for p, a, i in data["exec_start"]),
+                   tuple(str(e) for e in data["environment"]), str(data["working_directory"]),
+                   str(data["user"]), str(data["group"]), str(data["restart"]),
+                   int(data["restart_usec"]), str(data["slice"]), str(data["service_type"]),
+                   str(data["kill_mode"]), int(data["kill_signal"]))
+
+    def properties(self) -> list[list[Any]]:
+        """StartTransientUnit's ``a(sv)``; empty settings are left to systemd's defaults."""
+        props: list[list[Any]] = [
+            ["Description", variant("s", self.description)],
+            ["ExecStart", variant("a(sasb)", [[p, list(a), i] for p, a, i in self.exec_start])],
+            ["Environment", variant("as", list(self.environment))],
+            ["Restart", variant("s", self.restart)],
+            ["RestartUSec", variant("t", self.restart_usec)],
+            ["KillSignal", variant("i", self.kill_signal)],
+        ]
+        for name, text in (("WorkingDirectory", self.working_directory), ("User", self.user),
+                           ("Group", self.group), ("Slice", self.slice),
+                           ("Type", self.service_type), ("KillMode", self.kill_mode)):
+            if text:
+                props.append([name, variant("s", text)])
+        return props
+
+
+def transient_spec(name: str, timeout: float = DEFAULT_TIMEOUT,
+                   address: str | None = None) -> TransientSpec | Unavailable:
+    """What systemd says a transient service is made of (see :class:`TransientSpec`)."""
+
+    async def body(session: Session) -> TransientSpec:
+        reply = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "LoadUnit",
+                                   "s", [name], expect="o")
+        path = str(reply.body[0])
+        unit = await session.get_all(SYSTEMD_NAME, path, SYSTEMD_UNIT)
+        service = await session.get_all(SYSTEMD_NAME, path, SYSTEMD_SERVICE)
+        where = f"unit {name}"
+        # ExecStart: a(sasbttttuii), the command and then its last run's times and status.
+        commands = tuple((str(c[0]), tuple(str(a) for a in c[1]), bool(c[2]))
+                         for c in value(service, "ExecStart", list, where))
+        return TransientSpec(
+            description=optional(unit, "Description", str) or "",
+            exec_start=commands,
+            environment=tuple(str(e) for e in optional(service, "Environment", list) or ()),
+            working_directory=optional(service, "WorkingDirectory", str) or "",
+            user=optional(service, "User", str) or "", group=optional(service, "Group", str) or "",
+            restart=optional(service, "Restart", str) or "no",
+            restart_usec=optional(service, "RestartUSec", int) or 0,
+            slice=optional(service, "Slice", str) or "",
+            service_type=optional(service, "Type", str) or "",
+            kill_mode=optional(service, "KillMode", str) or "",
+            kill_signal=optional(service, "KillSignal", int) or 15)
 
     return converse("systemd", timeout, body, address)
+
+
+def start_transient(name: str, spec: TransientSpec, timeout: float = 10.0,
+                    address: str | None = None) -> str | Unavailable:
+    """Make the transient unit again and start it; its ActiveState once the start job ended,
+    "starting" when it still ran as the wait (cut to the guard's deadline) ended."""
+    limit = deadline.cap(timeout)
+
+    async def body(session: Session) -> str:
+        until = asyncio.get_running_loop().time() + max(0.0, limit - START_ANSWER_S)
+        reply = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER,
+                                   "StartTransientUnit", "ssa(sv)a(sa(sv))",
+                                   [name, "fail", spec.properties(), []], expect="o")
+        if not await _job_end(session, str(reply.body[0]), until):
+            return "starting"
+        return (await _one_unit(session, name)).active_state
+
+    return converse("systemd", limit, body, address)
+
+
+async def _job_end(session: Session, job: str, until: float | None = None) -> bool:
+    """Wait for the job to end; False when it still runs at ``until`` (the loop's time)."""
+    while True:
+        try:
+            await session.get_all(SYSTEMD_NAME, job, SYSTEMD_JOB)
+        except CallError:
+            return True  # the job is gone: it has finished
+        if until is not None and asyncio.get_running_loop().time() >= until:
+            return False
+        await asyncio.sleep(0.05)
 
 
 def reload_manager(timeout: float = 10.0, address: str | None = None) -> Unavailable | None:
@@ -204,22 +310,25 @@ def start_unit(name: str, timeout: float = 10.0, address: str | None = None, *,
     """Start a unit; with ``wait``, wait for its start job to end.
 
     The answer: the unit's ActiveState once the job ended ("active",
-    "failed"...), or "queued" when not waiting.
+    "failed"...), "queued" when not waiting, or "starting" when the job
+    still ran as the wait ended (``timeout``, cut to the guard's deadline):
+    a slow start (``Type=notify``, a oneshot) is no failed one.
     """
+    limit = deadline.cap(timeout)
+    # The last look at the job leaves time for the answer inside the conversation's bound.
+    wait_s = max(0.0, limit - START_ANSWER_S)
 
     async def body(session: Session) -> str:
+        until = asyncio.get_running_loop().time() + wait_s
         reply = await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "StartUnit",
                                    "ss", [name, "replace"], expect="o")
-        job = str(reply.body[0])
-        while wait:
-            try:
-                await session.get_all(SYSTEMD_NAME, job, SYSTEMD_JOB)
-            except CallError:
-                break  # the job is gone: it has finished
-            await asyncio.sleep(0.05)
-        return (await _one_unit(session, name)).active_state if wait else "queued"
+        if not wait:
+            return "queued"
+        if not await _job_end(session, str(reply.body[0]), until):
+            return "starting"
+        return (await _one_unit(session, name)).active_state
 
-    return converse("systemd", timeout, body, address)
+    return converse("systemd", limit, body, address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +349,7 @@ class AfterStop:
 def after_stop(timers: Mapping[str, Sequence[str]], wait_s: float, poll_s: float = 0.005,
                timeout: float = DEFAULT_TIMEOUT, address: str | None = None,
                ) -> dict[str, AfterStop] | Unavailable:
-    """Each unit (the keys of ``timers``) once its stop job has ended, or ``wait_s`` passed.
+    """Each unit (the keys of ``timers``) once it is no longer stopping, or ``wait_s`` passed.
 
     ``timers``: each unit's ``.timer`` triggers, whose next elapse is read
     at the end. One conversation, one ``ListUnitsByNames`` call a poll (state

@@ -8,6 +8,12 @@ unit ("jobs": {unit: [argv, ...]}), in order, the way the units ordered
 before a sleep target run; the first that fails ends the job with result
 "dependency", as a failed RequiredBy= unit does, otherwise "done". JobNew and
 JobRemoved go out only once a client called Subscribe, like systemd's.
+For the guard's own supervised jobs: StopUnit runs "stop_jobs" ({unit:
+[argv, ...]}, e.g. a kill of the test's job) and leaves the unit inactive; a
+unit named there is active again once a StartUnit job ends, after
+"start_delay_s" ({unit: seconds}); "hang_stop" (units) never answers a
+StopUnit; Reload takes "reload_s" seconds; ListUnitsByNames answers as
+systemd's does; a unit with "MainPID" is active while that process runs.
 No `from __future__ import annotations`: dbus-next reads the D-Bus signatures
 from the annotations.
 """
@@ -28,6 +34,21 @@ UNIT = "org.freedesktop.systemd1.Unit"
 SERVICE = "org.freedesktop.systemd1.Service"
 
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.[a-z]+$")
+
+
+def active_state(props: dict[str, object]) -> str:
+    """The unit's ActiveState; with "MainPID", active while that process runs (not a zombie)."""
+    pid = props.get("MainPID")
+    if pid:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                alive = f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            alive = False
+        if not alive:
+            props.pop("MainPID")
+            props["ActiveState"] = "inactive"
+    return str(props.get("ActiveState", "inactive"))
 
 
 def unit_path(name: str) -> str:
@@ -54,7 +75,7 @@ class Unit(ServiceInterface):
 
     @dbus_property(access=PropertyAccess.READ)
     def ActiveState(self) -> "s":
-        return str(self.props.get("ActiveState", "inactive"))
+        return active_state(self.props)
 
     @dbus_property(access=PropertyAccess.READ)
     def SubState(self) -> "s":
@@ -78,6 +99,36 @@ class Service(ServiceInterface):
     def ExecMainStatus(self) -> "i":
         return int(self.props.get("ExecMainStatus", 0))
 
+    @dbus_property(access=PropertyAccess.READ)
+    def Restart(self) -> "s":
+        return str(self.props.get("Restart", "no"))
+
+    @dbus_property(access=PropertyAccess.READ)
+    def RestartUSec(self) -> "t":
+        return int(self.props.get("RestartUSec", 100000))
+
+    @dbus_property(access=PropertyAccess.READ)
+    def KillMode(self) -> "s":
+        return str(self.props.get("KillMode", "control-group"))
+
+
+class Job(ServiceInterface):
+    """A queued job's object, there while the job runs (systemd removes it at its end)."""
+
+    def __init__(self, job_id: int, unit: str, job_type: str) -> None:
+        super().__init__("org.freedesktop.systemd1.Job")
+        self.job_id = job_id
+        self.job_type = job_type
+        self.unit = unit
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Id(self) -> "u":
+        return self.job_id
+
+    @dbus_property(access=PropertyAccess.READ)
+    def JobType(self) -> "s":
+        return self.job_type
+
 
 class Manager(ServiceInterface):
     def __init__(self, state: dict[str, object]) -> None:
@@ -85,6 +136,10 @@ class Manager(ServiceInterface):
         self.on_disk: dict[str, dict[str, object]] = dict(state.get("units", {}))
         self.loaded: set[str] = set()
         self.jobs: dict[str, list[list[str]]] = dict(state.get("jobs", {}))
+        self.stop_jobs: dict[str, list[list[str]]] = dict(state.get("stop_jobs", {}))
+        self.start_delay_s: dict[str, float] = dict(state.get("start_delay_s", {}))
+        self.hang_stop: set[str] = set(state.get("hang_stop", []))
+        self.reload_s = float(state.get("reload_s", 0))
         self.next_job = 1
         self.subscribed = False
         self.tasks: set[asyncio.Task[None]] = set()
@@ -132,10 +187,37 @@ class Manager(ServiceInterface):
         self._load(name)
         job_id, self.next_job = self.next_job, self.next_job + 1
         path = f"{PATH}/job/{job_id}"
+        self.bus.export(path, Job(job_id, name, "start"))
         task = asyncio.ensure_future(self._run_job(job_id, path, name))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return path
+
+    @method()
+    async def Reload(self) -> None:
+        await asyncio.sleep(self.reload_s)
+
+    @method()
+    async def StopUnit(self, name: "s", mode: "s") -> "o":
+        if name in self.hang_stop:
+            await asyncio.Event().wait()  # never answers
+        self._load(name)
+        job_id, self.next_job = self.next_job, self.next_job + 1
+        for argv in self.stop_jobs.get(name, []):
+            proc = await asyncio.create_subprocess_exec(*argv)
+            await proc.wait()
+        self.on_disk.setdefault(name, {})["ActiveState"] = "inactive"
+        return f"{PATH}/job/{job_id}"
+
+    @method()
+    def ListUnitsByNames(self, names: "as") -> "a(ssssssouso)":  # noqa: F722
+        rows = []
+        for name in names:
+            props = self.on_disk.get(name, {})
+            rows.append([name, "", str(props.get("LoadState", "loaded" if props else "not-found")),
+                         active_state(props),
+                         str(props.get("SubState", "dead")), "", self._load(name), 0, "", "/"])
+        return rows
 
     @signal()
     def JobNew(self, job: list[object]) -> "uos":
@@ -155,5 +237,10 @@ class Manager(ServiceInterface):
             if await proc.wait() != 0:
                 result = "dependency"
                 break
+        if unit in self.stop_jobs:
+            # The job's path must answer GetAll while the start runs, as systemd's does.
+            await asyncio.sleep(self.start_delay_s.get(unit, 0.0))
+            self.on_disk[unit]["ActiveState"] = "active"
+        self.bus.unexport(path)
         if self.subscribed:
             self.JobRemoved([job_id, path, unit, result])

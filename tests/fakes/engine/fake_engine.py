@@ -10,7 +10,10 @@ Podman's (``libpod-ID.scope``), in the host's cgroup v2 tree, so the guard
 finds its owner the way it does on a real host. Restart policies behave as
 Docker's: a container that exits without a stop (a signal sent around the
 engine, a /kill) is started again after 100 ms unless its policy is "no"; a
-stopped one stays down. Every request is recorded for the tests.
+stopped one stays down. Every request is recorded for the tests. For the
+fault tests, ``hang`` names container actions ("stop", "json"...) the
+engine takes and never answers (as a dockerd stuck on a hung container),
+and ``after`` is called with each request once it was handled.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -123,6 +127,10 @@ class FakeEngine:
         self.base = root / f"suspendguard-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.containers: dict[str, Container] = {}
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
+        self.hang: set[str] = set()
+        self.after: Callable[[str, str], None] | None = None
+        self._released = threading.Event()
+        self.refuse_update = False  # answer /update with an error, as an engine may
         self._server = _Server(socket_path, _Handler)
         self._server.engine = self
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -132,6 +140,7 @@ class FakeEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._released.set()
         self._server.shutdown()
         self._server.server_close()
         for c in self.containers.values():
@@ -168,10 +177,13 @@ class FakeEngine:
         procs = c.cgroup / "cgroup.procs"
         proc = subprocess.Popen(["/bin/sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *c.argv],
                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
+        # Running from the moment its process is, as Docker's State.Running
+        # is: not only once the job opened its nodes.
+        c.proc, c.started_at = proc, _now()
         assert proc.stdout is not None
         line = proc.stdout.readline().split()
         assert line and line[0] == "ready", f"container job did not start: {line}"
-        c.proc, c.pid, c.started_at = proc, int(line[1]), _now()
+        c.pid = int(line[1])
         c.stopped_by_user = False
         c.generation += 1
         threading.Thread(target=self._watch, args=(c, proc, c.generation), daemon=True).start()
@@ -227,6 +239,16 @@ class FakeEngine:
         if c is None:
             return 404, {"message": f"No such container: {parts[1]}"}
         action = parts[2]
+        if action in self.hang:
+            self._released.wait()
+            return 500, {"message": "the engine was shut down"}
+        answer = self._container(c, method, action, query, body, path)
+        if self.after is not None:
+            self.after(method, action)
+        return answer
+
+    def _container(self, c: Container, method: str, action: str, query: dict[str, str],
+                   body: Any, path: str) -> tuple[int, Any]:
         if method == "GET" and action == "json":
             return 200, self._inspect(c)
         if method != "POST":
@@ -238,6 +260,8 @@ class FakeEngine:
                 return 409, {"message": f"Container {c.id} is not running"}
             os.kill(c.pid, int(signal.Signals[query.get("signal", "SIGKILL")]))
             return 204, None
+        if action == "update" and self.refuse_update:
+            return 500, {"message": "Cannot update container: refused"}
         if action == "update":
             policy = (body or {}).get("RestartPolicy") or {}
             c.restart = "" if policy.get("Name") == "no" else str(policy.get("Name", c.restart))

@@ -5,7 +5,10 @@ this directory on PYTHONPATH. Scripted by the JSON file $FAKE_ACL_STATE:
   {"init": 0, "count": 1, "count_ret": 0,
    "devices": [{"cube_utilization": 0, "vector_utilization": 0,
                 "aicpu_utilization": 0, "memory_utilization": 12, "ret": 0}],
-   "mode": "" | "hang" | "crash" | "noise"}
+   "mode": "" | "hang" | "crash" | "noise" | "hold",
+   "hold": NODE, "until": FILE}
+``hold``: init opens NODE and keeps it open until FILE exists (10 s at most), as a
+real runtime holds the device while it is initialised.
 Every call is appended to $FAKE_ACL_LOG. ``rt.set_device`` (which would put
 a context on a real device) writes $FAKE_ACL_SET_DEVICE_MARKER and kills the
 process, so an idle probe that ever calls it fails the test; only a state
@@ -20,6 +23,8 @@ import os
 import signal
 import time
 from typing import Any
+
+_HELD: list[Any] = []
 
 
 def _state() -> dict[str, Any]:
@@ -45,6 +50,11 @@ def init(config_path: str | None = None) -> int:
         os.kill(os.getpid(), signal.SIGSEGV)
     if mode == "noise":
         print("[INFO] ACL: some runtime chatter on stdout")
+    if mode == "hold":
+        _HELD.append(open(state["hold"], "rb"))  # noqa: SIM115 - held as a runtime would
+        until = time.monotonic() + 10
+        while not os.path.exists(state["until"]) and time.monotonic() < until:
+            time.sleep(0.02)
     return int(state.get("init", 0))
 
 

@@ -11,6 +11,9 @@ fails when a committed file differs, so they cannot drift from the parser.
 
 The generators (argparse-manpage, shtab) are in the ``docs`` extra and the
 ``test`` extra, pinned: a new version is a deliberate regeneration.
+
+Nothing at run time needs them, so they live here in tools/, outside the
+package that the wheel and the distribution packages ship.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from suspendguard.docs.cli_page import cli_page
-from suspendguard.docs.completion import bash_completion, zsh_completion
-from suspendguard.docs.config_page import config_page, with_keys_table
+from docgen.cli_page import cli_page
+from docgen.completion import bash_completion, zsh_completion
+from docgen.config_page import config_page, with_keys_table
 
 # Each generated file, by its path in the repository.
 GENERATED: dict[str, Callable[[str], str]] = {

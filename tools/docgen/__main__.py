@@ -1,4 +1,4 @@
-"""``python -m suspendguard.docs [--check] [REPO]``: write the generated files, or check them.
+"""``python -m docgen [--check] [REPO]``: write the generated files, or check them.
 
 Run from a checkout (tools/gen-docs does). ``--check`` writes nothing and
 exits 1 naming each file that differs from what the parser and the schema
@@ -12,11 +12,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from suspendguard.docs import generate
+from docgen import generate
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suspendguard.docs")
+    parser = argparse.ArgumentParser(prog="python -m docgen")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file differs")
     parser.add_argument("repo", nargs="?", default=".", help="the checkout (default: .)")
     args = parser.parse_args(argv)

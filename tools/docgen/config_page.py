@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 
+from docgen import roff
 from suspendguard import __version__
 from suspendguard.config import DEFAULT_PATH, ENV_VAR, SCHEMA, commented_default
-from suspendguard.config.schema import RULE_FIELDS, Kind, Spec
-from suspendguard.docs import roff
+from suspendguard.config.schema import RULE_FIELDS, RULE_HELP, Kind, Spec
 
 KINDS: dict[Kind, str] = {
     "str": "string",
@@ -30,14 +30,6 @@ KINDS: dict[Kind, str] = {
     "rules": "array of rule tables",
 }
 
-RULES: dict[str, str] = {
-    "comm": "the process name (/proc/PID/comm), exactly",
-    "exe": "the executable's path, a glob",
-    "cmdline": "a regular expression, searched in the space-joined command line",
-    "user": "the owner, a user name or a uid",
-    "unit": "the systemd unit (from the cgroup), a glob",
-}
-
 EXAMPLE = """\
 [devices]
 families = ["ascend"]
@@ -48,9 +40,11 @@ escalate = ["SIGTERM:10"]          # opt-in; default: never beyond SIGINT
 
 [[policy.protect]]                 # never signalled; no suspend while it runs
 unit = "inference-server.service"
+user = "inference"                 # any user can name a user unit so: the user holds
 
 [[policy.ignore]]                  # not counted, not signalled
-comm = "my-exporter\""""
+user = "prometheus"                # a name alone would let any job pass as the exporter
+exe = "/usr/local/bin/my-exporter\""""
 
 README_START = "<!-- config-keys:start (generated from the config schema: tools/gen-docs) -->"
 README_END = "<!-- config-keys:end -->"
@@ -113,10 +107,17 @@ def config_page(date: str) -> str:
         """`[[policy.protect]]` and `[[policy.ignore]]` are arrays of tables; each
         table is one rule, and a rule matches a holder when every field it gives
         matches:"""))
-    missing = set(RULE_FIELDS) ^ set(RULES)
+    missing = set(RULE_FIELDS) ^ set(RULE_HELP)
     if missing:
-        raise ValueError(f"RULES and the schema's rule fields differ: {sorted(missing)}")
-    out.extend(roff.tagged(roff.bold(name), RULES[name]) for name in RULE_FIELDS)
+        raise ValueError(f"RULE_HELP and the schema's rule fields differ: {sorted(missing)}")
+    out.extend(roff.tagged(roff.bold(name), RULE_HELP[name]) for name in RULE_FIELDS)
+    out.append(".PP")
+    out.append(roff.paragraphs(
+        """A process sets its own name and command line: a rule on comm or cmdline
+        alone matches whatever any user chooses to run. A protect rule of that kind
+        lets any user veto every suspend, an ignore rule lets any user's job run on
+        through it; check warns of each one. Give uid or user (and exe or unit) for
+        a rule that holds."""))
     out.append(".SH EXAMPLE")
     out.extend([".PP", ".nf", ".RS 4", roff.text(EXAMPLE), ".RE", ".fi"])
     out.append(".SH FILES")

@@ -6,11 +6,11 @@ import argparse
 import functools
 from collections.abc import Iterator
 
+from docgen import roff
 from suspendguard import __version__
 from suspendguard.cli import build_parser
 from suspendguard.commands import COMMANDS
 from suspendguard.config import DEFAULT_PATH, DEFAULT_STATE_DIR, ENV_VAR
-from suspendguard.docs import roff
 from suspendguard.install.manifest import MANIFEST_PATH
 from suspendguard.install.templates import HOOK_PATH, UNIT_TEMPLATE
 from suspendguard.store.history import DB_NAME

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from docgen.cli_page import all_parsers
 from suspendguard.cli import build_parser
-from suspendguard.docs.cli_page import all_parsers
 
 # What an argument completes to, by its metavar in build_parser().
 COMPLETE_BY_METAVAR = {"PATH": "file", "DIR": "directory"}

@@ -1,0 +1,38 @@
+"""``suspendguard mode [enforce|observe|off]``: show or switch what the guard does at a suspend."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from suspendguard.commands.context import Context
+from suspendguard.errors import EXIT_ERROR
+from suspendguard.store import mode as guard_mode
+
+MEANING = {
+    "enforce": "each suspend waits until the accelerator's holders are drained; a suspend the guard "
+               "cannot make safe is refused",
+    "observe": "each suspend is looked at and recorded (suspendguard history) as check would; nobody "
+               "is signalled and no suspend is refused",
+    "off": "suspends are not guarded: the guard lets each one go without a look",
+}
+
+
+def command(args: argparse.Namespace, ctx: Context) -> int:
+    state_dir = ctx.config().state.dir
+    if args.mode is None:
+        current = guard_mode.read(state_dir)
+        if current.problem:
+            ctx.err.write(f"suspendguard: {current.problem}\n")
+        ctx.out.write(f"{current.name}: {MEANING[current.name]}\n")
+        return 0
+    if os.geteuid() != 0:
+        ctx.err.write(f"suspendguard: mode {args.mode}: only root can switch the guard's mode\n")
+        return EXIT_ERROR
+    try:
+        guard_mode.write(state_dir, args.mode)
+    except OSError as exc:
+        ctx.err.write(f"suspendguard: mode {args.mode}: {state_dir}: {exc.strerror}\n")
+        return EXIT_ERROR
+    ctx.out.write(f"{args.mode}: {MEANING[args.mode]}\n")
+    return 0

@@ -1,0 +1,134 @@
+"""The device's own view, before the drain and for what the scan could not read.
+
+Before anyone is signalled, each device is read once (``ask_first``) for
+its process list and its backends: a process it reports that this host
+cannot see, or a family no backend can answer for, is a certain veto then
+and there. Processes the scan could not read (``refused_pids``) leave the
+verdict unknown unless that view answers for every device (``uninspected``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
+
+from suspendguard.config import FAMILIES, IdleConfig
+from suspendguard.guard.rounds import Rounds
+from suspendguard.guard.scan import describe_process
+from suspendguard.idle.base import IdleReport
+from suspendguard.model import Decision, Holder, ScanResult
+from suspendguard.system.procfs import ProcAccessError
+
+IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
+
+
+def refused_pids(r: Rounds, scan: ScanResult) -> list[int]:
+    """The processes the scan could not read, PID 1 aside; a refused map_files read is warned of.
+
+    PID 1 is never signalled whatever it holds; some containers refuse
+    reading it even to root, which is worth counting but not a warning.
+    """
+    refused = [p for p in scan.unreadable_pids if p != 1]
+    if scan.maps_refused:
+        n = len(scan.maps_refused)
+        r.warnings.append(
+            f"{n} process{'es' if n != 1 else ''} map a device file whose /proc/PID/map_files "
+            "link the guard may not follow (that takes CAP_SYS_ADMIN, or CAP_CHECKPOINT_RESTORE "
+            "from Linux 5.9): a node held only through a mapping is missed for them (pids "
+            + ", ".join(str(p) for p in scan.maps_refused[:10]) + ")")
+        if os.geteuid() == 0:
+            refused = sorted({*refused, *scan.maps_refused} - {1})
+    return refused
+
+
+def ask_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
+              deadline: float) -> IdleReport:
+    """One reading of every device before the drain, for its process lists and its backends.
+
+    Its load decides nothing (the jobs are still running); a family no
+    backend can answer for is vetoed now under ``[idle] on_unknown = veto``,
+    since no drain can change that.
+    """
+    config = replace(r.config.idle, samples=1, settle_s=0.0)
+    until = min(deadline, r.clock() + config.command_timeout_s)
+    first = idle_check(config, families, max(until, r.clock() + 0.5))
+    if r.config.idle.on_unknown == "veto":
+        r.reasons.extend(why for _family, why in first.unknown)
+    return first
+
+
+def uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
+                families: Sequence[str]) -> list[str]:
+    """Why processes the scan could not read leave the verdict unknown ([] when they do not).
+
+    Any of them may hold a node. As root that stays a warning only when the
+    device's own view answers for every device, process lists included, and
+    names none of them.
+    """
+    if not refused:
+        return []
+    n = len(refused)
+    some = f"{n} process{'es' if n != 1 else ''}"
+    pids = ", ".join(str(p) for p in refused[:10]) + (", ..." if n > 10 else "")
+    if os.geteuid() != 0:
+        return [f"run as root: {some} could not be inspected (any of them may hold an "
+                "accelerator node)"]
+    # Extra nodes alone have no vendor query (the check is then None); a
+    # check handed in speaks for the families it read.
+    wanted: list[str] = [f for f in dict.fromkeys(families) if f in FAMILIES] or \
+        (list(dict.fromkeys(d.family for d in first.devices)) if first is not None else [])
+    views = {f: first.process_view(f) for f in wanted} if first is not None else {}
+    named = {p.pid for p in first.processes()} & set(refused) if first is not None else set()
+    if wanted and all(views.values()) and not named:
+        r.warnings.append(f"{some} could not be inspected as root (pids {pids}); the devices' "
+                          f"own view ({', '.join(dict.fromkeys(views.values()))}) answers for "
+                          "every device and reports no process the guard did not see")
+        return []
+    why = (f"the device reports {len(named)} of them" if named else
+           "no device view answers for every device, process lists included"
+           + (f" ({', '.join(f for f in wanted if not views.get(f))})" if wanted else
+              " (no idle backend for these nodes)"))
+    return [f"{some} could not be inspected as root (pids {pids}), and {why}: any of them "
+            "may hold an accelerator node"]
+
+
+def device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> list[Decision]:
+    """Processes the device reports that the scan did not see, as decided holders.
+
+    A holder kept as a graphics client that the device lists as a compute
+    process is decided again, as the device reports it: its nodes said
+    "no CUDA", the device says otherwise (a compute API without UVM). One
+    the device lists as a graphics process alone is a graphics client
+    wherever it runs: named in a warning, never signalled, never a veto.
+    """
+    known_pids = {k[0] for k in r.results} | set(known)
+    kept = {k[0]: hr.decision.holder for k, hr in r.results.items()
+            if hr.decision.action == "keep"}
+    extra: list[Holder] = []
+    for p in idle.processes():
+        pid = int(p.pid)
+        if pid in kept and p.kind == "compute":
+            extra.append(replace(kept.pop(pid), source=str(p.source)))
+            continue
+        if pid in known_pids or pid <= 0:
+            continue
+        known_pids.add(pid)
+        if p.kind == "graphics":
+            kept_warning = (f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
+                            + " as a graphics process, which the scan did not see: kept, not "
+                            "signalled")
+            if kept_warning not in r.warnings:  # the device is asked before and after the drain
+                r.warnings.append(kept_warning)
+            continue
+        try:
+            holder = describe_process(pid, [], r.proc, source=str(p.source))
+        except ProcAccessError:
+            holder = None
+        if holder is None:
+            r.reasons.append(f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
+                             + ", which is not visible here (another PID namespace, a VM, or a "
+                             "container the guard cannot enter): the guard cannot ask it to stop")
+            continue
+        extra.append(holder)
+    return r.decide(extra)

@@ -1,0 +1,71 @@
+"""The guard's mode, kept in the state folder: ``enforce``, ``observe`` or ``off``.
+
+``enforce`` (no file, the default) drains and vetoes. ``observe`` looks at
+every suspend as ``check`` does, records what it would have done, signals
+nobody and never refuses: the safe way to roll the guard out. ``off`` lets
+every suspend go without a look. The mode is a file rather than a key of the
+configuration so that one command switches it (``suspendguard mode off``)
+without editing an operator's file; it lives in ``[state] dir``, which the
+trust rule already holds to root. A file that cannot be read or says
+something else reads as ``enforce`` with a problem: an unreadable switch must
+not turn the guard off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+MODES = ("enforce", "observe", "off")
+MODE_NAME = "mode"
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    name: str  # one of MODES
+    problem: str | None = None  # why the file was not taken at its word
+
+    @property
+    def enforcing(self) -> bool:
+        return self.name == "enforce"
+
+
+ENFORCE = Mode("enforce")
+
+
+def read(state_dir: str) -> Mode:
+    path = os.path.join(state_dir, MODE_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return ENFORCE
+    except OSError as exc:
+        return Mode("enforce", f"{path}: {exc.strerror}: enforcing")
+    try:
+        text = os.read(fd, 64).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    if text not in MODES:
+        return Mode("enforce", f"{path}: {text[:20]!r} is not one of {', '.join(MODES)}: enforcing")
+    return Mode(text)
+
+
+def write(state_dir: str, name: str) -> None:
+    """Set the mode; ``enforce`` removes the file. Raises OSError."""
+    if name not in MODES:
+        raise ValueError(name)
+    path = os.path.join(state_dir, MODE_NAME)
+    if name == "enforce":
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    os.makedirs(state_dir, mode=0o755, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, f"{name}\n".encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

@@ -1,0 +1,100 @@
+"""``suspendguard mode``: enforce, observe, off, as the veto unit and the sleep hook honour them."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+from helpers.holders import Holders
+
+from suspendguard.cli import main
+from suspendguard.store import mode as guard_mode
+from suspendguard.store.history import History
+
+
+@pytest.fixture
+def conf(tmp_path: Path, node: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+        f'[state]\ndir = "{tmp_path / "state"}"\n'
+        '[idle]\nbackends = []\n[drain]\ntimeout_s = 5\n'
+    )
+    return path
+
+
+def run_cli(conf: Path, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main([*argv, "--config", str(conf)], out=out, err=err, environ={"JOURNAL_STREAM": "8:1"})
+    return code, out.getvalue(), err.getvalue()
+
+
+def state(conf: Path) -> str:
+    return str(conf.parent / "state")
+
+
+def test_no_file_is_enforce_and_a_bad_file_enforces(tmp_path: Path) -> None:
+    assert guard_mode.read(str(tmp_path)) == guard_mode.Mode("enforce")
+    (tmp_path / "mode").write_text("of\n")
+    bad = guard_mode.read(str(tmp_path))
+    assert bad.name == "enforce" and bad.problem is not None and "'of' is not one of" in bad.problem
+    (tmp_path / "mode").unlink()
+    (tmp_path / "mode").symlink_to(tmp_path / "elsewhere")
+    assert guard_mode.read(str(tmp_path)).name == "enforce"  # never followed: O_NOFOLLOW
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching the mode needs root")
+def test_switch_and_show(conf: Path) -> None:
+    assert run_cli(conf, "mode")[1].startswith("enforce: ")
+    code, out, _ = run_cli(conf, "mode", "observe")
+    assert code == 0 and out.startswith("observe: ")
+    assert Path(state(conf), "mode").read_text() == "observe\n"
+    assert run_cli(conf, "mode")[1].startswith("observe: ")
+    assert run_cli(conf, "mode", "enforce")[0] == 0
+    assert not Path(state(conf), "mode").exists()
+
+
+def test_unknown_mode_is_a_usage_error(conf: Path) -> None:
+    code, _, err = run_cli(conf, "mode", "sometimes")
+    assert code == 2 and "invalid choice: 'sometimes'" in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching the mode needs root")
+def test_observe_signals_nobody_allows_and_records(conf: Path, node: str, holders: Holders) -> None:
+    proc, _pid = holders.start(node)
+    assert run_cli(conf, "mode", "observe")[0] == 0
+    code, _, err = run_cli(conf, "pre-sleep", "suspend")
+    assert code == 0  # the suspend goes on
+    assert holders.signals() == [] and proc.poll() is None
+    assert "observe mode" in err
+    with History.open(state(conf), readonly=True) as h:
+        [attempt] = h.attempts(1)
+    assert attempt.origin == "unit" and attempt.dry_run
+    # The same holder, enforced, is drained.
+    assert run_cli(conf, "mode", "enforce")[0] == 0
+    code, _, _ = run_cli(conf, "pre-sleep", "suspend")
+    assert code == 0 and proc.wait(timeout=10) == 0
+    assert len(holders.signals()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching the mode needs root")
+def test_off_lets_a_deaf_holder_through_and_the_hook_does_not_drain(conf: Path, node: str,
+                                                                    holders: Holders) -> None:
+    proc, _pid = holders.start(node, mode="deaf")
+    assert run_cli(conf, "mode", "off")[0] == 0
+    code, _, err = run_cli(conf, "pre-sleep", "suspend")
+    assert code == 0 and "the guard is off" in err
+    code, _, err = run_cli(conf, "sleep-hook", "pre", "suspend")
+    assert code == 0 and "no fallback drain" in err
+    assert holders.signals() == [] and proc.poll() is None
+    code, out, _ = run_cli(conf, "status")
+    assert "the guard is off" in out.splitlines()[0]
+    assert "mode: off" in out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may switch")
+def test_not_root_cannot_switch(conf: Path) -> None:
+    code, _, err = run_cli(conf, "mode", "off")
+    assert code == 3 and "only root" in err

@@ -1,0 +1,87 @@
+"""The sleep path keeps its promises when a supervisor hangs or the guard is killed between steps.
+
+The scenes (tests/faults/sleep_scenes.py, also rows of benchmarks/faults.py)
+each give a verdict within ``[drain] deadline_s`` + 1 s and record it, and
+leave no job stopped without a row that ``restore`` acts on: a container
+engine that never answers or hangs on the update of a restart policy, a
+hung user manager, a daemon-reload slower than the deadline, SIGTERM in a
+hung wait, the guard SIGKILLed once a container or a unit was kept down and
+its job signalled, or between the drain drop-in and the reload, stops of an
+earlier boot. Below them, restore's own
+budget: a slow start is "starting", a stop not reached stays pending.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suspendguard.guard.restore import restore
+from suspendguard.guard.supervise import Supervisors
+from suspendguard.store.history import History
+from suspendguard.store.rows import StopRow
+from suspendguard.system.deadline import Deadline, bounded
+
+from .sleep_scenes import SCENES, Seen, can_run, dbus_daemon, fake_systemd, unit_state
+
+pytestmark = pytest.mark.skipif(can_run() is not None or dbus_daemon() is None,
+                                reason=f"{can_run() or 'needs dbus-daemon'}")
+
+
+@pytest.mark.parametrize("scene", [s for _name, s in SCENES], ids=[n for n, _s in SCENES])
+def test_scene(scene: Callable[[Path], Seen], tmp_path: Path) -> None:
+    seen = scene(tmp_path)
+    assert seen.ok, seen.failed
+    assert seen.in_time is not False, "the verdict came after deadline_s + 1 s"
+    assert seen.recorded is not False, "not recorded"
+
+
+def stop_row(kind: str = "systemd-service", name: str = "train.service") -> StopRow:
+    return StopRow(1, 1, f"{kind}:{name}", kind, name, None, time.time())
+
+
+def test_a_slow_start_is_starting_not_failed(make_config: Any, tmp_path: Path) -> None:
+    state = unit_state(0, start_delay_s={"train.service": 5.0})
+    state["units"]["train.service"]["ActiveState"] = "inactive"
+    with fake_systemd(state) as bus:
+        sup = Supervisors(dropin_root=str(tmp_path / "run"), bus_address=bus.address,
+                          environ={}, state_dir=str(tmp_path / "state"))
+        start = time.monotonic()
+        with bounded(Deadline(time.monotonic() + 2.0)):
+            [done] = restore([stop_row()], sup, make_config().restore, enabled=True,
+                             record=lambda *_a: None, log=lambda _line: None)
+    assert time.monotonic() - start < 3.0  # the budget, not the 5 s start
+    assert done.result == "starting", done
+    assert "suspendguard status" in done.why
+
+
+def test_restore_ends_at_its_budget_and_leaves_the_rest_pending(make_config: Any,
+                                                                tmp_path: Path) -> None:
+    sup = Supervisors(dropin_root=str(tmp_path / "run"), environ={},
+                      state_dir=str(tmp_path / "state"))
+    results: list[str] = []
+    with bounded(Deadline(time.monotonic() - 1.0)):
+        [done] = restore([stop_row("docker", "a" * 64)], sup, make_config().restore,
+                         enabled=True, record=lambda _s, r, _w: results.append(r),
+                         log=lambda _line: None)
+    assert done.result == "pending" and results == []  # no result: the next restore's
+
+
+def test_rows_written_ahead_are_completed_or_dropped(make_config: Any) -> None:
+    """A stop row is there before the stop; one the supervisor refused never happened."""
+    cfg = make_config()
+    with History.open(cfg.state.dir) as h:
+        attempt = h.begin("suspend", "unit", False, "")
+        rows = [StopRow(attempt, seq, f"systemd-service:u{seq}.service", "systemd-service",
+                        f"u{seq}.service", None, time.time()) for seq in (1, 2)]
+        ids = h.stopping(attempt, rows)
+        assert [(s.name, s.issued) for s in h.pending_stops()] == \
+            [("u1.service", None), ("u2.service", None)]
+        h.stop_issued(taken=[ids[0]], refused=[ids[1]])
+        [left] = h.pending_stops()
+    assert left.name == "u1.service" and left.issued is not None
+    assert left.boot_id == Path("/proc/sys/kernel/random/boot_id").read_text().strip()

@@ -1,0 +1,177 @@
+"""NVIDIA graphics clients on real processes: the display server's nodes are kept, CUDA's drained.
+
+The nodes are the suite's test nodes (as root, character devices of major 1
+that no process of the private PID namespace holds otherwise; plain files
+when not root), put in an inventory under NVIDIA's names and roles
+(guard/inventory.py), and scanned as the guard scans.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import FAKES
+from helpers.isolation import NODE_RDEV, ROOT
+from helpers.runners import guard
+
+from suspendguard.config import IdleConfig, defaults
+from suspendguard.guard.inventory import FAMILY_NODES, identity
+from suspendguard.guard.policy import decide
+from suspendguard.guard.scan import scan_holders
+from suspendguard.idle.nvml import NvmlBackend
+from suspendguard.idle.sampler import check_idle
+from suspendguard.model import Inventory, Node, Role
+
+# The display server's three nodes, and CUDA's own: name, role, rdev as root.
+NODES: dict[str, tuple[Role, int]] = {
+    "nvidia0": ("graphics", NODE_RDEV),
+    "nvidiactl": ("management", os.makedev(1, 8)),
+    "nvidia-modeset": ("management", os.makedev(1, 9)),
+    "nvidia-uvm": ("compute", os.makedev(1, 5)),
+}
+DISPLAY_SERVER = ("nvidia0", "nvidiactl", "nvidia-modeset")
+
+HOLD = """
+import os, sys, time
+held = [open(p, "rb") for p in sys.argv[1:]]
+print("ready", os.getpid(), flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.fixture
+def nvidia(tmp_path: Path) -> Inventory:
+    nodes = []
+    for name, (role, rdev) in NODES.items():
+        path = tmp_path / name
+        if ROOT:
+            os.mknod(path, 0o666 | 0o020000, rdev)
+        else:
+            path.write_bytes(b"\0")
+        st = os.stat(path)
+        nodes.append(Node(str(path), "nvidia", role, identity(st), (st.st_dev, st.st_ino)))
+    return Inventory(tuple(nodes))
+
+
+@pytest.fixture
+def hold() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def start(procs: list[subprocess.Popen[str]], paths: list[str]) -> int:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, *paths], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    procs.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline().split()[0] == "ready"
+    return proc.pid
+
+
+def test_the_roles_are_nvidias_own_names() -> None:
+    roles = {role: globs for role, globs in FAMILY_NODES["nvidia"].items()}
+    assert roles["compute"] == ("/dev/nvidia-uvm",)
+    assert roles["graphics"] == ("/dev/nvidia[0-9]*",)
+    assert {"/dev/nvidiactl", "/dev/nvidia-modeset"} <= set(roles["management"])
+
+
+def test_display_servers_nodes_are_kept_and_uvm_is_drained(
+        nvidia: Inventory, hold: list[subprocess.Popen[str]]) -> None:
+    paths = {Path(n.path).name: n.path for n in nvidia.nodes}
+    display = start(hold, [paths[n] for n in DISPLAY_SERVER])
+    cuda = start(hold, [paths[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
+    scan = scan_holders(nvidia)
+    config = defaults()
+    decisions = {d.holder.pid: d for d in decide(scan.holders, config.policy, config.drain)}
+
+    kept = decisions[display]
+    assert sorted(Path(p).name for p in kept.holder.node_paths()) == sorted(DISPLAY_SERVER)
+    assert (kept.action, kept.kind, kept.signals, kept.vetoes) == ("keep", "leave", False, False)
+    assert kept.rule == ("graphics client: holds NVIDIA nodes but not /dev/nvidia-uvm (no CUDA); "
+                         "the driver's own suspend path keeps its state")
+    drained = decisions[cuda]
+    assert (drained.action, drained.kind, drained.rule) == \
+        ("drain", "drain", "holds a compute node")
+
+
+@pytest.fixture
+def as_nvidia(tmp_path: Path, nvidia: Inventory, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The built-in NVIDIA node list pointed at the test nodes, so the whole guard sees them."""
+    paths = {Path(n.path).name: n.path for n in nvidia.nodes}
+    monkeypatch.setitem(FAMILY_NODES, "nvidia", {
+        "compute": (paths["nvidia-uvm"],),
+        "graphics": (str(tmp_path / "nvidia[0-9]*"),),
+        "management": (paths["nvidiactl"], paths["nvidia-modeset"]),
+    })
+    return paths
+
+
+def nvml_check(monkeypatch: pytest.MonkeyPatch, compute: list[int],
+               graphics: Sequence[int] = ()) -> Any:
+    """An idle check through the NVML backend and the suite's fake pynvml: an idle GPU
+    whose compute and graphics process lists are these."""
+    monkeypatch.syspath_prepend(str(FAKES / "idle" / "nvml"))
+    sys.modules.pop("pynvml", None)
+    pynvml = importlib.import_module("pynvml")
+    monkeypatch.setitem(sys.modules, "pynvml", pynvml)
+    pynvml.SCRIPT[:] = [{"gpu": 0, "memory": 0, "used": 0,
+                         "compute": [(pid, None) for pid in compute],
+                         "graphics": [(pid, None) for pid in graphics]}]
+
+    def check(config: IdleConfig, families: Sequence[str], deadline: float) -> Any:
+        cfg = replace(config, backends=("nvml",), samples=1, interval_ms=10, settle_s=0.1)
+        return check_idle(cfg, families, deadline, backends=[NvmlBackend(cfg)])
+
+    return check
+
+
+def test_the_guard_never_signals_a_graphics_client_and_drains_cuda(
+        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]]) -> None:
+    display = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
+    cuda = start(hold, [as_nvidia[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
+    report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}))
+    assert report.verdict.kind == "allow", report.verdict.reasons
+    by_pid = {h.decision.holder.pid: h for h in report.holders}
+    assert (by_pid[display].decision.action, by_pid[display].outcome.kind) == \
+        ("keep", "not-signalled")
+    assert hold[0].poll() is None  # the display server runs on
+    assert by_pid[cuda].outcome.kind == "exited" and hold[1].wait(timeout=5) != 0
+
+
+def test_a_kept_process_the_device_lists_as_compute_is_drained(
+        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Vulkan compute, say: no /dev/nvidia-uvm, but NVML lists it among compute processes.
+    job = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
+    report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}),
+                   idle_check=nvml_check(monkeypatch, [job]))
+    [hr] = [h for h in report.holders if h.decision.holder.pid == job]
+    assert (hr.decision.action, hr.decision.rule) == ("drain", "reported by the device (nvml)")
+    assert hr.outcome.kind == "exited", hr.outcome
+    assert report.verdict.kind == "allow", report.verdict.reasons
+
+
+def test_a_graphics_process_only_the_device_reports_is_named_not_signalled(
+        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Seen by NVML as a graphics process, by the scan not at all (think: another PID
+    # namespace): it holds none of the nodes here.
+    unseen = start(hold, [])
+    check = nvml_check(monkeypatch, [], graphics=[unseen])
+    report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}), idle_check=check)
+    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert all(h.decision.holder.pid != unseen for h in report.holders)
+    assert any(w.startswith(f"the device (nvml) reports pid {unseen} ") and
+               w.endswith("as a graphics process, which the scan did not see: kept, not "
+                          "signalled") for w in report.verdict.warnings), report.verdict.warnings
+    assert hold[0].poll() is None

@@ -1,0 +1,142 @@
+"""The device asked before the drain, and processes the scan could not read as root.
+
+Through the real nvidia-smi backend on a fake nvidia-smi printing the H200
+capture's CSV (tests/helpers/nvidia.py). A process the device reports and
+this host cannot see, or a device no backend can answer for, vetoes before
+anyone is signalled. A process the scan could not read as root leaves the
+verdict unknown unless the device's own view answers for every device.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.holders import Holders
+from helpers.nvidia import IDLE_GPUS, Checks, FakeNvidiaSmi, busy_gpus
+from helpers.runners import guard
+
+from suspendguard.config import IdleConfig
+from suspendguard.idle.base import IdleReport
+from suspendguard.system.procfs import ProcAccessError, ProcFS
+
+
+class RefusingFds(ProcFS):
+    """/proc as it is, but one process's fd table refuses even root (EACCES), as the
+    kernel does for some processes (PID 1 of some containers, a Yama or LSM rule)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__()
+        self.refused = pid
+
+    def open_paths(self, pid: int, *args: Any, **kw: Any) -> list[tuple[str, str]]:
+        if pid == self.refused:
+            raise ProcAccessError(f"/proc/{pid}/fd: Permission denied")
+        return super().open_paths(pid, *args, **kw)
+
+
+@pytest.fixture
+def smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvidiaSmi:
+    return FakeNvidiaSmi(tmp_path, monkeypatch)
+
+
+def gone_pid() -> int:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    return dead.pid
+
+
+def test_device_process_not_visible_here_vetoes_before_any_signal(
+        make_config: Any, node: str, holders: Holders, smi: FakeNvidiaSmi) -> None:
+    job, pid = holders.start(node)
+    hidden = gone_pid()  # what the device sees in a VM or another PID namespace
+    smi.show(busy_gpus(), [pid, hidden])
+    check = Checks()
+    report = guard(make_config(), idle_check=check)
+    assert report.verdict.kind == "veto"
+    [why] = [r for r in report.verdict.reasons if f"pid {hidden}" in r]
+    assert "not visible here" in why and "the guard cannot ask it to stop" in why
+    [hr] = report.holders
+    assert hr.outcome.kind == "not-signalled" and "veto anyway" in hr.outcome.why
+    assert holders.signals() == [] and job.poll() is None
+    assert len(check.calls) == 1  # no drain, so no second look
+    assert report.to_json()["idle"]["state"] == "busy"
+
+
+def test_device_reported_visible_process_joins_the_first_drain(
+        make_config: Any, node: str, holders: Holders, tmp_path: Path, smi: FakeNvidiaSmi) -> None:
+    other = tmp_path / "not-a-node"
+    other.write_bytes(b"")
+    _job, pid = holders.start(node)
+    _seen_by_device, dpid = holders.start(str(other))  # holds nothing the scan knows
+    smi.show(busy_gpus(), [pid, dpid])
+    check = Checks()
+
+    def after_drain(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
+        if check.calls:
+            smi.show(IDLE_GPUS, [])
+        return check(config, families, deadline)
+
+    report = guard(make_config(), idle_check=after_drain)
+    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert sorted(holders.signals()) == sorted([f"{pid} SIGINT", f"{dpid} SIGINT"])
+    assert {h.decision.holder.pid: h.round for h in report.holders} == {pid: 1, dpid: 1}
+
+
+def test_no_backend_vetoes_before_any_signal(
+        make_config: Any, node: str, holders: Holders, smi: FakeNvidiaSmi) -> None:
+    job, _pid = holders.start(node)
+    report = guard(make_config(), idle_check=Checks(tool="/nonexistent/nvidia-smi"))
+    assert report.verdict.kind == "veto"
+    [why] = report.verdict.reasons
+    assert why.startswith("nvidia: no idle backend could answer (nvidia-smi: "
+                          "/nonexistent/nvidia-smi: not an executable file")
+    assert why.endswith("vetoed by [idle] on_unknown = veto")
+    assert holders.signals() == [] and job.poll() is None
+
+
+def test_unreadable_process_as_root_without_a_device_view_is_unknown(
+        make_config: Any, node: str, holders: Holders) -> None:
+    _job, pid = holders.start(node)
+    report = guard(make_config(), proc=RefusingFds(pid))
+    assert report.verdict.kind == "unknown"
+    [why] = report.verdict.reasons
+    assert why.startswith(f"1 process could not be inspected as root (pids {pid}), and no "
+                          "device view answers for every device")
+    assert holders.signals() == []
+
+
+def test_unreadable_process_as_root_with_a_device_view_is_a_warning(
+        make_config: Any, node: str, holders: Holders, smi: FakeNvidiaSmi) -> None:
+    _job, pid = holders.start(node)
+    smi.show(IDLE_GPUS, [])
+    report = guard(make_config(), proc=RefusingFds(pid), idle_check=Checks())
+    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert any(w.startswith(f"1 process could not be inspected as root (pids {pid}); the "
+                            "devices' own view (nvidia-smi) answers for every device")
+               for w in report.verdict.warnings), report.verdict.warnings
+
+
+def test_unreadable_process_the_device_names_is_unknown(
+        make_config: Any, node: str, holders: Holders, smi: FakeNvidiaSmi) -> None:
+    _job, pid = holders.start(node)
+    smi.show(busy_gpus(), [pid])
+    report = guard(make_config(), dry_run=True, proc=RefusingFds(pid), idle_check=Checks())
+    assert report.verdict.kind == "unknown"
+    assert "and the device reports 1 of them" in report.verdict.reasons[0]
+
+
+def test_device_without_process_lists_does_not_answer_for_the_unreadable(
+        make_config: Any, node: str, holders: Holders, smi: FakeNvidiaSmi) -> None:
+    _job, pid = holders.start(node)
+    # The utilization query answers, the compute-apps one fails: no process list.
+    smi.show(IDLE_GPUS, apps=["gpu_uuid, pid"])
+    report = guard(make_config(), proc=RefusingFds(pid), idle_check=Checks())
+    assert report.verdict.kind == "unknown"
+    assert report.verdict.reasons[0].startswith(
+        f"1 process could not be inspected as root (pids {pid}), and no device view answers "
+        "for every device, process lists included (nvidia)")
