@@ -20,7 +20,8 @@ from suspendguard.config import Config
 from suspendguard.health.ask import Answer, ask
 from suspendguard.health.model import UVM_SIGNATURE, DeviceHealth
 from suspendguard.idle.acl import parse_probe_output
-from suspendguard.idle.base import QueryFailed
+from suspendguard.idle.base import Backend, QueryFailed
+from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
 from suspendguard.idle.nvml import NvmlBackend
 from suspendguard.logs.journal import JOURNALCTL, read_kernel
 from suspendguard.model import Unavailable
@@ -112,23 +113,29 @@ def _devices(answer: dict[str, Any]) -> list[DeviceHealth]:
 
 
 def nvml_check(config: Config, timeout_s: float) -> Answer:
-    """NVML's view: a lost GPU is unhealthy; NVML missing or failing otherwise says nothing."""
-    backend = NvmlBackend(config.idle)
+    """NVML's view, else nvidia-smi's (the Debian package has no pynvml): a lost GPU is
+    unhealthy; neither here, or failing otherwise, says nothing."""
+    nvml = NvmlBackend(config.idle)
+    if nvml.probe()[0]:
+        return _management(nvml, "NVML", timeout_s)
+    return _management(NvidiaSmiBackend(config.idle), "NVML and nvidia-smi", timeout_s)
 
+
+def _management(backend: Backend, what: str, timeout_s: float) -> Answer:
     def gpus() -> list[DeviceHealth]:
         out = []
         for reading in backend.query(timeout_s):
             lost = any(words in reading.reason for words in NVML_LOST)
             out.append(DeviceHealth(reading.id, FAMILY, "unhealthy" if lost else "healthy",
-                                    reading.reason if lost else "", "nvml"))
+                                    reading.reason if lost else "", backend.name))
         return out
 
     def failed(exc: QueryFailed) -> Answer:
         if any(lost in str(exc) for lost in NVML_LOST):
-            return [DeviceHealth(FAMILY, FAMILY, "unhealthy", str(exc), "nvml")], ""
-        return [], f"NVML: {exc}"
+            return [DeviceHealth(FAMILY, FAMILY, "unhealthy", str(exc), backend.name)], ""
+        return [], f"{backend.name}: {exc}"
 
-    return ask(backend, "NVML", gpus, failed)
+    return ask(backend, what, gpus, failed)
 
 
 def kernel_check(since: datetime, timeout_s: float,

@@ -149,3 +149,15 @@ def test_catalog_alone_is_unknown_when_nothing_can_ask_the_device(tmp_path: Path
     report = check(config, SINCE, [{"rule": "device-busy"}])
     assert [(d.device, d.state) for d in report.devices] == [("ascend", "unknown")]
     assert report.healthy  # unknown holds nothing back
+
+
+def test_nvidia_smi_answers_where_nvml_is_not_installed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from helpers.nvidia import TOOL, FakeNvidiaSmi
+    FakeNvidiaSmi(tmp_path, monkeypatch)  # the H200 capture, idle
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
+    found, note = nvidia.nvml_check(build({"idle": {"nvidia_smi": str(TOOL)}}), 5.0)
+    assert [(d.device, d.state, d.source) for d in found] == [("gpu 0", "healthy", "nvidia-smi")]
+    assert not note
