@@ -91,7 +91,9 @@ def test_nvml_lost_gpu_is_unhealthy(monkeypatch: pytest.MonkeyPatch) -> None:
 
     from helpers import FAKES
     monkeypatch.syspath_prepend(str(FAKES / "idle" / "nvml"))
-    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    # recorded as absent, so that the fake module is gone again after the test
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    del sys.modules["pynvml"]
     import pynvml
     monkeypatch.setattr(pynvml, "SCRIPT", [{"gpu": 0, "memory": 0},
                                            {"error_nvmlDeviceGetUtilizationRates":

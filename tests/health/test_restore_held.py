@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,12 +44,15 @@ def entries(sock: socket.socket) -> list[dict[str, str]]:
 
 
 @pytest.fixture
-def gpu_conf(tmp_path: Path, node: str, gpu: Gpu) -> Path:
+def gpu_conf(tmp_path: Path, node: str, gpu: Gpu, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # CUDA alone answers: no NVML (whatever another test left imported), no nvidia-smi
+    monkeypatch.setitem(sys.modules, "pynvml", None)
     path = tmp_path / "config.toml"
     path.write_text(
         f'[devices]\nfamilies = ["nvidia"]\nnodes = ["{node}"]\n'
         f'[state]\ndir = "{tmp_path / "state"}"\n'
         '[idle]\nbackends = []\n'
+        f'nvidia_smi = "{tmp_path / "no-nvidia-smi"}"\n'
         f'[resume]\ncuda_library = "{gpu.lib}"\nmodprobe = "{MODPROBE}"\n')
     return path
 
