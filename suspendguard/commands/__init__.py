@@ -132,9 +132,15 @@ def _uninstall(p: argparse.ArgumentParser) -> None:
 
 
 def _restore(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="start the jobs even when a device is unhealthy after resume")
     _json(p, "what was done")
 
 
+def _doctor(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", metavar="DIR",
+                   help="read the host's files under DIR instead of / (a copy, an image)")
+    _json(p, "the findings")
 def _mode(p: argparse.ArgumentParser) -> None:
     p.add_argument("mode", nargs="?", choices=("enforce", "observe", "off"), metavar="MODE",
                    help="enforce (drain, veto: the default) | observe (look and record, never signal "
@@ -173,11 +179,19 @@ COMMANDS: tuple[Command, ...] = (
              (1, "veto: the unit fails, so systemd refuses the suspend"),
              USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT,
              (5, "unknown: the unit fails, so systemd refuses the suspend"))),
-    Command("restore", "the resume unit's step: start again the supervised jobs the guard stopped",
+    Command("restore", "the resume unit's step: check the devices, then start again the "
+            "supervised jobs the guard stopped",
             "restore:command", _restore,
             ((0, "every job the guard stopped was started again or skipped (or none was left)"),
+             (1, "held: a device is unhealthy after resume, the jobs stay stopped "
+                 "(restore --force starts them)"),
              USAGE_EXIT,
              (3, "a job failed to start, or the history could not be read"), UNTRUSTED_EXIT)),
+    Command("doctor", "check this host's suspend setup (read-only); each finding with its fix",
+            "doctor:command", _doctor,
+            ((0, "nothing to fix (notes may be printed)"),
+             (1, "findings to fix (each line says what, and how)"),
+             USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("mode", "show or switch what the guard does at a suspend: enforce, observe, off",
             "mode:command", _mode,
             ((0, "shown, or switched"), USAGE_EXIT,

@@ -1,18 +1,35 @@
-"""``restore``: the resume unit's step: start again the supervised jobs the guard stopped."""
+"""``restore``: the resume unit's step: check the devices, then start again the jobs the guard stopped.
+
+The health check (suspendguard/health/) runs first, while every drained job
+is still stopped; a device that stays unhealthy after the repairs keeps the
+jobs stopped, recorded as held with the reason (``[resume]
+restore_on_unhealthy``), until a later ``restore`` finds it healthy or
+``restore --force`` starts them anyway.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from suspendguard.config import RESTORE_AFTER_RESUME_S
+from suspendguard.config import RESTORE_AFTER_RESUME_S, Config
 from suspendguard.errors import EXIT_ERROR, HistoryError
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.policy import ancestors, decide
 from suspendguard.guard.restore import restore
+from suspendguard.guard.scan import scan_holders
 from suspendguard.guard.supervise import Supervisors
+from suspendguard.health.resume import AfterResume, after_resume
+from suspendguard.model import Inventory
 from suspendguard.store.history import History
-from suspendguard.store.rows import StopRow
+from suspendguard.store.rows import HealthRow, StopRow
+from suspendguard.system import journald
 from suspendguard.system.deadline import Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
@@ -20,10 +37,76 @@ from suspendguard.system.procfs import ProcFS
 if TYPE_CHECKING:
     from suspendguard.commands.context import Context
 
+EXIT_HELD = 1
+# journalctl MESSAGE_ID=... finds every "jobs held after resume" message.
+HELD_MESSAGE_ID = "6f1c1d8e3b1a4f5e9a0d2c7b8e4f1a20"
+# How far back the kernel log is read when no attempt was recorded.
+NO_ATTEMPT_LOOKBACK_S = 600.0
+
+
+class Blocker:
+    """What holds a family's device now and is not the driver's own: the guard did not stop it.
+
+    The family's compute nodes and the ``[devices] nodes`` the operator
+    added; a holder the policy ignores (the driver's daemons, such as
+    nvidia-persistenced) or never signals (the guard itself) does not count.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, family: str) -> Sequence[str]:
+        devices = replace(self.config.devices, families=(family,), management=())
+        inventory = take_inventory(devices)
+        compute = Inventory(tuple(n for n in inventory.nodes if n.role == "compute"))
+        scan = scan_holders(compute)
+        decisions = decide(scan.holders, self.config.policy, self.config.drain,
+                           never_pids=ancestors(os.getpid()))
+        held = [f"pid {d.holder.pid} {d.holder.comm}" for d in decisions
+                if d.action not in ("ignore", "never")]
+        # A process the scan could not read may hold the device: not known
+        # free is not free.
+        if scan.unreadable:
+            held.append(f"{scan.unreadable} processes that could not be inspected")
+        return held
+
+
+def health_step(config: Config, history: History, log: Logger) -> AfterResume:
+    """Check and repair, each step in the history (as events of the last attempt) and the log."""
+    attempt = history.last_real_attempt()
+    attempt_id = attempt.id if attempt is not None else None
+    since = datetime.fromtimestamp(attempt.started if attempt is not None
+                                   else time.time() - NO_ATTEMPT_LOOKBACK_S)
+
+    def step(name: str, note: str) -> None:
+        history.record_event(name, attempt.action if attempt else None, note, attempt_id)
+        log.info(f"after resume: {name}: {note}")
+
+    outcome = after_resume(config, since, attempt.findings if attempt else (),
+                           blockers=Blocker(config), step=step)
+    history.record_health(attempt_id, [HealthRow(d.device, d.family, d.state, d.reason)
+                                       for d in outcome.final.devices])
+    for note in outcome.final.notes:
+        log.info(f"after resume: {note}")
+    return outcome
+
+
+def hold(stops: Sequence[StopRow], reason: str, history: History, log: Logger) -> str:
+    """Keep ``stops`` stopped: each recorded as held, one journal message with its MESSAGE_ID."""
+    for stop in stops:
+        history.record_hold(stop.id, reason)
+    names = ", ".join(s.name for s in stops)
+    message = f"{len(stops)} jobs held after resume: {reason}"
+    log.warning(f"{message} ({names}); suspendguard restore --force starts them anyway")
+    journald.send({"MESSAGE": f"{message} ({names})", "MESSAGE_ID": HELD_MESSAGE_ID,
+                   "PRIORITY": "3", "SYSLOG_IDENTIFIER": "suspendguard",
+                   "SUSPENDGUARD_HELD": str(len(stops)), "SUSPENDGUARD_REASON": reason})
+    return message
+
 
 def command(args: argparse.Namespace, ctx: Context) -> int:
-    """0 when every job was started, is starting, was skipped or left down; 3 when one failed
-    to start or history failed."""
+    """0 when every job was started, is starting, was skipped or left down; 1 when they are
+    held (a device is unhealthy); 3 when one failed to start or history failed."""
     config = ctx.config()
     log = Logger(ctx.err, ctx.environ)
     try:
@@ -33,25 +116,45 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_ERROR
     with history:
         pending = history.pending_stops()
+        outcome = health_step(config, history, log) if config.resume.health_check else None
+        reason = outcome.held_reason() if outcome is not None else ""
+        held = pending if reason and pending and not args.force \
+            and config.resume.restore_on_unhealthy == "hold" else []
+        if held:
+            hold(held, reason, history, log)
+        elif reason and pending:
+            why = "--force" if args.force else "[resume] restore_on_unhealthy = \"restore\""
+            log.warning(f"restoring onto an unhealthy device ({why}): {reason}")
 
         def note(stop: StopRow, result: str, why: str) -> None:
             history.record_restore(stop.id, result, why)
 
         supervisors = Supervisors(environ=ctx.environ, state_dir=config.state.dir)
-        # Inside the resume unit's TimeoutStartSec: a start still running
-        # when the budget ends is "starting", one not reached stays pending.
-        with bounded(Deadline(time.monotonic() + RESTORE_AFTER_RESUME_S)):
-            done = restore(pending, supervisors, config.restore,
-                           enabled=config.restore.after_resume, record=note, log=log.info,
-                           boot_id=ProcFS().boot_id())
-            # Whatever is still set aside (a killed run's drop-in, the restart
-            # policy of a container left down) goes back now.
-            for line in supervisors.clean_leftovers():
-                log.warning(line)
+        done = []
+        # Held jobs keep what keeps them down (their drain drop-ins) until
+        # they are started: nothing is put back while they are held.
+        if not held:
+            # Inside the resume unit's TimeoutStartSec: a start still running
+            # when the budget ends is "starting", one not reached stays pending.
+            with bounded(Deadline(time.monotonic() + RESTORE_AFTER_RESUME_S)):
+                done = restore(pending, supervisors, config.restore,
+                               enabled=config.restore.after_resume, record=note, log=log.info,
+                               boot_id=ProcFS().boot_id())
+                # Whatever is still set aside (a killed run's drop-in, the restart
+                # policy of a container left down) goes back now.
+                for line in supervisors.clean_leftovers():
+                    log.warning(line)
     if args.json:
-        json.dump({"restored": [{**d.stop.to_json(), "result": d.result, "why": d.why}
-                                for d in done]}, ctx.out, indent=2)
+        doc = {"restored": [{**d.stop.to_json(), "result": d.result, "why": d.why}
+                            for d in done],
+               "held": [{**s.to_json(), "result": "held", "why": reason} for s in held],
+               "health": outcome.to_json() if outcome is not None else None}
+        json.dump(doc, ctx.out, indent=2)
         ctx.out.write("\n")
+    elif held:
+        ctx.out.write(f"{len(held)} jobs held after resume: {reason}\n")
     elif not done:
         ctx.out.write("nothing to restore\n")
+    if held:
+        return EXIT_HELD
     return EXIT_ERROR if any(d.result == "failed" for d in done) else 0

@@ -33,6 +33,7 @@ from suspendguard.config.schema import (
     LogsConfig,
     PolicyConfig,
     RestoreConfig,
+    ResumeConfig,
     Rule,
     StateConfig,
 )
@@ -41,7 +42,7 @@ __all__ = [
     "ANSWER_MARGIN_S", "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS",
     "RESTORE_AFTER_RESUME_S", "RESTORE_AFTER_VETO_S", "SCHEMA",
     "Config", "DevicesConfig", "DrainConfig", "EscalationStep", "Family", "IdleConfig",
-    "LogsConfig", "PolicyConfig", "RestoreConfig", "Rule", "StateConfig",
+    "LogsConfig", "PolicyConfig", "RestoreConfig", "ResumeConfig", "Rule", "StateConfig",
     "build", "commented_default", "defaults", "idle_reserve_s", "load", "resolve_path",
     "to_toml",
 ]

@@ -11,6 +11,7 @@ from suspendguard.config.schema import (
     LogsConfig,
     PolicyConfig,
     RestoreConfig,
+    ResumeConfig,
     StateConfig,
 )
 
@@ -23,6 +24,7 @@ class Config:
     idle: IdleConfig
     logs: LogsConfig
     restore: RestoreConfig
+    resume: ResumeConfig
     state: StateConfig
     path: str | None = None
     loaded: bool = False

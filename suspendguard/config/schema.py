@@ -236,6 +236,38 @@ class RestoreConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ResumeConfig:
+    health_check: bool = setting(
+        True, "bool",
+        "After resume, check each device found before any job is started again "
+        "(docs/after-resume.md).",
+    )
+    health_timeout_s: float = setting(
+        20.0, "float", "Seconds one health probe (a child process) may take; then it is killed.",
+    )
+    ready_timeout_s: float = setting(
+        30.0, "float",
+        "Ascend: how long to wait, with a growing pause, for a device that is not ready yet.",
+    )
+    repair: bool = setting(
+        True, "bool",
+        "Repair an unhealthy device while the drained jobs are still stopped "
+        "(NVIDIA: reload nvidia_uvm, restart nvidia-persistenced).",
+    )
+    restore_on_unhealthy: str = setting(
+        "hold", "choice",
+        "A device still unhealthy after the repairs: hold its jobs (start them with "
+        "restore --force), or restore them anyway.",
+        ("hold", "restore"),
+    )
+    cuda_library: str = setting(
+        "libcuda.so.1", "str",
+        "The CUDA driver library the health probe loads (a name the loader finds, or a path).",
+    )
+    modprobe: str = setting("modprobe", "str", "The modprobe command (name on PATH or a path).")
+
+
+@dataclass(frozen=True, slots=True)
 class StateConfig:
     dir: str = setting(DEFAULT_STATE_DIR, "path", "History database and state.")
 
@@ -249,6 +281,7 @@ SECTIONS: dict[str, type] = {
     "idle": IdleConfig,
     "logs": LogsConfig,
     "restore": RestoreConfig,
+    "resume": ResumeConfig,
     "state": StateConfig,
 }
 

@@ -28,6 +28,8 @@ SYSTEM_DIRS = frozenset({
 
 # The [idle] keys that name something root executes, sources or loads.
 PROGRAM_KEYS = ("npu_smi", "nvidia_smi", "ascend_env", "dcmi_library")
+# The [resume] keys that name something root executes or loads after resume.
+RESUME_PROGRAM_KEYS = ("modprobe", "cuda_library")
 
 
 def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -35,11 +37,16 @@ def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
     out: list[str] = []
     if config.path is not None:
         out += trust.problems(os.path.abspath(config.path), "configuration file")
-    for key in PROGRAM_KEYS:
-        value: str = getattr(config.idle, key)
-        what = f"[idle] {key}"
-        if not value:
-            continue  # the built-in default places, not the configuration's choice
+    programs = [("idle", key) for key in PROGRAM_KEYS]
+    programs += [("resume", key) for key in RESUME_PROGRAM_KEYS]
+    for section, key in programs:
+        value: str = getattr(getattr(config, section), key)
+        what = f"[{section}] {key}"
+        if not value or (key == "cuda_library" and "/" not in value):
+            # The built-in default places, not the configuration's choice; or a
+            # library name, which the loader looks up in the system's own
+            # folders, never on PATH.
+            continue
         if "/" in value:
             out += trust.problems(os.path.abspath(value), what)
         else:

@@ -60,6 +60,14 @@ class AclBackend(Backend):
         return True, script
 
     def query(self, timeout_s: float) -> list[DeviceReading]:
+        return [self._device(entry) for entry in self._child(timeout_s, "read")]
+
+    def open_devices(self, timeout_s: float) -> list[tuple[int, int]]:
+        """(device, aclrtSetDevice's answer) for each device: the health check after resume."""
+        return [(int(e.get("device", -1)), int(e.get("ret", -1)))
+                for e in self._child(timeout_s, "open")]
+
+    def _child(self, timeout_s: float, mode: str) -> list[dict[str, Any]]:
         script, why = self.env_script()
         if script is None:
             raise QueryFailed(why)
@@ -69,13 +77,15 @@ class AclBackend(Backend):
         )
         env["SUSPENDGUARD_ACL_ENV"] = script
         env["SUSPENDGUARD_PYTHON"] = sys.executable
+        env["SUSPENDGUARD_ACL_MODE"] = mode
         result = runner.run(["bash", "-c", CHILD_SCRIPT], timeout=timeout_s, env=env)
         if not result.ok:
             raise QueryFailed(f"pyACL probe: {_failure(result)}")
         answer = parse_probe_output(result.stdout)
         if "error" in answer:
             raise QueryFailed(f"pyACL probe: {answer['error']}")
-        return [self._device(entry) for entry in answer.get("devices", [])]
+        devices: list[dict[str, Any]] = answer.get("devices", [])
+        return devices
 
     def _device(self, entry: dict[str, Any]) -> DeviceReading:
         ident = f"device {entry.get('device')}"
@@ -95,8 +105,8 @@ def _failure(result: runner.RunResult) -> str:
     return text[len("bash: "):] if text.startswith("bash: ") else text
 
 
-def parse_probe_output(stdout: str) -> dict[str, Any]:
-    """The probe's JSON line (the last one; set_env.sh or pyACL may print before it)."""
+def parse_probe_output(stdout: str, what: str = "pyACL probe") -> dict[str, Any]:
+    """A probe child's JSON line (the last one; set_env.sh or pyACL may print before it)."""
     for line in reversed(stdout.splitlines()):
         line = line.strip()
         if line.startswith("{"):
@@ -108,4 +118,4 @@ def parse_probe_output(stdout: str) -> dict[str, Any]:
                 return value
             break
     tail = stdout.strip().splitlines()[-1][:200] if stdout.strip() else "nothing"
-    raise QueryFailed(f"pyACL probe: no JSON answer (printed {tail!r})")
+    raise QueryFailed(f"{what}: no JSON answer (printed {tail!r})")

@@ -299,6 +299,19 @@ class NpuSmiBackend(Backend):
                                     lists_processes=complete))
         return out
 
+    def health(self, timeout_s: float) -> list[tuple[str, str]]:
+        """(device id, npu-smi's Health word: OK, Warning, Alarm, Critical, ...) for each chip."""
+        result = self._run(["info"], time.monotonic() + timeout_s)
+        if not result.ok:
+            raise QueryFailed(result.describe_failure())
+        chips = parse_info(result.stdout).chips
+        if not chips:
+            raise QueryFailed(f"{self.tool} info: no NPU found in its output")
+        per_npu: dict[int, int] = {}
+        for chip in chips:
+            per_npu[chip.npu] = per_npu.get(chip.npu, 0) + 1
+        return [(ascend_device_id(c.npu, c.chip, per_npu[c.npu]), c.health) for c in chips]
+
     def _usages(self, chip: NpuChip, until: float) -> tuple[dict[str, float | None], str]:
         args = ["info", "-t", "usages", "-i", str(chip.npu), "-c", str(chip.chip)]
         try:

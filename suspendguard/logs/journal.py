@@ -192,3 +192,29 @@ def read_unit(unit: str, since: datetime | None, until: datetime | None = None, 
     if result.truncated:
         notes.append(f"only the first {MAX_BYTES} bytes of journalctl's output read")
     return UnitJournal(unit, tuple(findings), entries, len(result.stdout.encode()), tuple(notes))
+
+
+def kernel_argv(since: datetime, journalctl: str = JOURNALCTL) -> list[str]:
+    """The journalctl command line for this boot's kernel messages from ``since`` on."""
+    return [journalctl, "-k", "-o", "json", "--all", "--quiet", "--no-pager",
+            "--output-fields=MESSAGE", "-n", str(MAX_ENTRIES), f"--since=@{since.timestamp():.6f}"]
+
+
+def read_kernel(since: datetime, *, timeout: float = TIMEOUT_S, journalctl: str = JOURNALCTL,
+                run: Runner = runner.run_bounded) -> list[str] | Unavailable:
+    """The kernel's messages since ``since`` (this boot), one string each; never raises."""
+    result = run(kernel_argv(since, journalctl), timeout, MAX_BYTES)
+    if not result.ok and not result.truncated:
+        return Unavailable(result.describe_failure())
+    if not result.stdout and "No journal files were found" in result.stderr:
+        return Unavailable(f"{journalctl}: no journal files found")
+    out = []
+    for raw in result.stdout.splitlines():
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            continue
+        message = _message(doc.get("MESSAGE")) if isinstance(doc, dict) else None
+        if message is not None:
+            out.append(message)
+    return out

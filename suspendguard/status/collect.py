@@ -17,9 +17,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from suspendguard.config import Config, defaults, load, resolve_path
+from suspendguard.doctor.checks import doctor
+from suspendguard.doctor.host import Host
 from suspendguard.errors import ConfigError, HistoryError, SuspendGuardError
 from suspendguard.guard.pipeline import default_idle_check, run
 from suspendguard.guard.report import Report
+from suspendguard.idle.base import IdleReport
 from suspendguard.install.state import installation_state
 from suspendguard.install.templates import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
@@ -61,7 +64,8 @@ def _history(state_dir: str, n: int, config_path: str | None) -> HistoryState:
     try:
         with History.open(state_dir, readonly=True) as h:
             recent = RecentHistory(tuple(h.attempts(n, include_dry_run=False)), h.counts(),
-                                   h.finding_counts(), tuple(h.not_restored()))
+                                   h.finding_counts(), tuple(h.not_restored()),
+                                   tuple(h.last_health()))
     except HistoryError as exc:
         return HistoryState(where, Unavailable(str(exc)), config_path)
     except OSError as exc:  # an unreadable state dir is an answer, not a crash
@@ -116,6 +120,17 @@ def collect(
                            config_state.path if config_state.explicit else None)
         logind = logind_f.result()
         units = units_f.result()
+    findings = tuple(doctor(Host(root), config, _vram_mb(report)))
     return Status(started, os.geteuid(), config_state, report, installation, state_dir,
                   logind, units, history, time.monotonic() - clock, config.devices.families,
-                  guard_mode.read(config.state.dir))
+                  guard_mode.read(config.state.dir), findings)
+
+
+def _vram_mb(report: Report | Unavailable) -> float | None:
+    """The video memory in use, as the dry run's idle readings saw it (for doctor's checks)."""
+    if isinstance(report, Unavailable) or not isinstance(report.idle, IdleReport):
+        return None
+    used = [d.readings.get("memory_used_mb") for d in report.idle.devices
+            if d.family == "nvidia"]
+    known = [u for u in used if u is not None]
+    return sum(known) if known else None

@@ -16,13 +16,14 @@ from typing import Any
 
 from suspendguard import __version__
 from suspendguard.config import Config
+from suspendguard.doctor.checks import Finding, to_fix
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.catalog import INSTALL, family_of
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
 from suspendguard.store.mode import ENFORCE, Mode
-from suspendguard.store.rows import Attempt, StopRow
+from suspendguard.store.rows import Attempt, HealthRow, StopRow
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
 
@@ -87,15 +88,18 @@ class RecentHistory:
     # yet, or their start failed), of any attempt, not only the last few;
     # oldest first, in stop order.
     not_restored: tuple[StopRow, ...] = ()
+    # The last health check after resume, one row per device (none before the first).
+    health: tuple[HealthRow, ...] = ()
 
 
 def restore_command(stop: StopRow, config_path: str | None = None) -> str:
-    """What brings ``stop`` back: ``suspendguard restore`` while it is pending; once
-    restore has tried and failed (or left a stop of an earlier boot down), the
-    owner's own start (restore tries once); for one still starting, its status."""
-    if stop.result is None:
+    """What brings ``stop`` back: ``suspendguard restore`` while it is pending (``--force``
+    while it is held after resume); once restore has tried and failed (or left a stop
+    of an earlier boot down), the owner's own start (restore tries once); for one still
+    starting, its status."""
+    if stop.result in (None, "held"):
         config = f" --config {shlex.quote(config_path)}" if config_path else ""
-        return f"suspendguard{config} restore"
+        return f"suspendguard{config} restore" + (" --force" if stop.result == "held" else "")
     unit = shlex.quote(stop.name)
     if stop.kind in ("docker", "podman"):
         return f"{stop.kind} start {unit}"
@@ -107,6 +111,15 @@ def restore_command(stop: StopRow, config_path: str | None = None) -> str:
         return (f"setpriv --reuid={stop.uid} --regid=$(id -g {stop.uid}) --clear-groups "
                 f"env XDG_RUNTIME_DIR=/run/user/{stop.uid} systemctl --user {verb} {unit}")
     return f"systemctl {verb} {unit}"
+
+
+def held_line(stops: tuple[StopRow, ...]) -> str | None:
+    """"N jobs held after resume: why" for the jobs kept stopped on an unhealthy device."""
+    held = [s for s in stops if s.result == "held"]
+    if not held:
+        return None
+    reasons = "; ".join(dict.fromkeys(s.why for s in held))
+    return f"{len(held)} jobs held after resume: {reasons}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +142,8 @@ class HistoryState:
             "not_restored": [{**p.to_json(), "attempt": p.attempt_id,
                               "restore_command": restore_command(p, self.config_path)}
                              for p in recent.not_restored],
+            "held": held_line(recent.not_restored),
+            "health": [r.to_json() for r in recent.health],
         }
 
 
@@ -146,6 +161,7 @@ class Status:
     duration_s: float
     configured_families: tuple[str, ...] = ()
     mode: Mode = ENFORCE
+    doctor: tuple[Finding, ...] = ()  # suspendguard doctor's findings on this host
 
     @property
     def root(self) -> bool:
@@ -154,6 +170,14 @@ class Status:
     def not_restored(self) -> tuple[StopRow, ...]:
         recent = self.history.recent
         return () if isinstance(recent, Unavailable) else recent.not_restored
+
+    def held(self) -> str | None:
+        """"N jobs held after resume: ...": status leads with it."""
+        return held_line(self.not_restored())
+
+    def health(self) -> tuple[HealthRow, ...]:
+        recent = self.history.recent
+        return () if isinstance(recent, Unavailable) else recent.health
 
     def sleep_blockers(self) -> tuple[Inhibitor, ...]:
         """Block locks on sleep held by someone else: they stop a user's suspend."""
@@ -242,6 +266,8 @@ class Status:
             data["systemd"] = {"available": True,
                                "units": {name: u.to_json() for name, u in self.systemd.items()}}
         data["history"] = self.history.to_json()
+        data["doctor"] = {"to_fix": len(to_fix(self.doctor)),
+                          "findings": [f.to_json() for f in self.doctor]}
         data["config"] = self.config.to_json()
         data["mode"] = {"mode": self.mode.name, "problem": self.mode.problem}
         return data

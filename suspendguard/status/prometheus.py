@@ -289,6 +289,22 @@ def _history(m: Metrics, s: Status) -> None:
         drained.add(count, outcome=outcome)
 
 
+def _after_resume(m: Metrics, s: Status) -> None:
+    """Jobs held after resume, doctor's findings, each device's state at the last health check."""
+    m.gauge("suspendguard_jobs_held",
+            "Jobs kept stopped after resume because a device is unhealthy").add(
+        sum(1 for p in s.not_restored() if p.result == "held"))
+    found = m.gauge("suspendguard_doctor_findings",
+                    "suspendguard doctor's findings on this host, by severity")
+    for severity in ("error", "warning", "note"):
+        found.add(sum(1 for f in s.doctor if f.severity == severity), severity=severity)
+    for row in s.health():
+        m.one_of("suspendguard_device_health",
+                 "Each device's state at the last health check after resume (1 for the state)",
+                 "state", row.state, ("healthy", "unhealthy", "unknown"), device=row.device,
+                 family=row.family)
+
+
 def _parts(s: Status) -> dict[str, bool]:
     return {
         "config": s.config.valid,
@@ -324,6 +340,7 @@ class StatusCollector(Collector):
         _logind(m, s)
         _systemd(m, s)
         _history(m, s)
+        _after_resume(m, s)
         return m.collect()
 
 

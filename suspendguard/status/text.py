@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from suspendguard.config import Config
+from suspendguard.doctor.checks import to_fix
 from suspendguard.guard.layout import table, when
 from suspendguard.guard.render import device_lines, holder_lines, idle_lines, paint, verdict_lines
 from suspendguard.idle.base import IdleReport
@@ -199,6 +200,25 @@ def _history_lines(s: Status, width: int | None) -> list[str]:
     return lines
 
 
+def _doctor_lines(s: Status) -> list[str]:
+    """suspendguard doctor's findings to fix, in one line each."""
+    fix = to_fix(s.doctor)
+    if not fix:
+        return []
+    return [f"suspend setup: {len(fix)} to fix (suspendguard doctor says how)",
+            *(f"  ! {f.text}" for f in fix)]
+
+
+def _health_lines(s: Status) -> list[str]:
+    """The last health check after resume, when a device was not healthy."""
+    rows = s.health()
+    if all(r.state == "healthy" for r in rows):
+        return []
+    lines = [f"device health after the last resume ({when(rows[0].time)}):"]
+    lines += [f"  {r.device}: {r.state}" + (f": {r.reason}" if r.reason else "") for r in rows]
+    return lines
+
+
 def render(s: Status, out: TextIO, colour: bool = False, width: int | None = 80) -> None:
     """The report; ``width`` None (``--wide``) cuts no table cell.
 
@@ -210,12 +230,17 @@ def render(s: Status, out: TextIO, colour: bool = False, width: int | None = 80)
     def plain(lines: list[str]) -> list[str]:
         return [safe(line) for line in lines]
 
+    held = s.held()
     sections = [
+        # Jobs kept stopped on an unhealthy device come before anything else.
+        [paint(safe(held), "veto", colour)] if held else [],
         _verdict_lines(s, colour),
         plain(_accelerator_lines(s, width)),
         plain(_holder_lines(s, width)),
         plain(_not_restored_lines(s)),
+        plain(_health_lines(s)),
         plain(_installation_lines(s)),
+        plain(_doctor_lines(s)),
         _logind_lines(s, colour, width),
         plain(_systemd_lines(s)),
         plain(_history_lines(s, width)),

@@ -68,6 +68,13 @@ CREATE TABLE IF NOT EXISTS stops (
     stopped REAL NOT NULL,
     restored REAL, result TEXT, why TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS health (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    attempt_id INTEGER,
+    device TEXT NOT NULL, family TEXT NOT NULL, state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
 CREATE INDEX IF NOT EXISTS holders_attempt ON holders(attempt_id);
 CREATE INDEX IF NOT EXISTS findings_attempt ON findings(attempt_id);
 """

@@ -24,7 +24,7 @@ from typing import Any
 
 from suspendguard.errors import HistoryError
 from suspendguard.store import database, reserve
-from suspendguard.store.rows import Attempt, HolderRow, LogFinding, StopRow, iso, texts
+from suspendguard.store.rows import Attempt, HealthRow, HolderRow, LogFinding, StopRow, iso, texts
 from suspendguard.system.procfs import ProcFS
 
 DB_NAME = "history.db"
@@ -227,13 +227,41 @@ class History:
             c.execute("UPDATE stops SET restored=?, result=?, why=? WHERE id=?",
                       (when or time.time(), result, why, stop_id))
 
+    def record_hold(self, stop_id: int, why: str) -> None:
+        """Keep a job stopped after resume (its device is unhealthy): the next restore retries it."""
+        with self._tx() as c:
+            c.execute("UPDATE stops SET restored=NULL, result='held', why=? WHERE id=?",
+                      (why, stop_id))
+
+    def record_health(self, attempt_id: int | None, rows: Sequence[HealthRow]) -> None:
+        """One health check's answers, stamped with one time."""
+        now = time.time()
+        with self._tx() as c:
+            c.executemany(
+                "INSERT INTO health (time, attempt_id, device, family, state, reason)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(now, attempt_id, r.device, r.family, r.state, r.reason) for r in rows])
+
+    def last_health(self) -> list[HealthRow]:
+        """The answers of the last health check (none before the first)."""
+        try:
+            with self._reading():
+                rows = self.conn.execute(
+                    "SELECT device, family, state, reason, time, attempt_id FROM health"
+                    " WHERE time = (SELECT MAX(time) FROM health) ORDER BY id").fetchall()
+        except sqlite3.OperationalError:
+            return []  # a file from before health checks were recorded, opened read-only
+        return [HealthRow(*r) for r in rows]
+
     def pending_stops(self, attempt_id: int | None = None) -> list[StopRow]:
-        """Jobs stopped by the guard and not yet brought back, oldest attempt first, in stop order.
+        """Jobs stopped by the guard and not yet brought back (held ones too), oldest attempt
+        first, in stop order.
 
         Rows written ahead of a stop that was never answered count: the job
         may well be down.
         """
-        where = "result IS NULL" + (" AND attempt_id = ?" if attempt_id is not None else "")
+        where = "(result IS NULL OR result = 'held')" + (
+            " AND attempt_id = ?" if attempt_id is not None else "")
         args = (attempt_id,) if attempt_id is not None else ()
         return self._stops(where, args)
 
@@ -244,8 +272,8 @@ class History:
         An owner stopped again by a later attempt counts once, by that stop.
         """
         return self._stops("id IN (SELECT MAX(id) FROM stops GROUP BY owner)"
-                           " AND (result IS NULL OR result IN ('failed', 'starting', 'left'))",
-                           ())
+                           " AND (result IS NULL OR result IN ('failed', 'starting', 'left',"
+                           " 'held'))", ())
 
     def _stops(self, where: str, args: Sequence[Any]) -> list[StopRow]:
         columns = "boot_id, issued" if self._stop_columns() >= {"boot_id", "issued"} \

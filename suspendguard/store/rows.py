@@ -65,7 +65,8 @@ class StopRow:
     stopped: float
     restored: float | None = None
     # started | starting | failed | skipped | left (a stop of an earlier boot,
-    # not started again); None: not yet brought back
+    # not started again); None: not yet brought back; held: kept stopped after
+    # resume because its device is unhealthy (why says so)
     result: str | None = None
     why: str = ""
     id: int = 0
@@ -80,6 +81,23 @@ class StopRow:
                 "issued": self.issued is not None, "boot_id": self.boot_id or None,
                 "restored": iso(self.restored) if self.restored is not None else None,
                 "result": self.result or "pending", "why": self.why}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthRow:
+    """One device's answer to the health check after resume."""
+
+    device: str
+    family: str
+    state: str  # healthy | unhealthy | unknown
+    reason: str = ""
+    time: float = 0.0
+    attempt_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "family": self.family, "state": self.state,
+                "reason": self.reason, "time": iso(self.time) if self.time else None,
+                "attempt": self.attempt_id}
 
 
 @dataclass(frozen=True, slots=True)

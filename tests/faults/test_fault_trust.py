@@ -153,3 +153,16 @@ def test_a_default_tool_path_root_cannot_trust_is_not_used(tmp_path: Path) -> No
     assert str(shared) in why and "not used" in why
     shared.chmod(0o755)
     assert find_file("", [str(tool)], "npu_smi", "npu-smi not found") == (str(tool), "")
+
+
+@needs_root
+def test_untrusted_modprobe_is_never_run_after_resume(tmp_path: Path, node: str) -> None:
+    marker = tmp_path / "ran"
+    fake = tmp_path / "modprobe"
+    fake.write_text(f"#!/bin/sh\necho ran > {marker}\n")
+    fake.chmod(0o777)  # anyone may rewrite what root would run to reload nvidia_uvm
+    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
+                      f'[idle]\nbackends = []\n[resume]\nmodprobe = "{fake}"\n')
+    status, _, err = cli("restore", "--config", str(conf))
+    assert status == EXIT_UNTRUSTED and "[resume] modprobe" in err and "world-writable" in err
+    assert not marker.exists()

@@ -47,6 +47,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 
+import pytest
+
 FAKE_POWER = {
     "state": "freeze mem disk\n",
     "mem_sleep": "s2idle [deep]\n",
@@ -90,6 +92,13 @@ def unavailable_reason() -> str | None:
     if not Path("/usr/lib/systemd/systemd").exists() and not Path("/lib/systemd/systemd").exists():
         return "systemd is not installed"
     return None
+
+
+def container_marks() -> list[pytest.MarkDecorator]:
+    """A container test module's marks: systemd, root, and skipped where it cannot run."""
+    reason = unavailable_reason()
+    return [pytest.mark.systemd, pytest.mark.root,
+            pytest.mark.skipif(reason is not None, reason=str(reason))]
 
 
 def _binds_for_python(repo: Path) -> list[str]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from helpers import FAKES
+from helpers.clib import build_shared
 
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
@@ -20,13 +19,7 @@ MB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def libdcmi(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        pytest.skip("no C compiler (gcc) to build the fake libdcmi.so")
-    out = tmp_path_factory.mktemp("dcmi") / "libdcmi.so"
-    subprocess.run([gcc, "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(out), str(SOURCE)],
-                   check=True)
-    return out
+    return build_shared(SOURCE, tmp_path_factory.mktemp("dcmi"), "libdcmi.so")
 
 
 @pytest.fixture

@@ -167,6 +167,19 @@ def test_systemd_analyze_verify_catches_a_bad_interpreter(tmp_path: Path) -> Non
     assert "/nonexistent/python" in result.stderr
 
 
+def test_resume_unit_may_check_and_repair_the_devices() -> None:
+    """The health check runs in the resume unit: what it needs must not be sandboxed away."""
+    text = (SHIPPED / templates.RESUME_UNIT).read_text()
+
+    def values(key: str) -> list[str]:
+        return re.findall(rf"^{key}=(.*)$", text, re.M)
+
+    caps = set(values("CapabilityBoundingSet")[0].split())
+    # open the nodes, read every process's fds before a repair, reload nvidia_uvm
+    assert {"CAP_DAC_OVERRIDE", "CAP_SYS_PTRACE", "CAP_SYS_MODULE", "CAP_SETUID"} <= caps
+    assert not values("ProtectKernelModules") and not values("MemoryDenyWriteExecute")
+    assert "nvidia-resume.service" in " ".join(values("After"))
+    assert int(values("TimeoutStartSec")[0]) >= 300
 RESUME = (SHIPPED / templates.RESUME_UNIT).read_text()
 
 

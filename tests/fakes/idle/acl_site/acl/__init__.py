@@ -11,7 +11,9 @@ this directory on PYTHONPATH. Scripted by the JSON file $FAKE_ACL_STATE:
 real runtime holds the device while it is initialised.
 Every call is appended to $FAKE_ACL_LOG. ``rt.set_device`` (which would put
 a context on a real device) writes $FAKE_ACL_SET_DEVICE_MARKER and kills the
-process, so a probe that ever calls it fails the test.
+process, so an idle probe that ever calls it fails the test; only a state
+with "open" (the health check's device open after resume: a list of the
+answers, one per device) lets it answer.
 """
 
 from __future__ import annotations
@@ -83,8 +85,16 @@ class rt:  # pyACL's own spelling: acl.rt.get_device_count()
     @staticmethod
     def set_device(device_id: int) -> int:
         _log(f"rt.set_device {device_id}")
+        answers = _state().get("open")
+        if isinstance(answers, list):
+            return int(answers[device_id])
         marker = os.environ.get("FAKE_ACL_SET_DEVICE_MARKER")
         if marker:
             with open(marker, "w") as f:
                 f.write(f"set_device({device_id}) was called\n")
         os._exit(97)
+
+    @staticmethod
+    def reset_device(device_id: int) -> int:
+        _log(f"rt.reset_device {device_id}")
+        return 0

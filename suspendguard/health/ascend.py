@@ -1,0 +1,76 @@
+"""Ascend after resume: npu-smi's health per chip, a device open through pyACL, the catalog.
+
+A device not ready yet after resume answers ``Resource_Busy(EL0005)`` or
+``halDeviceOpen failed`` (the catalog's device-busy finding, from the logs
+read when the system woke): the repair for that is to wait. A lost
+heartbeat means the device reset. npu-smi's Health column reads OK,
+Warning, Alarm, Critical (or a code while the chip is not up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from suspendguard.config import Config
+from suspendguard.health.ask import Answer, ask
+from suspendguard.health.model import DeviceHealth, HealthState
+from suspendguard.idle.acl import AclBackend
+from suspendguard.idle.base import QueryFailed
+from suspendguard.idle.npusmi import NpuSmiBackend
+
+FAMILY = "ascend"
+# npu-smi's words for a chip that works; Warning is a chip that works and
+# reports something minor (a temperature), not a device that cannot run jobs.
+GOOD = ("ok", "warning")
+# The catalog's rules (logs/rules.py) that say the device is not usable
+# after resume, with the words a held job's reason uses.
+CATALOG: Mapping[str, str] = {
+    "heartbeat-lost": "the host lost the device's heartbeat (the device reset)",
+    "device-busy": "the device answered busy (not ready after resume)",
+}
+
+
+def npu_smi_check(config: Config, timeout_s: float) -> Answer:
+    """npu-smi's Health per chip; ([], why) when npu-smi is not here."""
+    backend = NpuSmiBackend(config.idle)
+
+    def chips() -> list[DeviceHealth]:
+        out = []
+        for ident, word in backend.health(timeout_s):
+            good = word.strip().lower() in GOOD
+            out.append(DeviceHealth(ident, FAMILY, "healthy" if good else "unhealthy",
+                                    "" if good else f"npu-smi health {word or '(blank)'}",
+                                    "npu-smi"))
+        return out
+
+    def failed(exc: QueryFailed) -> Answer:
+        # npu-smi is here but cannot read the board: after resume, a device
+        # that is not ready answers this way.
+        return [DeviceHealth(FAMILY, FAMILY, "unhealthy", f"npu-smi: {exc}", "npu-smi")], ""
+
+    return ask(backend, "npu-smi", chips, failed)
+
+
+def acl_check(config: Config, timeout_s: float) -> Answer:
+    """aclrtSetDevice and aclrtResetDevice on each device, in a child; ([], why) without CANN."""
+    backend = AclBackend(config.idle)
+
+    def opened() -> list[DeviceHealth]:
+        return [DeviceHealth(f"device {dev}", FAMILY, "healthy" if ret == 0 else "unhealthy",
+                             "" if ret == 0 else f"aclrtSetDevice returned {ret}", "acl")
+                for dev, ret in backend.open_devices(timeout_s)]
+
+    def failed(exc: QueryFailed) -> Answer:
+        # A child that hung after resume is a device that does not answer.
+        state: HealthState = "unhealthy" if "within the timeout" in str(exc) else "unknown"
+        return [DeviceHealth(FAMILY, FAMILY, state, str(exc), "acl")], ""
+
+    return ask(backend, "pyACL", opened, failed)
+
+
+def catalog_check(findings: Iterable[Mapping[str, Any]]) -> list[DeviceHealth]:
+    """The catalog's findings in the logs since the attempt began."""
+    seen = dict.fromkeys(str(f.get("rule")) for f in findings)
+    return [DeviceHealth(FAMILY, FAMILY, "unhealthy", f"{CATALOG[rule]} (the {rule} finding)",
+                         "catalog") for rule in seen if rule in CATALOG]

@@ -1,0 +1,78 @@
+"""The health check's answers, typed: each device healthy, unhealthy with the reason, or unknown."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+HealthState = Literal["healthy", "unhealthy", "unknown"]
+
+# The signature of the known after-resume failure that a reload of
+# nvidia_uvm repairs: cuInit answers CUDA_ERROR_UNKNOWN (999).
+UVM_SIGNATURE = "cuda-999"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealth:
+    """One device (or a family's devices together, ``nvidia``) as one check found it."""
+
+    device: str  # "gpu 0", "npu 0 chip 1", "nvidia" when the driver cannot count them
+    family: str
+    state: HealthState
+    reason: str = ""  # why unhealthy or unknown; "" when healthy
+    source: str = ""  # the check that said so: cuda, nvml, kernel-log, npu-smi, acl, catalog
+    signature: str = ""  # a known failure a repair exists for (UVM_SIGNATURE)
+
+    def describe(self) -> str:
+        return f"{self.device} {self.state}" + (f": {self.reason}" if self.reason else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "family": self.family, "state": self.state,
+                "reason": self.reason, "source": self.source, "signature": self.signature}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    """Every device's answer, worst first per device, and what could not be asked."""
+
+    devices: tuple[DeviceHealth, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def unhealthy(self, family: str | None = None) -> tuple[DeviceHealth, ...]:
+        return tuple(d for d in self.devices if d.state == "unhealthy"
+                     and (family is None or d.family == family))
+
+    def families(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d.family for d in self.devices))
+
+    @property
+    def healthy(self) -> bool:
+        return not self.unhealthy()
+
+    def summary(self) -> str:
+        bad = self.unhealthy()
+        if bad:
+            return "; ".join(d.describe() for d in bad)
+        if not self.devices:
+            return "no device to check"
+        return ", ".join(d.describe() for d in self.devices)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"healthy": self.healthy, "devices": [d.to_json() for d in self.devices],
+                "notes": list(self.notes)}
+
+
+def merge(answers: Sequence[DeviceHealth]) -> tuple[DeviceHealth, ...]:
+    """One answer per device: unhealthy over unknown over healthy, the first of each kind.
+
+    A family-wide answer (device == family) that is unhealthy stands for
+    every device of that family, so it is kept beside theirs.
+    """
+    rank = {"unhealthy": 0, "unknown": 1, "healthy": 2}
+    out: dict[str, DeviceHealth] = {}
+    for answer in answers:
+        have = out.get(answer.device)
+        if have is None or rank[answer.state] < rank[have.state]:
+            out[answer.device] = answer
+    return tuple(out.values())

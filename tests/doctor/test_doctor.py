@@ -1,0 +1,235 @@
+"""``suspendguard doctor`` on fixture hosts: every finding on a host that has it, none on a clean one."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from helpers.runners import cli
+
+from suspendguard.config import build
+from suspendguard.doctor.checks import doctor, health_budget_s
+from suspendguard.doctor.host import Host
+from suspendguard.install import templates
+from suspendguard.model import SLEEP_ACTIONS
+
+CONFIG = build({})
+GiB = 1024 * 1024 * 1024
+
+
+def write(root: Path, relative: str, text: str = "") -> None:
+    path = root / relative.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def link(root: Path, relative: str, target: str = "/dev/null") -> None:
+    path = root / relative.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(target)
+
+
+def clean_host(root: Path) -> Path:
+    """A host set up right: the guard installed for every sleep kind, NVIDIA's units and
+    preservation together, swap and a resume device for hibernation, Ascend's daemons."""
+    unit = f"[Service]\nTimeoutStartSec={templates.timeout_start_s(CONFIG)}\n"
+    write(root, templates.UNIT_PATH, unit)
+    write(root, templates.RESUME_PATH, f"[Service]\nTimeoutStartSec={health_budget_s(CONFIG) + 60}\n")
+    for action in SLEEP_ACTIONS:
+        link(root, templates.enable_link(action), templates.UNIT_PATH)
+    write(root, "proc/driver/nvidia/params",
+          'ResmanDebugLevel: 4294967295\nPreserveVideoMemoryAllocations: 1\n'
+          f'TemporaryFilePath: "{root / "var/tmp"}"\n'.replace(str(root), ""))
+    (root / "var/tmp").mkdir(parents=True)
+    for unit_name, target in (("nvidia-suspend.service", "systemd-suspend.service"),
+                              ("nvidia-resume.service", "systemd-suspend.service"),
+                              ("nvidia-hibernate.service", "systemd-hibernate.service")):
+        link(root, f"etc/systemd/system/{target}.wants/{unit_name}")
+    write(root, "sys/power/state", "freeze mem disk\n")
+    write(root, "sys/power/resume", "8:2\n")
+    write(root, "proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1\n")
+    write(root, "proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 12000000 kB\n"
+                                "SwapTotal: 8000000 kB\n")
+    write(root, "usr/lib/systemd/system/fine.service",
+          "[Unit]\nDefaultDependencies=no\nBefore=sleep.target\n[Service]\nType=oneshot\n")
+    write(root, "etc/systemd/logind.conf.d/10-delay.conf", "[Login]\nInhibitDelayMaxSec=30\n")
+    write(root, "usr/lib/x86_64-linux-gnu/systemd/libsystemd-shared-252.so")
+    write(root, "usr/local/Ascend/driver/version.info", "Version=24.1.0\n")
+    write(root, "proc/101/comm", "dmp_daemon\n")
+    write(root, "proc/102/comm", "slogd\n")
+    return root
+
+
+def ids(root: Path, vram_mb: float | None = 1.0) -> list[str]:
+    return [f.id for f in doctor(Host(str(root)), CONFIG, vram_mb)]
+
+
+def test_clean_host_has_no_finding(tmp_path: Path) -> None:
+    assert ids(clean_host(tmp_path)) == []
+
+
+def _no_units(root: Path) -> None:
+    for wants in (root / "etc/systemd/system").glob("*.wants/nvidia-*"):
+        wants.unlink()
+    (root / "etc/systemd/system/systemd-hibernate.service.wants").rmdir()
+
+
+def _modprobe_preserve_only(root: Path) -> None:
+    (root / "proc/driver/nvidia/params").unlink()
+    write(root, "etc/modprobe.d/nvidia-power.conf",
+          "options nvidia NVreg_PreserveVideoMemoryAllocations=1\n")
+    (root / "etc/systemd/system/systemd-suspend.service.wants/nvidia-resume.service").unlink()
+
+
+def _preserve_off(root: Path) -> None:
+    write(root, "proc/driver/nvidia/params", "PreserveVideoMemoryAllocations: 0\n")
+
+
+def _unit_default_deps(root: Path) -> None:
+    write(root, "etc/systemd/system/lock-screen.service",
+          "[Unit]\nBefore=sleep.target\n[Service]\nExecStart=/bin/true\n")
+
+
+def _guard_missing_hibernate(root: Path) -> None:
+    (root / templates.enable_link("hibernate").lstrip("/")).unlink()
+
+
+def _guard_short_timeout(root: Path) -> None:
+    write(root, templates.UNIT_PATH, "[Service]\nTimeoutStartSec=60\n")
+
+
+def _resume_short_timeout(root: Path) -> None:
+    write(root, templates.RESUME_PATH, "[Service]\nTimeoutStartSec=1min\n")
+
+
+def _no_resume_unit(root: Path) -> None:
+    (root / templates.RESUME_PATH.lstrip("/")).unlink()
+
+
+def _delay_conflict(root: Path) -> None:
+    write(root, "etc/systemd/logind.conf", "[Login]\nInhibitDelayMaxSec=5\n")
+
+
+def _small_swap(root: Path) -> None:
+    write(root, "proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 2000000 kB\n"
+                                "SwapTotal: 8000000 kB\n")
+
+
+def _no_resume_device(root: Path) -> None:
+    write(root, "sys/power/resume", "0:0\n")
+
+
+def _no_dmp_daemon(root: Path) -> None:
+    (root / "proc/101/comm").unlink()
+
+
+def _systemd_257(root: Path) -> None:
+    (root / "usr/lib/x86_64-linux-gnu/systemd/libsystemd-shared-252.so").unlink()
+    write(root, "usr/lib/systemd/libsystemd-shared-257.so")
+
+
+CASES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
+    "preserve-without-units": (_no_units, ["nvidia-preserve-without-units"]),
+    "preserve-from-modprobe-d": (_modprobe_preserve_only, ["nvidia-preserve-without-units"]),
+    "units-without-preserve": (_preserve_off, ["nvidia-units-without-preserve"]),
+    "unit-before-sleep": (_unit_default_deps, ["unit-before-sleep-default-deps"]),
+    "guard-unit-missing": (_guard_missing_hibernate, ["guard-unit-missing"]),
+    "guard-timeout-short": (_guard_short_timeout, ["guard-timeout-short"]),
+    "resume-timeout-short": (_resume_short_timeout, ["resume-timeout-short"]),
+    "resume-unit-missing": (_no_resume_unit, ["resume-unit-missing"]),
+    "inhibit-delay-conflict": (_delay_conflict, ["inhibit-delay-conflict"]),
+    "swap-too-small": (_small_swap, ["hibernate-swap-too-small"]),
+    "no-resume-device": (_no_resume_device, ["hibernate-no-resume-device"]),
+    "ascend-daemon-missing": (_no_dmp_daemon, ["ascend-daemon-missing"]),
+    "systemd-257": (_systemd_257, ["systemd-freezes-sessions",
+                                   "systemd-block-inhibitors-bind-root"]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_finding_on_a_host_that_has_it(tmp_path: Path, case: str) -> None:
+    root = clean_host(tmp_path)
+    change, expected = CASES[case]
+    change(root)
+    assert ids(root) == expected
+
+
+def test_tempfile_smaller_than_the_vram_in_use(tmp_path: Path) -> None:
+    root = clean_host(tmp_path)
+    write(root, "sys/power/state", "freeze mem\n")  # no hibernation: only the save file counts
+    free = os.statvfs(root / "var/tmp").f_bavail * os.statvfs(root / "var/tmp").f_frsize
+    assert ids(root, vram_mb=free / 1024 / 1024 + 1024) == ["nvidia-tempfile-too-small"]
+    assert ids(root, vram_mb=1.0) == []
+    assert ids(root, vram_mb=None) == []  # NVML could not say: nothing claimed
+
+
+def test_preserved_vram_counts_in_the_swap_needed(tmp_path: Path) -> None:
+    root = clean_host(tmp_path)
+    # 4 GB in use and 8 GB of swap: enough, until 6 GiB of preserved VRAM is added
+    assert ids(root, vram_mb=1.0) == []
+    found = doctor(Host(str(root)), CONFIG, 6 * 1024.0)
+    assert [f.id for f in found] == ["hibernate-swap-too-small"]
+    assert "preserved video memory" in found[0].text
+
+
+def test_no_hibernation_no_hibernation_finding(tmp_path: Path) -> None:
+    root = clean_host(tmp_path)
+    _small_swap(root)
+    _no_resume_device(root)
+    write(root, "sys/power/state", "freeze mem\n")
+    assert ids(root) == []
+
+
+def test_the_command_its_exit_status_and_json(tmp_path: Path) -> None:
+    root = clean_host(tmp_path / "host")
+    assert cli("doctor", "--root", str(root)) == (0, "nothing to fix: no finding\n", "")
+    _no_units(root)
+    _systemd_257(root)
+    code, out, _ = cli("doctor", "--root", str(root))
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("! error: NVreg_PreserveVideoMemoryAllocations=1")
+    assert lines[1] == ("    fix: systemctl enable nvidia-suspend.service nvidia-resume.service "
+                        "nvidia-hibernate.service")
+    assert lines[-1] == "1 to fix"
+    code, out, _ = cli("doctor", "--root", str(root), "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["to_fix"] == 1
+    assert [f["severity"] for f in doc["findings"]] == ["error", "note", "note"]
+    code, out, err = cli("doctor", "--root", str(tmp_path / "nowhere"))
+    assert (code, out) == (2, "") and err.strip().endswith("--root " + str(tmp_path / "nowhere")
+                                                          + ": not a folder")
+    assert len(err.splitlines()) == 1
+    # notes alone are nothing to fix
+    _, out, _ = cli("doctor", "--root", str(clean_host(tmp_path / "other")))
+    write(tmp_path / "other", "usr/lib/systemd/libsystemd-shared-256.so")
+    code, out, _ = cli("doctor", "--root", str(tmp_path / "other"))
+    assert code == 0 and "systemd-freezes-sessions" in out
+
+
+def test_status_summarises_the_findings(conf: Path, tmp_path: Path, no_bus: str) -> None:
+    import io
+
+    from suspendguard.cli import main
+    from suspendguard.status.collect import collect
+    from suspendguard.status.prometheus import exposition
+    from suspendguard.status.text import render
+
+    stage = tmp_path / "stage"
+    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
+                environ={}) == 0
+    s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage), idle_check=None)
+    assert [f.id for f in s.doctor] == []  # what install staged is what doctor wants
+    (stage / templates.enable_link("hibernate").lstrip("/")).unlink()
+    s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage), idle_check=None)
+    out = io.StringIO()
+    render(s, out)
+    lines = out.getvalue().splitlines()
+    at = lines.index("suspend setup: 1 to fix (suspendguard doctor says how)")
+    assert lines[at + 1] == ("  ! suspendguard@hibernate.service is not enabled: hibernate is "
+                             "not guarded")
+    assert 'suspendguard_doctor_findings{severity="error"} 1.0' in exposition(s).splitlines()
+    assert s.to_json()["doctor"]["to_fix"] == 1

@@ -1,0 +1,165 @@
+"""Each health check on its own: the CUDA probe in a child, NVML, the kernel log, npu-smi, pyACL."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Gpu, journalctl
+
+from suspendguard.config import Config, build
+from suspendguard.health import ascend, nvidia
+from suspendguard.health.model import UVM_SIGNATURE, DeviceHealth
+from suspendguard.health.resume import check
+
+SINCE = datetime.fromtimestamp(1_700_000_000)
+
+
+def gpu_config(gpu: Gpu, **resume: Any) -> Config:
+    return build({"devices": {"families": ["nvidia"]}, "idle": {"backends": []},
+                  "resume": {"cuda_library": str(gpu.lib), **resume}})
+
+
+def test_cuda_999_after_resume_is_unhealthy_with_the_uvm_signature(gpu: Gpu) -> None:
+    found = nvidia.cuda_check(gpu_config(gpu), 20.0)
+    assert found == [DeviceHealth("nvidia", "nvidia", "unhealthy",
+                                  "CUDA init error 999 (CUDA_ERROR_UNKNOWN)", "cuda",
+                                  UVM_SIGNATURE)]
+    assert gpu.calls() == ["cuInit 0"]  # nothing after a failed cuInit
+
+
+def test_cuda_healthy_makes_and_destroys_a_context_on_each_device(
+        gpu: Gpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CUDA_MODE", "ok")
+    monkeypatch.setenv("FAKE_CUDA_COUNT", "2")
+    found = nvidia.cuda_check(gpu_config(gpu), 20.0)
+    assert [(d.device, d.state) for d in found or []] == [("gpu 0", "healthy"),
+                                                         ("gpu 1", "healthy")]
+    calls = gpu.calls()
+    assert calls[:2] == ["cuInit 0", "cuDeviceGetCount 0"]
+    assert calls.count("cuCtxDestroy_v2 0") == 1 and calls.count("cuCtxDestroy_v2 1") == 1
+
+
+def test_a_context_that_fails_names_its_device(gpu: Gpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CUDA_MODE", "ctx")
+    monkeypatch.setenv("FAKE_CUDA_COUNT", "2")
+    found = nvidia.cuda_check(gpu_config(gpu), 20.0) or []
+    assert [d.describe() for d in found] == [
+        "gpu 0 healthy", "gpu 1 unhealthy: cuCtxCreate error 999 (CUDA_ERROR_UNKNOWN)"]
+
+
+def test_a_hung_cuda_init_is_killed_at_the_timeout(gpu: Gpu,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CUDA_MODE", "hang")
+    started = time.monotonic()
+    found = nvidia.cuda_check(gpu_config(gpu), 1.0) or []
+    assert time.monotonic() - started < 10
+    assert [(d.state, d.reason) for d in found] == [
+        ("unhealthy", "CUDA initialisation did not answer within 1 s (killed)")]
+
+
+def test_no_cuda_driver_is_no_nvidia_device(tmp_path: Path) -> None:
+    config = build({"resume": {"cuda_library": str(tmp_path / "no-libcuda.so.1")}})
+    assert nvidia.cuda_check(config, 20.0) is None
+    report = check(config, SINCE, families=("nvidia",))
+    assert report.devices == () and report.healthy
+    assert "no CUDA driver" in report.notes[0]
+
+
+@pytest.mark.parametrize(("line", "unhealthy"), [
+    ("NVRM: Xid (PCI:0000:01:00): 79, pid=1234, name=python3, GPU has fallen off the bus.", True),
+    ("NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.", True),
+    ("PM: pci_pm_suspend(): nv_pmops_suspend+0x0/0x30 [nvidia] returns -5", False),
+    ("NVRM: Xid (PCI:0000:01:00): 31, pid=1234, Ch 00000008, MMU Fault", False),
+])
+def test_kernel_log_since_the_attempt(tmp_path: Path, line: str, unhealthy: bool) -> None:
+    tool = journalctl(tmp_path, "usb 1-1: new device", line)
+    found, note = nvidia.kernel_check(SINCE, 5.0, tool)
+    assert bool(found) is unhealthy
+    if unhealthy:
+        assert found[0].state == "unhealthy" and line in found[0].reason
+    argv = (tmp_path / "journalctl.log").read_text().split()
+    assert "-k" in argv and f"--since=@{SINCE.timestamp():.6f}" in argv
+    assert ("nv_pmops" in note) is ("nv_pmops" in line)
+
+
+def test_nvml_lost_gpu_is_unhealthy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from helpers import FAKES
+    monkeypatch.syspath_prepend(str(FAKES / "idle" / "nvml"))
+    # recorded as absent, so that the fake module is gone again after the test
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    del sys.modules["pynvml"]
+    import pynvml
+    monkeypatch.setattr(pynvml, "SCRIPT", [{"gpu": 0, "memory": 0},
+                                           {"error_nvmlDeviceGetUtilizationRates":
+                                            pynvml.NVML_ERROR_GPU_IS_LOST}])
+    found, note = nvidia.nvml_check(build({}), 5.0)
+    assert [(d.device, d.state) for d in found] == [("gpu 0", "healthy"), ("gpu 1", "unhealthy")]
+    assert "GPU is lost" in found[1].reason and not note
+
+
+def npu_config(npu: Any, **resume: Any) -> Config:
+    return build({"devices": {"families": ["ascend"]},
+                  "idle": {"backends": [], "npu_smi": npu.tool, "ascend_env": npu.env},
+                  "resume": resume})
+
+
+def test_npu_smi_health_per_chip(npu: Any) -> None:
+    found, _ = ascend.npu_smi_check(npu_config(npu), 10.0)
+    assert [d.describe() for d in found] == ["npu 0 healthy", "npu 1 healthy"]
+    npu.alarms(1)
+    found, _ = ascend.npu_smi_check(npu_config(npu), 10.0)
+    assert [d.describe() for d in found] == ["npu 0 unhealthy: npu-smi health Alarm",
+                                             "npu 1 unhealthy: npu-smi health Alarm"]
+
+
+def test_npu_smi_that_cannot_read_the_board_is_unhealthy(
+        npu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_NPU_SMI_MODE", "fail")
+    found, _ = ascend.npu_smi_check(npu_config(npu), 10.0)
+    assert [(d.device, d.state) for d in found] == [("ascend", "unhealthy")]
+    assert "ret is -8020" in found[0].reason
+
+
+def test_acl_opens_and_resets_each_device(npu: Any) -> None:
+    npu.acl(count=2, open=[0, 507033])
+    found, _ = ascend.acl_check(npu_config(npu), 20.0)
+    assert [d.describe() for d in found] == [
+        "device 0 healthy", "device 1 unhealthy: aclrtSetDevice returned 507033"]
+    calls = npu.acl_calls()
+    assert calls.index("rt.set_device 0") < calls.index("rt.reset_device 0")
+    assert "rt.reset_device 1" not in calls and calls[-1] == "finalize"
+
+
+def test_catalog_findings_since_the_attempt() -> None:
+    found = ascend.catalog_check([{"rule": "heartbeat-lost"}, {"rule": "hwts-busy-suspend"},
+                                  {"rule": "heartbeat-lost"}])
+    assert [(d.device, d.state, d.source) for d in found] == [("ascend", "unhealthy", "catalog")]
+    assert "heartbeat" in found[0].reason
+    assert ascend.catalog_check([{"rule": "hwts-busy-suspend"}]) == []
+
+
+def test_catalog_alone_is_unknown_when_nothing_can_ask_the_device(tmp_path: Path) -> None:
+    config = build({"devices": {"families": ["ascend"]},
+                    "idle": {"npu_smi": str(tmp_path / "none"),
+                             "ascend_env": str(tmp_path / "none.sh")}})
+    report = check(config, SINCE, [{"rule": "device-busy"}])
+    assert [(d.device, d.state) for d in report.devices] == [("ascend", "unknown")]
+    assert report.healthy  # unknown holds nothing back
+
+
+def test_nvidia_smi_answers_where_nvml_is_not_installed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from helpers.nvidia import TOOL, FakeNvidiaSmi
+    FakeNvidiaSmi(tmp_path, monkeypatch)  # the H200 capture, idle
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
+    found, note = nvidia.nvml_check(build({"idle": {"nvidia_smi": str(TOOL)}}), 5.0)
+    assert [(d.device, d.state, d.source) for d in found] == [("gpu 0", "healthy", "nvidia-smi")]
+    assert not note

@@ -1,0 +1,177 @@
+"""``restore`` after resume on a fake GPU: held while unhealthy, in status, Prometheus, the journal."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import MODPROBE, Gpu
+from helpers.holders import Holders
+from helpers.runners import cli
+
+from suspendguard.commands.restore import HELD_MESSAGE_ID
+from suspendguard.store.history import History
+from suspendguard.store.rows import StopRow
+from suspendguard.system import journald
+
+
+@pytest.fixture
+def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
+    """A datagram socket standing where journald's is."""
+    path = tmp_path / "journal.socket"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(0)
+    monkeypatch.setattr(journald, "SOCKET", str(path))
+    yield sock
+    sock.close()
+
+
+def entries(sock: socket.socket) -> list[dict[str, str]]:
+    out = []
+    while True:
+        try:
+            data = sock.recv(65536)
+        except BlockingIOError:
+            return out
+        out.append(dict(line.split("=", 1) for line in data.decode().splitlines()))
+
+
+@pytest.fixture
+def gpu_conf(tmp_path: Path, node: str, gpu: Gpu, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # CUDA alone answers: no NVML (whatever another test left imported), no nvidia-smi
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[devices]\nfamilies = ["nvidia"]\nnodes = ["{node}"]\n'
+        f'[state]\ndir = "{tmp_path / "state"}"\n'
+        '[idle]\nbackends = []\n'
+        f'nvidia_smi = "{tmp_path / "no-nvidia-smi"}"\n'
+        f'[resume]\ncuda_library = "{gpu.lib}"\nmodprobe = "{MODPROBE}"\n')
+    return path
+
+
+def stopped_job(state: Path) -> int:
+    """A resumed attempt that stopped one service; its id."""
+    now = time.time()
+    with History.open(str(state)) as h:
+        attempt = h.begin("suspend", "unit", False, "digest", now - 5)
+        h.finish(attempt, "allow", [], [], [], finished=now - 4, stops=[StopRow(
+            0, 0, "systemd-service:train.service", "systemd-service", "train.service", None,
+            now - 4.5)])
+    return attempt
+
+
+def history(state: Path) -> Any:
+    with History.open(str(state), readonly=True) as h:
+        return h.attempts(1)[0], h.last_health()
+
+
+def test_held_while_unhealthy_then_restored_once_healthy(
+        gpu_conf: Path, gpu: Gpu, no_bus: str, journal: socket.socket,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CUDA_MODE", "broken")  # still 999 after the reload
+    state = gpu_conf.parent / "state"
+    stopped_job(state)
+    code, out, _ = cli("--config", str(gpu_conf), "restore")
+    reason = "device nvidia unhealthy: CUDA init error 999 (CUDA_ERROR_UNKNOWN) after reload"
+    assert code == 1
+    assert out == f"1 jobs held after resume: {reason}\n"
+    attempt, health = history(state)
+    assert [(s.result, s.why) for s in attempt.stops] == [("held", reason)]
+    notes = [(e["phase"], e["note"]) for e in attempt.events]
+    assert [p for p, _ in notes] == ["health", "repair", "repair", "health"]
+    assert "reloaded nvidia_uvm" in notes[1][1]
+    assert [(r.device, r.state) for r in health] == [("nvidia", "unhealthy")]
+    sent = entries(journal)
+    assert len(sent) == 1 and sent[0]["MESSAGE_ID"] == HELD_MESSAGE_ID
+    assert sent[0]["MESSAGE"] == f"1 jobs held after resume: {reason} (train.service)"
+
+    code, out, _ = cli("--config", str(gpu_conf), "history", "--wide")
+    assert code == 0 and f"1 jobs held after resume: {reason}" in out
+    code, out, _ = cli("--config", str(gpu_conf), "status")
+    assert out.splitlines()[0] == f"1 jobs held after resume: {reason}"
+    assert "systemd-service:train.service" in out and f"held: {reason}" in out
+    assert f"suspendguard --config {gpu_conf} restore --force" in out
+    assert "  nvidia: unhealthy: CUDA init error 999" in out
+    code, out, _ = cli("--config", str(gpu_conf), "status", "--prometheus")
+    assert "suspendguard_jobs_held 1.0" in out.splitlines()
+    assert ('suspendguard_device_health{device="nvidia",family="nvidia",state="unhealthy"} 1.0'
+            in out.splitlines())
+    code, out, _ = cli("--config", str(gpu_conf), "status", "--json")
+    assert json.loads(out)["history"]["held"] == f"1 jobs held after resume: {reason}"
+
+    # The device recovers (the reload works now): the next restore starts the job.
+    monkeypatch.delenv("FAKE_CUDA_MODE")
+    gpu.reloaded.unlink(missing_ok=True)
+    code, out, _ = cli("--config", str(gpu_conf), "restore", "--json")
+    doc = json.loads(out)
+    assert doc["held"] == [] and doc["health"]["final"]["healthy"] is True
+    # no systemd on this bus: the start is tried, and fails saying so
+    assert [r["result"] for r in doc["restored"]] == ["failed"]
+    assert code == 3
+    attempt, health = history(state)
+    assert attempt.stops[0].result == "failed"
+    assert [(r.device, r.state) for r in health] == [("gpu 0", "healthy")]
+    assert not entries(journal)
+    code, out, _ = cli("--config", str(gpu_conf), "status", "--prometheus")
+    assert "suspendguard_jobs_held 0.0" in out.splitlines()
+
+
+def test_force_starts_them_anyway(gpu_conf: Path, gpu: Gpu, no_bus: str,
+                                  journal: socket.socket, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CUDA_MODE", "broken")
+    stopped_job(gpu_conf.parent / "state")
+    code, out, err = cli("--config", str(gpu_conf), "restore", "--force", "--json")
+    doc = json.loads(out)
+    assert code == 3  # tried: no systemd on this bus to start it
+    assert doc["held"] == [] and [r["name"] for r in doc["restored"]] == ["train.service"]
+    assert "restoring onto an unhealthy device (--force)" in err
+    assert not entries(journal)
+
+
+def test_restore_on_unhealthy_restore(gpu_conf: Path, gpu: Gpu, no_bus: str,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CUDA_MODE", "broken")
+    gpu_conf.write_text(gpu_conf.read_text() + 'restore_on_unhealthy = "restore"\n')
+    stopped_job(gpu_conf.parent / "state")
+    code, out, err = cli("--config", str(gpu_conf), "restore", "--json")
+    assert code == 3 and json.loads(out)["held"] == []
+    assert 'restore_on_unhealthy = "restore"' in err
+
+
+def test_a_holder_the_guard_did_not_stop_blocks_the_repair(
+        gpu_conf: Path, gpu: Gpu, node: str, holders: Holders, no_bus: str,
+        journal: socket.socket) -> None:
+    _, pid = holders.start(node)
+    stopped_job(gpu_conf.parent / "state")
+    code, out, _ = cli("--config", str(gpu_conf), "restore")
+    assert code == 1 and out.startswith("1 jobs held after resume: device nvidia unhealthy")
+    assert not any(c.startswith("modprobe") for c in gpu.calls())
+    attempt, _ = history(gpu_conf.parent / "state")
+    notes = [e["note"] for e in attempt.events]
+    assert any(f"not repaired: the device is held by pid {pid} python" in n for n in notes)
+    assert attempt.stops[0].result == "held"
+
+
+def test_health_check_off_restores_without_asking(gpu_conf: Path, gpu: Gpu,
+                                                   no_bus: str) -> None:
+    gpu_conf.write_text(gpu_conf.read_text() + "health_check = false\n")
+    stopped_job(gpu_conf.parent / "state")
+    code, out, _ = cli("--config", str(gpu_conf), "restore", "--json")
+    assert code == 3 and json.loads(out)["health"] is None and not gpu.calls()
+
+
+def test_idle_host_is_checked_and_repaired_too(gpu_conf: Path, gpu: Gpu, no_bus: str) -> None:
+    """Nothing was stopped: the device is still repaired for the next job, and nothing is held."""
+    code, out, _ = cli("--config", str(gpu_conf), "restore")
+    assert (code, out) == (0, "nothing to restore\n")
+    assert "modprobe nvidia_uvm" in gpu.calls()
+    with History.open(str(gpu_conf.parent / "state"), readonly=True) as h:
+        assert [(r.device, r.state) for r in h.last_health()] == [("gpu 0", "healthy")]
