@@ -14,17 +14,6 @@ from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 
 
-@pytest.fixture
-def conf(tmp_path: Path, node: str) -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(
-        f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
-        f'[state]\ndir = "{tmp_path / "state"}"\n'
-        '[idle]\nbackends = []\n[drain]\ntimeout_s = 5\n'
-    )
-    return path
-
-
 def run_cli(conf: Path, *argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = main([*argv, "--config", str(conf)], out=out, err=err, environ={"JOURNAL_STREAM": "8:1"})
