@@ -39,6 +39,9 @@ pytestmark = [
 # The system's interpreter: a DynamicUser= unit may not enter the checkout's venv.
 PYTHON = "/usr/bin/python3"
 HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
+# The hardened unit runs with PrivateTmp=, so a checkout under /tmp (as in CI)
+# is not visible to it: it gets a copy in the container's own /opt.
+HARD_HOLDER = "/opt/suspendguard-own/holder.py"
 LAUNCHER = str(REPO / "tests" / "helpers" / "launcher.py")
 NODE = "/dev/suspendguard-own/accel0"
 NODE_RDEV = "1 5"  # /dev/zero's number: not the 1:7, 1:8, 1:9 of the other modules
@@ -68,7 +71,7 @@ def launcher_unit(unit: str, shape: str, kill_mode: str, restart: str) -> str:
 
 HARD_UNIT = (f"[Service]\nRestart=always\nRestartSec=100ms\nDynamicUser=yes\n"
              f"ProtectSystem=strict\nPrivateTmp=yes\nReadWritePaths={MARKS}\nTimeoutStopSec=1s\n"
-             f"ExecStart={PYTHON} {HOLDER} --node {NODE} --delay 0.5 "
+             f"ExecStart={PYTHON} {HARD_HOLDER} --node {NODE} --delay 0.5 "
              f"--marker {marker(HARD)}\n")
 # Runs inside systemd-sleep, after the veto unit, just before the state is written.
 AT_SLEEP = f"""#!/bin/sh
@@ -101,6 +104,8 @@ def box() -> Iterator[Container]:
                             launcher_unit(unit, "torchrun", mode, "always"))
         container.write(f"/etc/systemd/system/{CRON}",
                         launcher_unit(CRON, "cron", "process", "on-failure"))
+        container.sh(f"mkdir -p -m 755 {Path(HARD_HOLDER).parent} && "
+                     f"install -m 644 {HOLDER} {HARD_HOLDER}")
         container.write(f"/etc/systemd/system/{HARD}", HARD_UNIT)
         container.run("systemctl", "daemon-reload")
         yield container
