@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from helpers import REPO
-from helpers.systemd_harness import Container, guard_config, unavailable_reason
+from helpers.systemd_harness import Container, at_sleep_hook, guard_config, unavailable_reason
 
 pytestmark = [
     pytest.mark.systemd,
@@ -74,18 +74,11 @@ HARD_UNIT = (f"[Service]\nRestart=always\nRestartSec=100ms\nDynamicUser=yes\n"
              f"ExecStart={PYTHON} {HARD_HOLDER} --node {NODE} --delay 0.5 "
              f"--marker {marker(HARD)}\n")
 # Runs inside systemd-sleep, after the veto unit, just before the state is written.
-AT_SLEEP = f"""#!/bin/sh
-[ "$1" = pre ] || exit 0
-held=0
-for fd in /proc/[0-9]*/fd/*; do
-    [ "$(readlink "$fd" 2>/dev/null)" = "{NODE}" ] && held=$((held + 1))
-done
-echo "held=$held" >> {SEEN}
+AT_SLEEP = at_sleep_hook(NODE, SEEN, f"""echo "held=$held" >> {SEEN}
 for u in {' '.join(u.replace(chr(92), chr(92) * 2) for u in UNITS)}; do
     echo "$u $(systemctl is-active "$u")" >> {SEEN}
 done
-echo "hard-timeout $(systemctl show -p TimeoutStopUSec --value '{HARD}')" >> {SEEN}
-"""
+echo "hard-timeout $(systemctl show -p TimeoutStopUSec --value '{HARD}')" >> {SEEN}""")
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from helpers import REPO
-from helpers.systemd_harness import Container, guard_config, unavailable_reason
+from helpers.systemd_harness import Container, at_sleep_hook, guard_config, unavailable_reason
 
 pytestmark = [
     pytest.mark.systemd,
@@ -36,14 +36,8 @@ SEEN = "/run/suspendguard-sv/at-sleep.log"
 STATE_DIR = "/var/lib/suspendguard-sv"
 CONFIG = guard_config(NODE, state_dir=STATE_DIR, timeout_s=3.0)
 # Runs inside systemd-sleep, after the veto unit, just before the state is written.
-AT_SLEEP = f"""#!/bin/sh
-[ "$1" = pre ] || exit 0
-held=0
-for fd in /proc/[0-9]*/fd/*; do
-    [ "$(readlink "$fd" 2>/dev/null)" = "{NODE}" ] && held=$((held + 1))
-done
-echo "held=$held active=$(systemctl is-active sv-job.service)" >> {SEEN}
-"""
+AT_SLEEP = at_sleep_hook(
+    NODE, SEEN, f'echo "held=$held active=$(systemctl is-active sv-job.service)" >> {SEEN}')
 
 
 USER, UID = "sv-alice", 1234

@@ -445,3 +445,17 @@ def guard_config(node: str, *, state_dir: str | None = None, timeout_s: float = 
     if state_dir is not None:
         lines += ["", "[state]", f'dir = "{state_dir}"']
     return "\n".join(lines) + "\n"
+
+
+def at_sleep_hook(node: str, seen: str, report: str = "") -> str:
+    """A system-sleep hook that, at ``pre``, appends ``held=N`` (how many fds hold
+    ``node`` just before the state is written) and then ``report``'s lines
+    (shell) to ``seen``."""
+    return f"""#!/bin/sh
+[ "$1" = pre ] || exit 0
+held=0
+for fd in /proc/[0-9]*/fd/*; do
+    [ "$(readlink "$fd" 2>/dev/null)" = "{node}" ] && held=$((held + 1))
+done
+{report or f'echo "held=$held" >> {seen}'}
+"""
