@@ -7,17 +7,26 @@ A symlink, a hard link or a file of another owner in place of a database
 file is refused, never followed. A file that SQLite calls corrupt is moved
 aside under a name no other run uses (with its -wal and -shm) and a new one
 started.
+
+Opening for writing (the checks, the repair, the schema) runs under a flock
+on the folder, one run at a time: a run that opened the corrupt file just
+before another moved it aside would otherwise read the new file's -wal as
+its own and checkpoint the new pages into the moved-aside original,
+destroying the only copy; and two runs adding the same column both fail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sqlite3
 import stat
 import time
+from collections.abc import Iterator
 
 from suspendguard.errors import HistoryError, NoHistory
+from suspendguard.store.lock import flock_within
 
 # How long one write waits for a lock another process holds, at most.
 LOCK_WAIT_S = 5.0
@@ -111,6 +120,28 @@ def open_writable(path: str, warnings: list[str],
 
     ``wait_s``: how long opening may wait for another process's lock.
     """
+    with _opening(path, wait_s):
+        return _open_writable(path, warnings, wait_s)
+
+
+@contextlib.contextmanager
+def _opening(path: str, wait_s: float) -> Iterator[None]:
+    """Hold the folder's flock (waiting at most ``wait_s``) while the file is opened."""
+    folder = os.path.dirname(path) or "."
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise HistoryError(f"cannot open {path}: {folder}: {exc.strerror}") from None
+    try:
+        if not flock_within(fd, wait_s):
+            raise HistoryError(f"cannot open {path}: another run is opening it "
+                               f"(waited {wait_s:.1f} s)")
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _open_writable(path: str, warnings: list[str], wait_s: float) -> sqlite3.Connection:
     inode = _own_files(path)
     try:
         return _connect_rw(path, wait_s)

@@ -75,6 +75,19 @@ def _open(state_dir: str, create: bool) -> int:
     return fd
 
 
+def flock_within(fd: int, wait_s: float) -> bool:
+    """Take an exclusive flock on ``fd``, waiting at most ``wait_s``; False when not had."""
+    until = time.monotonic() + max(0.0, wait_s)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= until:
+                return False
+            time.sleep(_POLL_S)
+
+
 def holder_pid(fd: int) -> int | None:
     """The pid the run holding the lock wrote into it; None before it has."""
     try:
@@ -104,17 +117,10 @@ def take(state_dir: str, wait_s: float) -> GuardLock:
         why = "a symlink; not followed" if exc.errno == errno.ELOOP else exc.strerror
         return GuardLock(unusable=f"no guard lock ({path}: {why}): a second run at the same "
                                   "time would not be kept out")
-    until = time.monotonic() + max(0.0, wait_s)
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= until:
-                pid = holder_pid(fd)
-                os.close(fd)
-                return GuardLock(refused=busy_reason(pid), busy_pid=pid)
-            time.sleep(_POLL_S)
+    if not flock_within(fd, wait_s):
+        pid = holder_pid(fd)
+        os.close(fd)
+        return GuardLock(refused=busy_reason(pid), busy_pid=pid)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return GuardLock(fd, path=path)

@@ -115,29 +115,34 @@ def test_row_with_invalid_json_is_skipped_and_said(make_config: Any, tmp_path: P
     assert ids == ["3", "1"]
 
 
-def test_two_guards_on_a_corrupt_database_keep_the_original(make_config: Any) -> None:
+def test_three_guards_on_a_corrupt_database_keep_the_original(make_config: Any) -> None:
     cfg = make_config()
     state = Path(cfg.state.dir)
     state.mkdir(mode=0o700)
     original = b"not a database, but the only copy of thirty rows " * 100
-    # Each may find the other's lock (a HistoryError the guard reports); none may crash.
+    # Opening is one run at a time (a flock on the folder): each guard opens
+    # a working database, exactly one moves the original aside, and the
+    # original survives: a run that had opened it before it was moved would
+    # otherwise take the new file's -wal for its own and checkpoint into it.
     script = ("import sys, time\n"
               "from suspendguard.errors import HistoryError\n"
               "from suspendguard.store.history import History\n"
               "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
               "try:\n    History.open(sys.argv[1]).close()\n"
               "except HistoryError as exc:\n    print(exc)\n")
-    for _ in range(5):
+    for _ in range(8):
         for f in state.iterdir():
             f.unlink()
         (state / "history.db").write_bytes(original)
         at = str(time.time() + 0.5)
         runs = [subprocess.Popen([sys.executable, "-c", script, str(state), at],
-                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        errors = [p.communicate(timeout=60)[1] for p in runs]
-        assert [p.returncode for p in runs] == [0, 0], errors
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(3)]
+        outs = [p.communicate(timeout=60) for p in runs]
+        assert [p.returncode for p in runs] == [0, 0, 0], outs
+        assert [out for out, _ in outs] == ["", "", ""]
         asides = [f for f in state.glob("history.db.corrupt-*") if not f.name.endswith(("wal", "shm"))]
-        assert original in [f.read_bytes() for f in asides]
+        assert [f.read_bytes() for f in asides] == [original]
 
 
 def test_aside_names_are_unique_within_a_second(tmp_path: Path) -> None:
