@@ -17,7 +17,7 @@ FAMILIES: tuple[Family, ...] = ("ascend", "nvidia")
 # The idle backends ``[idle] backends`` may name, in the order they are tried
 # by default, and the family each one reads. Kept here because validating
 # that key needs the names and config is the lowest layer that does; idle/
-# maps the same names to its implementations (idle/registry.py).
+# maps the same names to its implementations (idle/sampler.py).
 IDLE_BACKENDS: dict[str, Family] = {
     "acl": "ascend",
     "npu-smi": "ascend",

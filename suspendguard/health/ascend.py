@@ -13,8 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from suspendguard.config import Config
-from suspendguard.health.ask import Answer, ask
-from suspendguard.health.model import DeviceHealth, HealthState
+from suspendguard.health.model import Answer, DeviceHealth, HealthState, ask
 from suspendguard.idle.acl import AclBackend
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend

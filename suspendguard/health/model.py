@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from suspendguard.idle.base import Backend, QueryFailed
 
 HealthState = Literal["healthy", "unhealthy", "unknown"]
 
@@ -76,3 +78,19 @@ def merge(answers: Sequence[DeviceHealth]) -> tuple[DeviceHealth, ...]:
         if have is None or rank[answer.state] < rank[have.state]:
             out[answer.device] = answer
     return tuple(out.values())
+
+
+# What one check answers: the devices' answers, and a note ("" for none).
+Answer = tuple[list[DeviceHealth], str]
+
+
+def ask(backend: Backend, what: str, query: Callable[[], list[DeviceHealth]],
+        failed: Callable[[QueryFailed], Answer]) -> Answer:
+    """``query()`` if ``backend`` is here, ``failed(exc)`` if it raised; ([], why) if not here."""
+    available, why = backend.probe()
+    if not available:
+        return [], f"{what} not asked: {why}"
+    try:
+        return query(), ""
+    except QueryFailed as exc:
+        return failed(exc)

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from suspendguard.config import Config
-from suspendguard.health.ask import Answer, ask
-from suspendguard.health.model import UVM_SIGNATURE, DeviceHealth
+from suspendguard.health.model import UVM_SIGNATURE, Answer, DeviceHealth, ask
 from suspendguard.idle.acl import parse_probe_output
 from suspendguard.idle.base import Backend, QueryFailed
 from suspendguard.idle.nvidiasmi import NvidiaSmiBackend

@@ -15,11 +15,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from suspendguard.config import Family, IdleConfig
+from suspendguard.config import IDLE_BACKENDS, Family, IdleConfig
 from suspendguard.system import trust
 
 DeviceState = Literal["busy", "idle", "unknown"]
 ReportState = Literal["idle", "busy", "unknown", "none"]
+
+# The backends' names and the family each reads (config.IDLE_BACKENDS, the
+# table ``[idle] backends`` is validated against), for callers that only
+# label or list backends, such as the Prometheus metrics.
+NAMES: tuple[str, ...] = tuple(IDLE_BACKENDS)
+
+
+def family_of(name: str) -> Family | None:
+    """The family backend ``name`` reads; None for a name no backend has."""
+    return IDLE_BACKENDS.get(name)
+
+
+# What to install so that a family's devices can be asked at all.
+INSTALL: dict[Family, str] = {
+    "ascend": "the Ascend driver's npu-smi, or the CANN toolkit for pyACL",
+    "nvidia": "the NVIDIA driver's nvidia-smi, or nvidia-ml-py for NVML",
+}
 
 # The readings that say whether the device is computing, with the words a
 # veto uses for them. Everything else a backend reports (memory in use, AI

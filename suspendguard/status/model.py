@@ -18,8 +18,7 @@ from suspendguard import __version__
 from suspendguard.config import Config
 from suspendguard.doctor.checks import Finding, to_fix
 from suspendguard.guard.report import Report
-from suspendguard.idle.base import IdleReport
-from suspendguard.idle.catalog import INSTALL, family_of
+from suspendguard.idle.base import INSTALL, IdleReport, family_of
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
 from suspendguard.store.mode import ENFORCE, Mode

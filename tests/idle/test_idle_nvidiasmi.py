@@ -16,8 +16,7 @@ from suspendguard.config import IDLE_BACKENDS, IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvidiasmi import NvidiaSmiBackend, parse_apps
 from suspendguard.idle.nvml import NvmlBackend
-from suspendguard.idle.registry import make_backends
-from suspendguard.idle.sampler import check_idle
+from suspendguard.idle.sampler import check_idle, make_backends
 
 
 @pytest.fixture

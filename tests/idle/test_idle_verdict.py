@@ -20,8 +20,7 @@ from helpers import TESTS
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import Backend, DeviceProcess, DeviceReading, IdleReport, QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
-from suspendguard.idle.registry import BACKEND_TYPES, make_backends
-from suspendguard.idle.sampler import check_idle
+from suspendguard.idle.sampler import BACKEND_TYPES, check_idle, make_backends
 
 HERE = TESTS
 RECORDED = HERE / "fixtures" / "npu-smi"
