@@ -43,10 +43,11 @@ from helpers.systemd_harness import Container
 from suspendguard.config import Config, DevicesConfig, build
 from suspendguard.guard.drain import drain
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.owner import Owner, Stop
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.scan import scan_holders
 from suspendguard.guard.supervise import Supervisors
+from suspendguard.model import Owner
+from suspendguard.record import Stop
 from suspendguard.system.dbus import systemd
 from suspendguard.system.log import Logger
 

@@ -94,7 +94,7 @@ def _thread_holder(how: str) -> Callable[[Path], Outcome]:
             found = [h["pid"] for h in holders if h["outcome"]["kind"] == "exited"]
             attempt = _last_attempt(state)
             return (status == 0 and found == [job.pid], took < 100,
-                    [h.pid for h in attempt.holders] == [job.pid])  # type: ignore[attr-defined]
+                    [h.holder.pid for h in attempt.holders] == [job.pid])  # type: ignore[attr-defined]
         finally:
             job.kill()
             job.wait()
@@ -143,7 +143,7 @@ def _killed_mid_drain(how: signal.Signals) -> Callable[[Path], Outcome]:
             job.kill()
             job.wait()
         attempt = _last_attempt(state)
-        rows = [(h.pid, h.outcome) for h in attempt.holders]  # type: ignore[attr-defined]
+        rows = [(h.holder.pid, h.outcome.kind) for h in attempt.holders]  # type: ignore[attr-defined]
         if how == signal.SIGKILL:
             return (attempt.verdict == "interrupted", None,  # type: ignore[attr-defined]
                     rows == [(job.pid, "signalled")])

@@ -35,8 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from suspendguard.model import Owner
+from suspendguard.record import Stop
 from suspendguard.store.history import History
-from suspendguard.store.rows import StopRow
 
 FAKES = REPO / "tests" / "fakes"
 NPU_INFO = REPO / "tests" / "fixtures" / "npu-smi" / "910b2c-hbm-one-process.txt"
@@ -69,8 +70,8 @@ def stop_jobs(state: Path, jobs: int) -> None:
     with History.open(str(state)) as h:
         attempt = h.begin("suspend", "unit", False, "bench", now - 2)
         h.finish(attempt, "allow", [], [], [], finished=now - 1, stops=[
-            StopRow(0, i, f"systemd-service:job{i}.service", "systemd-service",
-                    f"job{i}.service", None, now - 1.5) for i in range(jobs)])
+            Stop(Owner("systemd-service", f"job{i}.service"), i, now - 1.5)
+            for i in range(jobs)])
 
 
 def one(conf: Path, env: dict[str, str], before: Callable[[], None]) -> tuple[float, float]:

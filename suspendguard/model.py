@@ -1,11 +1,11 @@
-"""Plain data shared by the pipeline: nodes, holders, decisions, verdicts."""
+"""Plain data shared by the pipeline: nodes, holders, their owners, decisions, verdicts."""
 
 from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal, cast
 
 # compute: holding one means a job to drain; management: monitoring and management
 # tools hold these too; graphics: NVIDIA's /dev/nvidiaN, which display servers and
@@ -28,7 +28,10 @@ DecisionKind = Literal[
     "veto-supervised",  # its supervisor would start it again whatever the guard does (a pod)
     "veto-unconfirmed",  # drain from a shell: not on the list the operator confirmed
 ]
-OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal"]
+# signalled: the signal was being sent when the history's row was written, and
+# the guard ended before it recorded the outcome (an interrupted attempt's holders).
+OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal",
+                      "signalled"]
 Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
 # unknown: the guard cannot tell (not root and processes it could not inspect,
 # an invalid config, a missing interpreter); never read as allow.
@@ -227,6 +230,92 @@ class Outcome:
     def to_json(self) -> dict[str, Any]:
         """The one JSON form of an outcome, in every command's output."""
         return {"kind": self.kind, "seconds": self.seconds, "why": self.why}
+
+
+OwnerKind = Literal["systemd-service", "user-service", "docker", "podman", "kubernetes", "plain"]
+# The owners stopped and started through a container engine's API.
+CONTAINER_KINDS: tuple[OwnerKind, ...] = ("docker", "podman")
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The supervisor of one holder, and what it would do when the holder exits.
+
+    ``restart`` is the supervisor's own word (``always``, ``on-failure``,
+    ``no``, Docker's ``unless-stopped``...), "" where it could not be read
+    (``note`` says why).
+    """
+
+    kind: OwnerKind
+    name: str = ""  # unit name, container id or pod uid; "" for a plain process
+    uid: int | None = None  # the user manager's uid, for a user service
+    restart: str = ""
+    restart_delay_s: float = 0.0
+    kill_mode: str = ""
+    exec_stop: bool = False
+    state: str = ""  # the unit's ActiveState, the container's State.Status
+    triggered_by: tuple[str, ...] = ()  # timers, paths, sockets that start the unit
+    engine: str = ""  # the engine's API socket, for containers
+    note: str = ""
+    main_pid: int = 0  # the unit's main process (a launcher, when it holds nothing)
+    timeout_stop_s: float = 0.0  # the unit's TimeoutStopSec=, 0 when infinite or unknown
+    transient: bool = False  # a transient unit (systemd-run): gone once it stopped
+
+    @property
+    def key(self) -> str:
+        """One string naming the owner, as the history and [restore] skip see it."""
+        if self.kind == "plain":
+            return "plain"
+        if self.kind == "user-service":
+            return f"user-service:{self.uid}:{self.name}"
+        return f"{self.kind}:{self.name}"
+
+    @property
+    def restarts(self) -> bool:
+        """Whether the supervisor starts the job again when it exits after a signal."""
+        if self.kind in ("systemd-service", "user-service"):
+            return self.restart not in ("no", "")
+        if self.kind in ("docker", "podman"):
+            # "" when the engine could not be asked: its policy may well.
+            return self.restart != "no"
+        return self.kind == "kubernetes"
+
+    def describe(self) -> str:
+        if self.kind == "plain":
+            return "plain process"
+        what = {"systemd-service": "systemd service", "user-service": f"user {self.uid}'s service",
+                "docker": "Docker container", "podman": "Podman container",
+                "kubernetes": "Kubernetes pod"}[self.kind]
+        name = self.name[:12] if self.kind in ("docker", "podman") else self.name
+        tail = f"restart {self.restart}" if self.restart else self.note
+        return f"{what} {name}" + (f" ({tail})" if tail else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name or None, "uid": self.uid,
+                "restart": self.restart or None, "restart_delay_s": self.restart_delay_s,
+                "kill_mode": self.kill_mode or None, "exec_stop": self.exec_stop,
+                "state": self.state or None, "triggered_by": list(self.triggered_by),
+                "engine": self.engine or None, "note": self.note or None,
+                "main_pid": self.main_pid or None, "timeout_stop_s": self.timeout_stop_s or None,
+                "transient": self.transient}
+
+    def with_note(self, note: str) -> Owner:
+        return replace(self, note=note)
+
+    @classmethod
+    def from_key(cls, key: str) -> Owner:
+        """The owner a key names: its kind, name and uid, the rest empty (what the history keeps)."""
+        kind, _, name = key.partition(":")
+        if kind == "plain" or not name:
+            return PLAIN
+        if kind == "user-service":
+            uid, _, unit = name.partition(":")
+            return cls("user-service", unit, uid=int(uid) if uid.isdigit() else None)
+        # A kind this version does not know (a newer one's) keeps its key as written.
+        return cls(cast(OwnerKind, kind), name)
+
+
+PLAIN = Owner("plain")
 
 
 # The exit status of each verdict (errors.EXIT_ALLOW, EXIT_VETO, EXIT_UNKNOWN).

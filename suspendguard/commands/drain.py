@@ -21,12 +21,12 @@ from suspendguard.errors import EXIT_VETO, UsageError
 from suspendguard.guard.layout import table, terminal_width
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import short_command
-from suspendguard.guard.report import HolderResult
 from suspendguard.model import HolderId, holder_id
+from suspendguard.record import HolderRecord
 from suspendguard.system.log import Logger
 
 
-def to_signal(config: Config, ctx: Context) -> dict[HolderId, HolderResult]:
+def to_signal(config: Config, ctx: Context) -> dict[HolderId, HolderRecord]:
     """Who a real run would signal now, by a dry run that records nothing."""
     log = Logger(ctx.err, ctx.environ, quiet=True)
     # The idle step cannot change who is signalled: skipped, it costs no time here.
@@ -35,7 +35,7 @@ def to_signal(config: Config, ctx: Context) -> dict[HolderId, HolderResult]:
             if hr.outcome.kind == "would-signal"}
 
 
-def _list(holders: list[HolderResult], ctx: Context) -> None:
+def _list(holders: list[HolderRecord], ctx: Context) -> None:
     rows = [("PID", "USER", "SIGINT", "COMMAND")]
     for hr in holders:
         h = hr.decision.holder
@@ -60,7 +60,7 @@ def drain(args: argparse.Namespace, ctx: Context) -> int:
         raise UsageError("drain: no terminal to ask on: add --yes to signal the holders "
                          "without a question (suspendguard check shows who they are)")
     config = ctx.config()
-    shown: dict[HolderId, HolderResult] = {}
+    shown: dict[HolderId, HolderRecord] = {}
     if not args.yes:
         while True:
             new = {k: v for k, v in to_signal(config, ctx).items() if k not in shown}

@@ -51,7 +51,7 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
         started = when(a.started)
         action = a.action or ("dry run" if a.dry_run else "check")
         seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
-        drained = sum(1 for h in a.holders if h.outcome == "exited")
+        drained = sum(1 for h in a.holders if h.outcome.kind == "exited")
         holders = f"{drained}/{len(a.holders)} drained" if a.holders else "-"
         first = a.reasons[0] if a.reasons else ""
         if a.findings:

@@ -27,8 +27,8 @@ from suspendguard.guard.scan import scan_holders
 from suspendguard.guard.supervise import Supervisors
 from suspendguard.health.resume import AfterResume, after_resume
 from suspendguard.model import Inventory
+from suspendguard.record import Stop
 from suspendguard.store.history import History
-from suspendguard.store.rows import HealthRow, StopRow
 from suspendguard.system import journald
 from suspendguard.system.deadline import Deadline, bounded
 from suspendguard.system.log import Logger
@@ -84,18 +84,17 @@ def health_step(config: Config, history: History, log: Logger) -> AfterResume:
 
     outcome = after_resume(config, since, attempt.findings if attempt else (),
                            blockers=Blocker(config), step=step)
-    history.record_health(attempt_id, [HealthRow(d.device, d.family, d.state, d.reason)
-                                       for d in outcome.final.devices])
+    history.record_health(attempt_id, outcome.final.devices)
     for note in outcome.final.notes:
         log.info(f"after resume: {note}")
     return outcome
 
 
-def hold(stops: Sequence[StopRow], reason: str, history: History, log: Logger) -> str:
+def hold(stops: Sequence[Stop], reason: str, history: History, log: Logger) -> str:
     """Keep ``stops`` stopped: each recorded as held, one journal message with its MESSAGE_ID."""
     for stop in stops:
         history.record_hold(stop.id, reason)
-    names = ", ".join(s.name for s in stops)
+    names = ", ".join(s.owner.name for s in stops)
     message = f"{len(stops)} jobs held after resume: {reason}"
     log.warning(f"{message} ({names}); suspendguard restore --force starts them anyway")
     journald.send({"MESSAGE": f"{message} ({names})", "MESSAGE_ID": HELD_MESSAGE_ID,
@@ -126,7 +125,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
             why = "--force" if args.force else "[resume] restore_on_unhealthy = \"restore\""
             log.warning(f"restoring onto an unhealthy device ({why}): {reason}")
 
-        def note(stop: StopRow, result: str, why: str) -> None:
+        def note(stop: Stop, result: str, why: str) -> None:
             history.record_restore(stop.id, result, why)
 
         supervisors = Supervisors(environ=ctx.environ, state_dir=config.state.dir)

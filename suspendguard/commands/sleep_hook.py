@@ -25,9 +25,9 @@ from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
 from suspendguard.logs.after import after_attempt
+from suspendguard.record import Attempt
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
-from suspendguard.store.rows import Attempt
 from suspendguard.system.log import Logger
 
 # How long after the veto unit's attempt ended the hook still counts it as
@@ -103,7 +103,8 @@ def job_units(attempt: Attempt) -> list[str]:
     Holders the guard never signals by principle (PID 1, the guard and its
     ancestors) are left out: their output is not a job's.
     """
-    return sorted({h.unit for h in attempt.holders if h.unit and h.action != "never"})
+    return sorted({h.holder.unit for h in attempt.holders
+                   if h.holder.unit and h.decision.action != "never"})
 
 
 def post(config: Config, action: str, log: Logger) -> int:
@@ -119,7 +120,7 @@ def post(config: Config, action: str, log: Logger) -> int:
             log.info(f"resumed from {action}; no suspend attempt was recorded before it")
             return 0
         history.record_event("post", action, "resumed", attempt.id)
-        homes = _homes({h.user for h in attempt.holders if h.user})
+        homes = _homes({h.holder.user for h in attempt.holders if h.holder.user})
         result = after_attempt(config, datetime.fromtimestamp(attempt.started), homes,
                                until=resumed, units=job_units(attempt))
         if result.findings:

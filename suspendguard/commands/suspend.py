@@ -20,8 +20,8 @@ from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_ALLOW, EXIT_ERROR, EXIT_VETO, HistoryError, OperationalError
 from suspendguard.model import Unavailable
+from suspendguard.record import Attempt
 from suspendguard.store.history import History
-from suspendguard.store.rows import Attempt
 from suspendguard.system.dbus.bus import system_bus_address
 from suspendguard.system.dbus.logind import SLEEP_METHODS, SleepJob, can_sleep, request_sleep
 
@@ -76,7 +76,7 @@ def _slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
     if attempt is None:
         ctx.out.write(f"  ! {found}\n")
         return EXIT_ALLOW
-    drained = sum(1 for h in attempt.holders if h.outcome == "exited")
+    drained = sum(1 for h in attempt.holders if h.outcome.kind == "exited")
     by = "the guard" if attempt.origin == "unit" else f"the guard ({attempt.origin})"
     ctx.out.write(f"  attempt {attempt.id}: {by} allowed it"
                   + (f", {drained} holder(s) drained" if drained else "") + "\n")

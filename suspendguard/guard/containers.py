@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop
 from suspendguard.guard.setaside import SetAside
-from suspendguard.model import Unavailable
+from suspendguard.model import CONTAINER_KINDS, Owner, Unavailable
+from suspendguard.record import Stop
 from suspendguard.system.engine import Container, Engine, socket_path
 
 # Docker restarts an exited container after 100 ms, doubling each time.
@@ -113,7 +113,7 @@ class Engines:
             # exited, and a container whose PID 1 is a launcher stays up:
             # only a start after the guard's (StartedAt) is a restart.
             if isinstance(seen, Container) and seen.running and (
-                    seen.started_at == 0 or seen.started_at >= s.at):
+                    seen.started_at == 0 or seen.started_at >= s.stopped):
                 reasons.append(f"{s.owner.describe()} was started again during the drain: it "
                                "would hold the accelerator while the machine sleeps")
         return reasons

@@ -14,7 +14,7 @@ import glob
 import os
 
 from suspendguard.guard.dropin import DROPIN_NAME
-from suspendguard.guard.owner import Owner
+from suspendguard.model import Owner
 from suspendguard.system import usermanager
 
 

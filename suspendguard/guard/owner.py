@@ -4,20 +4,19 @@ Read from the holder's cgroup path (every supervisor puts its jobs in a
 cgroup of its own, under names the supervisor chooses), then filled in from
 the supervisor's own API (guard/supervise.py): the unit's ``Restart=`` and
 ``RestartUSec`` over D-Bus, the container's restart policy from the engine.
+The owner itself is plain data (``Owner`` in suspendguard/model.py), as is
+the record of a stop (``Stop`` in suspendguard/record.py).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
-from suspendguard.model import Holder, Unavailable
-
-OwnerKind = Literal["systemd-service", "user-service", "docker", "podman", "kubernetes", "plain"]
-# The owners stopped and started through a container engine's API.
-CONTAINER_KINDS: tuple[OwnerKind, ...] = ("docker", "podman")
+from suspendguard.model import PLAIN, Holder, Owner, Unavailable
+from suspendguard.record import Stop
 
 # Docker: cgroupfs driver /docker/ID, systemd driver docker-ID.scope.
 _DOCKER = (re.compile(r"/docker/([0-9a-f]{64})(?:/|$)"),
@@ -30,84 +29,6 @@ _POD = (re.compile(r"kubepods(?:-[a-z]+)?-pod([0-9a-f_]{36})\.slice"),
         re.compile(r"/kubepods(?:/[a-z]+)?/pod([0-9a-f-]{36})(?:/|$)"))
 _POD_CONTAINER = re.compile(r"(?:cri-containerd-|crio-|docker-)?([0-9a-f]{64})(?:\.scope)?$")
 _USER_MANAGER = re.compile(r"/user@(\d+)\.service(?:/|$)")
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """The supervisor of one holder, and what it would do when the holder exits.
-
-    ``restart`` is the supervisor's own word (``always``, ``on-failure``,
-    ``no``, Docker's ``unless-stopped``...), "" where it could not be read
-    (``note`` says why).
-    """
-
-    kind: OwnerKind
-    name: str = ""  # unit name, container id or pod uid; "" for a plain process
-    uid: int | None = None  # the user manager's uid, for a user service
-    restart: str = ""
-    restart_delay_s: float = 0.0
-    kill_mode: str = ""
-    exec_stop: bool = False
-    state: str = ""  # the unit's ActiveState, the container's State.Status
-    triggered_by: tuple[str, ...] = ()  # timers, paths, sockets that start the unit
-    engine: str = ""  # the engine's API socket, for containers
-    note: str = ""
-    main_pid: int = 0  # the unit's main process (a launcher, when it holds nothing)
-    timeout_stop_s: float = 0.0  # the unit's TimeoutStopSec=, 0 when infinite or unknown
-    transient: bool = False  # a transient unit (systemd-run): gone once it stopped
-
-    @property
-    def key(self) -> str:
-        """One string naming the owner, as the history and [restore] skip see it."""
-        if self.kind == "plain":
-            return "plain"
-        if self.kind == "user-service":
-            return f"user-service:{self.uid}:{self.name}"
-        return f"{self.kind}:{self.name}"
-
-    @property
-    def restarts(self) -> bool:
-        """Whether the supervisor starts the job again when it exits after a signal."""
-        if self.kind in ("systemd-service", "user-service"):
-            return self.restart not in ("no", "")
-        if self.kind in ("docker", "podman"):
-            # "" when the engine could not be asked: its policy may well.
-            return self.restart != "no"
-        return self.kind == "kubernetes"
-
-    def describe(self) -> str:
-        if self.kind == "plain":
-            return "plain process"
-        what = {"systemd-service": "systemd service", "user-service": f"user {self.uid}'s service",
-                "docker": "Docker container", "podman": "Podman container",
-                "kubernetes": "Kubernetes pod"}[self.kind]
-        name = self.name[:12] if self.kind in ("docker", "podman") else self.name
-        tail = f"restart {self.restart}" if self.restart else self.note
-        return f"{what} {name}" + (f" ({tail})" if tail else "")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name or None, "uid": self.uid,
-                "restart": self.restart or None, "restart_delay_s": self.restart_delay_s,
-                "kill_mode": self.kill_mode or None, "exec_stop": self.exec_stop,
-                "state": self.state or None, "triggered_by": list(self.triggered_by),
-                "engine": self.engine or None, "note": self.note or None,
-                "main_pid": self.main_pid or None, "timeout_stop_s": self.timeout_stop_s or None,
-                "transient": self.transient}
-
-    def with_note(self, note: str) -> Owner:
-        return replace(self, note=note)
-
-
-PLAIN = Owner("plain")
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """One owner the guard stopped: the order, and when (wall clock)."""
-
-    owner: Owner
-    seq: int
-    at: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,10 +27,10 @@ from suspendguard.errors import HistoryError
 from suspendguard.guard import device_view
 from suspendguard.guard.device_view import IdleCheck
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.owner import Stop, Supervisor
+from suspendguard.guard.owner import Supervisor
 from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
-from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
+from suspendguard.guard.report import RECORDED, IdleSkipped, Report
 from suspendguard.guard.restore import restore
 from suspendguard.guard.rounds import Rounds
 from suspendguard.guard.scan import scan_holders
@@ -45,9 +45,9 @@ from suspendguard.model import (
     Verdict,
     holder_id,
 )
+from suspendguard.record import Attempt, HolderRecord, Stop
 from suspendguard.store import lock as guard_lock
 from suspendguard.store.history import History
-from suspendguard.store.rows import StopRow
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.deadline import Deadline, bounded, nap
@@ -238,28 +238,29 @@ def _run(
     order = {holder_id(h): i for i, h in enumerate(scan.holders)}
     holders = tuple(sorted(r.results.values(),
                            key=lambda hr: (hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
-    duration = clock() - start
-    report = Report(verdict, dry_run, action, origin, inventory, holders, scan.unreadable, idle,
-                    started_wall, duration, attempt_id, recorded, can_veto, scan.unreadable_pids)
+    attempt = Attempt(attempt_id or 0, started_wall, started_wall + (clock() - start), action,
+                      origin, dry_run, verdict.kind, verdict.reasons, verdict.warnings,
+                      config.digest, holders, stops=tuple(r.stops))
+    report = Report(attempt, inventory, scan.unreadable, idle, recorded, can_veto,
+                    scan.unreadable_pids)
     # The verdict line first: it is what the operator and the journal wait
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
     clocked.close()  # the verdict is given: the restore below has a budget of its own
-    stops = _stop_rows(r, attempt_id or 0)
+    stops: Sequence[Stop] = r.stops
     if history is not None and attempt_id is not None:
         try:
             # Stops written ahead are in already; the others (their row failed) now.
-            history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings,
-                           [h.row() for h in holders],
+            history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings, holders,
                            stops=[st for st in stops if st.seq not in r.written_ahead])
             stops = history.pending_stops(attempt_id)
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
-            report = replace(report, history=Unavailable(str(exc)), verdict=replace(
-                verdict, warnings=(*verdict.warnings, f"history not recorded: {exc}")))
+            report = replace(report, history=Unavailable(str(exc)), attempt=replace(
+                attempt, warnings=(*attempt.warnings, f"history not recorded: {exc}")))
     if stops and verdict.kind != "allow" and supervisors is not None:
         # A refused attempt (veto or unknown) leaves the host as it found it.
-        def note(stop: StopRow, result: str, why: str) -> None:
+        def note(stop: Stop, result: str, why: str) -> None:
             if history is not None and stop.id:
                 try:
                     history.record_restore(stop.id, result, why)
@@ -283,12 +284,8 @@ def _put_back(r: Rounds, config: Config, log: Logger) -> None:
     the guard broke; the error itself goes on to the caller.
     """
     if r.stops and r.supervisors is not None:
-        restore(_stop_rows(r, 0), r.supervisors, config.restore,
+        restore(r.stops, r.supervisors, config.restore,
                 enabled=config.restore.after_veto, record=lambda _s, _r, _w: None, log=log.info)
-
-
-def _stop_rows(r: Rounds, attempt_id: int) -> list[StopRow]:
-    return [_stop_row(attempt_id, s) for s in r.stops]
 
 
 def _write_down(history: History, attempt_id: int,
@@ -301,19 +298,14 @@ def _write_down(history: History, attempt_id: int,
     def write(decisions: Sequence[Decision], round_no: int) -> None:
         why = (f"was being sent {r.signame} when this was written; "
                "the guard ended before it recorded the outcome")
-        rows = [replace(HolderResult(d, Outcome("not-signalled"), round_no).row(),
-                        outcome="signalled", why=why) for d in decisions]
+        rows = [HolderRecord(d, Outcome("signalled", why=why), round_no, owner=r.owner(d.holder))
+                for d in decisions]
         try:
             history.signalling(attempt_id, rows)
         except HistoryError as exc:
             r.warnings.append(f"history: the holders about to be signalled were not "
                               f"recorded: {exc}")
     return write
-
-
-def _stop_row(attempt_id: int, stop: Stop) -> StopRow:
-    o = stop.owner
-    return StopRow(attempt_id, stop.seq, o.key, o.kind, o.name, o.uid, stop.at)
 
 
 def _write_ahead(history: History, attempt_id: int, r: Rounds
@@ -330,7 +322,7 @@ def _write_ahead(history: History, attempt_id: int, r: Rounds
 
     def before(stops: Sequence[Stop]) -> None:
         try:
-            written = history.stopping(attempt_id, [_stop_row(attempt_id, s) for s in stops])
+            written = history.stopping(attempt_id, stops)
         except HistoryError as exc:
             r.warnings.append(f"history: the jobs about to be stopped were not recorded "
                               f"first: {exc}")

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from suspendguard.guard.layout import table
-from suspendguard.guard.report import HolderResult, Report
+from suspendguard.guard.report import Report
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Holder, Node, Verdict
+from suspendguard.record import HolderRecord
 from suspendguard.system.log import Logger
 from suspendguard.system.terminal import safe
 
@@ -66,7 +67,7 @@ def device_lines(nodes: Sequence[Node], families: Sequence[str], width: int | No
             *table(rows, width=width, flex=(0,))]
 
 
-def holder_lines(holders: Sequence[HolderResult], width: int | None,
+def holder_lines(holders: Sequence[HolderRecord], width: int | None,
                  title: str = "holders") -> list[str]:
     """One row per holder, then each distinct rule once with its pids, then per-holder notes."""
     if not holders:
@@ -93,7 +94,7 @@ def holder_lines(holders: Sequence[HolderResult], width: int | None,
     return lines
 
 
-def owner_notes(hr: HolderResult) -> list[str]:
+def owner_notes(hr: HolderRecord) -> list[str]:
     """Who runs the holder, and what its owner will and will not do through the drain."""
     o, pid = hr.owner, hr.decision.holder.pid
     if o.kind == "plain":
@@ -128,7 +129,7 @@ def idle_lines(idle: IdleReport, width: int | None, indent: str = "  ") -> list[
 
 
 def render(report: Report, out: TextIO, colour: bool = False, width: int | None = 80) -> None:
-    mode = "dry run" if report.dry_run else (report.action or "check")
+    mode = "dry run" if report.attempt.dry_run else (report.attempt.action or "check")
     lines = verdict_lines(report.verdict, mode, colour, advisory=not report.can_veto)
     if report.verdict.kind == "allow" and not report.holders:
         lines.append("  no process holds an accelerator node")
@@ -150,11 +151,12 @@ def render(report: Report, out: TextIO, colour: bool = False, width: int | None 
 
 def log_verdict(report: Report, log: Logger) -> None:
     """The verdict as one journal line: what the operator and the journal wait for."""
-    if report.dry_run and log.quiet:
+    a = report.attempt
+    if a.dry_run and log.quiet:
         return  # an interactive dry run: the report itself says it
-    what = report.action or ("dry run" if report.dry_run else "check")
-    attempt = f"attempt {report.attempt_id} " if report.attempt_id else ""
-    would = "would " if report.dry_run else ""
+    what = a.action or ("dry run" if a.dry_run else "check")
+    attempt = f"attempt {a.id} " if a.id else ""
+    would = "would " if a.dry_run else ""
     tail = "; ".join(report.verdict.reasons)
     if report.verdict.kind == "unknown":
         refused = "refused" if report.can_veto else "not refused (a sleep hook cannot)"
@@ -167,8 +169,8 @@ def log_verdict(report: Report, log: Logger) -> None:
                       f"suspend: {tail}")
     else:
         count = sum(1 for h in report.holders
-                    if h.outcome.kind == ("would-signal" if report.dry_run else "exited"))
-        done = f"{count} holder(s) would be drained" if report.dry_run else \
+                    if h.outcome.kind == ("would-signal" if a.dry_run else "exited"))
+        done = f"{count} holder(s) would be drained" if a.dry_run else \
             f"{count} holder(s) drained"
         log.info(f"{attempt}({what}): {would}allow: {done}"
                  + (f"; warnings: {'; '.join(report.verdict.warnings)}"

@@ -1,19 +1,23 @@
-"""The guard's report as data: each holder's decision and outcome, and the verdict.
+"""The guard's report as data: the attempt it made, and what only the run knows.
 
 One format for the dry run, the veto unit and the hook: ``to_json`` is the
-``check --json`` output and ``HolderResult.row`` the history's row.
+``check --json`` output. The report holds the attempt record
+(suspendguard/record.py: the verdict with its reasons and warnings, each
+holder's record, the stops), the one the history writes, and adds the
+run's own parts, which the history does not keep: the nodes found, the
+idle check's answer, the processes the scan could not read, whether the
+history took the attempt, and whether this run can veto at all.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from suspendguard.guard.owner import PLAIN, Owner
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import Decision, Inventory, Outcome, Unavailable, Verdict
-from suspendguard.store.rows import HolderRow
+from suspendguard.model import Inventory, Unavailable, Verdict, VerdictKind
+from suspendguard.record import Attempt, HolderRecord
 
 # The history's answer when the attempt was stored; else Unavailable, with why.
 RECORDED: Literal["recorded"] = "recorded"
@@ -36,72 +40,24 @@ class IdleSkipped:
 
 
 @dataclass(frozen=True, slots=True)
-class HolderResult:
-    decision: Decision
-    outcome: Outcome
-    round: int = 1
-    respawned: str = ""
-    owner: Owner = PLAIN
-
-    def to_json(self) -> dict[str, Any]:
-        h = self.decision.holder
-        return {
-            "pid": h.pid,
-            "start_time": h.start_time,
-            "ppid": h.ppid,
-            "comm": h.comm,
-            "exe": h.exe,
-            "cmdline": list(h.cmdline),
-            "command": h.command,
-            "user": h.user,
-            "uid": h.uid,
-            "unit": h.unit,
-            "container": h.container,
-            "owner": self.owner.to_json(),
-            "owner_key": self.owner.key,
-            "nspid": list(h.nspid),
-            "nodes": [
-                {"path": n.node.path, "seen_as": n.seen_as, "role": n.node.role, "via": n.via}
-                for n in h.nodes
-            ],
-            "sigint": h.sigint,
-            "frozen": h.frozen,
-            "source": h.source,
-            "action": self.decision.action,
-            "rule": self.decision.rule,
-            "notes": list(self.decision.notes),
-            "outcome": self.outcome.to_json(),
-            "round": self.round,
-            "respawned": self.respawned or None,
-        }
-
-    def row(self) -> HolderRow:
-        h = self.decision.holder
-        return HolderRow(
-            pid=h.pid, start_time=h.start_time, user=h.user, unit=h.unit, comm=h.comm,
-            cmdline=h.command, action=self.decision.action, rule=self.decision.rule,
-            outcome=self.outcome.kind, seconds=self.outcome.seconds,
-            why=self.outcome.why or self.respawned, source=h.source, round=self.round,
-            owner=self.owner.key,
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class Report:
-    verdict: Verdict
-    dry_run: bool
-    action: str | None
-    origin: str
+    attempt: Attempt  # its id 0 when the history did not take it (``history`` says why)
     inventory: Inventory
-    holders: tuple[HolderResult, ...]
     unreadable: int
     idle: IdleReport | IdleSkipped
-    started: float
-    duration_s: float
-    attempt_id: int | None = None
     history: Literal["recorded"] | Unavailable = RECORDED
     can_veto: bool = True
     unreadable_pids: tuple[int, ...] = ()
+
+    @property
+    def verdict(self) -> Verdict:
+        """The attempt's verdict with its reasons and warnings (a run always comes to one)."""
+        a = self.attempt
+        return Verdict(cast(VerdictKind, a.verdict), a.reasons, a.warnings)
+
+    @property
+    def holders(self) -> tuple[HolderRecord, ...]:
+        return self.attempt.holders
 
     def unreadable_note(self, as_root: bool) -> str:
         """"N processes could not be inspected (not root)", or "" when all could."""
@@ -115,21 +71,22 @@ class Report:
                 + (f": pid {pids}{more}" if pids else ""))
 
     def to_json(self) -> dict[str, Any]:
+        a = self.attempt
         return {
-            "verdict": self.verdict.kind,
-            "dry_run": self.dry_run,
-            "action": self.action,
-            "origin": self.origin,
-            "reasons": list(self.verdict.reasons),
-            "warnings": list(self.verdict.warnings),
+            "verdict": a.verdict,
+            "dry_run": a.dry_run,
+            "action": a.action,
+            "origin": a.origin,
+            "reasons": list(a.reasons),
+            "warnings": list(a.warnings),
             "devices": [n.to_json() for n in self.inventory.nodes],
             "holders": [h.to_json() for h in self.holders],
             "unreadable": self.unreadable,
             "idle": self.idle.to_json(),
-            "attempt_id": self.attempt_id,
+            "attempt_id": a.id or None,
             "history": self.history if isinstance(self.history, str)
             else f"not recorded: {self.history.reason}",
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
-            "duration_s": round(self.duration_s, 3),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(a.started)),
+            "duration_s": round(a.duration or 0.0, 3),
             "can_veto": self.can_veto,
         }

@@ -17,34 +17,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from suspendguard.config import RestoreConfig
-from suspendguard.guard.owner import Owner, OwnerKind, Supervisor
-from suspendguard.model import Unavailable
-from suspendguard.store.rows import StopRow
+from suspendguard.guard.owner import Supervisor
+from suspendguard.model import Owner, Unavailable
+from suspendguard.record import Stop
 from suspendguard.system import deadline
 
 
 @dataclass(frozen=True, slots=True)
 class Restored:
-    stop: StopRow
+    stop: Stop
     result: str  # started | starting | failed | skipped | left | pending (not tried)
     why: str
 
     def describe(self) -> str:
-        return f"{self.stop.name}: {self.result}" + (f" ({self.why})" if self.why else "")
+        return f"{self.stop.owner.name}: {self.result}" + (f" ({self.why})" if self.why else "")
 
 
-Record = Callable[[StopRow, str, str], None]
+Record = Callable[[Stop, str, str], None]
 # Stopped through a systemd manager: the system's, or a user's (user@UID.service).
 UNIT_KINDS = ("systemd-service", "user-service")
 
 
-def _owner(stop: StopRow) -> Owner:
-    if stop.kind == "user-service":
-        return Owner("user-service", stop.name, uid=stop.uid)
-    return Owner("systemd-service", stop.name)
-
-
-def restore(stops: Sequence[StopRow], supervisors: Supervisor, config: RestoreConfig, *,
+def restore(stops: Sequence[Stop], supervisors: Supervisor, config: RestoreConfig, *,
             enabled: bool, record: Record, log: Callable[[str], None],
             boot_id: str = "") -> list[Restored]:
     """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins.
@@ -54,7 +48,7 @@ def restore(stops: Sequence[StopRow], supervisors: Supervisor, config: RestoreCo
     """
     if not stops:
         return []
-    units = [_owner(s) for s in stops if s.kind in UNIT_KINDS]
+    units = [s.owner for s in stops if s.owner.kind in UNIT_KINDS]
     meanwhile = {o.key for o in units if supervisors.started_meanwhile(o)}
     # The drop-ins go first and each manager reloads once: the job starts,
     # and is stopped next time by an operator, with its own KillSignal=.
@@ -76,7 +70,7 @@ def restore(stops: Sequence[StopRow], supervisors: Supervisor, config: RestoreCo
         elif not enabled:
             result, why = "skipped", "[restore] is off for this case"
         else:
-            result, why = _one(stop, supervisors, config, stop.owner in meanwhile)
+            result, why = _one(stop, supervisors, config, stop.owner.key in meanwhile)
         record(stop, result, why)
         done = Restored(stop, result, why)
         log(f"restore: {done.describe()}")
@@ -84,21 +78,20 @@ def restore(stops: Sequence[StopRow], supervisors: Supervisor, config: RestoreCo
     return out
 
 
-def earlier_boot(stop: StopRow, boot_id: str) -> bool:
+def earlier_boot(stop: Stop, boot_id: str) -> bool:
     """Whether ``stop`` was made in another boot than ``boot_id`` (unknown either side: no)."""
     return bool(stop.boot_id and boot_id and stop.boot_id != boot_id)
 
 
-def _one(stop: StopRow, supervisors: Supervisor, config: RestoreConfig,
+def _one(stop: Stop, supervisors: Supervisor, config: RestoreConfig,
          started_meanwhile: bool) -> tuple[str, str]:
-    if any(fnmatch.fnmatchcase(stop.owner, glob) for glob in config.skip):
+    if any(fnmatch.fnmatchcase(stop.owner.key, glob) for glob in config.skip):
         return "skipped", "matches [restore] skip"
-    if stop.kind in ("docker", "podman"):
-        kind: OwnerKind = "docker" if stop.kind == "docker" else "podman"
-        return supervisors.start_container(Owner(kind, stop.name), stop.stopped)
-    if stop.kind not in UNIT_KINDS:
-        return "skipped", f"a {stop.kind} cannot be started again by this version"
-    owner = _owner(stop)
+    owner = stop.owner
+    if owner.kind in ("docker", "podman"):
+        return supervisors.start_container(owner, stop.stopped)
+    if owner.kind not in UNIT_KINDS:
+        return "skipped", f"a {owner.kind} cannot be started again by this version"
     state = supervisors.state(owner)
     if isinstance(state, Unavailable):
         return "failed", state.reason

@@ -18,11 +18,20 @@ from types import MappingProxyType
 from suspendguard.config import Config
 from suspendguard.guard.drain import UNSIGNALLABLE, drain
 from suspendguard.guard.identity import Token, vouch
-from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, Supervisor, owner_of_cgroup
+from suspendguard.guard.owner import Supervisor, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
-from suspendguard.guard.report import HolderResult
 from suspendguard.guard.scan import scan_holders
-from suspendguard.model import Decision, Holder, HolderId, Inventory, Outcome, holder_id
+from suspendguard.model import (
+    CONTAINER_KINDS,
+    Decision,
+    Holder,
+    HolderId,
+    Inventory,
+    Outcome,
+    Owner,
+    holder_id,
+)
+from suspendguard.record import HolderRecord, Stop
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
@@ -64,7 +73,7 @@ class Rounds:
         self.signame = config.drain.signal
         self.reasons: list[str] = []
         self.warnings: list[str] = []
-        self.results: dict[HolderId, HolderResult] = {}
+        self.results: dict[HolderId, HolderRecord] = {}
         # Called with the holders about to be signalled, before the signal
         # (the pipeline writes them to the history).
         self.before_signal: Callable[[Sequence[Decision], int], None] = lambda _d, _r: None
@@ -137,7 +146,7 @@ class Rounds:
         return d
 
     def record(self, d: Decision, outcome: Outcome, round_no: int, tags: Tags = NO_TAGS) -> None:
-        self.results[holder_id(d.holder)] = HolderResult(d, outcome, round_no,
+        self.results[holder_id(d.holder)] = HolderRecord(d, outcome, round_no,
                                                          tags.get(holder_id(d.holder), ""),
                                                          self.owner(d.holder))
 

@@ -28,10 +28,11 @@ from dataclasses import replace
 from suspendguard.guard import leftovers
 from suspendguard.guard.containers import Engines
 from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
-from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, UnitNow, owner_of_cgroup
+from suspendguard.guard.owner import UnitNow, owner_of_cgroup
 from suspendguard.guard.setaside import SetAside
 from suspendguard.guard.user_services import UserServices
-from suspendguard.model import Holder, Unavailable
+from suspendguard.model import CONTAINER_KINDS, Holder, Owner, Unavailable
+from suspendguard.record import Stop
 from suspendguard.system import deadline
 from suspendguard.system.dbus import systemd
 

@@ -15,8 +15,7 @@ from collections.abc import Callable, Sequence
 from itertools import groupby
 
 from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
-from suspendguard.guard.owner import Owner
-from suspendguard.model import Unavailable
+from suspendguard.model import Owner, Unavailable
 from suspendguard.system import usermanager
 from suspendguard.system.dbus.systemd import AfterStop, ServiceState
 

@@ -13,10 +13,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from suspendguard.config import Config
-from suspendguard.health.model import Answer, DeviceHealth, HealthState, ask
+from suspendguard.health.model import Answer, ask
 from suspendguard.idle.acl import AclBackend
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
+from suspendguard.record import DeviceHealth, HealthState
 
 FAMILY = "ascend"
 # npu-smi's words for a chip that works; Warning is a chip that works and

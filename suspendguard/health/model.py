@@ -1,37 +1,21 @@
-"""The health check's answers, typed: each device healthy, unhealthy with the reason, or unknown."""
+"""The health check's answers, typed: each device healthy, unhealthy with the reason, or unknown.
+
+One answer is a :class:`~suspendguard.record.DeviceHealth`, the record the
+history keeps too; this module gathers them into a report.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from suspendguard.idle.base import Backend, QueryFailed
-
-HealthState = Literal["healthy", "unhealthy", "unknown"]
+from suspendguard.record import DeviceHealth
 
 # The signature of the known after-resume failure that a reload of
 # nvidia_uvm repairs: cuInit answers CUDA_ERROR_UNKNOWN (999).
 UVM_SIGNATURE = "cuda-999"
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceHealth:
-    """One device (or a family's devices together, ``nvidia``) as one check found it."""
-
-    device: str  # "gpu 0", "npu 0 chip 1", "nvidia" when the driver cannot count them
-    family: str
-    state: HealthState
-    reason: str = ""  # why unhealthy or unknown; "" when healthy
-    source: str = ""  # the check that said so: cuda, nvml, kernel-log, npu-smi, acl, catalog
-    signature: str = ""  # a known failure a repair exists for (UVM_SIGNATURE)
-
-    def describe(self) -> str:
-        return f"{self.device} {self.state}" + (f": {self.reason}" if self.reason else "")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "family": self.family, "state": self.state,
-                "reason": self.reason, "source": self.source, "signature": self.signature}
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from suspendguard.config import Config
-from suspendguard.health.model import UVM_SIGNATURE, Answer, DeviceHealth, ask
+from suspendguard.health.model import UVM_SIGNATURE, Answer, ask
 from suspendguard.idle.acl import parse_probe_output
 from suspendguard.idle.base import Backend, QueryFailed
 from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
 from suspendguard.idle.nvml import NvmlBackend
 from suspendguard.logs.journal import JOURNALCTL, read_kernel
 from suspendguard.model import Unavailable
+from suspendguard.record import DeviceHealth
 from suspendguard.system import runner
 
 FAMILY = "nvidia"

@@ -18,8 +18,9 @@ from typing import Any
 
 from suspendguard.config import Config
 from suspendguard.health import ascend, nvidia
-from suspendguard.health.model import UVM_SIGNATURE, DeviceHealth, HealthReport, merge
+from suspendguard.health.model import UVM_SIGNATURE, HealthReport, merge
 from suspendguard.logs.journal import JOURNALCTL
+from suspendguard.record import DeviceHealth
 from suspendguard.system import runner
 
 # The Ascend wait: the first pause, and the longest one (the pause doubles).

@@ -21,8 +21,8 @@ from suspendguard.guard.report import Report
 from suspendguard.idle.base import INSTALL, IdleReport, family_of
 from suspendguard.install.state import Installation
 from suspendguard.model import Unavailable, Verdict
+from suspendguard.record import Attempt, DeviceHealth, Stop
 from suspendguard.store.mode import ENFORCE, Mode
-from suspendguard.store.rows import Attempt, HealthRow, StopRow
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
 
@@ -86,12 +86,12 @@ class RecentHistory:
     # Jobs the guard stopped and has not brought back (restore has not run
     # yet, or their start failed), of any attempt, not only the last few;
     # oldest first, in stop order.
-    not_restored: tuple[StopRow, ...] = ()
+    not_restored: tuple[Stop, ...] = ()
     # The last health check after resume, one row per device (none before the first).
-    health: tuple[HealthRow, ...] = ()
+    health: tuple[DeviceHealth, ...] = ()
 
 
-def restore_command(stop: StopRow, config_path: str | None = None) -> str:
+def restore_command(stop: Stop, config_path: str | None = None) -> str:
     """What brings ``stop`` back: ``suspendguard restore`` while it is pending (``--force``
     while it is held after resume); once restore has tried and failed (or left a stop
     of an earlier boot down), the owner's own start (restore tries once); for one still
@@ -99,20 +99,21 @@ def restore_command(stop: StopRow, config_path: str | None = None) -> str:
     if stop.result in (None, "held"):
         config = f" --config {shlex.quote(config_path)}" if config_path else ""
         return f"suspendguard{config} restore" + (" --force" if stop.result == "held" else "")
-    unit = shlex.quote(stop.name)
-    if stop.kind in ("docker", "podman"):
-        return f"{stop.kind} start {unit}"
+    unit = shlex.quote(stop.owner.name)
+    if stop.owner.kind in ("docker", "podman"):
+        return f"{stop.owner.kind} start {unit}"
     # A start job still running when restore ended: look whether it came up.
     verb = "status" if stop.result == "starting" else "start"
-    if stop.kind == "user-service" and stop.uid is not None:
+    uid = stop.owner.uid
+    if stop.owner.kind == "user-service" and uid is not None:
         # What the guard does (system/usermanager.py): the user's manager
         # takes orders from its own uid only.
-        return (f"setpriv --reuid={stop.uid} --regid=$(id -g {stop.uid}) --clear-groups "
-                f"env XDG_RUNTIME_DIR=/run/user/{stop.uid} systemctl --user {verb} {unit}")
+        return (f"setpriv --reuid={uid} --regid=$(id -g {uid}) --clear-groups "
+                f"env XDG_RUNTIME_DIR=/run/user/{uid} systemctl --user {verb} {unit}")
     return f"systemctl {verb} {unit}"
 
 
-def held_line(stops: tuple[StopRow, ...]) -> str | None:
+def held_line(stops: tuple[Stop, ...]) -> str | None:
     """"N jobs held after resume: why" for the jobs kept stopped on an unhealthy device."""
     held = [s for s in stops if s.result == "held"]
     if not held:
@@ -166,7 +167,7 @@ class Status:
     def root(self) -> bool:
         return self.euid == 0
 
-    def not_restored(self) -> tuple[StopRow, ...]:
+    def not_restored(self) -> tuple[Stop, ...]:
         recent = self.history.recent
         return () if isinstance(recent, Unavailable) else recent.not_restored
 
@@ -174,7 +175,7 @@ class Status:
         """"N jobs held after resume: ...": status leads with it."""
         return held_line(self.not_restored())
 
-    def health(self) -> tuple[HealthRow, ...]:
+    def health(self) -> tuple[DeviceHealth, ...]:
         recent = self.history.recent
         return () if isinstance(recent, Unavailable) else recent.health
 

@@ -284,7 +284,7 @@ def _history(m: Metrics, s: Status) -> None:
                       "Holders in the last recorded attempt, by outcome")
     outcomes: dict[str, int] = {}
     for row in last.holders:
-        outcomes[row.outcome] = outcomes.get(row.outcome, 0) + 1
+        outcomes[row.outcome.kind] = outcomes.get(row.outcome.kind, 0) + 1
     for outcome, count in sorted(outcomes.items()):
         drained.add(count, outcome=outcome)
 

@@ -10,8 +10,8 @@ from suspendguard.guard.layout import table, when
 from suspendguard.guard.render import device_lines, holder_lines, idle_lines, paint, verdict_lines
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable
+from suspendguard.record import Stop
 from suspendguard.status.model import Status, restore_command
-from suspendguard.store.rows import StopRow
 from suspendguard.system.dbus.logind import LogindInfo
 from suspendguard.system.terminal import safe
 
@@ -62,7 +62,7 @@ def _holder_lines(s: Status, width: int | None) -> list[str]:
     return lines
 
 
-def _restore_state(p: StopRow) -> str:
+def _restore_state(p: Stop) -> str:
     if p.result is None:
         return "pending" if p.issued is not None else \
             "pending (the guard ended while it issued the stop)"
@@ -79,7 +79,7 @@ def _not_restored_lines(s: Status) -> list[str]:
     if not down:
         return []
     rows = [("OWNER", "STOPPED", "ATTEMPT", "RESTORE")]
-    rows += [(p.owner, when(p.stopped), f"#{p.attempt_id}", _restore_state(p)) for p in down]
+    rows += [(p.owner.key, when(p.stopped), f"#{p.attempt_id}", _restore_state(p)) for p in down]
     # Owner keys name units: nothing here may be cut.
     lines = [f"stopped by the guard, not started again: {len(down)}", *table(rows)]
     commands = {restore_command(p, s.history.config_path):
@@ -181,14 +181,14 @@ def _history_lines(s: Status, width: int | None) -> list[str]:
     rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "DRAINED", "FIRST REASON")]
     for a in h.attempts:
         seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
-        drained = sum(1 for x in a.holders if x.outcome == "exited")
+        drained = sum(1 for x in a.holders if x.outcome.kind == "exited")
         rows.append((str(a.id), when(a.started), a.action or "check", a.verdict, seconds,
                      f"{drained}/{len(a.holders)}" if a.holders else "-",
                      a.reasons[0] if a.reasons else ""))
     lines += table(rows, width=width, flex=(6, 2))
     for a in h.attempts:
         if a.holders:
-            jobs = ", ".join(f"{x.pid} {x.comm} {x.outcome}" for x in a.holders[:6])
+            jobs = ", ".join(f"{x.holder.pid} {x.holder.comm} {x.outcome.kind}" for x in a.holders[:6])
             more = f" (+{len(a.holders) - 6})" if len(a.holders) > 6 else ""
             lines.append(f"  #{a.id} jobs: {jobs}{more}")
         if a.findings:

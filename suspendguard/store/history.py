@@ -9,6 +9,11 @@ caller gets the reason as a warning, and no wait for the database's lock
 runs past the deadline the caller gives. A damaged file or row makes reading
 fail with a HistoryError or skip the row, saying so in ``notes``, never a
 traceback. The file itself is :mod:`.database`'s.
+
+What is written and read back are the records of suspendguard/record.py:
+this module is the only code that knows their columns. A record read back
+has only the fields the history keeps (each record's type says which); the
+others are their empty defaults.
 """
 
 from __future__ import annotations
@@ -20,11 +25,20 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, cast
 
 from suspendguard.errors import HistoryError
+from suspendguard.model import Action, Outcome, OutcomeKind, Owner, OwnerKind
+from suspendguard.record import (
+    Attempt,
+    AttemptVerdict,
+    DeviceHealth,
+    HealthState,
+    HolderRecord,
+    Stop,
+    iso,
+)
 from suspendguard.store import database, reserve
-from suspendguard.store.rows import Attempt, HealthRow, HolderRow, LogFinding, StopRow, iso, texts
 from suspendguard.system.procfs import ProcFS
 
 DB_NAME = "history.db"
@@ -34,6 +48,43 @@ _INTERRUPTED = "the guard was killed before it gave a verdict"
 _MAX_ROWS = (1 << 63) - 1
 _ATTEMPT_COLUMNS = ("id, started, finished, action, origin, dry_run, verdict, reasons, warnings,"
                     " config_digest, guard_pid, guard_start")
+
+
+class LogFinding(Protocol):
+    """What the history stores of a log finding (the logs package's Finding has it)."""
+
+    @property
+    def rule(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def time(self) -> datetime | None: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def text(self) -> str: ...
+
+
+def texts(column: Any) -> tuple[str, ...]:
+    """A JSON list of strings column (reasons, warnings); ValueError when it is not one."""
+    value = json.loads(column)
+    if not isinstance(value, list):
+        raise ValueError(f"expected a JSON list, got {type(value).__name__}")
+    return tuple(str(v) for v in value)
+
+
+def _holder(r: Sequence[Any]) -> HolderRecord:
+    """A holder's record from its row: pid, start_time, user, unit, comm, cmdline, action, rule,
+    outcome, seconds, why, source, round, owner (its key)."""
+    return HolderRecord.kept(
+        pid=r[0], start_time=r[1], user=r[2] or "", unit=r[3], comm=r[4] or "",
+        command=r[5] or "", action=cast(Action, r[6]), rule=r[7] or "",
+        outcome=Outcome(cast(OutcomeKind, r[8]), r[9], r[10] or ""), source=r[11] or "proc",
+        round=r[12], owner=Owner.from_key(r[13]))
 
 
 def _left(deadline: float) -> float:
@@ -146,15 +197,15 @@ class History:
         reserve.keep(os.path.dirname(self.path))
         return attempt_id
 
-    def signalling(self, attempt_id: int, holders: Sequence[HolderRow]) -> None:
+    def signalling(self, attempt_id: int, holders: Sequence[HolderRecord]) -> None:
         """Write down who is about to be signalled, before the signal: a guard killed
         mid-drain leaves these rows; :meth:`finish` replaces them with the outcomes."""
         with self._tx() as c:
             self._insert_holders(c, attempt_id, holders)
 
     def finish(self, attempt_id: int, verdict: str, reasons: Sequence[str],
-               warnings: Sequence[str], holders: Sequence[HolderRow],
-               finished: float | None = None, stops: Sequence[StopRow] = ()) -> None:
+               warnings: Sequence[str], holders: Sequence[HolderRecord],
+               finished: float | None = None, stops: Sequence[Stop] = ()) -> None:
         try:
             self._finish(attempt_id, verdict, reasons, warnings, holders, finished, stops)
         except HistoryError as exc:
@@ -164,8 +215,8 @@ class History:
             self._finish(attempt_id, verdict, reasons, warnings, holders, finished, stops)
 
     def _finish(self, attempt_id: int, verdict: str, reasons: Sequence[str],
-                warnings: Sequence[str], holders: Sequence[HolderRow],
-                finished: float | None, stops: Sequence[StopRow]) -> None:
+                warnings: Sequence[str], holders: Sequence[HolderRecord],
+                finished: float | None, stops: Sequence[Stop]) -> None:
         with self._tx() as c:
             c.execute("DELETE FROM holders WHERE attempt_id = ?", (attempt_id,))
             c.execute(
@@ -177,7 +228,7 @@ class History:
             self._insert_stops(c, attempt_id, stops, issued=True)
 
     def _insert_stops(self, c: sqlite3.Connection, attempt_id: int,
-                      stops: Sequence[StopRow], *, issued: bool) -> list[int]:
+                      stops: Sequence[Stop], *, issued: bool) -> list[int]:
         """Insert stop rows; ``issued`` False: written ahead, the stop not yet answered."""
         boot = self.proc.boot_id()
         ids = []
@@ -185,12 +236,12 @@ class History:
             cur = c.execute(
                 "INSERT INTO stops (attempt_id, seq, owner, kind, name, uid, stopped, boot_id,"
                 " issued) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (attempt_id, st.seq, st.owner, st.kind, st.name, st.uid, st.stopped,
-                 st.boot_id or boot, (st.issued or st.stopped) if issued else None))
+                (attempt_id, st.seq, st.owner.key, st.owner.kind, st.owner.name, st.owner.uid,
+                 st.stopped, st.boot_id or boot, (st.issued or st.stopped) if issued else None))
             ids.append(int(cur.lastrowid or 0))
         return ids
 
-    def stopping(self, attempt_id: int, stops: Sequence[StopRow]) -> list[int]:
+    def stopping(self, attempt_id: int, stops: Sequence[Stop]) -> list[int]:
         """Write down the jobs about to be stopped, before the stop is issued; their row ids.
 
         Committed first, so a guard killed at any point after it (the stop
@@ -211,14 +262,15 @@ class History:
 
     @staticmethod
     def _insert_holders(c: sqlite3.Connection, attempt_id: int,
-                        holders: Sequence[HolderRow]) -> None:
+                        holders: Sequence[HolderRecord]) -> None:
         c.executemany(
             "INSERT INTO holders (attempt_id, pid, start_time, user, unit, comm, cmdline,"
             " action, rule, outcome, seconds, why, source, round, owner)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(attempt_id, h.pid, h.start_time, h.user, h.unit, h.comm, h.cmdline, h.action,
-              h.rule, h.outcome, h.seconds, h.why, h.source, h.round, h.owner)
-             for h in holders],
+            [(attempt_id, r.holder.pid, r.holder.start_time, r.holder.user, r.holder.unit,
+              r.holder.comm, r.holder.command, r.decision.action, r.decision.rule,
+              r.outcome.kind, r.outcome.seconds, r.why, r.holder.source, r.round, r.owner.key)
+             for r in holders],
         )
 
     def record_restore(self, stop_id: int, result: str, why: str,
@@ -233,7 +285,7 @@ class History:
             c.execute("UPDATE stops SET restored=NULL, result='held', why=? WHERE id=?",
                       (why, stop_id))
 
-    def record_health(self, attempt_id: int | None, rows: Sequence[HealthRow]) -> None:
+    def record_health(self, attempt_id: int | None, rows: Sequence[DeviceHealth]) -> None:
         """One health check's answers, stamped with one time."""
         now = time.time()
         with self._tx() as c:
@@ -242,7 +294,7 @@ class History:
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 [(now, attempt_id, r.device, r.family, r.state, r.reason) for r in rows])
 
-    def last_health(self) -> list[HealthRow]:
+    def last_health(self) -> list[DeviceHealth]:
         """The answers of the last health check (none before the first)."""
         try:
             with self._reading():
@@ -251,9 +303,10 @@ class History:
                     " WHERE time = (SELECT MAX(time) FROM health) ORDER BY id").fetchall()
         except sqlite3.OperationalError:
             return []  # a file from before health checks were recorded, opened read-only
-        return [HealthRow(*r) for r in rows]
+        return [DeviceHealth(r[0], r[1], cast(HealthState, r[2]), r[3], time=r[4], attempt_id=r[5])
+                for r in rows]
 
-    def pending_stops(self, attempt_id: int | None = None) -> list[StopRow]:
+    def pending_stops(self, attempt_id: int | None = None) -> list[Stop]:
         """Jobs stopped by the guard and not yet brought back (held ones too), oldest attempt
         first, in stop order.
 
@@ -265,7 +318,7 @@ class History:
         args = (attempt_id,) if attempt_id is not None else ()
         return self._stops(where, args)
 
-    def not_restored(self) -> list[StopRow]:
+    def not_restored(self) -> list[Stop]:
         """The newest stop of each owner that did not end with the job back: pending, failed,
         still starting when restore's budget ended, or left down (a stop of an earlier boot).
 
@@ -275,7 +328,7 @@ class History:
                            " AND (result IS NULL OR result IN ('failed', 'starting', 'left',"
                            " 'held'))", ())
 
-    def _stops(self, where: str, args: Sequence[Any]) -> list[StopRow]:
+    def _stops(self, where: str, args: Sequence[Any]) -> list[Stop]:
         columns = "boot_id, issued" if self._stop_columns() >= {"boot_id", "issued"} \
             else "'', stopped"
         try:
@@ -285,7 +338,11 @@ class History:
                 " ORDER BY attempt_id, seq", tuple(args)).fetchall()
         except sqlite3.OperationalError:
             return []  # a file from before stops were recorded, opened read-only
-        return [StopRow(*r) for r in rows]
+        # The owner from its kind, name and uid (its key, the owner column, follows from them).
+        return [Stop(Owner(cast(OwnerKind, r[3]), r[4], uid=r[5]), seq=r[1], stopped=r[6],
+                     attempt_id=r[0], restored=r[7], result=r[8], why=r[9], id=r[10],
+                     boot_id=r[11], issued=r[12])
+                for r in rows]
 
     def _stop_columns(self) -> set[str]:
         if not hasattr(self, "_stops_columns"):
@@ -342,7 +399,7 @@ class History:
             verdict = "running" if self._alive(r[10], r[11]) else "interrupted"
         owner = "owner" if self._holder_columns() >= {"owner"} else "'plain'"
         holders = tuple(
-            HolderRow(*h) for h in self.conn.execute(
+            _holder(h) for h in self.conn.execute(
                 "SELECT pid, start_time, user, unit, comm, cmdline, action, rule, outcome, seconds,"
                 f" why, source, round, {owner} FROM holders WHERE attempt_id = ? ORDER BY rowid",
                 (r[0],),
@@ -365,7 +422,7 @@ class History:
         )
         return Attempt(
             id=r[0], started=r[1], finished=r[2], action=r[3], origin=r[4], dry_run=bool(r[5]),
-            verdict=verdict, reasons=texts(r[7]), warnings=texts(r[8]),
+            verdict=cast(AttemptVerdict, verdict), reasons=texts(r[7]), warnings=texts(r[8]),
             config_digest=r[9], holders=holders, findings=findings, events=events,
             stops=tuple(self._stops("attempt_id = ?", (r[0],))),
         )

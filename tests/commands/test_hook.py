@@ -50,11 +50,11 @@ def test_pre_after_the_unit_only_records(conf: Path, node: str, holders: Holders
     proc, _pid = holders.start(node)  # started after the unit's drain
     code, err = hook(conf, "pre", "suspend")
     assert code == 0
-    assert f"attempt {report.attempt_id}: system going down" in err
+    assert f"attempt {report.attempt.id}: system going down" in err
     assert holders.signals() == [] and proc.poll() is None  # the hook did not drain again
     with History.open(state(conf), readonly=True) as h:
         events = h.events()
-    assert events[0]["phase"] == "pre" and events[0]["attempt_id"] == report.attempt_id
+    assert events[0]["phase"] == "pre" and events[0]["attempt_id"] == report.attempt.id
 
 
 def test_pre_without_the_unit_drains_nothing_and_says_so(conf: Path, node: str,
@@ -82,9 +82,9 @@ def test_a_long_attempt_still_counts_from_its_end(conf: Path, node: str) -> None
     with contextlib.closing(sqlite3.connect(Path(state(conf)) / "history.db")) as c, c:
         # As if it had begun 10 minutes ago and ended just now.
         c.execute("UPDATE attempts SET started = started - 600 WHERE id = ?",
-                  (report.attempt_id,))
+                  (report.attempt.id,))
     code, err = hook(conf, "pre", "suspend")
-    assert code == 0 and f"attempt {report.attempt_id}: system going down" in err
+    assert code == 0 and f"attempt {report.attempt.id}: system going down" in err
 
 
 def test_post_records_hwts_busy_for_the_attempt(conf: Path) -> None:
@@ -105,7 +105,7 @@ def test_post_records_hwts_busy_for_the_attempt(conf: Path) -> None:
     out = io.StringIO()
     main(["history", "--json", "--config", str(conf)], out=out, err=io.StringIO(), environ={})
     [attempt] = json.loads(out.getvalue())["attempts"]
-    assert attempt["id"] == report.attempt_id
+    assert attempt["id"] == report.attempt.id
     assert [f["rule"] for f in attempt["findings"]] == ["hwts-busy-suspend"]
     assert [e["phase"] for e in attempt["events"]] == ["post"]
 

@@ -39,8 +39,9 @@ from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import RECORDED, Report
 from suspendguard.guard.restore import Restored, restore
 from suspendguard.guard.supervise import Supervisors
+from suspendguard.model import Owner
+from suspendguard.record import Stop
 from suspendguard.store.history import History
-from suspendguard.store.rows import StopRow
 from suspendguard.system import usermanager
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
@@ -147,7 +148,7 @@ def timed(cfg: Config, supervisors: Supervisors, cancel: Cancel | None = None
 
 def is_recorded(cfg: Config, report: Report) -> bool:
     with History.open(cfg.state.dir, readonly=True) as h:
-        attempt = h.attempt(report.attempt_id or 0)
+        attempt = h.attempt(report.attempt.id)
     return report.history == RECORDED and attempt is not None and \
         attempt.verdict == report.verdict.kind
 
@@ -236,7 +237,7 @@ def kill(guard: subprocess.Popen[str]) -> None:
     guard.communicate(timeout=10)
 
 
-def pending(s: Stage) -> list[StopRow]:
+def pending(s: Stage) -> list[Stop]:
     with History.open(str(s.state)) as h:
         return h.pending_stops()
 
@@ -278,7 +279,7 @@ def engine_hangs_on_update(tmp: Path) -> Seen:
         report, _took = timed(cfg, Supervisors(
             environ={"DOCKER_HOST": f"unix://{engine.socket_path}"}, state_dir=cfg.state.dir))
         total = time.monotonic() - start
-        seen = Seen(in_time=report.duration_s < DEADLINE_S + 1,
+        seen = Seen(in_time=(report.attempt.duration or 0.0) < DEADLINE_S + 1,
                     recorded=is_recorded(cfg, report))
         # The update took what was left of the deadline: the drain's wait is cut, said.
         seen.check(report.verdict.kind == "veto" and any(
@@ -356,7 +357,7 @@ def sigterm_in_hung_wait(tmp: Path) -> Seen:
 def restored_after_kill(seen: Seen, s: Stage, owner: str, supervisors: Supervisors) -> None:
     """The killed guard's stop row is there, with the boot id, and restore brings the job back."""
     rows = pending(s)
-    seen.check([r.owner for r in rows] == [owner], f"a pending stop row for {owner}")
+    seen.check([r.owner.key for r in rows] == [owner], f"a pending stop row for {owner}")
     seen.check(all(r.boot_id for r in rows), "the row has the boot id")
     seen.recorded = bool(rows)
     done = restore_pending(s, supervisors)
@@ -430,9 +431,8 @@ def earlier_boot(tmp: Path) -> Seen:
         conf = s.config_file()
         with History.open(str(s.state)) as h:
             attempt = h.begin("suspend", "unit", False, "")
-            h.stopping(attempt, [StopRow(attempt, 1, "systemd-service:train.service",
-                                         "systemd-service", "train.service", None, time.time(),
-                                         boot_id="an-earlier-boot")])
+            h.stopping(attempt, [Stop(Owner("systemd-service", "train.service"), 1,
+                                      time.time(), attempt, boot_id="an-earlier-boot")])
             h.finish(attempt, "allow", [], [], [])
         out = io.StringIO()
         # No bus at all: a stop left down asks nothing of systemd.

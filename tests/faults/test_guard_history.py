@@ -47,5 +47,5 @@ def test_a_guard_killed_mid_drain_leaves_whom_it_signalled(
         [attempt] = h.attempts()
     assert attempt.verdict == "interrupted"
     [row] = attempt.holders
-    assert (row.pid, row.outcome) == (pid, "signalled")
+    assert (row.holder.pid, row.outcome.kind) == (pid, "signalled")
     assert "SIGINT" in row.why and "ended before it recorded the outcome" in row.why

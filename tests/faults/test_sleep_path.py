@@ -22,8 +22,9 @@ import pytest
 
 from suspendguard.guard.restore import restore
 from suspendguard.guard.supervise import Supervisors
+from suspendguard.model import Owner, OwnerKind
+from suspendguard.record import Stop
 from suspendguard.store.history import History
-from suspendguard.store.rows import StopRow
 from suspendguard.system.deadline import Deadline, bounded
 
 from .sleep_scenes import SCENES, Seen, can_run, dbus_daemon, fake_systemd, unit_state
@@ -40,8 +41,8 @@ def test_scene(scene: Callable[[Path], Seen], tmp_path: Path) -> None:
     assert seen.recorded is not False, "not recorded"
 
 
-def stop_row(kind: str = "systemd-service", name: str = "train.service") -> StopRow:
-    return StopRow(1, 1, f"{kind}:{name}", kind, name, None, time.time())
+def stop_row(kind: OwnerKind = "systemd-service", name: str = "train.service") -> Stop:
+    return Stop(Owner(kind, name), 1, time.time(), 1)
 
 
 def test_a_slow_start_is_starting_not_failed(make_config: Any, tmp_path: Path) -> None:
@@ -76,12 +77,12 @@ def test_rows_written_ahead_are_completed_or_dropped(make_config: Any) -> None:
     cfg = make_config()
     with History.open(cfg.state.dir) as h:
         attempt = h.begin("suspend", "unit", False, "")
-        rows = [StopRow(attempt, seq, f"systemd-service:u{seq}.service", "systemd-service",
-                        f"u{seq}.service", None, time.time()) for seq in (1, 2)]
+        rows = [Stop(Owner("systemd-service", f"u{seq}.service"), seq, time.time(), attempt)
+                for seq in (1, 2)]
         ids = h.stopping(attempt, rows)
-        assert [(s.name, s.issued) for s in h.pending_stops()] == \
+        assert [(s.owner.name, s.issued) for s in h.pending_stops()] == \
             [("u1.service", None), ("u2.service", None)]
         h.stop_issued(taken=[ids[0]], refused=[ids[1]])
         [left] = h.pending_stops()
-    assert left.name == "u1.service" and left.issued is not None
+    assert left.owner.name == "u1.service" and left.issued is not None
     assert left.boot_id == Path("/proc/sys/kernel/random/boot_id").read_text().strip()

@@ -34,10 +34,11 @@ from suspendguard.guard.identity import names_probe, vouch
 from suspendguard.guard.inventory import DAEMON_USERS, FAMILY_DAEMONS, take_inventory
 from suspendguard.guard.policy import decide
 from suspendguard.guard.render import render
-from suspendguard.guard.report import HolderResult, Report
+from suspendguard.guard.report import Report
 from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.acl import AclBackend
 from suspendguard.model import Holder, holder_id
+from suspendguard.record import HolderRecord
 from suspendguard.store import lock as guard_lock
 from suspendguard.system.procfs import ProcFS
 
@@ -118,7 +119,7 @@ def shared(node: str) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def result(report: Report, pid: int) -> HolderResult:
+def result(report: Report, pid: int) -> HolderRecord:
     return next(h for h in report.holders if h.decision.holder.pid == pid)
 
 

@@ -12,8 +12,9 @@ from conftest import Gpu, journalctl
 
 from suspendguard.config import Config, build
 from suspendguard.health import ascend, nvidia
-from suspendguard.health.model import UVM_SIGNATURE, DeviceHealth
+from suspendguard.health.model import UVM_SIGNATURE
 from suspendguard.health.resume import check
+from suspendguard.record import DeviceHealth
 
 SINCE = datetime.fromtimestamp(1_700_000_000)
 

@@ -16,8 +16,9 @@ from helpers.holders import Holders
 from helpers.runners import cli
 
 from suspendguard.commands.restore import HELD_MESSAGE_ID
+from suspendguard.model import Owner
+from suspendguard.record import Stop
 from suspendguard.store.history import History
-from suspendguard.store.rows import StopRow
 from suspendguard.system import journald
 
 
@@ -62,9 +63,8 @@ def stopped_job(state: Path) -> int:
     now = time.time()
     with History.open(str(state)) as h:
         attempt = h.begin("suspend", "unit", False, "digest", now - 5)
-        h.finish(attempt, "allow", [], [], [], finished=now - 4, stops=[StopRow(
-            0, 0, "systemd-service:train.service", "systemd-service", "train.service", None,
-            now - 4.5)])
+        h.finish(attempt, "allow", [], [], [], finished=now - 4, stops=[Stop(
+            Owner("systemd-service", "train.service"), 0, now - 4.5)])
     return attempt
 
 

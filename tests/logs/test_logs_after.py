@@ -9,7 +9,8 @@ from pathlib import Path
 from suspendguard.commands.sleep_hook import job_units
 from suspendguard.config import Config, build
 from suspendguard.logs.after import after_attempt
-from suspendguard.store.rows import Attempt, HolderRow
+from suspendguard.model import Action, Outcome
+from suspendguard.record import Attempt, HolderRecord
 
 START = datetime(2026, 3, 1, 12, 0, 0, 700000)
 RESUMED = START + timedelta(seconds=40)
@@ -85,10 +86,10 @@ def test_a_missing_journal_is_a_note_not_a_failure(tmp_path: Path) -> None:
         f"journal of job.service: not available: {tmp_path}/no-journalctl: command not found"]
 
 
-def holder(unit: str | None, action: str) -> HolderRow:
-    return HolderRow(pid=10, start_time=1, user="root", unit=unit, comm="python3",
-                     cmdline="python3 train.py", action=action, rule="", outcome="exited",
-                     seconds=0.5, why="")
+def holder(unit: str | None, action: Action) -> HolderRecord:
+    return HolderRecord.kept(pid=10, start_time=1, user="root", unit=unit, comm="python3",
+                             command="python3 train.py", action=action, rule="",
+                             outcome=Outcome("exited", 0.5))
 
 
 def test_units_read_after_resume_are_the_jobs() -> None:

@@ -23,8 +23,9 @@ from helpers.users import nobody_prefix, python_for_nobody
 from prometheus_client.parser import text_string_to_metric_families
 
 from suspendguard.cli import main
+from suspendguard.model import Outcome
+from suspendguard.record import HolderRecord
 from suspendguard.store.history import History
-from suspendguard.store.rows import HolderRow
 
 needs_dbus = pytest.mark.skipif(dbus_daemon() is None, reason="needs dbus-daemon")
 
@@ -76,14 +77,15 @@ def make_history(state_dir: Path) -> None:
     with History.open(str(state_dir)) as h:
         first = h.begin("suspend", "unit", False, "digest", 1_700_000_000.0)
         h.finish(first, "allow", [], [], [
-            HolderRow(pid=4242, start_time=1, user="alice", unit="session-3.scope", comm="train",
-                      cmdline="python train.py", action="drain", rule="holds a compute node",
-                      outcome="exited", seconds=0.61, why="")], finished=1_700_000_001.5)
+            HolderRecord.kept(pid=4242, start_time=1, user="alice", unit="session-3.scope",
+                              comm="train", command="python train.py", action="drain",
+                              rule="holds a compute node", outcome=Outcome("exited", 0.61))],
+                 finished=1_700_000_001.5)
         second = h.begin("suspend", "unit", False, "digest", 1_700_000_100.0)
         h.finish(second, "veto", ["pid 77 infer ignores SIGINT: kill -2 cannot stop it"], [], [
-            HolderRow(pid=77, start_time=2, user="bob", unit=None, comm="infer",
-                      cmdline="infer --serve", action="drain", rule="holds a compute node",
-                      outcome="not-signalled", seconds=None, why="ignores SIGINT")],
+            HolderRecord.kept(pid=77, start_time=2, user="bob", unit=None, comm="infer",
+                              command="infer --serve", action="drain", rule="holds a compute node",
+                              outcome=Outcome("not-signalled", why="ignores SIGINT"))],
                  finished=1_700_000_100.2)
         third = h.begin("hibernate", "unit", False, "digest", 1_700_000_200.0)
         h.finish(third, "allow", [], [], [], finished=1_700_000_200.1)

@@ -7,18 +7,17 @@ import json
 from pathlib import Path
 
 from suspendguard.cli import main
+from suspendguard.model import Owner, OwnerKind
+from suspendguard.record import Stop
 from suspendguard.store.history import History
-from suspendguard.store.rows import StopRow
 
 T0 = 1_700_000_000.0
 USER_START = ("setpriv --reuid=1000 --regid=$(id -g 1000) --clear-groups env "
               "XDG_RUNTIME_DIR=/run/user/1000 systemctl --user start train.service")
 
 
-def stop(seq: int, name: str, kind: str = "systemd-service", uid: int | None = None) -> StopRow:
-    owner = f"user-service:{uid}:{name}" if kind == "user-service" else f"{kind}:{name}"
-    return StopRow(attempt_id=0, seq=seq, owner=owner, kind=kind, name=name, uid=uid,
-                   stopped=T0 + seq)
+def stop(seq: int, name: str, kind: OwnerKind = "systemd-service", uid: int | None = None) -> Stop:
+    return Stop(Owner(kind, name, uid=uid), seq=seq, stopped=T0 + seq)
 
 
 def make_history(state_dir: Path) -> None:
@@ -31,9 +30,9 @@ def make_history(state_dir: Path) -> None:
         h.finish(second, "veto", ["pid 77 infer ignores SIGINT"], [], [], finished=T0 + 101,
                  stops=[stop(0, "batch.service"), stop(1, "train.service", "user-service", 1000)])
         for row in h.not_restored():
-            if row.name == "infer.service":
+            if row.owner.name == "infer.service":
                 h.record_restore(row.id, "started", "")
-            elif row.name in ("web.service", "train.service"):
+            elif row.owner.name in ("web.service", "train.service"):
                 h.record_restore(row.id, "failed", "the start job ended with the unit failed")
         for i in range(5):
             quiet = h.begin("suspend", "unit", False, "digest", T0 + 200 + i)
@@ -110,9 +109,9 @@ def test_status_says_starting_issuing_and_a_containers_own_start(conf: Path, no_
                  stops=[stop(0, "slow.service"), stop(1, cid, "docker")])
         h.stopping(attempt, [stop(2, "cut.service")])  # the guard killed while it issued it
         for row in h.not_restored():
-            if row.name == "slow.service":
+            if row.owner.name == "slow.service":
                 h.record_restore(row.id, "starting", "its start job still ran")
-            elif row.name == cid:
+            elif row.owner.name == cid:
                 h.record_restore(row.id, "failed", "still stopping")
     code, out = status("--config", str(conf))
     assert code == 0

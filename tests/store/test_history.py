@@ -19,6 +19,8 @@ from helpers.runners import guard
 
 from suspendguard.cli import main
 from suspendguard.errors import NoHistory
+from suspendguard.model import PLAIN, Owner
+from suspendguard.record import SCAN_KEYS
 from suspendguard.store.history import History, last_attempt_start
 
 
@@ -29,14 +31,29 @@ def test_attempt_and_holder_rows(make_config: Any, node: str, holders: Holders,
     report = guard(cfg, action="hibernate", origin="unit")
     with History.open(cfg.state.dir, readonly=True) as h:
         [attempt] = h.attempts(5)
-    assert attempt.id == report.attempt_id
+    assert attempt.id == report.attempt.id
     assert attempt.verdict == "allow" and attempt.action == "hibernate"
     assert attempt.origin == "unit" and not attempt.dry_run
     assert attempt.config_digest == cfg.digest and attempt.finished is not None
     [row] = attempt.holders
-    assert row.pid == pid and row.outcome == "exited" and row.action == "drain"
-    assert row.seconds is not None and row.seconds > 0
+    assert row.holder.pid == pid and row.outcome.kind == "exited"
+    assert row.decision.action == "drain" and not row.scanned
+    assert row.outcome.seconds is not None and row.outcome.seconds > 0
     assert last_attempt_start(cfg.state.dir) is not None
+    # One holder schema: what the history shows is what the run showed, less the scan's detail.
+    [ran] = report.holders
+    shown = ran.to_json()
+    assert row.to_json() == {k: v for k, v in shown.items() if k not in SCAN_KEYS}
+    assert set(SCAN_KEYS) <= set(shown)
+
+
+@pytest.mark.parametrize("owner", [PLAIN, Owner("systemd-service", "train.service"),
+                                   Owner("user-service", "job.service", uid=1000),
+                                   Owner("docker", "ab" * 32), Owner("kubernetes", "uid-1")])
+def test_an_owner_reads_back_from_its_key(owner: Owner) -> None:
+    back = Owner.from_key(owner.key)
+    assert (back.kind, back.name, back.uid, back.key) == (owner.kind, owner.name, owner.uid,
+                                                         owner.key)
 
 
 def test_veto_reasons_are_recorded(make_config: Any, node: str, holders: Holders) -> None:

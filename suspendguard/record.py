@@ -1,0 +1,233 @@
+"""The records of suspend attempts: one type per thing, from the guard to the history to the status.
+
+- :class:`HolderRecord`: one holder of one attempt: the guard's decision on
+  it, what came of it, who runs it;
+- :class:`Stop`: a job the guard stopped through its owner, and what became
+  of it at restore;
+- :class:`DeviceHealth`: one device's answer to the health check after resume;
+- :class:`Attempt`: one suspend attempt: its verdict with reasons and
+  warnings, its holders, stops, findings and events.
+
+The guard makes them (guard/rounds.py, guard/pipeline.py; its report holds
+the attempt, guard/report.py), the history writes them and reads back the
+same types (store/history.py, the only code that knows their columns), and
+``status`` and ``history`` render them. Each has one ``to_json``: the JSON
+of every command that shows it. Read back from the history, a record has
+only what the history keeps; each type says what that is, and the rest
+reads back as its empty default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from suspendguard.model import PLAIN, Action, Decision, Holder, Outcome, Owner
+
+# What an attempt came to: a verdict (model.VerdictKind), or, for one the
+# guard did not finish, interrupted (it was killed) or running (it still runs).
+AttemptVerdict = Literal["allow", "veto", "unknown", "interrupted", "running"]
+
+
+def iso(ts: float) -> str:
+    """A time stamp as ISO 8601 with the local zone, to the second."""
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+# The holder keys only a live scan knows: check and status show them, the history does not keep them.
+SCAN_KEYS = ("ppid", "exe", "cmdline", "uid", "container", "owner", "nspid", "nodes", "sigint",
+             "frozen", "notes", "respawned")
+
+
+@dataclass(frozen=True, slots=True)
+class HolderRecord:
+    """One holder of one attempt: the guard's decision on it, its outcome, its owner.
+
+    Made once by the guard, from the decision and the outcome (guard/rounds.py).
+    The history keeps the holder's pid, start time, user, unit, comm,
+    command (as one line), source; the decision's action and rule; the
+    outcome (its ``why`` or, when it has none, the ``respawned`` tag); the
+    round and the owner's key. Read back (``scanned`` False), the holder's
+    other fields are empty (ppid 0, uid -1, no exe, container, nspid or
+    nodes, its command line the one recorded line, sigint ``unknown``), the
+    decision has no notes, kind ``drain`` and no reason, ``respawned`` is
+    "" and the owner has only its kind, name and uid.
+    """
+
+    decision: Decision
+    outcome: Outcome
+    round: int = 1
+    respawned: str = ""  # the tag of a holder found again after its drain, "" for most
+    owner: Owner = PLAIN
+    scanned: bool = True  # False: read back from the history (see above)
+
+    @classmethod
+    def kept(cls, *, pid: int, start_time: int, user: str, unit: str | None, comm: str,
+             command: str, action: Action, rule: str, outcome: Outcome, source: str = "proc",
+             round: int = 1, owner: Owner = PLAIN) -> HolderRecord:
+        """A record of only what the history keeps, the rest empty (as read back)."""
+        holder = Holder(pid=pid, start_time=start_time, ppid=0, uid=-1, user=user, comm=comm,
+                        exe="", cmdline=(command,) if command else (), unit=unit, container=None,
+                        nspid=(), nodes=(), sigint="unknown", source=source)
+        return cls(Decision(holder, action, rule), outcome, round, owner=owner, scanned=False)
+
+    @property
+    def holder(self) -> Holder:
+        return self.decision.holder
+
+    @property
+    def why(self) -> str:
+        """What the history keeps as the outcome's why: the outcome's own, else the respawn tag."""
+        return self.outcome.why or self.respawned
+
+    def to_json(self) -> dict[str, Any]:
+        """The one holder schema of check, status and history (docs/json-and-metrics.md);
+        the keys of :data:`SCAN_KEYS` only when scanned."""
+        h = self.decision.holder
+        doc = {
+            "pid": h.pid,
+            "start_time": h.start_time,
+            "ppid": h.ppid,
+            "comm": h.comm,
+            "exe": h.exe,
+            "cmdline": list(h.cmdline),
+            "command": h.command,
+            "user": h.user,
+            "uid": h.uid,
+            "unit": h.unit,
+            "container": h.container,
+            "owner": self.owner.to_json(),
+            "owner_key": self.owner.key,
+            "nspid": list(h.nspid),
+            "nodes": [
+                {"path": n.node.path, "seen_as": n.seen_as, "role": n.node.role, "via": n.via}
+                for n in h.nodes
+            ],
+            "sigint": h.sigint,
+            "frozen": h.frozen,
+            "source": h.source,
+            "action": self.decision.action,
+            "rule": self.decision.rule,
+            "notes": list(self.decision.notes),
+            "outcome": self.outcome.to_json(),
+            "round": self.round,
+            "respawned": self.respawned or None,
+        }
+        if not self.scanned:
+            for key in SCAN_KEYS:
+                del doc[key]
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """A job the guard stopped through its owner: in which order and when, and what became of it.
+
+    Made by the guard as it asks the supervisor (``owner``, ``seq``,
+    ``stopped``), completed by the history. The history keeps every field
+    but the owner's: of it, its kind, name and uid.
+    """
+
+    owner: Owner
+    seq: int  # the order it was stopped in, within its attempt
+    stopped: float  # when (wall clock)
+    attempt_id: int = 0
+    restored: float | None = None
+    # started | starting | failed | skipped | left (a stop of an earlier boot,
+    # not started again); None: not yet brought back; held: kept stopped after
+    # resume because its device is unhealthy (why says so)
+    result: str | None = None
+    why: str = ""
+    id: int = 0  # the history's row; 0 before it is written
+    boot_id: str = ""  # the boot the stop was made in; "" in files from before it was kept
+    # When the supervisor took the stop; None while it was being issued (the
+    # row is written first: a guard killed then leaves it for restore).
+    issued: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        o = self.owner
+        return {"owner": o.key, "kind": o.kind, "name": o.name, "uid": o.uid,
+                "order": self.seq, "stopped": iso(self.stopped),
+                "issued": self.issued is not None, "boot_id": self.boot_id or None,
+                "restored": iso(self.restored) if self.restored is not None else None,
+                "result": self.result or "pending", "why": self.why}
+
+
+HealthState = Literal["healthy", "unhealthy", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealth:
+    """One device (or a family's devices together, ``nvidia``) as one health check after resume found it.
+
+    Made by the check (health/), stamped by the history with the check's
+    time and attempt. The history keeps every field but ``source`` and
+    ``signature``, which read back as "".
+    """
+
+    device: str  # "gpu 0", "npu 0 chip 1", "nvidia" when the driver cannot count them
+    family: str
+    state: HealthState
+    reason: str = ""  # why unhealthy or unknown; "" when healthy
+    source: str = ""  # the check that said so: cuda, nvml, kernel-log, npu-smi, acl, catalog
+    signature: str = ""  # a known failure a repair exists for (health/model.py's UVM_SIGNATURE)
+    time: float = 0.0  # when the history took it; 0 before
+    attempt_id: int | None = None  # the attempt it came after, as the history has it
+
+    def describe(self) -> str:
+        return f"{self.device} {self.state}" + (f": {self.reason}" if self.reason else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "family": self.family, "state": self.state,
+                "reason": self.reason, "source": self.source, "signature": self.signature,
+                "time": iso(self.time) if self.time else None, "attempt": self.attempt_id}
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One suspend attempt: the verdict, its reasons, holders, stops, findings, events.
+
+    Made by the guard at the verdict (without findings and events, which
+    come after resume; ``id`` 0 when the history did not take it), read
+    back whole from the history; ``finished`` None while it runs or when
+    the guard was killed.
+    """
+
+    id: int
+    started: float
+    finished: float | None
+    action: str | None
+    origin: str
+    dry_run: bool
+    verdict: AttemptVerdict
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+    config_digest: str
+    holders: tuple[HolderRecord, ...] = ()
+    findings: tuple[dict[str, Any], ...] = ()
+    events: tuple[dict[str, Any], ...] = ()
+    stops: tuple[Stop, ...] = ()
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.finished is None else self.finished - self.started
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "started": iso(self.started),
+            "finished": iso(self.finished) if self.finished is not None else None,
+            "duration_s": None if self.duration is None else round(self.duration, 3),
+            "action": self.action,
+            "origin": self.origin,
+            "dry_run": self.dry_run,
+            "verdict": self.verdict,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+            "config_digest": self.config_digest,
+            "holders": [h.to_json() for h in self.holders],
+            "findings": list(self.findings),
+            "events": list(self.events),
+            "stopped": [s.to_json() for s in self.stops],
+        }
