@@ -241,6 +241,9 @@ CONTAINER_KINDS: tuple[OwnerKind, ...] = ("docker", "podman")
 class Owner:
     """The supervisor of one holder, and what it would do when the holder exits.
 
+    Read from the holder's cgroup (guard/owner.py), filled in from the
+    supervisor's own API (guard/supervise.py); the history keeps its key.
+
     ``restart`` is the supervisor's own word (``always``, ``on-failure``,
     ``no``, Docker's ``unless-stopped``...), "" where it could not be read
     (``note`` says why).

@@ -240,7 +240,8 @@ def _run(
                            key=lambda hr: (hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
     attempt = Attempt(attempt_id or 0, started_wall, started_wall + (clock() - start), action,
                       origin, dry_run, verdict.kind, verdict.reasons, verdict.warnings,
-                      config.digest, holders, stops=tuple(r.stops))
+                      config.digest, holders,
+                      stops=tuple(replace(s, attempt_id=attempt_id or 0) for s in r.stops))
     report = Report(attempt, inventory, scan.unreadable, idle, recorded, can_veto,
                     scan.unreadable_pids)
     # The verdict line first: it is what the operator and the journal wait
