@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from helpers.runners import guard
 from suspendguard.cli import main
 from suspendguard.errors import NoHistory
 from suspendguard.model import PLAIN, Owner
-from suspendguard.record import SCAN_KEYS
+from suspendguard.record import SCAN_KEYS, DeviceHealth
 from suspendguard.store.history import History, last_attempt_start
 
 
@@ -157,3 +158,17 @@ def test_a_database_without_its_tables_yet_is_no_history(tmp_path: Path) -> None
     (state / "history.db").chmod(0o600)
     with pytest.raises(NoHistory, match="no history yet"):
         History.open(str(state), readonly=True)
+
+
+def test_a_health_answer_reads_back_as_the_same_record_stamped(tmp_path: Path) -> None:
+    """The check's answer is the history's record: stamped with its time and attempt, less
+    what the history does not keep (the check that said so, the failure's signature)."""
+    answer = DeviceHealth("gpu 0", "nvidia", "unhealthy", "cuInit: 999", "cuda", "cuda-999")
+    with History.open(str(tmp_path)) as h:
+        attempt = h.begin("suspend", "unit", False, "digest")
+        h.record_health(attempt, [answer])
+        [back] = h.last_health()
+    assert back == replace(answer, source="", signature="", time=back.time, attempt_id=attempt)
+    assert back.time > 0
+    assert set(back.to_json()) == set(answer.to_json())
+    assert back.to_json()["attempt"] == attempt and answer.to_json()["time"] is None
