@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from suspendguard.config import FAMILIES, IdleConfig
-from suspendguard.guard.rounds import Rounds
+from suspendguard.guard.run_state import RunState
 from suspendguard.guard.scan import describe_process
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Holder, ScanResult
@@ -23,7 +23,7 @@ from suspendguard.system.procfs import ProcAccessError
 IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
 
 
-def refused_pids(r: Rounds, scan: ScanResult) -> list[int]:
+def refused_pids(r: RunState, scan: ScanResult) -> list[int]:
     """The processes the scan could not read, PID 1 aside; a refused map_files read is warned of.
 
     PID 1 is never signalled whatever it holds; some containers refuse
@@ -42,7 +42,7 @@ def refused_pids(r: Rounds, scan: ScanResult) -> list[int]:
     return refused
 
 
-def ask_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
+def ask_first(r: RunState, idle_check: IdleCheck, families: Sequence[str],
               deadline: float) -> IdleReport:
     """One reading of every device before the drain, for its process lists and its backends.
 
@@ -58,7 +58,7 @@ def ask_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
     return first
 
 
-def uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
+def uninspected(r: RunState, refused: Sequence[int], first: IdleReport | None,
                 families: Sequence[str]) -> list[str]:
     """Why processes the scan could not read leave the verdict unknown ([] when they do not).
 
@@ -93,7 +93,7 @@ def uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
             "may hold an accelerator node"]
 
 
-def device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> list[Decision]:
+def device_holders(r: RunState, idle: IdleReport, known: Collection[int] = ()) -> list[Decision]:
     """Processes the device reports that the scan did not see, as decided holders.
 
     A holder kept as a graphics client that the device lists as a compute

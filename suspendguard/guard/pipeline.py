@@ -32,7 +32,7 @@ from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
 from suspendguard.guard.restore import restore
-from suspendguard.guard.rounds import Rounds
+from suspendguard.guard.run_state import RunState
 from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
@@ -129,7 +129,7 @@ def _run(
     deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
     # Every wait before the verdict, in every client below, ends by then (or at SIGTERM).
     clocked.enter_context(bounded(Deadline(deadline, cancel, clock)))
-    r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
+    r = RunState(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
                skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
                clock=clock, supervisors=supervisors, token=lock.token(),
                confirmed=confirmed)
@@ -276,7 +276,7 @@ def _run(
     return report
 
 
-def _put_back(r: Rounds, config: Config, log: Logger) -> None:
+def _put_back(r: RunState, config: Config, log: Logger) -> None:
     """A drain that failed half-way: the owners kept down get their settings back, and their jobs.
 
     Nothing may stay ``Restart=no`` (or a container's policy ``no``) because
@@ -287,12 +287,12 @@ def _put_back(r: Rounds, config: Config, log: Logger) -> None:
                 enabled=config.restore.after_veto, record=lambda _s, _r, _w: None, log=log.info)
 
 
-def _stop_rows(r: Rounds, attempt_id: int) -> list[StopRow]:
+def _stop_rows(r: RunState, attempt_id: int) -> list[StopRow]:
     return [_stop_row(attempt_id, s) for s in r.stops]
 
 
 def _write_down(history: History, attempt_id: int,
-                r: Rounds) -> Callable[[Sequence[Decision], int], None]:
+                r: RunState) -> Callable[[Sequence[Decision], int], None]:
     """Who is about to get the signal, into the history before it is sent.
 
     A guard killed mid-drain leaves these rows (an interrupted attempt
@@ -316,7 +316,7 @@ def _stop_row(attempt_id: int, stop: Stop) -> StopRow:
     return StopRow(attempt_id, stop.seq, o.key, o.kind, o.name, o.uid, stop.at)
 
 
-def _write_ahead(history: History, attempt_id: int, r: Rounds
+def _write_ahead(history: History, attempt_id: int, r: RunState
                  ) -> tuple[Callable[[Sequence[Stop]], None],
                             Callable[[Sequence[Stop], Mapping[str, str]], None]]:
     """The stops into the history before the supervisors are asked, then completed.
@@ -348,7 +348,7 @@ def _write_ahead(history: History, attempt_id: int, r: Rounds
     return before, after
 
 
-def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
+def _fold_idle(r: RunState, idle: IdleReport, idle_check: IdleCheck,
                families: Sequence[str]) -> IdleReport:
     """Fold the device's own view into the verdict, device-reported pids included.
 

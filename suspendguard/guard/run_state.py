@@ -1,6 +1,7 @@
-"""Drain rounds: signal the holders, wait for their exits, rescan for respawned jobs.
+"""The state of one guard run: its drain rounds, respawn rescans, owners kept down, reasons, warnings.
 
-A supervisor may restart a drained job, or a new job may start while the
+The drain goes in rounds: signal the holders, wait for their exits, rescan
+for respawned jobs. A supervisor may restart a drained job, or a new job may start while the
 guard waits: after each round the nodes are scanned again, and whatever
 appeared goes through the policy and into the next round, up to
 ``[drain] rounds``. What each holder came to, and every veto reason and
@@ -41,8 +42,9 @@ Tags = Mapping[HolderId, str]
 NO_TAGS: Tags = MappingProxyType({})
 
 
-class Rounds:
-    """One guard run's drain, and what it found so far: reasons, warnings, results."""
+class RunState:
+    """One guard run's state: what each holder came to, the owners kept down (``stops``),
+    every veto reason and warning found so far; and the drain that changes them."""
 
     def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
                  cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
