@@ -17,7 +17,7 @@ from suspendguard.commands.context import Context
 from suspendguard.guard.layout import terminal_width
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.model import HolderId
 from suspendguard.store import mode as guard_mode
 from suspendguard.system.cancel import Cancel
@@ -64,7 +64,7 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
                      cancel=cancel, record=not dry_run or observe, confirmed=confirmed,
-                     supervisors=Supervisors(environ=ctx.environ, state_dir=config.state.dir))
+                     supervisors=ManagersAndEngines(environ=ctx.environ, state_dir=config.state.dir))
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")

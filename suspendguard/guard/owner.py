@@ -2,7 +2,7 @@
 
 Read from the holder's cgroup path (every supervisor puts its jobs in a
 cgroup of its own, under names the supervisor chooses), then filled in from
-the supervisor's own API (guard/supervise.py): the unit's ``Restart=`` and
+the supervisor's own API (guard/supervise.py's ManagersAndEngines): the unit's ``Restart=`` and
 ``RestartUSec`` over D-Bus, the container's restart policy from the engine.
 """
 
@@ -119,11 +119,12 @@ class UnitNow:
     job: str  # the type of the job queued for it, "" when none
 
 
-class Supervisor(Protocol):
-    """What the pipeline and restore ask of the supervisors (guard/supervise.py has them).
+class OwnerControl(Protocol):
+    """What the pipeline and restore ask of the holders' supervisors: read, keep down, start.
 
-    A protocol here so that the pipeline does not import the D-Bus client
-    with it: tests hand it supervisors of their own.
+    guard/supervise.py's ManagersAndEngines answers it through the systemd
+    managers and the container engines. A protocol here so that the pipeline
+    does not import the D-Bus client with it: tests hand it stand-ins of their own.
     """
 
     def owner(self, holder: Holder) -> Owner: ...

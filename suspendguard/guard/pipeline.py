@@ -27,7 +27,7 @@ from suspendguard.errors import HistoryError
 from suspendguard.guard import device_view
 from suspendguard.guard.device_view import IdleCheck
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.owner import Stop, Supervisor
+from suspendguard.guard.owner import OwnerControl, Stop
 from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
@@ -74,7 +74,7 @@ def run(
     skip_frozen: bool = False,
     can_veto: bool = True,
     clock: Callable[[], float] = time.monotonic,
-    supervisors: Supervisor | None = None,
+    supervisors: OwnerControl | None = None,
     confirmed: Collection[HolderId] | None = None,
 ) -> Report:
     """One guard run, holding the state folder's guard lock while it may signal.
@@ -118,7 +118,7 @@ def _run(
     skip_frozen: bool,
     can_veto: bool,
     clock: Callable[[], float],
-    supervisors: Supervisor | None,
+    supervisors: OwnerControl | None,
     confirmed: Collection[HolderId] | None,
 ) -> Report:
     proc = proc or ProcFS()

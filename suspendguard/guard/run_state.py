@@ -19,7 +19,7 @@ from types import MappingProxyType
 from suspendguard.config import Config
 from suspendguard.guard.drain import UNSIGNALLABLE, drain
 from suspendguard.guard.identity import Token, vouch
-from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, Supervisor, owner_of_cgroup
+from suspendguard.guard.owner import CONTAINER_KINDS, Owner, OwnerControl, Stop, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
 from suspendguard.guard.report import HolderResult
 from suspendguard.guard.scan import scan_holders
@@ -49,7 +49,7 @@ class RunState:
     def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
                  cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
                  deadline: float, clock: Callable[[], float],
-                 supervisors: Supervisor | None = None, token: Token | None = None,
+                 supervisors: OwnerControl | None = None, token: Token | None = None,
                  confirmed: Collection[HolderId] | None = None) -> None:
         self.config = config
         # This run's open guard.lock: another run's probe is its child only if
@@ -328,7 +328,7 @@ class RunState:
         is still there and could restart it (not init, not the guard itself,
         whose children are supervised by nobody else) gets RESPAWN_GRACE_S.
         A job whose supervisor keeps it down is not restarted by it; what
-        else may bring it back is looked at afterwards (Supervisors.settle).
+        else may bring it back is looked at afterwards (ManagersAndEngines.settle).
         A container with a restart policy, set aside through its engine, gets
         its restart delay all the same: an engine that starts it again
         anyway (or a watcher beside it) is caught by the look that follows.

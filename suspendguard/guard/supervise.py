@@ -50,8 +50,9 @@ TRANSIENT_FILE = "transient-units.json"
 SYSTEMD_KINDS = ("systemd-service", "user-service")
 
 
-class Supervisors:
-    """The owners of holders, and the supervisors' own ways to stop and start them.
+class ManagersAndEngines:
+    """The owners of holders, and the supervisors' own ways to stop and start them
+    (the guard's OwnerControl: guard/owner.py).
 
     System services go through the system manager over D-Bus, user services
     (``user@UID.service``) through their user's manager

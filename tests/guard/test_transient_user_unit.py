@@ -2,7 +2,7 @@
 
 The owner is handed to the pipeline as the supervisors read it from the
 user's manager (``Transient=yes``); no user manager runs here, so a small
-stand-in answers the Supervisor protocol and records what it was asked.
+stand-in answers the OwnerControl protocol and records what it was asked.
 """
 
 from __future__ import annotations
