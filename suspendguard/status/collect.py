@@ -23,7 +23,7 @@ from suspendguard.errors import ConfigError, HistoryError, SuspendGuardError
 from suspendguard.guard.pipeline import default_idle_check, run
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import IdleReport
-from suspendguard.install.state import installation_state
+from suspendguard.install.installed import read_installation
 from suspendguard.install.templates import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.status.model import ConfigState, HistoryState, RecentHistory, StateDir, Status
@@ -114,7 +114,7 @@ def collect(
         # An untrusted config may name the programs the idle backends run:
         # status reports on it, and runs none of them.
         report = _pipeline(config, proc, None if config.trust else idle_check)
-        installation = installation_state(root)
+        installation = read_installation(root)
         state_dir = _state_dir(config.state.dir)
         history = _history(config.state.dir, history_attempts,
                            config_state.path if config_state.explicit else None)

@@ -19,7 +19,7 @@ from suspendguard.config import Config
 from suspendguard.doctor.checks import Finding, to_fix
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import INSTALL, IdleReport, family_of
-from suspendguard.install.state import Installation
+from suspendguard.install.installed import Installation
 from suspendguard.model import Unavailable, Verdict
 from suspendguard.store.mode import ENFORCE, Mode
 from suspendguard.store.rows import Attempt, HealthRow, StopRow
