@@ -222,10 +222,10 @@ class RunState:
         for h in holders:
             o = self.owner(h)
             if (o.kind in ("systemd-service", "user-service")
-                    and o.state in ("active", "activating", "reloading")) \
-                    or (o.kind in ("docker", "podman") and o.state == "running"):
+                    and o.activity in ("active", "activating", "reloading")) \
+                    or (o.kind in ("docker", "podman") and o.activity == "running"):
                 owners[o.key] = o
-            elif o.kind in ("docker", "podman") and not o.state and o.key not in self._unreached:
+            elif o.kind in ("docker", "podman") and not o.activity and o.key not in self._unreached:
                 self._unreached.add(o.key)
                 self.warnings.append(
                     f"{o.describe()}: the container engine could not be reached ({o.note}); "

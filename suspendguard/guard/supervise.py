@@ -316,7 +316,7 @@ def _with_state(owner: Owner, st: systemd.ServiceState) -> Owner:
     if st.load_state != "loaded":
         return owner.with_note(f"unit {st.load_state}")
     return replace(owner, restart=st.restart, restart_delay_s=st.restart_delay_s,
-                   kill_mode=st.kill_mode, exec_stop=st.exec_stop, state=st.active_state,
+                   kill_mode=st.kill_mode, exec_stop=st.exec_stop, activity=st.active_state,
                    triggered_by=st.triggered_by, main_pid=st.main_pid,
                    timeout_stop_s=st.timeout_stop_s, transient=st.transient)
 

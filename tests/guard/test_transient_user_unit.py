@@ -16,7 +16,7 @@ from helpers.runners import guard
 from suspendguard.guard.owner import Owner, Stop, UnitNow
 from suspendguard.model import Holder, Unavailable
 
-ADHOC = Owner("user-service", "run-u7.service", uid=1000, restart="always", state="active",
+ADHOC = Owner("user-service", "run-u7.service", uid=1000, restart="always", activity="active",
               transient=True)
 
 
