@@ -26,7 +26,7 @@ from suspendguard.idle.base import IdleReport
 from suspendguard.install.installed import read_installation
 from suspendguard.install.templates import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
-from suspendguard.status.model import ConfigState, HistoryState, RecentHistory, StateDir, Status
+from suspendguard.status.model import ConfigStatus, HistoryState, RecentHistory, StateDir, Status
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import DB_NAME, History
 from suspendguard.system.dbus.bus import system_bus_address
@@ -43,14 +43,14 @@ HISTORY_ATTEMPTS = 5
 DBUS_TIMEOUT_S = 2.0
 
 
-def _load_config(config_arg: str | None, environ: Mapping[str, str]) -> tuple[Config, ConfigState]:
+def _load_config(config_arg: str | None, environ: Mapping[str, str]) -> tuple[Config, ConfigStatus]:
     """The configuration to use (the defaults when the file is invalid) and what status says of it."""
     path, explicit = resolve_path(config_arg, environ)
     try:
         config = load(config_arg, environ)
     except ConfigError as exc:
-        return defaults(), ConfigState(path, explicit, Unavailable(str(exc)))
-    return config, ConfigState(config.path or path, explicit, config)
+        return defaults(), ConfigStatus(path, explicit, Unavailable(str(exc)))
+    return config, ConfigStatus(config.path or path, explicit, config)
 
 
 def _state_dir(path: str) -> StateDir:

@@ -28,7 +28,9 @@ from suspendguard.system.dbus.systemd import UnitInfo
 
 
 @dataclass(frozen=True, slots=True)
-class ConfigState:
+class ConfigStatus:
+    """The configuration file status read: where, whether named, and what it held."""
+
     path: str
     explicit: bool
     config: Config | Unavailable  # Unavailable: the file is invalid, and why (one line)
@@ -63,6 +65,8 @@ class ConfigState:
 
 @dataclass(frozen=True, slots=True)
 class StateDir:
+    """The ``[state] dir`` folder (the one thing "state" names): there, and writable?"""
+
     path: str
     exists: bool
     writable: bool  # os.access for this user; nothing is written
@@ -150,7 +154,7 @@ class HistoryState:
 class Status:
     generated: float
     euid: int
-    config: ConfigState
+    config: ConfigStatus
     report: Report | Unavailable  # the dry run
     installation: Installation
     state_dir: StateDir
