@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from types import FrameType
 
 from suspendguard.commands.context import Context
-from suspendguard.guard.layout import terminal_width
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.guard.supervise import ManagersAndEngines
@@ -22,6 +21,7 @@ from suspendguard.model import HolderId
 from suspendguard.store import mode as guard_mode
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
+from suspendguard.system.terminal import terminal_width
 
 
 @contextmanager
