@@ -1,7 +1,8 @@
-"""The guard's run as a command: ``check`` (always a dry run) and ``pre-sleep`` (the veto unit).
+"""``suspendguard check``: the guard's run, always a dry run; and :func:`run_guard`, that run as a command.
 
-``drain`` (:mod:`.drain`) is the real run from a shell; it shares
-:func:`run_guard` with these two.
+``pre-sleep`` (:mod:`.pre_sleep`, the veto unit), ``drain`` (:mod:`.drain`,
+the real run from a shell) and ``suspend`` (:mod:`.suspend`) share
+:func:`run_guard` with it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.model import HolderId
-from suspendguard.store import mode as guard_mode
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
 from suspendguard.system.terminal import terminal_width
@@ -77,20 +77,3 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
 def check(args: argparse.Namespace, ctx: Context) -> int:
     # Read-only whatever the flags: --dry-run is only still accepted.
     return run_guard(ctx, True, None, "cli", args.json, getattr(args, "wide", False))
-
-
-def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
-    """The veto unit's run, as ``suspendguard mode`` says: enforce, observe or off."""
-    mode = guard_mode.read(ctx.config().state.dir)
-    log = Logger(ctx.err, ctx.environ)
-    if mode.problem:
-        log.warning(mode.problem)
-    if mode.name == "off":
-        log.info(f"the guard is off (suspendguard mode): {args.action} not guarded")
-        return 0
-    if mode.name == "observe":
-        status = run_guard(ctx, True, args.action, "unit", args.json, observe=True)
-        log.info(f"observe mode (suspendguard mode): signalled nobody; the {args.action} goes on "
-                 f"whatever the verdict (exit status {status} when enforced)")
-        return 0
-    return run_guard(ctx, False, args.action, "unit", args.json)
