@@ -10,17 +10,15 @@ verdict unknown unless that view answers for every device (``uninspected``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from suspendguard.config import FAMILIES, IdleConfig
-from suspendguard.guard.run_state import RunState
+from suspendguard.config import FAMILIES
+from suspendguard.guard.run_state import IdleCheck, RunState
 from suspendguard.guard.scan import describe_process
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Holder, ScanResult
 from suspendguard.system.procfs import ProcAccessError
-
-IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
 
 
 def refused_pids(r: RunState, scan: ScanResult) -> list[int]:
@@ -51,8 +49,8 @@ def ask_first(r: RunState, idle_check: IdleCheck, families: Sequence[str],
     since no drain can change that.
     """
     config = replace(r.config.idle, samples=1, settle_s=0.0)
-    until = min(deadline, r.clock() + config.command_timeout_s)
-    first = idle_check(config, families, max(until, r.clock() + 0.5))
+    until = min(deadline, r.options.clock() + config.command_timeout_s)
+    first = idle_check(config, families, max(until, r.options.clock() + 0.5))
     if r.config.idle.on_unknown == "veto":
         r.reasons.extend(why for _family, why in first.unknown)
     return first
@@ -122,7 +120,7 @@ def device_holders(r: RunState, idle: IdleReport, known: Collection[int] = ()) -
                 r.warnings.append(kept_warning)
             continue
         try:
-            holder = describe_process(pid, [], r.proc, source=str(p.source))
+            holder = describe_process(pid, [], r.options.proc, source=str(p.source))
         except ProcAccessError:
             holder = None
         if holder is None:

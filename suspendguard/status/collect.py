@@ -36,7 +36,7 @@ from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
 if TYPE_CHECKING:
-    from suspendguard.guard.device_view import IdleCheck
+    from suspendguard.guard.run_state import IdleCheck
 
 # Enough to see a pattern, short enough for a terminal.
 HISTORY_ATTEMPTS = 5
