@@ -26,7 +26,7 @@ from suspendguard.idle.base import IdleReport
 from suspendguard.install.installed import read_installation
 from suspendguard.install.templates import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
-from suspendguard.status.model import ConfigStatus, HistoryState, RecentHistory, StateDir, Status
+from suspendguard.status.model import ConfigStatus, HistoryStatus, RecentHistory, StateDir, Status
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import DB_NAME, History
 from suspendguard.system.dbus.bus import system_bus_address
@@ -58,7 +58,7 @@ def _state_dir(path: str) -> StateDir:
     return StateDir(path, exists, exists and os.access(path, os.W_OK | os.X_OK))
 
 
-def _history(state_dir: str, n: int, config_path: str | None) -> HistoryState:
+def _history(state_dir: str, n: int, config_path: str | None) -> HistoryStatus:
     """The recent attempts; ``config_path`` goes into the restore commands status prints."""
     where = os.path.join(state_dir, DB_NAME)
     try:
@@ -67,11 +67,11 @@ def _history(state_dir: str, n: int, config_path: str | None) -> HistoryState:
                                    h.finding_counts(), tuple(h.not_restored()),
                                    tuple(h.last_health()))
     except HistoryError as exc:
-        return HistoryState(where, Unavailable(str(exc)), config_path)
+        return HistoryStatus(where, Unavailable(str(exc)), config_path)
     except OSError as exc:  # an unreadable state dir is an answer, not a crash
-        return HistoryState(where, Unavailable(f"cannot read {where}: {exc.strerror or exc}"),
+        return HistoryStatus(where, Unavailable(f"cannot read {where}: {exc.strerror or exc}"),
                             config_path)
-    return HistoryState(where, recent, config_path)
+    return HistoryStatus(where, recent, config_path)
 
 
 def _units(timeout: float, address: str) -> Mapping[str, UnitInfo] | Unavailable:

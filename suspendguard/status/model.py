@@ -126,7 +126,7 @@ def held_line(stops: tuple[StopRow, ...]) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class HistoryState:
+class HistoryStatus:
     path: str
     recent: RecentHistory | Unavailable  # Unavailable: no history yet, or unreadable
     config_path: str | None = None  # the config status read, when named explicitly
@@ -160,7 +160,7 @@ class Status:
     state_dir: StateDir
     logind: LogindInfo | Unavailable
     systemd: Mapping[str, UnitInfo] | Unavailable  # the veto unit instances, by name
-    history: HistoryState
+    history: HistoryStatus
     duration_s: float
     configured_families: tuple[str, ...] = ()
     mode: Mode = ENFORCE
