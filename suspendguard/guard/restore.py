@@ -99,21 +99,21 @@ def _one(stop: StopRow, supervisors: OwnerControl, config: RestoreConfig,
     if stop.kind not in UNIT_KINDS:
         return "skipped", f"a {stop.kind} cannot be started again by this version"
     owner = _owner(stop)
-    state = supervisors.state(owner)
-    if isinstance(state, Unavailable):
-        return "failed", state.reason
-    if state.load_state in ("not-found", ""):
+    now = supervisors.unit_now(owner)
+    if isinstance(now, Unavailable):
+        return "failed", now.reason
+    if now.load_state in ("not-found", ""):
         return _recreate(owner, supervisors)
-    if state.load_state == "masked":
+    if now.load_state == "masked":
         return "skipped", "the unit was masked meanwhile"
-    if state.active_state == "active" and not started_meanwhile:
+    if now.active_state == "active" and not started_meanwhile:
         # Never started again since the drain: its main process (a launcher
         # such as cron) held nothing and outlived the job.
         return "skipped", ("still running since the drain: its main process was not the job, "
                            "or outlived [drain] timeout_s")
-    if state.active_state in ("active", "activating", "reloading"):
-        return "skipped", f"already {state.active_state} (started meanwhile)"
-    if state.active_state == "deactivating" or state.job == "stop":
+    if now.active_state in ("active", "activating", "reloading"):
+        return "skipped", f"already {now.active_state} (started meanwhile)"
+    if now.active_state == "deactivating" or now.job == "stop":
         # Still stopping (it outlived [drain] timeout_s): systemd starts it
         # once its stop has ended, which may take up to its TimeoutStopSec=.
         queued = supervisors.start(owner, wait=False)

@@ -277,7 +277,7 @@ class ManagersAndEngines:
 
     # -- starting again ----------------------------------------------------
 
-    def state(self, owner: Owner) -> UnitNow | Unavailable:
+    def unit_now(self, owner: Owner) -> UnitNow | Unavailable:
         if owner.kind == "user-service":
             states = self.users.states(owner)
         else:

@@ -48,7 +48,7 @@ class OneOwner:
     def reload(self, owners: Sequence[Owner]) -> Unavailable | None:
         return None
 
-    def state(self, owner: Owner) -> UnitNow | Unavailable:
+    def unit_now(self, owner: Owner) -> UnitNow | Unavailable:
         return UnitNow("not-found", "inactive", "")
 
     def start(self, owner: Owner, wait: bool = True) -> str | Unavailable:
