@@ -107,7 +107,7 @@ class WindowScan:
     rx: re.Pattern[bytes]
     strict: re.Pattern[bytes]
 
-    def next_at(self, buf: bytes, lo: int, hi: int, pos: int) -> int:
+    def next_at(self, buf: bytes | bytearray, lo: int, hi: int, pos: int) -> int:
         """The offset of the next code of this shape in ``buf[pos:hi]``, or -1."""
         misses = 0
         while True:
