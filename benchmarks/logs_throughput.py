@@ -69,13 +69,16 @@ HITS = [
     "EJ0001: [PID: {pid}] {t} Failed to initialize the HCCP process.\n",
     "dcmi model initialized failed, because the device is used. ret is -8020\n",
 ]
-# The vendor codes' shapes (suspendguard/logs/codes.py) as grep -E can say them.
+# The vendor codes' shapes (suspendguard/logs/codes.py) as grep -E can say them:
+# every return code form, without the lookarounds ERE has not (grep then counts
+# a few lines more, never fewer).
+_RETURN = "(-8[0-9]{3}|[1-5][0-9]{5}|0x[0-9a-fA-F]{7}|11757[0-9]{4})"
 CODE_SHAPES = [
     "E[0-9A-Z][0-9]{4}",
     "ERR[0-9]{5}",
-    "ret(Code)?( is | ?[=:[] ?)(-8[0-9]{3}|[1-5][0-9]{5})",
-    "rr(or)?(Code| [Cc]ode|_code)( is | ?[=:] ?)(-8[0-9]{3}|[1-5][0-9]{5})",
-    "result ?[=:] ?(-8[0-9]{3}|[1-5][0-9]{5})",
+    f"ret(Code)?( is | ?[=:[] ?){_RETURN}",
+    f"rr(or)?(Code| [Cc]ode|_code)( is | ?[=:] ?){_RETURN}",
+    f"result ?[=:] ?{_RETURN}",
 ]
 
 

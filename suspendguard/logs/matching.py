@@ -50,8 +50,9 @@ def wording(wording: str, anchor: str, *also: str, regex: str | None = None) -> 
     Each distinct needle costs the scanner one pass over the data, so
     wordings are grouped under common anchors (" resource" for six of them);
     the wording itself is still required in full. Grouping pays only when the
-    anchor covers several wordings: bytes.find skips ahead by the needle's
-    length, so a short anchor is slower per pass than a long wording.
+    anchor covers several wordings: a substring search skips ahead by up to
+    the needle's length, so a short anchor is slower per pass than a long
+    wording (and finds more lines that are no finding).
     """
     if anchor not in wording:
         raise ValueError(f"anchor {anchor!r} is not part of {wording!r}")

@@ -1,9 +1,10 @@
 """Reading one open log file fast: the catalog's needles searched in windows of bytes.
 
 It does not parse every line: the needles, and the shapes of vendor codes
-(``codes``), are searched for in big chunks (``bytes.find`` and a regex with
-a literal prefix run at memory speed) and only the entries around a hit are
-decoded, parsed (``entries``) and named (``codes.name_record``). At most
+(``codes``), are searched for in big chunks (the C library's ``memmem`` and
+a regex with a literal prefix, each one pass over a window in C) and only
+the entries around a hit are decoded, parsed (``entries``) and named
+(``codes.name_record``). At most
 ``max_bytes`` are read, from the file's end, where the newest lines are;
 lines with NUL bytes or bad UTF-8 are skipped and counted.
 """
