@@ -15,7 +15,7 @@ from typing import Any
 
 from suspendguard.logs.finding import Finding, Skipped, UnknownCode
 from suspendguard.logs.matching import Rule
-from suspendguard.logs.reader import FileResult, read_file
+from suspendguard.logs.reader import FileResult, prepare, read_file
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.safe_open import Refused, open_relative
 from suspendguard.logs.walk import Candidate, plan
@@ -101,6 +101,7 @@ def _read_all(cands: Sequence[Candidate], max_bytes: int, rules: Sequence[Rule],
     workers = min(MAX_WORKERS, os.cpu_count() or 1, len(cands))
     if workers <= 1 or sum(sizes) < PARALLEL_BYTES:
         return [_read_one(c, max_bytes, rules, since, until) for c in cands]
+    prepare(rules)
     # Largest files first, each to the least loaded worker.
     shares: list[list[int]] = [[] for _ in range(workers)]
     load = [0] * workers
