@@ -7,7 +7,9 @@ a number is a code only where a runtime, DCMI or framework message prints
 its return code (``ErrCode=507035``, ``runtime result = 507015``,
 ``ret is -8005``, ``ret[207001]``). Each shape is one regex with a literal
 prefix, so the scanner finds it in one pass over a window at C speed, and a
-line's codes come out of one pass over the line; the table is a dict.
+line's codes come out of one pass over the line; the table is a dict. The
+catalog's needles ride in the same two passes (``window_search``): one that
+holds an ``E`` or an ``r`` is a branch of that shape's tree of literals.
 
 The table is read on first use: the sleep hook's common case, logs without
 a code, never parses it.
@@ -35,10 +37,11 @@ TABLE_FILE = "vendor-codes.toml"
 # The shapes, each with its code where "{code}" stands. The regexes use no
 # unbounded repetition (tests/logs/test_logs.py checks it), and each begins
 # with a literal, which the regex engine finds at C speed: two shapes, so two
-# passes over a window. Each shape is written as its first character (the
-# lead) and its forms after it, each a literal and a regex: the window scan
-# merges the forms, and the catalog's needles that hold the lead, into one
-# tree of literals (``window_search``).
+# passes over a window (measured: one regex for the three return-code forms,
+# prefix "r", costs a third of three regexes). Each shape is written as its
+# first character (the lead) and its forms after it, each a literal and a
+# regex: the window scan merges the forms, and the catalog's needles that hold
+# the lead, into one tree of literals (``window_search``).
 _Forms = tuple[tuple[str, str], ...]
 
 
