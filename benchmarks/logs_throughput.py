@@ -11,8 +11,10 @@ vendor code they carry) to a temporary folder, scans it with
 ``suspendguard.logs.search.search`` and with ``LC_ALL=C grep -E -c -f PATTERNS -r``,
 N interleaved runs each (files in the page cache for all), and prints MB/s and
 the ratio, from the best run and from the median run. grep gets what the
-scanner looks for: every wording, and the shapes of the vendor codes (the
-ratio against the wordings alone is printed too). ``--baseline DIR``: also
+scanner looks for: every wording, and the shapes of the vendor codes, every
+return-code form the scanner takes (0x + 7 hex digits and 11757xxxx as well,
+given to grep since the scanner took them; the ratio against the wordings
+alone is printed too). ``--baseline DIR``: also
 time the scanner of another checkout (e.g. ``git worktree add DIR main``) on
 the same corpus, in the same runs. Target: at least 0.8x grep, with forked
 workers.
