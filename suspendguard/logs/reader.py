@@ -72,10 +72,9 @@ def finder(buf: Data) -> Find:
     if memmem is None:
         return buf.find
     if isinstance(buf, bytearray):
-        # Holding the exported view in the closure also keeps the buffer from
-        # being resized while it is searched.
-        view = (ctypes.c_char * len(buf)).from_buffer(buf)
-        base = ctypes.addressof(view)
+        # The address holds while ``buf`` lives, unresized: read_file never
+        # resizes its buffer (it makes a new one), and ``find`` keeps ``buf``.
+        base = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
     else:
         base = ctypes.cast(ctypes.c_char_p(buf), ctypes.c_void_p).value or 0
     size = len(buf)
