@@ -235,7 +235,7 @@ def test_a_file_changed_since_install_is_left_in_place(root: Path) -> None:
     assert (root / UNIT).exists() and not (root / HOOK).exists()
 
 
-def test_installation_state(root: Path) -> None:
+def test_read_installation(root: Path) -> None:
     state = read_installation(str(root)).to_json()
     assert not state["installed"] and not state["unit"]["present"]
     assert not state["hook"]["present"] and not state["config"]["present"]
@@ -266,7 +266,7 @@ def test_installation_state(root: Path) -> None:
     assert not state["hook"]["executable"] and not state["installed"]
 
 
-def test_installation_state_sees_a_packaged_unit(tmp_path: Path) -> None:
+def test_read_installation_sees_a_packaged_unit(tmp_path: Path) -> None:
     lib = tmp_path / "usr/lib/systemd/system"
     (lib / "systemd-suspend.service.requires").mkdir(parents=True)
     (lib / "suspendguard@.service").write_text("[Service]\nTimeoutStartSec=5min\n")
