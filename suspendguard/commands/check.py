@@ -33,6 +33,15 @@ from suspendguard.system.log import Logger
 
 if TYPE_CHECKING:
     from suspendguard.guard.supervise import Supervisors
+    from suspendguard.store.history import History
+    from suspendguard.system.procfs import ProcFS
+
+
+def open_history(state_dir: str, *, proc: ProcFS | None = None,
+                 deadline: float | None = None) -> History:
+    """``History.open``, imported (SQLite) only by a run that records."""
+    from suspendguard.store.history import History
+    return History.open(state_dir, proc=proc, deadline=deadline)
 
 
 class OnDemandSupervisors:
@@ -140,7 +149,8 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
     with _sigterm_cancels() as cancel:
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
-                     cancel=cancel, record=not dry_run or observe, confirmed=confirmed,
+                     cancel=cancel, record=not dry_run or observe, history=open_history,
+                     confirmed=confirmed,
                      supervisors=OnDemandSupervisors(ctx.environ, config.state.dir))
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
