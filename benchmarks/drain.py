@@ -46,7 +46,7 @@ from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.owner import Owner, Stop
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.scan import scan_holders
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.store.history import History
 from suspendguard.system.dbus import systemd
 from suspendguard.system.log import Logger
@@ -168,7 +168,7 @@ ExecStart={python} {holder} {node} {exits}
 """
 
 
-class TimedSupervisors(Supervisors):
+class TimedManagersAndEngines(ManagersAndEngines):
     """The real supervisors, noting how long the keep-down (drop-ins + reload) and settle steps take."""
 
     def __init__(self) -> None:
@@ -200,7 +200,7 @@ def _wait_holders(config: Config, n: int) -> None:
 
 
 def _attempt(config: Config, exits: Path) -> dict[str, float]:
-    sup = TimedSupervisors()
+    sup = TimedManagersAndEngines()
     clock = VerdictClock()
     report = run(config, dry_run=False, action="suspend", origin="bench", log=clock,
                  supervisors=sup, history=History.open)
@@ -234,7 +234,7 @@ def inside(n: int, runs: int, work: Path) -> int:
         subprocess.run(["systemctl", "stop", *units], check=True)
         for unit in units:
             Path(f"/run/systemd/system/{unit}").unlink()
-        Supervisors().remove_dropins([Owner("systemd-service", unit) for unit in units])
+        ManagersAndEngines().remove_dropins([Owner("systemd-service", unit) for unit in units])
 
         exits = work / f"exits-{i}-plain"
         procs = [subprocess.Popen([sys.executable, str(work / "holder.py"), str(node), str(exits)],

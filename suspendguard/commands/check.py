@@ -1,7 +1,8 @@
-"""The guard's run as a command: ``check`` (always a dry run) and ``pre-sleep`` (the veto unit).
+"""``suspendguard check``: the guard's run, always a dry run; and :func:`run_guard`, that run as a command.
 
-``drain`` (:mod:`.drain`) is the real run from a shell; it shares
-:func:`run_guard` with these two.
+``pre-sleep`` (:mod:`.pre_sleep`, the veto unit), ``drain`` (:mod:`.drain`,
+the real run from a shell) and ``suspend`` (:mod:`.suspend`) share
+:func:`run_guard` with it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from suspendguard.commands.context import Context
-from suspendguard.guard.layout import terminal_width
 from suspendguard.guard.owner import (
     CONTAINER_KINDS,
     SYSTEMD_KINDS,
@@ -27,12 +27,12 @@ from suspendguard.guard.owner import (
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.model import Holder, HolderId, Unavailable
-from suspendguard.store import mode as guard_mode
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
+from suspendguard.system.terminal import terminal_width
 
 if TYPE_CHECKING:
-    from suspendguard.guard.supervise import Supervisors
+    from suspendguard.guard.supervise import ManagersAndEngines
     from suspendguard.store.history import History
     from suspendguard.system.procfs import ProcFS
 
@@ -44,35 +44,35 @@ def open_history(state_dir: str, *, proc: ProcFS | None = None,
     return History.open(state_dir, proc=proc, deadline=deadline)
 
 
-class OnDemandSupervisors:
-    """The supervisors (guard/supervise.py), imported when a run first needs one.
+class OnDemandOwnerControl:
+    """guard/supervise.py's ManagersAndEngines, imported when a run first needs them.
 
     They bring the D-Bus client (asyncio, dbus-next) and the container
     engines' HTTP client with them: a run whose holders are all plain
     processes (their cgroup names no unit and no container), the usual dry
     run, never loads them. This is the command's side of the lazy-import
-    boundary; the pipeline sees a ``Supervisor`` (guard/owner.py) like any other.
+    boundary; the pipeline sees an ``OwnerControl`` (guard/owner.py) like any other.
     """
 
     def __init__(self, environ: Mapping[str, str], state_dir: str) -> None:
         self.environ = environ
         self.state_dir = state_dir
-        self._loaded: Supervisors | None = None
+        self._loaded: ManagersAndEngines | None = None
 
     @property
     def loaded(self) -> bool:
         return self._loaded is not None
 
-    def _real(self) -> Supervisors:
+    def _real(self) -> ManagersAndEngines:
         if self._loaded is None:
-            from suspendguard.guard.supervise import Supervisors
-            self._loaded = Supervisors(environ=self.environ, state_dir=self.state_dir)
+            from suspendguard.guard.supervise import ManagersAndEngines
+            self._loaded = ManagersAndEngines(environ=self.environ, state_dir=self.state_dir)
         return self._loaded
 
     def owner(self, holder: Holder) -> Owner:
         found = owner_of_cgroup(holder.cgroup)
         if found.kind not in CONTAINER_KINDS and found.kind not in SYSTEMD_KINDS:
-            return found  # what Supervisors.owner answers too, without a question
+            return found  # what ManagersAndEngines.owner answers too, without a question
         return self._real().owner(holder)
 
     def stop(self, owners: Sequence[Owner], signame: str,
@@ -91,8 +91,8 @@ class OnDemandSupervisors:
     def reload(self, owners: Sequence[Owner]) -> Unavailable | None:
         return self._real().reload(owners)
 
-    def state(self, owner: Owner) -> UnitNow | Unavailable:
-        return self._real().state(owner)
+    def unit_now(self, owner: Owner) -> UnitNow | Unavailable:
+        return self._real().unit_now(owner)
 
     def start(self, owner: Owner, wait: bool = True) -> str | Unavailable:
         return self._real().start(owner, wait)
@@ -151,7 +151,7 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
                      cancel=cancel, record=not dry_run or observe, history=open_history,
                      confirmed=confirmed,
-                     supervisors=OnDemandSupervisors(ctx.environ, config.state.dir))
+                     supervisors=OnDemandOwnerControl(ctx.environ, config.state.dir))
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")
@@ -164,20 +164,3 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
 def check(args: argparse.Namespace, ctx: Context) -> int:
     # Read-only whatever the flags: --dry-run is only still accepted.
     return run_guard(ctx, True, None, "cli", args.json, getattr(args, "wide", False))
-
-
-def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
-    """The veto unit's run, as ``suspendguard mode`` says: enforce, observe or off."""
-    mode = guard_mode.read(ctx.config().state.dir)
-    log = Logger(ctx.err, ctx.environ)
-    if mode.problem:
-        log.warning(mode.problem)
-    if mode.name == "off":
-        log.info(f"the guard is off (suspendguard mode): {args.action} not guarded")
-        return 0
-    if mode.name == "observe":
-        status = run_guard(ctx, True, args.action, "unit", args.json, observe=True)
-        log.info(f"observe mode (suspendguard mode): signalled nobody; the {args.action} goes on "
-                 f"whatever the verdict (exit status {status} when enforced)")
-        return 0
-    return run_guard(ctx, False, args.action, "unit", args.json)

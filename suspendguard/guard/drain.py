@@ -39,7 +39,7 @@ CUT_TOLERANCE_S = 0.1
 
 _GONE = Outcome("gone-before-signal", why="exited before the signal")
 # How an Outcome says the holder is still there and the guard could not ask
-# it to stop (rounds.py vetoes on it: such a holder has no backing for allow).
+# it to stop (run_state.py vetoes on it: such a holder has no backing for allow).
 UNSIGNALLABLE = "could not be signalled"
 
 

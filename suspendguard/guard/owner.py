@@ -2,7 +2,7 @@
 
 Read from the holder's cgroup path (every supervisor puts its jobs in a
 cgroup of its own, under names the supervisor chooses), then filled in from
-the supervisor's own API (guard/supervise.py): the unit's ``Restart=`` and
+the supervisor's own API (guard/supervise.py's ManagersAndEngines): the unit's ``Restart=`` and
 ``RestartUSec`` over D-Bus, the container's restart policy from the engine.
 """
 
@@ -50,7 +50,7 @@ class Owner:
     restart_delay_s: float = 0.0
     kill_mode: str = ""
     exec_stop: bool = False
-    state: str = ""  # the unit's ActiveState, the container's State.Status
+    activity: str = ""  # the unit's ActiveState, the container's State.Status
     triggered_by: tuple[str, ...] = ()  # timers, paths, sockets that start the unit
     engine: str = ""  # the engine's API socket, for containers
     note: str = ""
@@ -88,10 +88,11 @@ class Owner:
         return f"{what} {name}" + (f" ({tail})" if tail else "")
 
     def to_json(self) -> dict[str, Any]:
+        # "state" is the pinned JSON key of ``activity``.
         return {"kind": self.kind, "name": self.name or None, "uid": self.uid,
                 "restart": self.restart or None, "restart_delay_s": self.restart_delay_s,
                 "kill_mode": self.kill_mode or None, "exec_stop": self.exec_stop,
-                "state": self.state or None, "triggered_by": list(self.triggered_by),
+                "state": self.activity or None, "triggered_by": list(self.triggered_by),
                 "engine": self.engine or None, "note": self.note or None,
                 "main_pid": self.main_pid or None, "timeout_stop_s": self.timeout_stop_s or None,
                 "transient": self.transient}
@@ -121,11 +122,12 @@ class UnitNow:
     job: str  # the type of the job queued for it, "" when none
 
 
-class Supervisor(Protocol):
-    """What the pipeline and restore ask of the supervisors (guard/supervise.py has them).
+class OwnerControl(Protocol):
+    """What the pipeline and restore ask of the holders' supervisors: read, keep down, start.
 
-    A protocol here so that the pipeline does not import the D-Bus client
-    with it: tests hand it supervisors of their own.
+    guard/supervise.py's ManagersAndEngines answers it through the systemd
+    managers and the container engines. A protocol here so that the pipeline
+    does not import the D-Bus client with it: tests hand it stand-ins of their own.
     """
 
     def owner(self, holder: Holder) -> Owner: ...
@@ -135,7 +137,7 @@ class Supervisor(Protocol):
     def started_meanwhile(self, owner: Owner) -> bool: ...
     def remove_dropins(self, owners: Sequence[Owner]) -> list[str]: ...
     def reload(self, owners: Sequence[Owner]) -> Unavailable | None: ...
-    def state(self, owner: Owner) -> UnitNow | Unavailable: ...
+    def unit_now(self, owner: Owner) -> UnitNow | Unavailable: ...
     def start(self, owner: Owner, wait: bool = True) -> str | Unavailable: ...
     def start_container(self, owner: Owner, stopped_at: float) -> tuple[str, str]: ...
     def recreate(self, owner: Owner) -> str | Unavailable | None: ...

@@ -5,8 +5,10 @@ check, the logger, the clock, the supervisors, the history) are arguments
 so tests hand it real or fake ones. The history (SQLite) and the
 supervisors (D-Bus, the engines' HTTP) come from the caller, so that a dry
 run, which records nothing and mostly asks no supervisor, loads neither.
-The same function serves the dry run, the veto unit and ``drain``; only
-its arguments differ.
+The same function serves the dry run, the veto unit and ``drain``;
+only its arguments differ. ``run`` bundles them into one
+:class:`~suspendguard.guard.run_state.RunOptions`, which the run and its
+state (:class:`~suspendguard.guard.run_state.RunState`) read.
 """
 
 from __future__ import annotations
@@ -28,14 +30,13 @@ from suspendguard.config import (
 )
 from suspendguard.errors import HistoryError
 from suspendguard.guard import device_view
-from suspendguard.guard.device_view import IdleCheck
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.owner import Stop, Supervisor
+from suspendguard.guard.owner import OwnerControl, Stop
 from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, HolderResult, IdleSkipped, Report
 from suspendguard.guard.restore import restore
-from suspendguard.guard.rounds import Rounds
+from suspendguard.guard.run_state import IdleCheck, RunOptions, RunState
 from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
@@ -86,7 +87,7 @@ def run(
     skip_frozen: bool = False,
     can_veto: bool = True,
     clock: Callable[[], float] = time.monotonic,
-    supervisors: Supervisor | None = None,
+    supervisors: OwnerControl | None = None,
     confirmed: Collection[HolderId] | None = None,
     history: HistoryOpener | None = None,
 ) -> Report:
@@ -107,49 +108,32 @@ def run(
     else:
         wait = min(guard_lock.LOCK_WAIT_S, max(0.0, config.drain.deadline_s / 3))
         lock = guard_lock.take(config.state.dir, wait)
+    # The keywords once, for _run and the run's state (guard/run_state.py).
+    options = RunOptions(
+        dry_run=dry_run, action=action, origin=origin, proc=proc or ProcFS(),
+        idle_check=idle_check, log=log or Logger(), cancel=cancel, record=record,
+        skip_frozen=skip_frozen, can_veto=can_veto, clock=clock, supervisors=supervisors,
+        confirmed=frozenset(confirmed) if confirmed is not None else None)
     clocked = contextlib.ExitStack()
     try:
-        return _run(config, lock, clocked, dry_run=dry_run, action=action, origin=origin,
-                    proc=proc, idle_check=idle_check, log=log, cancel=cancel, record=record,
-                    skip_frozen=skip_frozen, can_veto=can_veto, clock=clock,
-                    supervisors=supervisors, confirmed=confirmed, open_history=history)
+        return _run(config, options, lock, clocked, history)
     finally:
         clocked.close()
         lock.release()
 
 
-def _run(
-    config: Config,
-    lock: guard_lock.GuardLock,
-    clocked: contextlib.ExitStack,
-    *,
-    dry_run: bool,
-    action: str | None,
-    origin: str,
-    proc: ProcFS | None,
-    idle_check: IdleCheck | None,
-    log: Logger | None,
-    cancel: Cancel | None,
-    record: bool,
-    skip_frozen: bool,
-    can_veto: bool,
-    clock: Callable[[], float],
-    supervisors: Supervisor | None,
-    confirmed: Collection[HolderId] | None,
-    open_history: HistoryOpener | None,
-) -> Report:
-    proc = proc or ProcFS()
-    log = log or Logger()
+def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
+         clocked: contextlib.ExitStack, open_history: HistoryOpener | None) -> Report:
+    log, clock = options.log, options.clock
+    idle_check = options.idle_check  # None below when no backend answers for the nodes
     started_wall = time.time()
     start = clock()
     # Leave time to record and answer before systemd's TimeoutStartSec.
     deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
     # Every wait before the verdict, in every client below, ends by then (or at SIGTERM).
-    clocked.enter_context(bounded(Deadline(deadline, cancel, clock)))
-    r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
-               skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
-               clock=clock, supervisors=supervisors, token=lock.token(),
-               confirmed=confirmed)
+    clocked.enter_context(bounded(Deadline(deadline, options.cancel, clock)))
+    r = RunState(config, options, never=ancestors(os.getpid()), deadline=deadline,
+                 token=lock.token())
     r.warnings.extend(forgeable_rule_warnings(config.policy))
     if lock.refused:
         r.reasons.append(lock.refused)
@@ -162,31 +146,31 @@ def _run(
     history: History | None = None
     attempt_id: int | None = None
     recorded: Literal["recorded"] | Unavailable = RECORDED
-    if record and open_history is not None:
+    if options.record and open_history is not None:
         try:
             # The lock wait too ends inside the deadline (History wants a monotonic time).
-            history = open_history(config.state.dir, proc=proc,
+            history = open_history(config.state.dir, proc=options.proc,
                                    deadline=time.monotonic() + (deadline - start))
             r.warnings.extend(history.warnings)
-            attempt_id = history.begin(action, origin, dry_run, history.digest(config),
-                                       started_wall)
+            attempt_id = history.begin(options.action, options.origin, options.dry_run,
+                                       history.digest(config), started_wall)
         except HistoryError as exc:
             recorded = Unavailable(str(exc))
-            if not dry_run:
+            if not options.dry_run:
                 r.warnings.append(f"history not recorded: {exc}")
             if history is not None:
                 history.close()
                 history = None
     else:
-        recorded = Unavailable("a dry run records nothing" if dry_run else "not asked to")
+        recorded = Unavailable("a dry run records nothing" if options.dry_run else "not asked to")
 
     if history is not None and attempt_id is not None:
         r.before_signal = _write_down(history, attempt_id, r)
         r.before_stop, r.after_stop = _write_ahead(history, attempt_id, r)
-    if not dry_run and not lock.refused and supervisors is not None:
+    if not options.dry_run and not lock.refused and options.supervisors is not None:
         # What a killed run left (drain drop-ins, restart policies set aside)
         # goes first: it would outlive this run otherwise.
-        for line in supervisors.clean_leftovers():
+        for line in options.supervisors.clean_leftovers():
             log.warning(line)
             r.warnings.append(line)
 
@@ -197,7 +181,7 @@ def _run(
         idle_check = None
     # Locked out: another run is draining these very holders; look at none.
     scan = ScanResult((), 0, (), 0) if lock.refused else \
-        scan_holders(inventory, proc, exclude=children.active())
+        scan_holders(inventory, options.proc, exclude=children.active())
     refused = device_view.refused_pids(r, scan)
     decisions = r.decide(scan.holders)
     # The device's own view before anyone is signalled: what it reports and
@@ -231,7 +215,7 @@ def _run(
                            + ", ".join(inventory.families()) + ")")
     elif certain_veto and first is not None:
         idle = first  # what the device said before the drain, and why it vetoed
-    elif certain_veto and not dry_run:
+    elif certain_veto and not options.dry_run:
         idle = IdleSkipped("skipped", "the verdict was already veto")
     elif r.cancelled:
         idle = IdleSkipped("skipped", "the guard was stopped")
@@ -241,7 +225,7 @@ def _run(
 
     if r.cancelled:
         r.reasons.append(f"the guard was stopped ({r.cancel_reason}) before it finished")
-    if (r.reasons or unknown) and not dry_run:  # the suspend is refused
+    if (r.reasons or unknown) and not options.dry_run:  # the suspend is refused
         r.warnings.extend(
             f"pid {hr.decision.holder.pid} {hr.decision.holder.comm} was drained as a plain "
             "process: nothing can start it again"
@@ -257,8 +241,9 @@ def _run(
     holders = tuple(sorted(r.results.values(),
                            key=lambda hr: (hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
     duration = clock() - start
-    report = Report(verdict, dry_run, action, origin, inventory, holders, scan.unreadable, idle,
-                    started_wall, duration, attempt_id, recorded, can_veto, scan.unreadable_pids)
+    report = Report(verdict, options.dry_run, options.action, options.origin, inventory, holders,
+                    scan.unreadable, idle, started_wall, duration, attempt_id, recorded,
+                    options.can_veto, scan.unreadable_pids)
     # The verdict line first: it is what the operator and the journal wait
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, log)
@@ -275,7 +260,7 @@ def _run(
             log.warning(f"history not recorded: {exc}")
             report = replace(report, history=Unavailable(str(exc)), verdict=replace(
                 verdict, warnings=(*verdict.warnings, f"history not recorded: {exc}")))
-    if stops and verdict.kind != "allow" and supervisors is not None:
+    if stops and verdict.kind != "allow" and options.supervisors is not None:
         # A refused attempt (veto or unknown) leaves the host as it found it.
         def note(stop: StopRow, result: str, why: str) -> None:
             if history is not None and stop.id:
@@ -287,30 +272,30 @@ def _run(
         # Inside the unit's TimeoutStartSec (deadline_s + 20 s): the verdict
         # came by deadline_s - ANSWER_MARGIN_S.
         with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
-            restore(stops, supervisors, config.restore, enabled=config.restore.after_veto,
+            restore(stops, options.supervisors, config.restore, enabled=config.restore.after_veto,
                     record=note, log=log.info)
     if history is not None:
         history.close()
     return report
 
 
-def _put_back(r: Rounds, config: Config, log: Logger) -> None:
+def _put_back(r: RunState, config: Config, log: Logger) -> None:
     """A drain that failed half-way: the owners kept down get their settings back, and their jobs.
 
     Nothing may stay ``Restart=no`` (or a container's policy ``no``) because
     the guard broke; the error itself goes on to the caller.
     """
-    if r.stops and r.supervisors is not None:
-        restore(_stop_rows(r, 0), r.supervisors, config.restore,
+    if r.stops and r.options.supervisors is not None:
+        restore(_stop_rows(r, 0), r.options.supervisors, config.restore,
                 enabled=config.restore.after_veto, record=lambda _s, _r, _w: None, log=log.info)
 
 
-def _stop_rows(r: Rounds, attempt_id: int) -> list[StopRow]:
+def _stop_rows(r: RunState, attempt_id: int) -> list[StopRow]:
     return [_stop_row(attempt_id, s) for s in r.stops]
 
 
 def _write_down(history: History, attempt_id: int,
-                r: Rounds) -> Callable[[Sequence[Decision], int], None]:
+                r: RunState) -> Callable[[Sequence[Decision], int], None]:
     """Who is about to get the signal, into the history before it is sent.
 
     A guard killed mid-drain leaves these rows (an interrupted attempt
@@ -334,7 +319,7 @@ def _stop_row(attempt_id: int, stop: Stop) -> StopRow:
     return StopRow(attempt_id, stop.seq, o.key, o.kind, o.name, o.uid, stop.at)
 
 
-def _write_ahead(history: History, attempt_id: int, r: Rounds
+def _write_ahead(history: History, attempt_id: int, r: RunState
                  ) -> tuple[Callable[[Sequence[Stop]], None],
                             Callable[[Sequence[Stop], Mapping[str, str]], None]]:
     """The stops into the history before the supervisors are asked, then completed.
@@ -366,7 +351,7 @@ def _write_ahead(history: History, attempt_id: int, r: Rounds
     return before, after
 
 
-def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
+def _fold_idle(r: RunState, idle: IdleReport, idle_check: IdleCheck,
                families: Sequence[str]) -> IdleReport:
     """Fold the device's own view into the verdict, device-reported pids included.
 
@@ -378,9 +363,9 @@ def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
     if to_drain:
         r.signal(to_drain, reserve=r.config.idle.settle_s + 1.0)
         if not r.cancelled:
-            idle = idle_check(r.config.idle, families, max(r.deadline, r.clock() + 0.5))
+            idle = idle_check(r.config.idle, families, max(r.deadline, r.options.clock() + 0.5))
     # A dry run's device is still busy with the jobs a real run would drain first.
-    if r.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
+    if r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
         r.warnings.extend(f"(expected before the drain) {w}" for w in idle.veto_reasons)
     else:
         r.reasons.extend(idle.veto_reasons)

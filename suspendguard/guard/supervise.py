@@ -55,8 +55,9 @@ TRANSIENT_FILE = "transient-units.json"
 
 
 
-class Supervisors:
-    """The owners of holders, and the supervisors' own ways to stop and start them.
+class ManagersAndEngines:
+    """The owners of holders, and the supervisors' own ways to stop and start them
+    (the guard's OwnerControl: guard/owner.py).
 
     System services go through the system manager over D-Bus, user services
     (``user@UID.service``) through their user's manager
@@ -281,7 +282,7 @@ class Supervisors:
 
     # -- starting again ----------------------------------------------------
 
-    def state(self, owner: Owner) -> UnitNow | Unavailable:
+    def unit_now(self, owner: Owner) -> UnitNow | Unavailable:
         if owner.kind == "user-service":
             states = self.users.states(owner)
         else:
@@ -320,7 +321,7 @@ def _with_state(owner: Owner, st: systemd.ServiceState) -> Owner:
     if st.load_state != "loaded":
         return owner.with_note(f"unit {st.load_state}")
     return replace(owner, restart=st.restart, restart_delay_s=st.restart_delay_s,
-                   kill_mode=st.kill_mode, exec_stop=st.exec_stop, state=st.active_state,
+                   kill_mode=st.kill_mode, exec_stop=st.exec_stop, activity=st.active_state,
                    triggered_by=st.triggered_by, main_pid=st.main_pid,
                    timeout_stop_s=st.timeout_stop_s, transient=st.transient)
 
