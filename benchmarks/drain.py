@@ -47,6 +47,7 @@ from suspendguard.guard.owner import Owner, Stop
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.scan import scan_holders
 from suspendguard.guard.supervise import ManagersAndEngines
+from suspendguard.store.history import History
 from suspendguard.system.dbus import systemd
 from suspendguard.system.log import Logger
 
@@ -127,7 +128,7 @@ def main() -> int:
         exits = tmp / f"exits-{i}-sg"
         procs = start(args.holders, node, exits)
         clock = VerdictClock()
-        report = run(config, dry_run=False, action="suspend", origin="bench", log=clock)
+        report = run(config, dry_run=False, action="suspend", origin="bench", log=clock, history=History.open)
         returned_at = time.monotonic()
         assert report.verdict.kind == "allow", report.verdict.reasons
         ours.append(clock.at - last_exit(exits))
@@ -202,7 +203,7 @@ def _attempt(config: Config, exits: Path) -> dict[str, float]:
     sup = TimedManagersAndEngines()
     clock = VerdictClock()
     report = run(config, dry_run=False, action="suspend", origin="bench", log=clock,
-                 supervisors=sup)
+                 supervisors=sup, history=History.open)
     assert report.verdict.kind == "allow", report.verdict.reasons
     return {"verdict": clock.at - last_exit(exits), "stop": sup.stop_s, "settle": sup.settle_s}
 

@@ -46,6 +46,7 @@ from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.scan import scan_holders
 from suspendguard.guard.supervise import ManagersAndEngines
+from suspendguard.store.history import History
 from suspendguard.system.log import Logger
 
 PYTHON = "/usr/bin/python3"
@@ -112,7 +113,7 @@ class Bench:
         times = Times()
         report = run(self.config, dry_run=False, action="suspend", origin="bench", log=times,
                      supervisors=ManagersAndEngines(environ=self.environ,
-                                             state_dir=str(self.work / "state")))
+                                             state_dir=str(self.work / "state")), history=History.open)
         return report, times
 
     def sigints(self, marker: str) -> int:

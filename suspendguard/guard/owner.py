@@ -18,6 +18,8 @@ from suspendguard.model import Holder, Unavailable
 OwnerKind = Literal["systemd-service", "user-service", "docker", "podman", "kubernetes", "plain"]
 # The owners stopped and started through a container engine's API.
 CONTAINER_KINDS: tuple[OwnerKind, ...] = ("docker", "podman")
+# The owners a manager of systemd answers for (the system one, a user's).
+SYSTEMD_KINDS: tuple[OwnerKind, ...] = ("systemd-service", "user-service")
 
 # Docker: cgroupfs driver /docker/ID, systemd driver docker-ID.scope.
 _DOCKER = (re.compile(r"/docker/([0-9a-f]{64})(?:/|$)"),

@@ -1,8 +1,11 @@
 """The guard's pipeline: inventory -> scan -> policy -> drain -> idle -> verdict.
 
 Plain Python over plain data; collaborators (the /proc root, the idle
-check, the logger, the clock) are arguments so tests hand it real or fake
-ones. The same function serves the dry run, the veto unit and ``drain``;
+check, the logger, the clock, the supervisors, the history) are arguments
+so tests hand it real or fake ones. The history (SQLite) and the
+supervisors (D-Bus, the engines' HTTP) come from the caller, so that a dry
+run, which records nothing and mostly asks no supervisor, loads neither.
+The same function serves the dry run, the veto unit and ``drain``;
 only its arguments differ. ``run`` bundles them into one
 :class:`~suspendguard.guard.run_state.RunOptions`, which the run and its
 state (:class:`~suspendguard.guard.run_state.RunState`) read.
@@ -15,7 +18,7 @@ import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from suspendguard.config import (
     ANSWER_MARGIN_S,
@@ -47,13 +50,22 @@ from suspendguard.model import (
     holder_id,
 )
 from suspendguard.store import lock as guard_lock
-from suspendguard.store.history import History
 from suspendguard.store.rows import StopRow
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.deadline import Deadline, bounded, nap
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
+
+if TYPE_CHECKING:
+    from suspendguard.store.history import History
+
+
+class HistoryOpener(Protocol):
+    """How the pipeline opens the history it records in (``History.open``)."""
+
+    def __call__(self, state_dir: str, *, proc: ProcFS | None = None,
+                 deadline: float | None = None) -> History: ...
 
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
@@ -77,16 +89,20 @@ def run(
     clock: Callable[[], float] = time.monotonic,
     supervisors: OwnerControl | None = None,
     confirmed: Collection[HolderId] | None = None,
+    history: HistoryOpener | None = None,
 ) -> Report:
     """One guard run, holding the state folder's guard lock while it may signal.
 
     ``supervisors``: how owners are read and stopped (None: cgroups only,
-    every holder signalled directly). ``confirmed``: the only holders that
+    every holder signalled directly). ``history``: where a run with
+    ``record`` is recorded (``History.open``; needed then). ``confirmed``: the only holders that
     may be signalled (those ``drain`` showed and the operator confirmed);
     any other that would be vetoes, unsignalled. A dry run signals nobody:
     it takes no lock, and only says so when another run is draining as it
     looks.
     """
+    if record and history is None:
+        raise ValueError("a run that records needs a history to record in")
     if dry_run:
         lock = guard_lock.peek(config.state.dir)
     else:
@@ -100,14 +116,14 @@ def run(
         confirmed=frozenset(confirmed) if confirmed is not None else None)
     clocked = contextlib.ExitStack()
     try:
-        return _run(config, options, lock, clocked)
+        return _run(config, options, lock, clocked, history)
     finally:
         clocked.close()
         lock.release()
 
 
 def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
-         clocked: contextlib.ExitStack) -> Report:
+         clocked: contextlib.ExitStack, open_history: HistoryOpener | None) -> Report:
     log, clock = options.log, options.clock
     idle_check = options.idle_check  # None below when no backend answers for the nodes
     started_wall = time.time()
@@ -130,14 +146,14 @@ def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
     history: History | None = None
     attempt_id: int | None = None
     recorded: Literal["recorded"] | Unavailable = RECORDED
-    if options.record:
+    if options.record and open_history is not None:
         try:
             # The lock wait too ends inside the deadline (History wants a monotonic time).
-            history = History.open(config.state.dir, proc=options.proc,
+            history = open_history(config.state.dir, proc=options.proc,
                                    deadline=time.monotonic() + (deadline - start))
             r.warnings.extend(history.warnings)
             attempt_id = history.begin(options.action, options.origin, options.dry_run,
-                                       config.digest, started_wall)
+                                       history.digest(config), started_wall)
         except HistoryError as exc:
             recorded = Unavailable(str(exc))
             if not options.dry_run:

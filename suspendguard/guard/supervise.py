@@ -28,7 +28,14 @@ from dataclasses import replace
 from suspendguard.guard import leftovers
 from suspendguard.guard.containers import Engines
 from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
-from suspendguard.guard.owner import CONTAINER_KINDS, Owner, Stop, UnitNow, owner_of_cgroup
+from suspendguard.guard.owner import (
+    CONTAINER_KINDS,
+    SYSTEMD_KINDS,
+    Owner,
+    Stop,
+    UnitNow,
+    owner_of_cgroup,
+)
 from suspendguard.guard.setaside import SetAside
 from suspendguard.guard.user_services import UserServices
 from suspendguard.model import Holder, Unavailable
@@ -46,8 +53,6 @@ TIMER_WINDOW_S = 5.0
 # What transient units were made of, by owner key: what restore makes again.
 TRANSIENT_FILE = "transient-units.json"
 
-
-SYSTEMD_KINDS = ("systemd-service", "user-service")
 
 
 class ManagersAndEngines:

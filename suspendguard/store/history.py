@@ -14,6 +14,7 @@ traceback. The file itself is :mod:`.database`'s.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sqlite3
@@ -22,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+from suspendguard.config import Config, to_toml
 from suspendguard.errors import HistoryError
 from suspendguard.store import database, reserve
 from suspendguard.store.rows import Attempt, HealthRow, HolderRow, LogFinding, StopRow, iso, texts
@@ -130,6 +132,11 @@ class History:
         return st is not None and st.start_time == start
 
     # -- writing ------------------------------------------------------------
+
+    @staticmethod
+    def digest(config: Config) -> str:
+        """A short fingerprint of the effective values: the attempt's ``config_digest``."""
+        return hashlib.sha256(to_toml(config).encode()).hexdigest()[:16]
 
     def begin(self, action: str | None, origin: str, dry_run: bool, digest: str,
               started: float | None = None) -> int:

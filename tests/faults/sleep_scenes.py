@@ -141,7 +141,8 @@ def timed(cfg: Config, supervisors: ManagersAndEngines, cancel: Cancel | None = 
     """One veto-unit run: the report and the seconds until its verdict."""
     start = time.monotonic()
     report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
-                 log=Logger(io.StringIO(), {}), supervisors=supervisors, cancel=cancel)
+                 log=Logger(io.StringIO(), {}), supervisors=supervisors, cancel=cancel,
+                 history=History.open)
     return report, time.monotonic() - start
 
 

@@ -32,7 +32,7 @@ def test_attempt_and_holder_rows(make_config: Any, node: str, holders: Holders,
     assert attempt.id == report.attempt_id
     assert attempt.verdict == "allow" and attempt.action == "hibernate"
     assert attempt.origin == "unit" and not attempt.dry_run
-    assert attempt.config_digest == cfg.digest and attempt.finished is not None
+    assert attempt.config_digest == History.digest(cfg) and attempt.finished is not None
     [row] = attempt.holders
     assert row.pid == pid and row.outcome == "exited" and row.action == "drain"
     assert row.seconds is not None and row.seconds > 0
