@@ -39,6 +39,7 @@ from suspendguard.guard.pipeline import run
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
 from suspendguard.idle.sampler import check_idle
+from suspendguard.store.history import History
 from suspendguard.system.log import Logger
 
 JOB = ("import signal, sys, time\nf = open(sys.argv[1], 'rb')\n"
@@ -69,7 +70,7 @@ def one_run(tmp: Path, holders: int) -> tuple[float, float]:
                  "idle": {"samples": 1, "settle_s": 0.5, "interval_ms": 10}})
     started = time.monotonic()
     report = run(cfg, dry_run=False, action="suspend", origin="bench", idle_check=check,
-                 log=Logger(io.StringIO(), {}))
+                 log=Logger(io.StringIO(), {}), history=History.open)
     took = time.monotonic() - started
     for job in jobs:
         job.wait()

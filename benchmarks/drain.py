@@ -45,9 +45,10 @@ from suspendguard.guard.drain import drain
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.scan import scan_holders
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.model import Owner
 from suspendguard.record import Stop
+from suspendguard.store.history import History
 from suspendguard.system.dbus import systemd
 from suspendguard.system.log import Logger
 
@@ -128,7 +129,7 @@ def main() -> int:
         exits = tmp / f"exits-{i}-sg"
         procs = start(args.holders, node, exits)
         clock = VerdictClock()
-        report = run(config, dry_run=False, action="suspend", origin="bench", log=clock)
+        report = run(config, dry_run=False, action="suspend", origin="bench", log=clock, history=History.open)
         returned_at = time.monotonic()
         assert report.verdict.kind == "allow", report.verdict.reasons
         ours.append(clock.at - last_exit(exits))
@@ -168,7 +169,7 @@ ExecStart={python} {holder} {node} {exits}
 """
 
 
-class TimedSupervisors(Supervisors):
+class TimedManagersAndEngines(ManagersAndEngines):
     """The real supervisors, noting how long the keep-down (drop-ins + reload) and settle steps take."""
 
     def __init__(self) -> None:
@@ -200,10 +201,10 @@ def _wait_holders(config: Config, n: int) -> None:
 
 
 def _attempt(config: Config, exits: Path) -> dict[str, float]:
-    sup = TimedSupervisors()
+    sup = TimedManagersAndEngines()
     clock = VerdictClock()
     report = run(config, dry_run=False, action="suspend", origin="bench", log=clock,
-                 supervisors=sup)
+                 supervisors=sup, history=History.open)
     assert report.verdict.kind == "allow", report.verdict.reasons
     return {"verdict": clock.at - last_exit(exits), "stop": sup.stop_s, "settle": sup.settle_s}
 
@@ -234,7 +235,7 @@ def inside(n: int, runs: int, work: Path) -> int:
         subprocess.run(["systemctl", "stop", *units], check=True)
         for unit in units:
             Path(f"/run/systemd/system/{unit}").unlink()
-        Supervisors().remove_dropins([Owner("systemd-service", unit) for unit in units])
+        ManagersAndEngines().remove_dropins([Owner("systemd-service", unit) for unit in units])
 
         exits = work / f"exits-{i}-plain"
         procs = [subprocess.Popen([sys.executable, str(work / "holder.py"), str(node), str(exits)],

@@ -35,6 +35,7 @@ from suspendguard.cli import main
 from suspendguard.config import build
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import RECORDED
+from suspendguard.store.history import History
 from suspendguard.system.log import Logger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -77,7 +78,7 @@ def guard(state: Path, deadline_s: float = 100.0) -> tuple[bool, bool, bool]:
                  "drain": {"timeout_s": 1, "deadline_s": deadline_s}})
     started = time.monotonic()
     report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
-                 log=Logger(io.StringIO(), {}))
+                 log=Logger(io.StringIO(), {}), history=History.open)
     took = time.monotonic() - started
     return report.verdict.kind in ("allow", "veto"), took < deadline_s, report.history == RECORDED
 

@@ -11,8 +11,10 @@ vendor code they carry) to a temporary folder, scans it with
 ``suspendguard.logs.search.search`` and with ``LC_ALL=C grep -E -c -f PATTERNS -r``,
 N interleaved runs each (files in the page cache for all), and prints MB/s and
 the ratio, from the best run and from the median run. grep gets what the
-scanner looks for: every wording, and the shapes of the vendor codes (the
-ratio against the wordings alone is printed too). ``--baseline DIR``: also
+scanner looks for: every wording, and the shapes of the vendor codes, every
+return-code form the scanner takes (0x + 7 hex digits and 11757xxxx as well,
+given to grep since the scanner took them; the ratio against the wordings
+alone is printed too). ``--baseline DIR``: also
 time the scanner of another checkout (e.g. ``git worktree add DIR main``) on
 the same corpus, in the same runs. Target: at least 0.8x grep, with forked
 workers.
@@ -69,13 +71,16 @@ HITS = [
     "EJ0001: [PID: {pid}] {t} Failed to initialize the HCCP process.\n",
     "dcmi model initialized failed, because the device is used. ret is -8020\n",
 ]
-# The vendor codes' shapes (suspendguard/logs/codes.py) as grep -E can say them.
+# The vendor codes' shapes (suspendguard/logs/codes.py) as grep -E can say them:
+# every return code form, without the lookarounds ERE has not (grep then counts
+# a few lines more, never fewer).
+_RETURN = "(-8[0-9]{3}|[1-5][0-9]{5}|0x[0-9a-fA-F]{7}|11757[0-9]{4})"
 CODE_SHAPES = [
     "E[0-9A-Z][0-9]{4}",
     "ERR[0-9]{5}",
-    "ret(Code)?( is | ?[=:[] ?)(-8[0-9]{3}|[1-5][0-9]{5})",
-    "rr(or)?(Code| [Cc]ode|_code)( is | ?[=:] ?)(-8[0-9]{3}|[1-5][0-9]{5})",
-    "result ?[=:] ?(-8[0-9]{3}|[1-5][0-9]{5})",
+    f"ret(Code)?( is | ?[=:[] ?){_RETURN}",
+    f"rr(or)?(Code| [Cc]ode|_code)( is | ?[=:] ?){_RETURN}",
+    f"result ?[=:] ?{_RETURN}",
 ]
 
 

@@ -45,7 +45,8 @@ from suspendguard.config import build
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.scan import scan_holders
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.supervise import ManagersAndEngines
+from suspendguard.store.history import History
 from suspendguard.system.log import Logger
 
 PYTHON = "/usr/bin/python3"
@@ -111,8 +112,8 @@ class Bench:
     def attempt(self) -> tuple[Any, Times]:
         times = Times()
         report = run(self.config, dry_run=False, action="suspend", origin="bench", log=times,
-                     supervisors=Supervisors(environ=self.environ,
-                                             state_dir=str(self.work / "state")))
+                     supervisors=ManagersAndEngines(environ=self.environ,
+                                             state_dir=str(self.work / "state")), history=History.open)
         return report, times
 
     def sigints(self, marker: str) -> int:

@@ -37,6 +37,8 @@ sys.path.insert(0, str(HERE))
 
 from _installed import installed_python
 
+from suspendguard.guard.scan import MAX_WORKERS, PIDS_PER_WORKER
+
 SCAN_CHILD = (
     "import sys\n"
     "from suspendguard.config import DevicesConfig\n"
@@ -152,8 +154,10 @@ def main() -> int:
                         assert population_holders(out) == args.holders, out[:2000]
                     elif name in ("floor", "suspendguard scan"):
                         assert out.strip() == str(args.holders), out
+            workers = min(MAX_WORKERS, os.cpu_count() or 1, max(1, args.procs // PIDS_PER_WORKER))
             print(f"population: {args.procs} processes x 60 fds, {args.holders} holders; "
-                  f"{args.runs} runs")
+                  f"{args.runs} runs; the floor is one thread, the scan {workers} forked "
+                  f"worker(s) on {os.cpu_count()} cores (CPU ratios count them all)")
             for name, runs in results.items():
                 walls = [w for w, _, _ in runs]
                 print(f"  {name:18s} wall min {min(walls) * 1000:8.1f} ms  median "

@@ -235,6 +235,8 @@ class Outcome:
 OwnerKind = Literal["systemd-service", "user-service", "docker", "podman", "kubernetes", "plain"]
 # The owners stopped and started through a container engine's API.
 CONTAINER_KINDS: tuple[OwnerKind, ...] = ("docker", "podman")
+# The owners a manager of systemd answers for (the system one, a user's).
+SYSTEMD_KINDS: tuple[OwnerKind, ...] = ("systemd-service", "user-service")
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +258,7 @@ class Owner:
     restart_delay_s: float = 0.0
     kill_mode: str = ""
     exec_stop: bool = False
-    state: str = ""  # the unit's ActiveState, the container's State.Status
+    activity: str = ""  # the unit's ActiveState, the container's State.Status
     triggered_by: tuple[str, ...] = ()  # timers, paths, sockets that start the unit
     engine: str = ""  # the engine's API socket, for containers
     note: str = ""
@@ -294,10 +296,11 @@ class Owner:
         return f"{what} {name}" + (f" ({tail})" if tail else "")
 
     def to_json(self) -> dict[str, Any]:
+        # "state" is the pinned JSON key of ``activity``.
         return {"kind": self.kind, "name": self.name or None, "uid": self.uid,
                 "restart": self.restart or None, "restart_delay_s": self.restart_delay_s,
                 "kill_mode": self.kill_mode or None, "exec_stop": self.exec_stop,
-                "state": self.state or None, "triggered_by": list(self.triggered_by),
+                "state": self.activity or None, "triggered_by": list(self.triggered_by),
                 "engine": self.engine or None, "note": self.note or None,
                 "main_pid": self.main_pid or None, "timeout_stop_s": self.timeout_stop_s or None,
                 "transient": self.transient}

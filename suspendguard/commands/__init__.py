@@ -174,7 +174,7 @@ COMMANDS: tuple[Command, ...] = (
                  "allowed it"),
              UNTRUSTED_EXIT)),
     Command("pre-sleep", "the veto unit's step: run the guard before ACTION",
-            "check:pre_sleep", _pre_sleep,
+            "pre_sleep:pre_sleep", _pre_sleep,
             ((0, "allow: the suspend goes on"),
              (1, "veto: the unit fails, so systemd refuses the suspend"),
              USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT,

@@ -1,7 +1,8 @@
-"""The guard's run as a command: ``check`` (always a dry run) and ``pre-sleep`` (the veto unit).
+"""``suspendguard check``: the guard's run, always a dry run; and :func:`run_guard`, that run as a command.
 
-``drain`` (:mod:`.drain`) is the real run from a shell; it shares
-:func:`run_guard` with these two.
+``pre-sleep`` (:mod:`.pre_sleep`, the veto unit), ``drain`` (:mod:`.drain`,
+the real run from a shell) and ``suspend`` (:mod:`.suspend`) share
+:func:`run_guard` with it.
 """
 
 from __future__ import annotations
@@ -9,19 +10,98 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from suspendguard.commands.context import Context
-from suspendguard.guard.layout import terminal_width
+from suspendguard.guard.owner import UnitNow, owner_of_cgroup
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
-from suspendguard.guard.supervise import Supervisors
-from suspendguard.model import HolderId
-from suspendguard.store import mode as guard_mode
+from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, HolderId, Owner, Unavailable
+from suspendguard.record import Stop
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
+from suspendguard.system.terminal import terminal_width
+
+if TYPE_CHECKING:
+    from suspendguard.guard.supervise import ManagersAndEngines
+    from suspendguard.store.history import History
+    from suspendguard.system.procfs import ProcFS
+
+
+def open_history(state_dir: str, *, proc: ProcFS | None = None,
+                 deadline: float | None = None) -> History:
+    """``History.open``, imported (SQLite) only by a run that records."""
+    from suspendguard.store.history import History
+    return History.open(state_dir, proc=proc, deadline=deadline)
+
+
+class OnDemandOwnerControl:
+    """guard/supervise.py's ManagersAndEngines, imported when a run first needs them.
+
+    They bring the D-Bus client (asyncio, dbus-next) and the container
+    engines' HTTP client with them: a run whose holders are all plain
+    processes (their cgroup names no unit and no container), the usual dry
+    run, never loads them. This is the command's side of the lazy-import
+    boundary; the pipeline sees an ``OwnerControl`` (guard/owner.py) like any other.
+    """
+
+    def __init__(self, environ: Mapping[str, str], state_dir: str) -> None:
+        self.environ = environ
+        self.state_dir = state_dir
+        self._loaded: ManagersAndEngines | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded is not None
+
+    def _real(self) -> ManagersAndEngines:
+        if self._loaded is None:
+            from suspendguard.guard.supervise import ManagersAndEngines
+            self._loaded = ManagersAndEngines(environ=self.environ, state_dir=self.state_dir)
+        return self._loaded
+
+    def owner(self, holder: Holder) -> Owner:
+        found = owner_of_cgroup(holder.cgroup)
+        if found.kind not in CONTAINER_KINDS and found.kind not in SYSTEMD_KINDS:
+            return found  # what ManagersAndEngines.owner answers too, without a question
+        return self._real().owner(holder)
+
+    def stop(self, owners: Sequence[Owner], signame: str,
+             timeout_s: float = 10.0) -> dict[str, str]:
+        return self._real().stop(owners, signame, timeout_s)
+
+    def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]:
+        return self._real().settle(stops, deadline)
+
+    def started_meanwhile(self, owner: Owner) -> bool:
+        return self._real().started_meanwhile(owner)
+
+    def remove_dropins(self, owners: Sequence[Owner]) -> list[str]:
+        return self._real().remove_dropins(owners)
+
+    def reload(self, owners: Sequence[Owner]) -> Unavailable | None:
+        return self._real().reload(owners)
+
+    def unit_now(self, owner: Owner) -> UnitNow | Unavailable:
+        return self._real().unit_now(owner)
+
+    def start(self, owner: Owner, wait: bool = True) -> str | Unavailable:
+        return self._real().start(owner, wait)
+
+    def start_container(self, owner: Owner, stopped_at: float) -> tuple[str, str]:
+        return self._real().start_container(owner, stopped_at)
+
+    def recreate(self, owner: Owner) -> str | Unavailable | None:
+        return self._real().recreate(owner)
+
+    def take_warnings(self) -> list[str]:
+        return self._real().take_warnings() if self._loaded is not None else []
+
+    def clean_leftovers(self) -> list[str]:
+        return self._real().clean_leftovers()
 
 
 @contextmanager
@@ -63,8 +143,9 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
     with _sigterm_cancels() as cancel:
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
-                     cancel=cancel, record=not dry_run or observe, confirmed=confirmed,
-                     supervisors=Supervisors(environ=ctx.environ, state_dir=config.state.dir))
+                     cancel=cancel, record=not dry_run or observe, history=open_history,
+                     confirmed=confirmed,
+                     supervisors=OnDemandOwnerControl(ctx.environ, config.state.dir))
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")
@@ -77,20 +158,3 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
 def check(args: argparse.Namespace, ctx: Context) -> int:
     # Read-only whatever the flags: --dry-run is only still accepted.
     return run_guard(ctx, True, None, "cli", args.json, getattr(args, "wide", False))
-
-
-def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
-    """The veto unit's run, as ``suspendguard mode`` says: enforce, observe or off."""
-    mode = guard_mode.read(ctx.config().state.dir)
-    log = Logger(ctx.err, ctx.environ)
-    if mode.problem:
-        log.warning(mode.problem)
-    if mode.name == "off":
-        log.info(f"the guard is off (suspendguard mode): {args.action} not guarded")
-        return 0
-    if mode.name == "observe":
-        status = run_guard(ctx, True, args.action, "unit", args.json, observe=True)
-        log.info(f"observe mode (suspendguard mode): signalled nobody; the {args.action} goes on "
-                 f"whatever the verdict (exit status {status} when enforced)")
-        return 0
-    return run_guard(ctx, False, args.action, "unit", args.json)

@@ -18,12 +18,12 @@ from suspendguard.commands.check import run_guard
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_VETO, UsageError
-from suspendguard.guard.layout import table, terminal_width
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import short_command
 from suspendguard.model import HolderId, holder_id
 from suspendguard.record import HolderRecord
 from suspendguard.system.log import Logger
+from suspendguard.system.terminal import table, terminal_width
 
 
 def to_signal(config: Config, ctx: Context) -> dict[HolderId, HolderRecord]:

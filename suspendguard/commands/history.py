@@ -7,8 +7,8 @@ import json
 from typing import TYPE_CHECKING
 
 from suspendguard.errors import NoHistory, UsageError
-from suspendguard.guard.layout import table, terminal_width, when
 from suspendguard.store.history import History
+from suspendguard.system.terminal import table, terminal_width, when
 
 if TYPE_CHECKING:
     from suspendguard.commands.context import Context

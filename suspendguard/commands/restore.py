@@ -24,7 +24,7 @@ from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors, decide
 from suspendguard.guard.restore import restore
 from suspendguard.guard.scan import scan_holders
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.health.resume import AfterResume, after_resume
 from suspendguard.model import Inventory
 from suspendguard.record import Stop
@@ -128,7 +128,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         def note(stop: Stop, result: str, why: str) -> None:
             history.record_restore(stop.id, result, why)
 
-        supervisors = Supervisors(environ=ctx.environ, state_dir=config.state.dir)
+        supervisors = ManagersAndEngines(environ=ctx.environ, state_dir=config.state.dir)
         done = []
         # Held jobs keep what keeps them down (their drain drop-ins) until
         # they are started: nothing is put back while they are held.

@@ -13,11 +13,11 @@ import json
 from collections.abc import Callable
 
 from suspendguard.commands.context import Context
-from suspendguard.guard.layout import terminal_width
 from suspendguard.status.collect import collect
 from suspendguard.status.model import Status
 from suspendguard.status.prometheus import exposition
 from suspendguard.status.text import render
+from suspendguard.system.terminal import terminal_width
 
 
 def _collect(ctx: Context) -> Status:

@@ -28,8 +28,6 @@ class Config:
     state: StateConfig
     path: str | None = None
     loaded: bool = False
-    # A short fingerprint of the effective values, for the history (set by load).
-    digest: str = ""
     # Why root may not act on this configuration (config/trust.py); empty
     # when it may, or when the guard does not run as root.
     trust: tuple[str, ...] = ()

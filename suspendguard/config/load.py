@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
@@ -13,7 +12,6 @@ from typing import Any
 
 from suspendguard.config.budget import ANSWER_MARGIN_S, IDLE_MARGIN_S, needed_s
 from suspendguard.config.effective import Config
-from suspendguard.config.render import to_toml
 from suspendguard.config.schema import SCHEMA, SECTIONS
 from suspendguard.config.trust import state_dir_problem, untrusted
 from suspendguard.config.validate import Invalid, validate
@@ -145,12 +143,11 @@ def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> 
                 raise ConfigError(f"{_where(path, section, key, text)}: expected {exc}") from None
         values[section] = out
     _check_together(values, path, text)
-    config = Config(
+    return Config(
         **{section: record(**values[section]) for section, record in SECTIONS.items()},
         path=None if path == "<defaults>" else path,
         loaded=path != "<defaults>",
     )
-    return replace(config, digest=hashlib.sha256(to_toml(config).encode()).hexdigest()[:16])
 
 
 def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: str) -> None:

@@ -1,20 +1,33 @@
-"""What a configuration makes root execute, source, load or write, and whether root may trust it.
+"""Whether root may trust a path, and what a configuration makes root execute, source, load or write.
 
 Run as root, the guard signals every holder and runs the programs the
 configuration names, so a file anyone else can change must not steer it.
-:func:`untrusted` lists the problems of the file itself and of every
-program path it names (system/trust.py has the rule); the caller refuses
-to act on a configuration with any. :func:`state_dir_problem` is the check
-of ``[state] dir``, where root creates and writes the history.
+
+The rule (:func:`problems`), for a path root is about to read, execute,
+source or load: each component from ``/`` down (the file included, symlinks
+included, and then every component of the path the symlinks lead to) is
+owned by root, and none but a sticky directory is group- or other-writable.
+A sticky directory (``/tmp``) may be writable by all, because in it only an
+entry's owner can rename or remove that entry, and its entry on the path
+must be root's too. A path that does not exist yet is judged by the part
+that does: nobody but root can create the rest. The idle backends' default
+tools and a holder's executable (guard/identity.py) are held to it too.
+
+:func:`untrusted` lists the problems of the configuration file itself and
+of every program path it names; the caller refuses to act on a
+configuration with any. :func:`state_dir_problem` is the check of
+``[state] dir``, where root creates and writes the history.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 
 from suspendguard.config.effective import Config
-from suspendguard.system import trust
+
+_MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
 
 # Folders that hold the system, other programs' state or everyone's files:
 # never the guard's state folder (it would chmod and write files there).
@@ -36,7 +49,7 @@ def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
     """Every reason root should not act on ``config`` (empty: it may)."""
     out: list[str] = []
     if config.path is not None:
-        out += trust.problems(os.path.abspath(config.path), "configuration file")
+        out += problems(os.path.abspath(config.path), "configuration file")
     programs = [("idle", key) for key in PROGRAM_KEYS]
     programs += [("resume", key) for key in RESUME_PROGRAM_KEYS]
     for section, key in programs:
@@ -48,10 +61,10 @@ def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
             # folders, never on PATH.
             continue
         if "/" in value:
-            out += trust.problems(os.path.abspath(value), what)
+            out += problems(os.path.abspath(value), what)
         else:
             out += _on_path(value, what, environ.get("PATH", os.defpath))
-    out += trust.problems(config.state.dir, "[state] dir")
+    out += problems(config.state.dir, "[state] dir")
     return tuple(dict.fromkeys(out))
 
 
@@ -63,7 +76,7 @@ def _on_path(name: str, what: str, path: str) -> list[str]:
             out.append(f"{what} {name}: PATH holds a relative folder {folder or '(empty)'!r}")
             continue
         candidate = os.path.join(folder, name)
-        out += trust.problems(candidate, what)
+        out += problems(candidate, what)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             break
     return out
@@ -77,3 +90,65 @@ def state_dir_problem(directory: str) -> str | None:
         if candidate in SYSTEM_DIRS:
             return f"a folder of its own such as /var/lib/suspendguard, not the system folder {candidate}"
     return None
+
+
+_MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
+
+
+def problems(path: str, what: str) -> list[str]:
+    """Why root should not trust ``path`` (``what`` names it: "config file", "[idle] npu_smi")."""
+    if not os.path.isabs(path):
+        return [f"{what} {path}: not an absolute path"]
+    out: list[str] = []
+    _walk(path, what, path, out, 0)
+    return list(dict.fromkeys(out))
+
+
+def _walk(path: str, what: str, shown: str, out: list[str], links: int) -> None:
+    parts = [p for p in path.split("/") if p]
+    current = "/"
+    if _judge(current, os.lstat(current), what, shown, out):
+        return
+    for i, part in enumerate(parts):
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return  # the rest does not exist; its parent is trusted, so only root can make it
+        except OSError as exc:
+            out.append(f"{what} {shown}: cannot inspect {current}: {exc.strerror}")
+            return
+        if _judge(current, st, what, shown, out):
+            return
+        if stat.S_ISLNK(st.st_mode):
+            if links >= _MAX_LINKS:
+                out.append(f"{what} {shown}: too many symlinks")
+                return
+            try:
+                target = os.readlink(current)
+            except OSError as exc:
+                out.append(f"{what} {shown}: cannot read symlink {current}: {exc.strerror}")
+                return
+            rest = "/".join(parts[i + 1:])
+            resolved = os.path.normpath(os.path.join(os.path.dirname(current), target, rest))
+            _walk(resolved, what, shown, out, links + 1)
+            return
+        if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
+            return  # a file used as a folder: the lookup fails, nothing to trust
+
+
+def _judge(path: str, st: os.stat_result, what: str, shown: str, out: list[str]) -> bool:
+    """Record what is wrong with one component; True when the walk should stop."""
+    where = shown if path == shown else f"{shown} ({path})"
+    if st.st_uid != 0:
+        out.append(f"{what} {where}: owned by uid {st.st_uid}, not root")
+        return True
+    if stat.S_ISLNK(st.st_mode):
+        return False  # a symlink's own mode means nothing; its target is walked
+    sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky_dir:
+        who = "group- and world-" if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH \
+            else "group-" if st.st_mode & stat.S_IWGRP else "world-"
+        out.append(f"{what} {where}: {who}writable (mode {stat.S_IMODE(st.st_mode):04o})")
+        return True
+    return False

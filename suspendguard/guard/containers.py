@@ -60,7 +60,7 @@ class Engines:
         if restart == "on-failure" and seen.restart_max:
             restart = f"on-failure:{seen.restart_max}"
         note = f"name {seen.name}" if seen.name else ""
-        return replace(found, restart=restart, state=seen.status, engine=engine.path, note=note)
+        return replace(found, restart=restart, activity=seen.status, engine=engine.path, note=note)
 
     # -- stopping ----------------------------------------------------------
 

@@ -10,20 +10,18 @@ verdict unknown unless that view answers for every device (``uninspected``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from suspendguard.config import FAMILIES, IdleConfig
-from suspendguard.guard.rounds import Rounds
+from suspendguard.config import FAMILIES
+from suspendguard.guard.run_state import IdleCheck, RunState
 from suspendguard.guard.scan import describe_process
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Holder, ScanResult
 from suspendguard.system.procfs import ProcAccessError
 
-IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
 
-
-def refused_pids(r: Rounds, scan: ScanResult) -> list[int]:
+def refused_pids(r: RunState, scan: ScanResult) -> list[int]:
     """The processes the scan could not read, PID 1 aside; a refused map_files read is warned of.
 
     PID 1 is never signalled whatever it holds; some containers refuse
@@ -42,7 +40,7 @@ def refused_pids(r: Rounds, scan: ScanResult) -> list[int]:
     return refused
 
 
-def ask_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
+def ask_first(r: RunState, idle_check: IdleCheck, families: Sequence[str],
               deadline: float) -> IdleReport:
     """One reading of every device before the drain, for its process lists and its backends.
 
@@ -51,14 +49,14 @@ def ask_first(r: Rounds, idle_check: IdleCheck, families: Sequence[str],
     since no drain can change that.
     """
     config = replace(r.config.idle, samples=1, settle_s=0.0)
-    until = min(deadline, r.clock() + config.command_timeout_s)
-    first = idle_check(config, families, max(until, r.clock() + 0.5))
+    until = min(deadline, r.options.clock() + config.command_timeout_s)
+    first = idle_check(config, families, max(until, r.options.clock() + 0.5))
     if r.config.idle.on_unknown == "veto":
         r.reasons.extend(why for _family, why in first.unknown)
     return first
 
 
-def uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
+def uninspected(r: RunState, refused: Sequence[int], first: IdleReport | None,
                 families: Sequence[str]) -> list[str]:
     """Why processes the scan could not read leave the verdict unknown ([] when they do not).
 
@@ -93,7 +91,7 @@ def uninspected(r: Rounds, refused: Sequence[int], first: IdleReport | None,
             "may hold an accelerator node"]
 
 
-def device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> list[Decision]:
+def device_holders(r: RunState, idle: IdleReport, known: Collection[int] = ()) -> list[Decision]:
     """Processes the device reports that the scan did not see, as decided holders.
 
     A holder kept as a graphics client that the device lists as a compute
@@ -122,7 +120,7 @@ def device_holders(r: Rounds, idle: IdleReport, known: Collection[int] = ()) -> 
                 r.warnings.append(kept_warning)
             continue
         try:
-            holder = describe_process(pid, [], r.proc, source=str(p.source))
+            holder = describe_process(pid, [], r.options.proc, source=str(p.source))
         except ProcAccessError:
             holder = None
         if holder is None:

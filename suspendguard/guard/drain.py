@@ -16,8 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import psutil
-
 from suspendguard.config import EscalationStep
 from suspendguard.model import Holder, HolderId, Outcome, holder_id
 from suspendguard.system.cancel import Cancel
@@ -26,12 +24,12 @@ from suspendguard.system.procfs import ProcAccessError, ProcFS
 Log = Callable[[str], None]
 
 # Kernels before 5.3 (still shipped by distributions the Ascend driver
-# supports) have no pidfd_open. There a psutil.Process stands in for the
-# pidfd: it refuses to signal a pid reused since it was taken (it compares
-# creation times), and the wait looks at it every POLL_S. Not
-# psutil.wait_procs: it reaps the guard's own children, stealing their exit
-# status from whoever started them, and waits for a zombie's parent to reap
-# it, while a zombie has exited all the same.
+# supports) have no pidfd_open. There an fd on /proc/PID (ProcFS.open_dir)
+# stands in for the pidfd: it keeps naming the process taken, and reads
+# through it fail once that one is reaped, even if another has its PID by
+# then; the wait looks through it every POLL_S, and a zombie (exited, not yet
+# reaped by its parent) counts as exited. Nothing is reaped here: the guard's
+# own children keep their exit status for whoever started them.
 NO_PIDFD = -1
 POLL_S = 0.01
 
@@ -41,18 +39,39 @@ CUT_TOLERANCE_S = 0.1
 
 _GONE = Outcome("gone-before-signal", why="exited before the signal")
 # How an Outcome says the holder is still there and the guard could not ask
-# it to stop (rounds.py vetoes on it: such a holder has no backing for allow).
+# it to stop (run_state.py vetoes on it: such a holder has no backing for allow).
 UNSIGNALLABLE = "could not be signalled"
+
+
+@dataclass(frozen=True, slots=True)
+class _Watch:
+    """Without a pidfd: the process taken, through its /proc/PID fd."""
+
+    proc: ProcFS
+    pid: int
+    at: int
+
+    def exited(self) -> bool:
+        try:
+            st = self.proc.stat(self.pid, self.at)
+        except ProcAccessError:
+            return False  # still there, only unreadable: it has not been replaced
+        return st is None or st.state == "Z"
 
 
 @dataclass
 class _Target:
     holder: Holder
-    pidfd: int  # NO_PIDFD where the kernel has none: then ``process`` watches it
-    process: psutil.Process | None
+    pidfd: int  # NO_PIDFD where the kernel has none: then ``watch`` watches it
+    watch: _Watch | None
     signalled_at: float
     last_signal: str
     escalated: bool = False
+
+    def close(self) -> None:
+        _close(self.pidfd)
+        if self.watch is not None:
+            os.close(self.watch.at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +94,7 @@ def _take(holder: Holder, signame: str, proc: ProcFS,
     The handle is taken first and the start time confirmed after it, so a
     handle that passes names the scanned process and no other.
     """
-    process = None
+    watch = None
     try:
         fd = opener(holder.pid)
     except ProcessLookupError:
@@ -86,23 +105,27 @@ def _take(holder: Holder, signame: str, proc: ProcFS,
                            why=f"{UNSIGNALLABLE}: pidfd_open failed: {exc.strerror}")
         fd = NO_PIDFD
         try:
-            process = psutil.Process(holder.pid)
-        except psutil.NoSuchProcess:
+            at = proc.open_dir(holder.pid)
+        except ProcAccessError:
+            at = None
+        if at is None:
             return _GONE
+        watch = _Watch(proc, holder.pid, at)
+    target = _Target(holder, fd, watch, 0.0, signame)
     try:
-        st = proc.stat(holder.pid)
+        st = proc.stat(holder.pid, None if watch is None else watch.at)
     except ProcAccessError:
         st = None
     if st is None:
-        _close(fd)
+        target.close()
         return _GONE
     if st.start_time != holder.start_time:
-        _close(fd)
+        target.close()
         return Outcome(
             "not-signalled",
             why=f"pid {holder.pid} was reused by another process (start time changed)",
         )
-    return _Target(holder, fd, process, 0.0, signame)
+    return target
 
 
 def _close(fd: int) -> None:
@@ -113,31 +136,21 @@ def _close(fd: int) -> None:
 def _send(target: _Target, signum: int) -> Outcome | None:
     """None once the signal is sent, else the holder's outcome (gone, or refused to us)."""
     try:
-        if target.process is None:
+        if target.watch is None:
             signal.pidfd_send_signal(target.pidfd, signum)
-        elif _exited(target.process):
+        elif target.watch.exited():
             return _GONE
         else:
-            target.process.send_signal(signum)
-    except (ProcessLookupError, psutil.NoSuchProcess):
+            os.kill(target.holder.pid, signum)
+    except ProcessLookupError:
         return _GONE
-    except (PermissionError, psutil.AccessDenied):
+    except PermissionError:
         # Another user's process and no CAP_KILL (a unit's bounding set, a
         # guard run by a user): it keeps running, and holding.
         return Outcome("not-signalled",
                        why=f"{UNSIGNALLABLE}: permission denied (another user's process, "
                            "and the guard lacks CAP_KILL)")
     return None
-
-
-def _exited(process: psutil.Process) -> bool:
-    """Without a pidfd: the process taken is gone, or a zombie (exited, not yet reaped)."""
-    try:
-        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.AccessDenied:
-        return False  # still there, only unreadable: it has not been replaced
 
 
 def drain(
@@ -182,7 +195,7 @@ def drain(
             refused = _send(target, signum)
             if refused is not None:
                 result.outcomes[holder_id(target.holder)] = refused
-                _close(target.pidfd)
+                target.close()
                 del targets[key]
         now = clock()
         until = min(now + timeout_s, deadline)
@@ -214,7 +227,7 @@ def drain(
             result.outcomes[holder_id(target.holder)] = Outcome("timeout", round(waited, 3), why)
     finally:
         for target in targets.values():
-            _close(target.pidfd)
+            target.close()
     return DrainResult(result.outcomes, wait_s, shortened)
 
 
@@ -246,12 +259,12 @@ def _wait(
         events = poller.poll(max(0, int((wake - now) * 1000) + 1))
         now = clock()
         ended = [fd for fd, _mask in events if fd in targets]
-        ended += [key for key, t in targets.items() if t.process is not None and _exited(t.process)]
+        ended += [key for key, t in targets.items() if t.watch is not None and t.watch.exited()]
         for key in ended:
             target = targets.pop(key)
             if key >= 0:
                 poller.unregister(key)
-                os.close(key)
+            target.close()
             seconds = round(now - target.signalled_at, 3)
             why = f"after escalation to {target.last_signal}" if target.escalated else ""
             result.outcomes[holder_id(target.holder)] = Outcome("exited", seconds, why)

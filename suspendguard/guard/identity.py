@@ -8,7 +8,7 @@ So a built-in exemption holds only once these say so:
 
 - a driver daemon: its executable is named as the daemon, is the very file
   at that path in the guard's own mount namespace, root may trust that path
-  (system/trust.py: root's and only root's to change), and it runs as root
+  (config/trust.py: root's and only root's to change), and it runs as root
   or as a service user the driver's documentation names;
 - the guard's own pyACL probe: its parent is a suspendguard run on the same
   state folder, proven by an open fd on that folder's guard.lock (a file of
@@ -25,9 +25,9 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from suspendguard.config import trust
 from suspendguard.guard.inventory import DAEMON_USERS, FAMILY_DAEMONS
 from suspendguard.model import Holder, HolderId, holder_id
-from suspendguard.system import trust
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 PROBE_MODULE = "suspendguard.idle.acl_probe"

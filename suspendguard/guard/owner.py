@@ -2,7 +2,7 @@
 
 Read from the holder's cgroup path (every supervisor puts its jobs in a
 cgroup of its own, under names the supervisor chooses), then filled in from
-the supervisor's own API (guard/supervise.py): the unit's ``Restart=`` and
+the supervisor's own API (guard/supervise.py's ManagersAndEngines): the unit's ``Restart=`` and
 ``RestartUSec`` over D-Bus, the container's restart policy from the engine.
 The owner itself is plain data (``Owner`` in suspendguard/model.py), as is
 the record of a stop (``Stop`` in suspendguard/record.py).
@@ -40,11 +40,12 @@ class UnitNow:
     job: str  # the type of the job queued for it, "" when none
 
 
-class Supervisor(Protocol):
-    """What the pipeline and restore ask of the supervisors (guard/supervise.py has them).
+class OwnerControl(Protocol):
+    """What the pipeline and restore ask of the holders' supervisors: read, keep down, start.
 
-    A protocol here so that the pipeline does not import the D-Bus client
-    with it: tests hand it supervisors of their own.
+    guard/supervise.py's ManagersAndEngines answers it through the systemd
+    managers and the container engines. A protocol here so that the pipeline
+    does not import the D-Bus client with it: tests hand it stand-ins of their own.
     """
 
     def owner(self, holder: Holder) -> Owner: ...
@@ -54,7 +55,7 @@ class Supervisor(Protocol):
     def started_meanwhile(self, owner: Owner) -> bool: ...
     def remove_dropins(self, owners: Sequence[Owner]) -> list[str]: ...
     def reload(self, owners: Sequence[Owner]) -> Unavailable | None: ...
-    def state(self, owner: Owner) -> UnitNow | Unavailable: ...
+    def unit_now(self, owner: Owner) -> UnitNow | Unavailable: ...
     def start(self, owner: Owner, wait: bool = True) -> str | Unavailable: ...
     def start_container(self, owner: Owner, stopped_at: float) -> tuple[str, str]: ...
     def recreate(self, owner: Owner) -> str | Unavailable | None: ...

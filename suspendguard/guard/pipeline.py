@@ -1,9 +1,14 @@
 """The guard's pipeline: inventory -> scan -> policy -> drain -> idle -> verdict.
 
 Plain Python over plain data; collaborators (the /proc root, the idle
-check, the logger, the clock) are arguments so tests hand it real or fake
-ones. The same function serves the dry run, the veto unit and ``drain``;
-only its arguments differ.
+check, the logger, the clock, the supervisors, the history) are arguments
+so tests hand it real or fake ones. The history (SQLite) and the
+supervisors (D-Bus, the engines' HTTP) come from the caller, so that a dry
+run, which records nothing and mostly asks no supervisor, loads neither.
+The same function serves the dry run, the veto unit and ``drain``;
+only its arguments differ. ``run`` bundles them into one
+:class:`~suspendguard.guard.run_state.RunOptions`, which the run and its
+state (:class:`~suspendguard.guard.run_state.RunState`) read.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from suspendguard.config import (
     ANSWER_MARGIN_S,
@@ -25,14 +30,13 @@ from suspendguard.config import (
 )
 from suspendguard.errors import HistoryError
 from suspendguard.guard import device_view
-from suspendguard.guard.device_view import IdleCheck
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.owner import Supervisor
+from suspendguard.guard.owner import OwnerControl
 from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, IdleSkipped, Report
 from suspendguard.guard.restore import restore
-from suspendguard.guard.rounds import Rounds
+from suspendguard.guard.run_state import IdleCheck, RunOptions, RunState
 from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
@@ -47,12 +51,21 @@ from suspendguard.model import (
 )
 from suspendguard.record import Attempt, HolderRecord, Stop
 from suspendguard.store import lock as guard_lock
-from suspendguard.store.history import History
 from suspendguard.system import children
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.deadline import Deadline, bounded, nap
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
+
+if TYPE_CHECKING:
+    from suspendguard.store.history import History
+
+
+class HistoryOpener(Protocol):
+    """How the pipeline opens the history it records in (``History.open``)."""
+
+    def __call__(self, state_dir: str, *, proc: ProcFS | None = None,
+                 deadline: float | None = None) -> History: ...
 
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
@@ -74,65 +87,53 @@ def run(
     skip_frozen: bool = False,
     can_veto: bool = True,
     clock: Callable[[], float] = time.monotonic,
-    supervisors: Supervisor | None = None,
+    supervisors: OwnerControl | None = None,
     confirmed: Collection[HolderId] | None = None,
+    history: HistoryOpener | None = None,
 ) -> Report:
     """One guard run, holding the state folder's guard lock while it may signal.
 
     ``supervisors``: how owners are read and stopped (None: cgroups only,
-    every holder signalled directly). ``confirmed``: the only holders that
+    every holder signalled directly). ``history``: where a run with
+    ``record`` is recorded (``History.open``; needed then). ``confirmed``: the only holders that
     may be signalled (those ``drain`` showed and the operator confirmed);
     any other that would be vetoes, unsignalled. A dry run signals nobody:
     it takes no lock, and only says so when another run is draining as it
     looks.
     """
+    if record and history is None:
+        raise ValueError("a run that records needs a history to record in")
     if dry_run:
         lock = guard_lock.peek(config.state.dir)
     else:
         wait = min(guard_lock.LOCK_WAIT_S, max(0.0, config.drain.deadline_s / 3))
         lock = guard_lock.take(config.state.dir, wait)
+    # The keywords once, for _run and the run's state (guard/run_state.py).
+    options = RunOptions(
+        dry_run=dry_run, action=action, origin=origin, proc=proc or ProcFS(),
+        idle_check=idle_check, log=log or Logger(), cancel=cancel, record=record,
+        skip_frozen=skip_frozen, can_veto=can_veto, clock=clock, supervisors=supervisors,
+        confirmed=frozenset(confirmed) if confirmed is not None else None)
     clocked = contextlib.ExitStack()
     try:
-        return _run(config, lock, clocked, dry_run=dry_run, action=action, origin=origin,
-                    proc=proc, idle_check=idle_check, log=log, cancel=cancel, record=record,
-                    skip_frozen=skip_frozen, can_veto=can_veto, clock=clock,
-                    supervisors=supervisors, confirmed=confirmed)
+        return _run(config, options, lock, clocked, history)
     finally:
         clocked.close()
         lock.release()
 
 
-def _run(
-    config: Config,
-    lock: guard_lock.GuardLock,
-    clocked: contextlib.ExitStack,
-    *,
-    dry_run: bool,
-    action: str | None,
-    origin: str,
-    proc: ProcFS | None,
-    idle_check: IdleCheck | None,
-    log: Logger | None,
-    cancel: Cancel | None,
-    record: bool,
-    skip_frozen: bool,
-    can_veto: bool,
-    clock: Callable[[], float],
-    supervisors: Supervisor | None,
-    confirmed: Collection[HolderId] | None,
-) -> Report:
-    proc = proc or ProcFS()
-    log = log or Logger()
+def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
+         clocked: contextlib.ExitStack, open_history: HistoryOpener | None) -> Report:
+    log, clock = options.log, options.clock
+    idle_check = options.idle_check  # None below when no backend answers for the nodes
     started_wall = time.time()
     start = clock()
     # Leave time to record and answer before systemd's TimeoutStartSec.
     deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
     # Every wait before the verdict, in every client below, ends by then (or at SIGTERM).
-    clocked.enter_context(bounded(Deadline(deadline, cancel, clock)))
-    r = Rounds(config, dry_run=dry_run, proc=proc, log=log, cancel=cancel,
-               skip_frozen=skip_frozen, never=ancestors(os.getpid()), deadline=deadline,
-               clock=clock, supervisors=supervisors, token=lock.token(),
-               confirmed=confirmed)
+    clocked.enter_context(bounded(Deadline(deadline, options.cancel, clock)))
+    r = RunState(config, options, never=ancestors(os.getpid()), deadline=deadline,
+                 token=lock.token())
     r.warnings.extend(forgeable_rule_warnings(config.policy))
     if lock.refused:
         r.reasons.append(lock.refused)
@@ -144,31 +145,34 @@ def _run(
 
     history: History | None = None
     attempt_id: int | None = None
+    digest = ""  # the config's fingerprint, as the history records it
     recorded: Literal["recorded"] | Unavailable = RECORDED
-    if record:
+    if options.record and open_history is not None:
         try:
             # The lock wait too ends inside the deadline (History wants a monotonic time).
-            history = History.open(config.state.dir, proc=proc,
+            history = open_history(config.state.dir, proc=options.proc,
                                    deadline=time.monotonic() + (deadline - start))
             r.warnings.extend(history.warnings)
-            attempt_id = history.begin(action, origin, dry_run, config.digest, started_wall)
+            digest = history.digest(config)
+            attempt_id = history.begin(options.action, options.origin, options.dry_run,
+                                       digest, started_wall)
         except HistoryError as exc:
             recorded = Unavailable(str(exc))
-            if not dry_run:
+            if not options.dry_run:
                 r.warnings.append(f"history not recorded: {exc}")
             if history is not None:
                 history.close()
                 history = None
     else:
-        recorded = Unavailable("a dry run records nothing" if dry_run else "not asked to")
+        recorded = Unavailable("a dry run records nothing" if options.dry_run else "not asked to")
 
     if history is not None and attempt_id is not None:
         r.before_signal = _write_down(history, attempt_id, r)
         r.before_stop, r.after_stop = _write_ahead(history, attempt_id, r)
-    if not dry_run and not lock.refused and supervisors is not None:
+    if not options.dry_run and not lock.refused and options.supervisors is not None:
         # What a killed run left (drain drop-ins, restart policies set aside)
         # goes first: it would outlive this run otherwise.
-        for line in supervisors.clean_leftovers():
+        for line in options.supervisors.clean_leftovers():
             log.warning(line)
             r.warnings.append(line)
 
@@ -179,7 +183,7 @@ def _run(
         idle_check = None
     # Locked out: another run is draining these very holders; look at none.
     scan = ScanResult((), 0, (), 0) if lock.refused else \
-        scan_holders(inventory, proc, exclude=children.active())
+        scan_holders(inventory, options.proc, exclude=children.active())
     refused = device_view.refused_pids(r, scan)
     decisions = r.decide(scan.holders)
     # The device's own view before anyone is signalled: what it reports and
@@ -213,7 +217,7 @@ def _run(
                            + ", ".join(inventory.families()) + ")")
     elif certain_veto and first is not None:
         idle = first  # what the device said before the drain, and why it vetoed
-    elif certain_veto and not dry_run:
+    elif certain_veto and not options.dry_run:
         idle = IdleSkipped("skipped", "the verdict was already veto")
     elif r.cancelled:
         idle = IdleSkipped("skipped", "the guard was stopped")
@@ -223,7 +227,7 @@ def _run(
 
     if r.cancelled:
         r.reasons.append(f"the guard was stopped ({r.cancel_reason}) before it finished")
-    if (r.reasons or unknown) and not dry_run:  # the suspend is refused
+    if (r.reasons or unknown) and not options.dry_run:  # the suspend is refused
         r.warnings.extend(
             f"pid {hr.decision.holder.pid} {hr.decision.holder.comm} was drained as a plain "
             "process: nothing can start it again"
@@ -238,11 +242,11 @@ def _run(
     order = {holder_id(h): i for i, h in enumerate(scan.holders)}
     holders = tuple(sorted(r.results.values(),
                            key=lambda hr: (hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
-    attempt = Attempt(attempt_id or 0, started_wall, started_wall + (clock() - start), action,
-                      origin, dry_run, verdict.kind, verdict.reasons, verdict.warnings,
-                      config.digest, holders,
+    attempt = Attempt(attempt_id or 0, started_wall, started_wall + (clock() - start),
+                      options.action, options.origin, options.dry_run, verdict.kind,
+                      verdict.reasons, verdict.warnings, digest, holders,
                       stops=tuple(replace(s, attempt_id=attempt_id or 0) for s in r.stops))
-    report = Report(attempt, inventory, scan.unreadable, idle, recorded, can_veto,
+    report = Report(attempt, inventory, scan.unreadable, idle, recorded, options.can_veto,
                     scan.unreadable_pids)
     # The verdict line first: it is what the operator and the journal wait
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
@@ -259,7 +263,7 @@ def _run(
             log.warning(f"history not recorded: {exc}")
             report = replace(report, history=Unavailable(str(exc)), attempt=replace(
                 attempt, warnings=(*attempt.warnings, f"history not recorded: {exc}")))
-    if stops and verdict.kind != "allow" and supervisors is not None:
+    if stops and verdict.kind != "allow" and options.supervisors is not None:
         # A refused attempt (veto or unknown) leaves the host as it found it.
         def note(stop: Stop, result: str, why: str) -> None:
             if history is not None and stop.id:
@@ -271,26 +275,26 @@ def _run(
         # Inside the unit's TimeoutStartSec (deadline_s + 20 s): the verdict
         # came by deadline_s - ANSWER_MARGIN_S.
         with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
-            restore(stops, supervisors, config.restore, enabled=config.restore.after_veto,
+            restore(stops, options.supervisors, config.restore, enabled=config.restore.after_veto,
                     record=note, log=log.info)
     if history is not None:
         history.close()
     return report
 
 
-def _put_back(r: Rounds, config: Config, log: Logger) -> None:
+def _put_back(r: RunState, config: Config, log: Logger) -> None:
     """A drain that failed half-way: the owners kept down get their settings back, and their jobs.
 
     Nothing may stay ``Restart=no`` (or a container's policy ``no``) because
     the guard broke; the error itself goes on to the caller.
     """
-    if r.stops and r.supervisors is not None:
-        restore(r.stops, r.supervisors, config.restore,
+    if r.stops and r.options.supervisors is not None:
+        restore(r.stops, r.options.supervisors, config.restore,
                 enabled=config.restore.after_veto, record=lambda _s, _r, _w: None, log=log.info)
 
 
 def _write_down(history: History, attempt_id: int,
-                r: Rounds) -> Callable[[Sequence[Decision], int], None]:
+                r: RunState) -> Callable[[Sequence[Decision], int], None]:
     """Who is about to get the signal, into the history before it is sent.
 
     A guard killed mid-drain leaves these rows (an interrupted attempt
@@ -309,7 +313,7 @@ def _write_down(history: History, attempt_id: int,
     return write
 
 
-def _write_ahead(history: History, attempt_id: int, r: Rounds
+def _write_ahead(history: History, attempt_id: int, r: RunState
                  ) -> tuple[Callable[[Sequence[Stop]], None],
                             Callable[[Sequence[Stop], Mapping[str, str]], None]]:
     """The stops into the history before the supervisors are asked, then completed.
@@ -341,7 +345,7 @@ def _write_ahead(history: History, attempt_id: int, r: Rounds
     return before, after
 
 
-def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
+def _fold_idle(r: RunState, idle: IdleReport, idle_check: IdleCheck,
                families: Sequence[str]) -> IdleReport:
     """Fold the device's own view into the verdict, device-reported pids included.
 
@@ -353,9 +357,9 @@ def _fold_idle(r: Rounds, idle: IdleReport, idle_check: IdleCheck,
     if to_drain:
         r.signal(to_drain, reserve=r.config.idle.settle_s + 1.0)
         if not r.cancelled:
-            idle = idle_check(r.config.idle, families, max(r.deadline, r.clock() + 0.5))
+            idle = idle_check(r.config.idle, families, max(r.deadline, r.options.clock() + 0.5))
     # A dry run's device is still busy with the jobs a real run would drain first.
-    if r.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
+    if r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
         r.warnings.extend(f"(expected before the drain) {w}" for w in idle.veto_reasons)
     else:
         r.reasons.extend(idle.veto_reasons)

@@ -15,8 +15,6 @@ import re
 import signal
 from collections.abc import Collection, Iterable, Sequence
 
-import psutil
-
 from suspendguard.config import DrainConfig, PolicyConfig, Rule
 from suspendguard.guard.identity import (
     NOTHING_VOUCHED,
@@ -26,6 +24,7 @@ from suspendguard.guard.identity import (
     names_probe,
 )
 from suspendguard.model import Action, Decision, DecisionKind, Holder, HolderId, Outcome, holder_id
+from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 # Python's faulthandler installs exactly these; it dumps a traceback and
 # re-raises, so it never frees device resources behind the driver's back.
@@ -51,11 +50,18 @@ def rule_matches(rule: Rule, holder: Holder) -> bool:
 
 def ancestors(pid: int) -> frozenset[int]:
     """``pid`` and every process above it (the guard and whoever started it)."""
-    try:
-        above = psutil.Process(pid).parents()
-    except psutil.Error:
-        above = []
-    return frozenset({pid, *(p.pid for p in above)})
+    proc = ProcFS()
+    out = {pid}
+    while True:
+        try:
+            st = proc.stat(pid)
+        except ProcAccessError:
+            break
+        if st is None or st.ppid <= 0 or st.ppid in out:
+            break
+        pid = st.ppid
+        out.add(pid)
+    return frozenset(out)
 
 
 def fatal_signal_note(holder: Holder) -> str | None:

@@ -6,13 +6,12 @@ import os
 from collections.abc import Sequence
 from typing import TextIO
 
-from suspendguard.guard.layout import table
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Holder, Node, Verdict
 from suspendguard.record import HolderRecord
 from suspendguard.system.log import Logger
-from suspendguard.system.terminal import safe
+from suspendguard.system.terminal import safe, table
 
 _COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "unknown": "\033[31;1m",
             "warn": "\033[33m"}

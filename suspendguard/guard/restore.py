@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from suspendguard.config import RestoreConfig
-from suspendguard.guard.owner import Supervisor
+from suspendguard.guard.owner import OwnerControl
 from suspendguard.model import Owner, Unavailable
 from suspendguard.record import Stop
 from suspendguard.system import deadline
@@ -38,7 +38,7 @@ Record = Callable[[Stop, str, str], None]
 UNIT_KINDS = ("systemd-service", "user-service")
 
 
-def restore(stops: Sequence[Stop], supervisors: Supervisor, config: RestoreConfig, *,
+def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreConfig, *,
             enabled: bool, record: Record, log: Callable[[str], None],
             boot_id: str = "") -> list[Restored]:
     """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins.
@@ -83,7 +83,7 @@ def earlier_boot(stop: Stop, boot_id: str) -> bool:
     return bool(stop.boot_id and boot_id and stop.boot_id != boot_id)
 
 
-def _one(stop: Stop, supervisors: Supervisor, config: RestoreConfig,
+def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,
          started_meanwhile: bool) -> tuple[str, str]:
     if any(fnmatch.fnmatchcase(stop.owner.key, glob) for glob in config.skip):
         return "skipped", "matches [restore] skip"
@@ -92,21 +92,21 @@ def _one(stop: Stop, supervisors: Supervisor, config: RestoreConfig,
         return supervisors.start_container(owner, stop.stopped)
     if owner.kind not in UNIT_KINDS:
         return "skipped", f"a {owner.kind} cannot be started again by this version"
-    state = supervisors.state(owner)
-    if isinstance(state, Unavailable):
-        return "failed", state.reason
-    if state.load_state in ("not-found", ""):
+    now = supervisors.unit_now(owner)
+    if isinstance(now, Unavailable):
+        return "failed", now.reason
+    if now.load_state in ("not-found", ""):
         return _recreate(owner, supervisors)
-    if state.load_state == "masked":
+    if now.load_state == "masked":
         return "skipped", "the unit was masked meanwhile"
-    if state.active_state == "active" and not started_meanwhile:
+    if now.active_state == "active" and not started_meanwhile:
         # Never started again since the drain: its main process (a launcher
         # such as cron) held nothing and outlived the job.
         return "skipped", ("still running since the drain: its main process was not the job, "
                            "or outlived [drain] timeout_s")
-    if state.active_state in ("active", "activating", "reloading"):
-        return "skipped", f"already {state.active_state} (started meanwhile)"
-    if state.active_state == "deactivating" or state.job == "stop":
+    if now.active_state in ("active", "activating", "reloading"):
+        return "skipped", f"already {now.active_state} (started meanwhile)"
+    if now.active_state == "deactivating" or now.job == "stop":
         # Still stopping (it outlived [drain] timeout_s): systemd starts it
         # once its stop has ended, which may take up to its TimeoutStopSec=.
         queued = supervisors.start(owner, wait=False)
@@ -126,7 +126,7 @@ def _one(stop: Stop, supervisors: Supervisor, config: RestoreConfig,
     return "started", ""
 
 
-def _recreate(owner: Owner, supervisors: Supervisor) -> tuple[str, str]:
+def _recreate(owner: Owner, supervisors: OwnerControl) -> tuple[str, str]:
     """A unit gone since the drain: a transient one (systemd-run) is made again from its record."""
     made = supervisors.recreate(owner)
     if made is None:

@@ -31,7 +31,7 @@ from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, sto
 from suspendguard.guard.owner import UnitNow, owner_of_cgroup
 from suspendguard.guard.setaside import SetAside
 from suspendguard.guard.user_services import UserServices
-from suspendguard.model import CONTAINER_KINDS, Holder, Owner, Unavailable
+from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, Owner, Unavailable
 from suspendguard.record import Stop
 from suspendguard.system import deadline
 from suspendguard.system.dbus import systemd
@@ -48,11 +48,10 @@ TIMER_WINDOW_S = 5.0
 TRANSIENT_FILE = "transient-units.json"
 
 
-SYSTEMD_KINDS = ("systemd-service", "user-service")
 
-
-class Supervisors:
-    """The owners of holders, and the supervisors' own ways to stop and start them.
+class ManagersAndEngines:
+    """The owners of holders, and the supervisors' own ways to stop and start them
+    (the guard's OwnerControl: guard/owner.py).
 
     System services go through the system manager over D-Bus, user services
     (``user@UID.service``) through their user's manager
@@ -277,7 +276,7 @@ class Supervisors:
 
     # -- starting again ----------------------------------------------------
 
-    def state(self, owner: Owner) -> UnitNow | Unavailable:
+    def unit_now(self, owner: Owner) -> UnitNow | Unavailable:
         if owner.kind == "user-service":
             states = self.users.states(owner)
         else:
@@ -316,7 +315,7 @@ def _with_state(owner: Owner, st: systemd.ServiceState) -> Owner:
     if st.load_state != "loaded":
         return owner.with_note(f"unit {st.load_state}")
     return replace(owner, restart=st.restart, restart_delay_s=st.restart_delay_s,
-                   kill_mode=st.kill_mode, exec_stop=st.exec_stop, state=st.active_state,
+                   kill_mode=st.kill_mode, exec_stop=st.exec_stop, activity=st.active_state,
                    triggered_by=st.triggered_by, main_pid=st.main_pid,
                    timeout_stop_s=st.timeout_stop_s, transient=st.transient)
 

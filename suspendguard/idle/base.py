@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from suspendguard.config import IDLE_BACKENDS, Family, IdleConfig
-from suspendguard.system import trust
+from suspendguard.config import IDLE_BACKENDS, Family, IdleConfig, trust
 
 DeviceState = Literal["busy", "idle", "unknown"]
 ReportState = Literal["idle", "busy", "unknown", "none"]

@@ -32,7 +32,7 @@ RESUME_PATH = f"{UNIT_DIR}/{RESUME_UNIT}"
 HOOK_DIR = "/usr/lib/systemd/system-sleep"
 HOOK_PATH = f"{HOOK_DIR}/suspendguard"
 
-# Where installation_state also looks: a distribution package ships the unit
+# Where read_installation also looks: a distribution package ships the unit
 # and its static links in /usr/lib, and /lib is /usr/lib before the usr merge.
 UNIT_DIRS = (UNIT_DIR, "/usr/lib/systemd/system", "/lib/systemd/system")
 HOOK_DIRS = (HOOK_DIR, "/lib/systemd/system-sleep")

@@ -7,7 +7,9 @@ a number is a code only where a runtime, DCMI or framework message prints
 its return code (``ErrCode=507035``, ``runtime result = 507015``,
 ``ret is -8005``, ``ret[207001]``). Each shape is one regex with a literal
 prefix, so the scanner finds it in one pass over a window at C speed, and a
-line's codes come out of one pass over the line; the table is a dict.
+line's codes come out of one pass over the line; the table is a dict. The
+catalog's needles ride in the same two passes (``window_search``): one that
+holds an ``E`` or an ``r`` is a branch of that shape's tree of literals.
 
 The table is read on first use: the sleep hook's common case, logs without
 a code, never parses it.
@@ -36,9 +38,21 @@ TABLE_FILE = "vendor-codes.toml"
 # unbounded repetition (tests/logs/test_logs.py checks it), and each begins
 # with a literal, which the regex engine finds at C speed: two shapes, so two
 # passes over a window (measured: one regex for the three return-code forms,
-# prefix "r", costs a third of three regexes).
+# prefix "r", costs a third of three regexes). Each shape is written as its
+# first character (the lead) and its forms after it, each a literal and a
+# regex: the window scan merges the forms, and the catalog's needles that hold
+# the lead, into one tree of literals (``window_search``).
+_Forms = tuple[tuple[str, str], ...]
+
+
+def _alternation(forms: _Forms) -> str:
+    return "|".join(literal + rest for literal, rest in forms)
+
+
 # E codes: E + module (digit or capital) + 4 digits; torch_npu: ERR + 2 + 3 digits.
-_TOKEN = "{code}(?![0-9A-Za-z_])", r"E(?:[0-9A-Z][0-9]{4}|RR[0-9]{5})"
+_TOKEN_FORMS: _Forms = (("", "[0-9A-Z][0-9]{4}"), ("RR", "[0-9]{5}"))
+_TOKEN_END = "(?![0-9A-Za-z_])"
+_TOKEN = "{code}" + _TOKEN_END, f"E(?:{_alternation(_TOKEN_FORMS)})"
 # A return code where a message prints one: 6 digits for aclError/rtError and
 # aclnn (1xxxxx-5xxxxx), -8xxx for DCMI, 0x + 7 hex digits for the runtime's inner
 # codes (retCode=0x7020019), 11757xxxx for those printed in decimal; anything else
@@ -48,11 +62,14 @@ _TOKEN = "{code}(?![0-9A-Za-z_])", r"E(?:[0-9A-Z][0-9]{4}|RR[0-9]{5})"
 # "errorCode = 507033" (Ascend/samples), "error code is 507033" (torch_npu's "NPU
 # function error"); "runtime result = 507015" (AscendCL's ReportCallError). The
 # same forms with ":" ("ret: 507033", "Error code: 507033") are taken too.
-_RETURN = (
-    r"r(?:et(?:Code)?(?: is | ?[=:\[] ?)|r(?:or)?(?:Code| [Cc]ode|_code)(?: is | ?[=:] ?)"
-    r"|esult ?[=:] ?){code}(?![0-9])",
-    r"-8[0-9]{3}|[1-5][0-9]{5}|0x[0-9a-fA-F]{7}(?![0-9a-fA-F])|11757[0-9]{4}",
+_RETURN_FORMS: _Forms = (
+    ("et", r"(?:Code)?(?: is | ?[=:\[] ?)"),
+    ("r", r"(?:or)?(?:Code| [Cc]ode|_code)(?: is | ?[=:] ?)"),
+    ("esult", r" ?[=:] ?"),
 )
+_RETURN_CODE = r"-8[0-9]{3}|[1-5][0-9]{5}|0x[0-9a-fA-F]{7}(?![0-9a-fA-F])|11757[0-9]{4}"
+_RETURN_END = "(?![0-9])"
+_RETURN = f"r(?:{_alternation(_RETURN_FORMS)}){{code}}{_RETURN_END}", _RETURN_CODE
 
 
 def _is_word(c: int) -> bool:
@@ -84,31 +101,84 @@ class _Shape:
     # ("xEL0004 xEL0004 ..."): slower on ordinary text, as the regex then has no
     # literal prefix, but it stays in C however many matches fail.
     strict: str
+    # The template again, for the window scan: lead + one of forms + end.
+    lead: str
+    forms: _Forms
+    end: str
 
     def regex(self, group: str | None = None) -> str:
         inner = f"(?P<{group}>{self.code})" if group else f"(?:{self.code})"
         return self.template.replace("{code}", inner)
 
+    def window_forms(self) -> _Forms:
+        """The forms, each with the rest of a match after it: lead + any of them is the shape."""
+        return tuple((literal, rest + self.end) for literal, rest in self.forms)
+
 
 SHAPES: tuple[_Shape, ...] = (
-    _Shape(*_TOKEN, _token_fits, r"(?<![0-9A-Za-z_])" + _TOKEN[0]),
+    _Shape(*_TOKEN, _token_fits, r"(?<![0-9A-Za-z_])" + _TOKEN[0], "E", _TOKEN_FORMS, _TOKEN_END),
     _Shape(*_RETURN, _return_fits,
-           r"(?:(?<![A-Za-z])(?=re)|(?<=[Ee])(?=rr))" + _RETURN[0]),
+           r"(?:(?<![A-Za-z])(?=re)|(?<=[Ee])(?=rr))" + _RETURN[0],
+           "r", _RETURN_FORMS, f"(?:{_RETURN_CODE}){_RETURN_END}"),
 )
 # Failed matches in one search before the strict regex takes over.
 MAX_MISSES = 64
 
 
+def _tree(entries: _Forms) -> str:
+    """One regex for (literal, regex) pairs, the literals merged by their common beginnings.
+
+    Each group's alternatives begin with distinct literal characters, which the
+    regex engine compares before it tries one: a position costs a comparison
+    per distinct next character, not a try per entry. An entry with nothing
+    left matches at once, so the others of its group add nothing.
+    """
+    ends: list[str] = []
+    by_char: dict[str, list[tuple[str, str]]] = {}
+    for literal, rest in entries:
+        if literal:
+            by_char.setdefault(literal[0], []).append((literal[1:], rest))
+        else:
+            ends.append(rest)
+    alternatives = [re.escape(c) + _tree(tuple(sub)) for c, sub in by_char.items()] + ends
+    if "" in alternatives:
+        return ""
+    return alternatives[0] if len(alternatives) == 1 else f"(?:{'|'.join(alternatives)})"
+
+
+def _anchors(needles: Sequence[str], lead: str, taken: set[str]) -> dict[str, int]:
+    """Where in each needle holding ``lead`` (with a character after it) its scan starts.
+
+    At every ``lead`` in the window the tree tries one branch per distinct
+    character that follows the lead in it, so the needles are anchored where
+    they share those characters: those of ``taken`` (the shape's own forms)
+    first, then, greedily, the one that most needles left can use.
+    """
+    spots = {n: [i for i, c in enumerate(n[:-1]) if c == lead] for n in needles}
+    left = {n: {n[i + 1] for i in at} for n, at in spots.items() if at}
+    chosen = set(taken)
+    while any(not (nexts & chosen) for nexts in left.values()):
+        counts: dict[str, int] = {}
+        for nexts in left.values():
+            if not nexts & chosen:
+                for c in nexts:
+                    counts[c] = counts.get(c, 0) + 1
+        chosen.add(max(sorted(counts), key=lambda c: counts[c]))
+    return {n: next(i for i in spots[n] if n[i + 1] in chosen) for n in left}
+
+
 @dataclass(frozen=True, slots=True)
 class WindowScan:
-    """One shape searched for in a window of bytes."""
+    """One shape, and the needles folded into it, searched for in a window of bytes."""
 
     shape: _Shape
     rx: re.Pattern[bytes]
     strict: re.Pattern[bytes]
+    # The needles alone, to tell a needle's hit from a code that does not fit.
+    needles: re.Pattern[bytes] | None = None
 
-    def next_at(self, buf: bytes, lo: int, hi: int, pos: int) -> int:
-        """The offset of the next code of this shape in ``buf[pos:hi]``, or -1."""
+    def next_at(self, buf: bytes | bytearray, lo: int, hi: int, pos: int) -> int:
+        """The offset of the next code of this shape, or needle, in ``buf[pos:hi]``, or -1."""
         misses = 0
         while True:
             m = (self.rx if misses < MAX_MISSES else self.strict).search(buf, pos, hi)
@@ -117,20 +187,64 @@ class WindowScan:
             i = m.start()
             if self.shape.fits(None if i <= lo else buf[i - 1], buf[i + 1]):
                 return i
-            # No code of the shape starts inside a failed match: go on after it.
+            if self.needles is not None and self.needles.match(buf, i, hi):
+                return i
+            # Not a code, nor a needle: go on after its first character, where a
+            # needle folded into the tree could still begin.
             misses += 1
-            pos = m.end()
+            pos = i + 1
 
 
-def _compile(shape: _Shape, template: str) -> re.Pattern[bytes]:
-    return re.compile(template.replace("{code}", f"(?:{shape.code})").encode())
+@dataclass(frozen=True, slots=True)
+class WindowSearch:
+    """How a window is searched: the shapes' scans, with what needles they carry, and the rest.
+
+    ``rest``: the needles that hold no shape's lead, each a memmem pass of its own.
+    """
+
+    scans: tuple[WindowScan, ...]
+    rest: tuple[str, ...]
+
+
+def _compile(text: str) -> re.Pattern[bytes]:
+    return re.compile(text.encode())
 
 
 # Compiled on first use, as the catalog's patterns are: importing this module
 # is on the sleep hook's path.
 @functools.cache
+def window_search(needles: tuple[str, ...] = ()) -> WindowSearch:
+    """Fold each needle into the first shape whose lead it holds, so it costs no pass of its own.
+
+    A needle is then matched whole: from its lead on as literals of the tree,
+    the part before the lead by a lookbehind at the end. A hit is the same
+    line that a search for the needle would find.
+    """
+    folded: list[list[tuple[str, str]]] = []
+    rest = list(needles)
+    for shape in SHAPES:
+        anchors = _anchors(rest, shape.lead, {lit[0] for lit, _ in shape.forms if lit})
+        # The part before the lead is checked last, by a lookbehind on the whole needle.
+        folded.append([(n[at + 1:], f"(?<={re.escape(n)})" if at else "")
+                       for n, at in anchors.items()])
+        rest = [n for n in rest if n not in anchors]
+    scans = []
+    for shape, words in zip(SHAPES, folded, strict=True):
+        tree = shape.lead + _tree(shape.window_forms() + tuple(words))
+        strict = shape.strict.replace("{code}", f"(?:{shape.code})")
+        only = shape.lead + _tree(tuple(words)) if words else None
+        scans.append(WindowScan(
+            shape,
+            _compile(tree),
+            _compile(f"{strict}|{only}" if only else strict),
+            _compile(only) if only else None,
+        ))
+    return WindowSearch(tuple(scans), tuple(rest))
+
+
 def window_scans() -> tuple[WindowScan, ...]:
-    return tuple(WindowScan(s, _compile(s, s.template), _compile(s, s.strict)) for s in SHAPES)
+    """The shapes' scans, no needle folded in."""
+    return window_search().scans
 
 
 @functools.cache

@@ -47,11 +47,14 @@ def needle(needle: str, *also: str, regex: str | None = None) -> Pattern:
 def wording(wording: str, anchor: str, *also: str, regex: str | None = None) -> Pattern:
     """A wording found through a shorter anchor several wordings share.
 
-    Each distinct needle costs the scanner one pass over the data, so
-    wordings are grouped under common anchors (" resource" for six of them);
-    the wording itself is still required in full. Grouping pays only when the
-    anchor covers several wordings: bytes.find skips ahead by the needle's
-    length, so a short anchor is slower per pass than a long wording.
+    Each distinct needle costs the scanner: a branch of the code shapes' tree
+    where it holds an ``E`` or an ``r`` (codes.window_search), else a pass of
+    its own over the data. So wordings are grouped under common anchors
+    (" resource" for six of them); the wording itself is still required in
+    full. Grouping pays only when the anchor covers several wordings: a short
+    anchor finds more lines that are no finding, and a substring search skips
+    ahead by up to the needle's length, so as a pass of its own it is slower
+    than a long wording.
     """
     if anchor not in wording:
         raise ValueError(f"anchor {anchor!r} is not part of {wording!r}")

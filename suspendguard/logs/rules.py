@@ -89,7 +89,7 @@ RULES: tuple[Rule, ...] = (
             # seed case 3 (TSCH device log, old and new timestamps alike).
             # (The runtime's host-side "model stream unbind error" is left out on
             # purpose: nothing documents it with this cause, and every wording
-            # costs the scanner a pass over the data.)
+            # costs the scanner time on every line.)
             needle("unbind model stream failed, stream is running"),
         ),
     ),
@@ -148,7 +148,7 @@ RULES: tuple[Rule, ...] = (
             # 0x8C17A005 aicpu_scheduler, 0x8C19A005 queue_scheduler, 0x8C1DA005
             # aicpu_cust_sd ("failed to release common resources"), 0x8C1FA006 hccp ("key
             # resources"). The knowledge base also lists "event_id=0x..." forms; they are left
-            # out until seen in a real log (each anchor is a pass over the data).
+            # out until seen in a real log (each anchor costs the scanner time on every line).
             wording("Event id=0x8c17a005", "Event id=0x8c1"),
             wording("Event id=0x8c19a005", "Event id=0x8c1"),
             wording("Event id=0x8c1da005", "Event id=0x8c1"),

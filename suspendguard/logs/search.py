@@ -15,7 +15,7 @@ from typing import Any
 
 from suspendguard.logs.finding import Finding, Skipped, UnknownCode
 from suspendguard.logs.matching import Rule
-from suspendguard.logs.reader import FileResult, read_file
+from suspendguard.logs.reader import FileResult, prepare, read_file
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.safe_open import Refused, open_relative
 from suspendguard.logs.walk import Candidate, plan
@@ -24,8 +24,11 @@ from suspendguard.system.workers import run_shares
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 # Above this many bytes to read, files are shared among forked workers: the
 # search is C code on bytes, but one core of it is the bottleneck. Below it
-# (the sleep hook's usual case) a fork costs more than it saves.
-PARALLEL_BYTES = 48 * 1024 * 1024
+# (the sleep hook's usual case) a fork costs more than it saves. Measured on
+# 2 cores, a fresh process each run (benchmarks/logs_throughput.py's corpus
+# in 8 files): 4 MB take as long either way, 8 MB 28 ms in two workers
+# against 33 ms in one process, 32 MB 74 against 127 ms.
+PARALLEL_BYTES = 8 * 1024 * 1024
 MAX_WORKERS = 4
 
 
@@ -101,6 +104,7 @@ def _read_all(cands: Sequence[Candidate], max_bytes: int, rules: Sequence[Rule],
     workers = min(MAX_WORKERS, os.cpu_count() or 1, len(cands))
     if workers <= 1 or sum(sizes) < PARALLEL_BYTES:
         return [_read_one(c, max_bytes, rules, since, until) for c in cands]
+    prepare(rules)
     # Largest files first, each to the least loaded worker.
     shares: list[list[int]] = [[] for _ in range(workers)]
     load = [0] * workers

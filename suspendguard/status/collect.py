@@ -23,10 +23,10 @@ from suspendguard.errors import ConfigError, HistoryError, SuspendGuardError
 from suspendguard.guard.pipeline import default_idle_check, run
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import IdleReport
-from suspendguard.install.state import installation_state
+from suspendguard.install.installed import read_installation
 from suspendguard.install.templates import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
-from suspendguard.status.model import ConfigState, HistoryState, RecentHistory, StateDir, Status
+from suspendguard.status.model import ConfigStatus, HistoryStatus, RecentHistory, StateDir, Status
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import DB_NAME, History
 from suspendguard.system.dbus.bus import system_bus_address
@@ -36,21 +36,21 @@ from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
 if TYPE_CHECKING:
-    from suspendguard.guard.device_view import IdleCheck
+    from suspendguard.guard.run_state import IdleCheck
 
 # Enough to see a pattern, short enough for a terminal.
 HISTORY_ATTEMPTS = 5
 DBUS_TIMEOUT_S = 2.0
 
 
-def _load_config(config_arg: str | None, environ: Mapping[str, str]) -> tuple[Config, ConfigState]:
+def _load_config(config_arg: str | None, environ: Mapping[str, str]) -> tuple[Config, ConfigStatus]:
     """The configuration to use (the defaults when the file is invalid) and what status says of it."""
     path, explicit = resolve_path(config_arg, environ)
     try:
         config = load(config_arg, environ)
     except ConfigError as exc:
-        return defaults(), ConfigState(path, explicit, Unavailable(str(exc)))
-    return config, ConfigState(config.path or path, explicit, config)
+        return defaults(), ConfigStatus(path, explicit, Unavailable(str(exc)))
+    return config, ConfigStatus(config.path or path, explicit, config)
 
 
 def _state_dir(path: str) -> StateDir:
@@ -58,7 +58,7 @@ def _state_dir(path: str) -> StateDir:
     return StateDir(path, exists, exists and os.access(path, os.W_OK | os.X_OK))
 
 
-def _history(state_dir: str, n: int, config_path: str | None) -> HistoryState:
+def _history(state_dir: str, n: int, config_path: str | None) -> HistoryStatus:
     """The recent attempts; ``config_path`` goes into the restore commands status prints."""
     where = os.path.join(state_dir, DB_NAME)
     try:
@@ -67,11 +67,11 @@ def _history(state_dir: str, n: int, config_path: str | None) -> HistoryState:
                                    h.finding_counts(), tuple(h.not_restored()),
                                    tuple(h.last_health()))
     except HistoryError as exc:
-        return HistoryState(where, Unavailable(str(exc)), config_path)
+        return HistoryStatus(where, Unavailable(str(exc)), config_path)
     except OSError as exc:  # an unreadable state dir is an answer, not a crash
-        return HistoryState(where, Unavailable(f"cannot read {where}: {exc.strerror or exc}"),
+        return HistoryStatus(where, Unavailable(f"cannot read {where}: {exc.strerror or exc}"),
                             config_path)
-    return HistoryState(where, recent, config_path)
+    return HistoryStatus(where, recent, config_path)
 
 
 def _units(timeout: float, address: str) -> Mapping[str, UnitInfo] | Unavailable:
@@ -114,7 +114,7 @@ def collect(
         # An untrusted config may name the programs the idle backends run:
         # status reports on it, and runs none of them.
         report = _pipeline(config, proc, None if config.trust else idle_check)
-        installation = installation_state(root)
+        installation = read_installation(root)
         state_dir = _state_dir(config.state.dir)
         history = _history(config.state.dir, history_attempts,
                            config_state.path if config_state.explicit else None)

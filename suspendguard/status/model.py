@@ -19,7 +19,7 @@ from suspendguard.config import Config
 from suspendguard.doctor.checks import Finding, to_fix
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import INSTALL, IdleReport, family_of
-from suspendguard.install.state import Installation
+from suspendguard.install.installed import Installation
 from suspendguard.model import Unavailable, Verdict
 from suspendguard.record import Attempt, DeviceHealth, Stop
 from suspendguard.store.mode import ENFORCE, Mode
@@ -28,7 +28,9 @@ from suspendguard.system.dbus.systemd import UnitInfo
 
 
 @dataclass(frozen=True, slots=True)
-class ConfigState:
+class ConfigStatus:
+    """The configuration file status read: where, whether named, and what it held."""
+
     path: str
     explicit: bool
     config: Config | Unavailable  # Unavailable: the file is invalid, and why (one line)
@@ -63,6 +65,8 @@ class ConfigState:
 
 @dataclass(frozen=True, slots=True)
 class StateDir:
+    """The ``[state] dir`` folder (the one thing "state" names): there, and writable?"""
+
     path: str
     exists: bool
     writable: bool  # os.access for this user; nothing is written
@@ -123,7 +127,7 @@ def held_line(stops: tuple[Stop, ...]) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class HistoryState:
+class HistoryStatus:
     path: str
     recent: RecentHistory | Unavailable  # Unavailable: no history yet, or unreadable
     config_path: str | None = None  # the config status read, when named explicitly
@@ -151,13 +155,13 @@ class HistoryState:
 class Status:
     generated: float
     euid: int
-    config: ConfigState
+    config: ConfigStatus
     report: Report | Unavailable  # the dry run
     installation: Installation
     state_dir: StateDir
     logind: LogindInfo | Unavailable
     systemd: Mapping[str, UnitInfo] | Unavailable  # the veto unit instances, by name
-    history: HistoryState
+    history: HistoryStatus
     duration_s: float
     configured_families: tuple[str, ...] = ()
     mode: Mode = ENFORCE

@@ -6,14 +6,13 @@ from typing import TextIO
 
 from suspendguard.config import Config
 from suspendguard.doctor.checks import to_fix
-from suspendguard.guard.layout import table, when
 from suspendguard.guard.render import device_lines, holder_lines, idle_lines, paint, verdict_lines
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable
 from suspendguard.record import Stop
 from suspendguard.status.model import Status, restore_command
 from suspendguard.system.dbus.logind import LogindInfo
-from suspendguard.system.terminal import safe
+from suspendguard.system.terminal import safe, table, when
 
 
 def _yes(flag: object) -> str:

@@ -19,6 +19,7 @@ others are their empty defaults.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sqlite3
@@ -27,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, Protocol, cast
 
+from suspendguard.config import Config, to_toml
 from suspendguard.errors import HistoryError
 from suspendguard.model import Action, Outcome, OutcomeKind, Owner, OwnerKind
 from suspendguard.record import (
@@ -181,6 +183,11 @@ class History:
         return st is not None and st.start_time == start
 
     # -- writing ------------------------------------------------------------
+
+    @staticmethod
+    def digest(config: Config) -> str:
+        """A short fingerprint of the effective values: the attempt's ``config_digest``."""
+        return hashlib.sha256(to_toml(config).encode()).hexdigest()[:16]
 
     def begin(self, action: str | None, origin: str, dry_run: bool, digest: str,
               started: float | None = None) -> int:

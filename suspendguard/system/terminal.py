@@ -1,13 +1,26 @@
-"""Text for a terminal: control characters from untrusted strings made visible, never obeyed.
+"""Text for a terminal: control characters made visible, tables fitted to its width, local times.
 
 Any user can put ESC, CR or a newline in a process name or command line, a
 log line or a file name; printed as they are, they move the cursor, rewrite
 lines already shown or forge new ones in `check`, `status`, `history` and
 `logs`. Every such string goes through :func:`safe` before it reaches a
 terminal. (JSON output needs nothing: json escapes them itself.)
+
+Every command's tables are fitted to the terminal (:func:`terminal_width`,
+:func:`table`), their long cells cut with "…"; times are shown with their zone
+(:func:`when`).
 """
 
 from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TextIO
+
+ELLIPSIS = "…"
+DEFAULT_WIDTH = 80  # as shutil.get_terminal_size, when nothing says otherwise
+MIN_CUT = 8  # a column is never cut narrower than this (its header included)
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 
@@ -30,3 +43,58 @@ _TABLE = {code: _escape(code) for code in _CONTROLS}
 def safe(text: str) -> str:
     """``text`` with every control character shown as an escape (``\\e``, ``\\n``, ``\\x9b``)."""
     return text.translate(_TABLE)
+
+
+def terminal_width(environ: Mapping[str, str], out: TextIO) -> int:
+    """$COLUMNS, else the width of the terminal ``out`` writes to, else 80."""
+    columns = environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if out.isatty():
+            return os.get_terminal_size(out.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        pass
+    return DEFAULT_WIDTH
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, its end replaced by "…" when cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(width - 1, 0)] + ELLIPSIS
+
+
+def table(rows: Sequence[Sequence[str]], indent: str = "  ", width: int | None = None,
+          flex: Sequence[int] = (-1,)) -> list[str]:
+    """Aligned rows (the first is the header), at most ``width`` characters each.
+
+    Only the ``flex`` columns are cut, the widest first; ``width`` None (the
+    ``--wide`` option) cuts nothing. Every cell is made safe for a terminal
+    first (:func:`safe`): commands and names carry text any user sets.
+    """
+    if not rows:
+        return []
+    rows = [[safe(c) for c in r] for r in rows]
+    n = len(rows[0])
+    widths = [max(len(r[i]) for r in rows) for i in range(n)]
+    if width is not None:
+        cols = [i % n for i in flex]
+        floor = {i: min(widths[i], MIN_CUT) for i in cols}
+        excess = len(indent) + sum(widths) + 2 * (n - 1) - width
+        while excess > 0:
+            can = [i for i in cols if widths[i] > floor[i]]
+            if not can:
+                break
+            widest = max(can, key=lambda i: widths[i])
+            widths[widest] -= 1
+            excess -= 1
+    return [indent + "  ".join(cut(c, w).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+            for r in rows]
+
+
+def when(ts: float) -> str:
+    """A local time with its zone: ``2026-12-01 02:14:05 UTC`` or ``... +0100``."""
+    local = time.localtime(ts)
+    zone = "UTC" if local.tm_gmtoff == 0 else time.strftime("%z", local)
+    return time.strftime("%Y-%m-%d %H:%M:%S", local) + " " + zone

@@ -129,3 +129,37 @@ def test_dry_run_records_nothing(conf: Path) -> None:
     code, _, _ = cli("check", "--dry-run", "--config", str(conf))
     assert code == 0
     assert not (conf.parent / "state" / "history.db").exists()
+
+
+# What a dry run among plain processes has no use for: the D-Bus client, the
+# engines' HTTP (and with both, ssl), the history's SQLite and its digest's
+# OpenSSL, psutil. Each costs peak RSS and start-up (benchmarks/scan.py).
+UNUSED_BY_A_PLAIN_DRY_RUN = ("asyncio", "dbus_next", "http.client", "ssl", "sqlite3", "_hashlib",
+                             "psutil")
+
+
+def test_a_dry_run_among_plain_processes_loads_no_supervisor_and_no_history(
+        conf: Path, node: str, holders: Holders) -> None:
+    _, pid = holders.start(node)
+    code = (
+        "import io, json, sys\n"
+        "from suspendguard.cli import main\n"
+        "from suspendguard.guard.owner import owner_of_cgroup\n"
+        "from suspendguard.system.procfs import ProcFS\n"
+        "out = io.StringIO()\n"
+        f"status = main(['check', '--dry-run', '--json', '--config', {str(conf)!r}], out=out,\n"
+        "              err=io.StringIO(), environ={})\n"
+        "print(json.dumps({'status': status, 'pids': [h['pid'] for h in json.loads(out.getvalue())"
+        "['holders']],\n"
+        f"                  'owner': owner_of_cgroup(ProcFS().cgroup({pid})).kind,\n"
+        "                  'loaded': sorted(m for m in sys.argv[1:] if m in sys.modules)}))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code, *UNUSED_BY_A_PLAIN_DRY_RUN],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout)
+    assert seen["status"] == 0 and seen["pids"] == [pid], seen
+    if seen["owner"] == "plain":
+        assert seen["loaded"] == [], seen
+    else:  # a unit's or a container's holder: its owner is asked, nothing is recorded
+        assert not set(seen["loaded"]) & {"sqlite3", "_hashlib", "psutil"}, seen

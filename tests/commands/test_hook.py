@@ -46,7 +46,7 @@ def test_pre_after_the_unit_only_records(conf: Path, node: str, holders: Holders
     from suspendguard.config import load
     cfg = load(str(conf))
     report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
-                 log=Logger(io.StringIO(), {}))
+                 log=Logger(io.StringIO(), {}), history=History.open)
     proc, _pid = holders.start(node)  # started after the unit's drain
     code, err = hook(conf, "pre", "suspend")
     assert code == 0
@@ -76,7 +76,7 @@ def test_a_long_attempt_still_counts_from_its_end(conf: Path, node: str) -> None
     from suspendguard.config import load
     cfg = load(str(conf))
     report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
-                 log=Logger(io.StringIO(), {}))
+                 log=Logger(io.StringIO(), {}), history=History.open)
     import contextlib
     import sqlite3
     with contextlib.closing(sqlite3.connect(Path(state(conf)) / "history.db")) as c, c:
@@ -91,7 +91,7 @@ def test_post_records_hwts_busy_for_the_attempt(conf: Path) -> None:
     from suspendguard.config import load
     cfg = load(str(conf))
     report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
-                 log=Logger(io.StringIO(), {}))
+                 log=Logger(io.StringIO(), {}), history=History.open)
     log = conf.parent / "logs" / "device-0" / "device-4242_20991231.log"
     log.parent.mkdir()
     import time

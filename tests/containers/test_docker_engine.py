@@ -21,7 +21,7 @@ from helpers.docker import DockerEngine
 from helpers.holders import HOLDER, Holders
 from helpers.runners import cli, guard
 
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.supervise import ManagersAndEngines
 
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 
@@ -104,7 +104,7 @@ def test_every_shape_and_policy_is_drained_stays_down_and_runs_after_resume(
         docker_engine: DockerEngine, matrix: dict[str, Any], node: str, tmp_path: Path,
         make_config: Any) -> None:
     env = {"DOCKER_HOST": docker_engine.host}
-    report = guard(make_config(), supervisors=Supervisors(environ=env,
+    report = guard(make_config(), supervisors=ManagersAndEngines(environ=env,
                                                           state_dir=str(tmp_path / "state")))
     assert report.verdict.kind == "allow", report.verdict
     assert len(report.holders) == len(matrix)
@@ -128,7 +128,7 @@ def test_after_a_veto_every_container_runs_again_with_its_policy(
     _, slow = holders.start(node, mode="slow")  # exits too late: the veto
     env = {"DOCKER_HOST": docker_engine.host}
     report = guard(make_config(drain={"timeout_s": 2}),
-                   supervisors=Supervisors(environ=env, state_dir=str(tmp_path / "state")))
+                   supervisors=ManagersAndEngines(environ=env, state_dir=str(tmp_path / "state")))
     assert report.verdict.kind == "veto", report.verdict
     assert any(f"pid {slow}" in r for r in report.verdict.reasons), report.verdict.reasons
     for name, c in matrix.items():

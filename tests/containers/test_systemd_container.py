@@ -172,8 +172,8 @@ def test_boot_refuses_without_the_fake_power() -> None:
 def test_install_inside(installed: Container) -> None:
     box = installed
     state = json.loads(box.run(sys.executable, "-c",
-                               "import json; from suspendguard.install.state import installation_state;"
-                               " print(json.dumps(installation_state().to_json()))").stdout)
+                               "import json; from suspendguard.install.installed import read_installation;"
+                               " print(json.dumps(read_installation().to_json()))").stdout)
     assert state["installed"], state
     assert state["unit"]["timeout_start_s"] == DEADLINE_S + 20
     # systemctl enable made from RequiredBy=systemd-%i.service the links install expects

@@ -48,7 +48,7 @@ job.stdout.readline()
 config = build({"devices": {"families": [], "nodes": [node]}, "idle": {"backends": []},
                 "drain": {"timeout_s": 5}, "state": {"dir": state}})
 report = run(config, dry_run=False, action="suspend", origin="unit", idle_check=None,
-             log=Logger(io.StringIO(), {}))
+             log=Logger(io.StringIO(), {}), history=History.open)
 job.wait()
 reserve_left = os.path.exists(os.path.join(state, "history.reserve"))
 with History.open(state, readonly=True) as h:

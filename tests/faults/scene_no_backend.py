@@ -26,6 +26,7 @@ from pathlib import Path
 from suspendguard.cli import main
 from suspendguard.config import build
 from suspendguard.guard.pipeline import run
+from suspendguard.store.history import History
 from suspendguard.system.log import Logger
 
 HOLDER = str(Path(__file__).resolve().parent.parent / "helpers" / "holder.py")
@@ -44,7 +45,7 @@ conf.write_text(f'[state]\ndir = "{state}"\n[drain]\ntimeout_s = 5\n')
 config = build({"state": {"dir": state}, "drain": {"timeout_s": 5}})
 started = time.monotonic()
 report = run(config, dry_run=False, action="suspend", origin="unit",
-             log=Logger(io.StringIO(), {}))
+             log=Logger(io.StringIO(), {}), history=History.open)
 took = time.monotonic() - started
 out = io.StringIO()
 main(["--config", str(conf), "status"], out=out, err=io.StringIO(),

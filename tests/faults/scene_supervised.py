@@ -17,13 +17,14 @@ import sys
 
 from suspendguard.config import load
 from suspendguard.guard.pipeline import run
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.supervise import ManagersAndEngines
+from suspendguard.store.history import History
 from suspendguard.system.log import Logger
 
 config = load(sys.argv[1])
-supervisors = Supervisors(dropin_root=sys.argv[2], environ=os.environ,
+supervisors = ManagersAndEngines(dropin_root=sys.argv[2], environ=os.environ,
                           state_dir=config.state.dir)
 report = run(config, dry_run=False, action="suspend", origin="unit", log=Logger(sys.stderr, {}),
-             supervisors=supervisors)
+             supervisors=supervisors, history=History.open)
 print(json.dumps({"verdict": report.verdict.kind, "reasons": list(report.verdict.reasons)}),
       flush=True)

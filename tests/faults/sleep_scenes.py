@@ -38,7 +38,7 @@ from suspendguard.config import Config, build
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import RECORDED, Report
 from suspendguard.guard.restore import Restored, restore
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store.history import History
@@ -137,12 +137,13 @@ def stage(tmp: Path) -> Iterator[Stage]:
         s.close()
 
 
-def timed(cfg: Config, supervisors: Supervisors, cancel: Cancel | None = None
+def timed(cfg: Config, supervisors: ManagersAndEngines, cancel: Cancel | None = None
           ) -> tuple[Report, float]:
     """One veto-unit run: the report and the seconds until its verdict."""
     start = time.monotonic()
     report = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
-                 log=Logger(io.StringIO(), {}), supervisors=supervisors, cancel=cancel)
+                 log=Logger(io.StringIO(), {}), supervisors=supervisors, cancel=cancel,
+                 history=History.open)
     return report, time.monotonic() - start
 
 
@@ -211,8 +212,8 @@ def dropin(root: Path) -> Path:
     return root / "train.service.d" / "50-suspendguard-drain.conf"
 
 
-def unit_supervisors(s: Stage, bus: PrivateBus) -> Supervisors:
-    return Supervisors(dropin_root=str(s.dropins), bus_address=bus.address, environ={},
+def unit_supervisors(s: Stage, bus: PrivateBus) -> ManagersAndEngines:
+    return ManagersAndEngines(dropin_root=str(s.dropins), bus_address=bus.address, environ={},
                        state_dir=str(s.state))
 
 
@@ -242,7 +243,7 @@ def pending(s: Stage) -> list[Stop]:
         return h.pending_stops()
 
 
-def restore_pending(s: Stage, supervisors: Supervisors) -> list[Restored]:
+def restore_pending(s: Stage, supervisors: ManagersAndEngines) -> list[Restored]:
     """What the resume unit does: bring back every stop without a result."""
     with History.open(str(s.state)) as h:
         return restore(h.pending_stops(), supervisors, s.config().restore, enabled=True,
@@ -260,7 +261,7 @@ def hung_engine(tmp: Path) -> Seen:
     with stage(tmp) as s, FakeEngine(str(tmp / "docker.sock")) as engine, silent_socket(hung):
         engine.create(s.container_job(), restart="always")
         cfg = s.config(deadline_s=4)
-        report, took = timed(cfg, Supervisors(environ={"DOCKER_HOST": f"unix://{hung}"},
+        report, took = timed(cfg, ManagersAndEngines(environ={"DOCKER_HOST": f"unix://{hung}"},
                                               state_dir=cfg.state.dir))
         seen = verdict_seen(cfg, report, took, 4)
         seen.check(any("did not answer" in h.owner.note for h in report.holders),
@@ -276,7 +277,7 @@ def engine_hangs_on_update(tmp: Path) -> Seen:
         engine.hang = {"update"}
         cfg = s.config()
         start = time.monotonic()
-        report, _took = timed(cfg, Supervisors(
+        report, _took = timed(cfg, ManagersAndEngines(
             environ={"DOCKER_HOST": f"unix://{engine.socket_path}"}, state_dir=cfg.state.dir))
         total = time.monotonic() - start
         seen = Seen(in_time=(report.attempt.duration or 0.0) < DEADLINE_S + 1,
@@ -306,7 +307,7 @@ def hung_user_manager(tmp: Path) -> Seen:
             _job, pid = s.job_in(f"user.slice/user-{NOBODY}.slice/user@{NOBODY}.service/"
                                  "app.slice/train.service")
             cfg = s.config()
-            report, took = timed(cfg, Supervisors(environ={}, state_dir=cfg.state.dir))
+            report, took = timed(cfg, ManagersAndEngines(environ={}, state_dir=cfg.state.dir))
             seen = verdict_seen(cfg, report, took, DEADLINE_S)
             owner = next(h.owner for h in report.holders if h.decision.holder.pid == pid)
             seen.check(owner.kind == "user-service" and "no answer within" in owner.note,
@@ -340,7 +341,7 @@ def sigterm_in_hung_wait(tmp: Path) -> Seen:
         cfg = s.config(deadline_s=60)
         cancel = Cancel()
         threading.Timer(1.0, cancel.cancel, ["guard received SIGTERM"]).start()
-        report, took = timed(cfg, Supervisors(environ={"DOCKER_HOST": f"unix://{hung}"},
+        report, took = timed(cfg, ManagersAndEngines(environ={"DOCKER_HOST": f"unix://{hung}"},
                                               state_dir=cfg.state.dir), cancel)
         cancel.close()
         # Not the 5 s of one engine call, nor the deadline: one second after the signal.
@@ -354,7 +355,7 @@ def sigterm_in_hung_wait(tmp: Path) -> Seen:
 # -- the guard killed between steps: a row restore acts on, nothing left behind --------
 
 
-def restored_after_kill(seen: Seen, s: Stage, owner: str, supervisors: Supervisors) -> None:
+def restored_after_kill(seen: Seen, s: Stage, owner: str, supervisors: ManagersAndEngines) -> None:
     """The killed guard's stop row is there, with the boot id, and restore brings the job back."""
     rows = pending(s)
     seen.check([r.owner.key for r in rows] == [owner], f"a pending stop row for {owner}")
@@ -378,7 +379,7 @@ def killed_after_policy_set_aside(tmp: Path) -> Seen:
         kill(guard)  # the container is down, its policy "no"
         seen.check(not c.running, "the container is down")
         restored_after_kill(seen, s, f"docker:{c.id}",
-                            Supervisors(environ=env, state_dir=str(s.state)))
+                            ManagersAndEngines(environ=env, state_dir=str(s.state)))
         seen.check(engine.wait_running(c), "the container runs again")
     return seen
 

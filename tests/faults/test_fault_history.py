@@ -27,7 +27,7 @@ from .helpers import cli, one_line, open_dir
 
 def guard(config: Any) -> Any:
     return run(config, dry_run=False, action="suspend", origin="unit", idle_check=None,
-               log=Logger(io.StringIO(), {}))
+               log=Logger(io.StringIO(), {}), history=History.open)
 
 
 def history_conf(tmp_path: Path, state: Path) -> Path:

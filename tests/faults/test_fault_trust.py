@@ -10,10 +10,9 @@ import pytest
 from helpers.holders import Holders
 from helpers.isolation import ROOT, needs_root
 
-from suspendguard.config import load
+from suspendguard.config import load, trust
 from suspendguard.errors import EXIT_UNTRUSTED
 from suspendguard.idle.base import find_file
-from suspendguard.system import trust
 
 from .helpers import cli, one_line
 

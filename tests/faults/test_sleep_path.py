@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from suspendguard.guard.restore import restore
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.model import Owner, OwnerKind
 from suspendguard.record import Stop
 from suspendguard.store.history import History
@@ -49,7 +49,7 @@ def test_a_slow_start_is_starting_not_failed(make_config: Any, tmp_path: Path) -
     state = unit_state(0, start_delay_s={"train.service": 5.0})
     state["units"]["train.service"]["ActiveState"] = "inactive"
     with fake_systemd(state) as bus:
-        sup = Supervisors(dropin_root=str(tmp_path / "run"), bus_address=bus.address,
+        sup = ManagersAndEngines(dropin_root=str(tmp_path / "run"), bus_address=bus.address,
                           environ={}, state_dir=str(tmp_path / "state"))
         start = time.monotonic()
         with bounded(Deadline(time.monotonic() + 2.0)):
@@ -62,7 +62,7 @@ def test_a_slow_start_is_starting_not_failed(make_config: Any, tmp_path: Path) -
 
 def test_restore_ends_at_its_budget_and_leaves_the_rest_pending(make_config: Any,
                                                                 tmp_path: Path) -> None:
-    sup = Supervisors(dropin_root=str(tmp_path / "run"), environ={},
+    sup = ManagersAndEngines(dropin_root=str(tmp_path / "run"), environ={},
                       state_dir=str(tmp_path / "state"))
     results: list[str] = []
     with bounded(Deadline(time.monotonic() - 1.0)):

@@ -23,7 +23,7 @@ from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT
 from helpers.runners import cli, guard
 
-from suspendguard.guard.supervise import Supervisors
+from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.store.history import History
 
 pytestmark = pytest.mark.skipif(not ROOT or cgroup_root() is None,
@@ -63,8 +63,8 @@ def env(engine: FakeEngine) -> dict[str, str]:
     return {var: f"unix://{engine.socket_path}"}
 
 
-def supervisors(engine: FakeEngine, tmp_path: Path) -> Supervisors:
-    return Supervisors(environ=env(engine), state_dir=str(tmp_path / "state"))
+def supervisors(engine: FakeEngine, tmp_path: Path) -> ManagersAndEngines:
+    return ManagersAndEngines(environ=env(engine), state_dir=str(tmp_path / "state"))
 
 
 def conf_file(tmp_path: Path, node: str, extra: str = "") -> str:
@@ -199,7 +199,7 @@ def test_engine_not_answering_drains_it_as_a_plain_process_with_a_warning(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
     c = engine.create(quick_job(node, holders), restart="always")
     first = c.pid
-    gone = Supervisors(environ={"DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}"},
+    gone = ManagersAndEngines(environ={"DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}"},
                        state_dir=str(tmp_path / "state"))
     report = guard(make_config(drain={"rounds": 2}), supervisors=gone)
 
@@ -265,7 +265,7 @@ def test_check_shows_the_container_owner(
     assert f"run by Docker container {c.id[:12]} (restart unless-stopped)" in text
 
 
-class _Broken(Supervisors):
+class _Broken(ManagersAndEngines):
     """The real supervisors, failing after the holders were signalled."""
 
     def settle(self, stops: Any, deadline: float) -> list[str]:

@@ -23,6 +23,7 @@ from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
 from suspendguard.guard.scan import scan_holders
+from suspendguard.store.history import History
 from suspendguard.system.cancel import Cancel
 from suspendguard.system.log import Logger
 
@@ -60,7 +61,7 @@ def test_drain_wait_is_announced_and_a_cut_is_stated(make_config: Any, node: str
     cfg = replace(cfg, drain=replace(cfg.drain, deadline_s=3.5))
     log = io.StringIO()
     report = run(cfg, dry_run=False, action="suspend", origin="test", idle_check=None,
-                 log=Logger(log, {}))
+                 log=Logger(log, {}), history=History.open)
     assert report.verdict.kind == "veto"
     assert f"sent SIGINT to 1 holder(s): {pid} python" in log.getvalue()
     assert re.search(r"waiting up to 1\.[45] s \(cut from 3 s to end within the deadline\)",
@@ -78,7 +79,7 @@ def test_full_wait_without_an_idle_backend(make_config: Any, node: str, holders:
     log = io.StringIO()
     # deadline 5 - 2 s to answer leaves the whole 3 s: nothing is kept for an idle check.
     run(make_config(drain={"timeout_s": 3, "deadline_s": 5}), dry_run=False, action="suspend",
-        origin="test", log=Logger(log, {}))
+        origin="test", log=Logger(log, {}), history=History.open)
     assert "waiting up to 3.0 s\n" in log.getvalue(), log.getvalue()
     assert "cut from" not in log.getvalue()
 
@@ -320,7 +321,7 @@ def test_only_the_confirmed_holders_are_signalled(make_config: Any, node: str,
     confirmed = {holder_id(hr.decision.holder) for hr in listed.holders}
     late, late_pid = holders.start(node)  # after the operator answered
     report = run(cfg, dry_run=False, origin="cli", idle_check=None, log=Logger(io.StringIO(), {}),
-                 confirmed=confirmed)
+                 confirmed=confirmed, history=History.open)
     assert holders.signals() == []
     assert late.poll() is None and shown_job.poll() is None
     assert report.verdict.kind == "veto"

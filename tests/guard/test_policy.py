@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 
 from suspendguard.config import EscalationStep, PolicyConfig, Rule, defaults
 from suspendguard.guard.identity import Vouched
-from suspendguard.guard.policy import decide, forgeable_rule_warnings
+from suspendguard.guard.policy import ancestors, decide, forgeable_rule_warnings
 from suspendguard.model import Decision, HeldNode, Holder, Node, SignalMasks, holder_id
 
 CAUGHT = SignalMasks(caught=1 << 1)  # a SIGINT handler
@@ -173,3 +176,15 @@ def test_respawned_holders_say_so() -> None:
     h = holder(frozen=True)
     assert decision(h, respawned={(h.pid, h.start_time)}).reason.startswith(
         "pid 4242 python3 (respawned) is in a frozen cgroup")
+
+
+def test_ancestors_are_the_chain_of_parents_up_to_pid_1() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        mine = ancestors(os.getpid())
+        assert {os.getpid(), os.getppid(), 1} <= mine
+        assert child.pid not in mine  # below the guard, not above it
+        assert ancestors(child.pid) == mine | {child.pid}
+    finally:
+        child.kill()
+        child.wait()

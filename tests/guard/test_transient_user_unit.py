@@ -2,7 +2,7 @@
 
 The owner is handed to the pipeline as the supervisors read it from the
 user's manager (``Transient=yes``); no user manager runs here, so a small
-stand-in answers the Supervisor protocol and records what it was asked.
+stand-in answers the OwnerControl protocol and records what it was asked.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from suspendguard.guard.owner import UnitNow
 from suspendguard.model import Holder, Owner, Unavailable
 from suspendguard.record import Stop
 
-ADHOC = Owner("user-service", "run-u7.service", uid=1000, restart="always", state="active",
+ADHOC = Owner("user-service", "run-u7.service", uid=1000, restart="always", activity="active",
               transient=True)
 
 
@@ -49,7 +49,7 @@ class OneOwner:
     def reload(self, owners: Sequence[Owner]) -> Unavailable | None:
         return None
 
-    def state(self, owner: Owner) -> UnitNow | Unavailable:
+    def unit_now(self, owner: Owner) -> UnitNow | Unavailable:
         return UnitNow("not-found", "inactive", "")
 
     def start(self, owner: Owner, wait: bool = True) -> str | Unavailable:

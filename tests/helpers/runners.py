@@ -9,6 +9,7 @@ from typing import Any
 from suspendguard.cli import main
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
+from suspendguard.store.history import History
 from suspendguard.system.log import Logger
 
 
@@ -21,7 +22,8 @@ def cli(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, st
 
 def guard(config: Any, dry_run: bool = False, *, action: str | None = "suspend",
           origin: str = "test", idle_check: Any = None, **kw: Any) -> Report:
-    """One run of the pipeline, its log lines dropped."""
+    """One run of the pipeline, its log lines dropped; recorded in the state folder's history."""
+    kw.setdefault("history", History.open)
     return run(config, dry_run=dry_run, action=action, origin=origin, idle_check=idle_check,
                log=Logger(io.StringIO(), {}), **kw)
 

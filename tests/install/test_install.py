@@ -23,7 +23,7 @@ from suspendguard.install.files import (
     SystemdNotRunningError,
     check_live_system,
 )
-from suspendguard.install.state import installation_state
+from suspendguard.install.installed import read_installation
 from suspendguard.model import SLEEP_ACTIONS
 
 ACTIONS = SLEEP_ACTIONS
@@ -221,7 +221,7 @@ def test_no_enable(root: Path) -> None:
     status, out, _ = run("install", "--root", str(root), "--no-enable")
     assert status == 0 and "enabled:" not in out
     assert not any((root / link).is_symlink() for link in links())
-    state = installation_state(str(root)).to_json()
+    state = read_installation(str(root)).to_json()
     assert state["unit"]["present"] and state["enabled"] == [] and not state["installed"]
 
 
@@ -235,13 +235,13 @@ def test_a_file_changed_since_install_is_left_in_place(root: Path) -> None:
     assert (root / UNIT).exists() and not (root / HOOK).exists()
 
 
-def test_installation_state(root: Path) -> None:
-    state = installation_state(str(root)).to_json()
+def test_read_installation(root: Path) -> None:
+    state = read_installation(str(root)).to_json()
     assert not state["installed"] and not state["unit"]["present"]
     assert not state["hook"]["present"] and not state["config"]["present"]
     assert not state["manifest"]["present"]
     assert run("install", "--root", str(root))[0] == 0
-    state = installation_state(str(root)).to_json()
+    state = read_installation(str(root)).to_json()
     assert state["installed"]
     assert state["enabled"] == list(ACTIONS)
     assert state["instances"]["suspend"] == {
@@ -262,17 +262,17 @@ def test_installation_state(root: Path) -> None:
     assert state["manifest"]["present"] and state["manifest"]["python"] == "/usr/bin/python3"
     json.dumps(state)  # status prints it as JSON
     (root / HOOK).chmod(0o644)
-    state = installation_state(str(root)).to_json()
+    state = read_installation(str(root)).to_json()
     assert not state["hook"]["executable"] and not state["installed"]
 
 
-def test_installation_state_sees_a_packaged_unit(tmp_path: Path) -> None:
+def test_read_installation_sees_a_packaged_unit(tmp_path: Path) -> None:
     lib = tmp_path / "usr/lib/systemd/system"
     (lib / "systemd-suspend.service.requires").mkdir(parents=True)
     (lib / "suspendguard@.service").write_text("[Service]\nTimeoutStartSec=5min\n")
     os.symlink("../suspendguard@.service",
                lib / "systemd-suspend.service.requires/suspendguard@suspend.service")
-    state = installation_state(str(tmp_path)).to_json()
+    state = read_installation(str(tmp_path)).to_json()
     assert state["unit"]["path"] == "/usr/lib/systemd/system/suspendguard@.service"
     assert state["unit"]["timeout_start_s"] == "5min"
     assert state["enabled"] == ["suspend"]
@@ -355,7 +355,7 @@ def test_python_option_names_the_units_interpreter(root: Path) -> None:
     assert status == 0, err
     assert "ExecStart=/opt/sg/bin/python -I -m suspendguard pre-sleep %i\n" in \
         (root / UNIT).read_text()
-    assert installation_state(str(root)).to_json()["manifest"]["python"] == "/opt/sg/bin/python"
+    assert read_installation(str(root)).to_json()["manifest"]["python"] == "/opt/sg/bin/python"
 
 
 def test_probe_runs_the_interpreter(tmp_path: Path) -> None:

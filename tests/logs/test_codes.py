@@ -12,15 +12,18 @@ from helpers.runners import cli
 
 from suspendguard.logs.codes import (
     MAX_MISSES,
+    SHAPES,
     blocks,
     codes_in,
     name_record,
     normalise,
     table,
     window_scans,
+    window_search,
 )
 from suspendguard.logs.journal import parse_journal
-from suspendguard.logs.reader import read_file
+from suspendguard.logs.matching import needles
+from suspendguard.logs.reader import _Window, read_file
 from suspendguard.logs.rules import BY_ID, RULES
 
 LOGS = FIXTURES / "ascend-logs"
@@ -113,13 +116,52 @@ def test_a_window_of_failing_matches_is_searched_by_the_strict_regex_alike() -> 
             i = m.start()
             if scan.shape.fits(None if i == 0 else text[i - 1], text[i + 1]):
                 fast.append(i)
-            pos = m.end()
+            pos = i + 1
         assert fast and [m.start() for m in scan.strict.finditer(text)] == fast
         found, i = [], scan.next_at(text, 0, len(text), 0)
         while i != -1:
             found.append(i)
             i = scan.next_at(text, 0, len(text), i + 1)
         assert found == fast
+
+
+SAMPLES = (
+    "xEL0004 arr = 507033 xret = 207001 (EL0005) ErrCode=507035 ret is -8020 ERR00100 ERR0010 "
+    "error code is 507010 _E30003 ret[207001] retCode=0x7020019 retCode=0x70200190 ret: 507033 "
+    "runtime result = 507015 Error code: 117571619 errorCode = 507033 error_code=207018 E12345x"
+)
+
+
+def test_the_window_forms_are_the_shapes_regexes() -> None:
+    # The scan's tree is built from the forms; codes_in and the strict regex from the
+    # template: both must find the same matches.
+    for scan in window_scans():
+        template = re.compile(scan.shape.regex().encode())
+        for text in (SAMPLES.encode(), *(printed(c).encode() for c in table())):
+            assert ([m.span() for m in scan.rx.finditer(text)]
+                    == [m.span() for m in template.finditer(text)]), text
+
+
+NOISE = "[INFO] RUNTIME(1,a):2026-01-01-00:00:00.000.000 [stream.cc:700]1 Setup:stream created."
+
+
+@pytest.mark.parametrize("needle", needles(RULES))
+def test_every_needle_is_found_whole_folded_or_not(needle: str) -> None:
+    """A needle's line is a hit; the needle less its first or last character is not."""
+    search = window_search(needles(RULES))
+    lines = [NOISE, f"a {needle} b", f"a x{needle[1:]} b", f"a {needle[:-1]}x b", NOISE,
+             "xEL0004 xret = 207001 " * (MAX_MISSES + 8), f"y{needle}"]  # the last after many misses: strict
+    text = "\n".join(lines) + "\n"
+    every = needles(RULES)
+    starts = [text.index(line + "\n") for line in lines]
+    want = [at for at, line in zip(starts, lines, strict=True)
+            if any(n in line for n in every) or codes_in(line)]
+    assert starts[1] in want and starts[-1] in want and starts[2] not in want
+    window = _Window("t.log", RULES, None, None)
+    for kind in (bytes, bytearray):
+        assert window.heads(kind(text.encode()), 0, len(text)) == want, kind
+    folded = needle not in search.rest
+    assert folded == any(s.lead in needle[:-1] for s in SHAPES)
 
 
 def test_a_wording_names_a_line_before_its_code() -> None:

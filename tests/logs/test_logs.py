@@ -13,7 +13,7 @@ import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 from helpers import REPO
 
-from suspendguard.logs.codes import SHAPES, name_record
+from suspendguard.logs.codes import SHAPES, name_record, window_search
 from suspendguard.logs.codes import markdown_table as codes_markdown_table
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.matching import classify, markdown_table, needles
@@ -280,6 +280,11 @@ def test_regexes_have_no_unbounded_repetition() -> None:
         walk(sre_parse.parse(rx))
         assert re.match(r"(?:\(\?P<c>)?[A-Za-z]", rx), rx
         walk(sre_parse.parse(shape.strict.replace("{code}", shape.code)))
+    # And the scans with the needles folded in, each a tree of literals behind its lead.
+    for scan in window_search(needles(RULES)).scans:
+        for rx in (scan.rx.pattern.decode(), scan.strict.pattern.decode()):
+            walk(sre_parse.parse(rx))
+        assert scan.rx.pattern.startswith(scan.shape.lead.encode())
 
 
 def test_every_pattern_is_found_by_the_prefilter() -> None:

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 
+from suspendguard.logs import reader
 from suspendguard.logs import search as search_module
 from suspendguard.logs.codes import name_record
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.globs import expand, split_glob
-from suspendguard.logs.reader import read_file
+from suspendguard.logs.reader import finder, read_file
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.search import search
 
@@ -218,6 +219,33 @@ def test_windows_and_truncation_agree_with_the_reader(tmp_path: Path) -> None:
             assert got.bytes_read == len(text.encode())
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray])
+def test_finder_answers_as_bytes_find_at_every_bound(kind: type) -> None:
+    text = b"lost heartbe lost heartbeat\nxx lost heartbeat\0lost heartbe"
+    buf = kind(text)
+    find = finder(buf)
+    for needle in (b"lost heartbe", b"heartbeat", b"t", text, text + b"x"):
+        for pos in range(len(text) + 2):
+            for hi in range(pos, len(text) + 3):
+                assert find(needle, pos, hi) == text.find(needle, pos, hi), (needle, pos, hi)
+
+
+def test_read_file_gives_the_same_answer_without_memmem(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "".join((FIXTURES / n).read_text() for n in sorted(os.listdir(FIXTURES)))
+    log = tmp_path / "all.log"
+    log.write_text(text)
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        with_memmem = read_file(fd, "all.log", 1 << 30, chunk=4096)
+        monkeypatch.setattr(reader, "_MEMMEM", None)
+        without = read_file(fd, "all.log", 1 << 30, chunk=4096)
+    finally:
+        os.close(fd)
+    assert reader._libc_memmem() is not None  # glibc and musl have one
+    assert with_memmem == without and len(with_memmem.findings) > 6
 
 
 def test_file_shrinking_while_read(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ def test_attempt_and_holder_rows(make_config: Any, node: str, holders: Holders,
     assert attempt.id == report.attempt.id
     assert attempt.verdict == "allow" and attempt.action == "hibernate"
     assert attempt.origin == "unit" and not attempt.dry_run
-    assert attempt.config_digest == cfg.digest and attempt.finished is not None
+    assert attempt.config_digest == History.digest(cfg) and attempt.finished is not None
     [row] = attempt.holders
     assert row.holder.pid == pid and row.outcome.kind == "exited"
     assert row.decision.action == "drain" and not row.scanned

@@ -178,7 +178,7 @@ def _hook(tree: Tree) -> Hook:
     return Hook(path, True, os.access(tree.at(path), os.X_OK))
 
 
-def installation_state(root: str = "/") -> Installation:
+def read_installation(root: str = "/") -> Installation:
     """What is installed under ``root``, read without changing anything."""
     tree = Tree(root)
     manifest: Manifest | Unavailable | None

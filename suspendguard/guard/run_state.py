@@ -1,10 +1,12 @@
-"""Drain rounds: signal the holders, wait for their exits, rescan for respawned jobs.
+"""The state of one guard run: its drain rounds, respawn rescans, owners kept down, reasons, warnings.
 
-A supervisor may restart a drained job, or a new job may start while the
-guard waits: after each round the nodes are scanned again, and whatever
-appeared goes through the policy and into the next round, up to
-``[drain] rounds``. What each holder came to, and every veto reason and
-warning found on the way, is kept here for the report.
+The drain goes in rounds: signal the holders, wait for their exits, rescan
+for respawned jobs. A supervisor may restart a drained job, or a new job
+may start while the guard waits: after each round the nodes are scanned
+again, and whatever appeared goes through the policy and into the next
+round, up to ``[drain] rounds``. What each holder came to, and every veto reason and
+warning found on the way, is kept here for the report. What the run was
+asked to do, and with what, is its :class:`RunOptions` (pipeline.run's keywords).
 """
 
 from __future__ import annotations
@@ -12,15 +14,16 @@ from __future__ import annotations
 import select
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from suspendguard.config import Config
+from suspendguard.config import Config, IdleConfig
 from suspendguard.guard.drain import UNSIGNALLABLE, drain
 from suspendguard.guard.identity import Token, vouch
-from suspendguard.guard.owner import Supervisor, owner_of_cgroup
+from suspendguard.guard.owner import OwnerControl, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
 from suspendguard.guard.scan import scan_holders
+from suspendguard.idle.base import IdleReport
 from suspendguard.model import (
     CONTAINER_KINDS,
     Decision,
@@ -45,31 +48,52 @@ RESPAWN_GRACE_S = 0.5
 MAX_RESTART_WAIT_S = 5.0
 RESTART_MARGIN_S = 0.2
 
+# The device asked: (its section, the families, when it must answer by) -> its report.
+IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
+
 # A holder's tag in the report ("respawned"), by holder; most have none.
 Tags = Mapping[HolderId, str]
 NO_TAGS: Tags = MappingProxyType({})
 
 
-class Rounds:
-    """One guard run's drain, and what it found so far: reasons, warnings, results."""
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What one guard run is asked to do, and the collaborators it does it with.
 
-    def __init__(self, config: Config, *, dry_run: bool, proc: ProcFS, log: Logger,
-                 cancel: Cancel | None, skip_frozen: bool, never: frozenset[int],
-                 deadline: float, clock: Callable[[], float],
-                 supervisors: Supervisor | None = None, token: Token | None = None,
-                 confirmed: Collection[HolderId] | None = None) -> None:
+    pipeline.run's keywords, bundled once (``proc`` and ``log`` resolved)
+    for the run and its state.
+    """
+
+    dry_run: bool
+    action: str | None  # the sleep action guarded; None from a shell
+    origin: str  # who ran it: "unit", "cli", "status", ...
+    proc: ProcFS
+    idle_check: IdleCheck | None  # None: no device is asked
+    log: Logger
+    cancel: Cancel | None
+    record: bool  # into the history
+    skip_frozen: bool
+    can_veto: bool
+    clock: Callable[[], float]
+    # How owners are read and stopped (None: cgroups only, every holder signalled directly).
+    supervisors: OwnerControl | None
+    # The holders ``drain`` showed and had confirmed; None: no such list (the unit, --yes).
+    confirmed: frozenset[HolderId] | None
+
+
+class RunState:
+    """One guard run's state: what each holder came to, the owners kept down (``stops``),
+    every veto reason and warning found so far; and the drain that changes them."""
+
+    def __init__(self, config: Config, options: RunOptions, *, never: frozenset[int],
+                 deadline: float, token: Token | None = None) -> None:
         self.config = config
+        self.options = options
         # This run's open guard.lock: another run's probe is its child only if
         # its parent holds the same file (guard/identity.py).
         self.token = token
-        self.dry_run = dry_run
-        self.proc = proc
-        self.log = log
-        self.cancel = cancel
-        self.skip_frozen = skip_frozen
         self.never = never
         self.deadline = deadline
-        self.clock = clock
         self.signame = config.drain.signal
         self.reasons: list[str] = []
         self.warnings: list[str] = []
@@ -83,9 +107,6 @@ class Rounds:
         self.before_stop: Callable[[Sequence[Stop]], None] = lambda _s: None
         self.after_stop: Callable[[Sequence[Stop], Mapping[str, str]], None] = \
             lambda _s, _a: None
-        self.supervisors = supervisors
-        # The holders ``drain`` showed and had confirmed; None: no such list (the unit, --yes).
-        self.confirmed = frozenset(confirmed) if confirmed is not None else None
         self.owners: dict[HolderId, Owner] = {}
         self.stops: list[Stop] = []  # owners kept down for the drain, in order
         self.written_ahead: set[int] = set()  # seqs of the stops the history has already
@@ -94,29 +115,31 @@ class Rounds:
 
     @property
     def cancelled(self) -> bool:
-        return self.cancel is not None and self.cancel.cancelled
+        return self.options.cancel is not None and self.options.cancel.cancelled
 
     @property
     def cancel_reason(self) -> str:
-        return self.cancel.reason if self.cancel else ""
+        return self.options.cancel.reason if self.options.cancel else ""
 
     def owner(self, holder: Holder) -> Owner:
         key = holder_id(holder)
         if key not in self.owners:
-            self.owners[key] = (self.supervisors.owner(holder) if self.supervisors is not None
+            control = self.options.supervisors
+            self.owners[key] = (control.owner(holder) if control is not None
                                 else owner_of_cgroup(holder.cgroup))
         return self.owners[key]
 
     def decide(self, holders: Iterable[Holder], respawned: Collection[HolderId] = ()) -> list[Decision]:
         holders = list(holders)
         decisions = decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
-                           skip_frozen=self.skip_frozen, respawned=respawned,
-                           vouched=vouch(holders, self.proc, self.token))
+                           skip_frozen=self.options.skip_frozen, respawned=respawned,
+                           vouched=vouch(holders, self.options.proc, self.token))
         return [self._confirmed(self._pod(d)) for d in decisions]
 
     def _confirmed(self, d: Decision) -> Decision:
         """From a shell, only the holders the operator was shown and confirmed are signalled."""
-        if not d.signals or self.confirmed is None or holder_id(d.holder) in self.confirmed:
+        confirmed = self.options.confirmed
+        if not d.signals or confirmed is None or holder_id(d.holder) in confirmed:
             return d
         h = d.holder
         return replace(d, kind="veto-unconfirmed", reason=(
@@ -173,7 +196,7 @@ class Rounds:
         """
         to_signal = self.settle(decisions, 1)
         vetoed = vetoed or any(d.vetoes for d in decisions)
-        if not (vetoed or self.dry_run):
+        if not (vetoed or self.options.dry_run):
             return to_signal
         for d in to_signal:
             self.record(d, Outcome("not-signalled", why="veto anyway: nobody is signalled")
@@ -186,13 +209,13 @@ class Rounds:
 
         True when none of them is still running.
         """
-        until = max(self.clock() + 0.5, self.deadline - reserve)
+        until = max(self.options.clock() + 0.5, self.deadline - reserve)
         cfg = self.config.drain
         self.before_signal(decisions, round_no)
+        opts = self.options
         result = drain([d.holder for d in decisions], self.signame, cfg.timeout_s, until,
-                       cfg.escalate, proc=self.proc, cancel=self.cancel, log=self.log.info,
-                       clock=self.clock,
-                       keep=self._keep_down if self.supervisors else None)
+                       cfg.escalate, proc=opts.proc, cancel=opts.cancel, log=opts.log.info,
+                       clock=opts.clock, keep=self._keep_down if opts.supervisors else None)
         if result.shortened:
             self.warnings.append(
                 f"the drain wait was cut to {result.wait_s:.1f} s (of [drain] timeout_s = "
@@ -224,15 +247,16 @@ class Rounds:
         The guard signals every holder itself; the supervisor is asked only
         to keep the job down until restore (and is then asked to start it).
         """
-        assert self.supervisors is not None
+        control = self.options.supervisors
+        assert control is not None
         owners = {}
         for h in holders:
             o = self.owner(h)
             if (o.kind in ("systemd-service", "user-service")
-                    and o.state in ("active", "activating", "reloading")) \
-                    or (o.kind in ("docker", "podman") and o.state == "running"):
+                    and o.activity in ("active", "activating", "reloading")) \
+                    or (o.kind in ("docker", "podman") and o.activity == "running"):
                 owners[o.key] = o
-            elif o.kind in ("docker", "podman") and not o.state and o.key not in self._unreached:
+            elif o.kind in ("docker", "podman") and not o.activity and o.key not in self._unreached:
                 self._unreached.add(o.key)
                 self.warnings.append(
                     f"{o.describe()}: the container engine could not be reached ({o.note}); "
@@ -243,8 +267,7 @@ class Rounds:
         planned = {o.key: Stop(o, len(self.stops) + i, time.time())
                    for i, o in enumerate(owners.values(), 1)}
         self.before_stop(list(planned.values()))
-        answers = self.supervisors.stop(list(owners.values()), self.signame,
-                                        self.config.drain.timeout_s)
+        answers = control.stop(list(owners.values()), self.signame, self.config.drain.timeout_s)
         self.after_stop(list(planned.values()), answers)
         ok = set()
         for key, why in answers.items():
@@ -259,7 +282,7 @@ class Rounds:
             raised = "" if o.kind in CONTAINER_KINDS or not (
                 0 < o.timeout_stop_s < self.config.drain.timeout_s) else \
                 f" (its TimeoutStopSec={o.timeout_stop_s:g}s raised to [drain] timeout_s)"
-            self.log.info(f"keeping {o.describe()} down through {_via(o)} until restore"
+            self.options.log.info(f"keeping {o.describe()} down through {_via(o)} until restore"
                           f"{raised}; its holders get {self.signame} from the guard")
         self._through |= {holder_id(h) for h in holders if self.owner(h).key in ok}
 
@@ -279,9 +302,10 @@ class Rounds:
             if not self.signal(pending, reserve, round_no, tags) or self.cancelled:
                 return
             self.respawn_grace(pending)
-            if self.stops and self.supervisors is not None:
-                back = self.supervisors.settle(self.stops, self.deadline)
-                self.warnings.extend(self.supervisors.take_warnings())
+            control = self.options.supervisors
+            if self.stops and control is not None:
+                back = control.settle(self.stops, self.deadline)
+                self.warnings.extend(control.take_warnings())
                 if back:
                     self.reasons.extend(back)
                     return
@@ -289,7 +313,7 @@ class Rounds:
             # fds only: a restarted job opens its nodes first; a mapping
             # without an fd comes later in a job's life. This keeps the step
             # between the last exit and the verdict short.
-            rescan = scan_holders(inventory, self.proc, exclude=children.active(), maps=False)
+            rescan = scan_holders(inventory, self.options.proc, exclude=children.active(), maps=False)
             new = [h for h in rescan.holders if holder_id(h) not in seen]
             seen.update(holder_id(h) for h in new)
             tags = {
@@ -321,7 +345,7 @@ class Rounds:
         if h.unit and not h.unit.endswith(".scope"):
             return (f"{head}; restarted by its supervisor, unit {h.unit}: stop the unit "
                     f"(systemctl stop {h.unit}) before suspending")
-        parent = self.proc.stat(h.ppid) if h.ppid > 1 else None
+        parent = self.options.proc.stat(h.ppid) if h.ppid > 1 else None
         name = f"pid {h.ppid} {parent.comm}" if parent is not None else f"pid {h.ppid}"
         return (f"{head}; restarted by its supervisor, parent {name}: stop the supervisor "
                 "before suspending")
@@ -335,7 +359,7 @@ class Rounds:
         is still there and could restart it (not init, not the guard itself,
         whose children are supervised by nobody else) gets RESPAWN_GRACE_S.
         A job whose supervisor keeps it down is not restarted by it; what
-        else may bring it back is looked at afterwards (Supervisors.settle).
+        else may bring it back is looked at afterwards (ManagersAndEngines.settle).
         A container with a restart policy, set aside through its engine, gets
         its restart delay all the same: an engine that starts it again
         anyway (or a watcher beside it) is caught by the look that follows.
@@ -349,13 +373,13 @@ class Rounds:
             wait = max(wait, min(MAX_RESTART_WAIT_S, owner.restart_delay_s) + RESTART_MARGIN_S)
         parents = {d.holder.ppid for d in drained
                    if holder_id(d.holder) not in self._through} - self.never - {0, 1}
-        if any(self.proc.exists(p) for p in parents):
+        if any(self.options.proc.exists(p) for p in parents):
             wait = max(wait, RESPAWN_GRACE_S)
         if wait <= 0:
             return
-        wait = min(wait, max(0.0, self.deadline - self.clock()))
-        if self.cancel is not None:
-            select.select([self.cancel.fd], [], [], wait)
+        wait = min(wait, max(0.0, self.deadline - self.options.clock()))
+        if self.options.cancel is not None:
+            select.select([self.options.cancel.fd], [], [], wait)
         else:
             time.sleep(wait)
 

@@ -1,0 +1,32 @@
+"""``suspendguard pre-sleep [ACTION]``: the veto unit's step, run before the sleep.
+
+What it does depends on ``suspendguard mode``: enforce runs the guard for
+real (:func:`~.check.run_guard`), observe runs it as a dry run that logs and
+records like a real one and lets the sleep go on, off guards nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from suspendguard.commands.check import run_guard
+from suspendguard.commands.context import Context
+from suspendguard.store import mode as guard_mode
+from suspendguard.system.log import Logger
+
+
+def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
+    """The veto unit's run, as ``suspendguard mode`` says: enforce, observe or off."""
+    mode = guard_mode.read(ctx.config().state.dir)
+    log = Logger(ctx.err, ctx.environ)
+    if mode.problem:
+        log.warning(mode.problem)
+    if mode.name == "off":
+        log.info(f"the guard is off (suspendguard mode): {args.action} not guarded")
+        return 0
+    if mode.name == "observe":
+        status = run_guard(ctx, True, args.action, "unit", args.json, observe=True)
+        log.info(f"observe mode (suspendguard mode): signalled nobody; the {args.action} goes on "
+                 f"whatever the verdict (exit status {status} when enforced)")
+        return 0
+    return run_guard(ctx, False, args.action, "unit", args.json)
