@@ -77,8 +77,10 @@ def test_drain_wait_is_announced_and_a_cut_is_stated(make_config: Any, node: str
 def test_full_wait_without_an_idle_backend(make_config: Any, node: str, holders: Holders) -> None:
     holders.start(node, mode="slow")
     log = io.StringIO()
-    # deadline 5 - 2 s to answer leaves the whole 3 s: nothing is kept for an idle check.
-    run(make_config(drain={"timeout_s": 3, "deadline_s": 5}), dry_run=False, action="suspend",
+    # deadline 5.8 - 2 s to answer leaves the whole 3 s, with 0.8 s for the scan
+    # on a busy machine: nothing is kept for an idle check (which would take at
+    # least budget.IDLE_MARGIN_S, 1 s, and cut the wait).
+    run(make_config(drain={"timeout_s": 3, "deadline_s": 5.8}), dry_run=False, action="suspend",
         origin="test", log=Logger(log, {}), history=History.open)
     assert "waiting up to 3.0 s\n" in log.getvalue(), log.getvalue()
     assert "cut from" not in log.getvalue()
