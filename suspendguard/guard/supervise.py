@@ -40,8 +40,6 @@ DROPIN_ROOT = "/run/systemd/system"
 # How long the manager gets to finish stopping a unit once the processes exited
 # (ExecStopPost=, cgroup release) before the guard looks whether it came back.
 STOP_SETTLE_S = 2.0
-# How long the daemon-reload before the stop jobs may take (cut to the deadline).
-RELOAD_TIMEOUT_S = 30.0
 # A timer due later than this after the stop is the next sleep's business.
 TIMER_WINDOW_S = 5.0
 # What transient units were made of, by owner key: what restore makes again.
@@ -70,7 +68,7 @@ class ManagersAndEngines:
         self.bus_address = bus_address
         self.clock = clock
         self.sleep = sleep
-        self.users = UserServices(clock, sleep)
+        self.users = UserServices(clock)
         self.transient = SetAside(state_dir, TRANSIENT_FILE, "the transient units' settings")
         self._owners: dict[str, Owner] = {}
 
@@ -123,7 +121,7 @@ class ManagersAndEngines:
             return out
         # The reload has a timeout of its own (a large host's takes seconds),
         # inside the run's deadline; when it fails the drop-ins go again.
-        reloaded = systemd.reload_manager(RELOAD_TIMEOUT_S, address=self.bus_address)
+        reloaded = systemd.reload_manager(address=self.bus_address)
         if reloaded is not None:
             self.remove_dropins(kept)
         for o in kept:
@@ -291,7 +289,7 @@ class ManagersAndEngines:
         uids = dict.fromkeys(o.uid for o in owners if o.kind == "user-service" and o.uid is not None)
         failed = [r for r in (self.users.reload(uid) for uid in uids) if r is not None]
         if any(o.kind == "systemd-service" for o in owners):
-            system = systemd.reload_manager(RELOAD_TIMEOUT_S, address=self.bus_address)
+            system = systemd.reload_manager(address=self.bus_address)
             if system is not None:
                 failed.append(system)
         return failed[0] if failed else None

@@ -3,9 +3,10 @@
 The same as a system service's: a drain drop-in (``Restart=no``, the drain
 signal as ``KillSignal=``, guard/dropin.py) in the user's runtime unit
 folder ``/run/user/UID/systemd/user/UNIT.d/`` and one ``daemon-reload`` of
-that manager before the guard signals the holders itself. Every call goes
-to the user's own manager as that user (system/usermanager.py): it takes
-orders from no one else.
+that manager before the guard signals the holders itself. The manager is
+asked over its private socket with the system manager's calls
+(system/dbus/systemd.py); the files are written as the user
+(system/usermanager.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from itertools import groupby
 from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
 from suspendguard.model import Owner, Unavailable
 from suspendguard.system import usermanager
+from suspendguard.system.dbus import systemd
 from suspendguard.system.dbus.systemd import AfterStop, ServiceState
 
 
@@ -25,18 +27,24 @@ def _by_uid(owners: Sequence[Owner]) -> list[tuple[int, list[Owner]]]:
     return [(uid, list(group)) for uid, group in groupby(known, key=lambda o: o.uid or 0)]
 
 
+def _address(uid: int | None) -> str | Unavailable:
+    if uid is None:
+        return Unavailable("the user manager's uid is not known")
+    return usermanager.manager_address(uid)
+
+
 class UserServices:
-    def __init__(self, clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
-        self.sleep = sleep
 
     def _folder(self, owner: Owner) -> str:
         return os.path.join(usermanager.unit_dir(owner.uid or 0), f"{owner.name}.d")
 
     def states(self, owner: Owner) -> dict[str, ServiceState] | Unavailable:
-        if owner.uid is None:
-            return Unavailable("the user manager's uid is not known")
-        return usermanager.service_states(owner.uid, [owner.name])
+        address = _address(owner.uid)
+        if isinstance(address, Unavailable):
+            return address
+        return systemd.service_states([owner.name], address=address)
 
     def stop(self, owners: Sequence[Owner], signame: str, timeout_s: float) -> dict[str, str]:
         """Write the drop-ins, one reload per user; for each key "" when in force, else why not."""
@@ -55,7 +63,7 @@ class UserServices:
                     queued.append(o)
             if not queued:
                 continue
-            answer = usermanager.reload(uid)
+            answer = self.reload(uid)
             if answer is not None:
                 self.remove_dropins(queued)  # a drop-in never outlives a reload that failed
             for o in queued:
@@ -67,8 +75,11 @@ class UserServices:
         """Each owner (by key) once it finished stopping, or ``until`` passed."""
         out: dict[str, AfterStop] = {}
         for uid, group in _by_uid(owners):
-            states = usermanager.after_stop(uid, {o.name: o.triggered_by for o in group}, until,
-                                            self.clock, self.sleep)
+            address = _address(uid)
+            if isinstance(address, Unavailable):
+                return address
+            states = systemd.after_stop({o.name: o.triggered_by for o in group},
+                                        max(0.0, until - self.clock()), address=address)
             if isinstance(states, Unavailable):
                 return states
             out.update({o.key: states[o.name] for o in group})
@@ -94,9 +105,13 @@ class UserServices:
         return removed
 
     def reload(self, uid: int) -> Unavailable | None:
-        return usermanager.reload(uid)
+        address = _address(uid)
+        if isinstance(address, Unavailable):
+            return address
+        return systemd.reload_manager(address=address)
 
     def start(self, owner: Owner, wait: bool) -> str | Unavailable:
-        if owner.uid is None:
-            return Unavailable("the user manager's uid is not known")
-        return usermanager.start(owner.uid, owner.name, wait)
+        address = _address(owner.uid)
+        if isinstance(address, Unavailable):
+            return address
+        return systemd.start_unit(owner.name, address=address, wait=wait)

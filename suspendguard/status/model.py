@@ -110,8 +110,8 @@ def restore_command(stop: Stop, config_path: str | None = None) -> str:
     verb = "status" if stop.result == "starting" else "start"
     uid = stop.owner.uid
     if stop.owner.kind == "user-service" and uid is not None:
-        # What the guard does (system/usermanager.py): the user's manager
-        # takes orders from its own uid only.
+        # The operator's own way in: the user's bus, where there is one,
+        # admits only the user (the guard uses the manager's private socket).
         return (f"setpriv --reuid={uid} --regid=$(id -g {uid}) --clear-groups "
                 f"env XDG_RUNTIME_DIR=/run/user/{uid} systemctl --user {verb} {unit}")
     return f"systemctl {verb} {unit}"

@@ -2,7 +2,7 @@
 
 A guard run sets its deadline once (:func:`bounded`); each client that
 waits on something outside the guard (D-Bus, a container engine's socket,
-``systemctl --user``) asks :func:`cap` for its timeout instead of using its
+a child run as a user) asks :func:`cap` for its timeout instead of using its
 own default alone, and stops waiting when the run is cancelled (SIGTERM to
 the guard: :attr:`Deadline.cancel`). A module-level current deadline, not
 one more argument through every client: the clients sit below the guard,

@@ -269,3 +269,41 @@ def test_user_service_of_a_lingering_user_is_stopped_through_its_manager_and_res
                    check=False).returncode != 0
     assert as_user(box, "systemctl", "--user", "show", "-p", "KillSignal", "--value",
                    USER_UNIT).strip() == "15"
+
+
+# As the guard's units ask it: root, over the manager's private socket.
+READ_USER_STATE = """
+import json, sys, time
+from suspendguard.guard.user_services import UserServices
+from suspendguard.model import Owner
+states = UserServices(time.monotonic).states(Owner("user-service", sys.argv[1], uid=int(sys.argv[2])))
+st = states[sys.argv[1]]
+print(json.dumps({"restart": st.restart, "restart_delay_s": st.restart_delay_s,
+                  "timeout_stop_s": st.timeout_stop_s, "main_pid": st.main_pid,
+                  "triggered_by": st.triggered_by, "next_elapse": st.next_elapse,
+                  "now": time.monotonic()}))
+"""
+
+
+def test_root_reads_the_user_managers_spans_as_numbers_over_its_private_socket(
+        lingering: Container) -> None:
+    box = lingering
+    assert wait_user_active(box)
+    timer = "sv-user.timer"
+    box.write(f"/home/{USER}/.config/systemd/user/{timer}",
+              f"[Timer]\nOnActiveSec=1h\nUnit={USER_UNIT}\n")
+    as_user(box, "systemctl", "--user", "daemon-reload")
+    as_user(box, "systemctl", "--user", "start", timer)
+    try:
+        read = json.loads(box.run(sys.executable, "-c", READ_USER_STATE, USER_UNIT,
+                                  str(UID)).stdout)
+        # what systemctl --user prints as "100ms", "1min 30s" and the timer's next elapse
+        assert (read["restart"], read["restart_delay_s"], read["timeout_stop_s"]) == \
+            ("always", 0.1, 90.0), read
+        assert read["main_pid"] == user_main_pid(box)
+        assert read["triggered_by"] == [timer]
+        assert 3590 < read["next_elapse"][timer] - read["now"] <= 3600, read
+    finally:
+        as_user(box, "systemctl", "--user", "stop", timer, check=False)
+        box.run("rm", "-f", f"/home/{USER}/.config/systemd/user/{timer}")
+        as_user(box, "systemctl", "--user", "daemon-reload")

@@ -292,16 +292,14 @@ def engine_hangs_on_update(tmp: Path) -> Seen:
 
 
 def hung_user_manager(tmp: Path) -> Seen:
-    """``systemctl --user`` never returns (its manager hangs): each call would wait 10 s."""
-    bindir = Path(f"/tmp/sg-usermgr-{os.getpid()}-{uuid.uuid4().hex[:6]}")
-    bindir.mkdir(mode=0o755)  # the user's child must reach it: not under a 0700 folder
-    tool = bindir / "systemctl"
-    tool.write_text("#!/bin/sh\nexec /bin/sleep 60\n")
-    tool.chmod(0o755)
-    (bindir / "run").mkdir(mode=0o755)
-    old = usermanager.PATH, usermanager.runtime_dir
-    usermanager.PATH = str(bindir)
-    usermanager.runtime_dir = lambda uid: str(bindir / "run")
+    """The user's manager takes the connection on its private socket and never answers."""
+    run_dir = Path(f"/tmp/sg-usermgr-{os.getpid()}-{uuid.uuid4().hex[:6]}")  # 108-byte limit
+    (run_dir / "systemd").mkdir(parents=True)
+    hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hung.bind(str(run_dir / "systemd" / "private"))
+    hung.listen(64)  # connections wait in the backlog: never accepted, never answered
+    old = usermanager.runtime_dir
+    usermanager.runtime_dir = lambda uid: str(run_dir)
     try:
         with stage(tmp) as s:
             _job, pid = s.job_in(f"user.slice/user-{NOBODY}.slice/user@{NOBODY}.service/"
@@ -310,11 +308,13 @@ def hung_user_manager(tmp: Path) -> Seen:
             report, took = timed(cfg, ManagersAndEngines(environ={}, state_dir=cfg.state.dir))
             seen = verdict_seen(cfg, report, took, DEADLINE_S)
             owner = next(h.owner for h in report.holders if h.decision.holder.pid == pid)
-            seen.check(owner.kind == "user-service" and "no answer within" in owner.note,
+            seen.check(owner.kind == "user-service" and "authenticating to the systemd private "
+                       f"socket at unix:path={run_dir}/systemd/private timed out" in owner.note,
                        f"the owner says its manager did not answer ({owner.note})")
     finally:
-        usermanager.PATH, usermanager.runtime_dir = old
-        shutil.rmtree(bindir, ignore_errors=True)
+        usermanager.runtime_dir = old
+        hung.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
     return seen
 
 

@@ -69,13 +69,16 @@ def _read_line(proc: subprocess.Popen[Any], what: str, log: Path) -> str:
 
 
 @contextmanager
-def private_system_bus() -> Iterator[PrivateBus]:
+def private_system_bus(socket_name: str = "system_bus_socket") -> Iterator[PrivateBus]:
+    """``socket_name``: the socket's path in the folder (``systemd/private``: where a
+    user manager's private socket lies in its runtime folder)."""
     daemon = dbus_daemon()
     if daemon is None:
         raise RuntimeError("dbus-daemon is not installed")
     # A short folder in /tmp: a unix socket path must fit in 108 bytes.
     folder = Path(tempfile.mkdtemp(prefix="sg-bus-"))
-    socket = folder / "system_bus_socket"
+    socket = folder / socket_name
+    socket.parent.mkdir(parents=True, exist_ok=True)
     address = f"unix:path={socket}"
     log = folder / "dbus-daemon.log"
     with open(log, "w") as err:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from pathlib import Path
 
 import pytest
 
@@ -11,13 +12,6 @@ from suspendguard.model import Unavailable
 from suspendguard.system import runner, usermanager
 
 NOBODY = pwd.getpwnam("nobody")
-
-
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("100ms", 0.1), ("1min 30s", 90.0), ("2h 5min", 7500.0), ("1.5s", 1.5), ("250us", 0.00025),
-    ("0", 0.0), ("", 0.0), ("infinity", 0.0)])
-def test_timespan_as_systemctl_prints_it(text: str, seconds: float) -> None:
-    assert usermanager.timespan_s(text) == pytest.approx(seconds)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
@@ -28,8 +22,15 @@ def test_child_runs_as_the_user_with_its_group_only() -> None:
     assert result.stdout.split() == [str(NOBODY.pw_uid), str(NOBODY.pw_gid), str(NOBODY.pw_gid)]
 
 
+def test_the_manager_is_asked_at_its_private_socket(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    monkeypatch.setattr(usermanager, "runtime_dir", lambda uid: str(tmp_path))
+    assert usermanager.manager_address(NOBODY.pw_uid) == \
+        f"unix:path={tmp_path}/systemd/private"
+
+
 def test_a_user_without_a_running_manager_is_unavailable_with_why() -> None:
-    answer = usermanager.service_states(NOBODY.pw_uid, ["x.service"])
+    answer = usermanager.manager_address(NOBODY.pw_uid)
     assert isinstance(answer, Unavailable)
     assert answer.reason == (f"the manager of uid {NOBODY.pw_uid} does not run "
                              f"(/run/user/{NOBODY.pw_uid} is absent)")
@@ -37,8 +38,10 @@ def test_a_user_without_a_running_manager_is_unavailable_with_why() -> None:
 
 def test_an_unknown_uid_is_unavailable() -> None:
     uid = next(u for u in range(60000, 65000) if not _exists(u))
-    answer = usermanager.reload(uid)
+    answer = usermanager.manager_address(uid)
     assert isinstance(answer, Unavailable) and answer.reason == f"uid {uid} has no user account"
+    written = usermanager.write_file(uid, "/nonexistent/x", "")
+    assert isinstance(written, Unavailable) and written.reason == f"uid {uid} has no user account"
 
 
 def _exists(uid: int) -> bool:

@@ -10,6 +10,13 @@ The bus is made with ``negotiate_unix_fd=True``: without it dbus-next cannot
 receive the fd that logind's ``Inhibit`` returns and the call hangs. With it,
 dbus-next leaves every received fd open, so a :class:`Session` closes every
 fd it receives except those its caller keeps.
+
+The address may also be a systemd manager's private socket
+(``/run/user/UID/systemd/private``, a user's manager): a peer connection
+with no bus driver behind it, which answers the ``Hello`` every
+:class:`MessageBus` sends with an UnknownObject error. dbus-next keeps that
+error's text as the unique name; nothing here uses the name, and every
+call after it is answered (checked on systemd 252).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ DEFAULT_TIMEOUT = 2.0
 DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"
 
 PROPERTIES = "org.freedesktop.DBus.Properties"
+PRIVATE_SOCKET = "/systemd/private"  # a manager's own socket, under its runtime folder
 
 # Errors that mean "nobody owns that name": the service is not running.
 _ABSENT = frozenset({
@@ -42,6 +50,11 @@ _ABSENT = frozenset({
 })
 
 T = TypeVar("T")
+
+
+def _noun(address: str) -> str:
+    """What ``address`` reaches, for the messages."""
+    return "systemd private socket" if address.endswith(PRIVATE_SOCKET) else "system bus"
 
 
 def system_bus_address(environ: Mapping[str, str] | None = None) -> str:
@@ -83,7 +96,8 @@ class Session:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self.step = f"connecting to the system bus at {address}"
+        self.noun = _noun(address)
+        self.step = f"connecting to the {self.noun} at {address}"
         self._bus: Any = None
         self._received: set[int] = set()
         self._kept: set[int] = set()
@@ -95,19 +109,19 @@ class Session:
         try:
             self._bus = _new_bus(self.address)
         except (FileNotFoundError, ConnectionRefusedError) as e:
-            raise Failure(f"no system bus at {self.address} ({e.strerror})") from None
+            raise Failure(f"no {self.noun} at {self.address} ({e.strerror})") from None
         except OSError as e:
-            raise Failure(f"cannot connect to the system bus at {self.address} "
+            raise Failure(f"cannot connect to the {self.noun} at {self.address} "
                           f"({e.strerror or e})") from None
         self._bus.add_message_handler(self._note_fds)
-        self.step = f"authenticating to the system bus at {self.address}"
+        self.step = f"authenticating to the {self.noun} at {self.address}"
         try:
             await self._bus.connect()
         except OSError as e:
-            raise Failure(f"the system bus at {self.address} dropped the connection "
+            raise Failure(f"the {self.noun} at {self.address} dropped the connection "
                           f"({e.strerror or e})") from None
         except Exception as e:  # dbus-next's AuthError and friends
-            raise Failure(f"the system bus at {self.address} refused the connection "
+            raise Failure(f"the {self.noun} at {self.address} refused the connection "
                           f"({type(e).__name__}: {e})") from None
 
     async def call(self, destination: str, path: str, interface: str, member: str,

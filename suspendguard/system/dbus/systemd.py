@@ -32,6 +32,9 @@ SYSTEMD_TIMER = "org.freedesktop.systemd1.Timer"
 _NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
 # What a start's wait leaves of its timeout for the last look and the answer.
 START_ANSWER_S = 0.5
+# How long a daemon-reload may take (a large host's takes seconds); a guard
+# run cuts it to its deadline.
+RELOAD_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +301,9 @@ async def _job_end(session: Session, job: str, until: float | None = None) -> bo
         await asyncio.sleep(0.05)
 
 
-def reload_manager(timeout: float = 10.0, address: str | None = None) -> Unavailable | None:
+def reload_manager(timeout: float = RELOAD_TIMEOUT_S,
+                   address: str | None = None) -> Unavailable | None:
+    """``Manager.Reload``: answered once the manager has read its units again."""
     async def body(session: Session) -> None:
         await session.call(SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_MANAGER, "Reload", expect="")
 

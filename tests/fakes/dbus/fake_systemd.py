@@ -108,6 +108,10 @@ class Service(ServiceInterface):
         return int(self.props.get("RestartUSec", 100000))
 
     @dbus_property(access=PropertyAccess.READ)
+    def TimeoutStopUSec(self) -> "t":
+        return int(self.props.get("TimeoutStopUSec", 0))
+
+    @dbus_property(access=PropertyAccess.READ)
     def KillMode(self) -> "s":
         return str(self.props.get("KillMode", "control-group"))
 

@@ -1,0 +1,72 @@
+"""guard/user_services.py: a user's manager asked over its private socket with systemd's calls.
+
+A real dbus-daemon listens where a user manager's private socket lies
+(``RUNTIME/systemd/private``) and the fake systemd1 (tests/fakes/dbus/)
+answers on it; the container tests ask a real user manager the same way.
+"""
+
+from __future__ import annotations
+
+import pwd
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
+
+from suspendguard.guard.user_services import UserServices
+from suspendguard.model import Owner, Unavailable
+from suspendguard.system import usermanager
+
+pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
+
+UID = pwd.getpwnam("nobody").pw_uid
+UNIT = "train.service"
+STATE = {"units": {UNIT: {"LoadState": "loaded", "ActiveState": "active", "SubState": "running",
+                          "Restart": "always", "RestartUSec": 1_500_000,
+                          "TimeoutStopUSec": 90_000_000}}}
+
+
+@pytest.fixture
+def user_manager(monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateBus]:
+    with private_system_bus("systemd/private") as bus, \
+            fake_service(bus, STATE, services=["systemd"]):
+        monkeypatch.setattr(usermanager, "runtime_dir", lambda uid: str(bus.folder))
+        yield bus
+
+
+def owner() -> Owner:
+    return Owner("user-service", UNIT, uid=UID)
+
+
+def test_the_spans_come_as_numbers_from_the_users_manager(user_manager: PrivateBus) -> None:
+    states = UserServices(time.monotonic).states(owner())
+    assert not isinstance(states, Unavailable), states
+    st = states[UNIT]
+    assert (st.load_state, st.active_state, st.restart) == ("loaded", "active", "always")
+    assert (st.restart_delay_s, st.timeout_stop_s) == (1.5, 90.0)
+
+
+def test_reload_and_start_go_to_the_users_manager(user_manager: PrivateBus) -> None:
+    users = UserServices(time.monotonic)
+    assert users.reload(UID) is None
+    assert users.start(owner(), wait=True) == "active"
+    after = users.after_stop([owner()], time.monotonic() + 1.0)
+    assert not isinstance(after, Unavailable), after
+    assert after[owner().key].active_state == "active"
+
+
+def test_a_manager_without_its_socket_is_unavailable_with_the_path(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(usermanager, "runtime_dir", lambda uid: str(tmp_path))
+    states = UserServices(time.monotonic).states(owner())
+    assert isinstance(states, Unavailable)
+    assert states.reason == (f"systemd: unavailable: no systemd private socket at "
+                             f"unix:path={tmp_path}/systemd/private (No such file or directory)")
+
+
+def test_an_owner_of_unknown_uid_is_asked_nothing() -> None:
+    answer = UserServices(time.monotonic).start(Owner("user-service", UNIT), wait=False)
+    assert isinstance(answer, Unavailable)
+    assert answer.reason == "the user manager's uid is not known"
