@@ -13,17 +13,16 @@ a sleep hook can do.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from suspendguard.config import Config
-from suspendguard.doctor.host import Host
+from suspendguard.doctor.host import Host, setting, timespan_s
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
 from suspendguard.install import templates
-from suspendguard.model import SLEEP_ACTIONS
+from suspendguard.model import SLEEP_ACTIONS, Unavailable
 
 Severity = Literal["error", "warning", "note"]
 NVIDIA_UNITS = ("nvidia-suspend.service", "nvidia-resume.service", "nvidia-hibernate.service")
@@ -52,26 +51,19 @@ def health_budget_s(config: Config) -> int:
     return math.ceil(config.resume.ready_timeout_s + 6 * config.resume.health_timeout_s)
 
 
-def _seconds(value: str | None) -> float | None:
-    """A systemd time span as seconds: 120, 90s, 2min, 1min 30s; None: not one, or infinity."""
-    if value is None:
-        return None
-    units = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "ms": 0.001}
-    total = 0.0
-    for number, unit in re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]*)", value.strip()):
-        if unit not in units:
-            return None
-        total += float(number) * units[unit]
-    return total if value.strip() and value.strip() != "infinity" else None
-
-
-def _setting(text: str, key: str) -> str | None:
-    found = None
-    for line in text.splitlines():
-        name, _, value = line.strip().partition("=")
-        if name.strip() == key:
-            found = value.strip()
-    return found
+def _timeout_start(host: Host, path: str, names: Sequence[str]
+                   ) -> tuple[float | None, Finding | None]:
+    """The unit's TimeoutStartSec in seconds (None: not set, or infinity), or a note why not."""
+    value = host.unit_setting(path, "TimeoutStartSec", names)
+    if not value:
+        return None, None
+    seconds = timespan_s(value)
+    if isinstance(seconds, Unavailable):
+        return None, Finding(
+            "timeout-unreadable", "note",
+            f"cannot read TimeoutStartSec={value} of {names[-1]}: {seconds.reason}",
+            "install systemd's systemd-analyze, or check the timeout by hand")
+    return seconds, None
 
 
 def nvidia_preserve(host: Host, vram_mb: float | None) -> list[Finding]:
@@ -151,7 +143,7 @@ def units_before_sleep(host: Host) -> list[Finding]:
                                          for line in text.splitlines()) if k.strip() == "Before")
         if "sleep.target" not in before.split():
             continue
-        if (_setting(text, "DefaultDependencies") or "yes").lower() in ("no", "false", "0"):
+        if (setting(text, "DefaultDependencies") or "yes").lower() in ("no", "false", "0"):
             continue
         out.append(Finding(
             "unit-before-sleep-default-deps", "warning",
@@ -175,17 +167,24 @@ def guard_units(host: Host, config: Config) -> list[Finding]:
                 f"{templates.instance(action)} is not enabled: {action} is not guarded",
                 "suspendguard install (it enables one instance per sleep kind)"))
     need = templates.timeout_start_s(config)
-    have = _seconds(_setting(unit, "TimeoutStartSec"))
-    if have is not None and have < need:
-        out.append(Finding(
-            "guard-timeout-short", "error",
-            f"{templates.UNIT_TEMPLATE} has TimeoutStartSec={have:g} s, less than [drain] "
-            f"deadline_s plus {templates.TIMEOUT_MARGIN_S} s ({need} s): systemd would kill the "
-            "guard before it answers, and the suspend fails",
-            "suspendguard install (it writes the timeout from the configuration)"))
+    for action in SLEEP_ACTIONS:
+        have, unreadable = _timeout_start(host, templates.UNIT_PATH,
+                                          (templates.instance(action), templates.UNIT_TEMPLATE))
+        if unreadable is not None and unreadable not in out:  # one note for the three
+            out.append(unreadable)
+        if have is not None and have < need:
+            out.append(Finding(
+                "guard-timeout-short", "error",
+                f"{templates.instance(action)} has TimeoutStartSec={have:g} s, less than "
+                f"[drain] deadline_s plus {templates.TIMEOUT_MARGIN_S} s ({need} s): systemd "
+                "would kill the guard before it answers, and the suspend fails",
+                "suspendguard install (it writes the timeout from the configuration), and "
+                f"no drop-in of {templates.UNIT_TEMPLATE} that sets a shorter one"))
+            break
     resume = host.read(templates.RESUME_PATH)
     budget = health_budget_s(config)
-    have = _seconds(_setting(resume, "TimeoutStartSec")) if resume is not None else None
+    have, unreadable = _timeout_start(host, templates.RESUME_PATH, (templates.RESUME_UNIT,))
+    out += [unreadable] if unreadable is not None else []
     if resume is None:
         out.append(Finding("resume-unit-missing", "warning",
                            f"{templates.RESUME_UNIT} is not installed: nothing checks the "

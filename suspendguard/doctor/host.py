@@ -5,8 +5,12 @@ from __future__ import annotations
 import glob
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from suspendguard.model import Unavailable
+from suspendguard.system import runner
 
 MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/lib/modprobe.d", "lib/modprobe.d")
 UNIT_DIRS = ("etc/systemd/system", "run/systemd/system", "usr/lib/systemd/system",
@@ -88,6 +92,29 @@ class Host:
                 return text
         return None
 
+    def unit_setting(self, path: str, key: str, names: Sequence[str]) -> str | None:
+        """``key`` as systemd reads it for the unit file at ``path``: the file's last value,
+        then each drop-in's (``NAME.d/*.conf`` for each of ``names``, in every unit
+        folder; a drop-in's file name in an earlier folder hides it in a later one;
+        applied in file-name order). None when the file is absent or nothing sets it."""
+        text = self.read(path)
+        if text is None:
+            return None
+        found = setting(text, key)
+        dropins: dict[str, Path] = {}
+        for folder in UNIT_DIRS:
+            for name in names:
+                for file in sorted(glob.glob(str(self.path(folder) / f"{glob.escape(name)}.d"
+                                                 / "*.conf"))):
+                    dropins.setdefault(os.path.basename(file), Path(file))
+        for name in sorted(dropins):
+            try:
+                value = setting(dropins[name].read_text(errors="replace"), key)
+            except OSError:
+                continue
+            found = value if value is not None else found
+        return found
+
     def logind_settings(self, key: str) -> list[tuple[str, str]]:
         """(file, value) for each file that sets ``key`` in [Login], in the order read."""
         files = [self.path(f) for f in LOGIND_CONF]
@@ -139,3 +166,27 @@ class Host:
             except OSError:
                 continue
         return names
+
+
+def setting(text: str, key: str) -> str | None:
+    """The last ``KEY=value`` of a unit file's text; None when it sets none."""
+    found = None
+    for line in text.splitlines():
+        name, _, value = line.strip().partition("=")
+        if name.strip() == key:
+            found = value.strip()
+    return found
+
+
+def timespan_s(value: str) -> float | Unavailable | None:
+    """A unit file's time span (``120``, ``1min 30s``) in seconds, as systemd's own parser
+    (``systemd-analyze timespan``) reads it; None for ``infinity``."""
+    result = runner.run(["systemd-analyze", "timespan", value], 10.0)
+    if not result.ok:
+        return Unavailable(result.stderr.strip() or result.describe_failure())
+    for line in result.stdout.splitlines():
+        label, _, number = line.strip().partition(":")
+        if label in ("μs", "us") and number.strip().isdigit():
+            usec = int(number)
+            return None if usec == (1 << 64) - 1 else usec / 1e6
+    return Unavailable(f"systemd-analyze timespan {value!r}: no μs line in its answer")

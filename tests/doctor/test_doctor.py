@@ -12,9 +12,9 @@ from helpers.runners import cli
 
 from suspendguard.config import build
 from suspendguard.doctor.checks import doctor, health_budget_s
-from suspendguard.doctor.host import Host
+from suspendguard.doctor.host import Host, timespan_s
 from suspendguard.install import templates
-from suspendguard.model import SLEEP_ACTIONS
+from suspendguard.model import SLEEP_ACTIONS, Unavailable
 
 CONFIG = build({})
 GiB = 1024 * 1024 * 1024
@@ -105,6 +105,19 @@ def _resume_short_timeout(root: Path) -> None:
     write(root, templates.RESUME_PATH, "[Service]\nTimeoutStartSec=1min\n")
 
 
+def _guard_dropin_shortens_one_instance(root: Path) -> None:
+    write(root, f"run/systemd/system/{templates.instance('hibernate')}.d/50-short.conf",
+          "[Service]\nTimeoutStartSec=1min 30s\n")
+
+
+def _resume_dropin_overridden_by_a_later_name(root: Path) -> None:
+    budget = health_budget_s(CONFIG)
+    write(root, f"etc/systemd/system/{templates.RESUME_UNIT}.d/10-long.conf",
+          f"[Service]\nTimeoutStartSec={budget + 60}\n")
+    write(root, f"usr/lib/systemd/system/{templates.RESUME_UNIT}.d/20-short.conf",
+          "[Service]\nTimeoutStartSec=30s\n")
+
+
 def _no_resume_unit(root: Path) -> None:
     (root / templates.RESUME_PATH.lstrip("/")).unlink()
 
@@ -139,6 +152,9 @@ CASES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "guard-unit-missing": (_guard_missing_hibernate, ["guard-unit-missing"]),
     "guard-timeout-short": (_guard_short_timeout, ["guard-timeout-short"]),
     "resume-timeout-short": (_resume_short_timeout, ["resume-timeout-short"]),
+    "guard-dropin-short": (_guard_dropin_shortens_one_instance, ["guard-timeout-short"]),
+    "resume-dropin-short": (_resume_dropin_overridden_by_a_later_name,
+                            ["resume-timeout-short"]),
     "resume-unit-missing": (_no_resume_unit, ["resume-unit-missing"]),
     "inhibit-delay-conflict": (_delay_conflict, ["inhibit-delay-conflict"]),
     "swap-too-small": (_small_swap, ["hibernate-swap-too-small"]),
@@ -155,6 +171,50 @@ def test_each_finding_on_a_host_that_has_it(tmp_path: Path, case: str) -> None:
     change, expected = CASES[case]
     change(root)
     assert ids(root) == expected
+
+
+def test_a_drop_in_that_lengthens_the_timeout_is_what_counts(tmp_path: Path) -> None:
+    root = clean_host(tmp_path)
+    _resume_short_timeout(root)
+    # what the finding's fix says: systemctl edit writes an override drop-in
+    write(root, f"etc/systemd/system/{templates.RESUME_UNIT}.d/override.conf",
+          f"[Service]\nTimeoutStartSec={health_budget_s(CONFIG) + 60}\n")
+    assert ids(root) == []
+    # the same file name in a folder read later is hidden by /etc's
+    write(root, f"usr/lib/systemd/system/{templates.RESUME_UNIT}.d/override.conf",
+          "[Service]\nTimeoutStartSec=10s\n")
+    assert ids(root) == []
+
+
+def test_the_short_instance_is_named(tmp_path: Path) -> None:
+    root = clean_host(tmp_path)
+    _guard_dropin_shortens_one_instance(root)
+    [found] = doctor(Host(str(root)), CONFIG, None)
+    assert found.text.startswith(f"{templates.instance('hibernate')} has TimeoutStartSec=90 s")
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("120", 120.0), ("1min 30s", 90.0), ("2h 5min", 7500.0), ("250ms", 0.25),
+    ("infinity", None)])
+def test_spans_are_read_by_systemds_own_parser(text: str, seconds: float | None) -> None:
+    assert timespan_s(text) == seconds
+
+
+def test_a_span_systemd_refuses_is_unavailable_with_its_words() -> None:
+    answer = timespan_s("soon")
+    assert isinstance(answer, Unavailable)
+    assert answer.reason == "Failed to parse time span 'soon': Invalid argument"
+
+
+def test_without_systemd_analyze_the_timeouts_are_a_note(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    root = clean_host(tmp_path)
+    _guard_short_timeout(root)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    found = doctor(Host(str(root)), CONFIG, None)
+    assert [(f.id, f.severity) for f in found] == [("timeout-unreadable", "note")] * 2
+    assert found[0].text.startswith(
+        f"cannot read TimeoutStartSec=60 of {templates.UNIT_TEMPLATE}: systemd-analyze")
 
 
 def test_tempfile_smaller_than_the_vram_in_use(tmp_path: Path) -> None:
