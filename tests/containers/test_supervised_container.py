@@ -271,17 +271,26 @@ def test_user_service_of_a_lingering_user_is_stopped_through_its_manager_and_res
                    USER_UNIT).strip() == "15"
 
 
-# As the guard's units ask it: root, over the manager's private socket.
+# As the guard's units ask it: root, over the manager's private socket, on
+# fresh connections (systemd 252 left the first message of one in 26 of 40
+# unread, bus.py's nudge); every one must answer.
 READ_USER_STATE = """
 import json, sys, time
 from suspendguard.guard.user_services import UserServices
 from suspendguard.model import Owner
-states = UserServices(time.monotonic).states(Owner("user-service", sys.argv[1], uid=int(sys.argv[2])))
+took = []
+for _ in range(40):
+    t = time.monotonic()
+    states = UserServices(time.monotonic).states(Owner("user-service", sys.argv[1],
+                                                       uid=int(sys.argv[2])))
+    took.append(time.monotonic() - t)
+    if not isinstance(states, dict):
+        sys.exit(states.reason)
 st = states[sys.argv[1]]
 print(json.dumps({"restart": st.restart, "restart_delay_s": st.restart_delay_s,
                   "timeout_stop_s": st.timeout_stop_s, "main_pid": st.main_pid,
                   "triggered_by": st.triggered_by, "next_elapse": st.next_elapse,
-                  "now": time.monotonic()}))
+                  "now": time.monotonic(), "slowest_s": max(took)}))
 """
 
 
@@ -303,6 +312,7 @@ def test_root_reads_the_user_managers_spans_as_numbers_over_its_private_socket(
         assert read["main_pid"] == user_main_pid(box)
         assert read["triggered_by"] == [timer]
         assert 3590 < read["next_elapse"][timer] - read["now"] <= 3600, read
+        assert read["slowest_s"] < 1.0, read  # a Hello left unread would wait the 2 s timeout
     finally:
         as_user(box, "systemctl", "--user", "stop", timer, check=False)
         box.run("rm", "-f", f"/home/{USER}/.config/systemd/user/{timer}")
