@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from suspendguard.model import Owner
-from suspendguard.record import Stop
+from suspendguard.record import Attempt, Stop
 from suspendguard.store.history import History
 
 FAKES = REPO / "tests" / "fakes"
@@ -69,9 +69,10 @@ def stop_jobs(state: Path, jobs: int) -> None:
     now = time.time()
     with History.open(str(state)) as h:
         attempt = h.begin("suspend", "unit", False, "bench", now - 2)
-        h.finish(attempt, "allow", [], [], [], finished=now - 1, stops=[
-            Stop(Owner("systemd-service", f"job{i}.service"), i, now - 1.5)
-            for i in range(jobs)])
+        stops = tuple(Stop(Owner("systemd-service", f"job{i}.service"), i, now - 1.5)
+                      for i in range(jobs))
+        h.finish(Attempt(attempt, now - 2, now - 1, "suspend", "unit", False, "allow", (), (),
+                         "bench", stops=stops))
 
 
 def one(conf: Path, env: dict[str, str], before: Callable[[], None]) -> tuple[float, float]:

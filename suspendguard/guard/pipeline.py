@@ -255,9 +255,8 @@ def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
     stops: Sequence[Stop] = r.stops
     if history is not None and attempt_id is not None:
         try:
-            # Stops written ahead are in already; the others (their row failed) now.
-            history.finish(attempt_id, verdict.kind, verdict.reasons, verdict.warnings, holders,
-                           stops=[st for st in stops if st.seq not in r.written_ahead])
+            # Stops written ahead are in already; the others (their row failed) go in now.
+            history.finish(attempt)
             stops = history.pending_stops(attempt_id)
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
@@ -333,7 +332,6 @@ def _write_ahead(history: History, attempt_id: int, r: RunState
                               f"first: {exc}")
             return
         ids.update(zip((s.seq for s in stops), written, strict=True))
-        r.written_ahead.update(s.seq for s in stops)
 
     def after(stops: Sequence[Stop], answers: Mapping[str, str]) -> None:
         taken = [ids[s.seq] for s in stops if s.seq in ids and not answers.get(s.owner.key)]

@@ -109,7 +109,6 @@ class RunState:
             lambda _s, _a: None
         self.owners: dict[HolderId, Owner] = {}
         self.stops: list[Stop] = []  # owners kept down for the drain, in order
-        self.written_ahead: set[int] = set()  # seqs of the stops the history has already
         self._through: set[HolderId] = set()
         self._unreached: set[str] = set()  # containers whose engine did not answer, warned once
 

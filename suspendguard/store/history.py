@@ -210,29 +210,31 @@ class History:
         with self._tx() as c:
             self._insert_holders(c, attempt_id, holders)
 
-    def finish(self, attempt_id: int, verdict: str, reasons: Sequence[str],
-               warnings: Sequence[str], holders: Sequence[HolderRecord],
-               finished: float | None = None, stops: Sequence[Stop] = ()) -> None:
+    def finish(self, attempt: Attempt) -> None:
+        """Write the attempt as the guard ended it: its verdict, reasons, warnings, end,
+        holders, and the stops whose rows are not in yet (:meth:`stopping` wrote the others)."""
         try:
-            self._finish(attempt_id, verdict, reasons, warnings, holders, finished, stops)
+            self._finish(attempt)
         except HistoryError as exc:
             # The disk filled during the run: write the verdict in the room kept for it.
             if "full" not in str(exc) or not reserve.release(os.path.dirname(self.path)):
                 raise
-            self._finish(attempt_id, verdict, reasons, warnings, holders, finished, stops)
+            self._finish(attempt)
 
-    def _finish(self, attempt_id: int, verdict: str, reasons: Sequence[str],
-                warnings: Sequence[str], holders: Sequence[HolderRecord],
-                finished: float | None, stops: Sequence[Stop]) -> None:
+    def _finish(self, attempt: Attempt) -> None:
         with self._tx() as c:
-            c.execute("DELETE FROM holders WHERE attempt_id = ?", (attempt_id,))
+            c.execute("DELETE FROM holders WHERE attempt_id = ?", (attempt.id,))
             c.execute(
                 "UPDATE attempts SET finished=?, verdict=?, reasons=?, warnings=? WHERE id=?",
-                (finished or time.time(), verdict, json.dumps(list(reasons)),
-                 json.dumps(list(warnings)), attempt_id),
+                (attempt.finished or time.time(), attempt.verdict,
+                 json.dumps(list(attempt.reasons)), json.dumps(list(attempt.warnings)),
+                 attempt.id),
             )
-            self._insert_holders(c, attempt_id, holders)
-            self._insert_stops(c, attempt_id, stops, issued=True)
+            self._insert_holders(c, attempt.id, attempt.holders)
+            written = {int(seq) for (seq,) in c.execute(
+                "SELECT seq FROM stops WHERE attempt_id = ?", (attempt.id,))}
+            self._insert_stops(c, attempt.id, [s for s in attempt.stops if s.seq not in written],
+                               issued=True)
 
     def _insert_stops(self, c: sqlite3.Connection, attempt_id: int,
                       stops: Sequence[Stop], *, issued: bool) -> list[int]:

@@ -33,6 +33,7 @@ from fakes.engine.fake_engine import FakeEngine, cgroup_root
 from helpers.cgroups import remove_cgroup
 from helpers.dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
 from helpers.holders import HOLDER, Holders
+from helpers.records import ended
 
 from suspendguard.config import Config, build
 from suspendguard.guard.pipeline import run
@@ -434,7 +435,7 @@ def earlier_boot(tmp: Path) -> Seen:
             attempt = h.begin("suspend", "unit", False, "")
             h.stopping(attempt, [Stop(Owner("systemd-service", "train.service"), 1,
                                       time.time(), attempt, boot_id="an-earlier-boot")])
-            h.finish(attempt, "allow", [], [], [])
+            h.finish(ended(attempt, "allow"))
         out = io.StringIO()
         # No bus at all: a stop left down asks nothing of systemd.
         code = main(["--config", str(conf), "restore", "--json"], out=out, err=io.StringIO(),

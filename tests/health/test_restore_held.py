@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import MODPROBE, Gpu
 from helpers.holders import Holders
+from helpers.records import ended
 from helpers.runners import cli
 
 from suspendguard.commands.restore import HELD_MESSAGE_ID
@@ -63,8 +64,8 @@ def stopped_job(state: Path) -> int:
     now = time.time()
     with History.open(str(state)) as h:
         attempt = h.begin("suspend", "unit", False, "digest", now - 5)
-        h.finish(attempt, "allow", [], [], [], finished=now - 4, stops=[Stop(
-            Owner("systemd-service", "train.service"), 0, now - 4.5)])
+        h.finish(ended(attempt, "allow", finished=now - 4, stops=[Stop(
+            Owner("systemd-service", "train.service"), 0, now - 4.5)]))
     return attempt
 
 

@@ -19,6 +19,7 @@ import pytest
 from helpers import REPO
 from helpers.dbus import dbus_daemon
 from helpers.holders import Holders
+from helpers.records import ended
 from helpers.users import nobody_prefix, python_for_nobody
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -76,25 +77,26 @@ def make_history(state_dir: Path) -> None:
     """Three real attempts: an allow with a drained job, a veto, one with a finding after resume."""
     with History.open(str(state_dir)) as h:
         first = h.begin("suspend", "unit", False, "digest", 1_700_000_000.0)
-        h.finish(first, "allow", [], [], [
+        h.finish(ended(first, "allow", holders=[
             HolderRecord.kept(pid=4242, start_time=1, user="alice", unit="session-3.scope",
                               comm="train", command="python train.py", action="drain",
                               rule="holds a compute node", outcome=Outcome("exited", 0.61))],
-                 finished=1_700_000_001.5)
+                 finished=1_700_000_001.5))
         second = h.begin("suspend", "unit", False, "digest", 1_700_000_100.0)
-        h.finish(second, "veto", ["pid 77 infer ignores SIGINT: kill -2 cannot stop it"], [], [
+        h.finish(ended(second, "veto",
+                       reasons=["pid 77 infer ignores SIGINT: kill -2 cannot stop it"], holders=[
             HolderRecord.kept(pid=77, start_time=2, user="bob", unit=None, comm="infer",
                               command="infer --serve", action="drain", rule="holds a compute node",
                               outcome=Outcome("not-signalled", why="ignores SIGINT"))],
-                 finished=1_700_000_100.2)
+                 finished=1_700_000_100.2))
         third = h.begin("hibernate", "unit", False, "digest", 1_700_000_200.0)
-        h.finish(third, "allow", [], [], [], finished=1_700_000_200.1)
+        h.finish(ended(third, "allow", finished=1_700_000_200.1))
         h.record_findings(third, [SimpleNamespace(
             rule="hwts-busy-suspend", severity="error", file="/var/log/npu/slog/device-0.log",
             line=12, time=datetime(2023, 11, 14, 22, 16), pid=0,
             text="suspend_ack: suspend pre check fail, hwts is busy")])
         dry = h.begin(None, "cli", True, "digest", 1_700_000_300.0)
-        h.finish(dry, "allow", [], [], [])
+        h.finish(ended(dry, "allow"))
 
 
 # --- logind and systemd over a real bus -----------------------------------------------

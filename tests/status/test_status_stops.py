@@ -6,6 +6,8 @@ import io
 import json
 from pathlib import Path
 
+from helpers.records import ended
+
 from suspendguard.cli import main
 from suspendguard.model import Owner, OwnerKind
 from suspendguard.record import Stop
@@ -24,11 +26,11 @@ def make_history(state_dir: Path) -> None:
     """Eight attempts: stops in the first two (older than the five status lists) and the last."""
     with History.open(str(state_dir)) as h:
         first = h.begin("suspend", "unit", False, "digest", T0)
-        h.finish(first, "allow", [], [], [], finished=T0 + 2,
-                 stops=[stop(0, "infer.service"), stop(1, "web.service")])
+        h.finish(ended(first, "allow", finished=T0 + 2,
+                 stops=[stop(0, "infer.service"), stop(1, "web.service")]))
         second = h.begin("suspend", "unit", False, "digest", T0 + 100)
-        h.finish(second, "veto", ["pid 77 infer ignores SIGINT"], [], [], finished=T0 + 101,
-                 stops=[stop(0, "batch.service"), stop(1, "train.service", "user-service", 1000)])
+        h.finish(ended(second, "veto", reasons=["pid 77 infer ignores SIGINT"], finished=T0 + 101,
+                 stops=[stop(0, "batch.service"), stop(1, "train.service", "user-service", 1000)]))
         for row in h.not_restored():
             if row.owner.name == "infer.service":
                 h.record_restore(row.id, "started", "")
@@ -36,9 +38,9 @@ def make_history(state_dir: Path) -> None:
                 h.record_restore(row.id, "failed", "the start job ended with the unit failed")
         for i in range(5):
             quiet = h.begin("suspend", "unit", False, "digest", T0 + 200 + i)
-            h.finish(quiet, "allow", [], [], [], finished=T0 + 200.5 + i)
+            h.finish(ended(quiet, "allow", finished=T0 + 200.5 + i))
         last = h.begin("suspend", "unit", False, "digest", T0 + 300)
-        h.finish(last, "allow", [], [], [], finished=T0 + 301, stops=[stop(0, "web.service")])
+        h.finish(ended(last, "allow", finished=T0 + 301, stops=[stop(0, "web.service")]))
 
 
 def status(*argv: str) -> tuple[int, str]:
@@ -84,7 +86,7 @@ def test_status_lists_every_job_not_brought_back_with_the_command_to_run(
 def test_nothing_down_no_section(conf: Path, no_bus: str) -> None:
     with History.open(str(conf.parent / "state")) as h:
         one = h.begin("suspend", "unit", False, "digest", T0)
-        h.finish(one, "allow", [], [], [], finished=T0 + 1, stops=[stop(0, "infer.service")])
+        h.finish(ended(one, "allow", finished=T0 + 1, stops=[stop(0, "infer.service")]))
         [row] = h.not_restored()
         h.record_restore(row.id, "started", "")
     code, out = status("--config", str(conf))
@@ -96,7 +98,7 @@ def test_after_resume_off_says_restore_will_not_start_them(conf: Path, no_bus: s
     conf.write_text(conf.read_text() + "[restore]\nafter_resume = false\n")
     with History.open(str(conf.parent / "state")) as h:
         one = h.begin("suspend", "unit", False, "digest", T0)
-        h.finish(one, "allow", [], [], [], finished=T0 + 1, stops=[stop(0, "infer.service")])
+        h.finish(ended(one, "allow", finished=T0 + 1, stops=[stop(0, "infer.service")]))
     _, out = status("--config", str(conf))
     assert "[restore] after_resume = false: restore then only removes the drain drop-ins" in out
 
@@ -105,8 +107,8 @@ def test_status_says_starting_issuing_and_a_containers_own_start(conf: Path, no_
     cid = "c" * 64
     with History.open(str(conf.parent / "state")) as h:
         attempt = h.begin("suspend", "unit", False, "digest", T0)
-        h.finish(attempt, "veto", ["x"], [], [], finished=T0 + 1,
-                 stops=[stop(0, "slow.service"), stop(1, cid, "docker")])
+        h.finish(ended(attempt, "veto", reasons=["x"], finished=T0 + 1,
+                 stops=[stop(0, "slow.service"), stop(1, cid, "docker")]))
         h.stopping(attempt, [stop(2, "cut.service")])  # the guard killed while it issued it
         for row in h.not_restored():
             if row.owner.name == "slow.service":

@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 from helpers.holders import Holders
+from helpers.records import ended
 from helpers.runners import guard
 
 from suspendguard.cli import main
 from suspendguard.errors import NoHistory
 from suspendguard.model import PLAIN, Owner
-from suspendguard.record import SCAN_KEYS, DeviceHealth
+from suspendguard.record import SCAN_KEYS, DeviceHealth, Stop
 from suspendguard.store.history import History, last_attempt_start
 
 
@@ -172,3 +173,19 @@ def test_a_health_answer_reads_back_as_the_same_record_stamped(tmp_path: Path) -
     assert back.time > 0
     assert set(back.to_json()) == set(answer.to_json())
     assert back.to_json()["attempt"] == attempt and answer.to_json()["time"] is None
+
+
+def test_finish_writes_the_stops_not_written_ahead_once(tmp_path: Path) -> None:
+    ahead = Stop(Owner("systemd-service", "train.service"), 0, 1_700_000_000.5)
+    late = Stop(Owner("docker", "c0ffee"), 1, 1_700_000_000.7)  # its row failed before the stop
+    with History.open(str(tmp_path)) as h:
+        attempt = h.begin("suspend", "unit", False, "digest", 1_700_000_000.0)
+        [row] = h.stopping(attempt, [ahead])
+        h.stop_issued([row], [])
+        h.finish(ended(attempt, "allow", finished=1_700_000_001.0, stops=[ahead, late]))
+        stops = h.pending_stops(attempt)
+        [done] = h.attempts(1)
+    assert [(s.seq, s.owner.key) for s in stops] == [(0, "systemd-service:train.service"),
+                                                     (1, "docker:c0ffee")]
+    assert stops[0].id == row and stops[1].issued is not None
+    assert (done.verdict, done.finished) == ("allow", 1_700_000_001.0)
