@@ -21,7 +21,7 @@ from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, HolderId, Owner, Unavailable
 from suspendguard.record import Stop
-from suspendguard.system.cancel import Cancel
+from suspendguard.system.deadline import Cancel
 from suspendguard.system.log import Logger
 from suspendguard.system.terminal import terminal_width
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from suspendguard.config import RESTORE_AFTER_RESUME_S, Config
+from suspendguard.config import Config
 from suspendguard.errors import EXIT_ERROR, HistoryError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors, decide
@@ -30,7 +30,7 @@ from suspendguard.model import Inventory
 from suspendguard.record import Stop
 from suspendguard.store.history import History
 from suspendguard.system import journald
-from suspendguard.system.deadline import Deadline, bounded
+from suspendguard.system.deadline import RESTORE_AFTER_RESUME_S, Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 

@@ -10,12 +10,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from suspendguard.config.budget import ANSWER_MARGIN_S, IDLE_MARGIN_S, needed_s
-from suspendguard.config.effective import Config
-from suspendguard.config.schema import SCHEMA, SECTIONS
+from suspendguard.config.schema import SCHEMA, SECTIONS, Config
 from suspendguard.config.trust import state_dir_problem, untrusted
 from suspendguard.config.validate import Invalid, validate
 from suspendguard.errors import ConfigError
+from suspendguard.system.deadline import ANSWER_MARGIN_S, IDLE_MARGIN_S, needed_s
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from suspendguard.config.effective import Config
-from suspendguard.config.schema import RULE_FIELDS, RULE_HELP, SCHEMA, EscalationStep, Rule
+from suspendguard.config.schema import RULE_FIELDS, RULE_HELP, SCHEMA, Config, EscalationStep, Rule
 from suspendguard.config.validate import validate
 
 

@@ -289,3 +289,22 @@ SCHEMA: dict[str, dict[str, Spec]] = {
     section: {f.name: f.metadata["spec"] for f in fields(record)}
     for section, record in SECTIONS.items()
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The effective configuration: one record per section, where it came from."""
+
+    devices: DevicesConfig
+    policy: PolicyConfig
+    drain: DrainConfig
+    idle: IdleConfig
+    logs: LogsConfig
+    restore: RestoreConfig
+    resume: ResumeConfig
+    state: StateConfig
+    path: str | None = None
+    loaded: bool = False
+    # Why root may not act on this configuration (config/trust.py); empty
+    # when it may, or when the guard does not run as root.
+    trust: tuple[str, ...] = ()

@@ -25,7 +25,7 @@ import os
 import stat
 from collections.abc import Mapping
 
-from suspendguard.config.effective import Config
+from suspendguard.config.schema import Config
 
 _MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
 

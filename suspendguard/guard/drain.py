@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from suspendguard.config import EscalationStep
 from suspendguard.model import Holder, HolderId, Outcome, holder_id
-from suspendguard.system.cancel import Cancel
+from suspendguard.system.deadline import Cancel
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 Log = Callable[[str], None]

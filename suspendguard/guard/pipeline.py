@@ -20,14 +20,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from suspendguard.config import (
-    ANSWER_MARGIN_S,
-    FAMILIES,
-    RESTORE_AFTER_VETO_S,
-    Config,
-    IdleConfig,
-    idle_reserve_s,
-)
+from suspendguard.config import FAMILIES, Config, IdleConfig
 from suspendguard.errors import HistoryError
 from suspendguard.guard import device_view
 from suspendguard.guard.inventory import take_inventory
@@ -51,9 +44,16 @@ from suspendguard.model import (
 )
 from suspendguard.record import Attempt, HolderRecord, Stop
 from suspendguard.store import lock as guard_lock
-from suspendguard.system import children
-from suspendguard.system.cancel import Cancel
-from suspendguard.system.deadline import Deadline, bounded, nap
+from suspendguard.system import runner
+from suspendguard.system.deadline import (
+    ANSWER_MARGIN_S,
+    RESTORE_AFTER_VETO_S,
+    Cancel,
+    Deadline,
+    bounded,
+    idle_reserve_s,
+    nap,
+)
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
@@ -183,7 +183,7 @@ def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
         idle_check = None
     # Locked out: another run is draining these very holders; look at none.
     scan = ScanResult((), 0, (), 0) if lock.refused else \
-        scan_holders(inventory, options.proc, exclude=children.active())
+        scan_holders(inventory, options.proc, exclude=runner.active_children())
     refused = device_view.refused_pids(r, scan)
     decisions = r.decide(scan.holders)
     # The device's own view before anyone is signalled: what it reports and
@@ -200,7 +200,7 @@ def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
     to_drain = r.admit(decisions, vetoed=bool(r.reasons))
     certain_veto = bool(r.reasons)
     if to_drain:
-        # Time for the idle check only when one will run (config/budget.py).
+        # Time for the idle check only when one will run (system/deadline.py).
         idle_reserve = idle_reserve_s(config.idle.settle_s, config.idle.command_timeout_s) \
             if idle_check is not None and inventory.nodes else 0.0
         try:

@@ -35,8 +35,8 @@ from suspendguard.model import (
     holder_id,
 )
 from suspendguard.record import HolderRecord, Stop
-from suspendguard.system import children
-from suspendguard.system.cancel import Cancel
+from suspendguard.system import runner
+from suspendguard.system.deadline import Cancel
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 
@@ -312,7 +312,7 @@ class RunState:
             # fds only: a restarted job opens its nodes first; a mapping
             # without an fd comes later in a job's life. This keeps the step
             # between the last exit and the verdict short.
-            rescan = scan_holders(inventory, self.options.proc, exclude=children.active(), maps=False)
+            rescan = scan_holders(inventory, self.options.proc, exclude=runner.active_children(), maps=False)
             new = [h for h in rescan.holders if holder_id(h) not in seen]
             seen.update(holder_id(h) for h in new)
             tags = {

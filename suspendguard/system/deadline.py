@@ -7,19 +7,46 @@ own default alone, and stops waiting when the run is cancelled (SIGTERM to
 the guard: :attr:`Deadline.cancel`). A module-level current deadline, not
 one more argument through every client: the clients sit below the guard,
 which is the only one that knows the run's clock, and a call made outside
-any run (``status``, a test) keeps its own timeout.
+any run (``status``, a test) keeps its own timeout. The guard's own stop
+(:class:`Cancel`) lives here, and the shares of the deadline (the margins,
+:func:`needed_s`) at the end.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import select
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from suspendguard.system.cancel import Cancel
+
+class Cancel:
+    """Set when the guard itself is told to stop (SIGTERM); wakes any poll()."""
+
+    def __init__(self) -> None:
+        self.reason = ""
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    @property
+    def fd(self) -> int:
+        return self._r
+
+    @property
+    def cancelled(self) -> bool:
+        return bool(self.reason)
+
+    def cancel(self, reason: str) -> None:
+        self.reason = self.reason or reason
+        with contextlib.suppress(OSError):
+            os.write(self._w, b"x")
+
+    def close(self) -> None:
+        for fd in (self._r, self._w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +117,39 @@ def bounded(deadline: Deadline) -> Iterator[Deadline]:
         yield deadline
     finally:
         _current.pop()
+
+
+# -- how one run's deadline is shared: the drain wait, the idle check, the answer.
+# The pipeline and the configuration's check (config/load.py) read the same
+# figures, so a valid configuration's drain wait is never cut short by the
+# deadline in the first drain round.
+
+# Left at the end of every run to record the verdict and answer before
+# systemd's TimeoutStartSec.
+ANSWER_MARGIN_S = 2.0
+# The restore right after a veto: it starts once the verdict is recorded
+# (by deadline_s - ANSWER_MARGIN_S) and must end inside the unit's
+# TimeoutStartSec, deadline_s + 20 s (install/templates.py): a start job
+# still running then is reported "starting", not waited for.
+RESTORE_AFTER_VETO_S = 15.0
+# The resume unit's restore (its TimeoutStartSec is 120 s).
+RESTORE_AFTER_RESUME_S = 100.0
+# Beyond [idle] settle_s and command_timeout_s: the idle check's own start.
+IDLE_MARGIN_S = 1.0
+
+
+def idle_reserve_s(settle_s: float, command_timeout_s: float) -> float:
+    """Seconds the drain leaves for the idle check, when an idle backend applies."""
+    return settle_s + command_timeout_s + IDLE_MARGIN_S
+
+
+def needed_s(timeout_s: float, escalate_waits: Sequence[float], idle_backends: bool,
+             settle_s: float, command_timeout_s: float) -> float:
+    """The smallest ``[drain] deadline_s`` that lets the whole drain wait run.
+
+    With idle backends the device is also read once before the drain
+    (guard/device_view.py): one more ``command_timeout_s`` at most.
+    """
+    idle = idle_reserve_s(settle_s, command_timeout_s) + command_timeout_s \
+        if idle_backends else 0.0
+    return timeout_s + sum(escalate_waits) + idle + ANSWER_MARGIN_S

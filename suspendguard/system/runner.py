@@ -12,12 +12,33 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from suspendguard.system import children, deadline
+from suspendguard.system import deadline
+
+# The pids of the children started here, while they run: the scan leaves them out.
+_children_lock = threading.Lock()
+_children: set[int] = set()
+
+
+def active_children() -> frozenset[int]:
+    """The guard's own children (probes) running now."""
+    with _children_lock:
+        return frozenset(_children)
+
+
+def _started(pid: int) -> None:
+    with _children_lock:
+        _children.add(pid)
+
+
+def _ended(pid: int) -> None:
+    with _children_lock:
+        _children.discard(pid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +100,7 @@ def run(
     )
     if isinstance(proc, RunResult):
         return proc
-    children.add(proc.pid)
+    _started(proc.pid)
     try:
         try:
             out, err = _communicate(proc, stdin, timeout)
@@ -91,7 +112,7 @@ def run(
             return RunResult(args, None, out, err, timed_out=True)
         return RunResult(args, proc.returncode, out, err)
     finally:
-        children.discard(proc.pid)
+        _ended(proc.pid)
 
 
 # How often a child's wait looks whether the guard was cancelled.
@@ -134,7 +155,7 @@ def run_bounded(argv: Sequence[str], timeout: float, max_output: int) -> RunResu
                   stderr=subprocess.PIPE, start_new_session=True)
     if isinstance(proc, RunResult):
         return proc
-    children.add(proc.pid)
+    _started(proc.pid)
     timed_out = truncated = True  # until it is read to the end: killed on the way out
     try:
         out, err, timed_out, truncated = _read_bounded(proc, timeout, max_output)
@@ -150,7 +171,7 @@ def run_bounded(argv: Sequence[str], timeout: float, max_output: int) -> RunResu
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
-        children.discard(proc.pid)
+        _ended(proc.pid)
     if truncated:
         out = out[:max_output]
         out = out[:out.rfind(b"\n") + 1]

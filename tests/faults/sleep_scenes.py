@@ -44,7 +44,7 @@ from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store.history import History
 from suspendguard.system import usermanager
-from suspendguard.system.cancel import Cancel
+from suspendguard.system.deadline import Cancel
 from suspendguard.system.log import Logger
 
 SCENE = str(Path(__file__).resolve().parent / "scene_supervised.py")

@@ -24,7 +24,7 @@ from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
 from suspendguard.guard.scan import scan_holders
 from suspendguard.store.history import History
-from suspendguard.system.cancel import Cancel
+from suspendguard.system.deadline import Cancel
 from suspendguard.system.log import Logger
 
 
