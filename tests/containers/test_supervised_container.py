@@ -271,6 +271,51 @@ def test_user_service_of_a_lingering_user_is_stopped_through_its_manager_and_res
                    USER_UNIT).strip() == "15"
 
 
+
+def test_a_user_service_of_two_holders_with_kill_mode_mixed_is_drained_whole(
+        lingering: Container) -> None:
+    """A main process and a worker it started, both on the node: each gets SIGINT, the
+    unit stays down through the sleep and comes back whole."""
+    box = lingering
+    both = (f"/usr/bin/python3 {HOLDER} --node {NODE} --mode graceful --delay 0.1 "
+            f"--marker {USER_MARKER}")
+    box.write(f"/home/{USER}/.config/systemd/user/{USER_UNIT}",
+              f"[Service]\nRestart=always\nRestartSec=100ms\nKillMode=mixed\n"
+              f"ExecStart=/bin/sh -c '{both} & exec {both}'\n")
+    as_user(box, "systemctl", "--user", "daemon-reload")
+    as_user(box, "systemctl", "--user", "restart", USER_UNIT)
+
+    def pids() -> list[int]:
+        cgroup = as_user(box, "systemctl", "--user", "show", "-p", "ControlGroup", "--value",
+                         USER_UNIT).strip()
+        # unified, or the hybrid layout's v2 or name=systemd tree
+        procs = box.sh(f"cat /sys/fs/cgroup{cgroup}/cgroup.procs /sys/fs/cgroup/unified{cgroup}"
+                       f"/cgroup.procs /sys/fs/cgroup/systemd{cgroup}/cgroup.procs 2>/dev/null; "
+                       "true").stdout
+        return sorted({int(p) for p in procs.split()}) if cgroup else []
+
+    deadline = time.monotonic() + 15
+    while len(pids()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # both past "ready": their SIGINT handlers are set
+    before = pids()
+    assert len(before) == 2, before
+    journal = box.suspend()
+    assert box.power_state().startswith("mem"), journal
+    assert box.run("cat", SEEN).stdout.split()[0] == "held=0", journal  # both drained
+    signalled = box.run("cat", USER_MARKER).stdout
+    assert all(f"{pid} SIGINT" in signalled for pid in before), (signalled, journal)
+    assert wait_user_active(box), journal
+    deadline = time.monotonic() + 15
+    while len(pids()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = pids()
+    assert len(after) == 2 and not set(after) & set(before), (before, after)
+    a = attempt(box)
+    assert a["verdict"] == "allow", a
+    [stop] = a["stopped"]
+    assert (stop["owner"], stop["result"]) == (f"user-service:{UID}:{USER_UNIT}", "started"), a
+
 # As the guard's units ask it: root, over the manager's private socket, on
 # fresh connections (systemd 252 left the first message of one in 26 of 40
 # unread, bus.py's nudge); every one must answer.
