@@ -43,13 +43,6 @@ AT_SLEEP = at_sleep_hook(
 USER, UID = "sv-alice", 1234
 USER_UNIT = "sv-user.service"
 USER_MARKER = "/run/suspendguard-sv-user/signals.log"
-# Under --volatile=yes the container's /etc/pam.d is empty and user@.service
-# fails with 224/PAM; pam_systemd sets the manager's XDG_RUNTIME_DIR.
-PAM_SYSTEMD_USER = """auth required pam_permit.so
-account required pam_permit.so
-session required pam_permit.so
-session optional pam_systemd.so
-"""
 
 
 def service(restart: str, extra: str = "", mode: str = "graceful") -> str:
@@ -96,8 +89,7 @@ def main_pid(box: Container, unit: str) -> int:
 
 
 def as_user(box: Container, *argv: str, check: bool = True) -> str:
-    return box.run("setpriv", f"--reuid={UID}", "--regid=100", "--clear-groups", "env",
-                   f"XDG_RUNTIME_DIR=/run/user/{UID}", *argv, check=check).stdout
+    return box.as_user(UID, *argv, check=check).stdout
 
 
 @pytest.fixture
@@ -105,12 +97,7 @@ def lingering(box: Container) -> Iterator[Container]:
     """A lingering user (its manager runs with no login) with a Restart=always user service."""
     box.reset_power()
     box.sh(f"rm -f {MARKER} {SEEN}")
-    if box.run("id", USER, check=False).returncode != 0:
-        box.write("/etc/pam.d/systemd-user", PAM_SYSTEMD_USER)
-        box.run("useradd", "-m", "-u", str(UID), "-g", "100", USER)
-        box.run("loginctl", "enable-linger", USER)
-        assert wait_active(box, f"user@{UID}.service"), box.run(
-            "journalctl", "-u", f"user@{UID}.service", "-o", "cat", check=False).stdout
+    box.lingering_user(USER, UID)
     box.sh(f"mkdir -p {Path(USER_MARKER).parent} && chmod 1777 {Path(USER_MARKER).parent} && "
            f"rm -f {USER_MARKER}")
     unit = (f"[Service]\nRestart=always\nRestartSec=100ms\nExecStart=/usr/bin/python3 {HOLDER} "

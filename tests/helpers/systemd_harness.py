@@ -77,6 +77,13 @@ MASKED = (
 )
 
 
+PAM_SYSTEMD_USER = """auth required pam_permit.so
+account required pam_permit.so
+session required pam_permit.so
+session optional pam_systemd.so
+"""
+
+
 class HarnessError(RuntimeError):
     """The container could not be booted, proven safe, or driven."""
 
@@ -395,6 +402,30 @@ class Container:
         self.wait_journal(cursor, rf"\b{re.escape(ready)}\b", timeout=timeout,
                           args=("-u", unit, "-o", "cat"))
         return int(self.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout)
+
+    def lingering_user(self, name: str, uid: int, gid: int = 100) -> None:
+        """A user whose own manager (user@UID.service) runs with no login, once."""
+        if self.run("id", name, check=False).returncode == 0:
+            return
+        # Under --volatile=yes the container's /etc/pam.d is empty and
+        # user@.service fails with 224/PAM; pam_systemd sets the manager's
+        # XDG_RUNTIME_DIR.
+        self.write("/etc/pam.d/systemd-user", PAM_SYSTEMD_USER)
+        self.run("useradd", "-m", "-u", str(uid), "-g", str(gid), name)
+        self.run("loginctl", "enable-linger", name)
+        deadline = time.monotonic() + 15
+        while not self.unit_active(f"user@{uid}.service"):
+            if time.monotonic() > deadline:
+                raise HarnessError(f"user@{uid}.service did not start: " + self.run(
+                    "journalctl", "-u", f"user@{uid}.service", "-o", "cat",
+                    check=False).stdout[-2000:])
+            time.sleep(0.1)
+
+    def as_user(self, uid: int, *argv: str, gid: int = 100,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``argv`` as the user, in its manager's environment (``systemctl --user`` works)."""
+        return self.run("setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "env",
+                        f"XDG_RUNTIME_DIR=/run/user/{uid}", *argv, check=check)
 
     def unit_active(self, unit: str) -> bool:
         return self.run("systemctl", "is-active", unit, check=False).stdout.strip() == "active"

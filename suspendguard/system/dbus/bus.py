@@ -21,8 +21,10 @@ leaves a message that reached it in the same read as the client's
 ``BEGIN`` unread until more bytes come: the ``Hello`` waits for ever, in
 26 of 40 fresh connections in the test container. So on a private socket,
 while the ``Hello`` is unanswered, :class:`Session` writes a ``Peer.Ping``
-that wants no reply every :data:`NUDGE_S`: new bytes, which make the
-server read what it holds.
+that wants no reply, after 2 ms and then at doubling intervals up to
+:data:`NUDGE_S`: new bytes, which make the server read what it holds. A
+nudge that arrives before the server has read the Hello is read with it and
+left too; the next one is not.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"
 
 PROPERTIES = "org.freedesktop.DBus.Properties"
 PRIVATE_SOCKET = "/systemd/private"  # a manager's own socket, under its runtime folder
-NUDGE_S = 0.05  # how long a Hello on a private socket waits before a Ping follows it
+NUDGE_FIRST_S = 0.002  # how long a Hello on a private socket waits before a Ping follows it
+NUDGE_S = 0.05  # the longest wait between two Pings
 
 # Errors that mean "nobody owns that name": the service is not running.
 _ABSENT = frozenset({
@@ -138,11 +141,13 @@ class Session:
                 connecting.cancel()
 
     async def _nudge(self, connecting: asyncio.Future[Any]) -> None:
-        """Until the Hello is answered: once authenticated, a Ping every NUDGE_S (module doc)."""
+        """Until the Hello is answered: once authenticated, Pings at doubling intervals."""
+        wait = NUDGE_FIRST_S
         while not connecting.done():
-            await asyncio.wait({connecting}, timeout=NUDGE_S)
+            await asyncio.wait({connecting}, timeout=wait)
             if connecting.done() or not self._bus.authenticated:
                 continue
+            wait = min(2 * wait, NUDGE_S)
             ping = Message(destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
                            interface="org.freedesktop.DBus.Peer", member="Ping",
                            flags=MessageFlag.NO_REPLY_EXPECTED, serial=self._bus.next_serial())
