@@ -145,9 +145,9 @@ class Session:
         wait = NUDGE_FIRST_S
         while not connecting.done():
             await asyncio.wait({connecting}, timeout=wait)
+            wait = min(2 * wait, NUDGE_S)  # also while authenticating: no 2 ms polling
             if connecting.done() or not self._bus.authenticated:
                 continue
-            wait = min(2 * wait, NUDGE_S)
             ping = Message(destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
                            interface="org.freedesktop.DBus.Peer", member="Ping",
                            flags=MessageFlag.NO_REPLY_EXPECTED, serial=self._bus.next_serial())
