@@ -37,26 +37,32 @@ def unit_dir(uid: int) -> str:
     return f"{runtime_dir(uid)}/systemd/user"
 
 
-def manager_address(uid: int) -> str | Unavailable:
-    """The D-Bus address of uid's manager; Unavailable when the user or its manager is absent."""
+def _running(uid: int) -> pwd.struct_passwd | Unavailable:
+    """uid's account, when the user exists and its manager runs."""
     try:
-        pwd.getpwuid(uid)
+        account = pwd.getpwuid(uid)
     except KeyError:
         return Unavailable(f"uid {uid} has no user account")
     if not os.path.isdir(runtime_dir(uid)):
         return Unavailable(f"the manager of uid {uid} does not run ({runtime_dir(uid)} is absent)")
+    return account
+
+
+def manager_address(uid: int) -> str | Unavailable:
+    """The D-Bus address of uid's manager; Unavailable when the user or its manager is absent."""
+    account = _running(uid)
+    if isinstance(account, Unavailable):
+        return account
     return f"unix:path={runtime_dir(uid)}/systemd/private"
 
 
 def run_as(uid: int, argv: Sequence[str], timeout: float = TIMEOUT_S,
            stdin: str | None = None) -> runner.RunResult | Unavailable:
     """``argv`` as the user, in its manager's environment; Unavailable when it could not run."""
-    try:
-        gid = pwd.getpwuid(uid).pw_gid
-    except KeyError:
-        return Unavailable(f"uid {uid} has no user account")
-    if not os.path.isdir(runtime_dir(uid)):
-        return Unavailable(f"the manager of uid {uid} does not run ({runtime_dir(uid)} is absent)")
+    account = _running(uid)
+    if isinstance(account, Unavailable):
+        return account
+    gid = account.pw_gid
     env = {"XDG_RUNTIME_DIR": runtime_dir(uid), "PATH": PATH, "LANG": "C.UTF-8"}
     result = runner.run(argv, timeout, env=env, stdin=stdin, as_user=(uid, gid))
     if not result.ok:

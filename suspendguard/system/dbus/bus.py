@@ -62,11 +62,6 @@ _ABSENT = frozenset({
 T = TypeVar("T")
 
 
-def _noun(address: str) -> str:
-    """What ``address`` reaches, for the messages."""
-    return "systemd private socket" if address.endswith(PRIVATE_SOCKET) else "system bus"
-
-
 def system_bus_address(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     return env.get("DBUS_SYSTEM_BUS_ADDRESS") or DEFAULT_SYSTEM_BUS
@@ -106,7 +101,9 @@ class Session:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self.noun = _noun(address)
+        # A manager's private socket is a peer, not a bus: it gets the nudge (module doc).
+        self.peer = address.endswith(PRIVATE_SOCKET)
+        self.noun = "systemd private socket" if self.peer else "system bus"
         self.step = f"connecting to the {self.noun} at {address}"
         self._bus: Any = None
         self._received: set[int] = set()
@@ -127,7 +124,7 @@ class Session:
         self.step = f"authenticating to the {self.noun} at {self.address}"
         connecting = asyncio.ensure_future(self._bus.connect())
         try:
-            if self.noun != "system bus":
+            if self.peer:
                 await self._nudge(connecting)
             await connecting
         except OSError as e:
