@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_ERROR, HistoryError
+from suspendguard.guard.held import continue_left
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors, decide
 from suspendguard.guard.restore import restore
@@ -113,6 +114,10 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     except HistoryError as exc:
         log.error(f"restore: cannot read what was stopped: {exc}")
         return EXIT_ERROR
+    # A launcher a killed run left stopped (SIGSTOP) goes on first, whatever
+    # the device's health: nothing may stay frozen because a guard died.
+    for line in continue_left(config.state.dir):
+        log.warning(line)
     with history:
         pending = history.pending_stops()
         outcome = health_step(config, history, log) if config.resume.health_check else None

@@ -26,6 +26,7 @@ from suspendguard.config.schema import (
     EscalationStep,
     Family,
     IdleConfig,
+    LauncherRule,
     LogsConfig,
     PolicyConfig,
     RestoreConfig,
@@ -37,7 +38,8 @@ from suspendguard.config.schema import (
 __all__ = [
     "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS", "SCHEMA",
     "Config", "DevicesConfig", "DrainConfig", "EscalationStep", "Family", "IdleConfig",
-    "LogsConfig", "PolicyConfig", "RestoreConfig", "ResumeConfig", "Rule", "StateConfig",
+    "LauncherRule", "LogsConfig", "PolicyConfig", "RestoreConfig", "ResumeConfig", "Rule",
+    "StateConfig",
     "build", "commented_default", "defaults", "load", "resolve_path",
     "to_toml",
 ]

@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from suspendguard.config.schema import RULE_FIELDS, RULE_HELP, SCHEMA, Config, EscalationStep, Rule
+from suspendguard.config.schema import (
+    RULE_FIELDS,
+    RULE_HELP,
+    SCHEMA,
+    Config,
+    EscalationStep,
+    LauncherRule,
+    Rule,
+)
 from suspendguard.config.validate import validate
 
 
@@ -32,6 +40,8 @@ def commented_default() -> str:
             lines.append(f"# {spec.doc}")
             if spec.kind == "rules":
                 lines += _rules_comment(key)
+            elif spec.kind == "launchers":
+                lines.append(f'# {key} = [ {{ exe = "/opt/example/bin/launch", stop = "hold" }} ]')
             else:
                 lines.append(f"# {key} = {_toml_value(validate(spec, spec.default))}")
         lines.append("")
@@ -47,6 +57,10 @@ def _document(values: Mapping[str, Mapping[str, Any]]) -> str:
             if spec.kind == "rules":
                 rules: Sequence[Rule] = value
                 lines.append(f"{key} = [" + ", ".join(_rule_table(r) for r in rules) + "]")
+            elif spec.kind == "launchers":
+                launchers: Sequence[LauncherRule] = value
+                lines.append(f"{key} = [" + ", ".join(_launcher_table(r) for r in launchers)
+                             + "]")
             else:
                 lines.append(f"{key} = {_toml_value(value)}")
         lines.append("")
@@ -77,6 +91,12 @@ def _rule_table(rule: Rule) -> str:
     return "{ " + ", ".join(
         f"{k} = {_toml_value(getattr(rule, k))}" for k in RULE_FIELDS if getattr(rule, k) is not None
     ) + " }"
+
+
+def _launcher_table(launcher: LauncherRule) -> str:
+    extra = [f"{k} = {_toml_value(getattr(launcher, k))}" for k in ("stop", "name", "restarts")
+             if getattr(launcher, k)]
+    return _rule_table(launcher.match)[:-2] + ", " + ", ".join(extra) + " }"
 
 
 RULES_INTRO = "# A rule matches a holder when every field it gives matches:"

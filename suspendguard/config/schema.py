@@ -29,10 +29,10 @@ IDLE_BACKENDS: dict[str, Family] = {
 DEFAULT_STATE_DIR = "/var/lib/suspendguard"
 
 # kind is one of: str, path, int, float, bool, list, globs, choice, choices,
-# signal, escalate, rules.
+# signal, escalate, rules, launchers.
 Kind = Literal[
     "str", "path", "int", "float", "bool", "list", "globs",
-    "choice", "choices", "signal", "escalate", "rules",
+    "choice", "choices", "signal", "escalate", "rules", "launchers",
 ]
 
 
@@ -78,6 +78,24 @@ class Rule:
 
 
 RULE_FIELDS = tuple(f.name for f in fields(Rule))
+# What a launcher is matched on: it runs as its ranks' uid, which is checked
+# anyway, so only what names the program.
+LAUNCHER_MATCH = ("comm", "exe", "cmdline")
+# How a launcher is stopped (guard/jobs.py): it gets the signal and forwards
+# it, or it is stopped while its ranks get the signal from the guard.
+LAUNCHER_STOPS = ("forward", "hold")
+
+
+@dataclass(frozen=True, slots=True)
+class LauncherRule:
+    """A site's own launcher ([[drain.launchers]]): how it is told and how it is stopped."""
+
+    match: Rule
+    stop: str
+    name: str = ""
+    restarts: str = ""  # what it does when a rank leaves, in the reason's words
+
+
 # The match kinds a process sets for itself (prctl(PR_SET_NAME), its argv).
 FORGEABLE = ("comm", "cmdline")
 # Each match kind, and who can make a process match it: the config's comments
@@ -142,6 +160,21 @@ class DrainConfig:
         "veto", "choice",
         "A holder that ignores the signal: veto, escalate, or signal-anyway.",
         ("veto", "escalate", "signal-anyway"),
+    )
+    jupyter: str = setting(
+        "veto", "choice",
+        "A Jupyter kernel (ipykernel), which never exits on SIGINT: veto, naming the kernel, or "
+        "shutdown: ask the kernel to shut down through its own control channel and wait for it. "
+        "A kernel busy in a cell exits only once the cell ends; it is never signalled.",
+        ("veto", "shutdown"),
+    )
+    launchers: tuple[LauncherRule, ...] = setting(
+        [], "launchers",
+        'Launchers besides the built-in ones (torchrun, accelerate, deepspeed, msrun, mpirun), '
+        'e.g. { exe = "/opt/mylab/bin/launch", stop = "hold" }: matched on comm, exe or '
+        'cmdline, and only as an ancestor of a holder running as the same uid; stop = '
+        '"forward" sends it the signal, which it passes to its ranks, "hold" stops it '
+        '(SIGSTOP) while its ranks get the signal, and continues it once they left.',
     )
     deadline_s: float = setting(
         100.0, "float",

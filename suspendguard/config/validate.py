@@ -6,7 +6,15 @@ import re
 import signal
 from typing import Any
 
-from suspendguard.config.schema import RULE_FIELDS, EscalationStep, Rule, Spec
+from suspendguard.config.schema import (
+    LAUNCHER_MATCH,
+    LAUNCHER_STOPS,
+    RULE_FIELDS,
+    EscalationStep,
+    LauncherRule,
+    Rule,
+    Spec,
+)
 
 # Policy rules are matched against every holder; a list longer than this is
 # not a policy anyone writes, and validating it would eat the guard's deadline.
@@ -61,6 +69,12 @@ def validate(spec: Spec, value: Any) -> Any:
         if len(value) > MAX_RULES:
             raise Invalid(f"at most {MAX_RULES} rules, got {len(value)}")
         return tuple(_rule(v, i) for i, v in enumerate(value))
+    if kind == "launchers":
+        if not isinstance(value, list):
+            raise Invalid("a list of tables (an array of tables such as [[drain.launchers]])")
+        if len(value) > MAX_RULES:
+            raise Invalid(f"at most {MAX_RULES} launchers, got {len(value)}")
+        return tuple(_launcher(v, i) for i, v in enumerate(value))
     raise AssertionError(kind)  # pragma: no cover
 
 
@@ -144,3 +158,26 @@ def _rule(value: Any, index: int) -> Rule:
                 f"entry {index + 1}: cmdline must be a valid regular expression ({exc})"
             ) from None
     return Rule(**value)
+
+
+def _launcher(value: Any, index: int) -> LauncherRule:
+    if not isinstance(value, dict):
+        raise Invalid(f'entry {index + 1}: a table such as {{ exe = "/opt/bin/launch", '
+                      'stop = "hold" }')
+    fields = (*LAUNCHER_MATCH, "stop", "name", "restarts")
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise Invalid(f"entry {index + 1}: unknown field {unknown[0]!r}; expected one of "
+                      + ", ".join(fields))
+    stop = value.get("stop")
+    if stop not in LAUNCHER_STOPS:
+        raise Invalid(f"entry {index + 1}: stop must be " + " or ".join(
+            f'"{s}"' for s in LAUNCHER_STOPS) + f", got {stop!r}")
+    for k in ("name", "restarts"):
+        if k in value and not isinstance(value[k], str):
+            raise Invalid(f"entry {index + 1}: {k} must be a string")
+    match = {k: value[k] for k in LAUNCHER_MATCH if k in value}
+    if not match:
+        raise Invalid(f"entry {index + 1}: at least one of " + ", ".join(LAUNCHER_MATCH))
+    return LauncherRule(_rule(match, index), stop, value.get("name", ""),
+                        value.get("restarts", ""))

@@ -13,10 +13,12 @@ import os
 import select
 import signal
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from suspendguard.config import EscalationStep
+from suspendguard.guard.held import Held
+from suspendguard.guard.jobs import Launcher
 from suspendguard.model import Holder, HolderId, Outcome, holder_id
 from suspendguard.system.deadline import Cancel
 from suspendguard.system.procfs import ProcAccessError, ProcFS
@@ -67,11 +69,33 @@ class _Target:
     signalled_at: float
     last_signal: str
     escalated: bool = False
+    # Not signalled by the guard: why it leaves all the same (its launcher
+    # forwards the signal, or it is a worker that leaves with its parent).
+    quiet: str = ""
 
     def close(self) -> None:
         _close(self.pidfd)
         if self.watch is not None:
             os.close(self.watch.at)
+
+
+@dataclass(frozen=True, slots=True)
+class JobStop:
+    """How the jobs behind the holders are stopped (guard/jobs.py's plan, for the drain).
+
+    ``quiet``: holders the guard does not signal, and why they leave all the
+    same; ``forward``: launchers that get the signal instead of their ranks
+    (the ranks named), which the guard signals itself should the launcher be
+    gone; ``hold``: launchers stopped meanwhile through ``held``.
+    """
+
+    quiet: Mapping[HolderId, str] = field(default_factory=dict)
+    forward: Sequence[tuple[Launcher, Sequence[HolderId]]] = ()
+    hold: Sequence[Launcher] = ()
+    held: Held | None = None
+
+
+NO_JOBS = JobStop()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +191,7 @@ def drain(
     clock: Callable[[], float] = time.monotonic,
     opener: Callable[[int], int] = _pidfd_open,
     keep: Callable[[Sequence[Holder]], None] | None = None,
+    jobs: JobStop = NO_JOBS,
 ) -> DrainResult:
     """Signal every holder at once, then wait until all exit or time runs out.
 
@@ -174,6 +199,9 @@ def drain(
     escalation included. ``keep``, when given, is handed the holders once
     they are watched and before any signal: it asks their supervisors not
     to start them again (every holder is signalled here all the same).
+    ``jobs``: who of them gets the signal from their launcher instead, or
+    leaves with a parent, and which launchers are stopped meanwhile; each
+    process is signalled once at most, and every holder is waited for.
     """
     proc = proc or ProcFS()
     result = DrainResult({})
@@ -190,8 +218,17 @@ def drain(
     try:
         if keep is not None and targets:
             keep([t.holder for t in targets.values()])
+        for target in targets.values():
+            target.quiet = jobs.quiet.get(holder_id(target.holder), "")
+        _forward(jobs, targets, signame, proc, opener, clock, log)
+        if jobs.hold and jobs.held is not None:
+            for launcher in jobs.held.hold(jobs.hold):
+                log(f"stopped {launcher.label} (SIGSTOP) while its ranks leave: it continues "
+                    "once they left")
         for key, target in list(targets.items()):
             target.signalled_at = clock()
+            if target.quiet:
+                continue
             refused = _send(target, signum)
             if refused is not None:
                 result.outcomes[holder_id(target.holder)] = refused
@@ -201,7 +238,7 @@ def drain(
         until = min(now + timeout_s, deadline)
         wait_s = max(0.0, until - now)
         shortened = until < now + timeout_s - CUT_TOLERANCE_S
-        sent = list(targets.values())
+        sent = [t for t in targets.values() if not t.quiet]
         if sent:
             names = ", ".join(f"{t.holder.pid} {t.holder.comm}" for t in sent)
             cut = f" (cut from {timeout_s:g} s to end within the deadline)" if shortened else ""
@@ -222,10 +259,16 @@ def drain(
         for target in targets.values():
             waited = clock() - target.signalled_at
             why = f"still running {waited:.1f} s after {target.last_signal}"
+            if target.quiet and not target.escalated:
+                why += f" ({target.quiet})"
             if cancel and cancel.cancelled:
                 why += f" ({cancel.reason})"
             result.outcomes[holder_id(target.holder)] = Outcome("timeout", round(waited, 3), why)
     finally:
+        if jobs.held is not None and jobs.held.launchers:
+            names = ", ".join(lr.label for lr, _fd in jobs.held.launchers)
+            jobs.held.release()
+            log(f"continued {names}")
         for target in targets.values():
             target.close()
     return DrainResult(result.outcomes, wait_s, shortened)
@@ -266,7 +309,7 @@ def _wait(
                 poller.unregister(key)
             target.close()
             seconds = round(now - target.signalled_at, 3)
-            why = f"after escalation to {target.last_signal}" if target.escalated else ""
+            why = f"after escalation to {target.last_signal}" if target.escalated else target.quiet
             result.outcomes[holder_id(target.holder)] = Outcome("exited", seconds, why)
             log(f"pid {target.holder.pid} {target.holder.comm} exited after {seconds:.2f} s")
         if now >= next_progress and targets:
@@ -276,3 +319,26 @@ def _wait(
             )
             log(f"still waiting for {len(targets)} holder(s): {waiting}")
             next_progress = now + progress_every_s
+
+
+def _forward(jobs: JobStop, targets: dict[int, _Target], signame: str, proc: ProcFS,
+             opener: Callable[[int], int], clock: Callable[[], float], log: Log) -> None:
+    """The signal to each forwarding launcher; where that fails, its ranks get it from the guard."""
+    signum = int(signal.Signals[signame])
+    by_id = {holder_id(t.holder): t for t in targets.values()}
+    for launcher, ranks in jobs.forward:
+        stand_in = Holder(launcher.pid, launcher.start_time, 0, launcher.uid, "", launcher.comm,
+                          "", (), None, None, (), (), launcher.sigint)
+        taken = _take(stand_in, signame, proc, opener)
+        refused = taken if isinstance(taken, Outcome) else _send(taken, signum)
+        if isinstance(taken, _Target):
+            taken.close()
+        if refused is None:
+            log(f"sent {signame} to {launcher.label}, which forwards it to its "
+                f"{len(ranks)} rank(s)")
+            continue
+        log(f"{launcher.label} could not be signalled ({refused.why}): its ranks get "
+            f"{signame} from the guard")
+        for rank in ranks:
+            if rank in by_id:
+                by_id[rank].quiet = ""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from suspendguard.config import FAMILIES, Config, IdleConfig
 from suspendguard.errors import HistoryError
 from suspendguard.guard import device_view
+from suspendguard.guard.held import continue_left
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.owner import OwnerControl
 from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
@@ -169,6 +170,11 @@ def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
     if history is not None and attempt_id is not None:
         r.before_signal = _write_down(history, attempt_id, r)
         r.before_stop, r.after_stop = _write_ahead(history, attempt_id, r)
+    if not options.dry_run and not lock.refused:
+        # A launcher a killed run left stopped goes on before anything else.
+        for line in continue_left(config.state.dir, options.proc):
+            log.warning(line)
+            r.warnings.append(line)
     if not options.dry_run and not lock.refused and options.supervisors is not None:
         # What a killed run left (drain drop-ins, restart policies set aside)
         # goes first: it would outlive this run otherwise.

@@ -12,13 +12,16 @@ asked to do, and with what, is its :class:`RunOptions` (pipeline.run's keywords)
 from __future__ import annotations
 
 import select
+import signal
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from suspendguard.config import Config, IdleConfig
-from suspendguard.guard.drain import UNSIGNALLABLE, drain
+from suspendguard.guard import jobs
+from suspendguard.guard.drain import UNSIGNALLABLE, JobStop, drain
+from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.owner import OwnerControl, owner_of_cgroup
 from suspendguard.guard.policy import decide, predicted, unsignalled
@@ -133,7 +136,39 @@ class RunState:
         decisions = decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
                            skip_frozen=self.options.skip_frozen, respawned=respawned,
                            vouched=vouch(holders, self.options.proc, self.token))
-        return [self._confirmed(self._pod(d)) for d in decisions]
+        decisions = [self._confirmed(self._pod(d)) for d in decisions]
+        plan = self.plan(decisions)
+        return [replace(d, notes=(*d.notes, note)) if (note := plan.note(d.holder)) else d
+                for d in decisions]
+
+    def plan(self, decisions: Sequence[Decision]) -> jobs.Plan:
+        """The jobs behind the holders these decisions signal (guard/jobs.py)."""
+        return jobs.plan([d.holder for d in decisions if d.signals], self.options.proc,
+                         self.config.drain.launchers, never=self.never,
+                         signum=signal.Signals[self.signame])
+
+    def job_stop(self, plan: jobs.Plan, held: Held | None) -> JobStop:
+        """The drain's part of ``plan``: who is not signalled, who forwards, who is stopped."""
+        quiet: dict[HolderId, str] = {}
+        forward = []
+        hold = []
+        for job in plan.jobs:
+            for w in job.workers:
+                quiet[holder_id(w)] = f"left with its parent, pid {w.ppid}"
+            launcher = job.launcher
+            if launcher is None:
+                continue
+            if job.forwarded and launcher.sigint not in ("ignored", "blocked"):
+                forward.append((launcher, [holder_id(r) for r in job.roots]))
+                for r in job.roots:
+                    quiet[holder_id(r)] = f"after the {self.signame} {launcher.label} forwarded"
+            elif job.forwarded:
+                self.warnings.append(
+                    f"{launcher.label} {launcher.sigint} {self.signame}: its ranks get it from "
+                    "the guard instead, and the launcher may act on them as they leave")
+            elif job.held and held is not None:
+                hold.append(launcher)
+        return JobStop(quiet, forward, hold, held)
 
     def _confirmed(self, d: Decision) -> Decision:
         """From a shell, only the holders the operator was shown and confirmed are signalled."""
@@ -197,10 +232,28 @@ class RunState:
         vetoed = vetoed or any(d.vetoes for d in decisions)
         if not (vetoed or self.options.dry_run):
             return to_signal
+        plan = self.plan(to_signal)
         for d in to_signal:
             self.record(d, Outcome("not-signalled", why="veto anyway: nobody is signalled")
-                        if vetoed else predicted(d, self.signame), 1)
+                        if vetoed else self._predicted(d, plan), 1)
         return []
+
+    def _predicted(self, d: Decision, plan: jobs.Plan) -> Outcome:
+        """What the drain would do to ``d``'s holder, its job weighed."""
+        found = plan.role(d.holder)
+        if found is None:
+            return predicted(d, self.signame)
+        what, job = found
+        if what == "worker":
+            return Outcome("would-signal", why=f"not signalled: leaves with its parent, pid "
+                                               f"{d.holder.ppid}")
+        assert job.launcher is not None
+        if what == "forwarded" and job.launcher.sigint not in ("ignored", "blocked"):
+            return Outcome("would-signal", why=f"gets {self.signame} from {job.launcher.label}, "
+                                               "which the guard signals")
+        why = predicted(d, self.signame).why
+        return Outcome("would-signal", why=f"{why}; {job.launcher.label} is stopped meanwhile"
+                       if what == "held" else why)
 
     def signal(self, decisions: Sequence[Decision], reserve: float, round_no: int = 1,
                tags: Tags = NO_TAGS) -> bool:
@@ -212,9 +265,14 @@ class RunState:
         cfg = self.config.drain
         self.before_signal(decisions, round_no)
         opts = self.options
+        plan = self.plan(decisions)
+        stop = self.job_stop(plan, Held(self.config.state.dir, opts.proc))
         result = drain([d.holder for d in decisions], self.signame, cfg.timeout_s, until,
                        cfg.escalate, proc=opts.proc, cancel=opts.cancel, log=opts.log.info,
-                       clock=opts.clock, keep=self._keep_down if opts.supervisors else None)
+                       clock=opts.clock, keep=self._keep_down if opts.supervisors else None,
+                       jobs=stop)
+        if stop.held is not None:
+            self.warnings.extend(stop.held.warnings)
         if result.shortened:
             self.warnings.append(
                 f"the drain wait was cut to {result.wait_s:.1f} s (of [drain] timeout_s = "
@@ -235,10 +293,34 @@ class RunState:
                           f"kept from restarting by {_via(o)})"
                 cut = " (the wait was cut short by the deadline)" if result.shortened else ""
                 self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}: "
-                                    f"stop it yourself (kill -TERM {h.pid}), or raise "
-                                    "[drain] timeout_s")
+                                    + self._timeout_remedy(h, plan, stop))
         return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
                        for o in result.outcomes.values())
+
+    def _timeout_remedy(self, h: Holder, plan: jobs.Plan, stop: JobStop) -> str:
+        """What to do about a holder still running at the timeout, by the shape of its job."""
+        found = plan.role(h)
+        cfg = self.config.drain
+        raise_it = "or raise [drain] timeout_s (with [[policy.drain]] for this job alone)"
+        if found is None:
+            return f"stop it yourself (kill -TERM {h.pid}), {raise_it}"
+        what, job = found
+        if what == "worker":
+            return (f"it is a worker of pid {h.ppid} and did not leave with it: its parent "
+                    f"left it behind; stop it yourself (kill -TERM {h.pid})")
+        launcher = job.launcher
+        assert launcher is not None
+        if what == "forwarded" and holder_id(h) in stop.quiet:
+            if launcher.kind.name == "torchrun" and cfg.timeout_s >= 30:
+                return (f"{launcher.label} forwarded {self.signame} and SIGKILLs its ranks "
+                        "30 s later, so a longer wait cannot save this rank: make its "
+                        "checkpoint shorter, or stop the job before suspending")
+            return (f"{launcher.label} forwarded {self.signame}; the rank is still saving or "
+                    f"stuck (in a collective, a rank that left first); {raise_it}, or stop "
+                    "the job yourself before suspending")
+        return (f"a rank of {launcher.label}; the rank is still saving or stuck (in a "
+                f"collective with a rank that left first); {raise_it}, or stop the job "
+                "yourself before suspending")
 
     def _keep_down(self, holders: Sequence[Holder]) -> None:
         """Before the signal: ask each holder's supervisor not to start it again.

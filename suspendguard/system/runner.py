@@ -221,3 +221,33 @@ def _spawn(args: tuple[str, ...], **popen: Any) -> subprocess.Popen[Any] | RunRe
         return RunResult(args, None, "", "", error="permission denied")
     except OSError as exc:
         return RunResult(args, None, "", "", error=exc.strerror or str(exc))
+
+
+class Background:
+    """A child that runs beside the guard (a watchdog), not waited for by a call here."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def wait(self, timeout: float) -> int | None:
+        """Its exit status once it ended within ``timeout`` seconds, else None."""
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def start_background(argv: Sequence[str], pass_fds: Sequence[int]) -> Background:
+    """Start ``argv`` in a session of its own with ``pass_fds`` open; OSError when it cannot start.
+
+    Its stdin and outputs are /dev/null. It outlives the guard if the guard
+    is killed first: that is what it is for.
+    """
+    proc = subprocess.Popen(list(argv), pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    return Background(proc)

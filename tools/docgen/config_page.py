@@ -28,6 +28,7 @@ KINDS: dict[Kind, str] = {
     "signal": "signal name",
     "escalate": 'list of "SIGNAL:SECONDS"',
     "rules": "array of rule tables",
+    "launchers": "array of launcher tables",
 }
 
 EXAMPLE = """\
@@ -65,7 +66,7 @@ def defaults_as_written() -> dict[tuple[str, str], str]:
             found[(section, m.group(1))] = m.group(2)
     for section, specs in SCHEMA.items():
         for key, spec in specs.items():
-            if spec.kind == "rules":
+            if spec.kind in ("rules", "launchers"):
                 found[(section, key)] = "[]"
             elif (section, key) not in found:
                 raise ValueError(f"commented_default() has no line for [{section}] {key}")

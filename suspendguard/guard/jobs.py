@@ -1,0 +1,293 @@
+"""The jobs behind the holders: who gets the drain signal so that each process gets it once.
+
+A training job is more than its holders. Its launcher (torchrun's elastic
+agent, mpirun, DeepSpeed's launcher, msrun) holds nothing, yet decides what
+happens when a rank leaves: torchrun forwards SIGINT to every rank and
+waits, but SIGTERMs the others when one rank fails; mpirun turns SIGINT
+into SIGTERM for its ranks; DeepSpeed's launcher and msrun kill the rest
+when one rank exits. And a rank's DataLoader workers, forked after the
+device was opened, hold the rank's nodes through inherited fds, yet leave
+with their rank: a SIGINT of their own breaks the rank's loop.
+
+So the holders are grouped into jobs before anyone is signalled:
+
+- a holder whose parent is a holder too, of the same uid and in the
+  parent's process group, is a *worker*: it is waited for, never signalled;
+- the others are the job's *roots*; each root's nearest ancestor of the
+  same uid that is a known launcher is the job's launcher;
+- a launcher that forwards the signal and waits for its ranks (``forward``:
+  torchrun, ``accelerate launch``) gets the one signal itself, and its
+  roots get it from the launcher;
+- any other (``hold``: mpirun, DeepSpeed, msrun) never gets it: its roots
+  get it from the guard while the launcher is stopped (SIGSTOP), so that it
+  cannot kill or restart a rank that is still saving; it is continued once
+  its ranks left (guard/held.py writes that down first).
+
+Only an ancestor running as the same uid as the holder counts: a process
+may name itself ``torchrun``, but it cannot make root signal another
+user's process by doing so.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from suspendguard.config import LauncherRule
+from suspendguard.guard.policy import rule_matches
+from suspendguard.model import Disposition, Holder, HolderId, holder_id
+from suspendguard.system.procfs import ProcAccessError, ProcFS
+
+# How far up from a holder the launcher is looked for (a shell, a wrapper,
+# ``python -m``, conda's activation wrapper, the launcher).
+MAX_DEPTH = 6
+
+
+@dataclass(frozen=True, slots=True)
+class LauncherKind:
+    name: str  # "torchrun", "mpirun", ... or the rule's name
+    stop: str  # "forward" or "hold"
+    restarts: str = ""  # what it does when a rank leaves first, in the reason's words
+
+
+# Each built-in kind: its name, how it is told (argv), how it is stopped.
+_MODULES = {
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+    "deepspeed.launcher.launch": "deepspeed",
+    "deepspeed.launcher.runner": "deepspeed",
+    "mindspore.parallel.cluster.run": "msrun",
+}
+_SCRIPTS = {"torchrun": "torchrun", "deepspeed": "deepspeed", "msrun": "msrun"}
+_MPI = {"mpirun", "mpiexec", "orterun", "prterun", "mpirun.openmpi", "mpiexec.openmpi",
+        "mpiexec.hydra", "mpirun.mpich", "mpiexec.mpich"}
+BUILTIN: dict[str, LauncherKind] = {
+    "torchrun": LauncherKind("torchrun", "forward",
+                             "SIGTERMs the other ranks when one fails, SIGKILLs ranks 30 s "
+                             "after it forwarded a signal"),
+    "accelerate": LauncherKind("accelerate", "forward",
+                               "runs torchrun's agent in its own process"),
+    "deepspeed": LauncherKind("deepspeed", "hold",
+                              "SIGTERMs every rank on SIGINT, and when one rank exits"),
+    "msrun": LauncherKind("msrun", "hold", "SIGKILLs the other ranks when one exits non-zero"),
+    "mpirun": LauncherKind("mpirun", "hold", "turns SIGINT into SIGTERM for its ranks"),
+}
+
+
+def builtin_kind(cmdline: Sequence[str], exe: str) -> LauncherKind | None:
+    """The built-in launcher a command line runs, if any."""
+    if not cmdline:
+        return None
+    names = [os.path.basename(exe), os.path.basename(cmdline[0])]
+    if names[0].startswith("python") or names[1].startswith("python"):
+        rest = [a for a in cmdline[1:] if not a.startswith("-") or a == "-m"]
+        if len(rest) >= 2 and rest[0] == "-m":
+            module = rest[1]
+            if module in _MODULES:
+                return BUILTIN[_MODULES[module]]
+            if module == "accelerate.commands.launch":
+                return BUILTIN["accelerate"]
+            return None
+        if rest and rest[0] != "-m":
+            names.append(os.path.basename(rest[0]))
+            if os.path.basename(rest[0]) == "accelerate" and "launch" in rest[1:2]:
+                return BUILTIN["accelerate"]
+    for name in names:
+        if name in _SCRIPTS:
+            return BUILTIN[_SCRIPTS[name]]
+        if name in _MPI:
+            return BUILTIN["mpirun"]
+    if names[1] == "accelerate" and len(cmdline) > 1 and cmdline[1] == "launch":
+        return BUILTIN["accelerate"]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    """A launcher above one or more roots: the process taken, and how it is stopped."""
+
+    pid: int
+    start_time: int
+    uid: int
+    comm: str
+    command: str
+    kind: LauncherKind
+    sigint: Disposition  # how it takes the drain signal, as read now
+
+    @property
+    def id(self) -> HolderId:
+        return (self.pid, self.start_time)
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind.name} (pid {self.pid})"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One job: its roots (signalled), its workers (waited for), its launcher."""
+
+    roots: tuple[Holder, ...]
+    workers: tuple[Holder, ...] = ()
+    launcher: Launcher | None = None
+
+    @property
+    def forwarded(self) -> bool:
+        """The launcher gets the signal and passes it on to the roots."""
+        return self.launcher is not None and self.launcher.kind.stop == "forward"
+
+    @property
+    def held(self) -> bool:
+        """The launcher is stopped while its roots take the signal from the guard."""
+        return self.launcher is not None and self.launcher.kind.stop == "hold"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The jobs behind a batch of holders, and who of them gets the signal."""
+
+    jobs: tuple[Job, ...]
+
+    def role(self, holder: Holder) -> tuple[str, Job] | None:
+        """("worker", job) or ("forwarded", job) for a holder the guard does not signal itself;
+        ("held", job) for a root whose launcher is stopped meanwhile; None otherwise."""
+        key = holder_id(holder)
+        for job in self.jobs:
+            if any(holder_id(w) == key for w in job.workers):
+                return "worker", job
+            if any(holder_id(r) == key for r in job.roots):
+                if job.forwarded:
+                    return "forwarded", job
+                if job.held:
+                    return "held", job
+                return None
+        return None
+
+    def note(self, holder: Holder) -> str:
+        """What the plan does with ``holder``, in the words of check and the history."""
+        found = self.role(holder)
+        if found is None:
+            return ""
+        what, job = found
+        if what == "worker":
+            parent = next((r for r in job.roots if r.pid == holder.ppid), None)
+            name = f"pid {holder.ppid} {parent.comm}" if parent else f"pid {holder.ppid}"
+            return (f"a worker of {name} (forked, its process group, the nodes inherited): "
+                    "leaves with it, never signalled beside it")
+        assert job.launcher is not None
+        if what == "forwarded":
+            return (f"a rank of {job.launcher.label}: the signal goes to the launcher, "
+                    "which forwards it once to each rank and waits")
+        return (f"a rank of {job.launcher.label}, which {job.launcher.kind.restarts}: the rank "
+                "gets the signal, the launcher is stopped (SIGSTOP) until its ranks left")
+
+    def launchers(self, stop: str) -> list[Launcher]:
+        seen: dict[HolderId, Launcher] = {}
+        for job in self.jobs:
+            if job.launcher is not None and job.launcher.kind.stop == stop:
+                seen.setdefault(job.launcher.id, job.launcher)
+        return list(seen.values())
+
+    def signalled(self) -> list[Holder]:
+        """The holders the guard itself signals."""
+        return [r for job in self.jobs if not job.forwarded for r in job.roots]
+
+
+def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] = (),
+         never: Iterable[int] = (), signum: int = signal.SIGINT) -> Plan:
+    """Group ``holders`` (all to be signalled) into jobs."""
+    by_pid = {h.pid: h for h in holders}
+    groups = {h.pid: _pgrp(proc, h.pid) for h in holders}
+    workers: dict[int, list[Holder]] = {}
+    roots: list[Holder] = []
+    for h in holders:
+        parent = by_pid.get(h.ppid)
+        if parent is not None and parent.uid == h.uid and groups[h.pid] is not None \
+                and groups[h.pid] == groups[parent.pid]:
+            # A worker of a worker (a DataLoader inside a worker) leaves with its root too.
+            workers.setdefault(_root_of(h, by_pid, groups), []).append(h)
+        else:
+            roots.append(h)
+    never = set(never) | {0, 1}
+    jobs: dict[object, list[Holder]] = {}
+    found: dict[object, Launcher | None] = {}
+    for root in roots:
+        launcher = _launcher_of(root, proc, rules, never, signum)
+        key: object = launcher.id if launcher is not None else ("alone", root.pid)
+        jobs.setdefault(key, []).append(root)
+        found[key] = launcher
+    return Plan(tuple(
+        Job(tuple(rs), tuple(w for r in rs for w in workers.get(r.pid, ())), found[key])
+        for key, rs in jobs.items()))
+
+
+def _root_of(h: Holder, by_pid: dict[int, Holder], groups: dict[int, int | None]) -> int:
+    seen = {h.pid}
+    while True:
+        parent = by_pid.get(h.ppid)
+        if parent is None or parent.pid in seen or groups[parent.pid] != groups[h.pid] \
+                or parent.uid != h.uid:
+            return h.pid
+        seen.add(parent.pid)
+        h = parent
+
+
+def _pgrp(proc: ProcFS, pid: int) -> int | None:
+    try:
+        data = proc.read(pid, "stat")
+    except ProcAccessError:
+        return None
+    if not data:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    try:
+        return int(fields[2])  # field 5: the process group
+    except (IndexError, ValueError):
+        return None
+
+
+def _launcher_of(root: Holder, proc: ProcFS, rules: Sequence[LauncherRule],
+                 never: set[int], signum: int) -> Launcher | None:
+    pid = root.ppid
+    for _ in range(MAX_DEPTH):
+        if pid in never:
+            return None
+        try:
+            st = proc.stat(pid)
+            status = proc.status(pid)
+        except ProcAccessError:
+            return None
+        if st is None or status is None or status.uid != root.uid:
+            return None  # gone, or another user's: nothing above counts
+        cmdline = proc.cmdline(pid)
+        exe = _exe(proc, pid)
+        kind = _rule_kind(rules, pid, st.comm, exe, cmdline, status.uid) or \
+            builtin_kind(cmdline, exe)
+        if kind is not None:
+            return Launcher(pid, st.start_time, status.uid, st.comm,
+                            " ".join(" ".join(a.split()) for a in cmdline) or f"[{st.comm}]",
+                            kind, status.masks.disposition(signum))
+        pid = st.ppid
+    return None
+
+
+def _exe(proc: ProcFS, pid: int) -> str:
+    try:
+        return os.readlink(proc.path(pid, "exe"))
+    except OSError:
+        return ""
+
+
+def _rule_kind(rules: Sequence[LauncherRule], pid: int, comm: str, exe: str,
+               cmdline: Sequence[str], uid: int) -> LauncherKind | None:
+    for rule in rules:
+        probe = Holder(pid, 0, 0, uid, "", comm, exe, tuple(cmdline), None, None, (), (),
+                       "default")
+        if rule_matches(rule.match, probe):
+            return LauncherKind(rule.name or comm, rule.stop, rule.restarts or
+                                "acts on its ranks when one leaves")
+    return None
+
+

@@ -1,0 +1,109 @@
+"""A real torchrun job (Debian's python3-torch, gloo on the CPU) drained as its framework expects.
+
+Two ranks hold the node, each with two forked DataLoader workers that
+inherit it; rank 0 checkpoints on SIGINT (helpers/torch_job.py). The guard
+signals torchrun's elastic agent alone, which forwards SIGINT once to each
+rank; the workers leave with their ranks. The job's own record says what it
+got: one SIGINT per rank, none per worker, and a complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.frameworks import SYSTEM_PYTHON, Job, torchrun, wait_gone
+from helpers.runners import cli
+
+
+@pytest.fixture
+def job_config(tmp_path: Path, node: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+                    f'[state]\ndir = "{tmp_path / "state"}"\n'
+                    '[idle]\nbackends = []\n[drain]\ntimeout_s = 25\n')
+    return path
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[Job]]:
+    started: list[Job] = []
+    yield started
+    for job in started:
+        job.end()
+
+
+def checkpoint_step(out: Path) -> int:
+    """The step rank 0's complete checkpoint holds (torch.load in the job's own Python)."""
+    got = subprocess.run([SYSTEM_PYTHON, "-c", "import sys, torch; "
+                          "print(torch.load(sys.argv[1])['step'])", str(out / "ckpt.pt")],
+                         capture_output=True, text=True, check=True)
+    return int(got.stdout)
+
+
+def holders_by_pid(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {h["pid"]: h for h in report["holders"]}
+
+
+def test_check_names_the_launcher_and_the_workers(tmp_path: Path, node: str, job_config: Path,
+                                                   jobs: list[Job]) -> None:
+    job = torchrun(node, tmp_path / "job")
+    jobs.append(job)
+    ranks = job.wait_ready()
+    code, out, _err = cli("--config", str(job_config), "check", "--json")
+    report = json.loads(out)
+    assert report["verdict"] == "allow", report
+    by_pid = holders_by_pid(report)
+    workers = [int(p) for r in range(2) for p in (job.out / f"pids-{r}").read_text().split()]
+    assert set(ranks) | set(workers) <= set(by_pid)
+    for rank in ranks:
+        assert f"torchrun (pid {job.pid})" in by_pid[rank]["outcome"]["why"]
+    for worker in workers:
+        assert "leaves with its parent" in by_pid[worker]["outcome"]["why"]
+    assert job.signals() == []  # check sends nothing, ever
+
+
+def test_drain_saves_the_checkpoint_with_one_sigint_per_rank(
+        tmp_path: Path, node: str, job_config: Path, jobs: list[Job]) -> None:
+    job = torchrun(node, tmp_path / "job", save_s=3.0)
+    jobs.append(job)
+    ranks = job.wait_ready()
+    workers = [int(p) for r in range(2) for p in (job.out / f"pids-{r}").read_text().split()]
+    code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+    report = json.loads(out)
+    assert report["verdict"] == "allow", (report, err)
+    assert code == 0
+    signals = job.signals()
+    got = [line.split()[1:] for line in signals if line.startswith("sigint")]
+    # One SIGINT per rank, forwarded by the agent; none for the workers.
+    assert sorted(int(pid) for pid, _role in got) == sorted(ranks), signals
+    assert all(role == "rank" for _pid, role in got), signals
+    assert (job.out / "ckpt.pt").exists() and not (job.out / "ckpt.tmp").exists(), signals
+    assert checkpoint_step(job.out) > 0
+    by_pid = holders_by_pid(report)
+    for pid in ranks + workers:
+        assert by_pid[pid]["outcome"]["kind"] == "exited", by_pid[pid]
+    # The agent got the one signal and left once its ranks had.
+    assert wait_gone(job.pid, 10)
+    assert "Received 2 death signal" in (job.out / "launcher.log").read_text()
+
+
+def test_max_restarts_starts_no_rank_during_the_sleep(tmp_path: Path, node: str,
+                                                     job_config: Path, jobs: list[Job]) -> None:
+    job = torchrun(node, tmp_path / "job", save_s=1.0, max_restarts=3)
+    jobs.append(job)
+    job.wait_ready()
+    code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+    report = json.loads(out)
+    assert report["verdict"] == "allow", (report, err)
+    assert not any(h.get("tag") == "respawned" for h in report["holders"])
+    assert wait_gone(job.pid, 10)
+    time.sleep(1.0)  # as long as the sleep that follows would last, in this test
+    restarts = [f.read_text().split()[1] for f in job.out.glob("ready-*")]
+    assert restarts == ["0", "0"], restarts  # every rank that ever ran is of the first start
+    assert (job.out / "ckpt.pt").exists()
