@@ -374,7 +374,7 @@ def read_file(
         fragment = False
         if cut <= lo:
             cut = hi  # longer than LONG_LINE: take it as it is
-        line = window.read_window(data, lo, cut, line, count_all=cut < hi)
+        line = window.read_window(data, lo, cut, line, count_all=cut < hi or not at_end)
         offset += cut
         if at_end and cut >= hi:
             break

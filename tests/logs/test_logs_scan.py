@@ -221,6 +221,20 @@ def test_windows_and_truncation_agree_with_the_reader(tmp_path: Path) -> None:
         os.close(fd)
 
 
+def test_a_window_that_ends_on_a_line_end_counts_that_line(tmp_path: Path) -> None:
+    # A head line (here an unrecognised code's) that fills a window to its last byte, its
+    # newline included, was not counted: every later line number came out one short.
+    line = "b" * 26 + " EL0099 error " + "a" * 56
+    log = tmp_path / "edge.log"
+    log.write_text("x\n" * 3 + line + "\n" + "Device[1] lost heartbeat.\n")
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        got = read_file(fd, "edge.log", 1 << 30, chunk=len(line) + 1)
+    finally:
+        os.close(fd)
+    assert [(f.rule, f.line) for f in got.findings] == [("heartbeat-lost", 5)]
+
+
 @pytest.mark.parametrize("kind", [bytes, bytearray])
 def test_finder_answers_as_bytes_find_at_every_bound(kind: type) -> None:
     text = b"lost heartbe lost heartbeat\nxx lost heartbeat\0lost heartbe"
