@@ -52,8 +52,10 @@ class AfterResult:
             if any(f.unit is None for f in found):
                 who.append("device")
             who += [f"{u}'s output" for u in units]
+            # A failure the reference does not list says itself what failed.
+            quote = next((f.described for f in found if f.described), rule.quote)
             line = (f"suspend attempt {attempt_id}: {' and '.join(who)} reported "
-                    f"'{rule.quote}' ({rule.id}): {rule.summary}")
+                    f"'{quote}' ({rule.id}): {rule.summary}")
             marks = [f.outside for f in found if f.outside is not None]
             if len(marks) == len(found):  # none of it inside: say how far the nearest was
                 line += "; " + min(marks, key=lambda m: m.by_s).describe()

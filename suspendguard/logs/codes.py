@@ -12,7 +12,8 @@ catalog's needles ride in the same two passes (``window_search``): one that
 holds an ``E`` or an ``r`` is a branch of that shape's tree of literals.
 
 The table is read on first use: the sleep hook's common case, logs without
-a code, never parses it.
+a code, never parses it. What a record is named by, a wording or a code, is
+``naming``'s.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from suspendguard.logs.matching import Rule, classify
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -344,48 +343,6 @@ def normalise(given: str) -> str:
         return text.lower()
     found = codes_in(text)
     return found[0] if len(found) == 1 else text
-
-
-# A line that says it failed: only there is an unknown code worth a note.
-_ERRORISH = r"(?i)error|fail|exception|\bE[0-9A-Z][0-9]{4}:"
-
-
-@dataclass(frozen=True, slots=True)
-class Naming:
-    """What a record is named by: a rule (and the code that named it), or unknown codes to note."""
-
-    rule: Rule | None
-    code: str | None = None
-    unknown: tuple[str, ...] = ()
-
-
-def name_record(text: str, rules: Sequence[Rule]) -> Naming:
-    """A wording names a record first, then the first rule (catalog order) of its known codes.
-
-    A wording is the more specific: ``ErrorCode=EE1023`` is any resource
-    shortage and the wording says which, and MindSpore's "ret[207001] ...
-    other processes occupying this card" is a held device, not a full one.
-    A code known but not ours names nothing; codes not in the table are
-    returned, from a line that says it failed, for ``logs --verbose``.
-    """
-    found = codes_in(text)
-    rule = classify(text, rules)
-    if not found:
-        return Naming(rule)
-    known = table()
-    if rule is not None:
-        return Naming(rule, next((c for c in found if c in known and known[c].rule == rule.id), None))
-    order = {r.id: i for i, r in enumerate(rules)}
-    # The earliest rule in catalog order; among its codes, the first in the line.
-    named = [(order[known[c].rule or ""], at, c) for at, c in enumerate(found)
-             if c in known and (known[c].rule or "") in order]
-    if named:
-        first = min(named)
-        return Naming(rules[first[0]], first[2])
-    unknown = tuple(c for c in found if c not in known)
-    if unknown and re.search(_ERRORISH, text[:4096]):
-        return Naming(None, None, unknown)
-    return Naming(None)
 
 
 def markdown_table() -> str:

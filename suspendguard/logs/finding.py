@@ -46,7 +46,9 @@ class Finding:
     entry's number among those read) and carries the journal's time.
     ``outside``: set when the time lies outside the attempt it was read for.
     ``code``: the vendor code (logs/codes.py) the entry carries for its rule,
-    if any; a line whose wording is new is named by it.
+    if any; a line whose wording is new is named by it. ``described``: what
+    failed in the entry's own words, where the reference does not say (a
+    ``Name(CODE): text`` whose code it lacks, logs/named.py).
     """
 
     rule: str
@@ -59,6 +61,7 @@ class Finding:
     unit: str | None = None
     outside: Outside | None = None
     code: str | None = None
+    described: str | None = None
 
     def placed(self, start: datetime, end: datetime | None) -> Finding:
         """This finding, marked when its time is before ``start`` or after ``end``."""
@@ -85,6 +88,7 @@ class Finding:
             "unit": self.unit,
             "outside_attempt": self.outside.to_json() if self.outside else None,
             "code": self.code,
+            "described": self.described,
         }
 
     @classmethod
@@ -93,7 +97,7 @@ class Finding:
         out = doc.get("outside_attempt")
         outside = Outside(out["side"], float(out["by_s"])) if out else None
         return cls(doc["rule"], doc["severity"], doc["file"], doc["line"], time, doc["pid"],
-                   doc["text"], doc.get("unit"), outside, doc.get("code"))
+                   doc["text"], doc.get("unit"), outside, doc.get("code"), doc.get("described"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from suspendguard.logs.codes import name_record
 from suspendguard.logs.entries import MAX_CONTINUATION, MAX_TEXT, is_continuation, parse_entry
 from suspendguard.logs.finding import Finding
 from suspendguard.logs.matching import Rule
+from suspendguard.logs.naming import name_record
 from suspendguard.logs.rules import RULES
 from suspendguard.model import Unavailable
 from suspendguard.system import runner
@@ -174,7 +174,8 @@ def parse_journal(text: str, unit: str, rules: Sequence[Rule] = RULES
         # The journal's time, not the line's own: journald stamps each line
         # with the host's clock when it arrives, and every line has one.
         findings.append(Finding(rule.id, rule.severity, source, g.number, g.time or entry.time,
-                                entry.pid or g.pid, joined[:MAX_TEXT], unit, code=named.code))
+                                entry.pid or g.pid, joined[:MAX_TEXT], unit, code=named.code,
+                                described=named.described))
     notes = [f"{bad} journal line(s) not understood, skipped"] if bad else []
     return findings, entries, notes
 

@@ -4,7 +4,7 @@ It does not parse every line: the needles, and the shapes of vendor codes
 (``codes``), are searched for in big chunks (the C library's ``memmem`` and
 a regex with a literal prefix, each one pass over a window in C) and only
 the entries around a hit are decoded, parsed (``entries``) and named
-(``codes.name_record``). At most
+(``naming.name_record``). At most
 ``max_bytes`` are read, from the file's end, where the newest lines are;
 lines with NUL bytes or bad UTF-8 are skipped and counted.
 """
@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from suspendguard.logs.codes import codes_in, name_record, table, window_search
+from suspendguard.logs.codes import codes_in, table, window_search
 from suspendguard.logs.entries import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, parse_entry, parse_head_time
 from suspendguard.logs.finding import Finding, Skipped, UnknownCode
 from suspendguard.logs.matching import Rule, needles
+from suspendguard.logs.naming import name_record
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.safe_open import describe
 
@@ -280,7 +281,7 @@ class _Window:
                 continue
             self.findings.append(
                 Finding(named.rule.id, named.rule.severity, self.path, line, entry.time,
-                        entry.pid, text[:MAX_TEXT], code=named.code)
+                        entry.pid, text[:MAX_TEXT], code=named.code, described=named.described)
             )
         return line + buf.count(b"\n", last, hi) if count_all else line
 

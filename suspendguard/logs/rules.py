@@ -4,11 +4,16 @@ Each rule's patterns follow logs/matching.py (linear in the line's length).
 
 Where a wording comes from is written next to it. "seed" means the AscendCL
 troubleshooting cases the project started from (DESIGN.md, "The problem").
+The frameworks' own wordings (torch_npu, MindSpore, vLLM) and the device-abnormal
+rules are in ``frameworks``; the ``Name(CODE): text`` form with a code the
+reference lacks is ``named``'s rule, last.
 """
 
 from __future__ import annotations
 
+from suspendguard.logs import frameworks
 from suspendguard.logs.matching import ERROR, WARNING, Rule, needle, wording
+from suspendguard.logs.named import UNLISTED
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -226,6 +231,7 @@ RULES: tuple[Rule, ...] = (
             # CANN runtime error table: ACL_ERROR_RT_NO_STREAM_RESOURCE; also printed when
             # the async-copy queue of an ACL graph is full (retCode 0x7110019).
             wording("no stream resource", " resource"),
+            *frameworks.STREAMS,
         ),
         vendor_ids=("AISW_CANN_Runtime_015", "AISW_CANN_DRV_TS_001"),
     ),
@@ -263,7 +269,10 @@ RULES: tuple[Rule, ...] = (
             "Pair every allocation with its release (aclrtMalloc/aclrtFree, "
             "aclrtMallocHost/aclrtFreeHost, aclrtCreateStream/aclrtDestroyStream) and release "
             "in order: streams first (aclrtDestroyStream), then the device (aclrtResetDevice). "
-            "Close applications that are not in use."
+            "Close applications that are not in use. For a framework's job (torch_npu, "
+            "MindSpore, vLLM), check `npu-smi info` for memory another process still holds, "
+            "then fit the job to what is free (batch size, model length, vLLM's "
+            "--gpu-memory-utilization)."
         ),
         patterns=(
             # RecentErrMsg blocks, e.g. hw-native-sys/PTOAS PR 341 (CANN 8.x):
@@ -284,6 +293,7 @@ RULES: tuple[Rule, ...] = (
             # failed, runtime result = 207001" (issue 14), is named by the code table.
             # MindSpore's "ret[207001] ... may be other processes occupying this card" is
             # device-held-by-previous-job: a wording names a line before its code does.)
+            *frameworks.OOM,
         ),
         vendor_ids=("AISW_Framework_Custom_01",),
     ),
@@ -316,6 +326,7 @@ RULES: tuple[Rule, ...] = (
             # so are DCMI's -8012 (not ready) and -8020 (resource occupied).)
         ),
     ),
+    frameworks.DEVICE_MEMORY_FAULT,
     Rule(
         id="heartbeat-lost",
         severity=ERROR,
@@ -348,6 +359,7 @@ RULES: tuple[Rule, ...] = (
         ),
         vendor_ids=("AISW_CANN_Runtime_055",),
     ),
+    frameworks.DEVICE_TASK_ABORT,
     Rule(
         id="hccl-peer-lost",
         severity=WARNING,
@@ -368,6 +380,7 @@ RULES: tuple[Rule, ...] = (
             needle("Heartbeat Lost Occurred"),
         ),
     ),
+    UNLISTED,
 )
 
 BY_ID: dict[str, Rule] = {r.id: r for r in RULES}

@@ -15,7 +15,6 @@ from suspendguard.logs.codes import (
     SHAPES,
     blocks,
     codes_in,
-    name_record,
     normalise,
     table,
     window_scans,
@@ -23,6 +22,7 @@ from suspendguard.logs.codes import (
 )
 from suspendguard.logs.journal import parse_journal
 from suspendguard.logs.matching import needles
+from suspendguard.logs.naming import name_record
 from suspendguard.logs.reader import _Window, read_file
 from suspendguard.logs.rules import BY_ID, RULES
 

@@ -13,10 +13,11 @@ import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 from helpers import REPO
 
-from suspendguard.logs.codes import SHAPES, name_record, window_search
+from suspendguard.logs.codes import SHAPES, window_search
 from suspendguard.logs.codes import markdown_table as codes_markdown_table
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.matching import classify, markdown_table, needles
+from suspendguard.logs.naming import name_record
 from suspendguard.logs.reader import read_file
 from suspendguard.logs.rules import RULES
 
@@ -134,6 +135,25 @@ EXPECTED = {
         20: "device-busy",  # a RecentErrMsg block: EE1001 ... open device failed, 507033
         31: None,  # torch_npu.memory, "can be ignored"
         32: None,  # HcclCommInitRootInfo failed, errNo in hex
+    },
+    # The frameworks' wordings (torch_npu, MindSpore, vLLM, CANN), verbatim; SOURCES.md.
+    "framework-wordings.log": {
+        1: "device-oom", 2: "device-oom", 3: "device-oom", 4: "device-oom",
+        5: "stream-exhausted", 6: "stream-exhausted", 7: "stream-exhausted",
+        8: "stream-exhausted", 9: "stream-exhausted", 10: "stream-exhausted",
+        11: None,  # Invalid_Argument(EE1001): known, not ours, so no unlisted finding
+        12: None,  # 207005 (resource alloc fail): known, not ours
+    },
+    # The same frameworks' formats, composed around their source strings; SOURCES.md.
+    "framework-formats.log": {
+        1: "device-task-abort", 2: "device-task-abort", 3: "device-task-abort",
+        4: "device-memory-fault", 5: "device-memory-fault", 6: "device-memory-fault",
+        7: "device-memory-fault", 8: "device-memory-fault",
+        9: "device-oom", 10: "stream-exhausted",
+        11: "unlisted-named-failure", 12: "unlisted-named-failure",
+        13: "device-task-abort",  # the code is in the reference: the reference wins
+        14: None,  # ACL_ERROR_RT_STREAM_ABORT(107023): known, not ours
+        15: None,  # "Force stop", "FORCE STOP" not as torch_npu throws it
     },
 }
 

@@ -12,9 +12,9 @@ from helpers import FIXTURES as ALL_FIXTURES
 
 from suspendguard.logs import reader
 from suspendguard.logs import search as search_module
-from suspendguard.logs.codes import name_record
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.globs import expand, split_glob
+from suspendguard.logs.naming import name_record
 from suspendguard.logs.reader import finder, read_file
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.search import search
