@@ -1,0 +1,386 @@
+"""Jupyter kernels (ipykernel): told by identity, named in a veto, asked to shut down.
+
+ipykernel ignores SIGINT while idle and turns it into KeyboardInterrupt in
+the running cell while busy; the kernel lives on either way. So a kernel is
+never sent the drain signal: the guard vetoes, naming it, or (opt-in,
+``[drain] jupyter = "shutdown"``) asks it to shut down through its own
+control channel, with the ``shutdown_request`` jupyter_client sends.
+
+A process is a kernel only when its command line runs ipykernel with a
+connection file AND that file is a JSON object with the kernel's ports and
+key. The command line is the process's own to set; the file is read as its
+user could: owned by that user (or root), readable by them, a regular file,
+the last component not a symbolic link, and small.
+
+The request is sent by a child that runs the kernel's own interpreter as the
+kernel's user and group (no supplementary groups), with jupyter_client's
+BlockingKernelClient: ipykernel depends on jupyter_client, so the
+interpreter that runs the kernel can always import it, and the message is
+framed and signed exactly as a notebook server does it. The guard itself
+needs neither pyzmq nor jupyter_client, and never runs a user's interpreter
+as root. The child is killed at the timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import stat
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from suspendguard.model import Holder
+from suspendguard.system import runner
+from suspendguard.system.procfs import ProcAccessError, ProcFS, user_name
+
+# The ways a kernel spec or a launcher starts ipykernel.
+KERNEL_MODULES = ("ipykernel_launcher", "ipykernel", "ipykernel.kernelapp")
+KERNEL_SCRIPTS = ("ipykernel_launcher.py",)
+# Python's own options that take a value as the next argument.
+_OPTIONS_WITH_VALUE = frozenset("WX")
+# A connection file is a few hundred bytes.
+MAX_CONNECTION_FILE = 64 * 1024
+PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+# A parent whose command line names one of these runs the kernel for a notebook.
+SERVER_WORDS = ("jupyter", "nbclassic", "nbclient", "voila", "papermill")
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+@dataclass(frozen=True, slots=True)
+class JupyterKernel:
+    """An ipykernel kernel holding a node, as its connection file describes it.
+
+    ``python``: the interpreter that runs the kernel, to run the shutdown
+    request with (its command line's first word when that is the file
+    /proc/PID/exe names, so a virtual environment's own path is kept; "" when
+    that file was deleted). ``unreachable``: why the guard cannot talk to it
+    (another network or mount namespace), "" when it can. ``parent``: (pid,
+    name) of the Jupyter server or kernel manager that started it.
+    """
+
+    pid: int
+    start_time: int
+    uid: int
+    gid: int
+    comm: str
+    connection_file: str
+    transport: str
+    ip: str
+    control_port: int
+    key: str = field(repr=False)
+    signature_scheme: str
+    python: str
+    parent: tuple[int, str] | None = None
+    unreachable: str = ""
+
+    def connection_info(self) -> dict[str, Any]:
+        """What the shutdown child gives jupyter_client's ``load_connection_info``."""
+        return {"transport": self.transport, "ip": self.ip, "control_port": self.control_port,
+                "key": self.key, "signature_scheme": self.signature_scheme}
+
+
+def kernel_of(holder: Holder, proc: ProcFS) -> JupyterKernel | None:
+    """The kernel ``holder`` is, or None when it is not an ipykernel kernel with a valid connection file."""
+    path = connection_file_arg(holder.cmdline)
+    if path is None:
+        return None
+    if not path.startswith("/"):
+        try:
+            path = os.path.join(os.readlink(proc.path(holder.pid, "cwd")), path)
+        except OSError:
+            return None
+    ids = _ids(proc, holder.pid)
+    if ids is None:
+        return None
+    gid, groups = ids
+    info = read_connection_file(proc.path(holder.pid, "root") + path, holder.uid, {gid, *groups})
+    if info is None:
+        return None
+    transport, ip = info["transport"], info["ip"]
+    if transport == "ipc" and not ip.startswith("/"):
+        # ipc endpoints are files named IP-PORT, relative to the kernel's folder.
+        try:
+            ip = os.path.join(os.readlink(proc.path(holder.pid, "cwd")), ip)
+        except OSError:
+            return None
+    st = proc.stat(holder.pid)
+    if st is None or st.start_time != holder.start_time:
+        return None  # another process took the pid over: what was read is not this holder's
+    return JupyterKernel(
+        pid=holder.pid, start_time=holder.start_time, uid=holder.uid, gid=gid, comm=holder.comm,
+        connection_file=path, transport=transport, ip=ip, control_port=info["control_port"],
+        key=info["key"], signature_scheme=info["signature_scheme"],
+        python=_interpreter(holder, proc), parent=_server(proc, holder.ppid),
+        unreachable=_unreachable(proc, holder.pid),
+    )
+
+
+def connection_file_arg(cmdline: tuple[str, ...]) -> str | None:
+    """The ``-f FILE`` of a command line that runs ipykernel under Python; None otherwise."""
+    if len(cmdline) < 2 or "python" not in os.path.basename(cmdline[0]):
+        return None
+    rest: list[str] | None = None
+    args = list(cmdline[1:])
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
+            module = arg[2:] or (args[i + 1] if i + 1 < len(args) else "")
+            if module in KERNEL_MODULES:
+                rest = args[i + (1 if arg[2:] else 2):]
+            break
+        if arg in ("-c", "-") or not arg.startswith("-"):
+            if os.path.basename(arg) in KERNEL_SCRIPTS:
+                rest = args[i + 1:]
+            break
+        i += 2 if arg[1:] in _OPTIONS_WITH_VALUE else 1
+    if rest is None:
+        return None
+    for j, arg in enumerate(rest):
+        if arg in ("-f", "--f"):
+            return rest[j + 1] if j + 1 < len(rest) and rest[j + 1] else None
+        for prefix in ("-f=", "--f="):
+            if arg.startswith(prefix) and len(arg) > len(prefix):
+                return arg[len(prefix):]
+    return None
+
+
+def read_connection_file(path: str, uid: int, gids: set[int]) -> dict[str, Any] | None:
+    """The connection info at ``path`` when user ``uid`` (groups ``gids``) could read it; else None.
+
+    Refused: a file not owned by ``uid`` or root (no one may point the guard
+    at a file of another's choosing), a file its user could not read, a
+    symbolic link, anything but a regular file, a file over
+    MAX_CONNECTION_FILE bytes, and text that is not a connection file.
+    """
+    try:
+        fd = os.open(path, _FILE_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONNECTION_FILE
+                or not _readable_by(st, uid, gids)):
+            return None
+        data = os.read(fd, MAX_CONNECTION_FILE + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONNECTION_FILE:
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return _connection_info(value)
+
+
+def _readable_by(st: os.stat_result, uid: int, gids: set[int]) -> bool:
+    if st.st_uid not in (uid, 0):
+        return False
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IRUSR)
+    if st.st_gid in gids:
+        return bool(st.st_mode & stat.S_IRGRP)
+    return bool(st.st_mode & stat.S_IROTH)
+
+
+def _connection_info(value: Any) -> dict[str, Any] | None:
+    """The fields the guard uses, when ``value`` is a kernel's connection file."""
+    if not isinstance(value, dict):
+        return None
+    for port in PORTS:
+        number = value.get(port)
+        if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 65536:
+            return None
+    key = value.get("key")
+    transport = value.get("transport", "tcp")
+    ip = value.get("ip", "127.0.0.1")
+    scheme = value.get("signature_scheme", "hmac-sha256")
+    if (not isinstance(key, str) or transport not in ("tcp", "ipc") or not isinstance(ip, str)
+            or not ip or not isinstance(scheme, str) or not scheme.startswith("hmac-")):
+        return None
+    return {"transport": transport, "ip": ip, "control_port": value["control_port"],
+            "key": key, "signature_scheme": scheme}
+
+
+def _ids(proc: ProcFS, pid: int) -> tuple[int, list[int]] | None:
+    """(real gid, supplementary groups) of ``pid``, from /proc/PID/status."""
+    try:
+        data = proc.read(pid, "status")
+    except ProcAccessError:
+        return None
+    if data is None:
+        return None
+    gid: int | None = None
+    groups: list[int] = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition(":")
+        if key == "Gid" and value.split():
+            gid = int(value.split()[0])
+        elif key == "Groups":
+            groups = [int(g) for g in value.split() if g.isdigit()]
+    return None if gid is None else (gid, groups)
+
+
+def _interpreter(holder: Holder, proc: ProcFS) -> str:
+    """The kernel's interpreter: argv[0] when it is the very file of /proc/PID/exe, else that file.
+
+    /proc/PID/exe has the symbolic links resolved: a virtual environment's
+    bin/python reads as the base interpreter, which would not find the
+    environment's packages. ``holder.exe`` is the link as the scan read it.
+    """
+    if not holder.exe or holder.exe.endswith(" (deleted)"):
+        return ""
+    first = holder.cmdline[0] if holder.cmdline else ""
+    if first.startswith("/"):
+        try:
+            exe = os.stat(proc.path(holder.pid, "exe"))
+            named = os.stat(first)
+        except OSError:
+            return holder.exe
+        if (exe.st_dev, exe.st_ino) == (named.st_dev, named.st_ino):
+            return first
+    return holder.exe
+
+
+def _server(proc: ProcFS, ppid: int) -> tuple[int, str] | None:
+    """(pid, name) of the kernel's parent when that is a Jupyter server or kernel manager.
+
+    The name is its comm (``jupyter-lab``), or for an interpreter
+    (``python3 -m jupyterlab``) the word of its command line that names Jupyter.
+    """
+    if ppid <= 1:
+        return None
+    st = proc.stat(ppid)
+    if st is None:
+        return None
+    if _names_jupyter(st.comm):
+        return ppid, st.comm
+    for word in proc.cmdline(ppid)[:3]:
+        if _names_jupyter(word):
+            name = os.path.basename(word)
+            return ppid, name if name and len(name) <= 64 and not any(
+                c.isspace() for c in name) else st.comm
+    return None
+
+
+def _names_jupyter(word: str) -> bool:
+    return any(s in word.lower() for s in SERVER_WORDS)
+
+
+def _unreachable(proc: ProcFS, pid: int) -> str:
+    """Why a child of the guard could not reach the kernel, "" when it can."""
+    for ns, what in (("mnt", "mount"), ("net", "network")):
+        try:
+            theirs = os.readlink(proc.path(pid, "ns", ns))
+            ours = os.readlink(proc.path("self", "ns", ns))
+        except OSError:
+            return f"its {what} namespace cannot be read"
+        if theirs != ours:
+            return f"it runs in another {what} namespace (a container?)"
+    return ""
+
+
+def describe(kernel: JupyterKernel) -> str:
+    """The veto's reason: which kernel, why the drain signal cannot stop it, what to do."""
+    where = [f"connection file {kernel.connection_file}"]
+    if kernel.parent is not None:
+        where.append(f"server pid {kernel.parent[0]} {kernel.parent[1]}")
+    return (f"pid {kernel.pid} {kernel.comm} (user {user_name(kernel.uid)}) is a Jupyter kernel "
+            f"({', '.join(where)}): it never exits on SIGINT (SIGINT only interrupts its running "
+            f"cell); shut the kernel down from its notebook (Kernel > Shut Down Kernel), "
+            f'or set [drain] jupyter = "shutdown"')
+
+
+# Run by the kernel's own interpreter, as the kernel's user, from /: reads
+# {"connection": ..., "until": CLOCK_MONOTONIC seconds} on stdin and prints
+# one JSON line. CLOCK_MONOTONIC is one clock for every process of the host,
+# so the child waits for the reply only as long as the guard waits for it.
+SHUTDOWN_SCRIPT = """\
+import json, sys, time
+order = json.loads(sys.stdin.read())
+try:
+    from jupyter_client.blocking import BlockingKernelClient
+except Exception as exc:
+    print(json.dumps({"error": "cannot import jupyter_client: %s" % exc}))
+    sys.exit(0)
+client = BlockingKernelClient()
+client.load_connection_info(order["connection"])
+client.start_channels(shell=False, iopub=False, stdin=False, hb=False, control=True)
+try:
+    wait = max(order["until"] - time.monotonic(), 0.05)
+    try:
+        reply = client.shutdown(restart=False, reply=True, timeout=wait)
+    except Exception as exc:
+        print(json.dumps({"error": "no shutdown_reply within %.1f s (%s)" % (wait, type(exc).__name__)}))
+    else:
+        print(json.dumps({"status": reply.get("content", {}).get("status", "")}))
+finally:
+    client.stop_channels()
+"""
+# What the child keeps for itself of the timeout: starting the interpreter
+# and its exit after the reply came.
+CHILD_MARGIN_S = 0.5
+
+
+def request_shutdown(kernel: JupyterKernel, timeout_s: float) -> str | None:
+    """Ask ``kernel`` to shut down (``shutdown_request``, restart false) on its control channel.
+
+    None once the kernel acknowledged it (its ``shutdown_reply``); else one
+    line saying why not. The kernel is never signalled: a kernel busy in a
+    cell acknowledges at once but exits only when the cell ends, which the
+    caller waits for.
+    """
+    label = f"Jupyter kernel pid {kernel.pid}"
+    if kernel.unreachable:
+        return f"{label}: {kernel.unreachable}; shut it down from its notebook"
+    if not kernel.python:
+        return f"{label}: its interpreter was deleted (upgraded?); shut it down from its notebook"
+    as_user: tuple[int, int] | None = (kernel.uid, kernel.gid)
+    if os.geteuid() != 0:
+        if os.geteuid() != kernel.uid:
+            return f"{label}: runs as uid {kernel.uid}; only root or that user can ask it to shut down"
+        as_user = None
+    try:
+        home = pwd.getpwuid(kernel.uid).pw_dir
+    except KeyError:
+        home = "/"
+    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": home}
+    order = {"connection": kernel.connection_info(),
+             "until": time.monotonic() + max(timeout_s - CHILD_MARGIN_S, 0.1)}
+    # -E: no PYTHON* variable of the guard's reaches the child; "/" is its
+    # folder, so no module in the guard's folder shadows jupyter_client.
+    result = runner.run([kernel.python, "-E", "-c", f"import os; os.chdir('/')\n{SHUTDOWN_SCRIPT}"],
+                        timeout=timeout_s, env=env, stdin=json.dumps(order), as_user=as_user)
+    if not result.ok:
+        why = result.describe_failure()
+        if result.error == "permission denied" and as_user is not None:
+            why += " (switching to the kernel's user needs CAP_SETUID and CAP_SETGID)"
+        return f"{label}: {why}"
+    answer = _answer(result.stdout)
+    if answer is None:
+        tail = result.stdout.strip().splitlines()[-1][:200] if result.stdout.strip() else "nothing"
+        return f"{label}: no answer from the shutdown request (printed {tail!r})"
+    if "error" in answer:
+        return f"{label}: {answer['error']}"
+    if answer.get("status") != "ok":
+        return f"{label}: the kernel answered the shutdown request with status {answer.get('status')!r}"
+    return None
+
+
+def _answer(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
