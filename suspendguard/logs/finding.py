@@ -77,7 +77,7 @@ class Finding:
         return replace(self, outside=Outside(side, by))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "rule": self.rule,
             "severity": self.severity,
             "file": self.file,
@@ -88,8 +88,10 @@ class Finding:
             "unit": self.unit,
             "outside_attempt": self.outside.to_json() if self.outside else None,
             "code": self.code,
-            "described": self.described,
         }
+        if self.described is not None:  # only where the reference does not say
+            doc["described"] = self.described
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Finding:
