@@ -82,8 +82,9 @@ RULE_FIELDS = tuple(f.name for f in fields(Rule))
 # anyway, so only what names the program.
 LAUNCHER_MATCH = ("comm", "exe", "cmdline")
 # How a launcher is stopped (guard/jobs.py): it gets the signal and forwards
-# it, or it is stopped while its ranks get the signal from the guard.
-LAUNCHER_STOPS = ("forward", "hold")
+# it, it is stopped while its ranks get the signal from the guard, or it is
+# left alone while they do.
+LAUNCHER_STOPS = ("forward", "hold", "ranks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +175,8 @@ class DrainConfig:
         'e.g. { exe = "/opt/mylab/bin/launch", stop = "hold" }: matched on comm, exe or '
         'cmdline, and only as an ancestor of a holder running as the same uid; stop = '
         '"forward" sends it the signal, which it passes to its ranks, "hold" stops it '
-        '(SIGSTOP) while its ranks get the signal, and continues it once they left.',
+        '(SIGSTOP) while its ranks get the signal, and continues it once they left, "ranks" '
+        'signals its ranks and leaves it alone.',
     )
     deadline_s: float = setting(
         100.0, "float",

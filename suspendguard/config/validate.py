@@ -171,7 +171,7 @@ def _launcher(value: Any, index: int) -> LauncherRule:
                       + ", ".join(fields))
     stop = value.get("stop")
     if stop not in LAUNCHER_STOPS:
-        raise Invalid(f"entry {index + 1}: stop must be " + " or ".join(
+        raise Invalid(f"entry {index + 1}: stop must be " + ", ".join(
             f'"{s}"' for s in LAUNCHER_STOPS) + f", got {stop!r}")
     for k in ("name", "restarts"):
         if k in value and not isinstance(value[k], str):

@@ -18,10 +18,16 @@ So the holders are grouped into jobs before anyone is signalled:
 - a launcher that forwards the signal and waits for its ranks (``forward``:
   torchrun, ``accelerate launch``) gets the one signal itself, and its
   roots get it from the launcher;
-- any other (``hold``: mpirun, DeepSpeed, msrun) never gets it: its roots
-  get it from the guard while the launcher is stopped (SIGSTOP), so that it
-  cannot kill or restart a rank that is still saving; it is continued once
-  its ranks left (guard/held.py writes that down first).
+- one that kills the other ranks when one leaves and needs nothing from
+  them meanwhile (``hold``: DeepSpeed's launcher, msrun) never gets it: its
+  roots get it from the guard while the launcher is stopped (SIGSTOP), so
+  that it cannot kill or restart a rank that is still saving; it is
+  continued once its ranks left (guard/held.py writes that down first);
+- mpirun (``ranks``) never gets it either, and is not stopped: its ranks
+  get it from the guard. Stopping it deadlocks the ranks: MPI_Finalize
+  waits for mpirun's daemon (seen with Open MPI 4.1: both ranks saved, then
+  waited in finalize until mpirun was continued). When a rank crashes on
+  its SIGINT, mpirun still SIGTERMs the others: that is the job's own.
 
 Only an ancestor running as the same uid as the holder counts: a process
 may name itself ``torchrun``, but it cannot make root signal another
@@ -48,7 +54,7 @@ MAX_DEPTH = 6
 @dataclass(frozen=True, slots=True)
 class LauncherKind:
     name: str  # "torchrun", "mpirun", ... or the rule's name
-    stop: str  # "forward" or "hold"
+    stop: str  # "forward", "hold" or "ranks"
     restarts: str = ""  # what it does when a rank leaves first, in the reason's words
 
 
@@ -72,7 +78,7 @@ BUILTIN: dict[str, LauncherKind] = {
     "deepspeed": LauncherKind("deepspeed", "hold",
                               "SIGTERMs every rank on SIGINT, and when one rank exits"),
     "msrun": LauncherKind("msrun", "hold", "SIGKILLs the other ranks when one exits non-zero"),
-    "mpirun": LauncherKind("mpirun", "hold", "turns SIGINT into SIGTERM for its ranks"),
+    "mpirun": LauncherKind("mpirun", "ranks", "turns SIGINT into SIGTERM for its ranks"),
 }
 
 
@@ -152,7 +158,8 @@ class Plan:
 
     def role(self, holder: Holder) -> tuple[str, Job] | None:
         """("worker", job) or ("forwarded", job) for a holder the guard does not signal itself;
-        ("held", job) for a root whose launcher is stopped meanwhile; None otherwise."""
+        ("held", job) for a root whose launcher is stopped meanwhile; ("ranks", job) for a
+        root whose launcher is left alone; None otherwise."""
         key = holder_id(holder)
         for job in self.jobs:
             if any(holder_id(w) == key for w in job.workers):
@@ -162,6 +169,8 @@ class Plan:
                     return "forwarded", job
                 if job.held:
                     return "held", job
+                if job.launcher is not None:
+                    return "ranks", job
                 return None
         return None
 
@@ -180,6 +189,9 @@ class Plan:
         if what == "forwarded":
             return (f"a rank of {job.launcher.label}: the signal goes to the launcher, "
                     "which forwards it once to each rank and waits")
+        if what == "ranks":
+            return (f"a rank of {job.launcher.label}, which {job.launcher.kind.restarts}: the "
+                    "rank gets the signal, never the launcher")
         return (f"a rank of {job.launcher.label}, which {job.launcher.kind.restarts}: the rank "
                 "gets the signal, the launcher is stopped (SIGSTOP) until its ranks left")
 

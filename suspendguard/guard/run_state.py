@@ -253,7 +253,7 @@ class RunState:
                                                "which the guard signals")
         why = predicted(d, self.signame).why
         return Outcome("would-signal", why=f"{why}; {job.launcher.label} is stopped meanwhile"
-                       if what == "held" else why)
+                       if what == "held" else f"{why}; {job.launcher.label} is never signalled")
 
     def signal(self, decisions: Sequence[Decision], reserve: float, round_no: int = 1,
                tags: Tags = NO_TAGS) -> bool:
@@ -301,7 +301,7 @@ class RunState:
         """What to do about a holder still running at the timeout, by the shape of its job."""
         found = plan.role(h)
         cfg = self.config.drain
-        raise_it = "or raise [drain] timeout_s (with [[policy.drain]] for this job alone)"
+        raise_it = "or raise [drain] timeout_s"
         if found is None:
             return f"stop it yourself (kill -TERM {h.pid}), {raise_it}"
         what, job = found

@@ -5,7 +5,8 @@ allreduce now and then. On SIGINT a rank notes it (``sigint PID rank`` in
 ``--out``/signals.log, one line per SIGINT received; SIGTERM is noted as
 ``sigterm PID``), writes ``rank-N.tmp`` for ``--save-s`` seconds and renames
 it to ``rank-N.ckpt``, then exits 0. ``--out``/ready-N says rank N is in
-its loop.
+its loop. With ``--fail-rank N`` rank N leaves at once on SIGINT, with
+status 1 and no MPI_Finalize, as a rank that crashes while the others save.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--node", required=True)
 p.add_argument("--out", required=True)
 p.add_argument("--save-s", type=float, default=3.0)
+p.add_argument("--fail-rank", type=int, default=-1,
+               help="this rank leaves at once on SIGINT, with an error and no MPI_Finalize")
 args = p.parse_args()
 out = Path(args.out)
 comm = MPI.COMM_WORLD
@@ -57,6 +60,9 @@ step = 0
 while not stop[0]:
     time.sleep(0.05)
     step += 1
+if rank == args.fail_rank:
+    note(f"failed {os.getpid()} {rank}")
+    os._exit(1)
 tmp = out / f"rank-{rank}.tmp"
 tmp.write_text(f"step {step}\n")
 time.sleep(args.save_s)  # a large checkpoint takes this long to write

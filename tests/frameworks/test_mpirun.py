@@ -1,0 +1,105 @@
+"""A real Open MPI job (Debian's openmpi-bin, python3-mpi4py) drained as its launcher needs.
+
+mpirun turns SIGINT into SIGTERM for its ranks, so it never gets the
+signal: each rank gets SIGINT from the guard, and mpirun is left running
+(stopped, it would hold its ranks in MPI_Finalize). The job's own record
+says what it got (helpers/mpi_job.py): one SIGINT per rank, no SIGTERM,
+both checkpoints complete. A guard killed in the middle leaves mpirun
+running, never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.frameworks import Job, mpirun, state, wait_gone
+from helpers.runners import cli
+
+from suspendguard.guard.held import HELD_FILE
+
+
+@pytest.fixture
+def job_config(tmp_path: Path, node: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+                    f'[state]\ndir = "{tmp_path / "state"}"\n'
+                    '[idle]\nbackends = []\n[drain]\ntimeout_s = 20\n')
+    (tmp_path / "state").mkdir(mode=0o700)
+    return path
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[Job]]:
+    started: list[Job] = []
+    yield started
+    for job in started:
+        job.end()
+
+
+def saved(job: Job) -> list[str]:
+    return sorted(p.name for p in job.out.glob("rank-*.ckpt"))
+
+
+def test_ranks_save_and_mpirun_is_never_signalled(tmp_path: Path, node: str, job_config: Path,
+                                                 jobs: list[Job]) -> None:
+    job = mpirun(node, tmp_path / "job", save_s=2.0)
+    jobs.append(job)
+    ranks = job.wait_ready()
+    _code, out, _err = cli("--config", str(job_config), "check", "--json")
+    by_pid = {h["pid"]: h for h in json.loads(out)["holders"]}
+    assert all("mpirun (pid" in by_pid[r]["outcome"]["why"] and "never signalled"
+               in by_pid[r]["outcome"]["why"] for r in ranks), by_pid
+    _code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+    report = json.loads(out)
+    assert report["verdict"] == "allow", (report, err)
+    signals = job.signals()
+    got = sorted(int(line.split()[1]) for line in signals if line.startswith("sigint"))
+    assert got == sorted(ranks), signals
+    assert not any(line.startswith("sigterm") for line in signals), signals
+    assert saved(job) == ["rank-0.ckpt", "rank-1.ckpt"], signals
+    assert wait_gone(job.pid, 10), state(job.pid)  # continued, it saw its ranks leave
+    assert not (tmp_path / "state" / HELD_FILE).exists()
+
+
+def test_a_guard_killed_mid_drain_leaves_mpirun_running(tmp_path: Path, node: str,
+                                                        job_config: Path, jobs: list[Job]) -> None:
+    job = mpirun(node, tmp_path / "job", save_s=3.0)
+    jobs.append(job)
+    job.wait_ready()
+    ranks = job.wait_ready()
+    guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(job_config),
+                              "drain", "--yes"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        # Killed once both ranks have their SIGINT, in the middle of their saves.
+        deadline = time.monotonic() + 30
+        while len([s for s in job.signals() if s.startswith("sigint")]) < 2 \
+                and time.monotonic() < deadline:
+            assert state(job.pid) not in ("T", "t"), "mpirun was stopped"
+            time.sleep(0.02)
+        assert len(job.signals()) >= 2, job.signals()
+        os.kill(guard.pid, signal.SIGKILL)
+        guard.wait()
+        assert state(job.pid) not in ("T", "t"), "mpirun was left stopped"
+        assert not saved(job)  # the saves were still running when the guard died
+    finally:
+        if guard.poll() is None:
+            guard.kill()
+            guard.wait()
+    # The ranks had their SIGINT before the guard died: they save and leave.
+    assert wait_gone(job.pid, 15)
+    assert saved(job) == ["rank-0.ckpt", "rank-1.ckpt"], job.signals()
+    assert sorted(int(s.split()[1]) for s in job.signals() if s.startswith("sigint")) \
+        == sorted(ranks)
+    # The next run (here: restore) finds the note and has nothing left to continue.
+    code, _out, err = cli("--config", str(job_config), "restore")
+    assert code == 0, err
+    assert not (tmp_path / "state" / HELD_FILE).exists()

@@ -1,0 +1,108 @@
+"""A launcher stopped for a drain is always continued: by the run, by its watchdog, or by the next run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers.frameworks import state
+from helpers.runners import cli
+
+from suspendguard.guard.held import HELD_FILE, Held, continue_left
+from suspendguard.guard.jobs import BUILTIN, Launcher
+from suspendguard.system.procfs import ProcFS
+
+
+@pytest.fixture
+def sleeper() -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def as_launcher(pid: int) -> Launcher:
+    st = ProcFS().stat(pid)
+    assert st is not None
+    return Launcher(pid, st.start_time, 0, st.comm, "", BUILTIN["mpirun"], "default")
+
+
+def wait_state(pid: int, want: set[str], timeout: float = 5.0) -> str:
+    deadline = time.monotonic() + timeout
+    while state(pid) not in want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return state(pid)
+
+
+def test_hold_stops_and_release_continues(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    held = Held(str(tmp_path))
+    assert held.hold([as_launcher(sleeper.pid)])
+    assert wait_state(sleeper.pid, {"T"}) == "T"
+    entries = json.loads((tmp_path / HELD_FILE).read_text())
+    assert [e["pid"] for e in entries] == [sleeper.pid]
+    held.release()
+    assert wait_state(sleeper.pid, {"S", "R"}) in ("S", "R")
+    assert not (tmp_path / HELD_FILE).exists()
+
+
+def test_a_reused_pid_is_never_stopped(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    other = as_launcher(sleeper.pid)
+    stale = Launcher(other.pid, other.start_time + 1, 0, other.comm, "", other.kind, "default")
+    held = Held(str(tmp_path))
+    assert held.hold([stale]) == []
+    assert held.warnings and "not stopped" in held.warnings[0]
+    time.sleep(0.1)
+    assert state(sleeper.pid) != "T"
+
+
+def test_the_watchdog_continues_when_the_guard_is_gone(tmp_path: Path,
+                                                       sleeper: subprocess.Popen[bytes]) -> None:
+    # A guard that stops a process and dies at once (SIGKILL: no finally runs).
+    st = ProcFS().stat(sleeper.pid)
+    assert st is not None
+    code = (f"import os, sys; sys.path[:0] = {sys.path!r}\n"
+            "from suspendguard.guard.held import Held\n"
+            "from suspendguard.guard.jobs import BUILTIN, Launcher\n"
+            f"h = Held({str(tmp_path)!r})\n"
+            f"assert h.hold([Launcher({sleeper.pid}, {st.start_time}, 0, 'x', '', "
+            "BUILTIN['mpirun'], 'default')])\n"
+            "os.kill(os.getpid(), 9)\n")
+    subprocess.run([sys.executable, "-c", code], check=False)
+    assert wait_state(sleeper.pid, {"S", "R"}) in ("S", "R")
+
+
+def test_the_next_run_continues_what_a_killed_run_left(tmp_path: Path, node: str,
+                                                       sleeper: subprocess.Popen[bytes]) -> None:
+    # Guard and watchdog both gone (a unit's cgroup killed whole): only the note is left.
+    launcher = as_launcher(sleeper.pid)
+    sleeper.send_signal(19)  # SIGSTOP, as the killed run had
+    assert wait_state(sleeper.pid, {"T"}) == "T"
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    (state_dir / HELD_FILE).write_text(json.dumps(
+        [{"pid": launcher.pid, "start_time": launcher.start_time, "name": "mpirun"}]))
+    conf = tmp_path / "config.toml"
+    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\ndir = "{state_dir}"\n'
+                    '[idle]\nbackends = []\n')
+    code, _out, err = cli("--config", str(conf), "restore")
+    assert code == 0, err
+    assert f"continued mpirun (pid {sleeper.pid})" in err
+    assert wait_state(sleeper.pid, {"S", "R"}) in ("S", "R")
+    assert not (state_dir / HELD_FILE).exists()
+
+
+def test_a_note_about_another_process_continues_nothing(tmp_path: Path,
+                                                        sleeper: subprocess.Popen[bytes]) -> None:
+    launcher = as_launcher(sleeper.pid)
+    sleeper.send_signal(19)
+    (tmp_path / HELD_FILE).write_text(json.dumps(
+        [{"pid": launcher.pid, "start_time": launcher.start_time + 7, "name": "mpirun"}]))
+    assert continue_left(str(tmp_path)) == []
+    time.sleep(0.1)
+    assert state(sleeper.pid) == "T"  # not the process the note is about: left as it is
+    sleeper.send_signal(18)
