@@ -93,6 +93,10 @@ class JobStop:
     forward: Sequence[tuple[Launcher, Sequence[HolderId]]] = ()
     hold: Sequence[Launcher] = ()
     held: Held | None = None
+    # Holders asked to stop their own way instead of a signal (a Jupyter
+    # kernel's shutdown_request): each call returns "" once asked, else why not.
+    asks: Mapping[HolderId, Callable[[], str]] = field(default_factory=dict)
+    asked_as: str = "a shutdown request"
 
 
 NO_JOBS = JobStop()
@@ -229,6 +233,19 @@ def drain(
             target.signalled_at = clock()
             if target.quiet:
                 continue
+            ask = jobs.asks.get(holder_id(target.holder))
+            if ask is not None:
+                error = ask()
+                if error:
+                    result.outcomes[holder_id(target.holder)] = Outcome(
+                        "not-signalled", why=f"{UNSIGNALLABLE}: {jobs.asked_as} failed: {error}")
+                    target.close()
+                    del targets[key]
+                else:
+                    target.quiet = f"after {jobs.asked_as}"
+                    target.last_signal = jobs.asked_as
+                    log(f"sent {jobs.asked_as} to pid {target.holder.pid} {target.holder.comm}")
+                continue
             refused = _send(target, signum)
             if refused is not None:
                 result.outcomes[holder_id(target.holder)] = refused
@@ -250,6 +267,8 @@ def drain(
                 break
             stepnum = int(signal.Signals[step.signal])
             for target in targets.values():
+                if holder_id(target.holder) in jobs.asks:
+                    continue  # asked its own way: never signalled
                 target.last_signal = step.signal
                 target.escalated = True
                 _send(target, stepnum)
@@ -259,7 +278,7 @@ def drain(
         for target in targets.values():
             waited = clock() - target.signalled_at
             why = f"still running {waited:.1f} s after {target.last_signal}"
-            if target.quiet and not target.escalated:
+            if target.quiet and not target.escalated and target.last_signal not in target.quiet:
                 why += f" ({target.quiet})"
             if cancel and cancel.cancelled:
                 why += f" ({cancel.reason})"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from suspendguard.config import Config, IdleConfig
-from suspendguard.guard import jobs
+from suspendguard.guard import jobs, jupyter
 from suspendguard.guard.drain import UNSIGNALLABLE, JobStop, drain
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
@@ -50,6 +50,9 @@ RESPAWN_GRACE_S = 0.5
 # for the restarted job to open its nodes.
 MAX_RESTART_WAIT_S = 5.0
 RESTART_MARGIN_S = 0.2
+
+# How long a Jupyter kernel gets to acknowledge its shutdown_request.
+SHUTDOWN_ASK_S = 5.0
 
 # The device asked: (its section, the families, when it must answer by) -> its report.
 IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
@@ -114,6 +117,7 @@ class RunState:
         self.stops: list[Stop] = []  # owners kept down for the drain, in order
         self._through: set[HolderId] = set()
         self._unreached: set[str] = set()  # containers whose engine did not answer, warned once
+        self.kernels: dict[HolderId, jupyter.JupyterKernel | None] = {}
 
     @property
     def cancelled(self) -> bool:
@@ -136,18 +140,43 @@ class RunState:
         decisions = decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
                            skip_frozen=self.options.skip_frozen, respawned=respawned,
                            vouched=vouch(holders, self.options.proc, self.token))
-        decisions = [self._confirmed(self._pod(d)) for d in decisions]
+        decisions = [self._jupyter(self._confirmed(self._pod(d))) for d in decisions]
         plan = self.plan(decisions)
         return [replace(d, notes=(*d.notes, note)) if (note := plan.note(d.holder)) else d
                 for d in decisions]
 
+    def kernel(self, holder: Holder) -> jupyter.JupyterKernel | None:
+        key = holder_id(holder)
+        if key not in self.kernels:
+            self.kernels[key] = jupyter.kernel_of(holder, self.options.proc)
+        return self.kernels[key]
+
+    def _jupyter(self, d: Decision) -> Decision:
+        """A Jupyter kernel is never sent SIGINT: veto naming it, or ask it to shut down.
+
+        An idle kernel ignores SIGINT by design: it is a kernel, not a job
+        started wrong, and the advice is the kernel's.
+        """
+        if not (d.signals or d.kind in ("veto-sigint-ignored", "veto-sigint-blocked")):
+            return d
+        kernel = self.kernel(d.holder)
+        if kernel is None:
+            return d
+        if self.config.drain.jupyter == "shutdown":
+            return replace(d, kind="jupyter-shutdown", notes=(*d.notes, (
+                "a Jupyter kernel: asked to shut down on its own control channel "
+                "([drain] jupyter = \"shutdown\"), never signalled")))
+        return replace(d, kind="veto-jupyter", reason=jupyter.describe(kernel))
+
     def plan(self, decisions: Sequence[Decision]) -> jobs.Plan:
         """The jobs behind the holders these decisions signal (guard/jobs.py)."""
-        return jobs.plan([d.holder for d in decisions if d.signals], self.options.proc,
+        return jobs.plan([d.holder for d in decisions
+                          if d.signals and d.kind != "jupyter-shutdown"], self.options.proc,
                          self.config.drain.launchers, never=self.never,
                          signum=signal.Signals[self.signame])
 
-    def job_stop(self, plan: jobs.Plan, held: Held | None) -> JobStop:
+    def job_stop(self, plan: jobs.Plan, held: Held | None,
+                 kernels: Sequence[Holder] = ()) -> JobStop:
         """The drain's part of ``plan``: who is not signalled, who forwards, who is stopped."""
         quiet: dict[HolderId, str] = {}
         forward = []
@@ -168,7 +197,14 @@ class RunState:
                     "the guard instead, and the launcher may act on them as they leave")
             elif job.held and held is not None:
                 hold.append(launcher)
-        return JobStop(quiet, forward, hold, held)
+        asks = {holder_id(h): self._shutdown(kernel) for h in kernels
+                if (kernel := self.kernel(h)) is not None}
+        return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request")
+
+    def _shutdown(self, kernel: jupyter.JupyterKernel) -> Callable[[], str]:
+        def ask() -> str:
+            return jupyter.request_shutdown(kernel, SHUTDOWN_ASK_S) or ""
+        return ask
 
     def _confirmed(self, d: Decision) -> Decision:
         """From a shell, only the holders the operator was shown and confirmed are signalled."""
@@ -240,6 +276,9 @@ class RunState:
 
     def _predicted(self, d: Decision, plan: jobs.Plan) -> Outcome:
         """What the drain would do to ``d``'s holder, its job weighed."""
+        if d.kind == "jupyter-shutdown":
+            return Outcome("would-signal", why="a Jupyter kernel: would be asked to shut down "
+                                               "on its control channel, never signalled")
         found = plan.role(d.holder)
         if found is None:
             return predicted(d, self.signame)
@@ -266,7 +305,8 @@ class RunState:
         self.before_signal(decisions, round_no)
         opts = self.options
         plan = self.plan(decisions)
-        stop = self.job_stop(plan, Held(self.config.state.dir, opts.proc))
+        stop = self.job_stop(plan, Held(self.config.state.dir, opts.proc),
+                             [d.holder for d in decisions if d.kind == "jupyter-shutdown"])
         result = drain([d.holder for d in decisions], self.signame, cfg.timeout_s, until,
                        cfg.escalate, proc=opts.proc, cancel=opts.cancel, log=opts.log.info,
                        clock=opts.clock, keep=self._keep_down if opts.supervisors else None,
@@ -299,6 +339,10 @@ class RunState:
 
     def _timeout_remedy(self, h: Holder, plan: jobs.Plan, stop: JobStop) -> str:
         """What to do about a holder still running at the timeout, by the shape of its job."""
+        if holder_id(h) in stop.asks:
+            return ("the Jupyter kernel took the shutdown request but is still busy in a cell: "
+                    "it exits once the cell ends; interrupt or finish the cell from its "
+                    "notebook, then suspend again")
         found = plan.role(h)
         cfg = self.config.drain
         raise_it = "or raise [drain] timeout_s"

@@ -55,7 +55,7 @@ def test_check_names_the_launcher_and_the_workers(tmp_path: Path, node: str, job
     job = torchrun(node, tmp_path / "job")
     jobs.append(job)
     ranks = job.wait_ready()
-    code, out, _err = cli("--config", str(job_config), "check", "--json")
+    _code, out, _err = cli("--config", str(job_config), "check", "--json")
     report = json.loads(out)
     assert report["verdict"] == "allow", report
     by_pid = holders_by_pid(report)
@@ -98,7 +98,7 @@ def test_max_restarts_starts_no_rank_during_the_sleep(tmp_path: Path, node: str,
     job = torchrun(node, tmp_path / "job", save_s=1.0, max_restarts=3)
     jobs.append(job)
     job.wait_ready()
-    code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+    _code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
     report = json.loads(out)
     assert report["verdict"] == "allow", (report, err)
     assert not any(h.get("tag") == "respawned" for h in report["holders"])

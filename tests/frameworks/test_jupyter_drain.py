@@ -1,0 +1,92 @@
+"""Real Jupyter kernels before a suspend: never sent SIGINT, named in a veto at once, or shut down.
+
+ipykernel ignores SIGINT while idle and turns it into KeyboardInterrupt in
+the running cell while busy; the kernel never exits on it. The guard
+vetoes naming the kernel before anyone is signalled, or, with
+``[drain] jupyter = "shutdown"``, asks the kernel to shut down on its own
+control channel and waits for its exit. The cell's own progress file says
+whether anything interrupted it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.kernels import Kernel, ipykernel_missing
+from helpers.runners import cli
+
+
+@pytest.fixture
+def kernel(tmp_path: Path, node: str) -> Iterator[Kernel]:
+    reason = ipykernel_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    k = Kernel(tmp_path)
+    try:
+        k.command(f"hold {node}")
+        yield k
+    finally:
+        k.close()
+
+
+def config(tmp_path: Path, node: str, jupyter: str = "veto") -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+                    f'[state]\ndir = "{tmp_path / "state"}"\n[idle]\nbackends = []\n'
+                    f'[drain]\ntimeout_s = 20\njupyter = "{jupyter}"\n')
+    return path
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+def test_a_kernel_vetoes_at_once_and_its_cell_runs_on(kernel: Kernel, tmp_path: Path, node: str,
+                                                      busy: bool) -> None:
+    progress = tmp_path / "progress"
+    steps = 40
+    if busy:
+        kernel.command(f"busy {progress} {steps}")
+    conf = config(tmp_path, node)
+    _code, out, _err = cli("--config", str(conf), "check", "--json")
+    predicted = json.loads(out)
+    assert predicted["verdict"] == "veto"
+    started = time.monotonic()
+    code, out, err = cli("--config", str(conf), "drain", "--yes", "--json")
+    took = time.monotonic() - started
+    report = json.loads(out)
+    assert code == 1 and report["verdict"] == "veto", (report, err)
+    assert took < 2.0, f"the veto took {took:.1f} s"  # at once, not after [drain] timeout_s
+    reason = report["reasons"][0]
+    assert reason == predicted["reasons"][0]
+    assert f"pid {kernel.pid} " in reason and "is a Jupyter kernel" in reason
+    assert kernel.connection_file in reason and "Kernel > Shut Down Kernel" in reason
+    assert "timeout_s" not in reason and "start it so it takes" not in reason
+    (held,) = [h for h in report["holders"] if h["pid"] == kernel.pid]
+    assert held["outcome"]["kind"] == "not-signalled"
+    assert kernel.alive()
+    if busy:
+        assert kernel.wait_exit(0.1) is None
+        deadline = time.monotonic() + steps * 0.1 + 10
+        while "done" not in progress.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lines = progress.read_text().splitlines()
+        assert lines == [str(i) for i in range(steps)] + ["done"], lines  # never interrupted
+
+
+def test_shutdown_ends_the_kernel_and_allows(kernel: Kernel, tmp_path: Path, node: str) -> None:
+    conf = config(tmp_path, node, "shutdown")
+    _code, out, _err = cli("--config", str(conf), "check", "--json")
+    (predicted,) = [h for h in json.loads(out)["holders"] if h["pid"] == kernel.pid]
+    assert "asked to shut down" in predicted["outcome"]["why"]
+    assert kernel.alive()  # check sends nothing
+    code, out, err = cli("--config", str(conf), "drain", "--yes", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["verdict"] == "allow", (report, err)
+    (held,) = [h for h in report["holders"] if h["pid"] == kernel.pid]
+    assert held["outcome"]["kind"] == "exited"
+    assert "shutdown_request" in held["outcome"]["why"]
+    assert kernel.wait_exit(5) == 0  # it left on its own, status 0: no signal ended it
+    _code, out, _err = cli("--config", str(conf), "history", "--json")
+    assert "shutdown_request" in out  # the history records how it was stopped
