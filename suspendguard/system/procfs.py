@@ -7,6 +7,7 @@ place it happens, so callers never see ENOENT/ESRCH/EACCES.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pwd
@@ -194,6 +195,20 @@ class ProcFS:
         finally:
             os.close(dfd)
         return paths
+
+    def anon_fds(self, at: int, folder: str, kind: str) -> list[str]:
+        """The fds in ``folder`` (an fd table under ``at``) that are anonymous inodes of ``kind``."""
+        found = []
+        with contextlib.suppress(OSError):
+            dfd = os.open(folder, _DIR_FLAGS, dir_fd=at)
+            try:
+                for name in os.listdir(dfd):
+                    with contextlib.suppress(OSError):
+                        if os.readlink(name, dir_fd=dfd) == f"anon_inode:[{kind}]":
+                            found.append(name)
+            finally:
+                os.close(dfd)
+        return found
 
     def link_stat(self, pid: int, *parts: str) -> os.stat_result | None:
         """The stat of the file a magic link (fd/N, map_files/SPAN) leads to; None if it cannot."""
