@@ -25,6 +25,7 @@ DecisionKind = Literal[
     "skip-stopped",  # stopped (SIGSTOP, a debugger), in the sleep hook: leave it, with a warning
     "veto-stopped",  # stopped: a signal stays pending until it continues, so veto
     "veto-sigint-ignored",  # it ignores the drain signal and nothing may follow it: veto
+    "veto-sigint-blocked",  # it blocks the drain signal in every thread, nothing waits for it: veto
     "veto-supervised",  # its supervisor would start it again whatever the guard does (a pod)
     "veto-unconfirmed",  # drain from a shell: not on the list the operator confirmed
 ]
@@ -32,7 +33,11 @@ DecisionKind = Literal[
 # the guard ended before it recorded the outcome (an interrupted attempt's holders).
 OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal",
                       "signalled"]
-Disposition = Literal["default", "caught", "ignored", "blocked", "unknown"]
+# How a process takes SIGINT. blocked: in every thread, and nothing waits for it
+# (no sigwait, no signalfd): kill -2 can never reach it; waited: blocked, but a
+# thread waits for it in sigwait or a signalfd takes it; unknown: the guard
+# could not tell (a process the device reported, threads it may not inspect).
+Disposition = Literal["default", "caught", "ignored", "blocked", "waited", "unknown"]
 # unknown: the guard cannot tell (not root and processes it could not inspect,
 # an invalid config, a missing interpreter); never read as allow.
 VerdictKind = Literal["allow", "veto", "unknown"]
@@ -211,7 +216,7 @@ class Decision:
     @property
     def vetoes(self) -> bool:
         return self.kind in ("protect", "veto-frozen", "veto-stopped", "veto-sigint-ignored",
-                             "veto-supervised", "veto-unconfirmed")
+                             "veto-sigint-blocked", "veto-supervised", "veto-unconfirmed")
 
 
 @dataclass(frozen=True, slots=True)

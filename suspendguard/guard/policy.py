@@ -23,7 +23,16 @@ from suspendguard.guard.identity import (
     daemon_named,
     names_probe,
 )
-from suspendguard.model import Action, Decision, DecisionKind, Holder, HolderId, Outcome, holder_id
+from suspendguard.model import (
+    Action,
+    Decision,
+    DecisionKind,
+    Disposition,
+    Holder,
+    HolderId,
+    Outcome,
+    holder_id,
+)
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 # Python's faulthandler installs exactly these; it dumps a traceback and
@@ -150,17 +159,35 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_fr
             "when it continues, after this suspend was refused; "
             + ("detach the debugger" if holder.stopped == "t" else f"continue it (kill -CONT "
                f"{holder.pid})") + " or stop it yourself, then suspend again")
-    if holder.disposition(signal.Signals[drain.signal]) != "ignored":
+    disposition = drain_disposition(holder, drain.signal)
+    if disposition not in ("ignored", "blocked"):
         return "drain", ""
+    # A signal that can never arrive is as good as ignored: [drain] on_sigint_ignored says.
+    kind: DecisionKind = "veto-sigint-ignored" if disposition == "ignored" else "veto-sigint-blocked"
+    reason = sigint_ignored_reason if disposition == "ignored" else sigint_blocked_reason
     if drain.on_sigint_ignored == "veto":
-        return "veto-sigint-ignored", sigint_ignored_reason(holder, drain.signal)
+        return kind, reason(holder, drain.signal, "")
     if drain.on_sigint_ignored == "escalate":
         if not drain.escalate:
-            return "veto-sigint-ignored", sigint_ignored_reason(
+            return kind, reason(
                 holder, drain.signal, "[drain] on_sigint_ignored is escalate but [drain] "
                 "escalate is empty: add steps such as \"SIGTERM:10\"")
         return "escalate", ""
     return "drain", ""  # signal-anyway
+
+
+def drain_disposition(holder: Holder, signame: str) -> Disposition:
+    """How the holder takes the drain signal, before anyone is signalled.
+
+    The scan looked at every thread for SIGINT (another thread, sigwait, a
+    signalfd may take it where the main thread blocks it); any other signal
+    the main thread blocks may still reach a thread that takes it.
+    """
+    signum = signal.Signals[signame]
+    disposition = holder.disposition(signum)
+    if disposition != "blocked":
+        return disposition
+    return holder.sigint if signum == signal.SIGINT else "unknown"
 
 
 def _thaw_step(holder: Holder) -> str:
@@ -190,6 +217,16 @@ def sigint_ignored_reason(holder: Holder, signame: str, next_step: str = "") -> 
             f"stop it; {step}")
 
 
+def sigint_blocked_reason(holder: Holder, signame: str, next_step: str = "") -> str:
+    """Why a holder the drain signal can never reach vetoes, and what to do about it."""
+    num = int(signal.Signals[signame])
+    step = next_step or (f"stop it yourself (kill -TERM {holder.pid}) or through its own tool "
+                         "(ray stop, for Ray), or set [drain] on_sigint_ignored")
+    return (f"pid {holder.pid} {holder.comm} has {signame} blocked in every thread and nothing "
+            f"waits for it (no sigwait, no signalfd), as Ray's daemons start: kill -{num} can "
+            f"never reach it; {step}")
+
+
 def unsignalled(decision: Decision, signame: str) -> Outcome:
     """The outcome of a holder the decision leaves unsignalled."""
     why = {
@@ -200,6 +237,7 @@ def unsignalled(decision: Decision, signame: str) -> Outcome:
         "skip-stopped": "stopped",
         "veto-stopped": "stopped",
         "veto-sigint-ignored": f"ignores {signame}",
+        "veto-sigint-blocked": f"{signame} blocked in every thread",
         "veto-supervised": "its supervisor would start it again",
         "veto-unconfirmed": "not on the list that was confirmed",
     }[decision.kind]
@@ -208,13 +246,15 @@ def unsignalled(decision: Decision, signame: str) -> Outcome:
 
 def predicted(decision: Decision, signame: str) -> Outcome:
     """What a dry run says the drain signal would do to a holder it would signal."""
+    never = "escalation follows" if decision.kind == "escalate" else "it stays pending"
     why = {
         "default": f"{signame} ends it (default action)",
         "caught": f"has a {signame} handler",
-        "blocked": f"{signame} blocked until it unblocks",
+        "blocked": f"{signame} blocked in every thread and nothing waits for it; {never}",
+        "waited": f"a thread waits for {signame} (sigwait or a signalfd)",
         "ignored": f"ignores {signame}; escalation follows",
         "unknown": f"{signame} disposition unknown",
-    }[decision.holder.disposition(signal.Signals[signame])]
+    }[drain_disposition(decision.holder, signame)]
     return Outcome("would-signal", why=why)
 
 

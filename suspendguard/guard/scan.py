@@ -12,12 +12,23 @@ import errno
 import os
 import signal
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 from suspendguard.guard.inventory import identity
-from suspendguard.model import HeldNode, Holder, Inventory, Node, NodeKey, ScanResult
+from suspendguard.model import (
+    Disposition,
+    HeldNode,
+    Holder,
+    Inventory,
+    Node,
+    NodeKey,
+    ScanResult,
+    SignalMasks,
+)
 from suspendguard.system.kcmp import same_files
 from suspendguard.system.procfs import ProcAccessError, ProcFS, unit_and_container, user_name
+from suspendguard.system.sigdelivery import Delivery, delivery
 from suspendguard.system.workers import run_shares
 
 _GONE = (errno.ENOENT, errno.ESRCH)
@@ -216,7 +227,7 @@ def describe_process(
         container=container,
         nspid=status.nspid or (pid,),
         nodes=tuple(unique.values()),
-        sigint=status.masks.disposition(signal.SIGINT),
+        sigint=sigint_disposition(proc, pid, status.masks),
         fatal_handlers=status.masks.fatal_handlers(),
         frozen=bool(thaw),
         source=source,
@@ -225,6 +236,26 @@ def describe_process(
         stopped=st.state if st.state in ("T", "t") else "",
         cgroup=cgroup,
     )
+
+
+# What a SIGINT blocked in the main thread comes to, once every thread was looked at.
+_BLOCKED_SIGINT: dict[Delivery, Disposition] = {"waited": "waited", "never": "blocked",
+                                                "unknown": "unknown"}
+
+
+def sigint_disposition(proc: ProcFS, pid: int, masks: SignalMasks) -> Disposition:
+    """How ``pid`` takes SIGINT: its main thread's masks, and every thread's where that one blocks it.
+
+    ``blocked`` means that no thread takes it and none waits for it (sigwait,
+    a signalfd): kill -2 can never reach the process.
+    """
+    disposition = masks.disposition(signal.SIGINT)
+    if disposition != "blocked":
+        return disposition
+    found = delivery(proc, pid, signal.SIGINT)
+    if found == "deliverable":  # another thread takes it, as the handler says
+        return replace(masks, blocked=0).disposition(signal.SIGINT)
+    return _BLOCKED_SIGINT[found]
 
 
 def scan_holders(

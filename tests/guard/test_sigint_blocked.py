@@ -1,0 +1,256 @@
+"""SIGINT that cannot arrive: blocked in every thread, with no sigwait and no signalfd for it.
+
+Such a holder vetoes before anyone is signalled, and the SIGINT it would
+never get is not left pending; one that waits for SIGINT in sigwait or reads
+it from a signalfd is drained as any other. Real processes, real drains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.holders import Holders
+from helpers.runners import cli, guard
+
+from suspendguard.config import DevicesConfig
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.scan import scan_holders
+from suspendguard.system.procfs import ProcAccessError, ProcFS
+from suspendguard.system.sigdelivery import delivery
+
+MASKED = str(Path(__file__).parents[1] / "helpers" / "masked_holder.py")
+SIGINT_BIT = 1 << (signal.SIGINT - 1)
+
+Start = Callable[[str, str], "subprocess.Popen[str]"]
+
+
+@pytest.fixture
+def masked(holders: Holders) -> Iterator[Start]:
+    """Starts helpers/masked_holder.py jobs (marking into the holders' log); kills them after."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(node: str, mode: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, MASKED, "--node", node, "--mode", mode,
+                                 "--marker", holders.marker], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        procs.append(proc)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().split() == ["ready", str(proc.pid)]
+        return proc
+
+    yield start
+    for proc in procs:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def pending(pid: int) -> int:
+    """The signals pending for ``pid``: shared (ShdPnd) and each thread's own (SigPnd)."""
+    found = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("SigPnd", "ShdPnd"):
+                found |= int(value, 16)
+    return found
+
+
+def by_pid(report: Any) -> dict[int, Any]:
+    return {h.decision.holder.pid: h for h in report.holders}
+
+
+def test_a_holder_with_sigint_blocked_vetoes_before_anyone_is_signalled(
+        make_config: Any, node: str, holders: Holders, masked: Start) -> None:
+    graceful, other = holders.start(node)
+    blocked = masked(node, "blocked")
+    start = time.monotonic()
+    report = guard(make_config(drain={"timeout_s": 5}))
+    assert time.monotonic() - start < 2  # no wait for a signal that cannot arrive
+    assert report.verdict.kind == "veto"
+    [reason] = report.verdict.reasons
+    assert f"pid {blocked.pid} " in reason and "SIGINT blocked in every thread" in reason
+    assert "nothing waits for it" in reason and f"kill -TERM {blocked.pid}" in reason
+    assert "ray stop" in reason and "timeout_s" not in reason
+    results = by_pid(report)
+    mine = results[blocked.pid]
+    assert mine.decision.kind == "veto-sigint-blocked" and mine.decision.holder.sigint == "blocked"
+    assert mine.outcome.kind == "not-signalled"
+    assert mine.outcome.why == "SIGINT blocked in every thread"
+    assert results[other].outcome.kind == "not-signalled"
+    # Nobody was signalled: the graceful job marks nothing, the blocked one holds no SIGINT.
+    time.sleep(0.2)
+    assert holders.signals() == []
+    assert not pending(blocked.pid) & SIGINT_BIT
+    assert graceful.poll() is None and blocked.poll() is None
+
+
+@pytest.mark.parametrize("mode", ["sigwait", "signalfd"])
+def test_a_holder_that_waits_for_sigint_is_signalled_and_exits(
+        mode: str, make_config: Any, node: str, holders: Holders, masked: Start) -> None:
+    job = masked(node, mode)
+    report = guard(make_config(drain={"timeout_s": 5}))
+    assert report.verdict.kind == "allow", report.verdict
+    [result] = report.holders
+    assert result.decision.kind == "drain" and result.decision.holder.sigint == "waited"
+    assert result.outcome.kind == "exited"
+    assert holders.signals() == [f"{job.pid} SIGINT"]
+    assert job.wait(timeout=5) == 0
+
+
+def test_escalate_treats_a_blocked_holder_as_one_that_ignores_sigint(
+        make_config: Any, node: str, holders: Holders, masked: Start) -> None:
+    job = masked(node, "blocked")
+    no_steps = guard(make_config(drain={"on_sigint_ignored": "escalate"}))
+    assert no_steps.verdict.kind == "veto"
+    [reason] = no_steps.verdict.reasons
+    assert "SIGINT blocked in every thread" in reason
+    assert reason.endswith('[drain] escalate is empty: add steps such as "SIGTERM:10"')
+    drain = {"timeout_s": 0.5, "on_sigint_ignored": "escalate", "escalate": ["SIGTERM:3"]}
+    report = guard(make_config(drain=drain))
+    assert report.verdict.kind == "allow", report.verdict
+    [result] = report.holders
+    assert result.decision.kind == "escalate" and result.outcome.kind == "exited"
+    assert "SIGTERM" in result.outcome.why
+    assert job.wait(timeout=5) == -signal.SIGTERM
+    assert holders.signals() == []  # the SIGINT never reached it
+
+
+def test_check_predicts_the_veto_and_the_drain(
+        conf: Path, node: str, holders: Holders, masked: Start) -> None:
+    blocked = masked(node, "blocked")
+    waiting = [masked(node, "sigwait"), masked(node, "signalfd")]
+    code, out, _ = cli("check", "--dry-run", "--json", "--config", str(conf))
+    data = json.loads(out)
+    assert code == 1 and data["verdict"] == "veto"
+    [reason] = data["reasons"]
+    assert f"pid {blocked.pid} " in reason and "SIGINT blocked in every thread" in reason
+    found = {h["pid"]: h for h in data["holders"]}
+    assert found[blocked.pid]["sigint"] == "blocked"
+    assert found[blocked.pid]["outcome"]["why"] == "SIGINT blocked in every thread"
+    for job in waiting:
+        assert found[job.pid]["sigint"] == "waited"
+        assert found[job.pid]["outcome"]["kind"] == "not-signalled"
+    os.killpg(blocked.pid, signal.SIGKILL)
+    blocked.wait()
+    code, out, _ = cli("check", "--dry-run", "--json", "--config", str(conf))
+    data = json.loads(out)
+    assert code == 0 and data["verdict"] == "allow", data["reasons"]
+    for h in data["holders"]:
+        assert h["outcome"] == {"kind": "would-signal", "seconds": None,
+                                "why": "a thread waits for SIGINT (sigwait or a signalfd)"}
+    assert sorted(h["pid"] for h in data["holders"]) == sorted(job.pid for job in waiting)
+    # check never signals: the waiting jobs run on and took nothing.
+    assert holders.signals() == [] and all(job.poll() is None for job in waiting)
+    assert not any(pending(job.pid) & SIGINT_BIT for job in waiting)
+
+
+def test_the_scan_reads_every_thread_where_the_main_one_blocks_sigint(
+        node: str, masked: Start) -> None:
+    jobs = {mode: masked(node, mode) for mode in ("blocked", "sigwait", "signalfd", "other-thread")}
+    inventory = take_inventory(DevicesConfig((), (node,), ()))
+    found = {h.pid: h.sigint for h in scan_holders(inventory).holders}
+    # A thread started before the main one blocked SIGINT takes it: the handler's word.
+    assert {mode: found[job.pid] for mode, job in jobs.items()} == {
+        "blocked": "blocked", "sigwait": "waited", "signalfd": "waited", "other-thread": "caught"}
+    proc = ProcFS()
+    assert delivery(proc, jobs["blocked"].pid, signal.SIGINT) == "never"
+    assert delivery(proc, jobs["other-thread"].pid, signal.SIGINT) == "deliverable"
+    assert delivery(proc, jobs["blocked"].pid, signal.SIGTERM) == "deliverable"
+
+
+# -- what the threads' files say, on a /proc of the test's own ----------------
+
+def fake_process(root: Path, threads: dict[int, dict[str, str]],
+                 fds: dict[str, tuple[str, str]] | None = None) -> ProcFS:
+    """A /proc tree with process 100, its threads' files, and fds (link target, fdinfo)."""
+    base = root / "100"
+    for tid, files in threads.items():
+        task = base / "task" / str(tid)
+        task.mkdir(parents=True)
+        for name, text in files.items():
+            (task / name).write_text(text)
+    (base / "fd").mkdir()
+    (base / "fdinfo").mkdir()
+    for fd, (target, info) in (fds or {}).items():
+        os.symlink(target, base / "fd" / fd)
+        (base / "fdinfo" / fd).write_text(info)
+    return ProcFS(str(root))
+
+
+def thread(blocked: str = "0000000000000002", state: str = "S (sleeping)",
+           wchan: str = "ep_poll") -> dict[str, str]:
+    return {"status": f"State:\t{state}\nSigBlk:\t{blocked}\n", "wchan": wchan}
+
+
+def test_sigwait_unblocks_what_it_waits_for(tmp_path: Path) -> None:
+    # A thread asleep in sigwait({SIGINT}): the kernel took SIGINT out of its SigBlk.
+    waits = fake_process(tmp_path / "a", {100: thread(), 101: thread(
+        blocked="0000000000000000", wchan="do_sigtimedwait.isra.0")})
+    assert delivery(waits, 100, signal.SIGINT) == "waited"
+    # Its wchan unreadable ("0" to a reader that may not trace it): it still takes SIGINT.
+    hidden = fake_process(tmp_path / "b", {100: thread(), 101: thread(
+        blocked="0000000000000000", wchan="0")})
+    assert delivery(hidden, 100, signal.SIGINT) == "deliverable"
+    # In sigwait with SIGINT still blocked: it waits for other signals (SIGTERM, SIGHUP).
+    other = fake_process(tmp_path / "c", {100: thread(), 101: thread(wchan="do_sigtimedwait")})
+    assert delivery(other, 100, signal.SIGINT) == "never"
+
+
+def test_a_signalfd_takes_what_its_mask_names(tmp_path: Path) -> None:
+    sfd = ("anon_inode:[signalfd]", "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1\n"
+           "sigmask:\t0000000000000002\n")
+    reads = fake_process(tmp_path / "a", {100: thread()}, {"3": sfd})
+    assert delivery(reads, 100, signal.SIGINT) == "waited"
+    assert delivery(reads, 100, signal.SIGHUP) == "deliverable"  # nobody blocks SIGHUP
+    other = fake_process(tmp_path / "b", {100: thread(blocked="0000000000000003")},
+                         {"3": (sfd[0], sfd[1].replace("0002\n", "4000\n"))})
+    assert delivery(other, 100, signal.SIGINT) == "never"  # its signalfd takes SIGTERM only
+
+
+def test_an_exiting_thread_takes_nothing(tmp_path: Path) -> None:
+    proc = fake_process(tmp_path, {100: thread(blocked="0000000000000000", state="Z (zombie)"),
+                                   101: thread()})
+    assert delivery(proc, 100, signal.SIGINT) == "never"
+    gone = fake_process(tmp_path / "gone", {100: thread(state="Z (zombie)")})
+    assert delivery(gone, 100, signal.SIGINT) == "unknown"
+
+
+class Refusing(ProcFS):
+    """A /proc whose thread 101 refuses its status (as a hardened /proc may)."""
+
+    def read(self, pid: int, name: str, at: int | None = None) -> bytes | None:
+        if name == "task/101/status":
+            raise ProcAccessError("refused")
+        return super().read(pid, name, at)
+
+
+class Looping(ProcFS):
+    """Thread 101 calls sigwait in a loop: caught between two calls, then inside one."""
+
+    looks = 0
+
+    def read(self, pid: int, name: str, at: int | None = None) -> bytes | None:
+        if name == "task/101/status":
+            self.looks += 1
+            blocked = "0000000000000002" if self.looks == 1 else "0000000000000000"
+            return f"State:\tS (sleeping)\nSigBlk:\t{blocked}\n".encode()
+        return super().read(pid, name, at)
+
+
+def test_what_the_guard_cannot_read_is_unknown_and_never_is_looked_at_twice(
+        tmp_path: Path) -> None:
+    fake_process(tmp_path, {100: thread(), 101: thread(wchan="do_sigtimedwait")})
+    assert delivery(Refusing(str(tmp_path)), 100, signal.SIGINT) == "unknown"
+    looping = Looping(str(tmp_path))
+    assert delivery(looping, 100, signal.SIGINT) == "waited" and looping.looks == 2
