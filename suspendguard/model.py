@@ -28,6 +28,8 @@ DecisionKind = Literal[
     "veto-sigint-blocked",  # it blocks the drain signal in every thread, nothing waits for it: veto
     "veto-supervised",  # its supervisor would start it again whatever the guard does (a pod)
     "veto-unconfirmed",  # drain from a shell: not on the list the operator confirmed
+    "veto-jupyter",  # a Jupyter kernel: SIGINT never ends it, only interrupts its cell
+    "jupyter-shutdown",  # a Jupyter kernel asked to shut down on its control channel ([drain] jupyter)
 ]
 # signalled: the signal was being sent when the history's row was written, and
 # the guard ended before it recorded the outcome (an interrupted attempt's holders).
@@ -211,12 +213,13 @@ class Decision:
 
     @property
     def signals(self) -> bool:
-        return self.kind in ("drain", "escalate")
+        return self.kind in ("drain", "escalate", "jupyter-shutdown")
 
     @property
     def vetoes(self) -> bool:
         return self.kind in ("protect", "veto-frozen", "veto-stopped", "veto-sigint-ignored",
-                             "veto-sigint-blocked", "veto-supervised", "veto-unconfirmed")
+                             "veto-sigint-blocked", "veto-supervised", "veto-unconfirmed",
+                             "veto-jupyter")
 
 
 @dataclass(frozen=True, slots=True)

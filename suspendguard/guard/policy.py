@@ -240,6 +240,8 @@ def unsignalled(decision: Decision, signame: str) -> Outcome:
         "veto-sigint-blocked": f"{signame} blocked in every thread",
         "veto-supervised": "its supervisor would start it again",
         "veto-unconfirmed": "not on the list that was confirmed",
+        "veto-jupyter": "a Jupyter kernel: SIGINT would only interrupt its cell",
+        "jupyter-shutdown": "a Jupyter kernel",
     }[decision.kind]
     return Outcome("not-signalled", why=why)
 
