@@ -12,7 +12,10 @@ with their rank: a SIGINT of their own breaks the rank's loop.
 So the holders are grouped into jobs before anyone is signalled:
 
 - a holder whose parent is a holder too, of the same uid and in the
-  parent's process group, is a *worker*: it is waited for, never signalled;
+  parent's process group, and that holds a node through the very open file
+  its parent holds (an fd inherited across fork, told by kcmp(2)), is a
+  *worker*: it is waited for, never signalled. A child that opened the node
+  itself (a job started beside another from one shell) is a job of its own;
 - the others are the job's *roots*; each root's nearest ancestor of the
   same uid that is a known launcher is the job's launcher;
 - a launcher that forwards the signal and waits for its ranks (``forward``:
@@ -44,6 +47,7 @@ from dataclasses import dataclass
 from suspendguard.config import LauncherRule
 from suspendguard.guard.policy import rule_matches
 from suspendguard.model import Disposition, Holder, HolderId, holder_id
+from suspendguard.system import kcmp
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 # How far up from a holder the launcher is looked for (a shell, a wrapper,
@@ -75,6 +79,10 @@ BUILTIN: dict[str, LauncherKind] = {
                              "after it forwarded a signal"),
     "accelerate": LauncherKind("accelerate", "forward",
                                "runs torchrun's agent in its own process"),
+    # ``accelerate launch`` of one process is a bare Popen().wait(): nothing
+    # is forwarded, so its one rank gets the signal itself.
+    "accelerate-single": LauncherKind("accelerate", "ranks",
+                                      "waits for its one process and forwards nothing"),
     "deepspeed": LauncherKind("deepspeed", "hold",
                               "SIGTERMs every rank on SIGINT, and when one rank exits"),
     "msrun": LauncherKind("msrun", "hold", "SIGKILLs the other ranks when one exits non-zero"),
@@ -94,20 +102,39 @@ def builtin_kind(cmdline: Sequence[str], exe: str) -> LauncherKind | None:
             if module in _MODULES:
                 return BUILTIN[_MODULES[module]]
             if module == "accelerate.commands.launch":
-                return BUILTIN["accelerate"]
+                return _accelerate(cmdline)
             return None
         if rest and rest[0] != "-m":
             names.append(os.path.basename(rest[0]))
             if os.path.basename(rest[0]) == "accelerate" and "launch" in rest[1:2]:
-                return BUILTIN["accelerate"]
+                return _accelerate(cmdline)
     for name in names:
         if name in _SCRIPTS:
             return BUILTIN[_SCRIPTS[name]]
         if name in _MPI:
             return BUILTIN["mpirun"]
     if names[1] == "accelerate" and len(cmdline) > 1 and cmdline[1] == "launch":
-        return BUILTIN["accelerate"]
+        return _accelerate(cmdline)
     return None
+
+
+_ACCELERATE_MULTI = ("--multi_gpu", "--multi-gpu", "--use_deepspeed", "--use-deepspeed",
+                     "--use_fsdp", "--use-fsdp", "--use_megatron_lm", "--num_machines",
+                     "--num-machines")
+
+
+def _accelerate(cmdline: Sequence[str]) -> LauncherKind:
+    """torchrun's agent in-process for several processes; a bare wait for one."""
+    args = list(cmdline)
+    for i, arg in enumerate(args):
+        if arg.split("=", 1)[0] in _ACCELERATE_MULTI:
+            return BUILTIN["accelerate"]
+        key, eq, value = arg.partition("=")
+        if key in ("--num_processes", "--num-processes"):
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if value.isdigit() and int(value) > 1:
+                return BUILTIN["accelerate"]
+    return BUILTIN["accelerate-single"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +244,7 @@ def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] 
     for h in holders:
         parent = by_pid.get(h.ppid)
         if parent is not None and parent.uid == h.uid and groups[h.pid] is not None \
-                and groups[h.pid] == groups[parent.pid]:
+                and groups[h.pid] == groups[parent.pid] and _inherited(proc, h, parent):
             # A worker of a worker (a DataLoader inside a worker) leaves with its root too.
             workers.setdefault(_root_of(h, by_pid, groups), []).append(h)
         else:
@@ -233,6 +260,22 @@ def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] 
     return Plan(tuple(
         Job(tuple(rs), tuple(w for r in rs for w in workers.get(r.pid, ())), found[key])
         for key, rs in jobs.items()))
+
+
+def _node_fds(proc: ProcFS, holder: Holder) -> list[int]:
+    """The fds by which ``holder`` holds its nodes (by the paths it sees them at)."""
+    paths = {n.seen_as for n in holder.nodes if n.via == "fd"}
+    try:
+        return [int(fd) for fd, path in proc.open_paths(holder.pid) if path in paths]
+    except (ProcAccessError, ValueError):
+        return []
+
+
+def _inherited(proc: ProcFS, child: Holder, parent: Holder) -> bool:
+    """Whether ``child`` holds a node through an open file it shares with ``parent``."""
+    mine = _node_fds(proc, child)
+    theirs = _node_fds(proc, parent)
+    return any(kcmp.same_file(child.pid, a, parent.pid, b) for a in mine for b in theirs)
 
 
 def _root_of(h: Holder, by_pid: dict[int, Holder], groups: dict[int, int | None]) -> int:

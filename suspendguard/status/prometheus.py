@@ -28,7 +28,8 @@ from suspendguard.status.model import RecentHistory, Status
 from suspendguard.system.dbus.logind import LogindInfo
 
 ACTIONS: tuple[Action, ...] = ("drain", "protect", "ignore", "never", "keep")
-DISPOSITIONS: tuple[Disposition, ...] = ("default", "caught", "ignored", "blocked", "unknown")
+DISPOSITIONS: tuple[Disposition, ...] = ("default", "caught", "ignored", "blocked", "waited",
+                                        "unknown")
 DEVICE_STATES = ("busy", "idle", "unknown")
 VERDICTS = ("allow", "veto", "unknown")
 # The final verdicts of recorded attempts; others seen in a database are added.

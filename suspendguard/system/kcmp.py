@@ -40,3 +40,22 @@ def same_files(pid1: int, pid2: int) -> bool | None:
             _available = False
         return None
     return result == 0
+
+
+KCMP_FILE = 0
+
+
+def same_file(pid1: int, fd1: int, pid2: int, fd2: int) -> bool | None:
+    """True when fd1 of pid1 and fd2 of pid2 are one open file description (one inherited
+    across fork, or passed), False when not; None when kcmp cannot tell."""
+    global _libc, _available
+    if not _available:
+        return None
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    result: int = _libc.syscall(_SYSCALL[platform.machine()], pid1, pid2, KCMP_FILE, fd1, fd2)
+    if result < 0:
+        if ctypes.get_errno() == errno.ENOSYS:
+            _available = False
+        return None
+    return result == 0

@@ -53,7 +53,7 @@ def on_sigterm(signum: int, frame: object) -> None:
 
 signal.signal(signal.SIGINT, on_sigint)
 signal.signal(signal.SIGTERM, on_sigterm)
-node = open(args.node, "rb")
+node = open(args.node, "rb")  # noqa: SIM115 - held for the job's life
 comm.allreduce(1)
 (out / f"ready-{rank}").write_text(f"{os.getpid()}\n")
 step = 0

@@ -75,7 +75,7 @@ def worker_init(_worker_id: int) -> None:
 
 
 counting("rank")
-node = open(args.node, "rb")  # held for the job's life; the workers inherit it
+node = open(args.node, "rb")  # noqa: SIM115 - held for the job's life; the workers inherit it
 dist.init_process_group("gloo")
 loader = DataLoader(Steps(), batch_size=2, num_workers=args.workers,
                     multiprocessing_context="fork", worker_init_fn=worker_init)

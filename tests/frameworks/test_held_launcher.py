@@ -1,0 +1,54 @@
+"""A launcher that kills the other ranks when one fails (msrun's shape) is stopped while they leave.
+
+``[[drain.launchers]]`` names it with ``stop = "hold"``: each rank gets
+SIGINT from the guard while the launcher is stopped (SIGSTOP), so the rank
+that fails at once cannot get the one still saving killed; the launcher is
+continued once both left. Without the rule the same job loses the save,
+which is what makes the hold worth its risk.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.frameworks import wait_gone
+from helpers.runners import cli
+
+LAUNCHER = str(Path(__file__).parent.parent / "helpers" / "msrun_like.py")
+
+
+def drain(tmp_path: Path, node: str, held: bool) -> tuple[dict[str, object], str, str]:
+    conf = tmp_path / "config.toml"
+    rule = '[[drain.launchers]]\ncmdline = "msrun_like[.]py"\nstop = "hold"\nname = "msrun-like"\n'
+    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+                    f'[state]\ndir = "{tmp_path / "state"}"\n[idle]\nbackends = []\n'
+                    '[drain]\ntimeout_s = 10\n' + (rule if held else ""))
+    (tmp_path / "state").mkdir(mode=0o700, exist_ok=True)
+    out = tmp_path / "codes"
+    job = subprocess.Popen([sys.executable, LAUNCHER, "--node", node, "--out", str(out)],
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline().startswith("ready")
+        _code, text, err = cli("--config", str(conf), "drain", "--yes", "--json")
+        assert wait_gone(job.pid, 10)
+    finally:
+        job.kill()
+        job.wait()
+    return json.loads(text), out.read_text(), err
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held", "not-held"])
+def test_the_saving_rank_is_not_killed_while_the_launcher_is_held(tmp_path: Path, node: str,
+                                                                 held: bool) -> None:
+    report, codes, err = drain(tmp_path, node, held)
+    assert report["verdict"] == "allow", (report, err)
+    if held:
+        assert codes == "0 0\n1 1\n", codes  # rank 0 finished its save
+        assert "stopped msrun-like" in err and "continued msrun-like" in err, err
+    else:
+        assert codes == "0 -9\n1 1\n", codes  # killed by the launcher mid-save

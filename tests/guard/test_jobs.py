@@ -1,0 +1,90 @@
+"""Which launcher a command line runs, and how it is stopped (guard/jobs.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from suspendguard.config import DevicesConfig
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.jobs import builtin_kind, plan
+from suspendguard.guard.scan import scan_holders
+from suspendguard.system.procfs import ProcFS
+
+
+@pytest.mark.parametrize(("argv", "exe", "name", "stop"), [
+    (["/usr/bin/python3", "/usr/bin/torchrun", "--nproc_per_node", "2", "t.py"],
+     "/usr/bin/python3.11", "torchrun", "forward"),
+    (["python3", "-m", "torch.distributed.run", "t.py"], "/usr/bin/python3.11", "torchrun",
+     "forward"),
+    (["python", "-u", "-m", "torch.distributed.launch", "t.py"], "/usr/bin/python3.11",
+     "torchrun", "forward"),
+    (["/opt/venv/bin/python", "/opt/venv/bin/accelerate", "launch", "--multi_gpu", "t.py"],
+     "/usr/bin/python3.10", "accelerate", "forward"),
+    (["accelerate", "launch", "--num_processes", "4", "t.py"], "/usr/bin/python3.10",
+     "accelerate", "forward"),
+    (["accelerate", "launch", "t.py"], "/usr/bin/python3.10", "accelerate", "ranks"),
+    (["python3", "-m", "deepspeed.launcher.launch", "t.py"], "/usr/bin/python3.10",
+     "deepspeed", "hold"),
+    (["/usr/bin/python3", "/usr/local/bin/msrun", "--worker_num", "8", "t.py"],
+     "/usr/bin/python3.9", "msrun", "hold"),
+    (["mpirun", "-np", "2", "python3", "t.py"], "/usr/bin/orterun", "mpirun", "ranks"),
+    (["mpiexec.hydra", "-n", "2", "a.out"], "/usr/bin/mpiexec.hydra", "mpirun", "ranks"),
+])
+def test_builtin_launchers(argv: list[str], exe: str, name: str, stop: str) -> None:
+    kind = builtin_kind(argv, exe)
+    assert kind is not None and (kind.name, kind.stop) == (name, stop)
+
+
+@pytest.mark.parametrize("argv", [
+    ["python3", "train.py", "--launcher", "torchrun"],  # names it, runs something else
+    ["python3", "-c", "import torchrun"],
+    ["bash", "-c", "torchrun t.py"],  # a shell: the launcher is its child, if any
+    ["python3", "tests/helpers/launcher.py", "--shape", "torchrun"],
+])
+def test_not_launchers(argv: list[str]) -> None:
+    assert builtin_kind(argv, "/usr/bin/python3.11") is None
+
+
+# A parent holding the node, and a child in its process group that holds it too:
+# through the parent's own open file (fork), or through one it opened itself.
+FAMILY = """
+import os, subprocess, sys, time
+node = open(sys.argv[1], "rb")
+if sys.argv[2] == "fork":
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+else:
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1]); "
+                              "time.sleep(60)", sys.argv[1]]).pid
+    time.sleep(0.5)
+print(os.getpid(), child, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize(("how", "worker"), [("fork", True), ("open", False)])
+def test_a_worker_is_a_child_that_holds_its_parents_open_file(node: str, how: str,
+                                                              worker: bool) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", FAMILY, node, how], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        parent, child = map(int, proc.stdout.readline().split())
+        inventory = take_inventory(DevicesConfig((), (node,), ()))
+        holders = [h for h in scan_holders(inventory).holders if h.pid in (parent, child)]
+        assert {h.pid for h in holders} == {parent, child}
+        p = plan(holders, ProcFS())
+        (c,) = [h for h in holders if h.pid == child]
+        found = p.role(c)
+        assert (found is not None and found[0] == "worker") is worker, p
+        assert {h.pid for h in p.signalled()} == ({parent} if worker else {parent, child})
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
