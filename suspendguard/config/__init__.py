@@ -23,6 +23,7 @@ from suspendguard.config.schema import (
     Config,
     DevicesConfig,
     DrainConfig,
+    DrainRule,
     EscalationStep,
     Family,
     IdleConfig,
@@ -37,7 +38,7 @@ from suspendguard.config.schema import (
 
 __all__ = [
     "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS", "SCHEMA",
-    "Config", "DevicesConfig", "DrainConfig", "EscalationStep", "Family", "IdleConfig",
+    "Config", "DevicesConfig", "DrainConfig", "DrainRule", "EscalationStep", "Family", "IdleConfig",
     "LauncherRule", "LogsConfig", "PolicyConfig", "RestoreConfig", "ResumeConfig", "Rule",
     "StateConfig",
     "build", "commented_default", "defaults", "load", "resolve_path",

@@ -159,10 +159,12 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
         )
     idle = values["idle"]
     waits = [step.wait_s for step in drain["escalate"]]
-    needed = needed_s(drain["timeout_s"], waits, bool(idle["backends"]), idle["settle_s"],
+    longest = max([drain["timeout_s"], *(r.timeout_s for r in values["policy"]["drain"])])
+    needed = needed_s(longest, waits, bool(idle["backends"]), idle["settle_s"],
                       idle["command_timeout_s"])
     if drain["deadline_s"] < needed:
-        parts = ["[drain] timeout_s"]
+        parts = ["[drain] timeout_s" if longest == drain["timeout_s"]
+                 else "the longest [[policy.drain]] timeout_s"]
         if waits:
             parts.append("the [drain] escalate waits")
         if idle["backends"]:

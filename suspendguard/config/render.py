@@ -10,6 +10,7 @@ from suspendguard.config.schema import (
     RULE_HELP,
     SCHEMA,
     Config,
+    DrainRule,
     EscalationStep,
     LauncherRule,
     Rule,
@@ -42,6 +43,9 @@ def commented_default() -> str:
                 lines += _rules_comment(key)
             elif spec.kind == "launchers":
                 lines.append(f'# {key} = [ {{ exe = "/opt/example/bin/launch", stop = "hold" }} ]')
+            elif spec.kind == "drainrules":
+                lines.append(f'# {key} = [ {{ uid = 1000, exe = "/usr/bin/example", '
+                             'timeout_s = 90 }} ]')
             else:
                 lines.append(f"# {key} = {_toml_value(validate(spec, spec.default))}")
         lines.append("")
@@ -57,6 +61,11 @@ def _document(values: Mapping[str, Mapping[str, Any]]) -> str:
             if spec.kind == "rules":
                 rules: Sequence[Rule] = value
                 lines.append(f"{key} = [" + ", ".join(_rule_table(r) for r in rules) + "]")
+            elif spec.kind == "drainrules":
+                drains: Sequence[DrainRule] = value
+                lines.append(f"{key} = [" + ", ".join(
+                    _rule_table(r.match)[:-2] + f", timeout_s = {r.timeout_s!r} }}"
+                    for r in drains) + "]")
             elif spec.kind == "launchers":
                 launchers: Sequence[LauncherRule] = value
                 lines.append(f"{key} = [" + ", ".join(_launcher_table(r) for r in launchers)

@@ -29,10 +29,10 @@ IDLE_BACKENDS: dict[str, Family] = {
 DEFAULT_STATE_DIR = "/var/lib/suspendguard"
 
 # kind is one of: str, path, int, float, bool, list, globs, choice, choices,
-# signal, escalate, rules, launchers.
+# signal, escalate, rules, launchers, drainrules.
 Kind = Literal[
     "str", "path", "int", "float", "bool", "list", "globs",
-    "choice", "choices", "signal", "escalate", "rules", "launchers",
+    "choice", "choices", "signal", "escalate", "rules", "launchers", "drainrules",
 ]
 
 
@@ -88,6 +88,14 @@ LAUNCHER_STOPS = ("forward", "hold", "ranks")
 
 
 @dataclass(frozen=True, slots=True)
+class DrainRule:
+    """A job's own wait after the signal ([[policy.drain]]): a match and its timeout_s."""
+
+    match: Rule
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class LauncherRule:
     """A site's own launcher ([[drain.launchers]]): how it is told and how it is stopped."""
 
@@ -138,6 +146,14 @@ class PolicyConfig:
     )
     ignore: tuple[Rule, ...] = setting(
         [], "rules", "Rules for holders that do not count and are never signalled.",
+    )
+    drain: tuple[DrainRule, ...] = setting(
+        [], "drainrules",
+        "Rules that give the holders they match a wait of their own after the signal, e.g. "
+        '{ uid = 1000, exe = "/usr/bin/python3*", timeout_s = 90 } for a job whose checkpoint '
+        "takes longer than [drain] timeout_s: the same fields as protect and ignore, plus "
+        "timeout_s; the first that matches counts, and a drain waits as long as the longest "
+        "wait among the holders it signals, within [drain] deadline_s.",
     )
     kubernetes: str = setting(
         "veto", "choice",

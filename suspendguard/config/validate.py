@@ -10,6 +10,7 @@ from suspendguard.config.schema import (
     LAUNCHER_MATCH,
     LAUNCHER_STOPS,
     RULE_FIELDS,
+    DrainRule,
     EscalationStep,
     LauncherRule,
     Rule,
@@ -69,6 +70,12 @@ def validate(spec: Spec, value: Any) -> Any:
         if len(value) > MAX_RULES:
             raise Invalid(f"at most {MAX_RULES} rules, got {len(value)}")
         return tuple(_rule(v, i) for i, v in enumerate(value))
+    if kind == "drainrules":
+        if not isinstance(value, list):
+            raise Invalid("a list of tables (an array of tables such as [[policy.drain]])")
+        if len(value) > MAX_RULES:
+            raise Invalid(f"at most {MAX_RULES} rules, got {len(value)}")
+        return tuple(_drain_rule(v, i) for i, v in enumerate(value))
     if kind == "launchers":
         if not isinstance(value, list):
             raise Invalid("a list of tables (an array of tables such as [[drain.launchers]])")
@@ -181,3 +188,13 @@ def _launcher(value: Any, index: int) -> LauncherRule:
         raise Invalid(f"entry {index + 1}: at least one of " + ", ".join(LAUNCHER_MATCH))
     return LauncherRule(_rule(match, index), stop, value.get("name", ""),
                         value.get("restarts", ""))
+
+
+def _drain_rule(value: Any, index: int) -> DrainRule:
+    if not isinstance(value, dict) or "timeout_s" not in value:
+        raise Invalid(f"entry {index + 1}: a table such as {{ uid = 1000, timeout_s = 90 }}")
+    timeout = value["timeout_s"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise Invalid(f"entry {index + 1}: timeout_s must be a number > 0, got {timeout!r}")
+    match = {k: v for k, v in value.items() if k != "timeout_s"}
+    return DrainRule(_rule(match, index), float(timeout))

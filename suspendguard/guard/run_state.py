@@ -24,7 +24,7 @@ from suspendguard.guard.drain import UNSIGNALLABLE, JobStop, drain
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.owner import OwnerControl, owner_of_cgroup
-from suspendguard.guard.policy import decide, predicted, unsignalled
+from suspendguard.guard.policy import decide, predicted, rule_matches, unsignalled
 from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import (
@@ -144,6 +144,14 @@ class RunState:
         plan = self.plan(decisions)
         return [replace(d, notes=(*d.notes, note)) if (note := plan.note(d.holder)) else d
                 for d in decisions]
+
+    def timeout_for(self, holder: Holder) -> float:
+        """The wait after the signal this holder is given: its [[policy.drain]] rule's, or
+        [drain] timeout_s."""
+        for rule in self.config.policy.drain:
+            if rule_matches(rule.match, holder):
+                return rule.timeout_s
+        return self.config.drain.timeout_s
 
     def kernel(self, holder: Holder) -> jupyter.JupyterKernel | None:
         key = holder_id(holder)
@@ -307,7 +315,8 @@ class RunState:
         plan = self.plan(decisions)
         stop = self.job_stop(plan, Held(self.config.state.dir, opts.proc),
                              [d.holder for d in decisions if d.kind == "jupyter-shutdown"])
-        result = drain([d.holder for d in decisions], self.signame, cfg.timeout_s, until,
+        timeout_s = max(self.timeout_for(d.holder) for d in decisions)
+        result = drain([d.holder for d in decisions], self.signame, timeout_s, until,
                        cfg.escalate, proc=opts.proc, cancel=opts.cancel, log=opts.log.info,
                        clock=opts.clock, keep=self._keep_down if opts.supervisors else None,
                        jobs=stop)
@@ -316,7 +325,7 @@ class RunState:
         if result.shortened:
             self.warnings.append(
                 f"the drain wait was cut to {result.wait_s:.1f} s (of [drain] timeout_s = "
-                f"{cfg.timeout_s:g}) to end within [drain] deadline_s = {cfg.deadline_s:g}")
+                f"{timeout_s:g}) to end within [drain] deadline_s = {cfg.deadline_s:g}")
         for d in decisions:
             outcome = result.outcomes[holder_id(d.holder)]
             self.record(d, outcome, round_no, tags)
@@ -344,10 +353,10 @@ class RunState:
                     "it exits once the cell ends; interrupt or finish the cell from its "
                     "notebook, then suspend again")
         found = plan.role(h)
-        cfg = self.config.drain
-        raise_it = "or raise [drain] timeout_s"
+        raise_it = ("or give this job a longer wait ([[policy.drain]] with its uid and exe, and "
+                    "timeout_s)")
         if found is None:
-            return f"stop it yourself (kill -TERM {h.pid}), {raise_it}"
+            return f"stop it yourself (kill -TERM {h.pid}), or raise [drain] timeout_s"
         what, job = found
         if what == "worker":
             return (f"it is a worker of pid {h.ppid} and did not leave with it: its parent "
@@ -355,7 +364,7 @@ class RunState:
         launcher = job.launcher
         assert launcher is not None
         if what == "forwarded" and holder_id(h) in stop.quiet:
-            if launcher.kind.name == "torchrun" and cfg.timeout_s >= 30:
+            if launcher.kind.name == "torchrun" and self.timeout_for(h) >= 30:
                 return (f"{launcher.label} forwarded {self.signame} and SIGKILLs its ranks "
                         "30 s later, so a longer wait cannot save this rank: make its "
                         "checkpoint shorter, or stop the job before suspending")

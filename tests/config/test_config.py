@@ -138,3 +138,25 @@ def test_readme_documents_every_key() -> None:
     for section, specs in SCHEMA.items():
         for key in specs:
             assert f"`[{section}] {key}`" in readme, f"docs/configuration.md lacks [{section}] {key}"
+
+
+def test_policy_drain_rules_and_launchers_are_read_and_checked(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[idle]\nbackends = []\n[drain]\ndeadline_s = 60\n'
+                    '[[drain.launchers]]\nexe = "/opt/lab/bin/launch"\nstop = "hold"\n'
+                    '[[policy.drain]]\nuid = 1000\nexe = "/usr/bin/python3*"\ntimeout_s = 50\n')
+    code, out, err = cli("--config", str(path), "config")
+    assert code == 0, err
+    assert 'drain = [{ exe = "/usr/bin/python3*", uid = 1000, timeout_s = 50.0 }]' in out
+    assert 'launchers = [{ exe = "/opt/lab/bin/launch", stop = "hold" }]' in out
+    # A rule's wait must fit the deadline as [drain] timeout_s must.
+    path.write_text('[idle]\nbackends = []\n[drain]\ndeadline_s = 30\n'
+                    '[[policy.drain]]\nuid = 1000\ntimeout_s = 50\n')
+    code, _out, err = cli("--config", str(path), "config")
+    assert code == 2 and "the longest [[policy.drain]] timeout_s" in err, err
+    path.write_text('[[drain.launchers]]\nexe = "/opt/x"\nstop = "sigkill"\n')
+    code, _out, err = cli("--config", str(path), "config")
+    assert code == 2 and '[drain] launchers' in err and 'stop must be "forward", "hold"' in err, err
+    path.write_text('[[policy.drain]]\nuid = 1000\n')
+    code, _out, err = cli("--config", str(path), "config")
+    assert code == 2 and "[policy] drain" in err and "timeout_s" in err, err

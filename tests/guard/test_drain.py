@@ -330,3 +330,22 @@ def test_only_the_confirmed_holders_are_signalled(make_config: Any, node: str,
     assert any(f"pid {late_pid}" in r and "appeared after the list was confirmed" in r
                for r in report.verdict.reasons), report.verdict.reasons
     assert outcome_of(report, late_pid).why == "not on the list that was confirmed"
+
+
+@pytest.mark.parametrize("rule", [True, False], ids=["own-wait", "default-wait"])
+def test_a_policy_drain_rule_gives_its_job_a_longer_wait(make_config: Any, node: str,
+                                                         holders: Holders, rule: bool) -> None:
+    # A job whose checkpoint takes 2 s, and a [drain] timeout_s of 1 s.
+    _proc, pid = holders.start(node, delay=2.0)
+    rules = [{"uid": os.getuid(), "exe": "*python*", "timeout_s": 6}] if rule else []
+    log = io.StringIO()
+    report = run(make_config(drain={"timeout_s": 1, "deadline_s": 20}, policy={"drain": rules}),
+                 dry_run=False, action="suspend", origin="test", idle_check=None,
+                 log=Logger(log, {}), history=History.open)
+    if rule:
+        assert report.verdict.kind == "allow", report.verdict
+        assert "waiting up to 6.0 s" in log.getvalue(), log.getvalue()
+        assert outcome_of(report, pid).kind == "exited"
+    else:
+        assert report.verdict.kind == "veto"
+        assert outcome_of(report, pid).kind == "timeout"

@@ -29,6 +29,7 @@ KINDS: dict[Kind, str] = {
     "escalate": 'list of "SIGNAL:SECONDS"',
     "rules": "array of rule tables",
     "launchers": "array of launcher tables",
+    "drainrules": "array of rule tables with timeout_s",
 }
 
 EXAMPLE = """\
@@ -66,7 +67,7 @@ def defaults_as_written() -> dict[tuple[str, str], str]:
             found[(section, m.group(1))] = m.group(2)
     for section, specs in SCHEMA.items():
         for key, spec in specs.items():
-            if spec.kind in ("rules", "launchers"):
+            if spec.kind in ("rules", "launchers", "drainrules"):
                 found[(section, key)] = "[]"
             elif (section, key) not in found:
                 raise ValueError(f"commented_default() has no line for [{section}] {key}")
