@@ -147,6 +147,11 @@ class PolicyConfig:
     ignore: tuple[Rule, ...] = setting(
         [], "rules", "Rules for holders that do not count and are never signalled.",
     )
+    kubernetes: str = setting(
+        "veto", "choice",
+        "A holder in a Kubernetes pod: veto (the kubelet would restart it), or drain it anyway.",
+        ("veto", "drain"),
+    )
     drain: tuple[DrainRule, ...] = setting(
         [], "drainrules",
         "Rules that give the holders they match a wait of their own after the signal, e.g. "
@@ -154,11 +159,6 @@ class PolicyConfig:
         "takes longer than [drain] timeout_s: the same fields as protect and ignore, plus "
         "timeout_s; the first that matches counts, and a drain waits as long as the longest "
         "wait among the holders it signals, within [drain] deadline_s.",
-    )
-    kubernetes: str = setting(
-        "veto", "choice",
-        "A holder in a Kubernetes pod: veto (the kubelet would restart it), or drain it anyway.",
-        ("veto", "drain"),
     )
 
 

@@ -27,7 +27,7 @@ def holder(pid: int = 4242, comm: str = "python3", cmdline: tuple[str, ...] = ("
                   frozen=frozen, source=source, sig_masks=masks)
 
 
-NO_RULES = PolicyConfig((), (), "veto")
+NO_RULES = PolicyConfig((), (), "veto", ())
 DRAIN = defaults().drain
 DEAF = SignalMasks(ignored=1 << 1)  # SIGINT inherited as ignored
 
@@ -55,20 +55,20 @@ def test_management_only_is_ignored() -> None:
 
 def test_rules_need_every_field() -> None:
     rule = Rule(comm="python3", user="bob")
-    assert action(holder(), PolicyConfig((rule,), (), "veto"))[0] == "drain"
+    assert action(holder(), PolicyConfig((rule,), (), "veto", ()))[0] == "drain"
     rule = Rule(comm="python3", user="alice", exe="/usr/bin/python3*", cmdline=r"train\.py",
                 unit="*.service")
-    assert action(holder(unit="train.service"), PolicyConfig((rule,), (), "veto"))[0] == "protect"
-    assert action(holder(unit="session-3.scope"), PolicyConfig((rule,), (), "veto"))[0] == "drain"
+    assert action(holder(unit="train.service"), PolicyConfig((rule,), (), "veto", ()))[0] == "protect"
+    assert action(holder(unit="session-3.scope"), PolicyConfig((rule,), (), "veto", ()))[0] == "drain"
 
 
 def test_protect_wins_over_ignore_and_names_the_rule() -> None:
-    both = PolicyConfig((Rule(comm="python3"),), (Rule(comm="python3"),), "veto")
+    both = PolicyConfig((Rule(comm="python3"),), (Rule(comm="python3"),), "veto", ())
     assert action(holder(), both) == ("protect", "[policy] protect #1 (comm='python3')")
 
 
 def test_never_pid1_and_the_guard_whatever_the_rules() -> None:
-    rules = PolicyConfig((), (Rule(comm="python3"),), "veto")
+    rules = PolicyConfig((), (Rule(comm="python3"),), "veto", ())
     assert action(holder(pid=1), rules)[0] == "never"
     assert action(holder(pid=77), rules, frozenset({77}))[0] == "never"
 
@@ -95,16 +95,16 @@ def test_driver_daemons_and_own_probe_are_ignored_only_when_vouched_for() -> Non
 
 
 def test_rule_on_uid() -> None:
-    assert action(holder(), PolicyConfig((Rule(uid=1000),), (), "veto")) == \
+    assert action(holder(), PolicyConfig((Rule(uid=1000),), (), "veto", ())) == \
         ("protect", "[policy] protect #1 (uid=1000)")
-    assert action(holder(), PolicyConfig((Rule(uid=0),), (), "veto"))[0] == "drain"
-    assert action(holder(), PolicyConfig((), (Rule(uid=1000, comm="python3"),), "veto"))[0] == \
+    assert action(holder(), PolicyConfig((Rule(uid=0),), (), "veto", ()))[0] == "drain"
+    assert action(holder(), PolicyConfig((), (Rule(uid=1000, comm="python3"),), "veto", ()))[0] == \
         "ignore"
 
 
 def test_rules_on_a_name_alone_are_named_as_forgeable() -> None:
     by_name = PolicyConfig((Rule(comm="python3"), Rule(cmdline="train", uid=1000)),
-                           (Rule(exe="/usr/bin/x"), Rule(cmdline="exporter")), "veto")
+                           (Rule(exe="/usr/bin/x"), Rule(cmdline="exporter")), "veto", ())
     assert forgeable_rule_warnings(by_name) == [
         "[policy] protect #1 (comm='python3') matches by name or command line alone, which any "
         "user's process can set: any user can veto every suspend with it; add uid, user, unit "
@@ -140,7 +140,7 @@ def test_device_reported_process_without_nodes_is_drained() -> None:
 
 def test_what_follows_before_any_signal() -> None:
     assert decision(holder()).kind == "drain"
-    protect = decide([holder()], PolicyConfig((Rule(comm="python3"),), (), "veto"), DRAIN)[0]
+    protect = decide([holder()], PolicyConfig((Rule(comm="python3"),), (), "veto", ()), DRAIN)[0]
     assert protect.kind == "protect" and protect.vetoes
     assert protect.reason == "pid 4242 python3 is protected by [policy] protect #1 " \
         "(comm='python3'): veto while it runs; stop it before suspending, or change the rule"
