@@ -31,11 +31,11 @@ if TYPE_CHECKING:
     from suspendguard.system.procfs import ProcFS
 
 
-def open_history(state_dir: str, *, proc: ProcFS | None = None,
+def open_history(state_dir: str, readonly: bool = False, *, proc: ProcFS | None = None,
                  deadline: float | None = None) -> History:
-    """``History.open``, imported (SQLite) only by a run that records."""
+    """``History.open``, imported (SQLite) only by a run that records or reads it."""
     from suspendguard.store.history import History
-    return History.open(state_dir, proc=proc, deadline=deadline)
+    return History.open(state_dir, readonly, proc=proc, deadline=deadline)
 
 
 class OnDemandOwnerControl:

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 class HistoryOpener(Protocol):
     """How the pipeline opens the history it records in (``History.open``)."""
 
-    def __call__(self, state_dir: str, *, proc: ProcFS | None = None,
+    def __call__(self, state_dir: str, readonly: bool = False, *, proc: ProcFS | None = None,
                  deadline: float | None = None) -> History: ...
 
 
@@ -167,6 +167,16 @@ def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
     else:
         recorded = Unavailable("a dry run records nothing" if options.dry_run else "not asked to")
 
+    # A job's earlier drain times, for check's word and the timeout's reason:
+    # a dry run reads them from the history without writing it.
+    past: History | None = history
+    if past is None and options.dry_run and open_history is not None \
+            and os.path.exists(os.path.join(config.state.dir, "history.db")):
+        with contextlib.suppress(HistoryError):
+            past = open_history(config.state.dir, True, proc=options.proc)
+            clocked.callback(past.close)
+    if past is not None:
+        r.drain_times = past.drain_times
     if history is not None and attempt_id is not None:
         r.before_signal = _write_down(history, attempt_id, r)
         r.before_stop, r.after_stop = _write_ahead(history, attempt_id, r)

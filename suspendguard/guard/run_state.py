@@ -118,6 +118,8 @@ class RunState:
         self._through: set[HolderId] = set()
         self._unreached: set[str] = set()  # containers whose engine did not answer, warned once
         self.kernels: dict[HolderId, jupyter.JupyterKernel | None] = {}
+        # The same job's earlier drain times, newest first (the history's; none without one).
+        self.drain_times: Callable[[Holder], tuple[float, ...]] = lambda _h: ()
 
     @property
     def cancelled(self) -> bool:
@@ -283,7 +285,25 @@ class RunState:
         return []
 
     def _predicted(self, d: Decision, plan: jobs.Plan) -> Outcome:
-        """What the drain would do to ``d``'s holder, its job weighed."""
+        """What the drain would do to ``d``'s holder, its job weighed, and what it took before."""
+        outcome = self._predicted_now(d, plan)
+        took = self.took_before(d.holder)
+        return replace(outcome, why=f"{outcome.why}; {took}") if took else outcome
+
+    def took_before(self, h: Holder) -> str:
+        """"it took 4.2 s to exit after its signal before (the longest of 3 drains)", or ""."""
+        times = self.drain_times(h)
+        if not times:
+            return ""
+        wait = self.timeout_for(h)
+        longest = max(times)
+        over = f", more than its wait of {wait:g} s" if longest > wait else ""
+        if len(times) == 1:
+            return f"it took {longest:.1f} s to exit after its signal the last time{over}"
+        return (f"it took up to {longest:.1f} s to exit after its signal in its last "
+                f"{len(times)} drains{over}")
+
+    def _predicted_now(self, d: Decision, plan: jobs.Plan) -> Outcome:
         if d.kind == "jupyter-shutdown":
             return Outcome("would-signal", why="a Jupyter kernel: would be asked to shut down "
                                                "on its control channel, never signalled")
@@ -341,7 +361,9 @@ class RunState:
                     by += f" ({o.name[:12] if o.kind != 'systemd-service' else o.name}, " \
                           f"kept from restarting by {_via(o)})"
                 cut = " (the wait was cut short by the deadline)" if result.shortened else ""
-                self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}: "
+                took = self.took_before(h)
+                self.reasons.append(f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}"
+                                    + (f" ({took})" if took else "") + ": "
                                     + self._timeout_remedy(h, plan, stop))
         return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
                        for o in result.outcomes.values())

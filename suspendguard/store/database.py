@@ -259,6 +259,10 @@ COLUMNS_ADDED = (
     # When the supervisor took the stop; NULL while it was being issued (a
     # row written ahead of the stop that the guard never saw answered).
     ("stops", "issued", "REAL"),
+    # Who ran a holder and what: a job's earlier drain times are looked up by
+    # its unit, or by its uid and executable (History.drain_times).
+    ("holders", "uid", "INTEGER"),
+    ("holders", "exe", "TEXT"),
 )
 
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol, cast
 
 from suspendguard.config import Config, to_toml
 from suspendguard.errors import HistoryError
-from suspendguard.model import Action, Outcome, OutcomeKind, Owner, OwnerKind
+from suspendguard.model import Action, Holder, Outcome, OutcomeKind, Owner, OwnerKind
 from suspendguard.record import (
     Attempt,
     AttemptVerdict,
@@ -274,13 +274,40 @@ class History:
                         holders: Sequence[HolderRecord]) -> None:
         c.executemany(
             "INSERT INTO holders (attempt_id, pid, start_time, user, unit, comm, cmdline,"
-            " action, rule, outcome, seconds, why, source, round, owner)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " action, rule, outcome, seconds, why, source, round, owner, uid, exe)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(attempt_id, r.holder.pid, r.holder.start_time, r.holder.user, r.holder.unit,
               r.holder.comm, r.holder.command, r.decision.action, r.decision.rule,
-              r.outcome.kind, r.outcome.seconds, r.why, r.holder.source, r.round, r.owner.key)
+              r.outcome.kind, r.outcome.seconds, r.why, r.holder.source, r.round, r.owner.key,
+              r.holder.uid if r.holder.uid >= 0 else None, r.holder.exe or None)
              for r in holders],
         )
+
+    def drain_times(self, holder: Holder, n: int = 5) -> tuple[float, ...]:
+        """How long the same job took to exit after its signal in earlier real drains, newest first.
+
+        The same job: the same unit (a service, not a login's scope), else the
+        same uid and executable. Empty when the history has none, or cannot say.
+        """
+        if not self._holder_columns() >= {"uid", "exe"}:
+            return ()
+        args: list[object]
+        if holder.unit and not holder.unit.endswith(".scope"):
+            where, args = "h.unit = ?", [holder.unit]
+        elif holder.uid >= 0 and holder.exe:
+            where, args = "h.uid = ? AND h.exe = ?", [holder.uid, holder.exe]
+        else:
+            return ()
+        try:
+            with self._reading():
+                rows = self.conn.execute(
+                    "SELECT h.seconds FROM holders h JOIN attempts a ON a.id = h.attempt_id"
+                    f" WHERE {where} AND h.outcome = 'exited' AND h.seconds IS NOT NULL"
+                    " AND a.dry_run = 0 ORDER BY h.rowid DESC LIMIT ?", (*args, n),
+                ).fetchall()
+        except (sqlite3.Error, HistoryError):
+            return ()
+        return tuple(float(r[0]) for r in rows)
 
     def record_restore(self, stop_id: int, result: str, why: str,
                        when: float | None = None) -> None:

@@ -349,3 +349,20 @@ def test_a_policy_drain_rule_gives_its_job_a_longer_wait(make_config: Any, node:
     else:
         assert report.verdict.kind == "veto"
         assert outcome_of(report, pid).kind == "timeout"
+
+
+def test_check_and_the_veto_say_what_the_job_took_before(make_config: Any, node: str,
+                                                         holders: Holders) -> None:
+    # A real drain of the job first (it exits 0.3 s after SIGINT), then the same
+    # program again: check predicts from that history, and a timeout's reason says it.
+    holders.start(node, delay=0.3)
+    cfg = make_config(drain={"timeout_s": 5})
+    assert guard(cfg).verdict.kind == "allow"
+    _proc, pid = holders.start(node, delay=3.0)
+    predicted = guard(cfg, dry_run=True, record=False)
+    why = outcome_of(predicted, pid).why
+    assert re.search(r"it took 0\.[3-9] s to exit after its signal the last time$", why), why
+    report = guard(make_config(drain={"timeout_s": 1, "deadline_s": 20}))
+    reason = next(r for r in report.verdict.reasons if f"pid {pid}" in r)
+    assert re.search(r"\(it took 0\.[3-9] s to exit after its signal the last time\): ", reason), \
+        reason
