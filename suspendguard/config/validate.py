@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from suspendguard.config.schema import (
@@ -65,24 +66,22 @@ def validate(spec: Spec, value: Any) -> Any:
     if kind == "escalate":
         return tuple(_step(item) for item in _str_list(value))
     if kind == "rules":
-        if not isinstance(value, list):
-            raise Invalid("a list of tables (an array of tables such as [[policy.protect]])")
-        if len(value) > MAX_RULES:
-            raise Invalid(f"at most {MAX_RULES} rules, got {len(value)}")
-        return tuple(_rule(v, i) for i, v in enumerate(value))
+        return _tables(value, "[[policy.protect]]", "rules", _rule)
     if kind == "drainrules":
-        if not isinstance(value, list):
-            raise Invalid("a list of tables (an array of tables such as [[policy.drain]])")
-        if len(value) > MAX_RULES:
-            raise Invalid(f"at most {MAX_RULES} rules, got {len(value)}")
-        return tuple(_drain_rule(v, i) for i, v in enumerate(value))
+        return _tables(value, "[[policy.drain]]", "rules", _drain_rule)
     if kind == "launchers":
-        if not isinstance(value, list):
-            raise Invalid("a list of tables (an array of tables such as [[drain.launchers]])")
-        if len(value) > MAX_RULES:
-            raise Invalid(f"at most {MAX_RULES} launchers, got {len(value)}")
-        return tuple(_launcher(v, i) for i, v in enumerate(value))
+        return _tables(value, "[[drain.launchers]]", "launchers", _launcher)
     raise AssertionError(kind)  # pragma: no cover
+
+
+def _tables(value: Any, example: str, what: str, read: Callable[[Any, int], Any]
+            ) -> tuple[Any, ...]:
+    """An array of tables, each read by ``read(table, index)``."""
+    if not isinstance(value, list):
+        raise Invalid(f"a list of tables (an array of tables such as {example})")
+    if len(value) > MAX_RULES:
+        raise Invalid(f"at most {MAX_RULES} {what}, got {len(value)}")
+    return tuple(read(v, i) for i, v in enumerate(value))
 
 
 def signal_name(name: str) -> str:

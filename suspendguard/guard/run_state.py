@@ -118,6 +118,7 @@ class RunState:
         self._through: set[HolderId] = set()
         self._unreached: set[str] = set()  # containers whose engine did not answer, warned once
         self.kernels: dict[HolderId, jupyter.JupyterKernel | None] = {}
+        self._plans: dict[frozenset[HolderId], jobs.Plan] = {}
         # The same job's earlier drain times, newest first (the history's; none without one).
         self.drain_times: Callable[[Holder], tuple[float, ...]] = lambda _h: ()
 
@@ -179,11 +180,17 @@ class RunState:
         return replace(d, kind="veto-jupyter", reason=jupyter.describe(kernel))
 
     def plan(self, decisions: Sequence[Decision]) -> jobs.Plan:
-        """The jobs behind the holders these decisions signal (guard/jobs.py)."""
-        return jobs.plan([d.holder for d in decisions
-                          if d.signals and d.kind != "jupyter-shutdown"], self.options.proc,
-                         self.config.drain.launchers, never=self.never,
-                         signum=signal.Signals[self.signame])
+        """The jobs behind the holders these decisions signal (guard/jobs.py).
+
+        Made once per batch: the decision, the dry run's word and the drain
+        read the same plan, and the walk up /proc is not made again.
+        """
+        holders = [d.holder for d in decisions if d.signals and d.kind != "jupyter-shutdown"]
+        key = frozenset(holder_id(h) for h in holders)
+        if key not in self._plans:
+            self._plans[key] = jobs.plan(holders, self.options.proc, self.config.drain.launchers,
+                                         never=self.never, signum=signal.Signals[self.signame])
+        return self._plans[key]
 
     def job_stop(self, plan: jobs.Plan, held: Held | None,
                  kernels: Sequence[Holder] = ()) -> JobStop:

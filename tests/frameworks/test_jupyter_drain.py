@@ -12,25 +12,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.kernels import Kernel, ipykernel_missing
+from helpers.kernels import Kernel
 from helpers.runners import cli
-
-
-@pytest.fixture
-def kernel(tmp_path: Path, node: str) -> Iterator[Kernel]:
-    reason = ipykernel_missing()
-    if reason is not None:
-        pytest.skip(reason)
-    k = Kernel(tmp_path)
-    try:
-        k.command(f"hold {node}")
-        yield k
-    finally:
-        k.close()
 
 
 def config(tmp_path: Path, node: str, jupyter: str = "veto") -> Path:

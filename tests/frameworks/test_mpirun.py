@@ -16,32 +16,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from helpers.frameworks import Job, mpirun, state, wait_gone
 from helpers.runners import cli
 
 from suspendguard.guard.held import HELD_FILE
-
-
-@pytest.fixture
-def job_config(tmp_path: Path, node: str) -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
-                    f'[state]\ndir = "{tmp_path / "state"}"\n'
-                    '[idle]\nbackends = []\n[drain]\ntimeout_s = 20\n')
-    (tmp_path / "state").mkdir(mode=0o700)
-    return path
-
-
-@pytest.fixture
-def jobs() -> Iterator[list[Job]]:
-    started: list[Job] = []
-    yield started
-    for job in started:
-        job.end()
 
 
 def saved(job: Job) -> list[str]:

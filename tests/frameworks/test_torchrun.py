@@ -12,30 +12,11 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from helpers.frameworks import SYSTEM_PYTHON, Job, torchrun, wait_gone
 from helpers.runners import cli
-
-
-@pytest.fixture
-def job_config(tmp_path: Path, node: str) -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
-                    f'[state]\ndir = "{tmp_path / "state"}"\n'
-                    '[idle]\nbackends = []\n[drain]\ntimeout_s = 25\n')
-    return path
-
-
-@pytest.fixture
-def jobs() -> Iterator[list[Job]]:
-    started: list[Job] = []
-    yield started
-    for job in started:
-        job.end()
 
 
 def checkpoint_step(out: Path) -> int:

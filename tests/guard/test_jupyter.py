@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers.isolation import needs_root
-from helpers.kernels import Kernel, ipykernel_missing
+from helpers.kernels import Kernel
 
 from suspendguard.config import DevicesConfig, build
 from suspendguard.errors import ConfigError
@@ -44,20 +44,6 @@ def holder_of(node: str, pid: int) -> Holder:
     found = [h for h in holders if h.pid == pid]
     assert found, f"pid {pid} does not hold {node}: {[h.pid for h in holders]}"
     return found[0]
-
-
-@pytest.fixture
-def kernel(tmp_path: Path, node: str) -> Iterator[Kernel]:
-    """A real idle kernel holding the test node."""
-    reason = ipykernel_missing()
-    if reason is not None:
-        pytest.skip(reason)
-    k = Kernel(tmp_path)
-    try:
-        k.command(f"hold {node}")
-        yield k
-    finally:
-        k.close()
 
 
 def test_kernel_of_recognises_a_real_kernel(kernel: Kernel, node: str) -> None:

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import job_log
 from mpi4py import MPI
 
 p = argparse.ArgumentParser()
@@ -34,11 +35,7 @@ stop = [False]
 
 
 def note(line: str) -> None:
-    fd = os.open(out / "signals.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    job_log.note(out, line)
 
 
 def on_sigint(signum: int, frame: object) -> None:

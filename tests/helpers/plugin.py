@@ -15,6 +15,7 @@ from helpers import docker
 from helpers.dbus import PrivateBus, fake_service, private_system_bus
 from helpers.holders import Holders
 from helpers.isolation import NODE_RDEV, ROOT
+from helpers.kernels import Kernel, ipykernel_missing
 from suspendguard.config import Config, build
 
 
@@ -66,6 +67,20 @@ def holders(tmp_path: Path) -> Iterator[Holders]:
     h = Holders(tmp_path)
     yield h
     h.cleanup()
+
+
+@pytest.fixture
+def kernel(tmp_path: Path, node: str) -> Iterator[Kernel]:
+    """A real idle Jupyter kernel holding the test node (helpers/kernels.py)."""
+    reason = ipykernel_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    k = Kernel(tmp_path)
+    try:
+        k.command(f"hold {node}")
+        yield k
+    finally:
+        k.close()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import job_log
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
@@ -40,12 +41,7 @@ restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def note(line: str) -> None:
-    # One write per line, O_APPEND: lines from several processes never mix.
-    fd = os.open(out / "signals.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    job_log.note(out, line)
 
 
 stop = [False]
