@@ -45,10 +45,10 @@ from suspendguard.guard.drain import drain
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.scan import scan_holders
-from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store.history import History
+from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system.dbus import systemd
 from suspendguard.system.log import Logger
 

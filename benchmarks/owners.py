@@ -45,8 +45,8 @@ from suspendguard.config import build
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.scan import scan_holders
-from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.store.history import History
+from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system.log import Logger
 
 PYTHON = "/usr/bin/python3"

@@ -6,7 +6,7 @@ Inside a booted systemd 252 (tests/helpers/systemd_harness.py) with a
 lingering user and one user service, root reads that service's state
 (what the drain needs: restart settings, stop timeout, main pid, job)
 ``--reads`` times, each on a fresh connection, the way the guard does
-(guard/user_services.py: the manager's private socket), and, in the same
+(supervise/user_services.py: the manager's private socket), and, in the same
 run, as the ``systemctl --user show`` child run as the user that it
 replaced. Prints the median, the 95th percentile and the worst of each, and
 how many reads got no answer: a fresh connection whose Hello systemd left
@@ -30,7 +30,7 @@ USER, UID, UNIT = "bench-user", 1235, "bench.service"
 # Run in the container as root: both ways of reading, alternated in rounds.
 READS = """
 import json, statistics, sys, time
-from suspendguard.guard.user_services import UserServices
+from suspendguard.supervise.user_services import UserServices
 from suspendguard.model import Owner
 from suspendguard.system import runner
 unit, uid, reads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -16,18 +16,18 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from suspendguard.commands.context import Context
-from suspendguard.guard.owner import UnitNow, owner_of_cgroup
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, HolderId, Owner, Unavailable
 from suspendguard.record import Stop
+from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
 from suspendguard.system.deadline import Cancel
 from suspendguard.system.log import Logger
 from suspendguard.system.terminal import terminal_width
 
 if TYPE_CHECKING:
-    from suspendguard.guard.supervise import ManagersAndEngines
     from suspendguard.store.history import History
+    from suspendguard.supervise.managers import ManagersAndEngines
     from suspendguard.system.procfs import ProcFS
 
 
@@ -59,7 +59,7 @@ class OnDemandOwnerControl:
 
     def _real(self) -> ManagersAndEngines:
         if self._loaded is None:
-            from suspendguard.guard.supervise import ManagersAndEngines
+            from suspendguard.supervise.managers import ManagersAndEngines
             self._loaded = ManagersAndEngines(environ=self.environ, state_dir=self.state_dir)
         return self._loaded
 

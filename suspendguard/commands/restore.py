@@ -25,11 +25,11 @@ from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors, decide
 from suspendguard.guard.restore import restore
 from suspendguard.guard.scan import scan_holders
-from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.health.resume import AfterResume, after_resume
 from suspendguard.model import Inventory
 from suspendguard.record import Stop
 from suspendguard.store.history import History
+from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system import journald
 from suspendguard.system.deadline import RESTORE_AFTER_RESUME_S, Deadline, bounded
 from suspendguard.system.log import Logger

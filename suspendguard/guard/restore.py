@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from suspendguard.config import RestoreConfig
-from suspendguard.guard.owner import OwnerControl
 from suspendguard.model import Owner, Unavailable
 from suspendguard.record import Stop
+from suspendguard.supervise.owner import OwnerControl
 from suspendguard.system import deadline
 
 

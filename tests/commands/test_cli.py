@@ -144,7 +144,7 @@ def test_a_dry_run_among_plain_processes_loads_no_supervisor_and_no_history(
     code = (
         "import io, json, sys\n"
         "from suspendguard.cli import main\n"
-        "from suspendguard.guard.owner import owner_of_cgroup\n"
+        "from suspendguard.supervise.owner import owner_of_cgroup\n"
         "from suspendguard.system.procfs import ProcFS\n"
         "out = io.StringIO()\n"
         f"status = main(['check', '--dry-run', '--json', '--config', {str(conf)!r}], out=out,\n"

@@ -21,7 +21,7 @@ from helpers.docker import DockerEngine
 from helpers.holders import HOLDER, Holders
 from helpers.runners import cli, guard
 
-from suspendguard.guard.supervise import ManagersAndEngines
+from suspendguard.supervise.managers import ManagersAndEngines
 
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 

@@ -308,7 +308,7 @@ def test_a_user_service_of_two_holders_with_kill_mode_mixed_is_drained_whole(
 # unread, bus.py's nudge); every one must answer.
 READ_USER_STATE = """
 import json, sys, time
-from suspendguard.guard.user_services import UserServices
+from suspendguard.supervise.user_services import UserServices
 from suspendguard.model import Owner
 took = []
 for _ in range(40):

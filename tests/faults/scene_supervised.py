@@ -17,8 +17,8 @@ import sys
 
 from suspendguard.config import load
 from suspendguard.guard.pipeline import run
-from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.store.history import History
+from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system.log import Logger
 
 config = load(sys.argv[1])

@@ -39,11 +39,11 @@ from suspendguard.config import Config, build
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import RECORDED, Report
 from suspendguard.guard.restore import Restored, restore
-from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store.history import History
-from suspendguard.system import usermanager
+from suspendguard.supervise import usermanager
+from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system.deadline import Cancel
 from suspendguard.system.log import Logger
 

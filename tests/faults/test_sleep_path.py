@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from suspendguard.guard.restore import restore
-from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.model import Owner, OwnerKind
 from suspendguard.record import Stop
 from suspendguard.store.history import History
+from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system.deadline import Deadline, bounded
 
 from .sleep_scenes import SCENES, Seen, can_run, dbus_daemon, fake_systemd, unit_state

@@ -13,9 +13,9 @@ from typing import Any
 from helpers.holders import Holders
 from helpers.runners import guard
 
-from suspendguard.guard.owner import UnitNow
 from suspendguard.model import Holder, Owner, Unavailable
 from suspendguard.record import Stop
+from suspendguard.supervise.owner import UnitNow
 
 ADHOC = Owner("user-service", "run-u7.service", uid=1000, restart="always", activity="active",
               transient=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from suspendguard.guard.dropin import dropin_text, exec_path, stop_timeout
+from suspendguard.supervise.dropin import dropin_text, exec_path, stop_timeout
 
 
 def test_the_drop_in_keeps_the_unit_down_and_removes_its_marker_with_full_privileges() -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from suspendguard.model import Unavailable
-from suspendguard.system import runner, usermanager
+from suspendguard.supervise import usermanager
+from suspendguard.system import runner
 
 NOBODY = pwd.getpwnam("nobody")
 

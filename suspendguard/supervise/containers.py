@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from suspendguard.guard.setaside import SetAside
 from suspendguard.model import CONTAINER_KINDS, Owner, Unavailable
 from suspendguard.record import Stop
+from suspendguard.supervise.setaside import SetAside
 from suspendguard.system.engine import Container, Engine, socket_path
 
 # Docker restarts an exited container after 100 ms, doubling each time.

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from suspendguard.guard.owner import owner_of_cgroup
 from suspendguard.model import Owner
+from suspendguard.supervise.owner import owner_of_cgroup
 
 CID = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899"
 POD = "1d2c3b4a-5f6e-4788-99aa-bbccddeeff00"

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from helpers.dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
 
-from suspendguard.guard.user_services import UserServices
 from suspendguard.model import Owner, Unavailable
-from suspendguard.system import usermanager
+from suspendguard.supervise import usermanager
+from suspendguard.supervise.user_services import UserServices
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
 

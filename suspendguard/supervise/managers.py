@@ -3,7 +3,7 @@
 Every holder gets the drain signal from the guard itself (guard/drain.py),
 whatever runs it: the owner is asked only for what the owner alone can do.
 A systemd service first gets a runtime drop-in
-(``/run/systemd/system/UNIT.d/50-suspendguard-drain.conf``, guard/dropin.py:
+(``/run/systemd/system/UNIT.d/50-suspendguard-drain.conf``, supervise/dropin.py:
 ``Restart=no``, the drain signal as ``KillSignal=``, ``TimeoutStopSec=``
 raised to ``[drain] timeout_s``) and one daemon reload for all units, then
 its holders are signalled directly, and the unit sees their exit as any
@@ -14,7 +14,7 @@ launcher and leave its job holding the node. A unit whose main process
 holds nothing and outlives its job stays running; one whose processes all
 exit goes down and stays down, and restore starts it again. The drop-ins
 are removed (and the manager reloaded) when the jobs are started again.
-Docker and Podman containers go through their engine (guard/containers.py).
+Docker and Podman containers go through their engine (supervise/containers.py).
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from suspendguard.guard import leftovers
-from suspendguard.guard.containers import Engines
-from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
-from suspendguard.guard.owner import UnitNow, owner_of_cgroup
-from suspendguard.guard.setaside import SetAside
-from suspendguard.guard.user_services import UserServices
 from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, Owner, Unavailable
 from suspendguard.record import Stop
+from suspendguard.supervise import leftovers
+from suspendguard.supervise.containers import Engines
+from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
+from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
+from suspendguard.supervise.setaside import SetAside
+from suspendguard.supervise.user_services import UserServices
 from suspendguard.system import deadline
 from suspendguard.system.dbus import systemd
 
@@ -49,12 +49,12 @@ TRANSIENT_FILE = "transient-units.json"
 
 class ManagersAndEngines:
     """The owners of holders, and the supervisors' own ways to stop and start them
-    (the guard's OwnerControl: guard/owner.py).
+    (the guard's OwnerControl: supervise/owner.py).
 
     System services go through the system manager over D-Bus, user services
     (``user@UID.service``) through their user's manager
-    (guard/user_services.py), containers through their engine
-    (guard/containers.py).
+    (supervise/user_services.py), containers through their engine
+    (supervise/containers.py).
     """
 
     def __init__(self, *, dropin_root: str = DROPIN_ROOT, bus_address: str | None = None,
@@ -219,7 +219,7 @@ class ManagersAndEngines:
     # -- drop-ins ----------------------------------------------------------
 
     def clean_leftovers(self) -> list[str]:
-        """Put back what a killed run left (guard/leftovers.py); a line for each thing put back."""
+        """Put back what a killed run left (supervise/leftovers.py); a line for each thing put back."""
         notes = self.engines.put_back_policies()
         units = [Owner("systemd-service", u) for u in leftovers.system_dropins(self.dropin_root)]
         users = leftovers.user_dropins()

@@ -2,7 +2,7 @@
 
 Read from the holder's cgroup path (every supervisor puts its jobs in a
 cgroup of its own, under names the supervisor chooses), then filled in from
-the supervisor's own API (guard/supervise.py's ManagersAndEngines): the unit's ``Restart=`` and
+the supervisor's own API (supervise/managers.py's ManagersAndEngines): the unit's ``Restart=`` and
 ``RestartUSec`` over D-Bus, the container's restart policy from the engine.
 The owner itself is plain data (``Owner`` in suspendguard/model.py), as is
 the record of a stop (``Stop`` in suspendguard/record.py).
@@ -43,7 +43,7 @@ class UnitNow:
 class OwnerControl(Protocol):
     """What the pipeline and restore ask of the holders' supervisors: read, keep down, start.
 
-    guard/supervise.py's ManagersAndEngines answers it through the systemd
+    supervise/managers.py's ManagersAndEngines answers it through the systemd
     managers and the container engines. A protocol here so that the pipeline
     does not import the D-Bus client with it: tests hand it stand-ins of their own.
     """

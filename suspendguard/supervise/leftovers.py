@@ -13,9 +13,9 @@ from __future__ import annotations
 import glob
 import os
 
-from suspendguard.guard.dropin import DROPIN_NAME
 from suspendguard.model import Owner
-from suspendguard.system import usermanager
+from suspendguard.supervise import usermanager
+from suspendguard.supervise.dropin import DROPIN_NAME
 
 
 def system_dropins(dropin_root: str) -> list[str]:

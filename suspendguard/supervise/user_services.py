@@ -1,12 +1,12 @@
 """User services (``user@UID.service``): kept down, watched and started again through their user's manager.
 
 The same as a system service's: a drain drop-in (``Restart=no``, the drain
-signal as ``KillSignal=``, guard/dropin.py) in the user's runtime unit
+signal as ``KillSignal=``, supervise/dropin.py) in the user's runtime unit
 folder ``/run/user/UID/systemd/user/UNIT.d/`` and one ``daemon-reload`` of
 that manager before the guard signals the holders itself. The manager is
 asked over its private socket with the system manager's calls
 (system/dbus/systemd.py); the files are written as the user
-(system/usermanager.py).
+(supervise/usermanager.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import os
 from collections.abc import Callable, Sequence
 from itertools import groupby
 
-from suspendguard.guard.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
 from suspendguard.model import Owner, Unavailable
-from suspendguard.system import usermanager
+from suspendguard.supervise import usermanager
+from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
 from suspendguard.system.dbus import systemd
 from suspendguard.system.dbus.systemd import AfterStop, ServiceState
 

@@ -23,8 +23,8 @@ from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT
 from helpers.runners import cli, guard
 
-from suspendguard.guard.supervise import ManagersAndEngines
 from suspendguard.store.history import History
+from suspendguard.supervise.managers import ManagersAndEngines
 
 pytestmark = pytest.mark.skipif(not ROOT or cgroup_root() is None,
                                 reason="the fake engine puts its containers in cgroups: root and "
