@@ -1,21 +1,22 @@
-"""``suspendguard check``: the guard's run, always a dry run; and :func:`run_guard`, that run as a command.
+"""The guard's run as the commands start it: its supervisors and its history loaded on demand.
 
-``pre-sleep`` (:mod:`.pre_sleep`, the veto unit), ``drain`` (:mod:`.drain`,
-the real run from a shell) and ``suspend`` (:mod:`.suspend`) share
-:func:`run_guard` with it.
+``check``, ``pre-sleep`` (the veto unit), ``drain`` (the real run from a
+shell) and ``suspend`` share :func:`run_guard`. A run whose holders are all
+plain processes, the usual dry run, imports neither the D-Bus client and
+the engines' HTTP client (the supervisors) nor SQLite (the history): each
+is imported here the first time a run needs it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TextIO
 
-from suspendguard.commands.context import Context
+from suspendguard.config import Config
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, HolderId, Owner, Unavailable
@@ -31,6 +32,18 @@ if TYPE_CHECKING:
     from suspendguard.system.procfs import ProcFS
 
 
+class Caller(Protocol):
+    """What a command hands the run: its configuration, its environment and where to print."""
+
+    out: TextIO
+    err: TextIO
+
+    @property
+    def environ(self) -> Mapping[str, str]: ...
+
+    def config(self) -> Config: ...
+
+
 def open_history(state_dir: str, readonly: bool = False, *, proc: ProcFS | None = None,
                  deadline: float | None = None) -> History:
     """``History.open``, imported (SQLite) only by a run that records or reads it."""
@@ -39,13 +52,13 @@ def open_history(state_dir: str, readonly: bool = False, *, proc: ProcFS | None 
 
 
 class OnDemandOwnerControl:
-    """guard/supervise.py's ManagersAndEngines, imported when a run first needs them.
+    """supervise/managers.py's ManagersAndEngines, imported when a run first needs them.
 
     They bring the D-Bus client (asyncio, dbus-next) and the container
     engines' HTTP client with them: a run whose holders are all plain
     processes (their cgroup names no unit and no container), the usual dry
-    run, never loads them. This is the command's side of the lazy-import
-    boundary; the pipeline sees an ``OwnerControl`` (guard/owner.py) like any other.
+    run, never loads them. This is the run's side of the lazy-import
+    boundary; the pipeline sees an ``OwnerControl`` (supervise/owner.py) like any other.
     """
 
     def __init__(self, environ: Mapping[str, str], state_dir: str) -> None:
@@ -126,7 +139,7 @@ def _sigterm_cancels() -> Iterator[Cancel]:
         cancel.close()
 
 
-def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_json: bool,
+def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_json: bool,
               wide: bool = False, observe: bool = False,
               confirmed: Collection[HolderId] | None = None) -> int:
     """The pipeline, recorded unless a dry run; the report printed (fitted to the
@@ -154,7 +167,3 @@ def run_guard(ctx: Context, dry_run: bool, action: str | None, origin: str, as_j
                width=None if wide else terminal_width(ctx.environ, ctx.out))
     return report.verdict.exit_status
 
-
-def check(args: argparse.Namespace, ctx: Context) -> int:
-    # Read-only whatever the flags: --dry-run is only still accepted.
-    return run_guard(ctx, True, None, "cli", args.json, getattr(args, "wide", False))
