@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 
-from suspendguard.commands.check import run_guard
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_VETO, UsageError
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import short_command
+from suspendguard.guard.run import run_guard
 from suspendguard.model import HolderId, holder_id
 from suspendguard.record import HolderRecord
 from suspendguard.system.log import Logger

@@ -1,16 +1,17 @@
 """``suspendguard pre-sleep [ACTION]``: the veto unit's step, run before the sleep.
 
 What it does depends on ``suspendguard mode``: enforce runs the guard for
-real (:func:`~.check.run_guard`), observe runs it as a dry run that logs and
-records like a real one and lets the sleep go on, off guards nothing.
+real (:func:`~suspendguard.guard.run.run_guard`), observe runs it as a dry
+run that logs and records like a real one and lets the sleep go on, off
+guards nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from suspendguard.commands.check import run_guard
 from suspendguard.commands.context import Context
+from suspendguard.guard.run import run_guard
 from suspendguard.store import mode as guard_mode
 from suspendguard.system.log import Logger
 

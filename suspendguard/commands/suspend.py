@@ -15,10 +15,10 @@ import argparse
 import time
 from datetime import datetime
 
-from suspendguard.commands.check import run_guard
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_ALLOW, EXIT_ERROR, EXIT_VETO, HistoryError, OperationalError
+from suspendguard.guard.run import run_guard
 from suspendguard.model import Unavailable
 from suspendguard.record import Attempt
 from suspendguard.store.history import History
