@@ -11,22 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_ERROR, HistoryError
 from suspendguard.guard.held import continue_left
-from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.policy import ancestors, decide
-from suspendguard.guard.restore import restore
-from suspendguard.guard.scan import scan_holders
+from suspendguard.guard.restore import Blocker, restore
 from suspendguard.health.resume import AfterResume, after_resume
-from suspendguard.model import Inventory
 from suspendguard.record import Stop
 from suspendguard.store.history import History
 from suspendguard.supervise.managers import ManagersAndEngines
@@ -43,33 +37,6 @@ EXIT_HELD = 1
 HELD_MESSAGE_ID = "6f1c1d8e3b1a4f5e9a0d2c7b8e4f1a20"
 # How far back the kernel log is read when no attempt was recorded.
 NO_ATTEMPT_LOOKBACK_S = 600.0
-
-
-class Blocker:
-    """What holds a family's device now and is not the driver's own: the guard did not stop it.
-
-    The family's compute nodes and the ``[devices] nodes`` the operator
-    added; a holder the policy ignores (the driver's daemons, such as
-    nvidia-persistenced) or never signals (the guard itself) does not count.
-    """
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-
-    def __call__(self, family: str) -> Sequence[str]:
-        devices = replace(self.config.devices, families=(family,), management=())
-        inventory = take_inventory(devices)
-        compute = Inventory(tuple(n for n in inventory.nodes if n.role == "compute"))
-        scan = scan_holders(compute)
-        decisions = decide(scan.holders, self.config.policy, self.config.drain,
-                           never_pids=ancestors(os.getpid()))
-        held = [f"pid {d.holder.pid} {d.holder.comm}" for d in decisions
-                if d.action not in ("ignore", "never")]
-        # A process the scan could not read may hold the device: not known
-        # free is not free.
-        if scan.unreadable:
-            held.append(f"{scan.unreadable} processes that could not be inspected")
-        return held
 
 
 def health_step(config: Config, history: History, log: Logger) -> AfterResume:

@@ -8,16 +8,24 @@ stopped it again since the guard stopped it), or left (stopped in an
 earlier boot, and ``[restore] earlier_boot = "leave"``). A stop whose turn
 comes after the budget ended gets no result: it stays pending, for the
 next ``restore``. The budget is the caller's (system/deadline.py).
+
+Before a restore after resume, the health check asks :class:`Blocker`
+who holds a device now: a repair that resets it must not run under a
+process the guard did not stop.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from suspendguard.config import RestoreConfig
-from suspendguard.model import Owner, Unavailable
+from suspendguard.config import Config, RestoreConfig
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.policy import ancestors, decide
+from suspendguard.guard.scan import scan_holders
+from suspendguard.model import Inventory, Owner, Unavailable
 from suspendguard.record import Stop
 from suspendguard.supervise.owner import OwnerControl
 from suspendguard.system import deadline
@@ -136,3 +144,30 @@ def _recreate(owner: Owner, supervisors: OwnerControl) -> tuple[str, str]:
     if made != "active":
         return "failed", f"the transient unit made again ended up {made}"
     return "started", "made again as a transient unit from what was recorded before the drain"
+
+
+class Blocker:
+    """What holds a family's device now and is not the driver's own: the guard did not stop it.
+
+    The family's compute nodes and the ``[devices] nodes`` the operator
+    added; a holder the policy ignores (the driver's daemons, such as
+    nvidia-persistenced) or never signals (the guard itself) does not count.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, family: str) -> Sequence[str]:
+        devices = replace(self.config.devices, families=(family,), management=())
+        inventory = take_inventory(devices)
+        compute = Inventory(tuple(n for n in inventory.nodes if n.role == "compute"))
+        scan = scan_holders(compute)
+        decisions = decide(scan.holders, self.config.policy, self.config.drain,
+                           never_pids=ancestors(os.getpid()))
+        held = [f"pid {d.holder.pid} {d.holder.comm}" for d in decisions
+                if d.action not in ("ignore", "never")]
+        # A process the scan could not read may hold the device: not known
+        # free is not free.
+        if scan.unreadable:
+            held.append(f"{scan.unreadable} processes that could not be inspected")
+        return held
