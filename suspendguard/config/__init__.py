@@ -3,7 +3,7 @@
 Every key is optional. Each section is a frozen dataclass (config/schema.py)
 whose fields carry their key's default, kind and help; ``SCHEMA`` is derived
 from those fields, so a key is declared once, as a typed attribute, and the
-loader, the printer and the README check all read the same table. The
+loader, the printer and the generated docs all read the same table. The
 dataclasses are the source rather than the table because they are what the
 code reads, and mypy checks every use of a key against them.
 
@@ -26,6 +26,7 @@ from suspendguard.config.schema import (
     DrainRule,
     EscalationStep,
     Family,
+    IdleBackend,
     IdleConfig,
     LauncherRule,
     LogsConfig,
@@ -38,9 +39,9 @@ from suspendguard.config.schema import (
 
 __all__ = [
     "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS", "SCHEMA",
-    "Config", "DevicesConfig", "DrainConfig", "DrainRule", "EscalationStep", "Family", "IdleConfig",
-    "LauncherRule", "LogsConfig", "PolicyConfig", "RestoreConfig", "ResumeConfig", "Rule",
-    "StateConfig",
+    "Config", "DevicesConfig", "DrainConfig", "DrainRule", "EscalationStep", "Family", "IdleBackend",
+    "IdleConfig", "LauncherRule", "LogsConfig", "PolicyConfig", "RestoreConfig", "ResumeConfig",
+    "Rule", "StateConfig",
     "build", "commented_default", "defaults", "load", "resolve_path",
     "to_toml",
 ]

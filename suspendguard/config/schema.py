@@ -14,17 +14,29 @@ from typing import Any, Literal
 Family = Literal["ascend", "nvidia"]
 FAMILIES: tuple[Family, ...] = ("ascend", "nvidia")
 
-# The idle backends ``[idle] backends`` may name, in the order they are tried
-# by default, and the family each one reads. Kept here because validating
-# that key needs the names and config is the lowest layer that does; idle/
-# maps the same names to its implementations (idle/sampler.py).
-IDLE_BACKENDS: dict[str, Family] = {
-    "acl": "ascend",
-    "npu-smi": "ascend",
-    "dcmi": "ascend",
-    "nvml": "nvidia",
-    "nvidia-smi": "nvidia",
-}
+
+@dataclass(frozen=True, slots=True)
+class IdleBackend:
+    """One idle backend as the configuration knows it: declared once, in IDLE_BACKENDS."""
+
+    name: str  # what ``[idle] backends`` names it by
+    family: Family  # the devices it reads
+    # The [idle] keys of its own: each names a program it runs, a script it
+    # sources or a library it loads, which root must be able to trust (trust.py).
+    keys: tuple[str, ...] = ()
+
+
+# Every idle backend, in the order ``[idle] backends`` tries them by default.
+# The declaration lives here, not in idle/, because the schema needs the names
+# (the key's default and choices) and config is below idle; idle/ derives its
+# implementations' names and families from it (idle/base.py, idle/sampler.py).
+IDLE_BACKENDS: dict[str, IdleBackend] = {b.name: b for b in (
+    IdleBackend("acl", "ascend", ("ascend_env",)),
+    IdleBackend("npu-smi", "ascend", ("npu_smi",)),
+    IdleBackend("dcmi", "ascend", ("dcmi_library",)),
+    IdleBackend("nvml", "nvidia"),
+    IdleBackend("nvidia-smi", "nvidia", ("nvidia_smi",)),
+)}
 
 DEFAULT_STATE_DIR = "/var/lib/suspendguard"
 
@@ -222,8 +234,8 @@ class IdleConfig:
         "(warn). Extra nodes ([devices] nodes) have no backend and are not asked.",
         ("allow", "veto"),
     )
-    # The keys below belong to one backend each; the backend reads its own
-    # when it is made (idle/npusmi.py, idle/nvidiasmi.py, idle/acl.py, idle/dcmi.py).
+    # Besides command_timeout_s, the keys below belong to one backend each
+    # (IDLE_BACKENDS says whose), which reads its own when it is made.
     npu_smi: str = setting("npu-smi", "str", "The npu-smi command (name on PATH or a path).")
     nvidia_smi: str = setting(
         "nvidia-smi", "str",

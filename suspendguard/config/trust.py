@@ -25,7 +25,7 @@ import os
 import stat
 from collections.abc import Mapping
 
-from suspendguard.config.schema import Config
+from suspendguard.config.schema import IDLE_BACKENDS, Config
 
 _MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
 
@@ -39,8 +39,9 @@ SYSTEM_DIRS = frozenset({
     "/var", "/var/cache", "/var/lib", "/var/log", "/var/run", "/var/spool", "/var/tmp",
 })
 
-# The [idle] keys that name something root executes, sources or loads.
-PROGRAM_KEYS = ("npu_smi", "nvidia_smi", "ascend_env", "dcmi_library")
+# The [idle] keys that name something root executes, sources or loads: the
+# backends' own.
+PROGRAM_KEYS = tuple(key for backend in IDLE_BACKENDS.values() for key in backend.keys)
 # The [resume] keys that name something root executes or loads after resume.
 RESUME_PROGRAM_KEYS = ("modprobe", "cuda_library")
 

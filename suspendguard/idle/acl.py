@@ -41,8 +41,7 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
 class AclBackend(Backend):
-    name = "acl"
-    family = IDLE_BACKENDS[name]
+    declared = IDLE_BACKENDS["acl"]
 
     def __init__(self, config: IdleConfig) -> None:
         super().__init__(config)

@@ -13,22 +13,17 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
-from suspendguard.config import IDLE_BACKENDS, Family, IdleConfig, trust
+from suspendguard.config import IDLE_BACKENDS, Family, IdleBackend, IdleConfig, trust
 
 DeviceState = Literal["busy", "idle", "unknown"]
 ReportState = Literal["idle", "busy", "unknown", "none"]
 
-# The backends' names and the family each reads (config.IDLE_BACKENDS, the
-# table ``[idle] backends`` is validated against), for callers that only
-# label or list backends, such as the Prometheus metrics.
-NAMES: tuple[str, ...] = tuple(IDLE_BACKENDS)
-
-
 def family_of(name: str) -> Family | None:
-    """The family backend ``name`` reads; None for a name no backend has."""
-    return IDLE_BACKENDS.get(name)
+    """The family backend ``name`` reads (config.IDLE_BACKENDS); None for a name no backend has."""
+    declared = IDLE_BACKENDS.get(name)
+    return declared.family if declared else None
 
 
 # What to install so that a family's devices can be asked at all.
@@ -165,16 +160,23 @@ class QueryFailed(Exception):
 class Backend(ABC):
     """One way of asking devices of one family whether they are busy.
 
-    A subclass sets ``name`` (its entry in config.IDLE_BACKENDS, which also
-    gives its ``family``) and reads the ``[idle]`` keys it needs in its own
-    ``__init__``, so the registry makes every backend alike from the config.
+    A subclass sets ``declared``, its entry in config.IDLE_BACKENDS, which
+    gives it its ``name`` and ``family``, and reads the ``[idle]`` keys it
+    needs in its own ``__init__``, so the sampler makes every backend alike
+    from the config.
     """
 
+    declared: ClassVar[IdleBackend | None] = None
     name: str
     family: Family
     # A fallback is asked only when no other backend of its family probes OK
     # (nvidia-smi behind NVML: both read the same driver, one is enough).
     fallback: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.declared is not None:
+            cls.name, cls.family = cls.declared.name, cls.declared.family
 
     def __init__(self, config: IdleConfig) -> None:
         self.busy_threshold = config.busy_threshold

@@ -63,8 +63,7 @@ def _code(ret: int) -> str:
 
 
 class DcmiBackend(Backend):
-    name = "dcmi"
-    family = IDLE_BACKENDS[name]
+    declared = IDLE_BACKENDS["dcmi"]
 
     def __init__(self, config: IdleConfig) -> None:
         super().__init__(config)

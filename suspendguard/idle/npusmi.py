@@ -240,8 +240,7 @@ def parse_usages(text: str) -> dict[str, float | None] | None:
 
 
 class NpuSmiBackend(Backend):
-    name = "npu-smi"
-    family = IDLE_BACKENDS[name]
+    declared = IDLE_BACKENDS["npu-smi"]
 
     def __init__(self, config: IdleConfig) -> None:
         super().__init__(config)

@@ -76,8 +76,7 @@ def parse_apps(text: str) -> list[tuple[str, int, float | None, str]]:
 
 
 class NvidiaSmiBackend(Backend):
-    name = "nvidia-smi"
-    family = IDLE_BACKENDS[name]
+    declared = IDLE_BACKENDS["nvidia-smi"]
     # Asked only when no other NVIDIA backend (NVML) can be used here.
     fallback = True
 

@@ -53,8 +53,7 @@ def _ask(nvml: ModuleType, fn: Callable[..., T], *args: Any) -> T | Unavailable:
 
 
 class NvmlBackend(Backend):
-    name = "nvml"
-    family = IDLE_BACKENDS[name]
+    declared = IDLE_BACKENDS["nvml"]
 
     def __init__(self, config: IdleConfig) -> None:
         super().__init__(config)

@@ -35,11 +35,11 @@ from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
 from suspendguard.idle.nvml import NvmlBackend
 
-# Each class names itself; a new backend is one module, its name and family
-# in config.IDLE_BACKENDS (with any key of its own), and one entry here.
+# The implementations of config.IDLE_BACKENDS: each class names its entry
+# there, which gives it its name and family.
 BACKEND_TYPES: dict[str, type[Backend]] = {
-    backend.name: backend for backend in (AclBackend, NpuSmiBackend, DcmiBackend, NvmlBackend,
-                                      NvidiaSmiBackend)
+    backend.name: backend
+    for backend in (AclBackend, NpuSmiBackend, DcmiBackend, NvmlBackend, NvidiaSmiBackend)
 }
 
 

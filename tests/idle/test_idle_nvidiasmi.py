@@ -96,7 +96,7 @@ def test_missing_tool_says_where_it_comes_from() -> None:
 def test_default_backends_include_nvidia_smi_after_nvml() -> None:
     names = [b.name for b in make_backends(defaults().idle)]
     assert names.index("nvml") < names.index("nvidia-smi")
-    assert IDLE_BACKENDS["nvidia-smi"] == "nvidia"
+    assert IDLE_BACKENDS["nvidia-smi"].family == "nvidia"
 
 
 def test_nvml_first_when_importable_else_nvidia_smi(smi: FakeNvidiaSmi,

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from helpers import TESTS
 
-from suspendguard.config import IdleConfig, defaults
+from suspendguard.config import IDLE_BACKENDS, IdleConfig, defaults, trust
+from suspendguard.config.schema import SCHEMA
 from suspendguard.idle.base import Backend, DeviceProcess, DeviceReading, IdleReport, QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.idle.sampler import BACKEND_TYPES, check_idle, make_backends
@@ -364,6 +365,16 @@ def test_default_backends_come_from_the_config(npu_smi: Path, tmp_path: Path) ->
     assert not status["dcmi"].available and status["nvml"].reason.startswith("not needed")
     assert [(p.pid, p.device) for p in report.processes()] == [(124528, "npu 0")]
     assert isinstance(make_backends(cfg)[1], NpuSmiBackend)
+
+
+def test_each_declared_backend_has_one_implementation_and_keys_of_its_own() -> None:
+    assert list(BACKEND_TYPES) == list(IDLE_BACKENDS)
+    for name, backend in BACKEND_TYPES.items():
+        assert (backend.name, backend.family) == (name, IDLE_BACKENDS[name].family)
+    keys = [key for declared in IDLE_BACKENDS.values() for key in declared.keys]
+    assert len(keys) == len(set(keys)) and set(keys) <= set(SCHEMA["idle"])
+    # What root runs, sources or loads for a backend is held to the trust rule.
+    assert set(trust.PROGRAM_KEYS) == set(keys)
 
 
 def test_backend_that_falls_silent_while_busy_still_vetoes() -> None:
