@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
@@ -25,9 +24,10 @@ from suspendguard.config import Config
 from suspendguard.errors import EXIT_USAGE, UsageError
 from suspendguard.logs import codes
 from suspendguard.logs.finding import Finding, Skipped
-from suspendguard.logs.journal import UnitJournal, read_unit, unit_name
+from suspendguard.logs.journal import unit_name
+from suspendguard.logs.report import LogsReport, logs_report
 from suspendguard.logs.rules import BY_ID
-from suspendguard.logs.search import SearchReport, search
+from suspendguard.logs.search import SearchReport
 from suspendguard.store.history import last_attempt_start
 from suspendguard.system.terminal import safe
 
@@ -61,23 +61,6 @@ def last_attempt(config: Config) -> datetime:
 
 def _fmt(when: datetime | None) -> str:
     return when.isoformat(sep=" ", timespec="seconds") if when else "no time"
-
-
-@dataclass(frozen=True, slots=True)
-class LogsReport:
-    """The files' report, the journals read, and every finding of both (marked when placed)."""
-
-    files: SearchReport
-    journals: tuple[UnitJournal, ...]
-    findings: tuple[Finding, ...]
-    attempt_started: datetime | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        doc = self.files.to_json()
-        doc["findings"] = [f.to_json() for f in self.findings]
-        doc["journals"] = [j.to_json() for j in self.journals]
-        doc["attempt_started"] = self.attempt_started.isoformat() if self.attempt_started else None
-        return doc
 
 
 def _unknown_codes(report: SearchReport, out: TextIO) -> None:
@@ -147,27 +130,6 @@ def _human(logs: LogsReport, out: TextIO, since: datetime | None, verbose: bool 
                 out.write(f"  journal of {safe(j.unit)}: {safe(note)}\n")
 
 
-def search_logs(
-    config: Config,
-    paths: Sequence[str],
-    since: datetime | None,
-    until: datetime | None,
-    environ: dict[str, str] | None = None,
-    homes: Sequence[str] = (),
-) -> SearchReport:
-    """Explicit paths, or else the configured globs; [logs] max_bytes either way."""
-    if paths:
-        return search(paths, since=since, until=until, max_bytes=config.logs.max_bytes)
-    return search(
-        patterns=config.logs.paths,
-        homes=homes,
-        since=since,
-        until=until,
-        max_bytes=config.logs.max_bytes,
-        environ=environ,
-    )
-
-
 def units_of(args: argparse.Namespace) -> list[str]:
     """The ``--unit`` names, each as journalctl takes it; a bad one is a usage error."""
     units = []
@@ -232,13 +194,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         since = parse_option_time(since_arg, "--since")
     if since and until and until < since:
         raise UsageError(f"--until {until_arg} is before --since {since_arg}")
-    report = search_logs(ctx.config(), list(args.paths or ()), since, until, ctx.environ)
-    # The journal's times are the host's own: read from the attempt's start itself.
-    journals = tuple(read_unit(u, started or since, until) for u in units)
-    findings = [*report.findings, *(f for j in journals for f in j.findings)]
-    if started is not None:
-        findings = [f.placed(started, None) for f in findings]
-    logs = LogsReport(report, journals, tuple(findings), started)
+    logs = logs_report(ctx.config(), list(args.paths or ()), units, since, until, started,
+                       ctx.environ)
     if args.json:
         doc: dict[str, Any] = logs.to_json()
         doc["since"] = since.isoformat() if since else None
@@ -247,7 +204,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         ctx.out.write("\n")
     else:
         _human(logs, ctx.out, since, args.verbose)
-    return exit_status(report, logs.findings, list(args.paths or ()), ctx)
+    return exit_status(logs.files, logs.findings, list(args.paths or ()), ctx)
 
 
 def _partly_read(skipped: Skipped) -> bool:

@@ -10,7 +10,8 @@
 - ``reader``: one file's bytes searched for the catalog's needles;
 - ``search``: all of it, in forked workers when there is much to read;
 - ``journal``: a unit's journal (the job's own output), through journalctl;
-- ``after``: the after-resume check the sleep hook runs.
+- ``after``: the after-resume check the sleep hook runs;
+- ``report``: what ``suspendguard logs`` reports, files and journals together.
 
-``suspendguard logs`` itself is ``suspendguard.commands.logs``.
+The command's arguments and printing are ``suspendguard.commands.logs``.
 """
