@@ -1,14 +1,11 @@
 """Sample every device through the backends until each reads idle, busy or unknown.
 
 Utilization figures are averages over a sampling window, so they lag a
-job's exit: on a real H200, NVML read 2-7 % for up to 0.4 s after the last
-process had gone (tests/fixtures/nvidia-h200/drain-timing.json). A device is
+job's exit (docs/how-it-decides.md has the measurement). A device is
 therefore idle only after ``samples`` consecutive readings at or under
 ``busy_threshold``, and busy only if it still reads above it once
-``settle_s`` has passed.
-
-Everything here is plain Python over the backends' plain readings; the
-backends are arguments, so tests hand in real tools, fakes or stand-ins.
+``settle_s`` has passed. The backends are arguments, so tests hand in real
+tools, fakes or stand-ins.
 """
 
 from __future__ import annotations
@@ -97,7 +94,20 @@ def check_idle(
     if not wanted:
         return IdleReport("none", (), (), (), ("no accelerator found",))
     candidates = make_backends(config) if backends is None else list(backends)
+    statuses, used = _probe(candidates, wanted)
+    start = clock()
+    tracks, failed = _sample(config, used, start, deadline, clock, sleep)
+    _close(tracks, failed, config.samples, clock() - start)
+    for name, why in failed.items():
+        statuses[name] = BackendStatus(name, False, why)
+    families_of = {b.name: b.family for b in candidates}
+    return _verdict(config, wanted, families_of, used, tracks, failed,
+                    tuple(statuses.values()))
 
+
+def _probe(candidates: Sequence[Backend], wanted: tuple[str, ...],
+           ) -> tuple[dict[str, BackendStatus], list[Backend]]:
+    """Each candidate's status, and those to ask: of a wanted family, probing OK."""
     statuses: dict[str, BackendStatus] = {}
     active: list[Backend] = []
     # Primaries first, so a fallback knows whether one of its family is usable.
@@ -118,52 +128,82 @@ def check_idle(
         statuses[backend.name] = BackendStatus(backend.name, ok, why)
         if ok:
             active.append(backend)
+    return statuses, active
 
-    start = clock()
+
+Tracks = dict[tuple[str, str], _Track]  # (backend name, device id) -> what it saw
+
+
+def _sample(
+    config: IdleConfig,
+    backends: Sequence[Backend],
+    start: float,
+    deadline: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> tuple[Tracks, dict[str, str]]:
+    """Ask ``backends`` in turn until each has decided its devices, or the deadline.
+
+    Returns every device's track and, for each backend that stopped
+    answering (or never answered), why.
+    """
     settle_end = start + config.settle_s
     interval = config.interval_ms / 1000.0
-    tracks: dict[tuple[str, str], _Track] = {}
-    failed: dict[str, str] = {}  # backend name -> why it stopped answering
+    tracks: Tracks = {}
+    failed: dict[str, str] = {}
     answered: set[str] = set()
-    used = list(active)
-
+    active = list(backends)
     while active and clock() < deadline:
         for backend in list(active):
             left = deadline - clock()
             if left <= 0:
                 break
-            try:
-                readings = backend.query(min(config.command_timeout_s, left))
-                if not readings:
-                    raise QueryFailed("reported no device")
-            except QueryFailed as exc:
-                failed[backend.name] = _said_by(backend.name, str(exc))
-                active.remove(backend)
-                continue
-            except Exception as exc:  # a backend bug is an unknown, not a crash
-                failed[backend.name] = _said_by(
-                    backend.name, f"unexpected error: {type(exc).__name__}: {exc}")
+            readings, why = _ask(backend, min(config.command_timeout_s, left))
+            if why:
+                failed[backend.name] = why
                 active.remove(backend)
                 continue
             answered.add(backend.name)
-            now = clock()
-            for reading in readings:
-                _update(tracks, reading, now >= settle_end, config)
-            present = {r.id for r in readings}
-            for (source, ident), track in tracks.items():
-                if source == backend.name and ident not in present and not track.decided:
-                    track.decided = "unknown"
-                    track.why = f"no longer reported by {backend.name}"
-            if all(t.decided for (src, _), t in tracks.items() if src == backend.name):
+            if _take(tracks, backend.name, readings, clock() >= settle_end, config):
                 active.remove(backend)  # nothing left for it to settle
         if active:
             pause = min(interval, deadline - clock())
             if pause > 0:
                 sleep(pause)
-
     for backend in active:
         if backend.name not in answered:
             failed[backend.name] = f"{backend.name}: no answer before the deadline"
+    return tracks, failed
+
+
+def _ask(backend: Backend, timeout_s: float) -> tuple[list[DeviceReading], str]:
+    """(its readings, "") or ([], why it failed): a backend's failure is an unknown, not a crash."""
+    try:
+        readings = backend.query(timeout_s)
+        if not readings:
+            raise QueryFailed("reported no device")
+    except QueryFailed as exc:
+        return [], _said_by(backend.name, str(exc))
+    except Exception as exc:  # a backend bug
+        return [], _said_by(backend.name, f"unexpected error: {type(exc).__name__}: {exc}")
+    return readings, ""
+
+
+def _take(tracks: Tracks, name: str, readings: Sequence[DeviceReading], settled: bool,
+          config: IdleConfig) -> bool:
+    """Add backend ``name``'s readings to ``tracks``; True once all its devices are decided."""
+    for reading in readings:
+        _update(tracks, reading, settled, config)
+    present = {r.id for r in readings}
+    for (source, ident), track in tracks.items():
+        if source == name and ident not in present and not track.decided:
+            track.decided = "unknown"
+            track.why = f"no longer reported by {name}"
+    return all(t.decided for (src, _), t in tracks.items() if src == name)
+
+
+def _close(tracks: Tracks, failed: dict[str, str], samples: int, elapsed: float) -> None:
+    """Decide the tracks sampling left open: their backend failed, or the deadline came."""
     for (source, _), track in tracks.items():
         if track.decided is None and source in failed:
             if track.latest.state == "busy":
@@ -173,16 +213,10 @@ def check_idle(
             else:
                 track.decided, track.why = "unknown", f"no verdict: {failed[source]}"
         elif track.decided is None:
-            _at_deadline(track, config.samples, clock() - start)
-    for name, why in failed.items():
-        statuses[name] = BackendStatus(name, False, why)
-
-    families_of = {b.name: b.family for b in candidates}
-    return _verdict(config, wanted, families_of, used, tracks, failed,
-                    tuple(statuses.values()))
+            _at_deadline(track, samples, elapsed)
 
 
-def _update(tracks: dict[tuple[str, str], _Track], reading: DeviceReading,
+def _update(tracks: Tracks, reading: DeviceReading,
             settled: bool, config: IdleConfig) -> None:
     if reading.state != "unknown":
         # One threshold for the whole run: this config's, whatever the
@@ -234,7 +268,7 @@ def _verdict(
     families: tuple[str, ...],
     families_of: Mapping[str, str],
     used: list[Backend],
-    tracks: dict[tuple[str, str], _Track],
+    tracks: Tracks,
     failed: dict[str, str],
     statuses: tuple[BackendStatus, ...],
 ) -> IdleReport:
