@@ -35,6 +35,7 @@ from suspendguard.supervise.setaside import SetAside
 from suspendguard.supervise.user_services import UserServices
 from suspendguard.system import deadline
 from suspendguard.system.dbus import systemd
+from suspendguard.system.dbus.transient import TransientSpec, start_transient, transient_spec
 
 DROPIN_ROOT = "/run/systemd/system"
 # How long the manager gets to finish stopping a unit once the processes exited
@@ -134,7 +135,7 @@ class ManagersAndEngines:
 
         Read before the drop-in's ``Restart=no`` and ``KillSignal=`` are in force.
         """
-        spec = systemd.transient_spec(owner.name, address=self.bus_address)
+        spec = transient_spec(owner.name, address=self.bus_address)
         if isinstance(spec, Unavailable):
             self.transient.warnings.append(
                 f"{owner.name} is a transient unit whose settings could not be read "
@@ -152,10 +153,10 @@ class ManagersAndEngines:
         if record is None:
             return None
         try:
-            spec = systemd.TransientSpec.from_json(record)
+            spec = TransientSpec.from_json(record)
         except (KeyError, TypeError, ValueError):
             return Unavailable(f"the record of {owner.name} in {self.transient.path} is unreadable")
-        return systemd.start_transient(owner.name, spec, address=self.bus_address)
+        return start_transient(owner.name, spec, address=self.bus_address)
 
     def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]:
         """After the exits: wait for the units to finish stopping and for timers due soon; who came back.
