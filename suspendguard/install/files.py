@@ -44,12 +44,10 @@ from suspendguard.errors import InstallError, UsageError
 from suspendguard.install.docs import DOCS, DOCS_ROOT, docs_dir
 from suspendguard.install.manifest import MANIFEST_PATH, Manifest, read_manifest, sha256
 from suspendguard.install.templates import (
-    HOOK_DIR,
     HOOK_PATH,
     HOOK_TEMPLATE,
     RESUME_PATH,
     RESUME_UNIT,
-    UNIT_DIR,
     UNIT_PATH,
     UNIT_TEMPLATE,
     enable_links,
@@ -176,21 +174,7 @@ def install(
     live = root is None
     tree = Tree(root or "/")
     python = os.path.abspath(python or sys.executable)
-    templates = template_dir()
-    unit_text = render_unit(
-        (templates / UNIT_TEMPLATE).read_text(encoding="utf-8"),
-        python,
-        timeout_start_s(config),
-        config.state.dir,
-        config_path if config_explicit else None,
-    )
-    resume_text = render_resume((templates / RESUME_UNIT).read_text(encoding="utf-8"), python,
-                                config.state.dir, config_path if config_explicit else None)
-    hook_text = render_hook(
-        (templates / HOOK_TEMPLATE).read_text(encoding="utf-8"),
-        python,
-        config_path if config_explicit else None,
-    )
+    files = _rendered(config, python, config_path if config_explicit else None)
     manifest = tree.read_manifest() or Manifest()
     manifest.python = python
     manifest.installed_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -199,35 +183,73 @@ def install(
         if out is not None:
             out.write(line + "\n")
 
-    tree.makedirs(UNIT_DIR, manifest)
-    tree.write(UNIT_PATH, unit_text, 0o644, manifest)
-    say(f"unit: {tree.show(UNIT_PATH)} (TimeoutStartSec={timeout_start_s(config)})")
-    tree.write(RESUME_PATH, resume_text, 0o644, manifest)
-    say(f"resume unit: {tree.show(RESUME_PATH)}")
-    tree.makedirs(HOOK_DIR, manifest)
-    tree.write(HOOK_PATH, hook_text, 0o755, manifest)
-    say(f"hook: {tree.show(HOOK_PATH)}")
+    for path, text, mode, what in files:
+        tree.makedirs(os.path.dirname(path), manifest)
+        tree.write(path, text, mode, manifest)
+        say(what.format(tree.show(path)))
+    say(_write_docs(tree, manifest))
+    say(_write_config(tree, config_path, manifest))
+    _claim_state_dir(tree, os.path.normpath(config.state.dir), manifest)
+    tree.save_manifest(manifest)
+
+    if live:
+        _systemctl("daemon-reload")
+    if enable:
+        _enable(tree, live, manifest)
+        tree.save_manifest(manifest)
+        say("enabled: " + " ".join([*(instance(a) for a in SLEEP_ACTIONS), RESUME_UNIT]))
+    say(f"manifest: {tree.show(MANIFEST_PATH)}")
+    return manifest
+
+
+def _rendered(config: Config, python: str,
+              config_path: str | None) -> tuple[tuple[str, str, int, str], ...]:
+    """(path, text, mode, the line that says it) of the veto unit, the resume unit and the hook.
+
+    ``config_path`` only when the operator named one: the units then pass it on.
+    """
+    templates = template_dir()
+
+    def template(name: str) -> str:
+        return (templates / name).read_text(encoding="utf-8")
+
+    timeout = timeout_start_s(config)
+    return (
+        (UNIT_PATH, render_unit(template(UNIT_TEMPLATE), python, timeout, config.state.dir,
+                                config_path), 0o644, f"unit: {{}} (TimeoutStartSec={timeout})"),
+        (RESUME_PATH, render_resume(template(RESUME_UNIT), python, config.state.dir, config_path),
+         0o644, "resume unit: {}"),
+        (HOOK_PATH, render_hook(template(HOOK_TEMPLATE), python, config_path), 0o755, "hook: {}"),
+    )
+
+
+def _write_docs(tree: Tree, manifest: Manifest) -> str:
+    """The man pages and the completion written; what install says of them."""
     shipped = docs_dir()
     try:
         for source, path in DOCS.items():
             tree.makedirs(os.path.dirname(path), manifest)
             tree.write(path, (shipped / source).read_text(encoding="utf-8"), 0o644, manifest)
-        say(f"man pages and completion: {tree.show(DOCS_ROOT)}")
     except InstallError as exc:
         # Documentation only: a read-only /usr (an image-based host) must not
         # leave the host unguarded. What was written is in the manifest.
-        say(f"man pages and completion: not installed ({exc})")
+        return f"man pages and completion: not installed ({exc})"
+    return f"man pages and completion: {tree.show(DOCS_ROOT)}"
 
-    if not tree.at(config_path).exists():
-        tree.makedirs(os.path.dirname(config_path), manifest)
-        tree.write(config_path, commented_default(), 0o644, None)
-        manifest.config_created = True
-        say(f"config: {tree.show(config_path)} (commented defaults)")
-    else:
-        say(f"config: {tree.show(config_path)} (kept as it is)")
+
+def _write_config(tree: Tree, config_path: str, manifest: Manifest) -> str:
+    """The commented defaults, only where no file is; what install says of the config."""
     manifest.config_path = config_path
+    if tree.at(config_path).exists():
+        return f"config: {tree.show(config_path)} (kept as it is)"
+    tree.makedirs(os.path.dirname(config_path), manifest)
+    tree.write(config_path, commented_default(), 0o644, None)
+    manifest.config_created = True
+    return f"config: {tree.show(config_path)} (commented defaults)"
 
-    state_dir = os.path.normpath(config.state.dir)
+
+def _claim_state_dir(tree: Tree, state_dir: str, manifest: Manifest) -> None:
+    """Record the state folder, and whether install made it (then purge may remove it)."""
     if not tree.at(state_dir).exists():
         tree.makedirs(state_dir, manifest)
         manifest.state_dir_created = True
@@ -235,30 +257,25 @@ def install(
         manifest.state_dir_created = False
     manifest.state_dir = state_dir
     manifest.dirs = [d for d in manifest.dirs if d != state_dir]  # purge alone removes it
-    tree.save_manifest(manifest)
 
+
+def _enable(tree: Tree, live: bool, manifest: Manifest) -> None:
+    """The enable links: made by systemctl when live (and recorded), else made here."""
     if live:
-        _systemctl("daemon-reload")
-    if enable:
+        _systemctl("enable", *(instance(a) for a in SLEEP_ACTIONS), RESUME_UNIT)
+    links = [(link, UNIT_PATH) for action in SLEEP_ACTIONS for link in enable_links(action)]
+    links += [(link, RESUME_PATH) for link in resume_links()]
+    for link, target in links:
         if live:
-            _systemctl("enable", *(instance(a) for a in SLEEP_ACTIONS), RESUME_UNIT)
-        links = [(link, UNIT_PATH) for action in SLEEP_ACTIONS for link in enable_links(action)]
-        links += [(link, RESUME_PATH) for link in resume_links()]
-        for link, target in links:
-            if live:
-                # Recorded, so uninstall removes them: a link left to a removed unit
-                # would fail nvidia-suspend.service, and the suspend with it.
-                if tree.at(link).is_symlink():
-                    manifest.links[link] = os.readlink(tree.at(link))
-                    continue
-                raise InstallError(f"systemctl enable made no link {link}")
-            tree.makedirs(os.path.dirname(link), manifest)
-            _symlink(tree.at(link), target)
-            manifest.links[link] = target
-        tree.save_manifest(manifest)
-        say("enabled: " + " ".join([*(instance(a) for a in SLEEP_ACTIONS), RESUME_UNIT]))
-    say(f"manifest: {tree.show(MANIFEST_PATH)}")
-    return manifest
+            # Recorded, so uninstall removes them: a link left to a removed unit
+            # would fail nvidia-suspend.service, and the suspend with it.
+            if tree.at(link).is_symlink():
+                manifest.links[link] = os.readlink(tree.at(link))
+                continue
+            raise InstallError(f"systemctl enable made no link {link}")
+        tree.makedirs(os.path.dirname(link), manifest)
+        _symlink(tree.at(link), target)
+        manifest.links[link] = target
 
 
 def _symlink(path: Path, target: str) -> None:
