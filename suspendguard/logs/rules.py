@@ -2,8 +2,10 @@
 
 Each rule's patterns follow logs/matching.py (linear in the line's length).
 
-Where a wording comes from is written next to it. "seed" means the AscendCL
-troubleshooting cases the project started from (DESIGN.md, "The problem").
+Where a wording comes from is written next to it. "seed case N" is one of
+the numbered failures of Ascend's AscendCL troubleshooting notes that the
+project started from; case 4, the suspend refused while hwts is busy, is
+why it exists (README.md).
 The frameworks' own wordings (torch_npu, MindSpore, vLLM) and the device-abnormal
 rules are in ``frameworks``; the ``Name(CODE): text`` form with a code the
 reference lacks is ``named``'s rule, last.
@@ -187,7 +189,7 @@ RULES: tuple[Rule, ...] = (
             # seed case 2, runtime side, old form and masked form alike.
             wording("drvEventIdAlloc", "EventIdAlloc", regex=r"errorcode ?= ?7(?![0-9])"),
             wording("EventIdAlloc:id = -1", "EventIdAlloc"),
-            # newer runtime wordings (DESIGN.md "Ascend", Logs).
+            # The same failure as newer runtimes word it.
             wording("Event id alloc error", "vent id alloc error"),
             wording("event id alloc error", "vent id alloc error"),
             # CANN runtime error table: RT_ERROR_DRV_NO_EVENT_RESOURCES ->
