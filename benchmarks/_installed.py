@@ -3,7 +3,7 @@
 Start-up is measured as an installed package runs: a fresh virtual
 environment (no .pth hooks, no editable-install finder) holding a copy of
 suspendguard/ with its bytecode compiled, as pip leaves it. Its
-dependencies (psutil, dbus-next) come from the running environment,
+dependencies (dbus-next, prometheus-client) come from the running environment,
 through one path line: the copied package is found first.
 """
 
@@ -34,7 +34,7 @@ def installed_python() -> str:
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "systemd", target / "data" / "systemd")
     compileall.compile_dir(str(target), quiet=1, force=True)
-    deps = sorted({str(Path(_origin(name)).parent.parent) for name in ("psutil", "dbus_next")})
+    deps = sorted({str(Path(_origin(name)).parent.parent) for name in ("dbus_next", "prometheus_client")})
     (Path(purelib) / "suspendguard-deps.pth").write_text("\n".join(deps) + "\n")
     return str(base / "bin" / "python")
 

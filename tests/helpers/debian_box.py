@@ -32,7 +32,7 @@ from helpers.systemd_harness import Container
 SUITE = "bookworm"
 # systemd + logind + dbus for a real boot; the rest: the package's Depends,
 # so that the package installs with no network.
-PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-psutil", "python3-dbus-next",
+PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-dbus-next",
             "python3-prometheus-client")
 MAX_AGE_S = 7 * 24 * 3600  # then rebuilt: security updates reach the tree
 
