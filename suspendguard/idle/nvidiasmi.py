@@ -2,18 +2,12 @@
 
 nvidia-smi ships with the driver, so this backend needs no Python package:
 a host installed from the Debian package (which has no python3-pynvml)
-still gets a real answer. Two queries per reading, both in the tool's
-machine-readable form (``--format=csv,noheader,nounits``):
-
-- ``--query-gpu=index,uuid,utilization.gpu,utilization.memory,...``: one
-  line per GPU;
-- ``--query-compute-apps=gpu_uuid,pid,used_gpu_memory,process_name``: one
-  line per compute process, none when there is none (the name comes last:
-  it is a path, and may itself hold ", ").
-
-A figure nvidia-smi cannot give reads ``[N/A]`` or ``[Not Supported]`` (a
-MIG-enabled GPU has no whole-GPU utilization): no figure, so that GPU is
-unknown, never idle.
+still gets a real answer. It asks for the tool's machine-readable form
+(one line per GPU, one per compute process) rather than the table, whose
+layout is for people. The process name comes last because it is a path and
+may itself hold ", ". A figure nvidia-smi cannot give reads ``[N/A]`` or
+``[Not Supported]`` (a MIG-enabled GPU has no whole-GPU utilization): no
+figure, so that GPU is unknown, never idle.
 """
 
 from __future__ import annotations
