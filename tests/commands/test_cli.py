@@ -6,13 +6,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.holders import Holders
 from helpers.runners import cli
+from helpers.wait import wait_for
 
 from suspendguard.store.history import History
 
@@ -102,11 +102,7 @@ def test_sigterm_to_the_guard_process_is_a_recorded_veto(conf: Path, node: str,
     guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "pre-sleep", "--config",
                               str(conf)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            time.sleep(0.1)
-            if holders.signals():  # the drain has begun
-                break
+        wait_for(holders.signals, 20.0, interval=0.1)  # the drain has begun
         guard.send_signal(signal.SIGTERM)
         _out, err = guard.communicate(timeout=20)
     finally:

@@ -20,6 +20,7 @@ import pytest
 from helpers.docker import DockerEngine
 from helpers.holders import HOLDER, Holders
 from helpers.runners import cli, guard
+from helpers.wait import wait_for
 
 from suspendguard.supervise.managers import ManagersAndEngines
 
@@ -61,12 +62,16 @@ def matrix(docker_engine: DockerEngine, node: str, tmp_path: Path) -> Iterator[d
                               init=shape == "init", writable=[str(marks)])
             made[name] = {"shape": shape, "policy": policy_of(spec), "marker": marker}
     deadline = time.monotonic() + 30
-    for name in made:  # each job holds the node once it printed "ready"
-        while "ready" not in docker_engine.docker("logs", name).stdout:
-            assert time.monotonic() < deadline, docker_engine.docker("logs", name).stderr
-            time.sleep(0.1)
+    for name in made:
+        wait_ready(docker_engine, name, deadline - time.monotonic())
     yield made
     docker_engine.docker("rm", "-f", *made, check=False)
+
+
+def wait_ready(engine: DockerEngine, name: str, timeout: float = 30.0) -> None:
+    """The job ``name`` printed "ready" (it holds the node) within ``timeout``."""
+    wait_for(lambda: "ready" in engine.docker("logs", name).stdout, timeout, interval=0.1,
+             message=lambda: engine.docker("logs", name).stderr)
 
 
 def config_file(tmp_path: Path, node: str) -> str:
@@ -149,10 +154,7 @@ def test_a_shell_as_pid_1_drops_the_signal_docker_stop_sends(
     docker_engine.run(name, argv("shell", marker), node=node, restart="always",
                       writable=[str(marks)])
     try:
-        deadline = time.monotonic() + 30
-        while "ready" not in docker_engine.docker("logs", name).stdout:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_ready(docker_engine, name)
         docker_engine.docker("kill", "--signal=SIGINT", name)
         time.sleep(SLEEP_S)
         assert sigints(marker) == 0 and docker_engine.running(name)

@@ -21,7 +21,6 @@ runs, how many processes hold the node and each unit's state.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import pytest
 from helpers import REPO
 from helpers.systemd_harness import Container, at_sleep_hook, guard_config, unavailable_reason
+from helpers.wait import wait_for
 
 pytestmark = [
     pytest.mark.systemd,
@@ -145,12 +145,11 @@ def attempt(box: Container) -> dict[str, Any]:
 
 def wait_all_active(box: Container, units: tuple[str, ...], timeout: float = 20.0) -> list[str]:
     """The units not active within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        down = [u for u in units if not box.unit_active(u)]
-        if not down or time.monotonic() > deadline:
-            return down
-        time.sleep(0.2)
+    def down() -> list[str]:
+        return [u for u in units if not box.unit_active(u)]
+
+    wait_for(lambda: not down(), timeout, interval=0.2)
+    return down()
 
 
 def test_every_holder_is_signalled_the_launcher_kept_and_all_back_after_resume(

@@ -34,6 +34,7 @@ from helpers.cgroups import remove_cgroup
 from helpers.dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
 from helpers.holders import HOLDER, Holders
 from helpers.records import ended
+from helpers.wait import wait_for
 
 from suspendguard.config import Config, build
 from suspendguard.guard.pipeline import run
@@ -225,15 +226,6 @@ def guard_process(s: Stage, env: dict[str, str]) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
-def until(what: Callable[[], bool], timeout: float = 15.0) -> bool:
-    end = time.monotonic() + timeout
-    while not what():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def kill(guard: subprocess.Popen[str]) -> None:
     guard.kill()
     guard.communicate(timeout=10)
@@ -376,7 +368,8 @@ def killed_after_policy_set_aside(tmp: Path) -> Seen:
         engine.after = lambda _method, action: set_aside.set() if action == "update" else None
         guard = guard_process(s, env)
         seen.check(set_aside.wait(20), "the guard set the restart policy aside")
-        seen.check(until(lambda: not c.running), "the guard's signal ended the job")
+        seen.check(wait_for(lambda: not c.running, 15.0, interval=0.02),
+                   "the guard's signal ended the job")
         kill(guard)  # the container is down, its policy "no"
         seen.check(not c.running, "the container is down")
         restored_after_kill(seen, s, f"docker:{c.id}",
@@ -391,7 +384,8 @@ def killed_after_the_drain_signal(tmp: Path) -> Seen:
         job, pid = s.job_in("system.slice/train.service")
         with fake_systemd(unit_state(pid)) as bus:
             guard = guard_process(s, {"DBUS_SYSTEM_BUS_ADDRESS": bus.address})
-            seen.check(until(lambda: job.poll() is not None), "the guard's signal ended the job")
+            seen.check(wait_for(lambda: job.poll() is not None, 15.0, interval=0.02),
+                       "the guard's signal ended the job")
             kill(guard)
             restored_after_kill(seen, s, "systemd-service:train.service",
                                 unit_supervisors(s, bus))
@@ -405,7 +399,8 @@ def killed_between_dropin_and_reload(tmp: Path) -> Seen:
         job, pid = s.job_in("system.slice/train.service")
         with fake_systemd(unit_state(pid, reload_s=30)) as bus:
             guard = guard_process(s, {"DBUS_SYSTEM_BUS_ADDRESS": bus.address})
-            seen.check(until(lambda: dropin(s.dropins).exists()), "the drop-in was written")
+            seen.check(wait_for(lambda: dropin(s.dropins).exists(), 15.0, interval=0.02),
+                       "the drop-in was written")
             time.sleep(0.3)  # inside the 30 s reload
             kill(guard)
             seen.check(dropin(s.dropins).exists() and job.poll() is None,

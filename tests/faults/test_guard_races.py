@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from helpers.holders import Holders
 from helpers.isolation import needs_root
+from helpers.wait import wait_for
 
 from suspendguard.guard.pipeline import run
 from suspendguard.store import lock as guard_lock
@@ -87,13 +88,6 @@ def _conf(tmp_path: Path, node: str, state: Path, **drain: float) -> Path:
     return path
 
 
-def _until(what: Any, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not what():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.02)
-
-
 def test_a_second_guard_signals_nobody_while_the_first_drains(
         tmp_path: Path, node: str, holders: Holders) -> None:
     state = tmp_path / "state"
@@ -103,7 +97,8 @@ def test_a_second_guard_signals_nobody_while_the_first_drains(
          str(_conf(tmp_path, node, state, timeout_s=20)), "drain", "--yes", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _until(lambda: holders.signals() == [f"{spid} SIGINT"])
+        wait_for(lambda: holders.signals() == [f"{spid} SIGINT"], 10.0, interval=0.02,
+                 message=holders.signals)
         second_conf = _conf(tmp_path, node, state, timeout_s=2, deadline_s=6)
         start = time.monotonic()
         status, out, err = cli("--config", str(second_conf), "drain", "--yes", "--json")

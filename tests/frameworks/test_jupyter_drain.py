@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from helpers.kernels import Kernel
 from helpers.runners import cli
+from helpers.wait import wait_for
 
 
 def config(tmp_path: Path, node: str, jupyter: str = "veto") -> Path:
@@ -54,9 +55,7 @@ def test_a_kernel_vetoes_at_once_and_its_cell_runs_on(kernel: Kernel, tmp_path: 
     assert kernel.alive()
     if busy:
         assert kernel.wait_exit(0.1) is None
-        deadline = time.monotonic() + steps * 0.1 + 10
-        while "done" not in progress.read_text() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: "done" in progress.read_text(), steps * 0.1 + 10, interval=0.1)
         lines = progress.read_text().splitlines()
         assert lines == [str(i) for i in range(steps)] + ["done"], lines  # never interrupted
 

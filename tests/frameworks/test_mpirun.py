@@ -15,11 +15,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from helpers.frameworks import Job, mpirun, state, wait_gone
 from helpers.runners import cli
+from helpers.wait import wait_for
 
 from suspendguard.guard.held import HELD_FILE
 
@@ -60,11 +60,13 @@ def test_a_guard_killed_mid_drain_leaves_mpirun_running(tmp_path: Path, node: st
                              stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         # Killed once both ranks have their SIGINT, in the middle of their saves.
-        deadline = time.monotonic() + 30
-        while len([s for s in job.signals() if s.startswith("sigint")]) < 2 \
-                and time.monotonic() < deadline:
+        def both_signalled() -> bool:
+            if len([s for s in job.signals() if s.startswith("sigint")]) >= 2:
+                return True
             assert state(job.pid) not in ("T", "t"), "mpirun was stopped"
-            time.sleep(0.02)
+            return False
+
+        wait_for(both_signalled, 30.0, interval=0.02)
         assert len(job.signals()) >= 2, job.signals()
         os.kill(guard.pid, signal.SIGKILL)
         guard.wait()

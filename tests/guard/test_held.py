@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers.frameworks import state
 from helpers.runners import cli
+from helpers.wait import wait_for
 
 from suspendguard.guard.held import HELD_FILE, Held, continue_left
 from suspendguard.guard.jobs import BUILTIN, Launcher
@@ -33,9 +34,7 @@ def as_launcher(pid: int) -> Launcher:
 
 
 def wait_state(pid: int, want: set[str], timeout: float = 5.0) -> str:
-    deadline = time.monotonic() + timeout
-    while state(pid) not in want and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: state(pid) in want, timeout, interval=0.01)
     return state(pid)
 
 

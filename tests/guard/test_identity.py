@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from helpers import FAKES
 from helpers.isolation import needs_root
 from helpers.runners import guard
 from helpers.users import nobody_prefix, python_for_nobody
+from helpers.wait import wait_for
 
 from suspendguard.guard.identity import names_probe, vouch
 from suspendguard.guard.inventory import DAEMON_USERS, FAMILY_DAEMONS, take_inventory
@@ -253,11 +253,9 @@ def test_the_acl_backends_own_probe_child_is_known_by_its_parents_lock(
     query.start()
     try:
         inventory = take_inventory(config.devices)
-        deadline = time.monotonic() + 10
-        probes: list[Holder] = []
-        while not probes and time.monotonic() < deadline:
-            probes = [h for h in scan_holders(inventory).holders if names_probe(h)]
-            time.sleep(0.02)
+        probes: list[Holder] = wait_for(
+            lambda: [h for h in scan_holders(inventory).holders if names_probe(h)], 10.0,
+            interval=0.02)
         [probe] = probes
         assert probe.ppid == os.getpid()
         token = probing.token()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers import REPO
+from helpers.wait import wait_for
 
 IMAGE = "suspendguard-empty:1"
 # Debian's own client first: another docker on PATH may be far newer than the engine.
@@ -153,9 +154,4 @@ class DockerEngine:
         return bool(self.inspect(name)["State"]["Running"])
 
     def wait_running(self, name: str, timeout: float = 15.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.running(name):
-                return True
-            time.sleep(0.1)
-        return False
+        return wait_for(lambda: self.running(name), timeout, interval=0.1)

@@ -15,10 +15,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from helpers.wait import wait_for
 
 HERE = Path(__file__).parent
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -58,14 +59,16 @@ class Job:
 
     def wait_ready(self, timeout: float = 90.0) -> list[int]:
         """The ranks' pids, once every rank said it is in its loop."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            files = [self.out / f"ready-{r}" for r in range(self.ranks)]
+        files = [self.out / f"ready-{r}" for r in range(self.ranks)]
+
+        def ready() -> list[int] | bool:
             if all(f.exists() and f.read_text().strip() for f in files):
                 return [int(f.read_text().split()[0]) for f in files]
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
+            return self.proc.poll() is not None  # ended: no use waiting on
+
+        ranks = wait_for(ready, timeout, interval=0.1)
+        if isinstance(ranks, list):
+            return ranks
         raise AssertionError(f"the job did not start: {(self.out / 'launcher.log').read_text()}")
 
     def signals(self) -> list[str]:
@@ -115,9 +118,4 @@ def state(pid: int) -> str:
 
 
 def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if state(pid) in ("", "Z"):
-            return True
-        time.sleep(0.05)
-    return False
+    return wait_for(lambda: state(pid) in ("", "Z"), timeout)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from helpers.dbus import PrivateBus, dbus_daemon
+from helpers.wait import wait_for
 
 from suspendguard.model import Unavailable
 from suspendguard.system.dbus.logind import (
@@ -55,15 +56,6 @@ Start = Callable[..., subprocess.Popen[str]]
 
 def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
-
-
-def wait_for(predicate: Callable[[], bool], seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def info() -> LogindInfo:
