@@ -8,8 +8,8 @@
 - :class:`Attempt`: one suspend attempt: its verdict with reasons and
   warnings, its holders, stops, findings and events.
 
-The guard makes them (guard/rounds.py, guard/pipeline.py; its report holds
-the attempt, guard/report.py), the history writes them and reads back the
+The guard makes them (guard/run_state.py, guard/pipeline.py; its report
+holds the attempt, guard/report.py), the history writes them and reads back the
 same types (store/history.py, the only code that knows their columns), and
 ``status`` and ``history`` render them. Each has one ``to_json``: the JSON
 of every command that shows it. Read back from the history, a record has
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from suspendguard.model import PLAIN, Action, Decision, Holder, Outcome, Owner
+from suspendguard.model import PLAIN, Action, Decision, Holder, Outcome, Owner, Verdict
 
 # What an attempt came to: a verdict (model.VerdictKind), or, for one the
 # guard did not finish, interrupted (it was killed) or running (it still runs).
@@ -44,7 +44,7 @@ SCAN_KEYS = ("ppid", "exe", "cmdline", "uid", "container", "owner", "nspid", "no
 class HolderRecord:
     """One holder of one attempt: the guard's decision on it, its outcome, its owner.
 
-    Made once by the guard, from the decision and the outcome (guard/rounds.py).
+    Made once by the guard, from the decision and the outcome (guard/run_state.py).
     The history keeps the holder's pid, start time, user, unit, comm,
     command (as one line), source; the decision's action and rule; the
     outcome (its ``why`` or, when it has none, the ``respawned`` tag); the
@@ -185,13 +185,55 @@ class DeviceHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class FindingRecord:
+    """A log finding as the history keeps it: the catalog's rule, where it was, what it said.
+
+    Made from the logs' own finding (logs/finding.py) at the edge of the
+    history; ``time`` is the entry's own ISO 8601 stamp, None when it had none.
+    """
+
+    rule: str
+    severity: str
+    file: str
+    line: int
+    time: str | None
+    pid: int | None
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "severity": self.severity, "file": self.file,
+                "line": self.line, "time": self.time, "pid": self.pid, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One step after an attempt (resumed, restored, health checked), as the history keeps it."""
+
+    time: float
+    phase: str
+    action: str | None
+    note: str = ""
+    attempt_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """An attempt's event; ``history --events`` adds the attempt it belongs to."""
+        return {"time": iso(self.time), "phase": self.phase, "action": self.action,
+                "note": self.note}
+
+
+# How an attempt the guard did not finish stands: interrupted (it was killed), running (it runs).
+AttemptState = Literal["done", "interrupted", "running"]
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
-    """One suspend attempt: the verdict, its reasons, holders, stops, findings, events.
+    """One suspend attempt: its verdict with reasons and warnings, holders, stops, findings, events.
 
     Made by the guard at the verdict (without findings and events, which
     come after resume; ``id`` 0 when the history did not take it), read
-    back whole from the history; ``finished`` None while it runs or when
-    the guard was killed.
+    back whole from the history. An attempt the guard did not finish has
+    ``state`` interrupted or running, ``finished`` None, and a verdict of
+    unknown that says why.
     """
 
     id: int
@@ -200,14 +242,26 @@ class Attempt:
     action: str | None
     origin: str
     dry_run: bool
-    verdict: AttemptVerdict
-    reasons: tuple[str, ...]
-    warnings: tuple[str, ...]
+    verdict: Verdict
     config_digest: str
     holders: tuple[HolderRecord, ...] = ()
-    findings: tuple[dict[str, Any], ...] = ()
-    events: tuple[dict[str, Any], ...] = ()
+    findings: tuple[FindingRecord, ...] = ()
+    events: tuple[Event, ...] = ()
     stops: tuple[Stop, ...] = ()
+    state: AttemptState = "done"
+
+    @property
+    def result(self) -> AttemptVerdict:
+        """The verdict, or what became of an attempt the guard did not finish."""
+        return self.verdict.kind if self.state == "done" else self.state
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return self.verdict.texts
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.verdict.warnings
 
     @property
     def duration(self) -> float | None:
@@ -222,12 +276,13 @@ class Attempt:
             "action": self.action,
             "origin": self.origin,
             "dry_run": self.dry_run,
-            "verdict": self.verdict,
+            "verdict": self.result,
             "reasons": list(self.reasons),
+            "reason_details": [r.to_json() for r in self.verdict.reasons],
             "warnings": list(self.warnings),
             "config_digest": self.config_digest,
             "holders": [h.to_json() for h in self.holders],
-            "findings": list(self.findings),
-            "events": list(self.events),
+            "findings": [f.to_json() for f in self.findings],
+            "events": [e.to_json() for e in self.events],
             "stopped": [s.to_json() for s in self.stops],
         }

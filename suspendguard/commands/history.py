@@ -55,13 +55,13 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
         holders = f"{drained}/{len(a.holders)} drained" if a.holders else "-"
         first = a.reasons[0] if a.reasons else ""
         if a.findings:
-            rules = sorted({str(f["rule"]) for f in a.findings})
+            rules = sorted({f.rule for f in a.findings})
             first = (first + "; " if first else "") + "after resume: " + ", ".join(rules)
         held = [st for st in a.stops if st.result == "held"]
         if held:
             first = (first + "; " if first else "") + \
                 f"{len(held)} jobs held after resume: {held[0].why}"
-        rows.append((str(a.id), started, action, a.verdict, seconds, holders, first))
+        rows.append((str(a.id), started, action, a.result, seconds, holders, first))
     width = None if getattr(args, "wide", False) else terminal_width(ctx.environ, ctx.out)
     ctx.out.write("\n".join(table(rows, indent="", width=width, flex=(6, 2))) + "\n")
     return 0

@@ -65,7 +65,7 @@ def pre(config: Config, action: str, log: Logger) -> int:
     attempt = unit_attempt(history, action) if history else None
     if attempt is not None and history is not None:
         history.record_event("pre", action, f"going down after attempt {attempt.id} "
-                             f"({attempt.verdict})", attempt.id)
+                             f"({attempt.result})", attempt.id)
         history.close()
         log.info(f"attempt {attempt.id}: system going down for {action}")
         return 0
@@ -124,7 +124,7 @@ def post(config: Config, action: str, log: Logger) -> int:
         result = after_attempt(config, datetime.fromtimestamp(attempt.started), homes,
                                until=resumed, units=job_units(attempt))
         if result.findings:
-            history.record_findings(attempt.id, result.findings)
+            history.record_findings(attempt.id, [f.record() for f in result.findings])
         for line in result.journal_lines(attempt.id):
             log.warning(line)
         for note in result.notes():

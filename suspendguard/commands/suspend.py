@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import datetime
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
@@ -42,13 +41,8 @@ def _event_time(attempt: Attempt | None, phase: str) -> float | None:
     """When the sleep hook recorded ``phase`` for this attempt (the last such record)."""
     if attempt is None:
         return None
-    times = [e["time"] for e in attempt.events if e.get("phase") == phase]
-    if not times:
-        return None
-    try:
-        return datetime.fromisoformat(str(times[-1])).timestamp()
-    except ValueError:
-        return None
+    times = [e.time for e in attempt.events if e.phase == phase]
+    return times[-1] if times else None
 
 
 def unit_attempt(config: Config, action: str, since: float) -> Attempt | str:
@@ -85,7 +79,7 @@ def _slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
                       "nothing could have stopped it (suspendguard status)\n")
     for warning in attempt.warnings:
         ctx.out.write(f"  ! {warning}\n")
-    rules = sorted({str(f["rule"]) for f in attempt.findings})
+    rules = sorted({f.rule for f in attempt.findings})
     if rules:
         ctx.out.write(f"  after resume, the device logs show: {', '.join(rules)} "
                       "(suspendguard logs --since last-attempt)\n")
@@ -94,9 +88,9 @@ def _slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
 
 def _not_slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
     service = f"systemd-{job.action}.service"
-    if isinstance(found, Attempt) and found.verdict != "allow":
-        first, *rest = found.reasons or (f"the guard's attempt ended {found.verdict}",)
-        word = "vetoed" if found.verdict == "veto" else f"refused ({found.verdict})"
+    if isinstance(found, Attempt) and found.result != "allow":
+        first, *rest = found.reasons or (f"the guard's attempt ended {found.result}",)
+        word = "vetoed" if found.result == "veto" else f"refused ({found.result})"
         ctx.out.write(f"{word}: {first}\n")
         for reason in rest:
             ctx.out.write(f"  - {reason}\n")

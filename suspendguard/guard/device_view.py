@@ -14,34 +14,35 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from suspendguard.config import FAMILIES
-from suspendguard.guard.run_state import IdleCheck, RunState
+from suspendguard.guard.run_state import NOTHING, IdleCheck, RunState, Said
 from suspendguard.guard.scan import describe_process
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import Decision, Holder, ScanResult
+from suspendguard.model import Decision, Holder, Reason, ScanResult
 from suspendguard.system.procfs import ProcAccessError
 
 
-def refused_pids(r: RunState, scan: ScanResult) -> list[int]:
+def refused_pids(scan: ScanResult) -> tuple[list[int], Said]:
     """The processes the scan could not read, PID 1 aside; a refused map_files read is warned of.
 
     PID 1 is never signalled whatever it holds; some containers refuse
     reading it even to root, which is worth counting but not a warning.
     """
     refused = [p for p in scan.unreadable_pids if p != 1]
+    said = NOTHING
     if scan.maps_refused:
         n = len(scan.maps_refused)
-        r.warnings.append(
+        said = Said.warn(
             f"{n} process{'es' if n != 1 else ''} map a device file whose /proc/PID/map_files "
             "link the guard may not follow (that takes CAP_SYS_ADMIN, or CAP_CHECKPOINT_RESTORE "
             "from Linux 5.9): a node held only through a mapping is missed for them (pids "
             + ", ".join(str(p) for p in scan.maps_refused[:10]) + ")")
         if os.geteuid() == 0:
             refused = sorted({*refused, *scan.maps_refused} - {1})
-    return refused
+    return refused, said
 
 
-def ask_first(r: RunState, idle_check: IdleCheck, families: Sequence[str],
-              deadline: float) -> IdleReport:
+def ask_first(r: RunState, idle_check: IdleCheck,
+              families: Sequence[str]) -> tuple[IdleReport, Said]:
     """One reading of every device before the drain, for its process lists and its backends.
 
     Its load decides nothing (the jobs are still running); a family no
@@ -49,29 +50,32 @@ def ask_first(r: RunState, idle_check: IdleCheck, families: Sequence[str],
     since no drain can change that.
     """
     config = replace(r.config.idle, samples=1, settle_s=0.0)
-    until = min(deadline, r.options.clock() + config.command_timeout_s)
-    first = idle_check(config, families, max(until, r.options.clock() + 0.5))
-    if r.config.idle.on_unknown == "veto":
-        r.reasons.extend(why for _family, why in first.unknown)
-    return first
+    now = r.deadline.clock()
+    until = min(r.deadline.at, now + config.command_timeout_s)
+    first = idle_check(config, families, max(until, now + 0.5))
+    if r.config.idle.on_unknown != "veto":
+        return first, NOTHING
+    return first, Said.veto(*(Reason("device-unknown", why, device=family)
+                              for family, why in first.unknown))
 
 
-def uninspected(r: RunState, refused: Sequence[int], first: IdleReport | None,
-                families: Sequence[str]) -> list[str]:
-    """Why processes the scan could not read leave the verdict unknown ([] when they do not).
+def uninspected(refused: Sequence[int], first: IdleReport | None,
+                families: Sequence[str]) -> Said:
+    """Why processes the scan could not read leave the verdict unknown (its reasons, or a
+    warning when they do not).
 
     Any of them may hold a node. As root that stays a warning only when the
     device's own view answers for every device, process lists included, and
     names none of them.
     """
     if not refused:
-        return []
+        return NOTHING
     n = len(refused)
     some = f"{n} process{'es' if n != 1 else ''}"
     pids = ", ".join(str(p) for p in refused[:10]) + (", ..." if n > 10 else "")
     if os.geteuid() != 0:
-        return [f"run as root: {some} could not be inspected (any of them may hold an "
-                "accelerator node)"]
+        return Said.veto(Reason("uninspected", f"run as root: {some} could not be inspected "
+                                "(any of them may hold an accelerator node)"))
     # Extra nodes alone have no vendor query (the check is then None); a
     # check handed in speaks for the families it read.
     wanted: list[str] = [f for f in dict.fromkeys(families) if f in FAMILIES] or \
@@ -79,19 +83,19 @@ def uninspected(r: RunState, refused: Sequence[int], first: IdleReport | None,
     views = {f: first.process_view(f) for f in wanted} if first is not None else {}
     named = {p.pid for p in first.processes()} & set(refused) if first is not None else set()
     if wanted and all(views.values()) and not named:
-        r.warnings.append(f"{some} could not be inspected as root (pids {pids}); the devices' "
-                          f"own view ({', '.join(dict.fromkeys(views.values()))}) answers for "
-                          "every device and reports no process the guard did not see")
-        return []
+        return Said.warn(f"{some} could not be inspected as root (pids {pids}); the devices' "
+                         f"own view ({', '.join(dict.fromkeys(views.values()))}) answers for "
+                         "every device and reports no process the guard did not see")
     why = (f"the device reports {len(named)} of them" if named else
            "no device view answers for every device, process lists included"
            + (f" ({', '.join(f for f in wanted if not views.get(f))})" if wanted else
               " (no idle backend for these nodes)"))
-    return [f"{some} could not be inspected as root (pids {pids}), and {why}: any of them "
-            "may hold an accelerator node"]
+    return Said.veto(Reason("uninspected", f"{some} could not be inspected as root (pids "
+                            f"{pids}), and {why}: any of them may hold an accelerator node"))
 
 
-def device_holders(r: RunState, idle: IdleReport, known: Collection[int] = ()) -> list[Decision]:
+def device_holders(r: RunState, idle: IdleReport,
+                   known: Collection[int] = ()) -> tuple[list[Decision], Said]:
     """Processes the device reports that the scan did not see, as decided holders.
 
     A holder kept as a graphics client that the device lists as a compute
@@ -104,6 +108,7 @@ def device_holders(r: RunState, idle: IdleReport, known: Collection[int] = ()) -
     kept = {k[0]: hr.decision.holder for k, hr in r.results.items()
             if hr.decision.action == "keep"}
     extra: list[Holder] = []
+    said = NOTHING
     for p in idle.processes():
         pid = int(p.pid)
         if pid in kept and p.kind == "compute":
@@ -113,20 +118,20 @@ def device_holders(r: RunState, idle: IdleReport, known: Collection[int] = ()) -
             continue
         known_pids.add(pid)
         if p.kind == "graphics":
-            kept_warning = (f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
-                            + " as a graphics process, which the scan did not see: kept, not "
-                            "signalled")
-            if kept_warning not in r.warnings:  # the device is asked before and after the drain
-                r.warnings.append(kept_warning)
+            said += Said.warn(f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
+                              + " as a graphics process, which the scan did not see: kept, not "
+                              "signalled")
             continue
         try:
             holder = describe_process(pid, [], r.options.proc, source=str(p.source))
         except ProcAccessError:
             holder = None
         if holder is None:
-            r.reasons.append(f"the device ({p.source}) reports pid {pid} {p.name or ''}".rstrip()
-                             + ", which is not visible here (another PID namespace, a VM, or a "
-                             "container the guard cannot enter): the guard cannot ask it to stop")
+            said += Said.veto(Reason(
+                "device-hidden-holder", f"the device ({p.source}) reports pid {pid} "
+                f"{p.name or ''}".rstrip() + ", which is not visible here (another PID "
+                "namespace, a VM, or a container the guard cannot enter): the guard cannot ask "
+                "it to stop", pid=pid, comm=p.name or None, device=str(p.device) or None))
             continue
         extra.append(holder)
-    return r.decide(extra)
+    return r.decide(extra), said

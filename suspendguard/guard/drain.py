@@ -12,7 +12,6 @@ import errno
 import os
 import select
 import signal
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -20,7 +19,7 @@ from suspendguard.config import EscalationStep
 from suspendguard.guard.held import Held
 from suspendguard.guard.jobs import Launcher
 from suspendguard.model import Holder, HolderId, Outcome, holder_id
-from suspendguard.system.deadline import Cancel
+from suspendguard.system.deadline import Cancel, Deadline
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 Log = Callable[[str], None]
@@ -185,117 +184,148 @@ def drain(
     holders: Sequence[Holder],
     signame: str,
     timeout_s: float,
-    deadline: float,
+    deadline: Deadline,
     escalate: Sequence[EscalationStep] = (),
     *,
     proc: ProcFS | None = None,
-    cancel: Cancel | None = None,
     log: Log = lambda _msg: None,
     progress_every_s: float = 5.0,
-    clock: Callable[[], float] = time.monotonic,
     opener: Callable[[int], int] = _pidfd_open,
     keep: Callable[[Sequence[Holder]], None] | None = None,
     jobs: JobStop = NO_JOBS,
 ) -> DrainResult:
     """Signal every holder at once, then wait until all exit or time runs out.
 
-    ``deadline`` is a ``clock()`` value the whole drain must end before,
-    escalation included. ``keep``, when given, is handed the holders once
-    they are watched and before any signal: it asks their supervisors not
-    to start them again (every holder is signalled here all the same).
-    ``jobs``: who of them gets the signal from their launcher instead, or
-    leaves with a parent, and which launchers are stopped meanwhile; each
-    process is signalled once at most, and every holder is waited for.
+    The whole drain, escalation included, ends by ``deadline`` (its clock,
+    and its cancel: the guard's SIGTERM). ``keep``, when given, is handed
+    the holders once they are watched and before any signal: it asks their
+    supervisors not to start them again (every holder is signalled here all
+    the same). ``jobs``: who of them gets the signal from their launcher
+    instead, or leaves with a parent, and which launchers are stopped
+    meanwhile; each process is signalled once at most, and every holder is
+    waited for.
     """
     proc = proc or ProcFS()
-    result = DrainResult({})
-    wait_s, shortened = 0.0, False
-    # Keyed by pidfd; holders without one get negative keys of their own.
-    targets: dict[int, _Target] = {}
+    watch = _Drain(deadline, log, progress_every_s)
     for holder in holders:
         taken = _take(holder, signame, proc, opener)
         if isinstance(taken, Outcome):
-            result.outcomes[holder_id(holder)] = taken
+            watch.outcomes[holder_id(holder)] = taken
         else:
-            targets[taken.pidfd if taken.pidfd >= 0 else -1 - len(targets)] = taken
-    signum = int(signal.Signals[signame])
+            watch.targets[taken.pidfd if taken.pidfd >= 0 else -1 - len(watch.targets)] = taken
     try:
-        if keep is not None and targets:
-            keep([t.holder for t in targets.values()])
-        for target in targets.values():
+        if keep is not None and watch.targets:
+            keep([t.holder for t in watch.targets.values()])
+        for target in watch.targets.values():
             target.quiet = jobs.quiet.get(holder_id(target.holder), "")
-        _forward(jobs, targets, signame, proc, opener, clock, log)
+        _forward(jobs, watch.targets, signame, proc, opener, log)
         if jobs.hold and jobs.held is not None:
             for launcher in jobs.held.hold(jobs.hold):
                 log(f"stopped {launcher.label} (SIGSTOP) while its ranks leave: it continues "
                     "once they left")
-        for key, target in list(targets.items()):
-            target.signalled_at = clock()
+        watch.send_all(signame, jobs)
+        wait_s, shortened = watch.first_wait(signame, timeout_s)
+        watch.escalate(escalate, jobs)
+        watch.time_out()
+    finally:
+        if jobs.held is not None and jobs.held.launchers:
+            names = ", ".join(lr.label for lr, _fd in jobs.held.launchers)
+            jobs.held.release()
+            log(f"continued {names}")
+        for target in watch.targets.values():
+            target.close()
+    return DrainResult(watch.outcomes, wait_s, shortened)
+
+
+class _Drain:
+    """The holders being drained, keyed by pidfd (negative keys for those without one),
+    and the outcomes of those that left the watch."""
+
+    def __init__(self, deadline: Deadline, log: Log, progress_every_s: float) -> None:
+        self.deadline = deadline
+        self.clock = deadline.clock
+        self.log = log
+        self.progress_every_s = progress_every_s
+        self.targets: dict[int, _Target] = {}
+        self.outcomes: dict[HolderId, Outcome] = {}
+
+    def send_all(self, signame: str, jobs: JobStop) -> None:
+        """The signal to each holder not left quiet; a request to each asked its own way."""
+        signum = int(signal.Signals[signame])
+        for key, target in list(self.targets.items()):
+            target.signalled_at = self.clock()
             if target.quiet:
                 continue
             ask = jobs.asks.get(holder_id(target.holder))
             if ask is not None:
                 error = ask()
                 if error:
-                    result.outcomes[holder_id(target.holder)] = Outcome(
-                        "not-signalled", why=f"{UNSIGNALLABLE}: {jobs.asked_as} failed: {error}")
-                    target.close()
-                    del targets[key]
+                    self._drop(key, Outcome(
+                        "not-signalled", why=f"{UNSIGNALLABLE}: {jobs.asked_as} failed: {error}"))
                 else:
                     target.quiet = f"after {jobs.asked_as}"
                     target.last_signal = jobs.asked_as
-                    log(f"sent {jobs.asked_as} to pid {target.holder.pid} {target.holder.comm}")
+                    self.log(f"sent {jobs.asked_as} to pid {target.holder.pid} "
+                             f"{target.holder.comm}")
                 continue
             refused = _send(target, signum)
             if refused is not None:
-                result.outcomes[holder_id(target.holder)] = refused
-                target.close()
-                del targets[key]
-        now = clock()
-        until = min(now + timeout_s, deadline)
+                self._drop(key, refused)
+
+    def _drop(self, key: int, outcome: Outcome) -> None:
+        target = self.targets.pop(key)
+        self.outcomes[holder_id(target.holder)] = outcome
+        target.close()
+
+    def first_wait(self, signame: str, timeout_s: float) -> tuple[float, bool]:
+        """Wait up to ``timeout_s`` after the signal, cut to the deadline: (the wait, whether cut)."""
+        now = self.clock()
+        until = min(now + timeout_s, self.deadline.at)
         wait_s = max(0.0, until - now)
         shortened = until < now + timeout_s - CUT_TOLERANCE_S
-        sent = [t for t in targets.values() if not t.quiet]
+        sent = [t for t in self.targets.values() if not t.quiet]
         if sent:
             names = ", ".join(f"{t.holder.pid} {t.holder.comm}" for t in sent)
             cut = f" (cut from {timeout_s:g} s to end within the deadline)" if shortened else ""
-            log(f"sent {signame} to {len(sent)} holder(s): {names}; "
-                f"waiting up to {wait_s:.1f} s{cut}")
-        _wait(targets, result, until, cancel, log, progress_every_s, clock)
-        for step in escalate:
-            if not targets or (cancel and cancel.cancelled) or clock() >= deadline:
+            self.log(f"sent {signame} to {len(sent)} holder(s): {names}; "
+                     f"waiting up to {wait_s:.1f} s{cut}")
+        self.wait(until)
+        return wait_s, shortened
+
+    def escalate(self, steps: Sequence[EscalationStep], jobs: JobStop) -> None:
+        for step in steps:
+            if not self.targets or self.deadline.cancelled or self.clock() >= self.deadline.at:
                 break
             stepnum = int(signal.Signals[step.signal])
-            for target in targets.values():
+            for target in self.targets.values():
                 if holder_id(target.holder) in jobs.asks:
                     continue  # asked its own way: never signalled
                 target.last_signal = step.signal
                 target.escalated = True
                 _send(target, stepnum)
-            log(f"escalating: sent {step.signal} to {len(targets)} holder(s) still running")
-            _wait(targets, result, min(clock() + step.wait_s, deadline), cancel, log,
-                  progress_every_s, clock)
-        for target in targets.values():
-            waited = clock() - target.signalled_at
+            self.log(f"escalating: sent {step.signal} to {len(self.targets)} holder(s) still "
+                     "running")
+            self.wait(min(self.clock() + step.wait_s, self.deadline.at))
+
+    def time_out(self) -> None:
+        """Every holder still watched: a timeout, with what it was last sent."""
+        for target in self.targets.values():
+            waited = self.clock() - target.signalled_at
             why = f"still running {waited:.1f} s after {target.last_signal}"
             if target.quiet and not target.escalated and target.last_signal not in target.quiet:
                 why += f" ({target.quiet})"
-            if cancel and cancel.cancelled:
-                why += f" ({cancel.reason})"
-            result.outcomes[holder_id(target.holder)] = Outcome("timeout", round(waited, 3), why)
-    finally:
-        if jobs.held is not None and jobs.held.launchers:
-            names = ", ".join(lr.label for lr, _fd in jobs.held.launchers)
-            jobs.held.release()
-            log(f"continued {names}")
-        for target in targets.values():
-            target.close()
-    return DrainResult(result.outcomes, wait_s, shortened)
+            if self.deadline.cancelled:
+                why += f" ({self.deadline.cancel_reason})"
+            self.outcomes[holder_id(target.holder)] = Outcome("timeout", round(waited, 3), why)
+
+    def wait(self, until: float) -> None:
+        _wait(self.targets, self.outcomes, until, self.deadline.cancel, self.log,
+              self.progress_every_s, self.clock)
 
 
 def _wait(
     targets: dict[int, _Target],
-    result: DrainResult,
+    outcomes: dict[HolderId, Outcome],
     until: float,
     cancel: Cancel | None,
     log: Log,
@@ -329,7 +359,7 @@ def _wait(
             target.close()
             seconds = round(now - target.signalled_at, 3)
             why = f"after escalation to {target.last_signal}" if target.escalated else target.quiet
-            result.outcomes[holder_id(target.holder)] = Outcome("exited", seconds, why)
+            outcomes[holder_id(target.holder)] = Outcome("exited", seconds, why)
             log(f"pid {target.holder.pid} {target.holder.comm} exited after {seconds:.2f} s")
         if now >= next_progress and targets:
             waiting = ", ".join(
@@ -341,7 +371,7 @@ def _wait(
 
 
 def _forward(jobs: JobStop, targets: dict[int, _Target], signame: str, proc: ProcFS,
-             opener: Callable[[int], int], clock: Callable[[], float], log: Log) -> None:
+             opener: Callable[[int], int], log: Log) -> None:
     """The signal to each forwarding launcher; where that fails, its ranks get it from the guard."""
     signum = int(signal.Signals[signame])
     by_id = {holder_id(t.holder): t for t in targets.values()}

@@ -1,14 +1,15 @@
 """The guard's pipeline: inventory -> scan -> policy -> drain -> idle -> verdict.
 
-Plain Python over plain data; collaborators (the /proc root, the idle
-check, the logger, the clock, the supervisors, the history) are arguments
-so tests hand it real or fake ones. The history (SQLite) and the
-supervisors (D-Bus, the engines' HTTP) come from the caller, so that a dry
-run, which records nothing and mostly asks no supervisor, loads neither.
-The same function serves the dry run, the veto unit and ``drain``;
-only its arguments differ. ``run`` bundles them into one
-:class:`~suspendguard.guard.run_state.RunOptions`, which the run and its
-state (:class:`~suspendguard.guard.run_state.RunState`) read.
+Plain Python over plain data, in steps that take values and return values
+(:class:`Opening`, :class:`Look`, the :class:`~suspendguard.guard.run_state.Said`
+of each step); collaborators (the /proc root, the idle check, the logger,
+the supervisors, the history) are arguments so tests hand it real or fake
+ones. The history (SQLite) and the supervisors (D-Bus, the engines' HTTP)
+come from the caller, so that a dry run, which records nothing and mostly
+asks no supervisor, loads neither. The same function serves the dry run,
+the veto unit and ``drain``; only its arguments differ. One
+:class:`~suspendguard.system.deadline.Deadline` (one clock, the guard's
+own cancel) bounds every wait of the run.
 """
 
 from __future__ import annotations
@@ -16,35 +17,37 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from suspendguard.config import FAMILIES, Config, IdleConfig
 from suspendguard.errors import HistoryError
-from suspendguard.guard import device_view
+from suspendguard.guard import device_view, rounds
 from suspendguard.guard.held import continue_left
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.owner import OwnerControl
+from suspendguard.guard.ledger import Ledger
 from suspendguard.guard.policy import ancestors, forgeable_rule_warnings
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import RECORDED, IdleSkipped, Report
 from suspendguard.guard.restore import restore
-from suspendguard.guard.run_state import IdleCheck, RunOptions, RunState
+from suspendguard.guard.run_state import NOTHING, IdleCheck, RunOptions, RunState, Said
 from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import (
     Decision,
     HolderId,
-    Outcome,
+    Inventory,
+    Reason,
     ScanResult,
     Unavailable,
     Verdict,
     holder_id,
 )
-from suspendguard.record import Attempt, HolderRecord, Stop
+from suspendguard.record import Attempt, Stop
 from suspendguard.store import lock as guard_lock
+from suspendguard.supervise.owner import OwnerControl
 from suspendguard.system import runner
 from suspendguard.system.deadline import (
     ANSWER_MARGIN_S,
@@ -87,7 +90,6 @@ def run(
     record: bool = True,
     skip_frozen: bool = False,
     can_veto: bool = True,
-    clock: Callable[[], float] = time.monotonic,
     supervisors: OwnerControl | None = None,
     confirmed: Collection[HolderId] | None = None,
     history: HistoryOpener | None = None,
@@ -104,103 +106,154 @@ def run(
     """
     if record and history is None:
         raise ValueError("a run that records needs a history to record in")
+    # Leave time to record and answer before systemd's TimeoutStartSec.
+    deadline = Deadline(time.monotonic() + config.drain.deadline_s - ANSWER_MARGIN_S, cancel)
     if dry_run:
         lock = guard_lock.peek(config.state.dir)
     else:
         wait = min(guard_lock.LOCK_WAIT_S, max(0.0, config.drain.deadline_s / 3))
         lock = guard_lock.take(config.state.dir, wait)
-    # The keywords once, for _run and the run's state (guard/run_state.py).
     options = RunOptions(
         dry_run=dry_run, action=action, origin=origin, proc=proc or ProcFS(),
-        idle_check=idle_check, log=log or Logger(), cancel=cancel, record=record,
-        skip_frozen=skip_frozen, can_veto=can_veto, clock=clock, supervisors=supervisors,
+        idle_check=idle_check, log=log or Logger(), record=record, skip_frozen=skip_frozen,
+        can_veto=can_veto, supervisors=supervisors,
         confirmed=frozenset(confirmed) if confirmed is not None else None)
-    clocked = contextlib.ExitStack()
+    opening = _open(config, options, lock, deadline, history)
     try:
-        return _run(config, options, lock, clocked, history)
+        return _run(config, options, lock, deadline, opening)
     finally:
-        clocked.close()
+        opening.close()
         lock.release()
 
 
-def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
-         clocked: contextlib.ExitStack, open_history: HistoryOpener | None) -> Report:
-    log, clock = options.log, options.clock
-    idle_check = options.idle_check  # None below when no backend answers for the nodes
-    started_wall = time.time()
-    start = clock()
-    # Leave time to record and answer before systemd's TimeoutStartSec.
-    deadline = start + config.drain.deadline_s - ANSWER_MARGIN_S
-    # Every wait before the verdict, in every client below, ends by then (or at SIGTERM).
-    clocked.enter_context(bounded(Deadline(deadline, options.cancel, clock)))
-    r = RunState(config, options, never=ancestors(os.getpid()), deadline=deadline,
-                 token=lock.token())
-    r.warnings.extend(forgeable_rule_warnings(config.policy))
-    if lock.refused:
-        r.reasons.append(lock.refused)
-    elif lock.unusable:
-        r.warnings.append(lock.unusable)
-    elif lock.busy_pid is not None:
-        r.warnings.append(guard_lock.busy_reason(lock.busy_pid or None).split(":")[0]
-                          + " now: what this dry run shows may change as it does")
+@dataclass
+class Opening:
+    """The run's start: the history it records in (if any), what it read, what it said."""
 
+    started: float  # wall clock
+    begun: float  # the same moment on the deadline's clock
     history: History | None = None
     attempt_id: int | None = None
-    digest = ""  # the config's fingerprint, as the history records it
+    digest: str = ""  # the config's fingerprint, as the history records it
     recorded: Literal["recorded"] | Unavailable = RECORDED
-    if options.record and open_history is not None:
-        try:
-            # The lock wait too ends inside the deadline (History wants a monotonic time).
-            history = open_history(config.state.dir, proc=options.proc,
-                                   deadline=time.monotonic() + (deadline - start))
-            r.warnings.extend(history.warnings)
-            digest = history.digest(config)
-            attempt_id = history.begin(options.action, options.origin, options.dry_run,
-                                       digest, started_wall)
-        except HistoryError as exc:
-            recorded = Unavailable(str(exc))
-            if not options.dry_run:
-                r.warnings.append(f"history not recorded: {exc}")
-            if history is not None:
-                history.close()
-                history = None
-    else:
-        recorded = Unavailable("a dry run records nothing" if options.dry_run else "not asked to")
+    past: History | None = None  # a dry run's read-only history, for earlier drain times
+    said: Said = NOTHING
 
-    # A job's earlier drain times, for check's word and the timeout's reason:
-    # a dry run reads them from the history without writing it.
-    past: History | None = history
-    if past is None and options.dry_run and open_history is not None \
-            and os.path.exists(os.path.join(config.state.dir, "history.db")):
-        with contextlib.suppress(HistoryError):
-            past = open_history(config.state.dir, True, proc=options.proc)
-            clocked.callback(past.close)
-    if past is not None:
-        r.drain_times = past.drain_times
-    if history is not None and attempt_id is not None:
-        r.before_signal = _write_down(history, attempt_id, r)
-        r.before_stop, r.after_stop = _write_ahead(history, attempt_id, r)
-    if not options.dry_run and not lock.refused:
-        # A launcher a killed run left stopped goes on before anything else.
-        for line in continue_left(config.state.dir, options.proc):
-            log.warning(line)
-            r.warnings.append(line)
-    if not options.dry_run and not lock.refused and options.supervisors is not None:
-        # What a killed run left (drain drop-ins, restart policies set aside)
-        # goes first: it would outlive this run otherwise.
-        for line in options.supervisors.clean_leftovers():
-            log.warning(line)
-            r.warnings.append(line)
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger(self.history, self.attempt_id, self.history or self.past)
 
+    def close(self) -> None:
+        for h in (self.history, self.past):
+            if h is not None:
+                h.close()
+        self.history = self.past = None
+
+
+def _open(config: Config, options: RunOptions, lock: guard_lock.GuardLock, deadline: Deadline,
+          open_history: HistoryOpener | None) -> Opening:
+    """The lock's word, and the history opened: the attempt begun in it, or why not."""
+    opening = Opening(time.time(), deadline.clock(), said=Said.warn(*forgeable_rule_warnings(config.policy)))
+    if lock.refused:
+        opening.said += Said.veto(Reason("guard-busy", lock.refused))
+    elif lock.unusable:
+        opening.said += Said.warn(lock.unusable)
+    elif lock.busy_pid is not None:
+        opening.said += Said.warn(guard_lock.busy_reason(lock.busy_pid or None).split(":")[0]
+                                  + " now: what this dry run shows may change as it does")
+    if open_history is None:
+        return opening
+    if not options.record:
+        opening.recorded = Unavailable("a dry run records nothing" if options.dry_run
+                                       else "not asked to")
+        # A job's earlier drain times, for check's word: read without writing.
+        if options.dry_run and os.path.exists(os.path.join(config.state.dir, "history.db")):
+            with contextlib.suppress(HistoryError):
+                opening.past = open_history(config.state.dir, True, proc=options.proc)
+        return opening
+    try:
+        # The lock wait too ends inside the deadline.
+        opening.history = open_history(config.state.dir, proc=options.proc, deadline=deadline.at)
+        opening.said += Said.warn(*opening.history.warnings)
+        opening.digest = opening.history.digest(config)
+        opening.attempt_id = opening.history.begin(options.action, options.origin,
+                                                   options.dry_run, opening.digest,
+                                                   opening.started)
+    except HistoryError as exc:
+        opening.recorded = Unavailable(str(exc))
+        if not options.dry_run:
+            opening.said += Said.warn(f"history not recorded: {exc}")
+        opening.close()
+    return opening
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    """What the run found before anyone is signalled."""
+
+    inventory: Inventory
+    scan: ScanResult
+    decisions: list[Decision]
+    first: IdleReport | None  # the device's view before the drain, when asked
+    idle_check: IdleCheck | None  # None when no backend answers for the nodes found
+    said: Said  # what the look found; its reasons are certain vetoes
+    unknown: Said  # why the verdict cannot be known (processes the scan could not read)
+
+
+def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock, deadline: Deadline,
+         opening: Opening) -> Report:
+    r = RunState(config, options, never=ancestors(os.getpid()), deadline=deadline,
+                 token=lock.token(), ledger=opening.ledger)
+    with bounded(deadline):  # every wait before the verdict ends by then (or at SIGTERM)
+        said = opening.said + _first_aid(config, options, lock)
+        look = _look(config, r, lock)
+        said += look.said
+        to_drain = r.admit(look.decisions, vetoed=bool(said.reasons or r.vetoed))
+        certain_veto = bool(said.reasons or r.vetoed)
+        if to_drain:
+            _drain(r, look, to_drain)
+        idle, idle_said = _idle(r, look, certain_veto)
+        said += r.said + idle_said
+        if r.cancelled:
+            said += Said.veto(Reason("guard-stopped", f"the guard was stopped "
+                                     f"({deadline.cancel.reason if deadline.cancel else ''}) "
+                                     "before it finished"))
+        verdict = _verdict(r, said, look.unknown)
+        attempt = _attempt(r, opening, look, verdict)
+    report = Report(attempt, look.inventory, look.scan.unreadable, idle, opening.recorded,
+                    options.can_veto, look.scan.unreadable_pids)
+    # The verdict line first: it is what the operator and the journal wait
+    # for; recording it (a commit, and SQLite's checkpoint on close) follows.
+    log_verdict(report, options.log)
+    return _record(config, options, opening, report)
+
+
+def _first_aid(config: Config, options: RunOptions, lock: guard_lock.GuardLock) -> Said:
+    """What a killed run left goes first: it would outlive this run otherwise."""
+    if options.dry_run or lock.refused:
+        return NOTHING
+    # A launcher a killed run left stopped goes on before anything else.
+    lines = continue_left(config.state.dir, options.proc)
+    if options.supervisors is not None:
+        # Drain drop-ins, restart policies set aside.
+        lines += options.supervisors.clean_leftovers()
+    for line in lines:
+        options.log.warning(line)
+    return Said.warn(*lines)
+
+
+def _look(config: Config, r: RunState, lock: guard_lock.GuardLock) -> Look:
+    """The nodes, their holders, the decisions on them, and the device's own view first."""
     inventory = take_inventory(config.devices)
-    r.warnings.extend(inventory.notes)
+    idle_check = r.options.idle_check
     # Only the built-in families have idle backends.
     if idle_check is default_idle_check and not set(inventory.families()) & set(FAMILIES):
         idle_check = None
     # Locked out: another run is draining these very holders; look at none.
     scan = ScanResult((), 0, (), 0) if lock.refused else \
-        scan_holders(inventory, options.proc, exclude=runner.active_children())
-    refused = device_view.refused_pids(r, scan)
+        scan_holders(inventory, r.options.proc, exclude=runner.active_children())
+    refused, said = device_view.refused_pids(scan)
+    said = Said.warn(*inventory.notes) + said
     decisions = r.decide(scan.holders)
     # The device's own view before anyone is signalled: what it reports and
     # this host cannot see, or a device nobody can answer for, is a certain
@@ -209,77 +262,126 @@ def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
     first: IdleReport | None = None
     if idle_check is not None and inventory.nodes and not lock.refused \
             and (refused or any(d.signals for d in decisions)):
-        first = device_view.ask_first(r, idle_check, inventory.families(), deadline)
-        decisions += device_view.device_holders(r, first, {h.pid for h in scan.holders})
-    unknown = device_view.uninspected(r, refused, first, inventory.families())
-    seen = {holder_id(h) for h in scan.holders}
-    to_drain = r.admit(decisions, vetoed=bool(r.reasons))
-    certain_veto = bool(r.reasons)
-    if to_drain:
-        # Time for the idle check only when one will run (system/deadline.py).
-        idle_reserve = idle_reserve_s(config.idle.settle_s, config.idle.command_timeout_s) \
-            if idle_check is not None and inventory.nodes else 0.0
-        try:
-            r.drain(to_drain, seen, inventory, idle_reserve)
-        except BaseException:
-            _put_back(r, config, log)
-            raise
+        first, asked = device_view.ask_first(r, idle_check, inventory.families())
+        extra, hidden = device_view.device_holders(r, first, {h.pid for h in scan.holders})
+        decisions += extra
+        said += asked + hidden
+    unknown = device_view.uninspected(refused, first, inventory.families())
+    return Look(inventory, scan, decisions, first, idle_check,
+                Said((*said.reasons,), (*said.warnings, *unknown.warnings)),
+                Said(unknown.reasons))
 
-    idle: IdleReport | IdleSkipped
-    if not inventory.nodes:
-        idle = IdleSkipped("none", "no accelerator nodes found")
-    elif idle_check is None:
-        idle = IdleSkipped("none", "no idle backend for the nodes found ("
-                           + ", ".join(inventory.families()) + ")")
-    elif certain_veto and first is not None:
-        idle = first  # what the device said before the drain, and why it vetoed
-    elif certain_veto and not options.dry_run:
-        idle = IdleSkipped("skipped", "the verdict was already veto")
-    elif r.cancelled:
-        idle = IdleSkipped("skipped", "the guard was stopped")
-    else:
-        idle = idle_check(config.idle, inventory.families(), max(deadline, clock() + 0.5))
-        idle = _fold_idle(r, idle, idle_check, inventory.families())
 
+def _drain(r: RunState, look: Look, to_drain: list[Decision]) -> None:
+    """The drain in rounds; a drain that fails half-way puts the owners back first."""
+    # Time for the idle check only when one will run (system/deadline.py).
+    idle = r.config.idle
+    reserve = idle_reserve_s(idle.settle_s, idle.command_timeout_s) \
+        if look.idle_check is not None and look.inventory.nodes else 0.0
+    seen = {holder_id(h) for h in look.scan.holders}
+    try:
+        rounds.drain_rounds(r, to_drain, seen, look.inventory, reserve)
+    except BaseException:
+        # Nothing may stay Restart=no (or a container's policy no) because
+        # the guard broke; the error itself goes on to the caller.
+        if r.stops and r.options.supervisors is not None:
+            restore(r.stops, r.options.supervisors, r.config.restore,
+                    enabled=r.config.restore.after_veto, record=lambda _s, _r, _w: None,
+                    log=r.options.log.info)
+        raise
+
+
+def _idle(r: RunState, look: Look, certain_veto: bool) -> tuple[IdleReport | IdleSkipped, Said]:
+    """The device asked once the drain is over, or why it was not."""
+    families = look.inventory.families()
+    if not look.inventory.nodes:
+        return IdleSkipped("none", "no accelerator nodes found"), NOTHING
+    if look.idle_check is None:
+        return IdleSkipped("none", "no idle backend for the nodes found ("
+                           + ", ".join(families) + ")"), NOTHING
+    if certain_veto and look.first is not None:
+        return look.first, NOTHING  # what the device said before the drain, and why it vetoed
+    if certain_veto and not r.options.dry_run:
+        return IdleSkipped("skipped", "the verdict was already veto"), NOTHING
     if r.cancelled:
-        r.reasons.append(f"the guard was stopped ({r.cancel_reason}) before it finished")
-    if (r.reasons or unknown) and not options.dry_run:  # the suspend is refused
-        r.warnings.extend(
+        return IdleSkipped("skipped", "the guard was stopped"), NOTHING
+    now = r.deadline.clock()
+    idle = look.idle_check(r.config.idle, families, max(r.deadline.at, now + 0.5))
+    return _fold_idle(r, idle, look.idle_check, families)
+
+
+def _fold_idle(r: RunState, idle: IdleReport, idle_check: IdleCheck,
+               families: Sequence[str]) -> tuple[IdleReport, Said]:
+    """Fold the device's own view into the verdict, device-reported pids included.
+
+    A process the device reports but the scan missed (a container the guard
+    could not read) goes through the same policy and drain; the device is
+    then asked again.
+    """
+    extra, said = device_view.device_holders(r, idle)
+    to_drain = r.admit(extra)
+    if to_drain:
+        rounds.signal(r, to_drain, reserve=r.config.idle.settle_s + 1.0)
+        if not r.cancelled:
+            now = r.deadline.clock()
+            idle = idle_check(r.config.idle, families, max(r.deadline.at, now + 0.5))
+    # A dry run's device is still busy with the jobs a real run would drain first.
+    if r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
+        said += Said.warn(*(f"(expected before the drain) {w}" for w in idle.veto_reasons))
+    else:
+        unknown = {why: family for family, why in idle.unknown}
+        said += Said.veto(*(Reason("device-unknown", why, device=unknown[why]) if why in unknown
+                            else Reason("device-busy", why) for why in idle.veto_reasons))
+    return idle, said + Said.warn(*idle.warnings)
+
+
+def _verdict(r: RunState, said: Said, unknown: Said) -> Verdict:
+    """Veto when any reason is certain, whatever the uninspected processes hold; else unknown
+    when the guard cannot tell; else allow."""
+    warnings = said.warnings
+    if (said.reasons or unknown.reasons) and not r.options.dry_run:  # the suspend is refused
+        warnings += tuple(
             f"pid {hr.decision.holder.pid} {hr.decision.holder.comm} was drained as a plain "
             "process: nothing can start it again"
             for hr in r.results.values()
             if hr.outcome.kind == "exited" and hr.owner.kind == "plain")
-    if r.reasons:  # a veto is certain whatever the uninspected processes hold
-        verdict = Verdict("veto", tuple(r.reasons), (*unknown, *r.warnings))
-    elif unknown:
-        verdict = Verdict("unknown", tuple(unknown), tuple(r.warnings))
-    else:
-        verdict = Verdict("allow", (), tuple(r.warnings))
-    order = {holder_id(h): i for i, h in enumerate(scan.holders)}
-    holders = tuple(sorted(r.results.values(),
-                           key=lambda hr: (hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
-    attempt = Attempt(attempt_id or 0, started_wall, started_wall + (clock() - start),
-                      options.action, options.origin, options.dry_run, verdict.kind,
-                      verdict.reasons, verdict.warnings, digest, holders,
-                      stops=tuple(replace(s, attempt_id=attempt_id or 0) for s in r.stops))
-    report = Report(attempt, inventory, scan.unreadable, idle, recorded, options.can_veto,
-                    scan.unreadable_pids)
-    # The verdict line first: it is what the operator and the journal wait
-    # for; recording it (a commit, and SQLite's checkpoint on close) follows.
-    log_verdict(report, log)
-    clocked.close()  # the verdict is given: the restore below has a budget of its own
-    stops: Sequence[Stop] = r.stops
-    if history is not None and attempt_id is not None:
+    warnings = tuple(dict.fromkeys(warnings))  # the device is asked before and after the drain
+    if said.reasons:
+        return Verdict("veto", said.reasons, (*(u.text for u in unknown.reasons), *warnings))
+    if unknown.reasons:
+        return Verdict("unknown", unknown.reasons, warnings)
+    return Verdict("allow", (), warnings)
+
+
+def _attempt(r: RunState, opening: Opening, look: Look, verdict: Verdict) -> Attempt:
+    order = {holder_id(h): i for i, h in enumerate(look.scan.holders)}
+    holders = tuple(sorted(r.results.values(), key=lambda hr: (
+        hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
+    attempt_id = opening.attempt_id or 0
+    took = r.deadline.clock() - opening.begun
+    return Attempt(attempt_id, opening.started, opening.started + took, r.options.action,
+                   r.options.origin, r.options.dry_run, verdict, opening.digest, holders,
+                   stops=tuple(replace(s, attempt_id=attempt_id) for s in r.stops))
+
+
+def _record(config: Config, options: RunOptions, opening: Opening, report: Report) -> Report:
+    """The attempt into the history; a refused one (veto or unknown) then leaves the host
+    as it found it, its stopped jobs started again."""
+    history, attempt = opening.history, report.attempt
+    log = options.log
+    stops: Sequence[Stop] = attempt.stops
+    if history is not None and opening.attempt_id is not None:
         try:
             # Stops written ahead are in already; the others (their row failed) go in now.
             history.finish(attempt)
-            stops = history.pending_stops(attempt_id)
+            stops = history.pending_stops(opening.attempt_id)
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
-            report = replace(report, history=Unavailable(str(exc)), attempt=replace(
-                attempt, warnings=(*attempt.warnings, f"history not recorded: {exc}")))
-    if stops and verdict.kind != "allow" and options.supervisors is not None:
-        # A refused attempt (veto or unknown) leaves the host as it found it.
+            verdict = replace(attempt.verdict,
+                              warnings=(*attempt.verdict.warnings, f"history not recorded: {exc}"))
+            report = replace(report, history=Unavailable(str(exc)),
+                             attempt=replace(attempt, verdict=verdict))
+    if stops and report.verdict.kind != "allow" and options.supervisors is not None:
         def note(stop: Stop, result: str, why: str) -> None:
             if history is not None and stop.id:
                 try:
@@ -292,90 +394,4 @@ def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock,
         with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
             restore(stops, options.supervisors, config.restore, enabled=config.restore.after_veto,
                     record=note, log=log.info)
-    if history is not None:
-        history.close()
     return report
-
-
-def _put_back(r: RunState, config: Config, log: Logger) -> None:
-    """A drain that failed half-way: the owners kept down get their settings back, and their jobs.
-
-    Nothing may stay ``Restart=no`` (or a container's policy ``no``) because
-    the guard broke; the error itself goes on to the caller.
-    """
-    if r.stops and r.options.supervisors is not None:
-        restore(r.stops, r.options.supervisors, config.restore,
-                enabled=config.restore.after_veto, record=lambda _s, _r, _w: None, log=log.info)
-
-
-def _write_down(history: History, attempt_id: int,
-                r: RunState) -> Callable[[Sequence[Decision], int], None]:
-    """Who is about to get the signal, into the history before it is sent.
-
-    A guard killed mid-drain leaves these rows (an interrupted attempt
-    still says whom it signalled); the verdict's own rows replace them.
-    """
-    def write(decisions: Sequence[Decision], round_no: int) -> None:
-        why = (f"was being sent {r.signame} when this was written; "
-               "the guard ended before it recorded the outcome")
-        rows = [HolderRecord(d, Outcome("signalled", why=why), round_no, owner=r.owner(d.holder))
-                for d in decisions]
-        try:
-            history.signalling(attempt_id, rows)
-        except HistoryError as exc:
-            r.warnings.append(f"history: the holders about to be signalled were not "
-                              f"recorded: {exc}")
-    return write
-
-
-def _write_ahead(history: History, attempt_id: int, r: RunState
-                 ) -> tuple[Callable[[Sequence[Stop]], None],
-                            Callable[[Sequence[Stop], Mapping[str, str]], None]]:
-    """The stops into the history before the supervisors are asked, then completed.
-
-    A guard killed after a stop job was queued or an engine's stop sent
-    (TimeoutStartSec, an OOM kill, an operator's SIGKILL) leaves a row that
-    ``restore`` and ``status`` act on; a stop the supervisor refused never
-    happened and its row goes.
-    """
-    ids: dict[int, int] = {}  # seq -> row id
-
-    def before(stops: Sequence[Stop]) -> None:
-        try:
-            written = history.stopping(attempt_id, stops)
-        except HistoryError as exc:
-            r.warnings.append(f"history: the jobs about to be stopped were not recorded "
-                              f"first: {exc}")
-            return
-        ids.update(zip((s.seq for s in stops), written, strict=True))
-
-    def after(stops: Sequence[Stop], answers: Mapping[str, str]) -> None:
-        taken = [ids[s.seq] for s in stops if s.seq in ids and not answers.get(s.owner.key)]
-        refused = [ids[s.seq] for s in stops if s.seq in ids and answers.get(s.owner.key)]
-        try:
-            history.stop_issued(taken, refused)
-        except HistoryError as exc:
-            r.warnings.append(f"history: the stops were not completed: {exc}")
-    return before, after
-
-
-def _fold_idle(r: RunState, idle: IdleReport, idle_check: IdleCheck,
-               families: Sequence[str]) -> IdleReport:
-    """Fold the device's own view into the verdict, device-reported pids included.
-
-    A process the device reports but the scan missed (a container the guard
-    could not read) goes through the same policy and drain; the device is
-    then asked again.
-    """
-    to_drain = r.admit(device_view.device_holders(r, idle))
-    if to_drain:
-        r.signal(to_drain, reserve=r.config.idle.settle_s + 1.0)
-        if not r.cancelled:
-            idle = idle_check(r.config.idle, families, max(r.deadline, r.options.clock() + 0.5))
-    # A dry run's device is still busy with the jobs a real run would drain first.
-    if r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
-        r.warnings.extend(f"(expected before the drain) {w}" for w in idle.veto_reasons)
-    else:
-        r.reasons.extend(idle.veto_reasons)
-    r.warnings.extend(idle.warnings)
-    return idle

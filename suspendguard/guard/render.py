@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from typing import TextIO
@@ -9,8 +10,9 @@ from typing import TextIO
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Holder, Node, Verdict
-from suspendguard.record import HolderRecord
-from suspendguard.system.log import Logger
+from suspendguard.record import Attempt, HolderRecord
+from suspendguard.system import journald
+from suspendguard.system.log import INFO, Logger
 from suspendguard.system.terminal import safe, table
 
 _COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "unknown": "\033[31;1m",
@@ -43,7 +45,7 @@ def verdict_lines(v: Verdict, mode: str, colour: bool, advisory: bool = False,
     lines = []
     mode = safe(mode)
     if v.kind == "unknown" and lead:
-        first, *rest = v.reasons or ("the guard cannot tell",)
+        first, *rest = v.texts or ("the guard cannot tell",)
         lines.append(f"{paint('UNKNOWN', 'unknown', colour)}: {safe(first)}")
         lines += [f"  - {safe(r)}" for r in rest]
         lines.append(f"verdict: {paint(head, v.kind, colour)} ({mode}): never read as allow "
@@ -51,7 +53,7 @@ def verdict_lines(v: Verdict, mode: str, colour: bool, advisory: bool = False,
     else:
         tail = ": never read as allow (exit status 5)" if v.kind == "unknown" else ""
         lines.append(f"verdict: {paint(head, v.kind, colour)} ({mode}){tail}")
-        lines += [f"  - {safe(r)}" for r in v.reasons]
+        lines += [f"  - {safe(r)}" for r in v.texts]
     lines += [f"  ! {paint(safe(w), 'warn', colour)}" for w in v.warnings]
     return lines
 
@@ -149,14 +151,40 @@ def render(report: Report, out: TextIO, colour: bool = False, width: int | None 
 
 
 def log_verdict(report: Report, log: Logger) -> None:
-    """The verdict as one journal line: what the operator and the journal wait for."""
+    """The verdict as one journal line: what the operator and the journal wait for.
+
+    Under systemd a refusal also gets one structured entry: its reasons'
+    texts and codes as fields (``SUSPENDGUARD_REASON_DETAILS``, the JSON of
+    check's ``reason_details``), for whoever filters the journal by code.
+    """
     a = report.attempt
     if a.dry_run and log.quiet:
         return  # an interactive dry run: the report itself says it
+    _log_line(report, log)
+    if log.journal and not a.dry_run and a.verdict.kind != "allow":
+        journald.send(verdict_entry(a))
+
+
+def verdict_entry(a: Attempt) -> dict[str, str]:
+    """The structured journal entry of a refused attempt."""
+    codes = ", ".join(dict.fromkeys(r.code for r in a.verdict.reasons))
+    what = f"attempt {a.id}" if a.id else f"the {a.action or 'check'} attempt"
+    return {"MESSAGE": f"{what}: {a.verdict.kind}, reason codes: {codes}",
+            "PRIORITY": str(INFO), "SYSLOG_IDENTIFIER": "suspendguard",
+            "SUSPENDGUARD_VERDICT": a.verdict.kind,
+            "SUSPENDGUARD_ATTEMPT": str(a.id or ""),
+            "SUSPENDGUARD_ACTION": a.action or "",
+            "SUSPENDGUARD_REASON_CODES": codes,
+            "SUSPENDGUARD_REASONS": json.dumps(list(a.verdict.texts)),
+            "SUSPENDGUARD_REASON_DETAILS": json.dumps([r.to_json() for r in a.verdict.reasons])}
+
+
+def _log_line(report: Report, log: Logger) -> None:
+    a = report.attempt
     what = a.action or ("dry run" if a.dry_run else "check")
     attempt = f"attempt {a.id} " if a.id else ""
     would = "would " if a.dry_run else ""
-    tail = "; ".join(report.verdict.reasons)
+    tail = "; ".join(report.verdict.texts)
     if report.verdict.kind == "unknown":
         refused = "refused" if report.can_veto else "not refused (a sleep hook cannot)"
         log.error(f"{attempt}({what}): unknown, {refused}: {tail}")

@@ -11,13 +11,16 @@ history took the attempt, and whether this run can veto at all.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import Inventory, Unavailable, Verdict, VerdictKind
+from suspendguard.model import Inventory, Unavailable, Verdict
 from suspendguard.record import Attempt, HolderRecord
+
+# The keys check --json shares with the attempt's record (record.Attempt.to_json).
+SHARED_KEYS = ("verdict", "dry_run", "action", "origin", "reasons", "reason_details", "warnings",
+               "holders", "started")
 
 # The history's answer when the attempt was stored; else Unavailable, with why.
 RECORDED: Literal["recorded"] = "recorded"
@@ -52,8 +55,7 @@ class Report:
     @property
     def verdict(self) -> Verdict:
         """The attempt's verdict with its reasons and warnings (a run always comes to one)."""
-        a = self.attempt
-        return Verdict(cast(VerdictKind, a.verdict), a.reasons, a.warnings)
+        return self.attempt.verdict
 
     @property
     def holders(self) -> tuple[HolderRecord, ...]:
@@ -71,22 +73,16 @@ class Report:
                 + (f": pid {pids}{more}" if pids else ""))
 
     def to_json(self) -> dict[str, Any]:
-        a = self.attempt
+        """``check --json``: the attempt's own keys, and the run's parts the history does not keep."""
+        a = self.attempt.to_json()
         return {
-            "verdict": a.verdict,
-            "dry_run": a.dry_run,
-            "action": a.action,
-            "origin": a.origin,
-            "reasons": list(a.reasons),
-            "warnings": list(a.warnings),
+            **{key: a[key] for key in SHARED_KEYS},
             "devices": [n.to_json() for n in self.inventory.nodes],
-            "holders": [h.to_json() for h in self.holders],
             "unreadable": self.unreadable,
             "idle": self.idle.to_json(),
-            "attempt_id": a.id or None,
+            "attempt_id": self.attempt.id or None,
             "history": self.history if isinstance(self.history, str)
             else f"not recorded: {self.history.reason}",
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(a.started)),
-            "duration_s": round(a.duration or 0.0, 3),
+            "duration_s": round(self.attempt.duration or 0.0, 3),
             "can_veto": self.can_veto,
         }

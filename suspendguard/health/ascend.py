@@ -10,14 +10,13 @@ Warning, Alarm, Critical (or a code while the chip is not up).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from suspendguard.config import Config
 from suspendguard.health.model import Answer, ask
 from suspendguard.idle.acl import AclBackend
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
-from suspendguard.record import DeviceHealth, HealthState
+from suspendguard.record import DeviceHealth, FindingRecord, HealthState
 
 FAMILY = "ascend"
 # npu-smi's words for a chip that works; Warning is a chip that works and
@@ -69,8 +68,8 @@ def acl_check(config: Config, timeout_s: float) -> Answer:
     return ask(backend, "pyACL", opened, failed)
 
 
-def catalog_check(findings: Iterable[Mapping[str, Any]]) -> list[DeviceHealth]:
+def catalog_check(findings: Iterable[FindingRecord]) -> list[DeviceHealth]:
     """The catalog's findings in the logs since the attempt began."""
-    seen = dict.fromkeys(str(f.get("rule")) for f in findings)
+    seen = dict.fromkeys(f.rule for f in findings)
     return [DeviceHealth(FAMILY, FAMILY, "unhealthy", f"{CATALOG[rule]} (the {rule} finding)",
                          "catalog") for rule in seen if rule in CATALOG]

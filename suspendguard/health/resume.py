@@ -11,7 +11,7 @@ is a step, recorded by the caller in the history.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,7 +20,7 @@ from suspendguard.config import Config
 from suspendguard.health import ascend, nvidia
 from suspendguard.health.model import UVM_SIGNATURE, HealthReport, merge
 from suspendguard.logs.journal import JOURNALCTL
-from suspendguard.record import DeviceHealth
+from suspendguard.record import DeviceHealth, FindingRecord
 from suspendguard.system import runner
 
 # The Ascend wait: the first pause, and the longest one (the pause doubles).
@@ -68,7 +68,7 @@ class AfterResume:
                 "steps": [{"step": s, "note": n} for s, n in self.steps]}
 
 
-def check(config: Config, since: datetime, findings: Iterable[Mapping[str, Any]] = (), *,
+def check(config: Config, since: datetime, findings: Iterable[FindingRecord] = (), *,
           families: Sequence[str] | None = None, tools: Tools = Tools()) -> HealthReport:
     """Every device of ``families`` (default: ``[devices] families``), each answer typed."""
     wanted = config.devices.families if families is None else families
@@ -103,7 +103,7 @@ def check(config: Config, since: datetime, findings: Iterable[Mapping[str, Any]]
     return HealthReport(merge(answers), tuple(notes))
 
 
-def after_resume(config: Config, since: datetime, findings: Sequence[Mapping[str, Any]], *,
+def after_resume(config: Config, since: datetime, findings: Sequence[FindingRecord], *,
                  blockers: Blockers, step: Step, tools: Tools | None = None) -> AfterResume:
     """The check, then each repair the unhealthy families have, in order, then the check again."""
     tools = tools or Tools(modprobe=config.resume.modprobe)

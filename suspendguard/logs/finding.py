@@ -11,6 +11,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from suspendguard.record import FindingRecord
+
 Side = Literal["before", "after"]
 
 
@@ -75,6 +77,11 @@ class Finding:
         else:
             return replace(self, outside=None)
         return replace(self, outside=Outside(side, by))
+
+    def record(self) -> FindingRecord:
+        """What the history keeps of it."""
+        return FindingRecord(self.rule, self.severity, self.file, self.line,
+                             self.time.isoformat() if self.time else None, self.pid, self.text)
 
     def to_json(self) -> dict[str, Any]:
         doc = {

@@ -9,7 +9,6 @@ stable keys.
 from __future__ import annotations
 
 import shlex
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +19,8 @@ from suspendguard.doctor.checks import Finding, to_fix
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import INSTALL, IdleReport, family_of
 from suspendguard.install.installed import Installation
-from suspendguard.model import Unavailable, Verdict
-from suspendguard.record import Attempt, DeviceHealth, Stop
+from suspendguard.model import Reason, Unavailable, Verdict
+from suspendguard.record import Attempt, DeviceHealth, Stop, iso
 from suspendguard.store.mode import ENFORCE, Mode
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
@@ -221,10 +220,11 @@ class Status:
         cannot run as configured (then unknown, never the defaults' allow)."""
         refusal = self.refusal()
         if isinstance(self.report, Unavailable):
-            return Verdict("unknown", (refusal,)) if refusal else self.report
+            return Verdict("unknown", (Reason("setup-refused", refusal),)) if refusal \
+                else self.report
         v = self.report.verdict
         if refusal:
-            return Verdict("unknown", (refusal,), (*v.reasons, *v.warnings))
+            return Verdict("unknown", (Reason("setup-refused", refusal),), (*v.texts, *v.warnings))
         return v
 
     def next_suspend(self) -> str:
@@ -245,15 +245,15 @@ class Status:
             return ("observe mode: the next suspend goes ahead whatever the guard finds "
                     f"(suspendguard mode enforce); it would say {v.kind} now")
         if v.kind == "unknown":
-            return f"the next suspend: unknown now: {v.reasons[0] if v.reasons else ''}"
+            return f"the next suspend: unknown now: {v.texts[0] if v.texts else ''}"
         if v.kind == "veto":
-            return f"the next suspend would be refused now: {v.reasons[0] if v.reasons else ''}"
+            return f"the next suspend would be refused now: {v.texts[0] if v.texts else ''}"
         return "the next suspend would go ahead now"
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "version": __version__,
-            "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.generated)),
+            "generated": iso(self.generated),
             "euid": self.euid,
             "duration_s": round(self.duration_s, 3),
         }
@@ -282,7 +282,9 @@ class Status:
         verdict = self.verdict()
         verdict_json: dict[str, Any] = verdict.to_json() if isinstance(verdict, Unavailable) \
             else {"available": True, "verdict": verdict.kind, "exit_status": verdict.exit_status,
-                  "reasons": list(verdict.reasons), "warnings": list(verdict.warnings)}
+                  "reasons": list(verdict.texts),
+                  "reason_details": [r.to_json() for r in verdict.reasons],
+                  "warnings": list(verdict.warnings)}
         verdict_json["next_suspend"] = self.next_suspend()
         if isinstance(report, Unavailable):
             return {"verdict": verdict_json, "accelerators": report.to_json(),

@@ -14,7 +14,7 @@ Each metric is one line in the function of its part of the report, e.g.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import generate_latest
@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from suspendguard.idle.base import IdleReport
 from suspendguard.install.templates import instance
-from suspendguard.model import SLEEP_ACTIONS, Action, Disposition, Unavailable
+from suspendguard.model import SLEEP_ACTIONS, Action, Disposition, Reason, Unavailable
 from suspendguard.status.model import RecentHistory, Status
 from suspendguard.system.dbus.logind import LogindInfo
 
@@ -120,16 +120,27 @@ def _reading_metric(key: str, value: float) -> tuple[str, str, float, str] | Non
     return None
 
 
+def _by_code(gauge: Family, reasons: Sequence[Reason]) -> None:
+    """How many reasons of each code (docs/json-and-metrics.md has the codes)."""
+    counts: dict[str, int] = {}
+    for r in reasons:
+        counts[r.code] = counts.get(r.code, 0) + 1
+    for code, count in sorted(counts.items()):
+        gauge.add(count, code=code)
+
+
 def _accelerators(m: Metrics, s: Status) -> None:
     report = s.report
     if isinstance(report, Unavailable):
         return
-    verdict = s.verdict()
-    kind = verdict.kind if not isinstance(verdict, Unavailable) else report.verdict.kind
+    now = s.verdict()
+    verdict = now if not isinstance(now, Unavailable) else report.verdict
     m.one_of("suspendguard_verdict", "What check --dry-run would give now (1 for the verdict)",
-             "verdict", kind, VERDICTS)
+             "verdict", verdict.kind, VERDICTS)
     m.gauge("suspendguard_verdict_reasons", "Reasons a suspend would be vetoed now").add(
         len(report.verdict.reasons))
+    _by_code(m.gauge("suspendguard_verdict_reason",
+                     "Reasons a suspend would be refused now, by reason code"), verdict.reasons)
     m.gauge("suspendguard_verdict_warnings", "Warnings the dry run gave now").add(
         len(report.verdict.warnings))
     nodes = m.gauge("suspendguard_device_nodes", "Accelerator device nodes found, by family and role")
@@ -280,7 +291,10 @@ def _history(m: Metrics, s: Status) -> None:
                 "How long the guard took in the last recorded suspend attempt").add(last.duration)
     m.one_of("suspendguard_last_attempt_verdict",
              "The last recorded suspend attempt's verdict (1 for the verdict)",
-             "verdict", last.verdict, (*ATTEMPT_VERDICTS, "running"))
+             "verdict", last.result, (*ATTEMPT_VERDICTS, "running"))
+    _by_code(m.gauge("suspendguard_last_attempt_reason",
+                     "Reasons the last recorded suspend attempt was refused, by reason code"),
+             last.verdict.reasons)
     drained = m.gauge("suspendguard_last_attempt_holders",
                       "Holders in the last recorded attempt, by outcome")
     outcomes: dict[str, int] = {}

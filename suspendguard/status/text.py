@@ -181,7 +181,7 @@ def _history_lines(s: Status, width: int | None) -> list[str]:
     for a in h.attempts:
         seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
         drained = sum(1 for x in a.holders if x.outcome.kind == "exited")
-        rows.append((str(a.id), when(a.started), a.action or "check", a.verdict, seconds,
+        rows.append((str(a.id), when(a.started), a.action or "check", a.result, seconds,
                      f"{drained}/{len(a.holders)}" if a.holders else "-",
                      a.reasons[0] if a.reasons else ""))
     lines += table(rows, width=width, flex=(6, 2))
@@ -191,7 +191,7 @@ def _history_lines(s: Status, width: int | None) -> list[str]:
             more = f" (+{len(a.holders) - 6})" if len(a.holders) > 6 else ""
             lines.append(f"  #{a.id} jobs: {jobs}{more}")
         if a.findings:
-            rules = sorted({str(f.get("rule")) for f in a.findings})
+            rules = sorted({f.rule for f in a.findings})
             lines.append(f"  #{a.id} after resume: {', '.join(rules)}")
     if h.findings:
         lines.append("  findings after resume: "

@@ -263,6 +263,8 @@ COLUMNS_ADDED = (
     # its unit, or by its uid and executable (History.drain_times).
     ("holders", "uid", "INTEGER"),
     ("holders", "exe", "TEXT"),
+    # Each reason's code and what it is about (model.Reason), beside its words in reasons.
+    ("attempts", "reason_details", "TEXT"),
 )
 
 

@@ -109,7 +109,7 @@ def test_drain_yes_without_a_terminal_drains(conf: Path, node: str, holders: Hol
     assert proc.wait(timeout=5) == 0
     assert holders.signals() == [f"{pid} SIGINT"]
     [attempt] = attempts(conf)
-    assert attempt.origin == "cli" and attempt.verdict == "allow"  # type: ignore[attr-defined]
+    assert attempt.origin == "cli" and attempt.result == "allow"  # type: ignore[attr-defined]
 
 
 def test_drain_on_a_terminal_answered_no_signals_nobody(conf: Path, node: str,
@@ -136,7 +136,7 @@ def test_drain_on_a_terminal_answered_yes_drains(conf: Path, node: str,
     assert proc.wait(timeout=5) == 0
     assert holders.signals() == [f"{pid} SIGINT"]
     [attempt] = attempts(conf)
-    assert attempt.verdict == "allow"  # type: ignore[attr-defined]
+    assert attempt.result == "allow"  # type: ignore[attr-defined]
 
 
 def test_drain_with_nobody_to_signal_asks_nothing(conf: Path) -> None:

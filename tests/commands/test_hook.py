@@ -54,7 +54,7 @@ def test_pre_after_the_unit_only_records(conf: Path, node: str, holders: Holders
     assert holders.signals() == [] and proc.poll() is None  # the hook did not drain again
     with History.open(state(conf), readonly=True) as h:
         events = h.events()
-    assert events[0]["phase"] == "pre" and events[0]["attempt_id"] == report.attempt.id
+    assert events[0].phase == "pre" and events[0].attempt_id == report.attempt.id
 
 
 def test_pre_without_the_unit_drains_nothing_and_says_so(conf: Path, node: str,
@@ -67,7 +67,7 @@ def test_pre_without_the_unit_drains_nothing_and_says_so(conf: Path, node: str,
     with History.open(state(conf), readonly=True) as h:
         assert h.attempts(1) == []  # no attempt of the hook's own
         [event] = h.events()
-    assert event["phase"] == "pre" and "nothing was drained" in event["note"]
+    assert event.phase == "pre" and "nothing was drained" in event.note
 
 
 def test_a_long_attempt_still_counts_from_its_end(conf: Path, node: str) -> None:

@@ -60,7 +60,7 @@ def test_allowed_sleep_says_when_it_went_down_and_came_back(
     [attempt] = unit_attempts(conf)
     assert f"  attempt {attempt.id}: the guard allowed it, 1 holder(s) drained" in rest
     assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
-    assert [e["phase"] for e in attempt.events] == ["pre", "post"]
+    assert [e.phase for e in attempt.events] == ["pre", "post"]
 
 
 def test_vetoed_sleep_is_exit_1_with_the_reason(bus: PrivateBus, conf: Path, node: str,
@@ -72,7 +72,7 @@ def test_vetoed_sleep_is_exit_1_with_the_reason(bus: PrivateBus, conf: Path, nod
     first = out.splitlines()[0]
     assert first.startswith(f"vetoed: pid {pid} ") and "SIGINT" in first, out
     [attempt] = unit_attempts(conf)
-    assert attempt.verdict == "veto" and attempt.events == ()  # the hooks never ran
+    assert attempt.result == "veto" and attempt.events == ()  # the hooks never ran
     assert f"attempt {attempt.id}; more: suspendguard history" in out
     assert proc.poll() is None
 

@@ -55,7 +55,7 @@ signals = Path(marker).read_text().splitlines() if os.path.exists(marker) else [
 alive = job.poll() is None
 job.kill()
 job.wait()
-print(json.dumps({"verdict": report.verdict.kind, "reasons": report.verdict.reasons,
+print(json.dumps({"verdict": report.verdict.kind, "reasons": report.verdict.texts,
                   "families": report.inventory.families(), "took": took,
                   "signals": signals, "alive": alive, "recorded": report.history == "recorded",
                   "status": out.getvalue().splitlines()[:1]}))

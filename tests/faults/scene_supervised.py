@@ -26,5 +26,5 @@ supervisors = ManagersAndEngines(dropin_root=sys.argv[2], environ=os.environ,
                           state_dir=config.state.dir)
 report = run(config, dry_run=False, action="suspend", origin="unit", log=Logger(sys.stderr, {}),
              supervisors=supervisors, history=History.open)
-print(json.dumps({"verdict": report.verdict.kind, "reasons": list(report.verdict.reasons)}),
+print(json.dumps({"verdict": report.verdict.kind, "reasons": list(report.verdict.texts)}),
       flush=True)

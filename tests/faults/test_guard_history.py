@@ -45,7 +45,7 @@ def test_a_guard_killed_mid_drain_leaves_whom_it_signalled(
         guard.wait()
     with History.open(str(state)) as h:
         [attempt] = h.attempts()
-    assert attempt.verdict == "interrupted"
+    assert attempt.result == "interrupted"
     [row] = attempt.holders
     assert (row.holder.pid, row.outcome.kind) == (pid, "signalled")
     assert "SIGINT" in row.why and "ended before it recorded the outcome" in row.why

@@ -34,7 +34,7 @@ def test_pidfd_open_failure_vetoes_with_the_holder_named(
     monkeypatch.setattr(os, "pidfd_open", full_table)
     report = guard(make_config())  # type: ignore[operator]
     assert report.verdict.kind == "veto"
-    [reason] = [r for r in report.verdict.reasons if f"pid {pid}" in r]
+    [reason] = [r for r in report.verdict.texts if f"pid {pid}" in r]
     assert "could not be signalled: pidfd_open failed: Too many open files" in reason
     assert f"kill -INT {pid}" in reason
     [hr] = report.holders

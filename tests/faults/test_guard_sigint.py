@@ -32,4 +32,4 @@ def test_sigint_to_the_guard_mid_drain_gives_a_recorded_veto(
     assert any("guard received SIGINT" in r for r in report["reasons"]), report["reasons"]
     with History.open(str(state), readonly=True) as h:
         [attempt] = h.attempts()
-    assert attempt.verdict == "veto"
+    assert attempt.result == "veto"

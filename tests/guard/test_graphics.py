@@ -140,7 +140,7 @@ def test_the_guard_never_signals_a_graphics_client_and_drains_cuda(
     display = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
     cuda = start(hold, [as_nvidia[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
     report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}))
-    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.kind == "allow", report.verdict.texts
     by_pid = {h.decision.holder.pid: h for h in report.holders}
     assert (by_pid[display].decision.action, by_pid[display].outcome.kind) == \
         ("keep", "not-signalled")
@@ -158,7 +158,7 @@ def test_a_kept_process_the_device_lists_as_compute_is_drained(
     [hr] = [h for h in report.holders if h.decision.holder.pid == job]
     assert (hr.decision.action, hr.decision.rule) == ("drain", "reported by the device (nvml)")
     assert hr.outcome.kind == "exited", hr.outcome
-    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.kind == "allow", report.verdict.texts
 
 
 def test_a_graphics_process_only_the_device_reports_is_named_not_signalled(
@@ -169,7 +169,7 @@ def test_a_graphics_process_only_the_device_reports_is_named_not_signalled(
     unseen = start(hold, [])
     check = nvml_check(monkeypatch, [], graphics=[unseen])
     report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}), idle_check=check)
-    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.kind == "allow", report.verdict.texts
     assert all(h.decision.holder.pid != unseen for h in report.holders)
     assert any(w.startswith(f"the device (nvml) reports pid {unseen} ") and
                w.endswith("as a graphics process, which the scan did not see: kept, not "

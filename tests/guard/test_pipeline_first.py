@@ -58,7 +58,7 @@ def test_device_process_not_visible_here_vetoes_before_any_signal(
     check = Checks()
     report = guard(make_config(), idle_check=check)
     assert report.verdict.kind == "veto"
-    [why] = [r for r in report.verdict.reasons if f"pid {hidden}" in r]
+    [why] = [r for r in report.verdict.texts if f"pid {hidden}" in r]
     assert "not visible here" in why and "the guard cannot ask it to stop" in why
     [hr] = report.holders
     assert hr.outcome.kind == "not-signalled" and "veto anyway" in hr.outcome.why
@@ -82,7 +82,7 @@ def test_device_reported_visible_process_joins_the_first_drain(
         return check(config, families, deadline)
 
     report = guard(make_config(), idle_check=after_drain)
-    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.kind == "allow", report.verdict.texts
     assert sorted(holders.signals()) == sorted([f"{pid} SIGINT", f"{dpid} SIGINT"])
     assert {h.decision.holder.pid: h.round for h in report.holders} == {pid: 1, dpid: 1}
 
@@ -92,7 +92,7 @@ def test_no_backend_vetoes_before_any_signal(
     job, _pid = holders.start(node)
     report = guard(make_config(), idle_check=Checks(tool="/nonexistent/nvidia-smi"))
     assert report.verdict.kind == "veto"
-    [why] = report.verdict.reasons
+    [why] = report.verdict.texts
     assert why.startswith("nvidia: no idle backend could answer (nvidia-smi: "
                           "/nonexistent/nvidia-smi: not an executable file")
     assert why.endswith("vetoed by [idle] on_unknown = veto")
@@ -104,7 +104,7 @@ def test_unreadable_process_as_root_without_a_device_view_is_unknown(
     _job, pid = holders.start(node)
     report = guard(make_config(), proc=RefusingFds(pid))
     assert report.verdict.kind == "unknown"
-    [why] = report.verdict.reasons
+    [why] = report.verdict.texts
     assert why.startswith(f"1 process could not be inspected as root (pids {pid}), and no "
                           "device view answers for every device")
     assert holders.signals() == []
@@ -115,7 +115,7 @@ def test_unreadable_process_as_root_with_a_device_view_is_a_warning(
     _job, pid = holders.start(node)
     smi.show(IDLE_GPUS, [])
     report = guard(make_config(), proc=RefusingFds(pid), idle_check=Checks())
-    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.kind == "allow", report.verdict.texts
     assert any(w.startswith(f"1 process could not be inspected as root (pids {pid}); the "
                             "devices' own view (nvidia-smi) answers for every device")
                for w in report.verdict.warnings), report.verdict.warnings
@@ -127,7 +127,7 @@ def test_unreadable_process_the_device_names_is_unknown(
     smi.show(busy_gpus(), [pid])
     report = guard(make_config(), dry_run=True, proc=RefusingFds(pid), idle_check=Checks())
     assert report.verdict.kind == "unknown"
-    assert "and the device reports 1 of them" in report.verdict.reasons[0]
+    assert "and the device reports 1 of them" in report.verdict.texts[0]
 
 
 def test_device_without_process_lists_does_not_answer_for_the_unreadable(
@@ -137,6 +137,6 @@ def test_device_without_process_lists_does_not_answer_for_the_unreadable(
     smi.show(IDLE_GPUS, apps=["gpu_uuid, pid"])
     report = guard(make_config(), proc=RefusingFds(pid), idle_check=Checks())
     assert report.verdict.kind == "unknown"
-    assert report.verdict.reasons[0].startswith(
+    assert report.verdict.texts[0].startswith(
         f"1 process could not be inspected as root (pids {pid}), and no device view answers "
         "for every device, process lists included (nvidia)")

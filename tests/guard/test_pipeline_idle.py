@@ -67,7 +67,7 @@ def test_device_reported_pid_unknown_to_the_scan_is_drained(
     assert hr.decision.holder.source == "npu-smi"
     assert hr.decision.action == "drain" and "reported by the device" in hr.decision.rule
     assert hr.outcome.kind == "exited"
-    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.kind == "allow", report.verdict.texts
     assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
 
 
@@ -88,7 +88,7 @@ def test_busy_device_with_no_visible_job_vetoes(
     check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(None, aicore=37)])
     report = guard(make_config(), idle_check=check)
     assert report.verdict.kind == "veto"
-    assert any("AI Core 37%" in r for r in report.verdict.reasons), report.verdict.reasons
+    assert any("AI Core 37%" in r for r in report.verdict.texts), report.verdict.texts
     assert report.to_json()["idle"]["state"] == "busy"
 
 
@@ -100,7 +100,7 @@ def test_device_pid_not_visible_here_vetoes(
     report = guard(make_config(), idle_check=check)
     assert report.verdict.kind == "veto"
     assert any(f"reports pid {dead.pid}" in r and "not visible here" in r
-               for r in report.verdict.reasons)
+               for r in report.verdict.texts)
 
 
 def test_hung_npu_smi_never_exceeds_the_deadline(make_config: Any, tmp_path: Path,

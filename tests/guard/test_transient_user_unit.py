@@ -71,7 +71,7 @@ def test_vetoed_by_default_before_anyone_is_signalled(
     sup = OneOwner()
     report = guard(make_config(), supervisors=sup)
     assert report.verdict.kind == "veto"
-    [reason] = report.verdict.reasons
+    [reason] = report.verdict.texts
     assert reason.startswith(f"pid {pid} ") and "a transient unit that cannot be made again " \
         'after resume: stop it yourself, or set [restore] transient = "drain"' in reason, reason
     assert holders.signals() == [] and sup.kept == []

@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 from conftest import MODPROBE, Gpu, journalctl
+from helpers.records import finding
 from test_checks import gpu_config, npu_config
 
 from suspendguard.health.resume import AfterResume, Tools, after_resume
+from suspendguard.record import FindingRecord
 
 SINCE = datetime.fromtimestamp(1_700_000_000)
 
@@ -24,7 +26,7 @@ class Steps:
 
 
 def run(config: Any, tmp_path: Path, *, blockers: dict[str, list[str]] | None = None,
-        findings: tuple[dict[str, str], ...] = (), systemctl: str = "/bin/false",
+        findings: tuple[FindingRecord, ...] = (), systemctl: str = "/bin/false",
         pauses: list[float] | None = None) -> tuple[AfterResume, Steps]:
     steps = Steps()
     tools = Tools(modprobe=str(MODPROBE), systemctl=systemctl,
@@ -131,7 +133,7 @@ def test_ascend_never_ready_is_held_after_ready_timeout(npu: Any, tmp_path: Path
 
 def test_ascend_heartbeat_finding_waits_then_asks_the_device_again(npu: Any,
                                                                    tmp_path: Path) -> None:
-    outcome, _steps = run(npu_config(npu), tmp_path, findings=({"rule": "heartbeat-lost"},))
+    outcome, _steps = run(npu_config(npu), tmp_path, findings=(finding("heartbeat-lost"),))
     assert [d.source for d in outcome.first.unhealthy()] == ["catalog"]
     assert outcome.final.healthy
     assert [d.describe() for d in outcome.final.devices] == [

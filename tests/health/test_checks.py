@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import Gpu, journalctl
+from helpers.records import finding
 
 from suspendguard.config import Config, build
 from suspendguard.health import ascend, nvidia
@@ -138,18 +139,18 @@ def test_acl_opens_and_resets_each_device(npu: Any) -> None:
 
 
 def test_catalog_findings_since_the_attempt() -> None:
-    found = ascend.catalog_check([{"rule": "heartbeat-lost"}, {"rule": "hwts-busy-suspend"},
-                                  {"rule": "heartbeat-lost"}])
+    found = ascend.catalog_check([finding("heartbeat-lost"), finding("hwts-busy-suspend"),
+                                  finding("heartbeat-lost")])
     assert [(d.device, d.state, d.source) for d in found] == [("ascend", "unhealthy", "catalog")]
     assert "heartbeat" in found[0].reason
-    assert ascend.catalog_check([{"rule": "hwts-busy-suspend"}]) == []
+    assert ascend.catalog_check([finding("hwts-busy-suspend")]) == []
 
 
 def test_catalog_alone_is_unknown_when_nothing_can_ask_the_device(tmp_path: Path) -> None:
     config = build({"devices": {"families": ["ascend"]},
                     "idle": {"npu_smi": str(tmp_path / "none"),
                              "ascend_env": str(tmp_path / "none.sh")}})
-    report = check(config, SINCE, [{"rule": "device-busy"}])
+    report = check(config, SINCE, [finding("device-busy")])
     assert [(d.device, d.state) for d in report.devices] == [("ascend", "unknown")]
     assert report.healthy  # unknown holds nothing back
 

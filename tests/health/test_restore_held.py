@@ -86,7 +86,7 @@ def test_held_while_unhealthy_then_restored_once_healthy(
     assert out == f"1 jobs held after resume: {reason}\n"
     attempt, health = history(state)
     assert [(s.result, s.why) for s in attempt.stops] == [("held", reason)]
-    notes = [(e["phase"], e["note"]) for e in attempt.events]
+    notes = [(e.phase, e.note) for e in attempt.events]
     assert [p for p, _ in notes] == ["health", "repair", "repair", "health"]
     assert "reloaded nvidia_uvm" in notes[1][1]
     assert [(r.device, r.state) for r in health] == [("nvidia", "unhealthy")]
@@ -156,7 +156,7 @@ def test_a_holder_the_guard_did_not_stop_blocks_the_repair(
     assert code == 1 and out.startswith("1 jobs held after resume: device nvidia unhealthy")
     assert not any(c.startswith("modprobe") for c in gpu.calls())
     attempt, _ = history(gpu_conf.parent / "state")
-    notes = [e["note"] for e in attempt.events]
+    notes = [e.note for e in attempt.events]
     assert any(f"not repaired: the device is held by pid {pid} python" in n for n in notes)
     assert attempt.stops[0].result == "held"
 

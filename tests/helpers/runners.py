@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from suspendguard.cli import main
@@ -22,10 +23,20 @@ def cli(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, st
 
 def guard(config: Any, dry_run: bool = False, *, action: str | None = "suspend",
           origin: str = "test", idle_check: Any = None, **kw: Any) -> Report:
-    """One run of the pipeline, its log lines dropped; recorded in the state folder's history."""
+    """One run of the pipeline, its log lines dropped (unless ``log`` is given); recorded in the
+    state folder's history."""
     kw.setdefault("history", History.open)
-    return run(config, dry_run=dry_run, action=action, origin=origin, idle_check=idle_check,
-               log=Logger(io.StringIO(), {}), **kw)
+    kw.setdefault("log", Logger(io.StringIO(), {}))
+    return run(config, dry_run=dry_run, action=action, origin=origin, idle_check=idle_check, **kw)
 
 
-__all__: Sequence[str] = ("cli", "guard")
+def quick_veto(run_guard: Callable[[], Report], within: float) -> Report:
+    """``run_guard()``'s report: a veto, given within ``within`` seconds."""
+    start = time.monotonic()
+    report = run_guard()
+    assert time.monotonic() - start < within
+    assert report.verdict.kind == "veto"
+    return report
+
+
+__all__: Sequence[str] = ("cli", "guard", "quick_veto")

@@ -9,7 +9,7 @@ from pathlib import Path
 from suspendguard.commands.sleep_hook import job_units
 from suspendguard.config import Config, build
 from suspendguard.logs.after import after_attempt
-from suspendguard.model import Action, Outcome
+from suspendguard.model import Action, Outcome, Verdict
 from suspendguard.record import Attempt, HolderRecord
 
 START = datetime(2026, 3, 1, 12, 0, 0, 700000)
@@ -93,7 +93,7 @@ def holder(unit: str | None, action: Action) -> HolderRecord:
 
 
 def test_units_read_after_resume_are_the_jobs() -> None:
-    attempt = Attempt(1, 0.0, 1.0, "suspend", "unit", False, "allow", (), (), "",
+    attempt = Attempt(1, 0.0, 1.0, "suspend", "unit", False, Verdict("allow", ()), "",
                       holders=(holder("train.service", "drain"), holder("train.service", "drain"),
                                holder("infer.service", "protect"),
                                holder("ascend-dmp.service", "ignore"),

@@ -320,6 +320,10 @@ def test_prometheus_parses_and_carries_every_part(conf: Path, node: str, holders
     assert sample(m, "suspendguard_holders", action="drain") >= 2  # others may hold 1:7 too
     assert sample(m, "suspendguard_holders", action="protect") == 0
     assert sample(m, "suspendguard_holders_sigint", disposition="ignored") >= 1
+    # The veto's code as a label: the deaf holder ignores SIGINT.
+    assert sample(m, "suspendguard_verdict_reason", code="sigint-ignored") >= 1
+    by_code = [v for (name, _labels), v in m.items() if name == "suspendguard_verdict_reason"]
+    assert sum(by_code) == sample(m, "suspendguard_verdict_reasons")  # each reason once
     assert sample(m, "suspendguard_device_nodes", family="extra", role="compute") == 1
     assert sample(m, "suspendguard_attempts_total", verdict="allow") == 2
     assert sample(m, "suspendguard_attempts_total", verdict="veto") == 1

@@ -34,7 +34,7 @@ def test_attempt_and_holder_rows(make_config: Any, node: str, holders: Holders,
     with History.open(cfg.state.dir, readonly=True) as h:
         [attempt] = h.attempts(5)
     assert attempt.id == report.attempt.id
-    assert attempt.verdict == "allow" and attempt.action == "hibernate"
+    assert attempt.result == "allow" and attempt.action == "hibernate"
     assert attempt.origin == "unit" and not attempt.dry_run
     assert attempt.config_digest == History.digest(cfg) and attempt.finished is not None
     [row] = attempt.holders
@@ -64,7 +64,7 @@ def test_veto_reasons_are_recorded(make_config: Any, node: str, holders: Holders
     guard(cfg, action="hibernate", origin="unit")
     with History.open(cfg.state.dir, readonly=True) as h:
         [attempt] = h.attempts(5)
-    assert attempt.verdict == "veto"
+    assert attempt.result == "veto"
     assert any(f"pid {pid}" in r for r in attempt.reasons)
 
 
@@ -82,7 +82,7 @@ def test_kill_9_mid_attempt_is_interrupted_next_time(make_config: Any, node: str
         for _ in range(100):
             time.sleep(0.1)
             with contextlib.suppress(NoHistory), History.open(cfg.state.dir, readonly=True) as h:
-                if h.attempts(1) and h.attempts(1)[0].verdict == "running":
+                if h.attempts(1) and h.attempts(1)[0].result == "running":
                     break
         else:
             raise AssertionError("the guard never began an attempt")
@@ -91,7 +91,7 @@ def test_kill_9_mid_attempt_is_interrupted_next_time(make_config: Any, node: str
         guard_proc.wait()
     with History.open(cfg.state.dir) as h:
         [attempt] = h.attempts(5)
-        assert attempt.verdict == "interrupted"
+        assert attempt.result == "interrupted"
         row = h.conn.execute("SELECT verdict FROM attempts").fetchone()
         assert row[0] == "interrupted"
 
@@ -188,4 +188,4 @@ def test_finish_writes_the_stops_not_written_ahead_once(tmp_path: Path) -> None:
     assert [(s.seq, s.owner.key) for s in stops] == [(0, "systemd-service:train.service"),
                                                      (1, "docker:c0ffee")]
     assert stops[0].id == row and stops[1].issued is not None
-    assert (done.verdict, done.finished) == ("allow", 1_700_000_001.0)
+    assert (done.result, done.finished) == ("allow", 1_700_000_001.0)

@@ -152,7 +152,7 @@ def test_a_veto_starts_the_drained_container_again_at_once(
     report = guard(make_config(drain={"timeout_s": 1}), supervisors=supervisors(engine, tmp_path))
 
     assert report.verdict.kind == "veto"
-    assert any(f"pid {slow}" in r for r in report.verdict.reasons), report.verdict.reasons
+    assert any(f"pid {slow}" in r for r in report.verdict.texts), report.verdict.texts
     posts = engine.paths("POST")
     assert posts.index(f"/containers/{c.id}/update") < posts.index(f"/containers/{c.id}/start")
     assert c.running and c.restarts == 0  # started by the guard, not by the policy
@@ -167,8 +167,8 @@ def test_a_container_brought_back_after_its_stop_vetoes(
     c.back_after_stop = True
     report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
     assert report.verdict.kind == "veto"
-    assert any("started again" in r or "respawned" in r for r in report.verdict.reasons), \
-        report.verdict.reasons
+    assert any("started again" in r or "respawned" in r for r in report.verdict.texts), \
+        report.verdict.texts
     assert engine.wait_running(c)
     c.back_after_stop = False  # the fake's teardown stops it for good
 
@@ -210,7 +210,7 @@ def test_engine_not_answering_drains_it_as_a_plain_process_with_a_warning(
         report.verdict.warnings
     # The respawn wait caught what the policy brought back.
     assert report.verdict.kind == "veto"
-    assert any("respawned" in r for r in report.verdict.reasons), report.verdict.reasons
+    assert any("respawned" in r for r in report.verdict.texts), report.verdict.texts
     assert c.restarts >= 1
     assert stops(tmp_path) == []
 
@@ -246,7 +246,7 @@ def test_a_policy_the_engine_refuses_to_change_is_said_and_its_return_vetoes(
                for w in report.verdict.warnings), report.verdict.warnings
     assert report.verdict.kind == "veto"
     assert any("started again during the drain" in r or "respawned" in r
-               for r in report.verdict.reasons), report.verdict.reasons
+               for r in report.verdict.texts), report.verdict.texts
     assert c.restarts >= 1
 
 

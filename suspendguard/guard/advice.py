@@ -1,0 +1,110 @@
+"""What the guard says of a job: what its drain would do, what it took before, what to do now.
+
+The words of check's predictions and of the veto reasons a drain ends in,
+by the shape of the job (guard/jobs.py's plan): a rank of a launcher that
+forwards the signal is told apart from a plain process, a worker from its
+parent. Pure functions of what the run knows; nothing here signals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from suspendguard.guard import jobs
+from suspendguard.guard.drain import JobStop
+from suspendguard.guard.policy import predicted
+from suspendguard.model import Decision, Holder, Outcome, Owner, holder_id
+from suspendguard.system.procfs import ProcFS
+
+
+def took_before(times: Sequence[float], wait: float) -> str:
+    """"it took 4.2 s to exit after its signal before (the longest of 3 drains)", or ""."""
+    if not times:
+        return ""
+    longest = max(times)
+    over = f", more than its wait of {wait:g} s" if longest > wait else ""
+    if len(times) == 1:
+        return f"it took {longest:.1f} s to exit after its signal the last time{over}"
+    return (f"it took up to {longest:.1f} s to exit after its signal in its last "
+            f"{len(times)} drains{over}")
+
+
+def prediction(d: Decision, plan: jobs.Plan, signame: str, took: str) -> Outcome:
+    """What the drain would do to ``d``'s holder, its job weighed, and what it took before."""
+    outcome = _prediction(d, plan, signame)
+    return replace(outcome, why=f"{outcome.why}; {took}") if took else outcome
+
+
+def _prediction(d: Decision, plan: jobs.Plan, signame: str) -> Outcome:
+    if d.kind == "jupyter-shutdown":
+        return Outcome("would-signal", why="a Jupyter kernel: would be asked to shut down "
+                                           "on its control channel, never signalled")
+    found = plan.role(d.holder)
+    if found is None:
+        return predicted(d, signame)
+    what, job = found
+    if what == "worker":
+        return Outcome("would-signal", why=f"not signalled: leaves with its parent, pid "
+                                           f"{d.holder.ppid}")
+    assert job.launcher is not None
+    if what == "forwarded" and job.launcher.sigint not in ("ignored", "blocked"):
+        return Outcome("would-signal", why=f"gets {signame} from {job.launcher.label}, "
+                                           "which the guard signals")
+    why = predicted(d, signame).why
+    return Outcome("would-signal", why=f"{why}; {job.launcher.label} is stopped meanwhile"
+                   if what == "held" else f"{why}; {job.launcher.label} is never signalled")
+
+
+def timeout_remedy(h: Holder, plan: jobs.Plan, stop: JobStop, signame: str,
+                   wait: float) -> str:
+    """What to do about a holder still running at the timeout, by the shape of its job."""
+    if holder_id(h) in stop.asks:
+        return ("the Jupyter kernel took the shutdown request but is still busy in a cell: "
+                "it exits once the cell ends; interrupt or finish the cell from its "
+                "notebook, then suspend again")
+    found = plan.role(h)
+    raise_it = ("or give this job a longer wait ([[policy.drain]] with its uid and exe, and "
+                "timeout_s)")
+    if found is None:
+        return f"stop it yourself (kill -TERM {h.pid}), or raise [drain] timeout_s"
+    what, job = found
+    if what == "worker":
+        return (f"it is a worker of pid {h.ppid} and did not leave with it: its parent "
+                f"left it behind; stop it yourself (kill -TERM {h.pid})")
+    launcher = job.launcher
+    assert launcher is not None
+    if what == "forwarded" and holder_id(h) in stop.quiet:
+        if launcher.kind.name == "torchrun" and wait >= 30:
+            return (f"{launcher.label} forwarded {signame} and SIGKILLs its ranks "
+                    "30 s later, so a longer wait cannot save this rank: make its "
+                    "checkpoint shorter, or stop the job before suspending")
+        return (f"{launcher.label} forwarded {signame}; the rank is still saving or "
+                f"stuck (in a collective, a rank that left first); {raise_it}, or stop "
+                "the job yourself before suspending")
+    return (f"a rank of {launcher.label}; the rank is still saving or stuck (in a "
+            f"collective with a rank that left first); {raise_it}, or stop the job "
+            "yourself before suspending")
+
+
+def left_reason(h: Holder, respawned: bool, rounds: int, proc: ProcFS) -> str:
+    """Why a job still there after the last round vetoes: who restarted it, what to do."""
+    head = (f"pid {h.pid} {h.comm} {'respawned' if respawned else 'appeared'} after "
+            f"{rounds} drain round(s): {h.command}")
+    if not respawned:
+        return head + "; it started while the guard waited: stop it, or suspend again later"
+    # A session scope is no supervisor: stopping it ends the whole login.
+    if h.unit and not h.unit.endswith(".scope"):
+        return (f"{head}; restarted by its supervisor, unit {h.unit}: stop the unit "
+                f"(systemctl stop {h.unit}) before suspending")
+    parent = proc.stat(h.ppid) if h.ppid > 1 else None
+    name = f"pid {h.ppid} {parent.comm}" if parent is not None else f"pid {h.ppid}"
+    return (f"{head}; restarted by its supervisor, parent {name}: stop the supervisor "
+            "before suspending")
+
+
+def via(owner: Owner) -> str:
+    """Who keeps ``owner`` from starting its job again: its manager, or its engine."""
+    if owner.kind == "user-service":
+        return f"the manager of uid {owner.uid}"
+    return {"docker": "the Docker engine", "podman": "Podman"}.get(owner.kind, "systemd")

@@ -1,0 +1,77 @@
+"""What one guard run writes ahead into the history, and what it reads back from it.
+
+Who is about to get the signal, and which jobs are about to be stopped,
+go into the history before the signal or the stop: a guard killed
+mid-drain (TimeoutStartSec, an OOM kill, an operator's SIGKILL) leaves rows
+that an interrupted attempt shows and that ``restore`` and ``status`` act
+on; the verdict's own rows replace them. A job's earlier drain times come
+from the same history, or, for a dry run, from a copy opened read-only.
+A run without a history has the empty ledger: nothing written ahead, no
+earlier times. Each write that fails answers with a warning, never an
+exception: the history never changes a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from suspendguard.errors import HistoryError
+from suspendguard.model import Holder
+from suspendguard.record import HolderRecord, Stop
+
+if TYPE_CHECKING:
+    from suspendguard.store.history import History
+
+
+class Ledger:
+    """The history of one run: ``history`` to write ahead in (None: a run that records
+    nothing), ``past`` to read earlier drain times from (the same, or a read-only copy)."""
+
+    def __init__(self, history: History | None = None, attempt_id: int | None = None,
+                 past: History | None = None) -> None:
+        self.history = history if attempt_id is not None else None
+        self.attempt_id = attempt_id or 0
+        self.past = past
+        self._ids: dict[int, int] = {}  # a stop's seq -> its row
+
+    def signalling(self, rows: Sequence[HolderRecord]) -> str:
+        """Write down who is about to be signalled; "" or the warning that it was not."""
+        if self.history is None:
+            return ""
+        try:
+            self.history.signalling(self.attempt_id, rows)
+        except HistoryError as exc:
+            return f"history: the holders about to be signalled were not recorded: {exc}"
+        return ""
+
+    def stopping(self, stops: Sequence[Stop]) -> str:
+        """Write down the stops before the supervisors are asked; "" or the warning."""
+        if self.history is None:
+            return ""
+        try:
+            written = self.history.stopping(self.attempt_id, stops)
+        except HistoryError as exc:
+            return f"history: the jobs about to be stopped were not recorded first: {exc}"
+        self._ids.update(zip((s.seq for s in stops), written, strict=True))
+        return ""
+
+    def stopped(self, stops: Sequence[Stop], answers: Mapping[str, str]) -> str:
+        """Complete the stops the supervisors took; those they refused never happened."""
+        if self.history is None:
+            return ""
+        ids = self._ids
+        taken = [ids[s.seq] for s in stops if s.seq in ids and not answers.get(s.owner.key)]
+        refused = [ids[s.seq] for s in stops if s.seq in ids and answers.get(s.owner.key)]
+        try:
+            self.history.stop_issued(taken, refused)
+        except HistoryError as exc:
+            return f"history: the stops were not completed: {exc}"
+        return ""
+
+    def drain_times(self, holder: Holder) -> tuple[float, ...]:
+        """The same job's earlier drain times, newest first (none without a history)."""
+        return self.past.drain_times(holder) if self.past is not None else ()
+
+
+NO_LEDGER = Ledger()

@@ -1,0 +1,178 @@
+"""The drain in rounds: signal the holders, wait for their exits, rescan for respawned jobs.
+
+A supervisor may restart a drained job, or a new job may start while the
+guard waits: after each round the nodes are scanned again, and whatever
+appeared goes through the policy and into the next round, up to
+``[drain] rounds``. Before the signal each holder's supervisor is asked to
+keep it down until restore (the guard signals every holder itself).
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Sequence
+from functools import partial
+
+from suspendguard.guard import advice
+from suspendguard.guard.run_state import NO_TAGS, RunState, Tags
+from suspendguard.guard.scan import scan_holders
+from suspendguard.model import (
+    CONTAINER_KINDS,
+    Decision,
+    Holder,
+    HolderId,
+    Inventory,
+    Outcome,
+    Reason,
+    holder_id,
+)
+from suspendguard.record import Stop
+from suspendguard.system import runner
+
+# How long an unknown supervisor (a live parent) gets to restart a drained job
+# before the rescan; a known one gets its own restart delay.
+RESPAWN_GRACE_S = 0.5
+# A supervisor's restart delay is waited for up to this long, plus a margin
+# for the restarted job to open its nodes.
+MAX_RESTART_WAIT_S = 5.0
+RESTART_MARGIN_S = 0.2
+
+
+def signal(r: RunState, decisions: Sequence[Decision], reserve: float, round_no: int = 1,
+           tags: Tags = NO_TAGS) -> bool:
+    """:meth:`RunState.signal`, each supervisor asked first to keep its job down."""
+    keep = partial(keep_down, r) if r.options.supervisors is not None else None
+    return r.signal(decisions, reserve, round_no, tags, keep=keep)
+
+
+def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], inventory: Inventory,
+                 reserve: float) -> None:
+    """Drain ``first``, then whatever appears in its place, round after round."""
+    pending = first
+    round_no = 1
+    tags: Tags = NO_TAGS
+    parents = {d.holder.ppid for d in first if d.holder.ppid > 1}
+    units = {d.holder.unit for d in first if d.holder.unit}
+    while pending:
+        if r.cancelled:
+            for d in pending:
+                r.record(d, Outcome("not-signalled", why=r.deadline.cancel_reason), round_no)
+            return
+        if not signal(r, pending, reserve, round_no, tags) or r.cancelled:
+            return
+        respawn_grace(r, pending)
+        control = r.options.supervisors
+        if r.stops and control is not None:
+            back = control.settle(r.stops, r.deadline.at)
+            r.warn(*control.take_warnings())
+            if back:
+                r.veto(*(Reason("restarted", why) for why in back))
+                return
+        # Rescan: a supervisor may have restarted the job, or a new one started.
+        # fds only: a restarted job opens its nodes first; a mapping
+        # without an fd comes later in a job's life. This keeps the step
+        # between the last exit and the verdict short.
+        rescan = scan_holders(inventory, r.options.proc, exclude=runner.active_children(),
+                              maps=False)
+        new = [h for h in rescan.holders if holder_id(h) not in seen]
+        seen.update(holder_id(h) for h in new)
+        tags = {
+            holder_id(h): "respawned" for h in new
+            if (h.ppid > 1 and h.ppid in parents) or (h.unit and h.unit in units)
+        }
+        parents |= {h.ppid for h in new if h.ppid > 1}
+        units |= {h.unit for h in new if h.unit}
+        round_no += 1
+        decisions = r.decide(new, respawned=tags)
+        pending = r.settle(decisions, round_no, tags)
+        for d in pending:
+            r.record(d, Outcome("not-signalled", why="appeared during the drain"), round_no, tags)
+        if any(d.vetoes for d in decisions):
+            return  # certain veto now: signal nobody else
+        if pending and round_no > r.config.drain.rounds:
+            for d in pending:
+                respawned = holder_id(d.holder) in tags
+                r.veto(Reason.about("respawned" if respawned else "appeared", advice.left_reason(
+                    d.holder, respawned, r.config.drain.rounds, r.options.proc), d.holder,
+                    r.owner(d.holder).key))
+            return
+
+
+def keep_down(r: RunState, holders: Sequence[Holder]) -> None:
+    """Before the signal: ask each holder's supervisor not to start it again.
+
+    The guard signals every holder itself; the supervisor is asked only
+    to keep the job down until restore (and is then asked to start it).
+    """
+    control = r.options.supervisors
+    assert control is not None
+    owners = {}
+    for h in holders:
+        o = r.owner(h)
+        if (o.kind in ("systemd-service", "user-service")
+                and o.activity in ("active", "activating", "reloading")) \
+                or (o.kind in ("docker", "podman") and o.activity == "running"):
+            owners[o.key] = o
+        elif o.kind in ("docker", "podman") and not o.activity:
+            warning = (f"{o.describe()}: the container engine could not be reached ({o.note}); "
+                       "its processes were signalled directly, and the container's restart "
+                       "policy may bring it back")
+            if warning not in r.said.warnings:
+                r.warn(warning)
+    if not owners:
+        return
+    planned = {o.key: Stop(o, len(r.stops) + i, time.time())
+               for i, o in enumerate(owners.values(), 1)}
+    r.warn(r.ledger.stopping(list(planned.values())))
+    answers = control.stop(list(owners.values()), r.signame, r.config.drain.timeout_s)
+    r.warn(r.ledger.stopped(list(planned.values()), answers))
+    ok = set()
+    for key, why in answers.items():
+        o = owners[key]
+        if why:
+            r.warn(f"{o.name}: could not keep it from restarting through {advice.via(o)} "
+                   f"({why}); its processes were signalled directly all the same")
+            continue
+        ok.add(key)
+        r.stops.append(planned[key])
+        raised = "" if o.kind in CONTAINER_KINDS or not (
+            0 < o.timeout_stop_s < r.config.drain.timeout_s) else \
+            f" (its TimeoutStopSec={o.timeout_stop_s:g}s raised to [drain] timeout_s)"
+        r.options.log.info(f"keeping {o.describe()} down through {advice.via(o)} until restore"
+                           f"{raised}; its holders get {r.signame} from the guard")
+    r.through |= {holder_id(h) for h in holders if r.owner(h).key in ok}
+
+
+def respawn_grace(r: RunState, drained: Sequence[Decision]) -> None:
+    """Give a supervisor a moment to restart what it supervised before the rescan.
+
+    A job signalled around a supervisor that restarts it (a service whose
+    stop through systemd failed, a container with a restart policy) gets
+    that supervisor's own restart delay; a job whose parent is still there
+    and could restart it (not init, not the guard itself, whose children are
+    supervised by nobody else) gets RESPAWN_GRACE_S. A job whose supervisor
+    keeps it down is not restarted by it; what else may bring it back is
+    looked at afterwards (the supervisors' ``settle``). A container with a
+    restart policy, set aside through its engine, gets its restart delay all
+    the same: an engine that starts it again anyway is caught by that look.
+    """
+    wait = 0.0
+    for d in drained:
+        owner = r.owner(d.holder)
+        through = holder_id(d.holder) in r.through
+        if not owner.restarts or (through and owner.kind not in CONTAINER_KINDS):
+            continue
+        wait = max(wait, min(MAX_RESTART_WAIT_S, owner.restart_delay_s) + RESTART_MARGIN_S)
+    parents = {d.holder.ppid for d in drained
+               if holder_id(d.holder) not in r.through} - r.never - {0, 1}
+    if any(r.options.proc.exists(p) for p in parents):
+        wait = max(wait, RESPAWN_GRACE_S)
+    if wait <= 0:
+        return
+    wait = min(wait, r.deadline.left())
+    fd = r.deadline.cancel_fd
+    if fd is not None:
+        select.select([fd], [], [], wait)
+    else:
+        time.sleep(wait)

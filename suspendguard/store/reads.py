@@ -1,0 +1,302 @@
+"""The history read back: rows made into the records of suspendguard/record.py again.
+
+The reading half of :class:`~suspendguard.store.history.History`, and the
+one place that turns its columns into records. A damaged row is skipped
+with a note, never a traceback; a file from an older version (a column or
+a table it lacks) reads back what it has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
+
+from suspendguard.errors import HistoryError
+from suspendguard.model import (
+    Action,
+    Holder,
+    Outcome,
+    OutcomeKind,
+    Owner,
+    OwnerKind,
+    Reason,
+    Verdict,
+    VerdictKind,
+)
+from suspendguard.record import (
+    Attempt,
+    AttemptState,
+    DeviceHealth,
+    Event,
+    FindingRecord,
+    HealthState,
+    HolderRecord,
+    Stop,
+)
+from suspendguard.system.procfs import ProcFS
+
+# SQLite's LIMIT is a signed 64-bit integer; more rows than this nobody asks for.
+_MAX_ROWS = (1 << 63) - 1
+ATTEMPT_COLUMNS = ("id, started, finished, action, origin, dry_run, verdict, reasons, warnings,"
+                   " config_digest, guard_pid, guard_start")
+# The reasons of an attempt the guard did not finish, recorded by the next open.
+INTERRUPTED = Reason("interrupted", "the guard was killed before it gave a verdict")
+
+
+def texts(column: Any) -> tuple[str, ...]:
+    """A JSON list of strings column (reasons, warnings); ValueError when it is not one."""
+    value = json.loads(column)
+    if not isinstance(value, list):
+        raise ValueError(f"expected a JSON list, got {type(value).__name__}")
+    return tuple(str(v) for v in value)
+
+
+def _holder(r: Sequence[Any]) -> HolderRecord:
+    """A holder's record from its row: pid, start_time, user, unit, comm, cmdline, action, rule,
+    outcome, seconds, why, source, round, owner (its key)."""
+    return HolderRecord.kept(
+        pid=r[0], start_time=r[1], user=r[2] or "", unit=r[3], comm=r[4] or "",
+        command=r[5] or "", action=cast(Action, r[6]), rule=r[7] or "",
+        outcome=Outcome(cast(OutcomeKind, r[8]), r[9], r[10] or ""), source=r[11] or "proc",
+        round=r[12], owner=Owner.from_key(r[13]))
+
+def _verdict(kind: str | None, reasons: Any, warnings: Any, details: Any,
+             state: AttemptState) -> Verdict:
+    """The verdict of a row: its reasons typed from ``reason_details``, or, in a row written
+    before reasons had codes, each text with the code ``unrecorded``."""
+    words = texts(reasons) if reasons is not None else ()
+    typed: tuple[Reason, ...] = ()
+    if details is not None:
+        value = json.loads(details)
+        if not isinstance(value, list):
+            raise ValueError(f"expected a JSON list, got {type(value).__name__}")
+        typed = tuple(Reason.from_json(v) for v in value)
+    if len(typed) != len(words):
+        typed = tuple(Reason("interrupted" if state == "interrupted" else "unrecorded", w)
+                      for w in words)
+    if state == "running" and not typed:
+        typed = (Reason("unrecorded", "the guard is still deciding"),)
+    verdict = cast(VerdictKind, kind) if kind in ("allow", "veto", "unknown") else "unknown"
+    return Verdict(verdict, typed, texts(warnings) if warnings is not None else ())
+
+
+class Reads:
+    """What the history reads: attempts, stops, health checks, a job's earlier drain times."""
+
+    conn: sqlite3.Connection
+    path: str
+    proc: ProcFS
+    notes: list[str]
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A damaged file found while reading is a HistoryError, never a traceback."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise HistoryError(f"cannot read {self.path}: {exc}") from None
+
+    def _alive(self, pid: int, start: int) -> bool:
+        """Whether the guard that began an attempt still runs (same pid, same start)."""
+        try:
+            st = self.proc.stat(pid)
+        except Exception:  # refused or unparsable: no guard we could wait for
+            return False
+        return st is not None and st.start_time == start
+    def drain_times(self, holder: Holder, n: int = 5) -> tuple[float, ...]:
+        """How long the same job took to exit after its signal in earlier real drains, newest first.
+
+        The same job: the same unit (a service, not a login's scope), else the
+        same uid and executable. Empty when the history has none, or cannot say.
+        """
+        if not self._holder_columns() >= {"uid", "exe"}:
+            return ()
+        args: list[object]
+        if holder.unit and not holder.unit.endswith(".scope"):
+            where, args = "h.unit = ?", [holder.unit]
+        elif holder.uid >= 0 and holder.exe:
+            where, args = "h.uid = ? AND h.exe = ?", [holder.uid, holder.exe]
+        else:
+            return ()
+        try:
+            with self._reading():
+                rows = self.conn.execute(
+                    "SELECT h.seconds FROM holders h JOIN attempts a ON a.id = h.attempt_id"
+                    f" WHERE {where} AND h.outcome = 'exited' AND h.seconds IS NOT NULL"
+                    " AND a.dry_run = 0 ORDER BY h.rowid DESC LIMIT ?", (*args, n),
+                ).fetchall()
+        except (sqlite3.Error, HistoryError):
+            return ()
+        return tuple(float(r[0]) for r in rows)
+    def last_health(self) -> list[DeviceHealth]:
+        """The answers of the last health check (none before the first)."""
+        try:
+            with self._reading():
+                rows = self.conn.execute(
+                    "SELECT device, family, state, reason, time, attempt_id FROM health"
+                    " WHERE time = (SELECT MAX(time) FROM health) ORDER BY id").fetchall()
+        except sqlite3.OperationalError:
+            return []  # a file from before health checks were recorded, opened read-only
+        return [DeviceHealth(r[0], r[1], cast(HealthState, r[2]), r[3], time=r[4], attempt_id=r[5])
+                for r in rows]
+
+    def pending_stops(self, attempt_id: int | None = None) -> list[Stop]:
+        """Jobs stopped by the guard and not yet brought back (held ones too), oldest attempt
+        first, in stop order.
+
+        Rows written ahead of a stop that was never answered count: the job
+        may well be down.
+        """
+        where = "(result IS NULL OR result = 'held')" + (
+            " AND attempt_id = ?" if attempt_id is not None else "")
+        args = (attempt_id,) if attempt_id is not None else ()
+        return self._stops(where, args)
+
+    def not_restored(self) -> list[Stop]:
+        """The newest stop of each owner that did not end with the job back: pending, failed,
+        still starting when restore's budget ended, or left down (a stop of an earlier boot).
+
+        An owner stopped again by a later attempt counts once, by that stop.
+        """
+        return self._stops("id IN (SELECT MAX(id) FROM stops GROUP BY owner)"
+                           " AND (result IS NULL OR result IN ('failed', 'starting', 'left',"
+                           " 'held'))", ())
+
+    def _stops(self, where: str, args: Sequence[Any]) -> list[Stop]:
+        columns = "boot_id, issued" if self._stop_columns() >= {"boot_id", "issued"} \
+            else "'', stopped"
+        try:
+            rows = self.conn.execute(
+                "SELECT attempt_id, seq, owner, kind, name, uid, stopped,"
+                f" restored, result, why, id, {columns} FROM stops WHERE {where}"
+                " ORDER BY attempt_id, seq", tuple(args)).fetchall()
+        except sqlite3.OperationalError:
+            return []  # a file from before stops were recorded, opened read-only
+        # The owner from its kind, name and uid (its key, the owner column, follows from them).
+        return [Stop(Owner(cast(OwnerKind, r[3]), r[4], uid=r[5]), seq=r[1], stopped=r[6],
+                     attempt_id=r[0], restored=r[7], result=r[8], why=r[9], id=r[10],
+                     boot_id=r[11], issued=r[12])
+                for r in rows]
+
+    def _stop_columns(self) -> set[str]:
+        if not hasattr(self, "_stops_columns"):
+            self._stops_columns = {str(c[1]) for c in self.conn.execute("PRAGMA table_info(stops)")}
+        return self._stops_columns
+    def attempts(self, n: int = 20, include_dry_run: bool = True) -> list[Attempt]:
+        where = "" if include_dry_run else "WHERE dry_run = 0"
+        with self._reading():
+            rows = self.conn.execute(
+                f"SELECT {self._attempt_columns()} FROM attempts {where} ORDER BY id DESC LIMIT ?",
+                (min(n, _MAX_ROWS),),
+            ).fetchall()
+            attempts = [self._attempt(r) for r in rows]
+        return [a for a in attempts if a is not None]
+
+    def attempt(self, attempt_id: int) -> Attempt | None:
+        with self._reading():
+            rows = self.conn.execute(
+                f"SELECT {self._attempt_columns()} FROM attempts WHERE id = ?", (attempt_id,),
+            ).fetchall()
+            return self._attempt(rows[0]) if rows else None
+
+    def _attempt(self, r: Sequence[Any]) -> Attempt | None:
+        """The attempt of one row; None, with a note, for a row too damaged to show."""
+        try:
+            return self._decode(r)
+        except (ValueError, TypeError, OverflowError, OSError) as exc:
+            self.notes.append(f"attempt {r[0]}: damaged row skipped ({exc})")
+            return None
+
+    def _decode(self, r: Sequence[Any]) -> Attempt:
+        state: AttemptState = "done"
+        if r[6] is None:
+            state = "running" if self._alive(r[10], r[11]) else "interrupted"
+        elif r[6] == "interrupted":
+            state = "interrupted"
+        owner = "owner" if self._holder_columns() >= {"owner"} else "'plain'"
+        holders = tuple(
+            _holder(h) for h in self.conn.execute(
+                "SELECT pid, start_time, user, unit, comm, cmdline, action, rule, outcome, seconds,"
+                f" why, source, round, {owner} FROM holders WHERE attempt_id = ? ORDER BY rowid",
+                (r[0],),
+            )
+        )
+        findings = tuple(
+            FindingRecord(*f) for f in self.conn.execute(
+                "SELECT rule, severity, file, line, time, pid, text FROM findings"
+                " WHERE attempt_id = ? ORDER BY rowid", (r[0],),
+            )
+        )
+        events = tuple(
+            Event(e[0], e[1], e[2], e[3] or "", r[0]) for e in self.conn.execute(
+                "SELECT time, phase, action, note FROM events WHERE attempt_id = ? ORDER BY id",
+                (r[0],),
+            )
+        )
+        return Attempt(
+            id=r[0], started=r[1], finished=r[2], action=r[3], origin=r[4], dry_run=bool(r[5]),
+            verdict=_verdict(r[6], r[7], r[8], r[12], state),
+            config_digest=r[9], holders=holders, findings=findings, events=events,
+            stops=tuple(self._stops("attempt_id = ?", (r[0],))), state=state,
+        )
+
+    def _attempt_columns(self) -> str:
+        """The attempt row's columns; a file from before reason_details reads NULL for them."""
+        if not hasattr(self, "_attempts_columns"):
+            have = {str(c[1]) for c in self.conn.execute("PRAGMA table_info(attempts)")}
+            self._attempts_columns = ATTEMPT_COLUMNS + (
+                ", reason_details" if "reason_details" in have else ", NULL")
+        return self._attempts_columns
+
+    def _holder_columns(self) -> set[str]:
+        if not hasattr(self, "_columns"):
+            self._columns = {str(c[1]) for c in self.conn.execute("PRAGMA table_info(holders)")}
+        return self._columns
+
+    def events(self, n: int = 20) -> list[Event]:
+        """The newest events of every attempt, newest first."""
+        with self._reading():
+            rows = self.conn.execute(
+                "SELECT time, attempt_id, phase, action, note FROM events ORDER BY id DESC LIMIT ?",
+                (min(n, _MAX_ROWS),),
+            ).fetchall()
+        return [Event(e[0], e[2], e[3], e[4] or "", e[1]) for e in rows]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        with self._reading():
+            for r in self.conn.execute(
+                "SELECT id, verdict, guard_pid, guard_start FROM attempts WHERE dry_run = 0"
+            ):
+                verdict = r[1] or ("running" if self._alive(r[2], r[3]) else "interrupted")
+                out[str(verdict)] = out.get(str(verdict), 0) + 1
+        return out
+
+    def finding_counts(self) -> dict[str, int]:
+        with self._reading():
+            return {str(r[0]): r[1] for r in self.conn.execute(
+                "SELECT rule, count(*) FROM findings GROUP BY rule")}
+
+    def last_real_attempt(self, action: str | None = None, since: float | None = None,
+                          ended_since: float | None = None) -> Attempt | None:
+        """The newest attempt that was no dry run; ``since``: started then or later;
+        ``ended_since``: finished then or later (or still unfinished and started then)."""
+        sql = "SELECT id FROM attempts WHERE dry_run = 0"
+        params: list[Any] = []
+        if action is not None:
+            sql += " AND action = ?"
+            params.append(action)
+        if since is not None:
+            sql += " AND started >= ?"
+            params.append(since)
+        if ended_since is not None:
+            sql += " AND COALESCE(finished, started) >= ?"
+            params.append(ended_since)
+        with self._reading():
+            row = self.conn.execute(sql + " ORDER BY id DESC LIMIT 1", params).fetchone()
+        return self.attempt(row[0]) if row else None
+
+
