@@ -14,18 +14,12 @@ import json
 import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO
-from helpers.systemd_harness import Container, guard_config, unavailable_reason
+from helpers.systemd_harness import Boot, Container, container_marks, guard_config
 
-pytestmark = [
-    pytest.mark.systemd,
-    pytest.mark.root,
-    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
-]
+pytestmark = container_marks()
 
 NODE = "/dev/suspendguard-test/accel0"
 # 1:8, as in test_systemd_container.py: a node the container's device policy
@@ -54,15 +48,11 @@ except KeyboardInterrupt:
 
 
 @pytest.fixture(scope="module")
-def box() -> Iterator[Container]:
-    with Container(REPO) as container:
-        container.sh(f"mkdir -p {Path(NODE).parent} {LOG_DIR} && "
-                     f"mknod -m 666 {NODE} c {NODE_RDEV}")
-        held = container.sh("ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c ' -> /dev/random$' || :")
-        assert held.stdout.strip() == "0", "something in the container holds /dev/random"
-        container.write("/etc/suspendguard/config.toml", CONFIG)
-        yield container
-        container.stop_jobs()
+def box(boot: Boot) -> Iterator[Container]:
+    container = boot(NODE, NODE_RDEV, LOG_DIR, unheld="/dev/random")
+    container.write("/etc/suspendguard/config.toml", CONFIG)
+    yield container
+    container.stop_jobs()
 
 
 def print_job(box: Container, unit: str, script: str) -> None:

@@ -14,19 +14,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 
 import pytest
-from helpers import REPO
-from helpers.systemd_harness import Container, guard_config, unavailable_reason
+from helpers.systemd_harness import HOLDER, Boot, Container, container_marks, guard_config
 
-pytestmark = [
-    pytest.mark.systemd,
-    pytest.mark.root,
-    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
-]
+pytestmark = container_marks()
 
-HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
 # 1:5 (as /dev/zero): mappable, and no other container test's number.
 NODE = "/dev/suspendguard-test/zero0"
 MARKER = "/run/suspendguard-test/signals.log"
@@ -34,15 +27,9 @@ STATE_DIR = "/var/lib/suspendguard-test-state"
 
 
 @pytest.fixture(scope="module")
-def box() -> Iterator[Container]:
-    with Container(REPO) as container:
-        container.sh(f"mkdir -p /dev/suspendguard-test /run/suspendguard-test && "
-                     f"mknod -m 666 {NODE} c 1 5")
-        container.write("/etc/suspendguard/config.toml",
-                        guard_config(NODE, state_dir=STATE_DIR, deadline_s=20))
-        result = container.suspendguard("install", "--force")
-        assert "enabled: suspendguard@suspend.service" in result.stdout, result.stdout
-        yield container
+def box(boot: Boot) -> Container:
+    return boot(NODE, "1 5", "/run/suspendguard-test",
+                config=guard_config(NODE, state_dir=STATE_DIR, deadline_s=20))
 
 
 def test_unit_finds_the_map_only_holder_check_finds(box: Container) -> None:

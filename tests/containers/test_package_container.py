@@ -22,12 +22,12 @@ running tests/helpers/holder.py with the container's /usr/bin/python3.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -131,18 +131,11 @@ def installed(box: DebianBox, deb: Path) -> DebianBox:
 
 @pytest.fixture
 def clean(installed: DebianBox) -> Iterator[DebianBox]:
-    box = installed
-    box.reset_power()
-    box.sh(f"rm -f {MARKER}")
-    yield box
-    box.stop_jobs()
-    box.reset_power()
+    with installed.cleaned(MARKER):
+        yield installed
 
 
-def start_holder(box: DebianBox, name: str, mode: str) -> int:
-    return box.start_job(f"sg-test-{name}.service",
-                         ["/usr/bin/python3", HOLDER, "--node", NODE, "--mode", mode,
-                          "--delay", "0.2", "--marker", MARKER])
+start_holder = functools.partial(DebianBox.start_holder, node=NODE, marker=MARKER, holder=HOLDER)
 
 
 def signals(box: DebianBox) -> list[str]:
@@ -172,15 +165,6 @@ def wants(box: DebianBox, unit: str) -> str:
 
 def main_pid(box: DebianBox, unit: str) -> int:
     return int(box.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout)
-
-
-def wait_active(box: DebianBox, unit: str, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if box.unit_active(unit):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 # --- lintian ----------------------------------------------------------------------
@@ -286,7 +270,7 @@ def test_restart_always_service_is_kept_down_by_systemd_and_runs_after_resume(
         journal = box.suspend()
         assert box.power_state().splitlines()[0] == "mem", journal
         assert f"{first} SIGINT" in signals(box)  # the drain signal, from the guard
-        assert wait_active(box, unit), journal
+        assert box.wait_active(unit), journal
         assert main_pid(box, unit) != first
         assert re.search(r"Finished suspendguard-resume\.service", journal) or \
             "suspendguard-resume" in box.run("journalctl", "-u", RESUME, "-o", "cat").stdout, journal

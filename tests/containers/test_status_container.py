@@ -13,22 +13,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO
-from helpers.systemd_harness import Container, guard_config, unavailable_reason
+from helpers.systemd_harness import HOLDER, Boot, Container, container_marks, guard_config
 from prometheus_client.parser import text_string_to_metric_families
 
-pytestmark = [
-    pytest.mark.systemd,
-    pytest.mark.root,
-    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
-]
+pytestmark = container_marks()
 
-HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
 NODE = "/dev/suspendguard-status/accel0"  # /run is nodev in the container: /dev is not
 STATE_DIR = "/var/lib/suspendguard"
 CONFIG = guard_config(NODE, state_dir=STATE_DIR)
@@ -36,13 +28,8 @@ VETO_UNIT = "suspendguard@suspend.service"
 
 
 @pytest.fixture(scope="module")
-def box() -> Iterator[Container]:
-    with Container(REPO) as container:
-        container.sh(f"mkdir -p {Path(NODE).parent} /run/suspendguard-test && "
-                     f"mknod -m 666 {NODE} c 1 7")
-        container.write("/etc/suspendguard/config.toml", CONFIG)
-        container.suspendguard("install", "--force")
-        yield container
+def box(boot: Boot) -> Container:
+    return boot(NODE, "1 7", "/run/suspendguard-test", config=CONFIG)
 
 
 def status_json(box: Container) -> dict[str, Any]:

@@ -19,16 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO
-from helpers.systemd_harness import Container, at_sleep_hook, guard_config, unavailable_reason
+from helpers.systemd_harness import HOLDER, Boot, Container, at_sleep_hook, container_marks, guard_config
+from helpers.wait import wait_for
 
-pytestmark = [
-    pytest.mark.systemd,
-    pytest.mark.root,
-    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
-]
+pytestmark = container_marks()
 
-HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
 NODE = "/dev/suspendguard-sv/accel0"
 NODE_RDEV = "1 9"  # /dev/urandom's number: not 1:7 nor the other container module's 1:8
 MARKER = "/run/suspendguard-sv/signals.log"
@@ -52,16 +47,10 @@ def service(restart: str, extra: str = "", mode: str = "graceful") -> str:
 
 
 @pytest.fixture(scope="module")
-def box() -> Iterator[Container]:
-    with Container(REPO) as container:
-        container.sh(f"mkdir -p {Path(NODE).parent} /run/suspendguard-sv && "
-                     f"mknod -m 666 {NODE} c {NODE_RDEV}")
-        container.write("/etc/suspendguard/config.toml", CONFIG)
-        container.suspendguard("install", "--force")
-        hook = container.hooks / "00-at-sleep"
-        hook.write_text(AT_SLEEP)
-        hook.chmod(0o755)
-        yield container
+def box(boot: Boot) -> Container:
+    container = boot(NODE, NODE_RDEV, "/run/suspendguard-sv", config=CONFIG)
+    container.add_hook("00-at-sleep", AT_SLEEP)
+    return container
 
 
 @pytest.fixture
@@ -116,28 +105,15 @@ def user_main_pid(box: Container) -> int:
 
 
 def wait_user_active(box: Container, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if as_user(box, "systemctl", "--user", "is-active", USER_UNIT, check=False).strip() == \
-                "active" and user_main_pid(box):
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_for(lambda: as_user(box, "systemctl", "--user", "is-active", USER_UNIT,
+                                    check=False).strip() == "active" and user_main_pid(box) != 0,
+                    timeout, interval=0.1)
 
 
 def attempt(box: Container) -> dict[str, Any]:
     out = json.loads(box.suspendguard("history", "--json", "-n", "3").stdout)["attempts"]
     found: dict[str, Any] = next(a for a in out if a["origin"] == "unit")
     return found
-
-
-def wait_active(box: Container, unit: str, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if box.unit_active(unit):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_restart_always_stays_stopped_through_the_sleep_and_runs_after_resume(
@@ -149,7 +125,7 @@ def test_restart_always_stays_stopped_through_the_sleep_and_runs_after_resume(
     # at the moment of the sleep nothing held the node and the service was down
     assert box.run("cat", SEEN).stdout.split() == ["held=0", "active=inactive"], journal
     assert f"{first} SIGINT" in box.run("cat", MARKER).stdout  # the drain signal, via systemd
-    assert wait_active(box, "sv-job.service"), journal
+    assert box.wait_active("sv-job.service"), journal
     assert main_pid(box, "sv-job.service") != first
     a = attempt(box)
     assert a["verdict"] == "allow"
@@ -172,7 +148,7 @@ def test_restart_no_with_exec_stop_is_restored(clean: Container) -> None:
     journal = box.suspend()
     assert box.power_state().startswith("mem"), journal
     assert box.run("cat", stop_mark).stdout.split() == ["ran"]
-    assert wait_active(box, "sv-job.service"), journal
+    assert box.wait_active("sv-job.service"), journal
     assert attempt(box)["stopped"][0]["result"] == "started"
 
 
@@ -230,10 +206,8 @@ def test_user_service_of_a_lingering_user_is_stopped_through_its_manager_and_res
         lingering: Container) -> None:
     box = lingering
     assert wait_user_active(box)
-    deadline = time.monotonic() + 15
-    while "ready" not in as_user(box, "journalctl", "--user", "-u", USER_UNIT, "-o", "cat",
-                                 check=False) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: "ready" in as_user(box, "journalctl", "--user", "-u", USER_UNIT, "-o", "cat",
+                                        check=False), 15.0, interval=0.1)
     first = user_main_pid(box)
     journal = box.suspend()
     assert box.power_state().startswith("mem"), journal
@@ -281,9 +255,7 @@ def test_a_user_service_of_two_holders_with_kill_mode_mixed_is_drained_whole(
                        "true").stdout
         return sorted({int(p) for p in procs.split()}) if cgroup else []
 
-    deadline = time.monotonic() + 15
-    while len(pids()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: len(pids()) >= 2, 15.0, interval=0.1)
     time.sleep(0.5)  # both past "ready": their SIGINT handlers are set
     before = pids()
     assert len(before) == 2, before
@@ -293,9 +265,7 @@ def test_a_user_service_of_two_holders_with_kill_mode_mixed_is_drained_whole(
     signalled = box.run("cat", USER_MARKER).stdout
     assert all(f"{pid} SIGINT" in signalled for pid in before), (signalled, journal)
     assert wait_user_active(box), journal
-    deadline = time.monotonic() + 15
-    while len(pids()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: len(pids()) >= 2, 15.0, interval=0.1)
     after = pids()
     assert len(after) == 2 and not set(after) & set(before), (before, after)
     a = attempt(box)

@@ -17,24 +17,19 @@ file.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import REPO
-from helpers.systemd_harness import Container, HarnessError, guard_config, unavailable_reason
+from helpers.systemd_harness import Boot, Container, HarnessError, container_marks, guard_config
 
-pytestmark = [
-    pytest.mark.systemd,
-    pytest.mark.root,
-    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
-]
+pytestmark = container_marks()
 
-HOLDER = str(REPO / "tests" / "helpers" / "holder.py")
 NODE = "/dev/suspendguard-test/accel0"  # /run is nodev in the container: /dev is not
 # 1:8 (as /dev/random): a node the container's device policy lets a job open,
 # and not the 1:7 the other tests use: a guard running on the host sees the
@@ -67,41 +62,28 @@ HIBERNATE_FAILED = r"Dependency failed for \S*\s*-?\s*System Hibernate"
 
 
 @pytest.fixture(scope="module")
-def box() -> Iterator[Container]:
-    with Container(REPO) as container:
-        container.sh(f"mkdir -p {Path(NODE).parent} /run/suspendguard-test {LOG_DIR} && "
-                     f"mknod -m 666 {NODE} c {NODE_RDEV}")
-        container.write("/etc/systemd/system/nvidia-suspend.service", NVIDIA_SUSPEND)
-        container.run("systemctl", "daemon-reload")
-        container.run("systemctl", "enable", "nvidia-suspend.service")
-        held = container.sh("ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c ' -> /dev/random$' || :")
-        assert held.stdout.strip() == "0", "something in the container holds /dev/random"
-        yield container
+def box(boot: Boot) -> Container:
+    container = boot(NODE, NODE_RDEV, "/run/suspendguard-test", LOG_DIR, unheld="/dev/random")
+    container.write("/etc/systemd/system/nvidia-suspend.service", NVIDIA_SUSPEND)
+    container.run("systemctl", "daemon-reload")
+    container.run("systemctl", "enable", "nvidia-suspend.service")
+    return container
 
 
 @pytest.fixture(scope="module")
 def installed(box: Container) -> Container:
-    box.write("/etc/suspendguard/config.toml", CONFIG)
-    result = box.suspendguard("install", "--force")
-    assert "enabled: suspendguard@suspend.service" in result.stdout, result.stdout
+    box.install(CONFIG)
     return box
 
 
 @pytest.fixture
 def clean(installed: Container) -> Iterator[Container]:
     """Each scenario starts from an untouched /sys/power and no marker, and stops its jobs."""
-    box = installed
-    box.reset_power()
-    box.sh(f"rm -f {MARKER} {NVIDIA_LOG}")
-    yield box
-    box.stop_jobs()
-    box.reset_power()
+    with installed.cleaned(MARKER, NVIDIA_LOG) as box:
+        yield box
 
 
-def start_holder(box: Container, name: str, mode: str) -> int:
-    return box.start_job(f"sg-test-{name}.service",
-                         [sys.executable, HOLDER, "--node", NODE, "--mode", mode,
-                          "--delay", "0.2", "--marker", MARKER])
+start_holder = functools.partial(Container.start_holder, node=NODE, marker=MARKER)
 
 
 def signals(box: Container) -> list[str]:

@@ -12,19 +12,14 @@ resume the unit runs again.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
 
 import pytest
 from helpers import REPO
 from helpers.frameworks import need
-from helpers.systemd_harness import Container, guard_config, unavailable_reason
+from helpers.systemd_harness import Boot, Container, container_marks, guard_config
+from helpers.wait import wait_for
 
-pytestmark = [
-    pytest.mark.systemd,
-    pytest.mark.root,
-    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
-]
+pytestmark = container_marks()
 
 JOB = str(REPO / "tests" / "helpers" / "torch_job.py")
 NODE = "/dev/suspendguard-tr/accel0"
@@ -35,31 +30,27 @@ UNIT = "tr-train.service"
 
 
 @pytest.fixture(scope="module")
-def box() -> Iterator[Container]:
+def box(boot: Boot) -> Container:
     need("torch")
     # torch loads libblas.so.3 through Debian's alternatives links.
-    with Container(REPO, extra_ro=["/etc/alternatives"]) as container:
-        host = container.run("hostname").stdout.strip()
-        container.write("/etc/hosts", f"127.0.0.1 localhost {host}\n")
-        # getaddrinfo's AI_ADDRCONFIG answers nothing while only loopback has an
-        # address: give the private network a documentation-range one (nothing is sent).
-        container.sh("ip tuntap add dev sg0 mode tun && ip addr add 192.0.2.1/32 dev sg0 && "
-                     "ip link set sg0 up")
-        container.sh(f"mkdir -p {OUT}/job $(dirname {NODE}) && mknod -m 666 {NODE} c {NODE_RDEV}")
-        container.write("/etc/suspendguard/config.toml",
-                        guard_config(NODE, state_dir=STATE_DIR, timeout_s=25.0, deadline_s=60.0))
-        container.suspendguard("install", "--force")
-        yield container
+    container = boot(NODE, NODE_RDEV, f"{OUT}/job", extra_ro=["/etc/alternatives"],
+                     config=guard_config(NODE, state_dir=STATE_DIR, timeout_s=25.0, deadline_s=60.0))
+    host = container.run("hostname").stdout.strip()
+    container.write("/etc/hosts", f"127.0.0.1 localhost {host}\n")
+    # getaddrinfo's AI_ADDRCONFIG answers nothing while only loopback has an
+    # address: give the private network a documentation-range one (nothing is sent).
+    container.sh("ip tuntap add dev sg0 mode tun && ip addr add 192.0.2.1/32 dev sg0 && "
+                 "ip link set sg0 up")
+    return container
 
 
 def ranks_ready(box: Container, timeout: float = 90.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ranks() -> list[int]:
         got = box.sh(f"cat {OUT}/job/ready-0 {OUT}/job/ready-1 2>/dev/null", check=False).stdout
-        if len(got.split()) == 4:
-            return [int(got.split()[0]), int(got.split()[2])]
-        time.sleep(0.2)
-    raise AssertionError(box.run("journalctl", "-u", UNIT, "--no-pager", check=False).stdout)
+        return [int(got.split()[0]), int(got.split()[2])] if len(got.split()) == 4 else []
+
+    return wait_for(ranks, timeout, interval=0.2, message=lambda: box.run(
+        "journalctl", "-u", UNIT, "--no-pager", check=False).stdout)
 
 
 def test_a_torchrun_service_saves_its_checkpoint_and_comes_back(box: Container) -> None:

@@ -83,6 +83,8 @@ def debian_tree(cache_dir: Path, suite: str = SUITE, packages: Sequence[str] = P
 class DebianBox(Container):
     """The harness's container, booting ``tree`` instead of this machine's /usr."""
 
+    python = "/usr/bin/python3"  # the tree's own: the checkout's venv is not bound in
+
     def __init__(self, tree: Path, binds_ro: Mapping[str, str] | None = None,
                  boot_timeout: float = 90.0) -> None:
         super().__init__(tree, boot_timeout=boot_timeout)

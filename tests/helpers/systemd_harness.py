@@ -43,11 +43,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import pytest
+
+from helpers import TESTS
+from helpers.wait import wait_for
 
 FAKE_POWER = {
     "state": "freeze mem disk\n",
@@ -60,6 +63,7 @@ FAKE_POWER = {
 FAKE_SWAP_DEVICE = "/dev/suspendguard-test-swap"
 TOKEN_FILE = ".suspendguard-harness-token"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+HOLDER = str(TESTS / "helpers" / "holder.py")  # the checkout is bound at its real path
 # Enabled on hosts with podman, Docker or NetworkManager installed: the
 # wait-online services hold "starting" for up to 120 s in a container with no
 # network (network-online.target pulls them in); the engines must not start
@@ -123,6 +127,8 @@ def _binds_for_python(repo: Path) -> list[str]:
 
 
 class Container:
+    python = sys.executable  # the jobs' interpreter: the checkout's own, bound in
+
     def __init__(self, repo: Path, extra_ro: Iterable[str] = (), boot_timeout: float = 90.0,
                  masked: Iterable[str] = MASKED, init_args: Iterable[str] = ()) -> None:
         self.repo = repo.resolve()
@@ -430,12 +436,78 @@ class Container:
     def unit_active(self, unit: str) -> bool:
         return self.run("systemctl", "is-active", unit, check=False).stdout.strip() == "active"
 
+    def wait_active(self, unit: str, timeout: float = 15.0) -> bool:
+        return wait_for(lambda: self.unit_active(unit), timeout, interval=0.1)
+
+    # -- a test's own setting ---------------------------------------------------
+
+    def make_node(self, node: str, rdev: str, *dirs: str) -> None:
+        """The device node ``node`` (rdev "MAJOR MINOR", mode 666), its folder and ``dirs``."""
+        self.sh(f"mkdir -p {' '.join([str(Path(node).parent), *dirs])} && "
+                f"mknod -m 666 {node} c {rdev}")
+
+    def assert_unheld(self, path: str) -> None:
+        """Nothing in the container holds ``path`` (the host node of a test node's number)."""
+        held = self.sh(f"ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c ' -> {path}$' || :")
+        assert held.stdout.strip() == "0", f"something in the container holds {path}"
+
+    def install(self, config: str) -> subprocess.CompletedProcess[str]:
+        """``config`` as the guard's config, then ``suspendguard install --force``."""
+        self.write("/etc/suspendguard/config.toml", config)
+        result = self.suspendguard("install", "--force")
+        assert "enabled: suspendguard@suspend.service" in result.stdout, result.stdout
+        return result
+
+    def add_hook(self, name: str, text: str) -> None:
+        """A system-sleep hook, run by systemd-sleep beside the guard's."""
+        hook = self.hooks / name
+        hook.write_text(text)
+        hook.chmod(0o755)
+
+    def start_holder(self, name: str, mode: str, *, node: str, marker: str,
+                     holder: str = HOLDER) -> int:
+        """helpers/holder.py holding ``node`` as the job sg-test-NAME.service; its pid once ready."""
+        return self.start_job(f"sg-test-{name}.service",
+                              [self.python, holder, "--node", node, "--mode", mode,
+                               "--delay", "0.2", "--marker", marker])
+
+    @contextlib.contextmanager
+    def cleaned(self, *files: str) -> Iterator[Container]:
+        """A test's container: an untouched /sys/power and no ``files`` (markers, logs) before
+        it; its jobs stopped and /sys/power reset after it."""
+        self.reset_power()
+        if files:
+            self.sh(f"rm -f {' '.join(files)}")
+        yield self
+        self.stop_jobs()
+        self.reset_power()
+
     def stop_jobs(self) -> None:
         """Stop every job start_job started (SIGTERM, which even a deaf job obeys)."""
         jobs, self.jobs = self.jobs, []
         for unit in jobs:
             self.run("systemctl", "stop", unit, check=False)
             self.run("systemctl", "reset-failed", unit, check=False)
+
+
+class Boot:
+    """Boots a test module's containers; each stops when ``stack`` closes (the module's end)."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self.stack = stack
+
+    def __call__(self, node: str, rdev: str, *dirs: str, config: str | None = None,
+                 unheld: str | None = None, extra_ro: Iterable[str] = ()) -> Container:
+        """A booted container with the test node ``node`` (rdev "MAJOR MINOR") and the
+        folders ``dirs`` made; ``unheld``: the host node of that number, which nothing in
+        the container may hold; ``config``: the guard's config, installed."""
+        container = self.stack.enter_context(Container(TESTS.parent, extra_ro=extra_ro))
+        container.make_node(node, rdev, *dirs)
+        if unheld is not None:
+            container.assert_unheld(unheld)
+        if config is not None:
+            container.install(config)
+        return container
 
 
 def _descendants(pid: int) -> list[int]:
