@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sqlite3
@@ -9,6 +10,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,37 +183,36 @@ time.sleep(30)
 """
 
 
-def test_lock_wait_is_bounded_by_the_deadline(make_config: Any) -> None:
-    cfg = make_config()
-    db = filled(cfg, 1)
+@contextlib.contextmanager
+def locked(db: Path) -> Iterator[None]:
+    """Another process in an exclusive transaction on ``db`` while the block runs."""
     holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db)],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_lock_wait_is_bounded_by_the_deadline(make_config: Any) -> None:
+    cfg = make_config()
+    with locked(filled(cfg, 1)):
         started = time.monotonic()
         with pytest.raises(HistoryError, match="locked"), \
                 History.open(cfg.state.dir, deadline=started + 1.0) as h:
             h.begin("suspend", "unit", False, "digest")
         assert time.monotonic() - started < 1.8
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_guard_verdict_in_time_with_a_locked_history(make_config: Any) -> None:
     cfg = make_config(drain={"timeout_s": 1, "deadline_s": 3})
-    db = filled(cfg, 1)
-    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    with locked(filled(cfg, 1)):
         started = time.monotonic()
         report = guard(cfg)
         assert report.verdict.kind == "allow"
         assert time.monotonic() - started < 3.0
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 # -- item 7: symlinks and the state folder --------------------------------------

@@ -10,8 +10,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers.cgroups import remove_cgroup
+from helpers.cgroups import control, freezing
 from helpers.holders import Holders
+from helpers.runners import quick_veto
+from helpers.wait import wait_for
 
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
@@ -30,23 +32,13 @@ def state_of(pid: int) -> str:
     return stat.state
 
 
-def _until(what: Callable[[], bool]) -> None:
-    for _ in range(250):
-        if what():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out")
-
-
 def test_a_stopped_holder_vetoes_unsignalled_and_lives_on_when_continued(
         make_config: Any, node: str, holders: Holders) -> None:
     job, pid = holders.start(node)
     os.kill(pid, signal.SIGSTOP)
-    _until(lambda: state_of(pid) == "T")
-    start = time.monotonic()
-    report = guard(make_config(drain={"timeout_s": 2}))
-    assert time.monotonic() - start < 1.5  # no wait for a job that cannot answer
-    assert report.verdict.kind == "veto"
+    wait_for(lambda: state_of(pid) == "T", interval=0.02, message="the holder never stopped")
+    # no wait for a job that cannot answer
+    report = quick_veto(lambda: guard(make_config(drain={"timeout_s": 2})), 1.5)
     [reason] = report.verdict.reasons
     assert f"pid {pid}" in reason and "stopped (SIGSTOP, state T)" in reason
     assert f"kill -CONT {pid}" in reason
@@ -66,41 +58,16 @@ def v1_freezer() -> Iterator[Callable[[int], str]]:
     root = "/sys/fs/cgroup/freezer"
     if os.geteuid() != 0 or not os.path.exists(os.path.join(root, "tasks")):
         pytest.skip("needs root and a cgroup v1 freezer hierarchy (a hybrid host)")
-    path = os.path.join(root, f"suspendguard-test-{os.getpid()}")
-    try:
-        os.mkdir(path)
-    except OSError as exc:
-        pytest.skip(f"cannot make a freezer cgroup here: {exc.strerror}")
-    state = os.path.join(path, "freezer.state")
-
-    def freeze(pid: int) -> str:
-        with open(os.path.join(path, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
-        with open(state, "w") as f:
-            f.write("FROZEN")
-
-        def frozen() -> bool:
-            with open(state) as f:
-                return f.read().strip() == "FROZEN"
-        _until(frozen)
-        return state
-
-    try:
+    with freezing(root, "a freezer cgroup", "freezer.state", "FROZEN", "THAWED",
+                  lambda path: control(path, "freezer.state").strip() == "FROZEN") as freeze:
         yield freeze
-    finally:
-        with open(state, "w") as f:
-            f.write("THAWED")
-        remove_cgroup(path)
 
 
 def test_a_holder_frozen_by_the_v1_freezer_vetoes_unsignalled(
         make_config: Any, node: str, holders: Holders, v1_freezer: Any) -> None:
     job, pid = holders.start(node)
     state = v1_freezer(pid)
-    start = time.monotonic()
-    report = guard(make_config(drain={"timeout_s": 2}))
-    assert time.monotonic() - start < 1.5
-    assert report.verdict.kind == "veto"
+    report = quick_veto(lambda: guard(make_config(drain={"timeout_s": 2})), 1.5)
     [reason] = report.verdict.reasons
     assert f"pid {pid}" in reason and "frozen cgroup" in reason
     assert f"echo THAWED > {state}" in reason

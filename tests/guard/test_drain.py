@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from helpers.cgroups import remove_cgroup
+from helpers.cgroups import control, freezing
 from helpers.holders import Holders
 from helpers.runners import guard
 
@@ -163,7 +163,7 @@ def test_recycled_pid_is_never_signalled(node: str, holders: Holders) -> None:
     scanned = next(h for h in scan_holders(inv).holders if h.pid == pid)
     from dataclasses import replace
     stale = replace(scanned, start_time=scanned.start_time + 1)
-    result = drain([stale], "SIGINT", 1.0, time.monotonic() + 5)
+    result = drain([stale], "SIGINT", 1.0, Deadline(time.monotonic() + 5))
     out = result.outcomes[(pid, stale.start_time)]
     assert out.kind == "not-signalled" and "reused" in out.why
     time.sleep(0.2)
@@ -218,36 +218,16 @@ def test_fatal_signal_handler_is_diagnosed_but_faulthandler_is_not(
 
 
 @pytest.fixture
-def frozen_cgroup() -> Iterator[Callable[[int], None]]:
+def frozen_cgroup() -> Iterator[Callable[[int], str]]:
     """A cgroup v2 of this test's own, frozen with the holders put in it."""
     from suspendguard.system.procfs import ProcFS
 
     root = ProcFS().unified_root()
     if root is None or os.geteuid() != 0:
         pytest.skip("needs root and a cgroup v2 tree")
-    path = os.path.join(root, f"suspendguard-test-{os.getpid()}")
-    try:
-        os.mkdir(path)
-    except OSError as exc:
-        pytest.skip(f"cannot make a cgroup here: {exc.strerror}")
-
-    def freeze(pid: int) -> None:
-        with open(os.path.join(path, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
-        with open(os.path.join(path, "cgroup.freeze"), "w") as f:
-            f.write("1")
-        for _ in range(50):
-            with open(os.path.join(path, "cgroup.events")) as f:
-                if "frozen 1" in f.read():
-                    return
-            time.sleep(0.02)
-
-    try:
+    with freezing(root, "a cgroup", "cgroup.freeze", "1", "0",
+                  lambda path: "frozen 1" in control(path, "cgroup.events")) as freeze:
         yield freeze
-    finally:
-        with open(os.path.join(path, "cgroup.freeze"), "w") as f:
-            f.write("0")
-        remove_cgroup(path)
 
 
 def test_frozen_holder_vetoes_in_the_unit_and_is_skipped_by_the_hook(
@@ -269,7 +249,7 @@ def test_progress_is_logged_while_waiting(node: str, holders: Holders) -> None:
     inv = take_inventory(make_devices(node))
     [holder] = [h for h in scan_holders(inv).holders if h.pid == pid]
     lines: list[str] = []
-    result = drain([holder], "SIGINT", 2.0, time.monotonic() + 6, log=lines.append,
+    result = drain([holder], "SIGINT", 2.0, Deadline(time.monotonic() + 6), log=lines.append,
                    progress_every_s=0.3)
     assert result.outcomes[(pid, holder.start_time)].kind == "timeout", lines
     assert lines[0].startswith("sent SIGINT to 1 holder(s)")
@@ -288,14 +268,14 @@ def test_without_pidfds_the_drain_still_works(node: str, holders: Holders) -> No
     inv = take_inventory(make_devices(node))
     found = {h.pid: h for h in scan_holders(inv).holders}
     stale = replace(found[spid], start_time=found[spid].start_time + 1)
-    result = drain([found[gpid], found[spid]], "SIGINT", 1.0, time.monotonic() + 10,
+    result = drain([found[gpid], found[spid]], "SIGINT", 1.0, Deadline(time.monotonic() + 10),
                    opener=_no_pidfd)
     out = result.outcomes[(gpid, found[gpid].start_time)]
     assert out.kind == "exited" and out.seconds is not None and out.seconds >= 0.15
     assert result.outcomes[(spid, found[spid].start_time)].kind == "timeout"
     assert graceful.wait(timeout=5) == 0
     # A recycled pid is not signalled here either.
-    result = drain([stale], "SIGINT", 1.0, time.monotonic() + 5, opener=_no_pidfd)
+    result = drain([stale], "SIGINT", 1.0, Deadline(time.monotonic() + 5), opener=_no_pidfd)
     assert result.outcomes[(spid, stale.start_time)].kind == "not-signalled"
     assert sorted(holders.signals()) == sorted([f"{gpid} SIGINT", f"{spid} SIGINT"])
 
@@ -303,7 +283,7 @@ def test_without_pidfds_the_drain_still_works(node: str, holders: Holders) -> No
 def test_without_pidfds_escalation_reaches_a_deaf_holder(node: str, holders: Holders) -> None:
     proc, pid = holders.start(node, mode="stubborn")
     [holder] = [h for h in scan_holders(take_inventory(make_devices(node))).holders if h.pid == pid]
-    result = drain([holder], "SIGINT", 0.3, time.monotonic() + 10,
+    result = drain([holder], "SIGINT", 0.3, Deadline(time.monotonic() + 10),
                    (EscalationStep("SIGTERM", 0.3), EscalationStep("SIGKILL", 5)),
                    opener=_no_pidfd)
     assert result.outcomes[(pid, holder.start_time)].kind == "exited"
