@@ -111,7 +111,7 @@ def test_sigterm_to_the_guard_process_is_a_recorded_veto(conf: Path, node: str,
     assert "guard received SIGTERM" in err
     with History.open(str(conf.parent / "state"), readonly=True) as h:
         attempt: Any = h.attempts(1)[0]
-    assert attempt.verdict == "veto"
+    assert attempt.result == "veto"
     assert any("SIGTERM" in r for r in attempt.reasons)
 
 

@@ -135,7 +135,7 @@ def test_after_a_veto_every_container_runs_again_with_its_policy(
     report = guard(make_config(drain={"timeout_s": 2}),
                    supervisors=ManagersAndEngines(environ=env, state_dir=str(tmp_path / "state")))
     assert report.verdict.kind == "veto", report.verdict
-    assert any(f"pid {slow}" in r for r in report.verdict.reasons), report.verdict.reasons
+    assert any(f"pid {slow}" in r for r in report.verdict.texts), report.verdict.texts
     for name, c in matrix.items():
         assert sigints(c["marker"]) == 1, name
     assert_back(docker_engine, matrix)

@@ -153,7 +153,7 @@ def is_recorded(cfg: Config, report: Report) -> bool:
     with History.open(cfg.state.dir, readonly=True) as h:
         attempt = h.attempt(report.attempt.id)
     return report.history == RECORDED and attempt is not None and \
-        attempt.verdict == report.verdict.kind
+        attempt.result == report.verdict.kind
 
 
 def verdict_seen(cfg: Config, report: Report, took: float, deadline_s: float) -> Seen:
@@ -340,7 +340,7 @@ def sigterm_in_hung_wait(tmp: Path) -> Seen:
         # Not the 5 s of one engine call, nor the deadline: one second after the signal.
         seen = Seen(in_time=took < 3.0, recorded=is_recorded(cfg, report))
         seen.check(report.verdict.kind == "veto" and
-                   any("guard received SIGTERM" in r for r in report.verdict.reasons),
+                   any("guard received SIGTERM" in r for r in report.verdict.texts),
                    "a veto that names the SIGTERM")
     return seen
 

@@ -39,7 +39,7 @@ def test_a_stopped_holder_vetoes_unsignalled_and_lives_on_when_continued(
     wait_for(lambda: state_of(pid) == "T", interval=0.02, message="the holder never stopped")
     # no wait for a job that cannot answer
     report = quick_veto(lambda: guard(make_config(drain={"timeout_s": 2})), 1.5)
-    [reason] = report.verdict.reasons
+    [reason] = report.verdict.texts
     assert f"pid {pid}" in reason and "stopped (SIGSTOP, state T)" in reason
     assert f"kill -CONT {pid}" in reason
     [result] = report.holders
@@ -68,7 +68,7 @@ def test_a_holder_frozen_by_the_v1_freezer_vetoes_unsignalled(
     job, pid = holders.start(node)
     state = v1_freezer(pid)
     report = quick_veto(lambda: guard(make_config(drain={"timeout_s": 2})), 1.5)
-    [reason] = report.verdict.reasons
+    [reason] = report.verdict.texts
     assert f"pid {pid}" in reason and "frozen cgroup" in reason
     assert f"echo THAWED > {state}" in reason
     with open(state, "w") as f:

@@ -24,7 +24,7 @@ from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
 from suspendguard.guard.scan import scan_holders
 from suspendguard.store.history import History
-from suspendguard.system.deadline import Cancel
+from suspendguard.system.deadline import Cancel, Deadline
 from suspendguard.system.log import Logger
 
 
@@ -35,7 +35,7 @@ def outcome_of(report: Report, pid: int) -> Any:
 def test_graceful_holder_is_drained_and_allowed(make_config: Any, node: str, holders: Holders) -> None:
     proc, pid = holders.start(node, delay=0.3)
     report = guard(make_config())
-    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.kind == "allow", report.verdict.texts
     assert report.verdict.exit_status == 0
     out = outcome_of(report, pid)
     assert out.kind == "exited" and out.seconds is not None and out.seconds >= 0.25
@@ -47,7 +47,7 @@ def test_holder_slower_than_the_timeout_vetoes(make_config: Any, node: str, hold
     proc, pid = holders.start(node, mode="slow")
     report = guard(make_config(drain={"timeout_s": 1}))
     assert report.verdict.kind == "veto"
-    assert any(f"pid {pid}" in r and "still running" in r for r in report.verdict.reasons)
+    assert any(f"pid {pid}" in r and "still running" in r for r in report.verdict.texts)
     assert outcome_of(report, pid).kind == "timeout"
     assert proc.poll() is None  # still running at the verdict: never killed by default
 
@@ -69,7 +69,7 @@ def test_drain_wait_is_announced_and_a_cut_is_stated(make_config: Any, node: str
     assert any(re.match(r"the drain wait was cut to 1\.[45] s \(of \[drain\] timeout_s = 3\) "
                         r"to end within \[drain\] deadline_s = 3\.5", w)
                for w in report.verdict.warnings), report.verdict.warnings
-    reason = next(r for r in report.verdict.reasons if f"pid {pid}" in r)
+    reason = next(r for r in report.verdict.texts if f"pid {pid}" in r)
     assert "(the wait was cut short by the deadline)" in reason
     assert reason.endswith(f"stop it yourself (kill -TERM {pid}), or raise [drain] timeout_s")
 
@@ -93,7 +93,7 @@ def test_deaf_holder_vetoes_before_anyone_is_signalled(make_config: Any, node: s
     report = guard(make_config())
     assert report.verdict.kind == "veto"
     assert any(f"pid {dpid}" in r and "ignores SIGINT" in r and "kill -2 cannot stop it" in r
-               for r in report.verdict.reasons)
+               for r in report.verdict.texts)
     assert outcome_of(report, gpid).kind == "not-signalled"
     time.sleep(0.2)
     assert holders.signals() == []
@@ -107,7 +107,7 @@ def test_protected_holder_vetoes_and_nobody_is_signalled(make_config: Any, node:
     cfg = make_config(policy={"protect": [{"cmdline": "--mode deaf"}]})
     report = guard(cfg)
     assert report.verdict.kind == "veto"
-    assert any(f"pid {ppid}" in r and "protected" in r for r in report.verdict.reasons)
+    assert any(f"pid {ppid}" in r and "protected" in r for r in report.verdict.texts)
     decision = next(h.decision for h in report.holders if h.decision.holder.pid == ppid)
     assert decision.action == "protect" and "[policy] protect #1" in decision.rule
     time.sleep(0.2)
@@ -126,8 +126,8 @@ def test_supervisor_restarting_its_job_is_a_respawn_veto(make_config: Any, node:
     _, supervisor = holders.start(node, mode="supervisor")
     report = guard(make_config(drain={"rounds": 2}))
     assert report.verdict.kind == "veto"
-    respawn = [r for r in report.verdict.reasons if "respawned" in r]
-    assert respawn, report.verdict.reasons
+    respawn = [r for r in report.verdict.texts if "respawned" in r]
+    assert respawn, report.verdict.texts
     # The reason names who restarted it (its parent: no unit here) and the next step.
     assert f"restarted by its supervisor, parent pid {supervisor} python" in respawn[0]
     assert respawn[0].endswith("stop the supervisor before suspending")
@@ -141,7 +141,7 @@ def test_escalation_reaches_a_holder_that_ignores_sigint(make_config: Any, node:
     cfg = make_config(drain={"timeout_s": 0.5, "on_sigint_ignored": "escalate",
                              "escalate": ["SIGTERM:0.5", "SIGKILL:5"]})
     report = guard(cfg)
-    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.kind == "allow", report.verdict.texts
     out = outcome_of(report, pid)
     assert out.kind == "exited" and "SIGKILL" in out.why
     assert f"{pid} SIGTERM" in holders.signals()
@@ -196,7 +196,7 @@ def test_sigterm_to_the_guard_ends_as_veto(make_config: Any, node: str, holders:
     report = guard(make_config(drain={"timeout_s": 20}), cancel=cancel)
     assert time.monotonic() - started < 10
     assert report.verdict.kind == "veto"
-    assert any("guard received SIGTERM" in r for r in report.verdict.reasons)
+    assert any("guard received SIGTERM" in r for r in report.verdict.texts)
     cancel.close()
 
 
@@ -236,7 +236,7 @@ def test_frozen_holder_vetoes_in_the_unit_and_is_skipped_by_the_hook(
     frozen_cgroup(pid)
     report = guard(make_config())
     assert report.verdict.kind == "veto"
-    assert any(f"pid {pid}" in r and "frozen cgroup" in r for r in report.verdict.reasons)
+    assert any(f"pid {pid}" in r and "frozen cgroup" in r for r in report.verdict.texts)
     # The sleep hook's fallback: skip it with a note, never wait on it.
     report = guard(make_config(), skip_frozen=True, can_veto=False)
     assert outcome_of(report, pid).why == "frozen cgroup"
@@ -308,7 +308,7 @@ def test_only_the_confirmed_holders_are_signalled(make_config: Any, node: str,
     assert late.poll() is None and shown_job.poll() is None
     assert report.verdict.kind == "veto"
     assert any(f"pid {late_pid}" in r and "appeared after the list was confirmed" in r
-               for r in report.verdict.reasons), report.verdict.reasons
+               for r in report.verdict.texts), report.verdict.texts
     assert outcome_of(report, late_pid).why == "not on the list that was confirmed"
 
 
@@ -343,6 +343,6 @@ def test_check_and_the_veto_say_what_the_job_took_before(make_config: Any, node:
     why = outcome_of(predicted, pid).why
     assert re.search(r"it took 0\.[3-9] s to exit after its signal the last time$", why), why
     report = guard(make_config(drain={"timeout_s": 1, "deadline_s": 20}))
-    reason = next(r for r in report.verdict.reasons if f"pid {pid}" in r)
+    reason = next(r for r in report.verdict.texts if f"pid {pid}" in r)
     assert re.search(r"\(it took 0\.[3-9] s to exit after its signal the last time\): ", reason), \
         reason

@@ -169,7 +169,7 @@ def test_a_daemons_name_set_by_nobody_is_drained_and_check_says_why(
     assert {result(ruled, p).decision.action for p in pids.values()} == {"protect"}
 
     drained = guard(config)
-    assert drained.verdict.kind == "allow", drained.verdict.reasons
+    assert drained.verdict.kind == "allow", drained.verdict.texts
     assert {result(drained, p).outcome.kind for p in pids.values()} == {"exited"}
     assert not any(started.alive(p) for p in pids.values())
 
@@ -184,7 +184,7 @@ def test_daemon_stand_in_run_by_root_from_a_root_folder_is_ignored(
         shutil.copy(daemon_binary, sbin / name)
         pids[name] = started.start([str(sbin / name), node])
     report = guard(make_config())
-    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.kind == "allow", report.verdict.texts
     for name, family in DAEMONS:
         hr = result(report, pids[name])
         assert (hr.decision.action, hr.decision.rule) == \
@@ -222,7 +222,7 @@ def test_forged_probe_command_line_is_drained_the_guards_own_child_is_not(
         assert PROBE.encode() in f.read().split(b"\0")[:4]
 
     report = guard(make_config())
-    assert report.verdict.kind == "allow", report.verdict.reasons
+    assert report.verdict.kind == "allow", report.verdict.texts
     kept = result(report, own)
     assert kept.decision.action == "ignore"
     assert kept.decision.rule.startswith("suspendguard's own short-lived pyACL probe")

@@ -76,7 +76,7 @@ def test_a_holder_with_sigint_blocked_vetoes_before_anyone_is_signalled(
     blocked = masked(node, "blocked")
     # no wait for a signal that cannot arrive
     report = quick_veto(lambda: guard(make_config(drain={"timeout_s": 5})), 2)
-    [reason] = report.verdict.reasons
+    [reason] = report.verdict.texts
     assert f"pid {blocked.pid} " in reason and "SIGINT blocked in every thread" in reason
     assert "nothing waits for it" in reason and f"kill -TERM {blocked.pid}" in reason
     assert "ray stop" in reason and "timeout_s" not in reason
@@ -111,7 +111,7 @@ def test_escalate_treats_a_blocked_holder_as_one_that_ignores_sigint(
     job = masked(node, "blocked")
     no_steps = guard(make_config(drain={"on_sigint_ignored": "escalate"}))
     assert no_steps.verdict.kind == "veto"
-    [reason] = no_steps.verdict.reasons
+    [reason] = no_steps.verdict.texts
     assert "SIGINT blocked in every thread" in reason
     assert reason.endswith('[drain] escalate is empty: add steps such as "SIGTERM:10"')
     drain = {"timeout_s": 0.5, "on_sigint_ignored": "escalate", "escalate": ["SIGTERM:3"]}
