@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, cast
+
+from suspendguard.verdict import Reason, ReasonCode
 
 # compute: holding one means a job to drain; management: monitoring and management
 # tools hold these too; graphics: NVIDIA's /dev/nvidiaN, which display servers and
@@ -41,9 +42,6 @@ OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal"
 # thread waits for it in sigwait or a signalfd takes it; unknown: the guard
 # could not tell (a process the device reported, threads it may not inspect).
 Disposition = Literal["default", "caught", "ignored", "blocked", "waited", "unknown"]
-# unknown: the guard cannot tell (not root and processes it could not inspect,
-# an invalid config, a missing interpreter); never read as allow.
-VerdictKind = Literal["allow", "veto", "unknown"]
 
 # Handlers for these may free device resources behind the driver's back.
 FATAL_SIGNALS = (signal.SIGILL, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGSEGV)
@@ -221,7 +219,7 @@ class Decision:
 
     def veto(self, owner: str | None = None) -> Reason:
         """The veto this decision makes, as a typed reason (``vetoes`` only)."""
-        return Reason.about(DECISION_CODES[self.kind], self.reason, self.holder, owner)
+        return reason_about(DECISION_CODES[self.kind], self.reason, self.holder, owner)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,22 +332,6 @@ class Owner:
 PLAIN = Owner("plain")
 
 
-# The exit status of each verdict (errors.EXIT_ALLOW, EXIT_VETO, EXIT_UNKNOWN).
-VERDICT_EXIT_STATUS: dict[VerdictKind, int] = {"allow": 0, "veto": 1, "unknown": 5}
-
-# Why a suspend was refused, as a code that stays the same across versions
-# and wordings: what status, the metrics, the journal and whoever acts on a
-# refusal read. docs/json-and-metrics.md has the table; a test holds the two
-# together.
-ReasonCode = Literal[
-    "protected", "frozen", "stopped", "sigint-ignored", "sigint-blocked", "supervised",
-    "unconfirmed", "jupyter-kernel", "unsignallable", "timeout-after-sigint", "restarted",
-    "respawned", "appeared", "device-busy", "device-unknown", "device-hidden-holder",
-    "guard-busy", "guard-stopped", "uninspected", "setup-refused", "interrupted",
-    "unhealthy-after-resume", "unrecorded",
-]
-REASON_CODES: tuple[ReasonCode, ...] = get_args(ReasonCode)
-
 # The code of each veto a decision makes before any signal.
 DECISION_CODES: dict[DecisionKind, ReasonCode] = {
     "protect": "protected", "veto-frozen": "frozen", "veto-stopped": "stopped",
@@ -359,66 +341,6 @@ DECISION_CODES: dict[DecisionKind, ReasonCode] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Reason:
-    """One reason a suspend is refused: its stable code, its words, and what it is about.
-
-    ``pid``, ``comm`` and ``unit`` name a holder, ``owner`` its supervisor
-    (``Owner.key``), ``device`` a device family or device; None where the
-    reason is not about one.
-    """
-
-    code: ReasonCode
-    text: str
-    pid: int | None = None
-    comm: str | None = None
-    unit: str | None = None
-    owner: str | None = None
-    device: str | None = None
-
-    @classmethod
-    def about(cls, code: ReasonCode, text: str, holder: Holder, owner: str | None = None
-              ) -> Reason:
-        return cls(code, text, holder.pid, holder.comm, holder.unit, owner)
-
-    def to_json(self) -> dict[str, Any]:
-        """One entry of ``reason_details``: every key present, None where it does not apply."""
-        return {"code": self.code, "text": self.text, "pid": self.pid, "comm": self.comm,
-                "unit": self.unit, "owner": self.owner, "device": self.device}
-
-    @classmethod
-    def from_json(cls, doc: Any) -> Reason:
-        """An entry as ``to_json`` wrote it; ValueError when it is not one."""
-        if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
-            raise ValueError(f"not a reason: {doc!r}")
-        code = doc.get("code")
-        pid = doc.get("pid")
-
-        def word(key: str) -> str | None:
-            value = doc.get(key)
-            return value if isinstance(value, str) else None
-        return cls(cast(ReasonCode, code) if code in REASON_CODES else "unrecorded",
-                   doc["text"], pid if isinstance(pid, int) else None, word("comm"),
-                   word("unit"), word("owner"), word("device"))
-
-
-def texts(reasons: Sequence[Reason]) -> tuple[str, ...]:
-    return tuple(r.text for r in reasons)
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """allow, veto or unknown, with its reasons (for unknown: why the guard cannot tell)."""
-
-    kind: VerdictKind
-    reasons: tuple[Reason, ...]
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def exit_status(self) -> int:
-        return VERDICT_EXIT_STATUS[self.kind]
-
-    @property
-    def texts(self) -> tuple[str, ...]:
-        """The reasons' words, in order (the ``reasons`` of every JSON)."""
-        return texts(self.reasons)
+def reason_about(code: ReasonCode, text: str, holder: Holder, owner: str | None = None) -> Reason:
+    """A reason about one holder: its pid, comm and unit, and its owner's key."""
+    return Reason(code, text, holder.pid, holder.comm, holder.unit, owner)

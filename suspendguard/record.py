@@ -1,7 +1,8 @@
 """The records of suspend attempts: one type per thing, from the guard to the history to the status.
 
 - :class:`HolderRecord`: one holder of one attempt: the guard's decision on
-  it, what came of it, who runs it;
+  it, what came of it, who runs it; :class:`KeptRecord`, what the history
+  keeps of it;
 - :class:`Stop`: a job the guard stopped through its owner, and what became
   of it at restore;
 - :class:`DeviceHealth`: one device's answer to the health check after resume;
@@ -13,17 +14,17 @@ holds the attempt, guard/report.py), the history writes them and reads back the
 same types (store/history.py, the only code that knows their columns), and
 ``status`` and ``history`` render them. Each has one ``to_json``: the JSON
 of every command that shows it. Read back from the history, a record has
-only what the history keeps; each type says what that is, and the rest
-reads back as its empty default.
+only what the history keeps; each type says what that is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from suspendguard.model import PLAIN, Action, Decision, Holder, Outcome, Owner, Verdict
+from suspendguard.model import PLAIN, Action, Decision, Holder, Outcome, Owner
+from suspendguard.verdict import Verdict
 
 # What an attempt came to: a verdict (model.VerdictKind), or, for one the
 # guard did not finish, interrupted (it was killed) or running (it still runs).
@@ -35,24 +36,13 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
 
 
-# The holder keys only a live scan knows: check and status show them, the history does not keep them.
-SCAN_KEYS = ("ppid", "exe", "cmdline", "uid", "container", "owner", "nspid", "nodes", "sigint",
-             "frozen", "notes", "respawned")
-
-
 @dataclass(frozen=True, slots=True)
 class HolderRecord:
-    """One holder of one attempt: the guard's decision on it, its outcome, its owner.
+    """One holder of one attempt, as the guard found it: its decision, its outcome, its owner.
 
-    Made once by the guard, from the decision and the outcome (guard/run_state.py).
-    The history keeps the holder's pid, start time, user, unit, comm,
-    command (as one line), source; the decision's action and rule; the
-    outcome (its ``why`` or, when it has none, the ``respawned`` tag); the
-    round and the owner's key. Read back (``scanned`` False), the holder's
-    other fields are empty (ppid 0, uid -1, no exe, container, nspid or
-    nodes, its command line the one recorded line, sigint ``unknown``), the
-    decision has no notes, kind ``drain`` and no reason, ``respawned`` is
-    "" and the owner has only its kind, name and uid.
+    Made once by the guard, from the decision and the outcome
+    (guard/run_state.py). What the history keeps of it, and reads back, is
+    a :class:`KeptRecord`.
     """
 
     decision: Decision
@@ -60,32 +50,37 @@ class HolderRecord:
     round: int = 1
     respawned: str = ""  # the tag of a holder found again after its drain, "" for most
     owner: Owner = PLAIN
-    scanned: bool = True  # False: read back from the history (see above)
-
-    @classmethod
-    def kept(cls, *, pid: int, start_time: int, user: str, unit: str | None, comm: str,
-             command: str, action: Action, rule: str, outcome: Outcome, source: str = "proc",
-             round: int = 1, owner: Owner = PLAIN) -> HolderRecord:
-        """A record of only what the history keeps, the rest empty (as read back)."""
-        holder = Holder(pid=pid, start_time=start_time, ppid=0, uid=-1, user=user, comm=comm,
-                        exe="", cmdline=(command,) if command else (), unit=unit, container=None,
-                        nspid=(), nodes=(), sigint="unknown", source=source)
-        return cls(Decision(holder, action, rule), outcome, round, owner=owner, scanned=False)
 
     @property
     def holder(self) -> Holder:
         return self.decision.holder
 
     @property
+    def action(self) -> Action:
+        return self.decision.action
+
+    @property
+    def rule(self) -> str:
+        return self.decision.rule
+
+    @property
     def why(self) -> str:
         """What the history keeps as the outcome's why: the outcome's own, else the respawn tag."""
         return self.outcome.why or self.respawned
 
+    def kept(self) -> KeptRecord:
+        """What the history keeps of this record."""
+        h = self.holder
+        return KeptRecord(
+            KeptHolder(h.pid, h.start_time, h.user, h.unit, h.comm, h.command, h.source,
+                       h.uid if h.uid >= 0 else None, h.exe or None),
+            self.action, self.rule, replace(self.outcome, why=self.why), self.round, self.owner)
+
     def to_json(self) -> dict[str, Any]:
-        """The one holder schema of check, status and history (docs/json-and-metrics.md);
-        the keys of :data:`SCAN_KEYS` only when scanned."""
+        """The one holder schema of check and status (docs/json-and-metrics.md): what the
+        history keeps (:meth:`KeptRecord.to_json`), and what only a live scan knows."""
         h = self.decision.holder
-        doc = {
+        return {
             "pid": h.pid,
             "start_time": h.start_time,
             "ppid": h.ppid,
@@ -114,10 +109,52 @@ class HolderRecord:
             "round": self.round,
             "respawned": self.respawned or None,
         }
-        if not self.scanned:
-            for key in SCAN_KEYS:
-                del doc[key]
-        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class KeptHolder:
+    """What the history keeps of a holder: who it was. ``uid`` and ``exe`` are None where
+    the history does not have them (a file from before they were kept)."""
+
+    pid: int
+    start_time: int  # field 22 of /proc/PID/stat
+    user: str
+    unit: str | None
+    comm: str
+    command: str  # the command line as one printable line
+    source: str = "proc"
+    uid: int | None = None
+    exe: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeptRecord:
+    """One holder of one attempt as the history keeps it and reads it back: the holder, the
+    decision's action and rule, the outcome (its ``why`` holds the respawn tag where the
+    outcome had none), the round, and of the owner its kind, name and uid."""
+
+    holder: KeptHolder
+    action: Action
+    rule: str
+    outcome: Outcome
+    round: int = 1
+    owner: Owner = PLAIN
+
+    @classmethod
+    def of(cls, *, pid: int, start_time: int, user: str, unit: str | None, comm: str,
+           command: str, action: Action, rule: str, outcome: Outcome, source: str = "proc",
+           round: int = 1, owner: Owner = PLAIN) -> KeptRecord:
+        return cls(KeptHolder(pid, start_time, user, unit, comm, command, source), action, rule,
+                   outcome, round, owner)
+
+    def to_json(self) -> dict[str, Any]:
+        """A holder in ``history --json``: the keys of :meth:`HolderRecord.to_json` that the
+        history keeps, in the same order."""
+        h = self.holder
+        return {"pid": h.pid, "start_time": h.start_time, "comm": h.comm, "command": h.command,
+                "user": h.user, "unit": h.unit, "owner_key": self.owner.key, "source": h.source,
+                "action": self.action, "rule": self.rule, "outcome": self.outcome.to_json(),
+                "round": self.round}
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +281,8 @@ class Attempt:
     dry_run: bool
     verdict: Verdict
     config_digest: str
-    holders: tuple[HolderRecord, ...] = ()
+    # As the guard found them; read back from the history, as it keeps them.
+    holders: tuple[HolderRecord | KeptRecord, ...] = ()
     findings: tuple[FindingRecord, ...] = ()
     events: tuple[Event, ...] = ()
     stops: tuple[Stop, ...] = ()

@@ -13,8 +13,9 @@ import os
 from suspendguard.commands.context import Context
 from suspendguard.config import Config, load, resolve_path
 from suspendguard.errors import InstallError, UsageError
-from suspendguard.install.files import Tree, check_live_system, check_root, install, uninstall
+from suspendguard.install.files import check_live_system, check_root, install, uninstall
 from suspendguard.install.interpreter import choose, probe, refuse_unsafe
+from suspendguard.install.tree import Tree
 
 
 def _root_of(args: argparse.Namespace) -> str | None:

@@ -28,6 +28,7 @@ from suspendguard.system import journald
 from suspendguard.system.deadline import RESTORE_AFTER_RESUME_S, Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
+from suspendguard.verdict import ReasonCode
 
 if TYPE_CHECKING:
     from suspendguard.commands.context import Context
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 EXIT_HELD = 1
 # journalctl MESSAGE_ID=... finds every "jobs held after resume" message.
 HELD_MESSAGE_ID = "6f1c1d8e3b1a4f5e9a0d2c7b8e4f1a20"
+# The reason code of jobs held after resume (docs/json-and-metrics.md).
+UNHEALTHY: ReasonCode = "unhealthy-after-resume"
 # How far back the kernel log is read when no attempt was recorded.
 NO_ATTEMPT_LOOKBACK_S = 600.0
 
@@ -67,7 +70,8 @@ def hold(stops: Sequence[Stop], reason: str, history: History, log: Logger) -> s
     log.warning(f"{message} ({names}); suspendguard restore --force starts them anyway")
     journald.send({"MESSAGE": f"{message} ({names})", "MESSAGE_ID": HELD_MESSAGE_ID,
                    "PRIORITY": "3", "SYSLOG_IDENTIFIER": "suspendguard",
-                   "SUSPENDGUARD_HELD": str(len(stops)), "SUSPENDGUARD_REASON": reason})
+                   "SUSPENDGUARD_HELD": str(len(stops)), "SUSPENDGUARD_REASON": reason,
+                   "SUSPENDGUARD_REASON_CODE": UNHEALTHY})
     return message
 
 

@@ -104,7 +104,7 @@ def job_units(attempt: Attempt) -> list[str]:
     ancestors) are left out: their output is not a job's.
     """
     return sorted({h.holder.unit for h in attempt.holders
-                   if h.holder.unit and h.decision.action != "never"})
+                   if h.holder.unit and h.action != "never"})
 
 
 def post(config: Config, action: str, log: Logger) -> int:

@@ -17,8 +17,9 @@ from suspendguard.config import FAMILIES
 from suspendguard.guard.run_state import NOTHING, IdleCheck, RunState, Said
 from suspendguard.guard.scan import describe_process
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import Decision, Holder, Reason, ScanResult
+from suspendguard.model import Decision, Holder, ScanResult
 from suspendguard.system.procfs import ProcAccessError
+from suspendguard.verdict import Reason
 
 
 def refused_pids(scan: ScanResult) -> tuple[list[int], Said]:

@@ -35,16 +35,7 @@ from suspendguard.guard.run_state import NOTHING, IdleCheck, RunOptions, RunStat
 from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.sampler import check_idle
-from suspendguard.model import (
-    Decision,
-    HolderId,
-    Inventory,
-    Reason,
-    ScanResult,
-    Unavailable,
-    Verdict,
-    holder_id,
-)
+from suspendguard.model import Decision, HolderId, Inventory, ScanResult, Unavailable, holder_id
 from suspendguard.record import Attempt, Stop
 from suspendguard.store import lock as guard_lock
 from suspendguard.supervise.owner import OwnerControl
@@ -60,6 +51,7 @@ from suspendguard.system.deadline import (
 )
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
+from suspendguard.verdict import Reason, Verdict
 
 if TYPE_CHECKING:
     from suspendguard.store.history import History
@@ -106,30 +98,25 @@ def run(
     """
     if record and history is None:
         raise ValueError("a run that records needs a history to record in")
-    # Leave time to record and answer before systemd's TimeoutStartSec.
-    deadline = Deadline(time.monotonic() + config.drain.deadline_s - ANSWER_MARGIN_S, cancel)
-    if dry_run:
-        lock = guard_lock.peek(config.state.dir)
-    else:
-        wait = min(guard_lock.LOCK_WAIT_S, max(0.0, config.drain.deadline_s / 3))
-        lock = guard_lock.take(config.state.dir, wait)
     options = RunOptions(
         dry_run=dry_run, action=action, origin=origin, proc=proc or ProcFS(),
         idle_check=idle_check, log=log or Logger(), record=record, skip_frozen=skip_frozen,
         can_veto=can_veto, supervisors=supervisors,
         confirmed=frozenset(confirmed) if confirmed is not None else None)
-    opening = _open(config, options, lock, deadline, history)
+    # Leave time to record and answer before systemd's TimeoutStartSec.
+    deadline = Deadline(time.monotonic() + config.drain.deadline_s - ANSWER_MARGIN_S, cancel)
+    opening = _open(config, options, deadline, history)
     try:
-        return _run(config, options, lock, deadline, opening)
+        return _run(config, options, deadline, opening)
     finally:
         opening.close()
-        lock.release()
 
 
 @dataclass
 class Opening:
-    """The run's start: the history it records in (if any), what it read, what it said."""
+    """The run's start: the guard lock, the history it records in (if any), what they said."""
 
+    lock: guard_lock.GuardLock
     started: float  # wall clock
     begun: float  # the same moment on the deadline's clock
     history: History | None = None
@@ -144,36 +131,44 @@ class Opening:
         return Ledger(self.history, self.attempt_id, self.history or self.past)
 
     def close(self) -> None:
+        """The history closed, then the lock released: the last thing a run does."""
+        self.close_history()
+        self.lock.release()
+
+    def close_history(self) -> None:
         for h in (self.history, self.past):
             if h is not None:
                 h.close()
         self.history = self.past = None
 
 
-def _open(config: Config, options: RunOptions, lock: guard_lock.GuardLock, deadline: Deadline,
+def _open(config: Config, options: RunOptions, deadline: Deadline,
           open_history: HistoryOpener | None) -> Opening:
-    """The lock's word, and the history opened: the attempt begun in it, or why not."""
-    opening = Opening(time.time(), deadline.clock(), said=Said.warn(*forgeable_rule_warnings(config.policy)))
-    if lock.refused:
-        opening.said += Said.veto(Reason("guard-busy", lock.refused))
-    elif lock.unusable:
-        opening.said += Said.warn(lock.unusable)
-    elif lock.busy_pid is not None:
-        opening.said += Said.warn(guard_lock.busy_reason(lock.busy_pid or None).split(":")[0]
-                                  + " now: what this dry run shows may change as it does")
+    """The guard lock taken (a dry run only looks), and the history opened: the attempt
+    begun in it, or why not."""
+    state_dir = config.state.dir
+    if options.dry_run:
+        lock = guard_lock.peek(state_dir)
+    else:
+        lock = guard_lock.take(state_dir, min(guard_lock.LOCK_WAIT_S,
+                                              max(0.0, config.drain.deadline_s / 3)))
+    opening = Opening(lock, time.time(), deadline.clock(), said=(
+        Said.warn(*forgeable_rule_warnings(config.policy))
+        + (Said.veto(Reason("guard-busy", lock.refused)) if lock.refused
+           else Said.warn(lock.unusable or lock.busy))))
     if open_history is None:
         return opening
     if not options.record:
         opening.recorded = Unavailable("a dry run records nothing" if options.dry_run
                                        else "not asked to")
         # A job's earlier drain times, for check's word: read without writing.
-        if options.dry_run and os.path.exists(os.path.join(config.state.dir, "history.db")):
+        if options.dry_run and os.path.exists(os.path.join(state_dir, "history.db")):
             with contextlib.suppress(HistoryError):
-                opening.past = open_history(config.state.dir, True, proc=options.proc)
+                opening.past = open_history(state_dir, True, proc=options.proc)
         return opening
     try:
         # The lock wait too ends inside the deadline.
-        opening.history = open_history(config.state.dir, proc=options.proc, deadline=deadline.at)
+        opening.history = open_history(state_dir, proc=options.proc, deadline=deadline.at)
         opening.said += Said.warn(*opening.history.warnings)
         opening.digest = opening.history.digest(config)
         opening.attempt_id = opening.history.begin(options.action, options.origin,
@@ -183,7 +178,8 @@ def _open(config: Config, options: RunOptions, lock: guard_lock.GuardLock, deadl
         opening.recorded = Unavailable(str(exc))
         if not options.dry_run:
             opening.said += Said.warn(f"history not recorded: {exc}")
-        opening.close()
+        opening.close_history()
+    opening.said += _first_aid(config, options, lock)
     return opening
 
 
@@ -200,12 +196,12 @@ class Look:
     unknown: Said  # why the verdict cannot be known (processes the scan could not read)
 
 
-def _run(config: Config, options: RunOptions, lock: guard_lock.GuardLock, deadline: Deadline,
-         opening: Opening) -> Report:
+def _run(config: Config, options: RunOptions, deadline: Deadline, opening: Opening) -> Report:
+    lock = opening.lock
     r = RunState(config, options, never=ancestors(os.getpid()), deadline=deadline,
                  token=lock.token(), ledger=opening.ledger)
     with bounded(deadline):  # every wait before the verdict ends by then (or at SIGTERM)
-        said = opening.said + _first_aid(config, options, lock)
+        said = opening.said
         look = _look(config, r, lock)
         said += look.said
         to_drain = r.admit(look.decisions, vetoed=bool(said.reasons or r.vetoed))

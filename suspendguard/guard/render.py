@@ -9,11 +9,12 @@ from typing import TextIO
 
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import Holder, Node, Verdict
+from suspendguard.model import Holder, Node
 from suspendguard.record import Attempt, HolderRecord
 from suspendguard.system import journald
 from suspendguard.system.log import INFO, Logger
 from suspendguard.system.terminal import safe, table
+from suspendguard.verdict import Verdict
 
 _COLOURS = {"allow": "\033[32m", "veto": "\033[31;1m", "unknown": "\033[31;1m",
             "warn": "\033[33m"}

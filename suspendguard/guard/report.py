@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import Inventory, Unavailable, Verdict
+from suspendguard.model import Inventory, Unavailable
 from suspendguard.record import Attempt, HolderRecord
+from suspendguard.verdict import Verdict
 
 # The keys check --json shares with the attempt's record (record.Attempt.to_json).
 SHARED_KEYS = ("verdict", "dry_run", "action", "origin", "reasons", "reason_details", "warnings",
@@ -59,7 +60,8 @@ class Report:
 
     @property
     def holders(self) -> tuple[HolderRecord, ...]:
-        return self.attempt.holders
+        # A run's own attempt: every holder as the guard found it.
+        return tuple(h for h in self.attempt.holders if isinstance(h, HolderRecord))
 
     def unreadable_note(self, as_root: bool) -> str:
         """"N processes could not be inspected (not root)", or "" when all could."""

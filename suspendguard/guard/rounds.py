@@ -24,11 +24,12 @@ from suspendguard.model import (
     HolderId,
     Inventory,
     Outcome,
-    Reason,
     holder_id,
+    reason_about,
 )
 from suspendguard.record import Stop
 from suspendguard.system import runner
+from suspendguard.verdict import Reason
 
 # How long an unknown supervisor (a live parent) gets to restart a drained job
 # before the rescan; a known one gets its own restart delay.
@@ -93,7 +94,7 @@ def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], invent
         if pending and round_no > r.config.drain.rounds:
             for d in pending:
                 respawned = holder_id(d.holder) in tags
-                r.veto(Reason.about("respawned" if respawned else "appeared", advice.left_reason(
+                r.veto(reason_about("respawned" if respawned else "appeared", advice.left_reason(
                     d.holder, respawned, r.config.drain.rounds, r.options.proc), d.holder,
                     r.owner(d.holder).key))
             return

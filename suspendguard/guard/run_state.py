@@ -25,20 +25,13 @@ from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.ledger import NO_LEDGER, Ledger
 from suspendguard.guard.policy import decide, rule_matches, unsignalled
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import (
-    Decision,
-    Holder,
-    HolderId,
-    Outcome,
-    Owner,
-    Reason,
-    holder_id,
-)
+from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id, reason_about
 from suspendguard.record import HolderRecord, Stop
 from suspendguard.supervise.owner import OwnerControl, owner_of_cgroup
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
+from suspendguard.verdict import Reason
 
 # How long a Jupyter kernel gets to acknowledge its shutdown_request.
 SHUTDOWN_ASK_S = 5.0
@@ -346,7 +339,7 @@ class RunState:
         outcome = result.outcomes[holder_id(h)]
         owner = self.owner(h)
         if outcome.kind == "not-signalled" and outcome.why.startswith(UNSIGNALLABLE):
-            return (Reason.about("unsignallable", (
+            return (reason_about("unsignallable", (
                 f"pid {h.pid} {h.comm} {outcome.why}: it still holds the device; stop it "
                 f"yourself (kill -INT {h.pid})"), h, owner.key),)
         if outcome.kind != "timeout":
@@ -358,7 +351,7 @@ class RunState:
         cut = " (the wait was cut short by the deadline)" if result.shortened else ""
         took = self.took_before(h)
         remedy = advice.timeout_remedy(h, plan, stop, self.signame, self.timeout_for(h))
-        return (Reason.about("timeout-after-sigint", (
+        return (reason_about("timeout-after-sigint", (
             f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}" + (f" ({took})" if took else "")
             + f": {remedy}"), h, owner.key),)
 

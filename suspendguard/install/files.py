@@ -42,7 +42,7 @@ from typing import TextIO
 from suspendguard.config import DEFAULT_STATE_DIR, Config, commented_default
 from suspendguard.errors import InstallError, UsageError
 from suspendguard.install.docs import DOCS, DOCS_ROOT, docs_dir
-from suspendguard.install.manifest import MANIFEST_PATH, Manifest, read_manifest, sha256
+from suspendguard.install.manifest import MANIFEST_PATH, Manifest, sha256
 from suspendguard.install.templates import (
     HOOK_PATH,
     HOOK_TEMPLATE,
@@ -59,6 +59,7 @@ from suspendguard.install.templates import (
     template_dir,
     timeout_start_s,
 )
+from suspendguard.install.tree import Tree
 from suspendguard.model import SLEEP_ACTIONS
 from suspendguard.store.history import DB_NAME
 from suspendguard.system import runner
@@ -73,63 +74,6 @@ class NotRootError(InstallError):
 
 class SystemdNotRunningError(InstallError):
     """Installing into the running system needs a running systemd."""
-
-
-class Tree:
-    """Paths of the target system, under ``root``."""
-
-    def __init__(self, root: str) -> None:
-        self.root = Path(root)
-
-    def at(self, path: str) -> Path:
-        return self.root / path.lstrip("/")
-
-    def show(self, path: str) -> str:
-        return str(self.at(path))
-
-    def read_manifest(self) -> Manifest | None:
-        return read_manifest(self.at(MANIFEST_PATH))
-
-    def makedirs(self, path: str, manifest: Manifest) -> None:
-        """mkdir -p, recording every folder it made so uninstall can remove it."""
-        try:
-            # A staging root that does not exist yet is made (not recorded:
-            # it is the caller's folder, not part of the installed tree).
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InstallError(f"{self.root}: cannot create ({exc.strerror})") from None
-        missing: list[str] = []
-        current = os.path.normpath(path)
-        while current != "/" and not self.at(current).exists():
-            missing.append(current)
-            current = os.path.dirname(current)
-        for folder in reversed(missing):
-            try:
-                self.at(folder).mkdir(mode=0o755)
-            except FileExistsError:
-                continue
-            except OSError as exc:
-                raise InstallError(f"{self.at(folder)}: cannot create ({exc.strerror})") from None
-            if folder not in manifest.dirs:
-                manifest.dirs.append(folder)
-
-    def write(self, path: str, text: str, mode: int, manifest: Manifest | None) -> None:
-        target = self.at(path)
-        tmp = target.with_name(f".{target.name}.suspendguard-tmp")
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise InstallError(f"{target}: cannot write ({exc.strerror})") from None
-        if manifest is not None:
-            manifest.files[path] = sha256(text.encode())
-
-    def save_manifest(self, manifest: Manifest) -> None:
-        self.makedirs(os.path.dirname(MANIFEST_PATH), manifest)
-        self.write(MANIFEST_PATH, manifest.to_json(), 0o644, None)
 
 
 def check_live_system(euid: int | None = None, run_dir: str = SYSTEMD_RUN_DIR) -> None:

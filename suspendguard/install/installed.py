@@ -15,7 +15,6 @@ from typing import Any
 
 from suspendguard.config import DEFAULT_PATH
 from suspendguard.errors import InstallError
-from suspendguard.install.files import Tree
 from suspendguard.install.interpreter import Interpreter, probe, program
 from suspendguard.install.manifest import MANIFEST_PATH, Manifest
 from suspendguard.install.templates import (
@@ -26,6 +25,7 @@ from suspendguard.install.templates import (
     instance,
     required_by,
 )
+from suspendguard.install.tree import Tree
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 
 

@@ -19,11 +19,12 @@ from suspendguard.doctor.checks import Finding, to_fix
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import INSTALL, IdleReport, family_of
 from suspendguard.install.installed import Installation
-from suspendguard.model import Reason, Unavailable, Verdict
+from suspendguard.model import Unavailable
 from suspendguard.record import Attempt, DeviceHealth, Stop, iso
 from suspendguard.store.mode import ENFORCE, Mode
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
+from suspendguard.verdict import Reason, Verdict
 
 
 @dataclass(frozen=True, slots=True)

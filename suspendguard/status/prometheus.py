@@ -23,9 +23,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from suspendguard.idle.base import IdleReport
 from suspendguard.install.templates import instance
-from suspendguard.model import SLEEP_ACTIONS, Action, Disposition, Reason, Unavailable
+from suspendguard.model import SLEEP_ACTIONS, Action, Disposition, Unavailable
 from suspendguard.status.model import RecentHistory, Status
 from suspendguard.system.dbus.logind import LogindInfo
+from suspendguard.verdict import Reason
 
 ACTIONS: tuple[Action, ...] = ("drain", "protect", "ignore", "never", "keep")
 DISPOSITIONS: tuple[Disposition, ...] = ("default", "caught", "ignored", "blocked", "waited",

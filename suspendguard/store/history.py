@@ -29,7 +29,14 @@ from datetime import datetime
 
 from suspendguard.config import Config, to_toml
 from suspendguard.errors import HistoryError
-from suspendguard.record import Attempt, DeviceHealth, FindingRecord, HolderRecord, Stop
+from suspendguard.record import (
+    Attempt,
+    DeviceHealth,
+    FindingRecord,
+    HolderRecord,
+    KeptRecord,
+    Stop,
+)
 from suspendguard.store import database, reserve
 from suspendguard.store.reads import INTERRUPTED, Reads
 from suspendguard.system.procfs import ProcFS
@@ -206,16 +213,17 @@ class History(Reads):
 
     @staticmethod
     def _insert_holders(c: sqlite3.Connection, attempt_id: int,
-                        holders: Sequence[HolderRecord]) -> None:
+                        holders: Sequence[HolderRecord | KeptRecord]) -> None:
+        kept = [r.kept() if isinstance(r, HolderRecord) else r for r in holders]
         c.executemany(
             "INSERT INTO holders (attempt_id, pid, start_time, user, unit, comm, cmdline,"
             " action, rule, outcome, seconds, why, source, round, owner, uid, exe)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(attempt_id, r.holder.pid, r.holder.start_time, r.holder.user, r.holder.unit,
-              r.holder.comm, r.holder.command, r.decision.action, r.decision.rule,
-              r.outcome.kind, r.outcome.seconds, r.why, r.holder.source, r.round, r.owner.key,
-              r.holder.uid if r.holder.uid >= 0 else None, r.holder.exe or None)
-             for r in holders],
+              r.holder.comm, r.holder.command, r.action, r.rule, r.outcome.kind,
+              r.outcome.seconds, r.outcome.why, r.holder.source, r.round, r.owner.key,
+              r.holder.uid, r.holder.exe)
+             for r in kept],
         )
 
     def record_restore(self, stop_id: int, result: str, why: str,

@@ -41,6 +41,8 @@ class GuardLock:
     # Set when a run that does not lock found another run draining.
     busy_pid: int | None = None
     path: str = ""
+    # A run that does not lock, told that another run drains as it looks.
+    busy: str = ""
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -139,7 +141,11 @@ def peek(state_dir: str) -> GuardLock:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return GuardLock(fd, busy_pid=holder_pid(fd) or 0, path=path)
+        pid = holder_pid(fd)
+        who = f" (pid {pid})" if pid else ""
+        return GuardLock(fd, busy_pid=pid or 0, path=path, busy=(
+            f"another suspendguard run{who} is draining now: what this dry run shows may "
+            "change as it does"))
     # Never keep the shared lock: a run that drains would wait for it.
     fcntl.flock(fd, fcntl.LOCK_UN)
     return GuardLock(fd, path=path)

@@ -15,17 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from suspendguard.errors import HistoryError
-from suspendguard.model import (
-    Action,
-    Holder,
-    Outcome,
-    OutcomeKind,
-    Owner,
-    OwnerKind,
-    Reason,
-    Verdict,
-    VerdictKind,
-)
+from suspendguard.model import Action, Holder, Outcome, OutcomeKind, Owner, OwnerKind
 from suspendguard.record import (
     Attempt,
     AttemptState,
@@ -33,10 +23,12 @@ from suspendguard.record import (
     Event,
     FindingRecord,
     HealthState,
-    HolderRecord,
+    KeptHolder,
+    KeptRecord,
     Stop,
 )
 from suspendguard.system.procfs import ProcFS
+from suspendguard.verdict import Reason, Verdict, VerdictKind
 
 # SQLite's LIMIT is a signed 64-bit integer; more rows than this nobody asks for.
 _MAX_ROWS = (1 << 63) - 1
@@ -54,14 +46,14 @@ def texts(column: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def _holder(r: Sequence[Any]) -> HolderRecord:
+def _holder(r: Sequence[Any]) -> KeptRecord:
     """A holder's record from its row: pid, start_time, user, unit, comm, cmdline, action, rule,
-    outcome, seconds, why, source, round, owner (its key)."""
-    return HolderRecord.kept(
-        pid=r[0], start_time=r[1], user=r[2] or "", unit=r[3], comm=r[4] or "",
-        command=r[5] or "", action=cast(Action, r[6]), rule=r[7] or "",
-        outcome=Outcome(cast(OutcomeKind, r[8]), r[9], r[10] or ""), source=r[11] or "proc",
-        round=r[12], owner=Owner.from_key(r[13]))
+    outcome, seconds, why, source, round, owner (its key), uid, exe."""
+    holder = KeptHolder(r[0], r[1], r[2] or "", r[3], r[4] or "", r[5] or "", r[11] or "proc",
+                        r[14], r[15])
+    return KeptRecord(holder, cast(Action, r[6]), r[7] or "",
+                      Outcome(cast(OutcomeKind, r[8]), r[9], r[10] or ""), r[12],
+                      Owner.from_key(r[13]))
 
 def _verdict(kind: str | None, reasons: Any, warnings: Any, details: Any,
              state: AttemptState) -> Verdict:
@@ -216,11 +208,14 @@ class Reads:
             state = "running" if self._alive(r[10], r[11]) else "interrupted"
         elif r[6] == "interrupted":
             state = "interrupted"
-        owner = "owner" if self._holder_columns() >= {"owner"} else "'plain'"
+        have = self._holder_columns()
+        owner = "owner" if "owner" in have else "'plain'"
+        who = "uid, exe" if have >= {"uid", "exe"} else "NULL, NULL"
         holders = tuple(
             _holder(h) for h in self.conn.execute(
                 "SELECT pid, start_time, user, unit, comm, cmdline, action, rule, outcome, seconds,"
-                f" why, source, round, {owner} FROM holders WHERE attempt_id = ? ORDER BY rowid",
+                f" why, source, round, {owner}, {who} FROM holders WHERE attempt_id = ?"
+                " ORDER BY rowid",
                 (r[0],),
             )
         )

@@ -18,7 +18,7 @@ from helpers.runners import cli
 from helpers.users import nobody_prefix, python_for_nobody
 
 from suspendguard.errors import EXIT_UNKNOWN
-from suspendguard.model import VERDICT_EXIT_STATUS
+from suspendguard.verdict import VERDICT_EXIT_STATUS
 
 
 def test_unknown_has_its_own_exit_status() -> None:

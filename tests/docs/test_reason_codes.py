@@ -20,10 +20,10 @@ from helpers import REPO
 from helpers.holders import Holders
 from helpers.runners import guard
 
-from suspendguard.model import REASON_CODES
 from suspendguard.store.history import History
 from suspendguard.system import journald
 from suspendguard.system.log import Logger
+from suspendguard.verdict import REASON_CODES
 
 DOC = REPO / "docs" / "json-and-metrics.md"
 DETAIL_KEYS = {"code", "text", "pid", "comm", "unit", "owner", "device"}

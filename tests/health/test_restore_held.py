@@ -92,6 +92,7 @@ def test_held_while_unhealthy_then_restored_once_healthy(
     assert [(r.device, r.state) for r in health] == [("nvidia", "unhealthy")]
     sent = entries(journal)
     assert len(sent) == 1 and sent[0]["MESSAGE_ID"] == HELD_MESSAGE_ID
+    assert sent[0]["SUSPENDGUARD_REASON_CODE"] == "unhealthy-after-resume"
     assert sent[0]["MESSAGE"] == f"1 jobs held after resume: {reason} (train.service)"
 
     code, out, _ = cli("--config", str(gpu_conf), "history", "--wide")

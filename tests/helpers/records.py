@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from suspendguard.model import Reason, ReasonCode, Verdict, VerdictKind
 from suspendguard.record import Attempt, FindingRecord, HolderRecord, Stop
+from suspendguard.verdict import Reason, ReasonCode, Verdict, VerdictKind
 
 
 def finding(rule: str) -> FindingRecord:

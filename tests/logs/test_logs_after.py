@@ -9,8 +9,9 @@ from pathlib import Path
 from suspendguard.commands.sleep_hook import job_units
 from suspendguard.config import Config, build
 from suspendguard.logs.after import after_attempt
-from suspendguard.model import Action, Outcome, Verdict
-from suspendguard.record import Attempt, HolderRecord
+from suspendguard.model import Action, Outcome
+from suspendguard.record import Attempt, KeptRecord
+from suspendguard.verdict import Verdict
 
 START = datetime(2026, 3, 1, 12, 0, 0, 700000)
 RESUMED = START + timedelta(seconds=40)
@@ -86,8 +87,8 @@ def test_a_missing_journal_is_a_note_not_a_failure(tmp_path: Path) -> None:
         f"journal of job.service: not available: {tmp_path}/no-journalctl: command not found"]
 
 
-def holder(unit: str | None, action: Action) -> HolderRecord:
-    return HolderRecord.kept(pid=10, start_time=1, user="root", unit=unit, comm="python3",
+def holder(unit: str | None, action: Action) -> KeptRecord:
+    return KeptRecord.of(pid=10, start_time=1, user="root", unit=unit, comm="python3",
                              command="python3 train.py", action=action, rule="",
                              outcome=Outcome("exited", 0.5))
 

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from suspendguard.cli import main
 from suspendguard.model import Outcome
-from suspendguard.record import HolderRecord
+from suspendguard.record import KeptRecord
 from suspendguard.store.history import History
 
 needs_dbus = pytest.mark.skipif(dbus_daemon() is None, reason="needs dbus-daemon")
@@ -78,14 +78,14 @@ def make_history(state_dir: Path) -> None:
     with History.open(str(state_dir)) as h:
         first = h.begin("suspend", "unit", False, "digest", 1_700_000_000.0)
         h.finish(ended(first, "allow", holders=[
-            HolderRecord.kept(pid=4242, start_time=1, user="alice", unit="session-3.scope",
+            KeptRecord.of(pid=4242, start_time=1, user="alice", unit="session-3.scope",
                               comm="train", command="python train.py", action="drain",
                               rule="holds a compute node", outcome=Outcome("exited", 0.61))],
                  finished=1_700_000_001.5))
         second = h.begin("suspend", "unit", False, "digest", 1_700_000_100.0)
         h.finish(ended(second, "veto",
                        reasons=["pid 77 infer ignores SIGINT: kill -2 cannot stop it"], holders=[
-            HolderRecord.kept(pid=77, start_time=2, user="bob", unit=None, comm="infer",
+            KeptRecord.of(pid=77, start_time=2, user="bob", unit=None, comm="infer",
                               command="infer --serve", action="drain", rule="holds a compute node",
                               outcome=Outcome("not-signalled", why="ignores SIGINT"))],
                  finished=1_700_000_100.2))

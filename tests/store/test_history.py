@@ -22,7 +22,7 @@ from helpers.runners import guard
 from suspendguard.cli import main
 from suspendguard.errors import NoHistory
 from suspendguard.model import PLAIN, Owner
-from suspendguard.record import SCAN_KEYS, DeviceHealth, Stop
+from suspendguard.record import DeviceHealth, KeptRecord, Stop
 from suspendguard.store.history import History, last_attempt_start
 
 
@@ -39,14 +39,17 @@ def test_attempt_and_holder_rows(make_config: Any, node: str, holders: Holders,
     assert attempt.config_digest == History.digest(cfg) and attempt.finished is not None
     [row] = attempt.holders
     assert row.holder.pid == pid and row.outcome.kind == "exited"
-    assert row.decision.action == "drain" and not row.scanned
+    assert isinstance(row, KeptRecord) and row.action == "drain"
     assert row.outcome.seconds is not None and row.outcome.seconds > 0
     assert last_attempt_start(cfg.state.dir) is not None
     # One holder schema: what the history shows is what the run showed, less the scan's detail.
     [ran] = report.holders
-    shown = ran.to_json()
-    assert row.to_json() == {k: v for k, v in shown.items() if k not in SCAN_KEYS}
-    assert set(SCAN_KEYS) <= set(shown)
+    shown, kept = ran.to_json(), row.to_json()
+    assert kept == {k: shown[k] for k in kept}
+    # What only a live scan knows (docs/json-and-metrics.md); uid and exe are kept, not shown.
+    assert set(shown) - set(kept) == {"ppid", "exe", "cmdline", "uid", "container", "owner",
+                                      "nspid", "nodes", "sigint", "frozen", "notes", "respawned"}
+    assert (row.holder.uid, row.holder.exe) == (ran.holder.uid, ran.holder.exe)
 
 
 @pytest.mark.parametrize("owner", [PLAIN, Owner("systemd-service", "train.service"),
