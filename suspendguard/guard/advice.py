@@ -1,4 +1,4 @@
-"""What the guard says of a job: what its drain would do, what it took before, what to do now.
+"""What the guard says of a holder: what the drain did or would do, what it took before, what now.
 
 The words of check's predictions and of the veto reasons a drain ends in,
 by the shape of the job (guard/jobs.py's plan): a rank of a launcher that
@@ -13,9 +13,42 @@ from dataclasses import replace
 
 from suspendguard.guard import jobs
 from suspendguard.guard.drain import JobStop
-from suspendguard.guard.policy import predicted
+from suspendguard.guard.policy import drain_disposition
 from suspendguard.model import Decision, Holder, Outcome, Owner, holder_id
 from suspendguard.system.procfs import ProcFS
+
+
+def unsignalled(decision: Decision, signame: str) -> Outcome:
+    """The outcome of a holder the decision leaves unsignalled."""
+    why = {
+        "leave": decision.rule,
+        "protect": "protected",
+        "skip-frozen": "frozen cgroup",
+        "veto-frozen": "frozen cgroup",
+        "skip-stopped": "stopped",
+        "veto-stopped": "stopped",
+        "veto-sigint-ignored": f"ignores {signame}",
+        "veto-sigint-blocked": f"{signame} blocked in every thread",
+        "veto-supervised": "its supervisor would start it again",
+        "veto-unconfirmed": "not on the list that was confirmed",
+        "veto-jupyter": "a Jupyter kernel: SIGINT would only interrupt its cell",
+        "jupyter-shutdown": "a Jupyter kernel",
+    }[decision.kind]
+    return Outcome("not-signalled", why=why)
+
+
+def predicted(decision: Decision, signame: str) -> Outcome:
+    """What a dry run says the drain signal would do to a holder it would signal."""
+    never = "escalation follows" if decision.kind == "escalate" else "it stays pending"
+    why = {
+        "default": f"{signame} ends it (default action)",
+        "caught": f"has a {signame} handler",
+        "blocked": f"{signame} blocked in every thread and nothing waits for it; {never}",
+        "waited": f"a thread waits for {signame} (sigwait or a signalfd)",
+        "ignored": f"ignores {signame}; escalation follows",
+        "unknown": f"{signame} disposition unknown",
+    }[drain_disposition(decision.holder, signame)]
+    return Outcome("would-signal", why=why)
 
 
 def took_before(times: Sequence[float], wait: float) -> str:

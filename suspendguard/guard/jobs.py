@@ -27,10 +27,10 @@ So the holders are grouped into jobs before anyone is signalled:
   that it cannot kill or restart a rank that is still saving; it is
   continued once its ranks left (guard/held.py writes that down first);
 - mpirun (``ranks``) never gets it either, and is not stopped: its ranks
-  get it from the guard. Stopping it deadlocks the ranks: MPI_Finalize
-  waits for mpirun's daemon (seen with Open MPI 4.1: both ranks saved, then
-  waited in finalize until mpirun was continued). When a rank crashes on
-  its SIGINT, mpirun still SIGTERMs the others: that is the job's own.
+  get it from the guard. Stopping it deadlocks the ranks, whose
+  MPI_Finalize waits for mpirun's daemon (docs/ai-frameworks.md). When a
+  rank crashes on its SIGINT, mpirun still SIGTERMs the others: that is the
+  job's own.
 
 Only an ancestor running as the same uid as the holder counts: a process
 may name itself ``torchrun``, but it cannot make root signal another

@@ -30,7 +30,6 @@ from suspendguard.model import (
     Disposition,
     Holder,
     HolderId,
-    Outcome,
     holder_id,
 )
 from suspendguard.system.procfs import ProcAccessError, ProcFS
@@ -225,39 +224,6 @@ def sigint_blocked_reason(holder: Holder, signame: str, next_step: str = "") -> 
     return (f"pid {holder.pid} {holder.comm} has {signame} blocked in every thread and nothing "
             f"waits for it (no sigwait, no signalfd), as Ray's daemons start: kill -{num} can "
             f"never reach it; {step}")
-
-
-def unsignalled(decision: Decision, signame: str) -> Outcome:
-    """The outcome of a holder the decision leaves unsignalled."""
-    why = {
-        "leave": decision.rule,
-        "protect": "protected",
-        "skip-frozen": "frozen cgroup",
-        "veto-frozen": "frozen cgroup",
-        "skip-stopped": "stopped",
-        "veto-stopped": "stopped",
-        "veto-sigint-ignored": f"ignores {signame}",
-        "veto-sigint-blocked": f"{signame} blocked in every thread",
-        "veto-supervised": "its supervisor would start it again",
-        "veto-unconfirmed": "not on the list that was confirmed",
-        "veto-jupyter": "a Jupyter kernel: SIGINT would only interrupt its cell",
-        "jupyter-shutdown": "a Jupyter kernel",
-    }[decision.kind]
-    return Outcome("not-signalled", why=why)
-
-
-def predicted(decision: Decision, signame: str) -> Outcome:
-    """What a dry run says the drain signal would do to a holder it would signal."""
-    never = "escalation follows" if decision.kind == "escalate" else "it stays pending"
-    why = {
-        "default": f"{signame} ends it (default action)",
-        "caught": f"has a {signame} handler",
-        "blocked": f"{signame} blocked in every thread and nothing waits for it; {never}",
-        "waited": f"a thread waits for {signame} (sigwait or a signalfd)",
-        "ignored": f"ignores {signame}; escalation follows",
-        "unknown": f"{signame} disposition unknown",
-    }[drain_disposition(decision.holder, signame)]
-    return Outcome("would-signal", why=why)
 
 
 def _first(rules: Sequence[Rule], holder: Holder) -> int | None:

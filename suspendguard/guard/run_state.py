@@ -23,7 +23,7 @@ from suspendguard.guard.drain import UNSIGNALLABLE, DrainResult, JobStop, drain
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.ledger import NO_LEDGER, Ledger
-from suspendguard.guard.policy import decide, rule_matches, unsignalled
+from suspendguard.guard.policy import decide, rule_matches
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id, reason_about
 from suspendguard.record import HolderRecord, Stop
@@ -277,7 +277,7 @@ class RunState:
                 self.veto(d.veto(self.owner(d.holder).key))
             elif d.reason:
                 self.warn(d.reason)
-            self.record(d, unsignalled(d, self.signame), round_no, tags)
+            self.record(d, advice.unsignalled(d, self.signame), round_no, tags)
         return to_signal
 
     def admit(self, decisions: Sequence[Decision], vetoed: bool = False) -> list[Decision]:

@@ -16,10 +16,10 @@ The address may also be a systemd manager's private socket
 with no bus driver behind it, which answers the ``Hello`` every
 :class:`MessageBus` sends with an UnknownObject error. dbus-next keeps that
 error's text as the unique name; nothing here uses the name, and every
-call after it is answered (checked on systemd 252). systemd 252's server
-leaves a message that reached it in the same read as the client's
-``BEGIN`` unread until more bytes come: the ``Hello`` waits for ever, in
-26 of 40 fresh connections in the test container. So on a private socket,
+call after it is answered. systemd 252's server leaves a message that
+reached it in the same read as the client's ``BEGIN`` unread until more
+bytes come, so the ``Hello`` may wait for ever (docs/development.md,
+"systemd's private socket"). So on a private socket,
 while the ``Hello`` is unanswered, :class:`Session` writes a ``Peer.Ping``
 that wants no reply, after 2 ms and then at doubling intervals up to
 :data:`NUDGE_S`: new bytes, which make the server read what it holds. A
