@@ -61,6 +61,7 @@ from suspendguard.install.templates import (
 )
 from suspendguard.install.tree import Tree
 from suspendguard.model import SLEEP_ACTIONS
+from suspendguard.record import iso
 from suspendguard.store.history import DB_NAME
 from suspendguard.system import runner
 
@@ -121,7 +122,7 @@ def install(
     files = _rendered(config, python, config_path if config_explicit else None)
     manifest = tree.read_manifest() or Manifest()
     manifest.python = python
-    manifest.installed_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    manifest.installed_at = iso(time.time())
 
     def say(line: str) -> None:
         if out is not None:

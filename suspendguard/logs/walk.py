@@ -64,6 +64,17 @@ class Plan:
         for base in self.bases:
             os.close(base.fd)
 
+    def first_look(self, st: os.stat_result, since_ts: float | None) -> bool:
+        """Whether a file is new to the walk and recent enough to read (each counted once)."""
+        key = (st.st_dev, st.st_ino)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        if since_ts is not None and st.st_mtime < since_ts:
+            self.older += 1
+            return False
+        return True
+
 
 def plan(
     paths: Sequence[str],
@@ -105,12 +116,7 @@ def _add_base(
     if parts:
         return  # a file where the glob wants a directory
     st = os.fstat(fd)
-    key = (st.st_dev, st.st_ino)
-    if key in found.seen:
-        return
-    found.seen.add(key)
-    if since_ts is not None and st.st_mtime < since_ts:
-        found.older += 1
+    if not found.first_look(st, since_ts):
         return
     found.candidates.append(Candidate(-st.st_mtime, path, base, (), st.st_mtime, st.st_size))
 
@@ -173,12 +179,7 @@ def _walk(found: Plan, base: Base, parts: tuple[str, ...], since_ts: float | Non
                 if st.st_size == 0:
                     found.empty += 1  # nothing to find in it, and no place in the cap
                     continue
-                key = (st.st_dev, st.st_ino)
-                if key in found.seen:
-                    continue
-                found.seen.add(key)
-                if since_ts is not None and st.st_mtime < since_ts:
-                    found.older += 1
+                if not found.first_look(st, since_ts):
                     continue
                 cand = Candidate(-st.st_mtime, shown, base, (*rel, name), st.st_mtime, st.st_size)
                 heapq.heappush(kept, (st.st_mtime, len(found.seen), cand))
