@@ -114,7 +114,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
             with bounded(Deadline(time.monotonic() + RESTORE_AFTER_RESUME_S)):
                 done = restore(pending, supervisors, config.restore,
                                enabled=config.restore.after_resume, record=note, log=log.info,
-                               boot_id=ProcFS().boot_id())
+                               boot_ids=ProcFS().boot_ids())
                 # Whatever is still set aside (a killed run's drop-in, the restart
                 # policy of a container left down) goes back now.
                 for line in supervisors.clean_leftovers():

@@ -179,7 +179,6 @@ def _open(config: Config, options: RunOptions, deadline: Deadline,
         if not options.dry_run:
             opening.said += Said.warn(f"history not recorded: {exc}")
         opening.close_history()
-    opening.said += _first_aid(config, options, lock)
     return opening
 
 
@@ -201,7 +200,7 @@ def _run(config: Config, options: RunOptions, deadline: Deadline, opening: Openi
     r = RunState(config, options, never=ancestors(os.getpid()), deadline=deadline,
                  token=lock.token(), ledger=opening.ledger)
     with bounded(deadline):  # every wait before the verdict ends by then (or at SIGTERM)
-        said = opening.said
+        said = opening.said + _first_aid(config, options, lock)
         look = _look(config, r, lock)
         said += look.said
         to_drain = r.admit(look.decisions, vetoed=bool(said.reasons or r.vetoed))

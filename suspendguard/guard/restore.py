@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from suspendguard.config import Config, RestoreConfig
@@ -48,11 +48,11 @@ UNIT_KINDS = ("systemd-service", "user-service")
 
 def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreConfig, *,
             enabled: bool, record: Record, log: Callable[[str], None],
-            boot_id: str = "") -> list[Restored]:
+            boot_ids: Collection[str] = ()) -> list[Restored]:
     """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins.
 
-    ``boot_id``: this boot's; a stop made in another is left down unless
-    ``[restore] earlier_boot = "start"``.
+    ``boot_ids``: the names of this boot (``ProcFS.boot_ids``); a stop made
+    in another is left down unless ``[restore] earlier_boot = "start"``.
     """
     if not stops:
         return []
@@ -72,7 +72,7 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
             log(f"restore: {done.describe()}")
             out.append(done)
             continue
-        if earlier_boot(stop, boot_id) and config.earlier_boot == "leave":
+        if earlier_boot(stop, boot_ids) and config.earlier_boot == "leave":
             result, why = "left", ("stopped before a reboot; [restore] earlier_boot = \"leave\": "
                                    "start it yourself if it is still wanted")
         elif not enabled:
@@ -86,9 +86,10 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
     return out
 
 
-def earlier_boot(stop: Stop, boot_id: str) -> bool:
-    """Whether ``stop`` was made in another boot than ``boot_id`` (unknown either side: no)."""
-    return bool(stop.boot_id and boot_id and stop.boot_id != boot_id)
+def earlier_boot(stop: Stop, boot_ids: Collection[str]) -> bool:
+    """Whether ``stop`` was made in another boot than this one, named by ``boot_ids``
+    (unknown either side: no)."""
+    return bool(stop.boot_id and boot_ids and stop.boot_id not in boot_ids)
 
 
 def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,

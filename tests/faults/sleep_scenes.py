@@ -241,7 +241,7 @@ def restore_pending(s: Stage, supervisors: ManagersAndEngines) -> list[Restored]
     with History.open(str(s.state)) as h:
         return restore(h.pending_stops(), supervisors, s.config().restore, enabled=True,
                        record=lambda st, r, w: h.record_restore(st.id, r, w),
-                       log=lambda _line: None, boot_id=h.proc.boot_id())
+                       log=lambda _line: None, boot_ids=h.proc.boot_ids())
 
 
 # -- hung supervisors: the verdict within the deadline, recorded ------------------------
