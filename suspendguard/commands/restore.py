@@ -21,7 +21,9 @@ from suspendguard.errors import EXIT_ERROR, HistoryError
 from suspendguard.guard.held import continue_left
 from suspendguard.guard.restore import Blocker, restore
 from suspendguard.health.resume import AfterResume, after_resume
+from suspendguard.health.resume import plan as health_plan
 from suspendguard.record import Stop
+from suspendguard.store import progress
 from suspendguard.store.history import History
 from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system import journald
@@ -91,7 +93,13 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         log.warning(line)
     with history:
         pending = history.pending_stops()
-        outcome = health_step(config, history, log) if config.resume.health_check else None
+        outcome = None
+        if config.resume.health_check:
+            what, longest = health_plan(config)
+            since = time.time()
+            with progress.checking(config.state.dir, what, since, since + longest,
+                                   [s.owner.name for s in pending]):
+                outcome = health_step(config, history, log)
         reason = outcome.held_reason() if outcome is not None else ""
         held = pending if reason and pending and not args.force \
             and config.resume.restore_on_unhealthy == "hold" else []

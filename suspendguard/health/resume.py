@@ -68,6 +68,23 @@ class AfterResume:
                 "steps": [{"step": s, "note": n} for s, n in self.steps]}
 
 
+def plan(config: Config) -> tuple[str, float]:
+    """What the check after resume asks, in words, and the longest it can take: each probe's
+    limit, twice (the check and the check again), with the repairs' own limits between."""
+    families = config.devices.families
+    probe = config.resume.health_timeout_s
+    asked, one, repairs = [], 0.0, 0.0
+    if "nvidia" in families:
+        asked.append("nvidia (the CUDA probe, NVML, the kernel log)")
+        one += 3 * probe
+        repairs += 2 * TOOL_TIMEOUT_S if config.resume.repair else 0.0
+    if "ascend" in families:
+        asked.append("ascend (npu-smi, pyACL, the device logs)")
+        one += 2 * probe
+        repairs += config.resume.ready_timeout_s if config.resume.repair else 0.0
+    return "; ".join(asked) or "no device family to check", 2 * one + repairs
+
+
 def check(config: Config, since: datetime, findings: Iterable[FindingRecord] = (), *,
           families: Sequence[str] | None = None, tools: Tools = Tools()) -> HealthReport:
     """Every device of ``families`` (default: ``[devices] families``), each answer typed."""

@@ -28,6 +28,7 @@ from suspendguard.install.templates import instance
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.status.model import ConfigStatus, HistoryStatus, RecentHistory, StateDir, Status
 from suspendguard.store import mode as guard_mode
+from suspendguard.store import progress
 from suspendguard.store.history import DB_NAME, History
 from suspendguard.system.dbus.bus import system_bus_address
 from suspendguard.system.dbus.logind import logind_info
@@ -123,7 +124,8 @@ def collect(
     findings = tuple(doctor(Host(root), config, _vram_mb(report)))
     return Status(started, os.geteuid(), config_state, report, installation, state_dir,
                   logind, units, history, time.monotonic() - clock, config.devices.families,
-                  guard_mode.read(config.state.dir), findings)
+                  guard_mode.read(config.state.dir), findings,
+                  progress.current(config.state.dir, proc))
 
 
 def _vram_mb(report: Report | Unavailable) -> float | None:

@@ -9,7 +9,7 @@ stable keys.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from suspendguard.install.installed import Installation
 from suspendguard.model import Unavailable
 from suspendguard.record import Attempt, DeviceHealth, Stop, iso
 from suspendguard.store.mode import ENFORCE, Mode
+from suspendguard.store.progress import Progress
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
 from suspendguard.verdict import Reason, Verdict
@@ -166,6 +167,33 @@ class Status:
     configured_families: tuple[str, ...] = ()
     mode: Mode = ENFORCE
     doctor: tuple[Finding, ...] = ()  # suspendguard doctor's findings on this host
+    checking: Progress | None = None  # the check after resume, while it runs
+
+    def draining(self) -> Attempt | None:
+        """The real attempt a guard run is draining for now (its row is still open), if any."""
+        recent = self.history.recent
+        if isinstance(recent, Unavailable) or not recent.attempts:
+            return None
+        last = recent.attempts[0]
+        return last if last.state == "running" and not last.dry_run else None
+
+    def busy(self, when: Callable[[float], str]) -> str | None:
+        """What the guard is doing now, which status leads with: the check after resume (and
+        who waits for it), or a drain (which attempt, and for how long more at most)."""
+        if self.checking is not None:
+            return self.checking.describe(when)
+        attempt = self.draining()
+        if attempt is None:
+            return None
+        config = self.config.config
+        what = f"attempt {attempt.id} ({attempt.action or 'a drain'}) is draining since " \
+               f"{when(attempt.started)}"
+        if not isinstance(config, Config):
+            return what
+        left = attempt.started + config.drain.deadline_s - self.generated
+        return what + (f", for {left:.0f} s more at most ([drain] deadline_s): what follows "
+                       "may change as it does" if left > 0 else
+                       ", past its [drain] deadline_s: it is giving its verdict")
 
     @property
     def root(self) -> bool:
@@ -255,6 +283,8 @@ class Status:
         data: dict[str, Any] = {
             "version": __version__,
             "generated": iso(self.generated),
+            "checking_after_resume": self.checking.to_json() if self.checking else None,
+            "draining_attempt": a.id if (a := self.draining()) is not None else None,
             "euid": self.euid,
             "duration_s": round(self.duration_s, 3),
         }

@@ -78,7 +78,10 @@ def _not_restored_lines(s: Status) -> list[str]:
     if not down:
         return []
     rows = [("OWNER", "STOPPED", "ATTEMPT", "RESTORE")]
-    rows += [(p.owner.key, when(p.stopped), f"#{p.attempt_id}", _restore_state(p)) for p in down]
+    waiting = s.checking is not None
+    rows += [(p.owner.key, when(p.stopped), f"#{p.attempt_id}", _restore_state(p)
+              + ("; waiting for the check after resume" if waiting and p.result in (None, "held")
+                 else "")) for p in down]
     # Owner keys name units: nothing here may be cut.
     lines = [f"stopped by the guard, not started again: {len(down)}", *table(rows)]
     commands = {restore_command(p, s.history.config_path):
@@ -230,8 +233,11 @@ def render(s: Status, out: TextIO, colour: bool = False, width: int | None = 80)
         return [safe(line) for line in lines]
 
     held = s.held()
+    busy = s.busy(when)
     sections = [
-        # Jobs kept stopped on an unhealthy device come before anything else.
+        # What the guard is doing now, then jobs kept stopped on an unhealthy
+        # device, come before anything else.
+        [paint(safe(busy), "unknown", colour)] if busy else [],
         [paint(safe(held), "veto", colour)] if held else [],
         _verdict_lines(s, colour),
         plain(_accelerator_lines(s, width)),

@@ -21,6 +21,7 @@ import pytest
 from helpers import FAKES, REPO
 from helpers.clib import build_shared
 from helpers.systemd_harness import Container, container_marks, guard_config
+from helpers.wait import wait_for
 
 pytestmark = container_marks()
 
@@ -124,4 +125,53 @@ def test_drained_service_is_held_while_the_gpu_is_unhealthy_and_started_after_th
     assert order == ["cuInit 0", "modprobe -r nvidia_uvm", "modprobe nvidia_uvm", "cuInit 0"]
     status = box.suspendguard("status").stdout
     assert "jobs held after resume" not in status, status
+    box.run("systemctl", "stop", JOB, check=False)
+
+
+def test_status_leads_with_the_check_and_a_shell_restore_brings_the_held_job_back(
+        box: Container) -> None:
+    """Held after resume, then ``restore`` from a root shell: status says the check runs and
+    who waits for it, then the job comes back: a stop of this boot, whatever sandbox read it."""
+    box.reset_power()
+    box.sh(f"rm -f {RUN}/uvm-reloaded {RUN}/calls.log {RUN}/restore.out")
+    set_gpu(box, "broken")
+    start_job(box)
+    journal = box.suspend()
+    assert box.power_state().startswith("mem"), journal
+    box.wait_idle()
+    assert not box.unit_active(JOB), journal
+    lead = box.suspendguard("status").stdout.splitlines()[0]
+    assert lead.startswith("1 jobs held after resume: device nvidia unhealthy"), lead
+
+    # The GPU now recovers with a reload, and the reload waits for the test: meanwhile the
+    # shell's restore is checking the device, and status leads with that.
+    hold = f"{RUN}/hold-modprobe"
+    box.sh(f"rm -f {RUN}/uvm-reloaded && : > {hold}")
+    env = (f"FAKE_CUDA_RELOADED={RUN}/uvm-reloaded FAKE_MODPROBE_LOG={RUN}/calls.log "
+           f"FAKE_CUDA_LOG={RUN}/calls.log FAKE_CUDA_MODE= FAKE_MODPROBE_HOLD={hold}")
+    box.sh(f"(env {env} {sys.executable} -m suspendguard restore > {RUN}/restore.out 2>&1; "
+           f"echo $? >> {RUN}/restore.out) < /dev/null > /dev/null 2>&1 &")
+    status = ""
+
+    def checking() -> bool:
+        nonlocal status
+        status = box.suspendguard("status").stdout
+        return status.startswith("checking the devices after resume since ")
+
+    assert wait_for(checking, 20.0, interval=0.2), status
+    lines = status.splitlines()
+    assert f"1 job waits for it: {JOB}" in lines[0], lines[0]
+    assert status.split("\n\n")[1].startswith("1 jobs held after resume: "), status
+    assert any(line.strip().startswith(f"systemd-service:{JOB}")
+               and line.endswith("; waiting for the check after resume") for line in lines), status
+
+    box.run("rm", "-f", hold)
+    assert wait_for(lambda: box.run("tail", "-n", "1", f"{RUN}/restore.out",
+                                    check=False).stdout.strip() == "0", 60.0, interval=0.2), \
+        box.run("cat", f"{RUN}/restore.out", check=False).stdout
+    assert box.unit_active(JOB)
+    [stop] = [s for s in last_attempt(box)["stopped"] if s["name"] == JOB]
+    assert stop["result"] == "started", stop  # not "left": the same boot, inside and out
+    status = box.suspendguard("status").stdout
+    assert not status.startswith(("checking", "1 jobs held")), status
     box.run("systemctl", "stop", JOB, check=False)
