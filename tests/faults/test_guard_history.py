@@ -48,4 +48,4 @@ def test_a_guard_killed_mid_drain_leaves_whom_it_signalled(
     assert attempt.result == "interrupted"
     [row] = attempt.holders
     assert (row.holder.pid, row.outcome.kind) == (pid, "signalled")
-    assert "SIGINT" in row.why and "ended before it recorded the outcome" in row.why
+    assert "SIGINT" in row.outcome.why and "ended before it recorded the outcome" in row.outcome.why
