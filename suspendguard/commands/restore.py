@@ -26,7 +26,7 @@ from suspendguard.record import Stop
 from suspendguard.store import progress
 from suspendguard.store.history import History
 from suspendguard.supervise.managers import ManagersAndEngines
-from suspendguard.system import journald
+from suspendguard.system import journal_ids, journald
 from suspendguard.system.deadline import RESTORE_AFTER_RESUME_S, Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 EXIT_HELD = 1
 # journalctl MESSAGE_ID=... finds every "jobs held after resume" message.
-HELD_MESSAGE_ID = "6f1c1d8e3b1a4f5e9a0d2c7b8e4f1a20"
+HELD_MESSAGE_ID = journal_ids.HELD_AFTER_RESUME
 # The reason code of jobs held after resume (docs/json-and-metrics.md).
 UNHEALTHY: ReasonCode = "unhealthy-after-resume"
 # How far back the kernel log is read when no attempt was recorded.
@@ -122,7 +122,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
             with bounded(Deadline(time.monotonic() + RESTORE_AFTER_RESUME_S)):
                 done = restore(pending, supervisors, config.restore,
                                enabled=config.restore.after_resume, record=note, log=log.info,
-                               boot_ids=ProcFS().boot_ids())
+                               boot_ids=ProcFS().boot_ids(), journal=log.journal)
                 # Whatever is still set aside (a killed run's drop-in, the restart
                 # policy of a container left down) goes back now.
                 for line in supervisors.clean_leftovers():

@@ -282,7 +282,7 @@ def _drain(r: RunState, look: Look, to_drain: list[Decision]) -> None:
         if r.stops and r.options.supervisors is not None:
             restore(r.stops, r.options.supervisors, r.config.restore,
                     enabled=r.config.restore.after_veto, record=lambda _s, _r, _w: None,
-                    log=r.options.log.info)
+                    log=r.options.log.info, journal=r.options.log.journal)
         raise
 
 
@@ -388,5 +388,5 @@ def _record(config: Config, options: RunOptions, opening: Opening, report: Repor
         # came by deadline_s - ANSWER_MARGIN_S.
         with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
             restore(stops, options.supervisors, config.restore, enabled=config.restore.after_veto,
-                    record=note, log=log.info)
+                    record=note, log=log.info, journal=log.journal)
     return report

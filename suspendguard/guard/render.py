@@ -11,8 +11,8 @@ from suspendguard.guard.report import Report
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Holder, Node
 from suspendguard.record import Attempt, HolderRecord
-from suspendguard.system import journald
-from suspendguard.system.log import INFO, Logger
+from suspendguard.system import journal_ids, journald
+from suspendguard.system.log import ERR, INFO, Logger
 from suspendguard.system.terminal import safe, table
 from suspendguard.verdict import Verdict
 
@@ -154,30 +154,77 @@ def render(report: Report, out: TextIO, colour: bool = False, width: int | None 
 def log_verdict(report: Report, log: Logger) -> None:
     """The verdict as one journal line: what the operator and the journal wait for.
 
-    Under systemd a refusal also gets one structured entry: its reasons'
-    texts and codes as fields (``SUSPENDGUARD_REASON_DETAILS``, the JSON of
-    check's ``reason_details``), for whoever filters the journal by code.
+    Under systemd a real run also gets one structured entry: a refusal its
+    reasons' texts and codes as fields (``SUSPENDGUARD_REASON_DETAILS``, the
+    JSON of check's ``reason_details``), for whoever filters the journal by
+    code; an allow after a drain the holders drained. Each carries its
+    MESSAGE_ID (system/journal_ids.py): ``journalctl -x`` explains it
+    through the catalog.
     """
     a = report.attempt
     if a.dry_run and log.quiet:
         return  # an interactive dry run: the report itself says it
     _log_line(report, log)
-    if log.journal and not a.dry_run and a.verdict.kind != "allow":
-        journald.send(verdict_entry(a))
+    if not log.journal or a.dry_run:
+        return
+    if a.verdict.kind != "allow":
+        journald.send(verdict_entry(a, refused=report.can_veto))
+    elif drained(report.holders):
+        journald.send(allow_entry(a, report.holders))
 
 
-def verdict_entry(a: Attempt) -> dict[str, str]:
-    """The structured journal entry of a refused attempt."""
+def _common(a: Attempt) -> dict[str, str]:
+    return {"SYSLOG_IDENTIFIER": "suspendguard", "SUSPENDGUARD_VERDICT": a.verdict.kind,
+            "SUSPENDGUARD_ATTEMPT": str(a.id or ""), "SUSPENDGUARD_ACTION": a.action or ""}
+
+
+def verdict_entry(a: Attempt, refused: bool = True) -> dict[str, str]:
+    """The structured journal entry of a refused attempt: its MESSAGE the first reason
+    (the catalog and the fields say the rest).
+
+    ``refused`` False: a sleep hook's verdict, which cannot stop the suspend:
+    the same fields without the veto's MESSAGE_ID.
+    """
     codes = ", ".join(dict.fromkeys(r.code for r in a.verdict.reasons))
-    what = f"attempt {a.id}" if a.id else f"the {a.action or 'check'} attempt"
-    return {"MESSAGE": f"{what}: {a.verdict.kind}, reason codes: {codes}",
-            "PRIORITY": str(INFO), "SYSLOG_IDENTIFIER": "suspendguard",
-            "SUSPENDGUARD_VERDICT": a.verdict.kind,
-            "SUSPENDGUARD_ATTEMPT": str(a.id or ""),
-            "SUSPENDGUARD_ACTION": a.action or "",
+    what = a.action or "check"
+    how = "refused" if refused else "not refused (a sleep hook cannot)"
+    attempt = f", attempt {a.id}" if a.id else ""
+    first, *rest = a.verdict.texts or ("the guard cannot tell",)
+    more = f" (and {len(rest)} more reason{'s' if len(rest) > 1 else ''})" if rest else ""
+    entry = {"MESSAGE": f"{what} {how} ({a.verdict.kind}{attempt}): {first}{more}"}
+    if refused:
+        entry["MESSAGE_ID"] = journal_ids.VETO
+    return {**entry, "PRIORITY": str(ERR if refused else INFO), **_common(a),
             "SUSPENDGUARD_REASON_CODES": codes,
             "SUSPENDGUARD_REASONS": json.dumps(list(a.verdict.texts)),
+            "SUSPENDGUARD_REASONS_TEXT": "; ".join(a.verdict.texts),
             "SUSPENDGUARD_REASON_DETAILS": json.dumps([r.to_json() for r in a.verdict.reasons])}
+
+
+def drained(holders: Sequence[HolderRecord]) -> list[HolderRecord]:
+    """The holders a real run drained (asked with SIGINT, and gone)."""
+    return [hr for hr in holders if hr.outcome.kind == "exited"]
+
+
+def allow_entry(a: Attempt, holders: Sequence[HolderRecord]) -> dict[str, str]:
+    """The structured journal entry of a suspend allowed once its holders were drained."""
+    gone = drained(holders)
+
+    def name(hr: HolderRecord) -> str:
+        h = hr.decision.holder
+        where = h.unit or (f"container {h.container}" if h.container else "")
+        return f"pid {h.pid} {h.comm}" + (f" ({where})" if where else "")
+
+    names = ", ".join(name(hr) for hr in gone)
+    stopped = ", ".join(s.owner.name for s in a.stops)
+    what = a.action or "check"
+    attempt = f", attempt {a.id}" if a.id else ""
+    return {"MESSAGE": f"{what} allowed after draining {len(gone)} holder(s){attempt}: {names}",
+            "MESSAGE_ID": journal_ids.ALLOW_AFTER_DRAIN, "PRIORITY": str(INFO), **_common(a),
+            "SUSPENDGUARD_DRAINED": str(len(gone)),
+            "SUSPENDGUARD_DRAINED_HOLDERS": names,
+            "SUSPENDGUARD_STOPPED": stopped or "none",
+            "SUSPENDGUARD_WARNINGS": "; ".join(a.verdict.warnings) or "none"}
 
 
 def _log_line(report: Report, log: Logger) -> None:

@@ -28,7 +28,7 @@ from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Inventory, Owner, Unavailable
 from suspendguard.record import Stop
 from suspendguard.supervise.owner import OwnerControl
-from suspendguard.system import deadline
+from suspendguard.system import deadline, journal_ids, journald
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +48,13 @@ UNIT_KINDS = ("systemd-service", "user-service")
 
 def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreConfig, *,
             enabled: bool, record: Record, log: Callable[[str], None],
-            boot_ids: Collection[str] = ()) -> list[Restored]:
+            boot_ids: Collection[str] = (), journal: bool = False) -> list[Restored]:
     """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins.
 
     ``boot_ids``: the names of this boot (``ProcFS.boot_ids``); a stop made
     in another is left down unless ``[restore] earlier_boot = "start"``.
+    ``journal``: under journald, each failed start also goes there as one
+    structured entry (:func:`failed_entry`).
     """
     if not stops:
         return []
@@ -82,8 +84,28 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
         record(stop, result, why)
         done = Restored(stop, result, why)
         log(f"restore: {done.describe()}")
+        if journal and result == "failed":
+            journald.send(failed_entry(stop, why))
         out.append(done)
     return out
+
+
+def failed_entry(stop: Stop, why: str) -> dict[str, str]:
+    """The journal entry of a stopped job the guard could not start again, with its MESSAGE_ID."""
+    o = stop.owner
+    what = f"container {o.name}" if o.kind in ("docker", "podman") else o.name
+    entry = {"MESSAGE": f"could not start {what} again: {why}",
+             "MESSAGE_ID": journal_ids.RESTORE_FAILED, "PRIORITY": "3",
+             "SYSLOG_IDENTIFIER": "suspendguard",
+             "SUSPENDGUARD_OWNER": o.key, "SUSPENDGUARD_OWNER_KIND": o.kind,
+             "SUSPENDGUARD_WHY": why, "SUSPENDGUARD_ATTEMPT": str(stop.attempt_id or "")}
+    if o.kind in UNIT_KINDS:
+        entry["SUSPENDGUARD_UNIT"] = o.name
+        if o.uid is not None:
+            entry["SUSPENDGUARD_UID"] = str(o.uid)
+    elif o.kind in ("docker", "podman"):
+        entry["SUSPENDGUARD_CONTAINER"] = o.name
+    return entry
 
 
 def earlier_boot(stop: Stop, boot_ids: Collection[str]) -> bool:

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 from helpers import REPO
 from helpers.holders import Holders
+from helpers.journal import standing_in, unfilled
 from helpers.runners import guard
 
 from suspendguard.store.history import History
-from suspendguard.system import journald
+from suspendguard.system import journal_ids
 from suspendguard.system.log import Logger
 from suspendguard.verdict import REASON_CODES
 
@@ -41,12 +42,9 @@ def test_the_docs_table_is_the_list_of_codes() -> None:
 
 @pytest.fixture
 def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
-    """A datagram socket standing where journald's is."""
-    path = tmp_path / "journal.socket"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.bind(str(path))
+    """A datagram socket standing where journald's is, waiting up to 5 s for each entry."""
+    with standing_in(tmp_path, monkeypatch) as sock:
         sock.settimeout(5)
-        monkeypatch.setattr(journald, "SOCKET", str(path))
         yield sock
 
 
@@ -78,6 +76,11 @@ def test_a_veto_is_typed_in_check_history_and_the_journal(
     assert json.loads(entry["SUSPENDGUARD_REASONS"]) == doc["reasons"]
     assert json.loads(entry["SUSPENDGUARD_REASON_DETAILS"]) == doc["reason_details"]
     assert "sigint-ignored" in entry["SUSPENDGUARD_REASON_CODES"].split(", ")
+    # journalctl -x explains it: the catalog's entry for its id, every @FIELD@ filled in
+    assert entry["MESSAGE_ID"] == journal_ids.VETO
+    assert entry["MESSAGE"].startswith(f"suspend refused (veto, attempt {report.attempt.id}): "
+                                       f"{doc['reasons'][0]}")
+    assert unfilled(journal_ids.VETO, entry) == set()
 
     # Read back from the history, as history --json writes it (Attempt.to_json).
     with History.open(config.state.dir, readonly=True) as h:
@@ -93,6 +96,26 @@ def test_a_dry_run_sends_no_journal_entry(make_config: Any, node: str, holders: 
                    log=Logger(io.StringIO(), {"JOURNAL_STREAM": "8:1"}))
     assert report.verdict.kind == "veto"
     assert report.to_json()["reason_details"][0]["code"] == "sigint-ignored"
+    journal.settimeout(0.2)
+    with pytest.raises(TimeoutError):
+        journal.recv(65536)
+
+
+def test_an_allow_after_a_drain_has_its_own_journal_entry(
+        make_config: Any, node: str, holders: Holders, journal: socket.socket) -> None:
+    _, pid = holders.start(node, mode="graceful")
+    report = guard(make_config(), log=Logger(io.StringIO(), {"JOURNAL_STREAM": "8:1"}))
+    assert report.verdict.kind == "allow"
+    entry = fields(journal.recv(65536))
+    assert entry["MESSAGE_ID"] == journal_ids.ALLOW_AFTER_DRAIN
+    assert entry["SUSPENDGUARD_VERDICT"] == "allow" and entry["SUSPENDGUARD_DRAINED"] == "1"
+    assert f"pid {pid} " in entry["SUSPENDGUARD_DRAINED_HOLDERS"]
+    assert entry["MESSAGE"].startswith("suspend allowed after draining 1 holder(s)")
+    assert unfilled(journal_ids.ALLOW_AFTER_DRAIN, entry) == set()
+
+    # nothing drained, nothing to explain: the plain log line alone
+    report = guard(make_config(), log=Logger(io.StringIO(), {"JOURNAL_STREAM": "8:1"}))
+    assert report.verdict.kind == "allow" and not report.holders
     journal.settimeout(0.2)
     with pytest.raises(TimeoutError):
         journal.recv(65536)

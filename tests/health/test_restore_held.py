@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import MODPROBE, Gpu
 from helpers.holders import Holders
+from helpers.journal import entries, standing_in, unfilled
 from helpers.records import ended
 from helpers.runners import cli
 
@@ -20,29 +21,13 @@ from suspendguard.commands.restore import HELD_MESSAGE_ID
 from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store.history import History
-from suspendguard.system import journald
 
 
 @pytest.fixture
 def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
     """A datagram socket standing where journald's is."""
-    path = tmp_path / "journal.socket"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(path))
-    sock.settimeout(0)
-    monkeypatch.setattr(journald, "SOCKET", str(path))
-    yield sock
-    sock.close()
-
-
-def entries(sock: socket.socket) -> list[dict[str, str]]:
-    out = []
-    while True:
-        try:
-            data = sock.recv(65536)
-        except BlockingIOError:
-            return out
-        out.append(dict(line.split("=", 1) for line in data.decode().splitlines()))
+    with standing_in(tmp_path, monkeypatch) as sock:
+        yield sock
 
 
 @pytest.fixture
@@ -93,6 +78,7 @@ def test_held_while_unhealthy_then_restored_once_healthy(
     sent = entries(journal)
     assert len(sent) == 1 and sent[0]["MESSAGE_ID"] == HELD_MESSAGE_ID
     assert sent[0]["SUSPENDGUARD_REASON_CODE"] == "unhealthy-after-resume"
+    assert unfilled(HELD_MESSAGE_ID, sent[0]) == set()  # what journalctl -x fills in
     assert sent[0]["MESSAGE"] == f"1 jobs held after resume: {reason} (train.service)"
 
     code, out, _ = cli("--config", str(gpu_conf), "history", "--wide")
