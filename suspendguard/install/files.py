@@ -16,6 +16,9 @@ would leave:
   ``/usr/local/share/bash-completion/completions/suspendguard`` and
   ``/usr/local/share/zsh/site-functions/_suspendguard``: the man pages and
   the shell completion (install/docs.py says why /usr/local).
+- ``/usr/local/lib/systemd/catalog/suspendguard.catalog``: the journal
+  catalog (``journalctl -x``); journalctl reads /usr/local/lib and /usr/lib
+  for catalogs, never /etc; live, ``journalctl --update-catalog`` follows.
 - ``/etc/suspendguard/config.toml``: the commented defaults, only when no
   file is there; an operator's file is never overwritten.
 - the ``[state] dir`` (default ``/var/lib/suspendguard``): the history.
@@ -67,6 +70,7 @@ from suspendguard.system import runner
 
 SYSTEMD_RUN_DIR = "/run/systemd/system"
 SYSTEMCTL_TIMEOUT_S = 60.0
+CATALOG_PATH = "/usr/local/lib/systemd/catalog/suspendguard.catalog"
 
 
 class NotRootError(InstallError):
@@ -133,6 +137,7 @@ def install(
         tree.write(path, text, mode, manifest)
         say(what.format(tree.show(path)))
     say(_write_docs(tree, manifest))
+    say(_write_catalog(tree, manifest, live))
     say(_write_config(tree, config_path, manifest))
     _claim_state_dir(tree, os.path.normpath(config.state.dir), manifest)
     tree.save_manifest(manifest)
@@ -180,6 +185,20 @@ def _write_docs(tree: Tree, manifest: Manifest) -> str:
         # leave the host unguarded. What was written is in the manifest.
         return f"man pages and completion: not installed ({exc})"
     return f"man pages and completion: {tree.show(DOCS_ROOT)}"
+
+
+def _write_catalog(tree: Tree, manifest: Manifest, live: bool) -> str:
+    """The journal catalog written (as the docs: never a reason to fail); live, journalctl's
+    database rebuilt."""
+    try:
+        text = (template_dir() / "catalog" / os.path.basename(CATALOG_PATH)).read_text("utf-8")
+        tree.makedirs(os.path.dirname(CATALOG_PATH), manifest)
+        tree.write(CATALOG_PATH, text, 0o644, manifest)
+    except (InstallError, OSError) as exc:
+        return f"journal catalog: not installed ({exc})"
+    if live:
+        runner.run(("journalctl", "--update-catalog"), SYSTEMCTL_TIMEOUT_S)
+    return f"journal catalog: {tree.show(CATALOG_PATH)}"
 
 
 def _write_config(tree: Tree, config_path: str, manifest: Manifest) -> str:
@@ -305,6 +324,7 @@ def uninstall(
         ))
     if live:
         _systemctl("daemon-reload")
+        runner.run(("journalctl", "--update-catalog"), SYSTEMCTL_TIMEOUT_S)  # the catalog gone
     return True
 
 

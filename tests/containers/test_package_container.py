@@ -8,7 +8,8 @@ holding only Debian's own packages, the package's dependencies among them, is
 booted with systemd-nspawn and a fake /sys/power. The package is installed
 with apt from the local file (the container has no network), configured the
 way an operator would (its conffile rewritten), then: a graceful job is
-drained and the suspend goes on, a deaf job vetoes it, a `Restart=always`
+drained and the suspend goes on, a deaf job vetoes it (and ``journalctl -x``
+explains the veto from the package's catalog), a `Restart=always`
 service is drained, kept down by systemd and runs again after resume (the
 package's resume unit), `status` and `history`
 answer, `apt-get remove` keeps the configuration and the history, a
@@ -35,6 +36,8 @@ from typing import Any
 import pytest
 from helpers import REPO
 from helpers.debian_box import DebianBox, debian_tree, unavailable_reason
+
+from suspendguard.system import journal_ids
 
 
 def _reason() -> str | None:
@@ -252,6 +255,15 @@ def test_deaf_job_vetoes_the_suspend(clean: DebianBox) -> None:
     attempt = newest_unit_attempt(box)
     assert attempt["verdict"] == "veto", attempt
     assert any(str(deaf) in reason for reason in attempt["reasons"]), attempt["reasons"]
+    # journalctl -x explains the veto from the catalog the package installed
+    # (systemd's own dpkg trigger on /usr/lib/systemd/catalog built the database)
+    assert journal_ids.VETO in box.run("journalctl", "--list-catalog").stdout
+    explained = box.run("journalctl", "-x", "--no-pager",
+                        f"MESSAGE_ID={journal_ids.VETO}").stdout
+    assert f"suspend refused (veto, attempt {attempt['id']}): " in explained, explained
+    assert re.search(r"The suspend was refused: .*sigint-ignored", explained), explained
+    assert f"The guard refused the suspend (attempt {attempt['id']}," in explained, explained
+    assert "suspendguard status" in explained and str(deaf) in explained, explained
 
 
 def test_restart_always_service_is_kept_down_by_systemd_and_runs_after_resume(

@@ -58,6 +58,7 @@ def test_files(rpm_file: Path) -> None:
                  f"/usr/lib/systemd/system/{RESUME}",
                  "/usr/lib/systemd/system-sleep/suspendguard",
                  "/usr/lib/systemd/system-preset/50-suspendguard.preset",
+                 "/usr/lib/systemd/catalog/suspendguard.catalog",
                  "/etc/suspendguard/config.toml", "/var/lib/suspendguard"):
         assert path in files, files
     assert any(re.search(r"/site-packages/suspendguard/cli\.py$", f) for f in files), files
@@ -93,6 +94,9 @@ def test_scriptlets_enable_on_install_disable_on_erase_and_never_start(rpm_file:
     units = " ".join([*INSTANCES, RESUME])
     assert "$1 -eq 1" in post and "install-system-units " + units in post
     assert "$1 -eq 0" in preun and "remove-system-units " + units in preun
+    # the catalog database (journalctl -x), where systemd has no file trigger for it
+    postun = scripts.split("postuninstall scriptlet")[1]
+    assert "journalctl --update-catalog" in post and "journalctl --update-catalog" in postun
     # a (re)start of an instance would be a real drain of every accelerator job
     assert not re.search(r"\b(restart|start)\b", scripts.replace("install-system-units", ""))
 

@@ -88,8 +88,9 @@ def test_install_stages_exactly_these_files(root: Path) -> None:
     after = snapshot(root)
     added = {k: v for k, v in after.items() if k not in before}
     from suspendguard.install.docs import DOCS
+    from suspendguard.install.files import CATALOG_PATH
 
-    docs = {path.lstrip("/") for path in DOCS.values()}
+    docs = {path.lstrip("/") for path in (*DOCS.values(), CATALOG_PATH)}
     assert {k for k, v in added.items() if v[0] == "f"} == {UNIT, RESUME, HOOK, CONFIG, MANIFEST, *docs}
     assert {k: v[1] for k, v in added.items() if v[0] == "l"} == links()
     assert {k for k, v in added.items() if v[0] == "d"} == {

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import REPO
 from helpers.journal import CATALOG, entries, parse, standing_in, unfilled
 
 from suspendguard.config.load import defaults
@@ -44,6 +45,13 @@ def test_every_id_has_exactly_one_entry_and_no_entry_is_stray() -> None:
         assert len(e.body.splitlines()) >= 3, e.id
         assert "suspendguard " in e.body, f"{e.id}: the entry says no command to run"
     assert all(len(line) <= 76 for e in entries for line in e.body.splitlines())
+
+
+def test_the_docs_list_every_id_with_its_name() -> None:
+    text = (REPO / "docs" / "json-and-metrics.md").read_text()
+    section = text[text.index("**Journal entries.**"):]
+    rows = re.findall(r"^\| `([0-9a-f]{32})` \| ([a-z-]+) \|", section, re.M)
+    assert dict((name, i) for i, name in rows) == journal_ids.MESSAGE_IDS
 
 
 @pytest.mark.skipif(shutil.which("journalctl") is None, reason="journalctl is not installed")
