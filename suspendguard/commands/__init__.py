@@ -147,6 +147,13 @@ def _mode(p: argparse.ArgumentParser) -> None:
                         "or refuse) | off (let every suspend go); none: show the mode")
 
 
+def _watch(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recheck", type=float, default=60.0, metavar="S",
+                   help="look again at least every S seconds, events or not (default 60)")
+    p.add_argument("--debounce", type=float, default=0.2, metavar="S",
+                   help="wait S seconds after a node's open or close before looking (default 0.2)")
+
+
 def _sleep_hook(p: argparse.ArgumentParser) -> None:
     p.add_argument("phase", choices=("pre", "post"), help="pre: before the sleep; post: after")
     p.add_argument("action", nargs="?", default="suspend", metavar="ACTION",
@@ -216,6 +223,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("uninstall", "remove what install put in place",
             "install:command_uninstall", _uninstall,
             ((0, "removed"), USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
+    Command("watch", "hold a logind sleep block while the guard would veto a suspend "
+            "(the suspendguard-watch service)",
+            "watch:command", _watch,
+            ((0, "stopped (SIGTERM, SIGINT or SIGHUP); the block released"), USAGE_EXIT,
+             UNTRUSTED_EXIT)),
     Command("sleep-hook", "called by systemd-sleep: sleep-hook pre|post ACTION",
             "sleep_hook:command", _sleep_hook,
             ((0, "always once it ran (systemd-sleep ignores a hook's status)"),

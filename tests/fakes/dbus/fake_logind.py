@@ -12,7 +12,9 @@ from the annotations.
 # ruff: noqa: F821
 
 import asyncio
+import json
 import os
+import time
 from dataclasses import dataclass
 
 from dbus_next import DBusError, Message, MessageType
@@ -60,6 +62,9 @@ class LoginManager(ServiceInterface):
         self.bus: object = None
         self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self.sleep_job: str | None = None  # the job path of the sleep in progress
+        # A file that gets one JSON line per lock taken and per lock dropped (who, why,
+        # mode, what, pid, the monotonic time): the order a test can check. None: none.
+        self.inhibit_log = state.get("inhibit_log")
 
     def attach(self, bus: object) -> None:
         """Export on the bus, and take Inhibit calls before dbus-next's dispatcher.
@@ -211,6 +216,7 @@ class LoginManager(ServiceInterface):
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         lock = Lock(what, who, why, mode, uid, pid, read_fd)
         self.locks.append(lock)
+        self._note("taken", lock)
         asyncio.get_running_loop().add_reader(read_fd, self._on_readable, lock)
         sent = bus.send(Message.new_method_return(msg, "h", [0], [write_fd]))
         # The bus has its own copy once the message is written: drop ours then.
@@ -234,3 +240,11 @@ class LoginManager(ServiceInterface):
         os.close(lock.read_fd)
         lock.read_fd = None
         self.locks.remove(lock)
+        self._note("released", lock)
+
+    def _note(self, event: str, lock: Lock) -> None:
+        if self.inhibit_log:
+            with open(str(self.inhibit_log), "a") as f:
+                f.write(json.dumps({"event": event, "what": lock.what, "who": lock.who,
+                                    "why": lock.why, "mode": lock.mode, "pid": lock.pid,
+                                    "t": time.monotonic()}) + "\n")

@@ -5,7 +5,8 @@
 
 --state is a JSON object: can_suspend, can_hibernate, inhibit_delay_max_usec,
 preparing_for_sleep, inhibitors (a list of [what, who, why, mode, uid, pid])
-and sleep_error ([error name, message] the sleep methods answer) for logind;
+and sleep_error ([error name, message] the sleep methods answer), inhibit_log (a file
+that gets a JSON line per lock taken and dropped) for logind;
 units ({name: {LoadState, ActiveState, SubState, UnitFileState, Result,
 ExecMainStatus}}) and jobs ({unit: [argv, ...]}, what a started unit's job
 runs) for systemd. --silent owns the names but never

@@ -1,0 +1,183 @@
+"""``suspendguard watch``: a logind block while the guard would veto, gone once it would not.
+
+Real parts: the watch runs as its own process (``python -m suspendguard
+watch``) against fake logind on a private dbus-daemon, which logs every lock
+it hands out and every one dropped; the holders are real processes holding
+the test node (a deaf one ignores SIGINT: a certain veto). systemd's side is
+a datagram socket of the test's, named in ``NOTIFY_SOCKET`` (abstract, as
+systemd's own is). The bounded look is set to 600 s: whatever the watch
+sees within the test, it saw through inotify and pidfds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.dbus import PrivateBus
+from helpers.holders import Holders
+from helpers.wait import wait_for
+
+from suspendguard.system.dbus.logind import Inhibitor, logind_info
+from suspendguard.system.inotify import IN_CLOSE_NOWRITE, IN_OPEN, Inotify
+from suspendguard.system.sdnotify import Notifier
+
+RELEASE_S = 2.0  # a holder gone, the block gone within this
+
+
+class Systemd:
+    """The notification socket a service manager listens on; what the service said."""
+
+    def __init__(self) -> None:
+        self.name = f"@suspendguard-test-{os.getpid()}-{time.monotonic_ns()}"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(b"\0" + self.name[1:].encode())
+        self.sock.settimeout(0.1)
+        self.messages: list[dict[str, str]] = []
+
+    def read(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(4096)
+            except (TimeoutError, BlockingIOError):
+                return
+            self.messages.append(dict(line.split("=", 1) for line in data.decode().splitlines()))
+
+    def said(self, key: str) -> list[str]:
+        self.read()
+        return [m[key] for m in self.messages if key in m]
+
+
+def ours() -> list[Inhibitor]:
+    info = logind_info()
+    assert not hasattr(info, "reason"), info
+    return [i for i in info.inhibitors if i.who == "suspendguard"]  # type: ignore[union-attr]
+
+
+def events(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.fixture
+def systemd() -> Iterator[Systemd]:
+    s = Systemd()
+    yield s
+    s.sock.close()
+
+
+def test_the_block_follows_the_holders(
+        bus: PrivateBus, fakes: Callable[..., Any], holders: Holders, node: str,
+        conf: Path, tmp_path: Path, systemd: Systemd) -> None:
+    log = tmp_path / "inhibit.log"
+    fakes({"inhibit_log": str(log)}, services=("logind",))
+    holders.start(node, mode="graceful")  # drained at a suspend: no veto, no block
+    env = {**os.environ, "NOTIFY_SOCKET": systemd.name, "PYTHONUNBUFFERED": "1"}
+    with open(tmp_path / "watch.err", "w") as err:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "suspendguard", "--config", str(conf), "watch",
+             "--recheck", "600"], env=env, stderr=err)
+    try:
+        wait_for(lambda: systemd.said("READY"), 30, message=lambda: (tmp_path / "watch.err")
+                 .read_text())
+        assert ours() == []
+        assert systemd.said("STATUS")[-1].startswith("no block"), systemd.messages
+
+        # Two jobs that ignore SIGINT open the node: inotify's IN_OPEN brings a look.
+        deaf = [holders.start(node, mode="deaf") for _ in range(2)]
+        locks = wait_for(ours, 5, message="no block taken")
+        assert [(i.what, i.mode, i.pid) for i in locks] == [("sleep", "block", watch.pid)]
+        first = locks[0].why
+        named = [(p, pid) for p, pid in deaf if str(pid) in first]
+        assert len(named) == 1, first
+        assert "SIGINT" in first, first
+        assert wait_for(lambda: any(s.startswith("blocking sleep: ") and first in s
+                                    for s in systemd.said("STATUS")), 5), systemd.messages
+
+        # The job the block names ends: the other's reason, taken before the first goes.
+        proc, pid = named[0]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        switched = wait_for(lambda: [i for i in ours() if i.why != first], 5,
+                            message=lambda: f"no new block: {ours()}")
+        other = next(p for _, p in deaf if p != pid)
+        assert str(other) in switched[0].why
+        wait_for(lambda: len(ours()) == 1, 5, message=lambda: f"the old block stays: {ours()}")
+        order = [(e["event"], e["why"]) for e in events(log)]
+        assert order.index(("taken", switched[0].why)) < order.index(("released", first)), order
+
+        # The last deaf job ends: the block goes at once, not at the 600 s look.
+        last = next(p for p, q in deaf if q == other)
+        last.send_signal(signal.SIGKILL)
+        ended = time.monotonic()
+        last.wait()
+        wait_for(lambda: ours() == [], RELEASE_S, interval=0.02,
+                 message=lambda: f"still blocked {time.monotonic() - ended:.2f} s on: {ours()}")
+        assert all(e["what"] == "sleep" and e["mode"] == "block" for e in events(log))
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        rc = watch.wait(10)
+    assert rc == 0, (tmp_path / "watch.err").read_text()
+    assert systemd.said("STOPPING") == ["1"]
+    assert ours() == []
+    assert "Traceback" not in (tmp_path / "watch.err").read_text()
+
+
+def test_a_block_that_logind_refuses_is_said_and_tried_again(
+        no_bus: str, holders: Holders, node: str, conf: Path, tmp_path: Path,
+        systemd: Systemd) -> None:
+    holders.start(node, mode="deaf")
+    env = {**os.environ, "NOTIFY_SOCKET": systemd.name}
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "suspendguard", "--config", str(conf), "watch"],
+        env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: systemd.said("READY"), 30)
+        status = systemd.said("STATUS")[-1]
+        assert status.startswith("the guard would veto, but logind refused the block"), status
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        _, err = watch.communicate(timeout=10)
+    assert watch.returncode == 0, err
+    assert "cannot take the sleep block" in err, err
+
+
+def test_inotify_sees_an_open_and_a_close(tmp_path: Path) -> None:
+    path = tmp_path / "node"
+    path.write_bytes(b"")
+    watcher = Inotify()
+    try:
+        assert watcher.watch([str(path), str(tmp_path / "absent")]) == [
+            f"{tmp_path / 'absent'}: No such file or directory"]
+        with open(path, "rb"):
+            pass
+        seen = watcher.read()
+        assert [m & (IN_OPEN | IN_CLOSE_NOWRITE) for p, m in seen] == [IN_OPEN, IN_CLOSE_NOWRITE]
+        assert {p for p, _ in seen} == {str(path)}
+        assert watcher.read() == []
+        path.unlink()  # the kernel drops the watch; the next watch() adds it again
+        watcher.read()
+        assert watcher.watches == {}
+    finally:
+        watcher.close()
+
+
+def test_notifier_speaks_to_abstract_and_path_sockets(tmp_path: Path, systemd: Systemd) -> None:
+    n = Notifier({"NOTIFY_SOCKET": systemd.name, "WATCHDOG_USEC": "4000000",
+                  "WATCHDOG_PID": str(os.getpid())})
+    assert n.watchdog_s == 4.0
+    assert n.send(READY="1", STATUS="two\nlines")
+    assert systemd.said("STATUS") == ["two lines"] and systemd.said("READY") == ["1"]
+    n.close()
+    assert Notifier({"WATCHDOG_USEC": "1", "WATCHDOG_PID": "1"}).watchdog_s is None
+    assert not Notifier({}).send(READY="1")
