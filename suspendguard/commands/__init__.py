@@ -78,8 +78,13 @@ def _suspend(p: argparse.ArgumentParser) -> None:
         kind.add_argument(f"--{action}", dest="action", action="store_const", const=action,
                           help=f"{action} instead of suspend")
     p.set_defaults(action="suspend")
-    p.add_argument("--dry-run", action="store_true",
-                   help="do not sleep: show what the guard would do now (the check report)")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--dry-run", action="store_true",
+                      help="do not sleep: show what the guard would do now (the check report)")
+    when.add_argument("--when-ready", nargs="?", type=float, const=600.0, metavar="SECONDS",
+                      help="first wait, at most SECONDS (default 600), until the holders that "
+                           "would veto have left by themselves; those the drain stops are "
+                           "drained as usual")
 
 
 def _nothing(p: argparse.ArgumentParser) -> None:
@@ -119,6 +124,9 @@ def _install(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", metavar="DIR",
                    help="stage into DIR (same layout under DIR; systemctl is never called)")
     p.add_argument("--no-enable", action="store_true", help="do not enable the units")
+    p.add_argument("--watch", action="store_true",
+                   help="also install suspendguard-watch.service (a logind sleep block while the "
+                        "guard would veto; docs/watch.md), enabled and started unless --no-enable")
     p.add_argument("--python", metavar="PATH",
                    help="the units' interpreter (default: this one; with --root: /usr/bin/python3)")
     p.add_argument("--force", action="store_true",
@@ -175,11 +183,14 @@ COMMANDS: tuple[Command, ...] = (
     Command("suspend", "ask logind to sleep and report what really happened",
             "suspend:suspend", _suspend,
             ((0, "slept and resumed (with --dry-run: the guard would allow)"),
-             (1, "vetoed by the guard (with --dry-run: the guard would veto)"),
+             (1, "vetoed by the guard (with --dry-run: the guard would veto; with "
+                 "--when-ready: still vetoed when its wait ended, no sleep asked for)"),
              USAGE_EXIT,
              (3, "logind or systemd refused or failed, or the sleep failed after the guard "
                  "allowed it"),
-             UNTRUSTED_EXIT)),
+             UNTRUSTED_EXIT,
+             (5, "with --when-ready or --dry-run: the guard cannot tell (e.g. not root: "
+                 "processes it could not inspect); no sleep asked for"))),
     Command("pre-sleep", "the veto unit's step: run the guard before ACTION",
             "pre_sleep:pre_sleep", _pre_sleep,
             ((0, "allow: the suspend goes on"),

@@ -1,4 +1,5 @@
-"""``suspendguard suspend [--hibernate|...] [--dry-run]``: sleep through logind, then say what happened.
+"""``suspendguard suspend [--hibernate|...] [--dry-run] [--when-ready[=S]]``: sleep through logind,
+then say what happened.
 
 ``systemctl suspend`` returns 0 even when the guard vetoed (logind works
 asynchronously; systemd issue 6479). This command asks logind the same way,
@@ -7,6 +8,12 @@ from the history: the attempt the veto unit recorded (verdict and reasons)
 and the sleep hook's pre and post records (when it went down, when it came
 back). Exit 0 slept, 1 vetoed, 3 when logind or systemd refused or failed,
 or the sleep failed after the guard allowed it.
+
+``--when-ready`` first waits (guard/ready.py), at most S seconds, until the
+guard's dry run would allow: until the holders that would veto (a
+protected job, one that ignores SIGINT ...) have left by themselves. Those
+the drain would stop are left to the drain, as without it. It gives up with
+exit 1, naming the holders still there.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import time
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_ALLOW, EXIT_ERROR, EXIT_VETO, HistoryError, OperationalError
+from suspendguard.guard.ready import dry_look, wait_ready
 from suspendguard.guard.run import run_guard
 from suspendguard.model import Unavailable
 from suspendguard.record import Attempt
@@ -118,6 +126,10 @@ def suspend(args: argparse.Namespace, ctx: Context) -> int:
             f"logind: Can{SLEEP_METHODS[action]} says {can}")
         ctx.out.write(f"\n{said}; dry run: no {action} asked for\n")
         return status
+    if args.when_ready is not None:
+        refused = _wait_until_ready(args.when_ready, action, ctx)
+        if refused is not None:
+            return refused
     since = time.time() - 1.0
     ctx.err.write(f"suspendguard: asking logind to {action}; waiting for the sleep to end\n")
     ctx.err.flush()
@@ -126,3 +138,22 @@ def suspend(args: argparse.Namespace, ctx: Context) -> int:
         raise OperationalError(f"suspend: {job.reason}")
     found = unit_attempt(config, action, since)
     return _slept(job, found, ctx) if job.done else _not_slept(job, found, ctx)
+
+
+def _wait_until_ready(bound_s: float, action: str, ctx: Context) -> int | None:
+    """None once the guard would allow; else the exit status, the holders still there said."""
+    def say(line: str) -> None:
+        ctx.err.write(f"suspendguard: {line}\n")
+        ctx.err.flush()
+
+    ready = wait_ready(dry_look(ctx.config(), ctx.environ), bound_s, say)
+    if ready.ready:
+        if ready.waited_s >= 1.0:
+            say(f"ready after {ready.waited_s:.0f} s")
+        return None
+    verdict = ready.report.verdict
+    ctx.out.write(f"gave up waiting to {action}: {ready.why}\n")
+    for reason in verdict.texts:
+        ctx.out.write(f"  - {reason}\n")
+    ctx.out.write(f"  no {action} asked for; more: suspendguard check\n")
+    return verdict.exit_status if verdict.kind == "unknown" else EXIT_VETO

@@ -138,3 +138,47 @@ def test_dry_run_shows_the_check_report_and_asks_nothing(bus: PrivateBus, conf: 
     assert out.rstrip().endswith("logind: CanSuspend says yes; dry run: no suspend asked for")
     assert not (conf.parent / "state" / "history.db").exists()  # no attempt: no sleep started
     assert proc.poll() is None and holders.signals() == []
+
+
+def protect(conf: Path, pid: int) -> None:
+    comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    conf.write_text(conf.read_text() + f'[[policy.protect]]\ncomm = "{comm}"\n')
+
+
+def test_when_ready_sleeps_once_a_slow_holder_left_by_itself(
+        bus: PrivateBus, conf: Path, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node, leave_after=2.0)
+    protect(conf, pid)  # never signalled: only its own exit clears the veto
+    with fake_service(bus, sleep_path(conf)):
+        code, out, err = suspend(bus, conf, "--when-ready=30")
+    assert code == 0, out + err
+    assert f"waiting (up to 30 s more) for: pid {pid} " in err and "(protected)" in err
+    assert f"pid {pid} " in err and " has left (" in err
+    assert out.startswith("suspended at "), out
+    assert proc.wait(timeout=5) == 0 and holders.signals() == []
+    [attempt] = unit_attempts(conf)
+    assert attempt.result == "allow" and attempt.holders == ()  # it had left before the sleep
+
+
+def test_when_ready_gives_up_after_its_bound_naming_the_holder(
+        bus: PrivateBus, conf: Path, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    protect(conf, pid)
+    with fake_service(bus, sleep_path(conf)):
+        code, out, err = suspend(bus, conf, "--when-ready", "1.5")
+    assert code == 1, out + err
+    first = out.splitlines()[0]
+    assert first.startswith("gave up waiting to suspend: still there after 1.5 s: "
+                            f"pid {pid} "), out
+    assert first.endswith("(protected)") and "no suspend asked for" in out
+    assert not (conf.parent / "state" / "history.db").exists()  # no sleep was asked for
+    assert proc.poll() is None and holders.signals() == []
+
+
+def test_when_ready_does_not_wait_for_holders_the_drain_stops(
+        bus: PrivateBus, conf: Path, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    with fake_service(bus, sleep_path(conf)):
+        code, out, err = suspend(bus, conf, "--when-ready=30")
+    assert code == 0 and "waiting (up to" not in err, out + err
+    assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]

@@ -21,6 +21,8 @@ p.add_argument("--mode", default="graceful",
 p.add_argument("--delay", type=float, default=0.3)
 p.add_argument("--marker", default="")
 p.add_argument("--exit", type=int, default=0, help="exit status after a graceful SIGINT")
+p.add_argument("--leave-after", type=float, default=0.0,
+               help="exit 0 by itself after this many seconds, unsignalled (0: never)")
 args = p.parse_args()
 
 
@@ -76,6 +78,9 @@ elif args.mode == "stubborn":
 try:
     # Inside the try: a SIGINT that comes right after "ready" is handled too.
     print(f"ready {os.getpid()}", flush=True)
+    if args.leave_after:
+        time.sleep(args.leave_after)
+        sys.exit(0)
     while True:
         time.sleep(3600)
 except KeyboardInterrupt:
