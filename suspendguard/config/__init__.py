@@ -30,6 +30,7 @@ from suspendguard.config.schema import (
     IdleConfig,
     LauncherRule,
     LogsConfig,
+    NotifyConfig,
     PolicyConfig,
     RestoreConfig,
     ResumeConfig,
@@ -40,7 +41,8 @@ from suspendguard.config.schema import (
 __all__ = [
     "DEFAULT_PATH", "DEFAULT_STATE_DIR", "ENV_VAR", "FAMILIES", "IDLE_BACKENDS", "SCHEMA",
     "Config", "DevicesConfig", "DrainConfig", "DrainRule", "EscalationStep", "Family", "IdleBackend",
-    "IdleConfig", "LauncherRule", "LogsConfig", "PolicyConfig", "RestoreConfig", "ResumeConfig",
+    "IdleConfig", "LauncherRule", "LogsConfig", "NotifyConfig",
+    "PolicyConfig", "RestoreConfig", "ResumeConfig",
     "Rule", "StateConfig",
     "build", "commented_default", "defaults", "load", "resolve_path",
     "to_toml",

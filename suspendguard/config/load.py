@@ -29,6 +29,8 @@ MAX_BYTES = 1024 * 1024
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?")
 _ASSIGN = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*=")
+# A user name as useradd and systemd take it (a trailing $ for a machine account).
+_USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")
 
 
 def defaults() -> Config:
@@ -180,6 +182,10 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
     problem = state_dir_problem(values["state"]["dir"])
     if problem:
         raise ConfigError(f"{_where(path, 'state', 'dir', text)}: expected {problem}")
+    for name in values["notify"]["users"]:
+        if not _USER_NAME.fullmatch(name):
+            raise ConfigError(f"{_where(path, 'notify', 'users', text)}: expected user names "
+                              f"(letters, digits, . _ - and a trailing $), got {name!r}")
     if values["idle"]["samples"] < 1:
         raise ConfigError(f"{_where(path, 'idle', 'samples', text)}: expected an integer >= 1")
 

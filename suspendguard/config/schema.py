@@ -331,6 +331,37 @@ class ResumeConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class NotifyConfig:
+    desktop: bool = setting(
+        True, "bool",
+        "When the guard refuses a suspend, send a desktop notification (urgency critical) to "
+        "the user of each active graphical login session, on that user's session bus.",
+    )
+    wall: bool = setting(
+        True, "bool",
+        "When the guard refuses a suspend, write a message to the terminals of the users "
+        "logged in (as wall does; a terminal with mesg n is left alone).",
+    )
+    users: tuple[str, ...] = setting(
+        [], "list",
+        "User names who are told, by desktop notification and on their terminals; empty: "
+        "every user with an active login session.",
+    )
+    retry: bool = setting(
+        False, "bool",
+        "When a suspend that logind started (the lid, the idle action, systemctl suspend) is "
+        "refused for a cause that passes (a transient holder), ask for it again once the "
+        "cause is gone.",
+    )
+    timeout_s: float = setting(
+        3.0, "float",
+        "Seconds all the telling may take after the verdict, within what is left of "
+        "[drain] deadline_s; a notification not delivered by then is given up (a warning in "
+        "the log). 0 tells no one.",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class StateConfig:
     dir: str = setting(DEFAULT_STATE_DIR, "path", "History database and state.")
 
@@ -345,6 +376,7 @@ SECTIONS: dict[str, type] = {
     "logs": LogsConfig,
     "restore": RestoreConfig,
     "resume": ResumeConfig,
+    "notify": NotifyConfig,
     "state": StateConfig,
 }
 
@@ -365,6 +397,7 @@ class Config:
     logs: LogsConfig
     restore: RestoreConfig
     resume: ResumeConfig
+    notify: NotifyConfig
     state: StateConfig
     path: str | None = None
     loaded: bool = False
