@@ -63,6 +63,7 @@ def command_install(args: argparse.Namespace, ctx: Context) -> int:
     install(
         root, config, config_path, explicit,
         enable=not getattr(args, "no_enable", False), python=python, out=ctx.out,
+        watch=getattr(args, "watch", False),
     )
     return 0
 

@@ -10,6 +10,9 @@ would leave:
 - ``/etc/systemd/system/systemd-ACTION.service.requires/suspendguard@ACTION.service``
   and the same under ``nvidia-ACTION.service.requires``: the enable links,
   what ``systemctl enable`` makes from ``RequiredBy=``.
+- ``/etc/systemd/system/suspendguard-watch.service`` and its
+  ``multi-user.target.wants`` link: the optional watch (a logind sleep block
+  while the guard would veto), only with ``--watch``.
 - ``/usr/lib/systemd/system-sleep/suspendguard``: the hook (systemd-sleep
   reads no other folder).
 - ``/usr/local/share/man/man8/suspendguard.8``, ``man5/suspendguard.toml.5``,
@@ -27,8 +30,9 @@ would leave:
   place with a warning. The config and the history stay unless ``--purge``.
 
 Live, install runs ``systemctl daemon-reload`` and ``systemctl enable`` for
-the four instances (unless ``--no-enable``); with ``--root`` it makes the
-enable links itself and never calls systemctl.
+the four instances (unless ``--no-enable``), and with ``--watch`` enables
+and (re)starts the watch; with ``--root`` it makes the enable links itself
+and never calls systemctl. Uninstall stops the watch before its unit goes.
 """
 
 from __future__ import annotations
@@ -53,11 +57,15 @@ from suspendguard.install.templates import (
     RESUME_UNIT,
     UNIT_PATH,
     UNIT_TEMPLATE,
+    WATCH_LINK,
+    WATCH_PATH,
+    WATCH_UNIT,
     enable_links,
     instance,
     render_hook,
     render_resume,
     render_unit,
+    render_watch,
     resume_links,
     template_dir,
     timeout_start_s,
@@ -115,15 +123,17 @@ def install(
     enable: bool,
     python: str | None = None,
     out: TextIO | None = None,
+    watch: bool = False,
 ) -> Manifest:
-    """Put everything in place under ``root`` (None: the running system)."""
+    """Put everything in place under ``root`` (None: the running system); ``watch``: the
+    watch unit too (enabled and started with the others)."""
     check_root(root)
     if config_explicit and not os.path.isabs(config_path):
         raise UsageError(f"--config {config_path}: the unit needs an absolute path")
     live = root is None
     tree = Tree(root or "/")
     python = os.path.abspath(python or sys.executable)
-    files = _rendered(config, python, config_path if config_explicit else None)
+    files = _rendered(config, python, config_path if config_explicit else None, watch)
     manifest = tree.read_manifest() or Manifest()
     manifest.python = python
     manifest.installed_at = iso(time.time())
@@ -145,16 +155,21 @@ def install(
     if live:
         _systemctl("daemon-reload")
     if enable:
-        _enable(tree, live, manifest)
+        _enable(tree, live, manifest, watch)
         tree.save_manifest(manifest)
-        say("enabled: " + " ".join([*(instance(a) for a in SLEEP_ACTIONS), RESUME_UNIT]))
+        say("enabled: " + " ".join([*(instance(a) for a in SLEEP_ACTIONS), RESUME_UNIT,
+                                    *([WATCH_UNIT] if watch else [])]))
+        if watch and live:
+            _systemctl("restart", WATCH_UNIT)  # the new unit and code, if one ran already
+            say(f"started: {WATCH_UNIT}")
     say(f"manifest: {tree.show(MANIFEST_PATH)}")
     return manifest
 
 
-def _rendered(config: Config, python: str,
-              config_path: str | None) -> tuple[tuple[str, str, int, str], ...]:
-    """(path, text, mode, the line that says it) of the veto unit, the resume unit and the hook.
+def _rendered(config: Config, python: str, config_path: str | None,
+              watch: bool = False) -> tuple[tuple[str, str, int, str], ...]:
+    """(path, text, mode, the line that says it) of the veto unit, the resume unit and the hook,
+    and with ``watch`` the watch unit.
 
     ``config_path`` only when the operator named one: the units then pass it on.
     """
@@ -170,6 +185,8 @@ def _rendered(config: Config, python: str,
         (RESUME_PATH, render_resume(template(RESUME_UNIT), python, config.state.dir, config_path),
          0o644, "resume unit: {}"),
         (HOOK_PATH, render_hook(template(HOOK_TEMPLATE), python, config_path), 0o755, "hook: {}"),
+        *(((WATCH_PATH, render_watch(template(WATCH_UNIT), python, timeout, config.state.dir,
+                                     config_path), 0o644, "watch unit: {}"),) if watch else ()),
     )
 
 
@@ -223,12 +240,15 @@ def _claim_state_dir(tree: Tree, state_dir: str, manifest: Manifest) -> None:
     manifest.dirs = [d for d in manifest.dirs if d != state_dir]  # purge alone removes it
 
 
-def _enable(tree: Tree, live: bool, manifest: Manifest) -> None:
+def _enable(tree: Tree, live: bool, manifest: Manifest, watch: bool = False) -> None:
     """The enable links: made by systemctl when live (and recorded), else made here."""
     if live:
-        _systemctl("enable", *(instance(a) for a in SLEEP_ACTIONS), RESUME_UNIT)
+        _systemctl("enable", *(instance(a) for a in SLEEP_ACTIONS), RESUME_UNIT,
+                   *([WATCH_UNIT] if watch else []))
     links = [(link, UNIT_PATH) for action in SLEEP_ACTIONS for link in enable_links(action)]
     links += [(link, RESUME_PATH) for link in resume_links()]
+    if watch:
+        links.append((WATCH_LINK, WATCH_PATH))
     for link, target in links:
         if live:
             # Recorded, so uninstall removes them: a link left to a removed unit
@@ -273,6 +293,9 @@ def uninstall(
         say(out, "nothing installed; the config and the history stay "
                  "(uninstall --purge removes them)")
         return False
+    if live and WATCH_PATH in manifest.files:
+        # A running service outlives its unit file: stopped first, whatever it answers.
+        runner.run(("systemctl", "stop", WATCH_UNIT), SYSTEMCTL_TIMEOUT_S)
     for link, target in sorted(manifest.links.items()):
         where = tree.at(link)
         if where.is_symlink() and os.readlink(where) == target:

@@ -1,8 +1,9 @@
-"""The veto unit and the sleep hook: their names, where they go, and their text.
+"""The veto unit, the sleep hook and the optional watch: their names, where they go, their text.
 
 The text is rendered from the shipped ``systemd/`` files: ``ExecStart=`` and
 ``PYTHON=`` get the interpreter install runs under (so a virtual environment
-works), ``TimeoutStartSec=`` gets ``[drain] deadline_s`` plus 20 s.
+works), ``TimeoutStartSec=`` (and the watch's ``WatchdogSec=``) gets
+``[drain] deadline_s`` plus 20 s.
 """
 
 from __future__ import annotations
@@ -25,10 +26,15 @@ UNIT_TEMPLATE = "suspendguard@.service"
 HOOK_TEMPLATE = "system-sleep/suspendguard"
 # Started again after resume: WantedBy= every sleep service, After= it.
 RESUME_UNIT = "suspendguard-resume.service"
+# Optional (install --watch): a logind sleep block while the guard would veto.
+WATCH_UNIT = "suspendguard-watch.service"
 
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PATH = f"{UNIT_DIR}/{UNIT_TEMPLATE}"
 RESUME_PATH = f"{UNIT_DIR}/{RESUME_UNIT}"
+WATCH_PATH = f"{UNIT_DIR}/{WATCH_UNIT}"
+# What ``systemctl enable`` makes from the watch's WantedBy=multi-user.target.
+WATCH_LINK = f"{UNIT_DIR}/multi-user.target.wants/{WATCH_UNIT}"
 HOOK_DIR = "/usr/lib/systemd/system-sleep"
 HOOK_PATH = f"{HOOK_DIR}/suspendguard"
 
@@ -72,6 +78,19 @@ def render_resume(template: str, python: str, state_dir: str = DEFAULT_STATE_DIR
         lines.append(f'Environment="{ENV_VAR}={_env_value(config_path)}"')
     text = _replace_key(template, "ExecStart", lines, RESUME_UNIT)
     return _state_dir(text, state_dir, RESUME_UNIT)
+
+
+def render_watch(template: str, python: str, timeout_s: int, state_dir: str = DEFAULT_STATE_DIR,
+                 config_path: str | None = None) -> str:
+    """The watch unit for ``python``: a look may take as long as a run, so may its start
+    and the time between two watchdog pings."""
+    lines = [f"ExecStart={_systemd_arg(python)} -I -m suspendguard watch"]
+    if config_path is not None:
+        lines.append(f'Environment="{ENV_VAR}={_env_value(config_path)}"')
+    text = _replace_key(template, "ExecStart", lines, WATCH_UNIT)
+    for key in ("TimeoutStartSec", "WatchdogSec"):
+        text = _replace_key(text, key, [f"{key}={timeout_s}"], WATCH_UNIT)
+    return _state_dir(text, state_dir, WATCH_UNIT)
 
 
 def _state_dir(text: str, state_dir: str, what: str) -> str:
