@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import FrameType
@@ -22,9 +23,10 @@ from suspendguard.guard.render import render
 from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, HolderId, Owner, Unavailable
 from suspendguard.record import Stop
 from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
-from suspendguard.system.deadline import Cancel
+from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Cancel, Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.system.terminal import terminal_width
+from suspendguard.verdict import Verdict
 
 if TYPE_CHECKING:
     from suspendguard.store.history import History
@@ -154,6 +156,7 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
     # a would-be veto is no error of this command, so nothing goes to stderr.
     log = Logger(ctx.err, ctx.environ, quiet=dry_run and not observe)
     with _sigterm_cancels() as cancel:
+        begun = time.monotonic()
         # A dry run changes nothing, the history included.
         report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
                      cancel=cancel, record=not dry_run or observe, history=open_history,
@@ -165,5 +168,22 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
     else:
         render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
                width=None if wide else terminal_width(ctx.environ, ctx.out))
+    if not dry_run and origin == "unit" and report.verdict.kind != "allow":
+        _tell(config, report.verdict, action or "suspend", log, begun)
     return report.verdict.exit_status
+
+
+def _tell(config: Config, verdict: Verdict, action: str, log: Logger, begun: float) -> None:
+    """The refused sleep told to the users (notify/), once its verdict is logged.
+
+    The unit's TimeoutStartSec is [drain] deadline_s + 20 s: the verdict came
+    by deadline_s - ANSWER_MARGIN_S and the restore after a veto took at most
+    RESTORE_AFTER_VETO_S, so telling by deadline_s + RESTORE_AFTER_VETO_S
+    leaves the unit 5 s to end. The run's signal handlers are gone by now:
+    a SIGTERM to the guard ends it, and the telling, at once.
+    """
+    from suspendguard.notify.tell import tell
+    until = begun + config.drain.deadline_s + RESTORE_AFTER_VETO_S
+    with bounded(Deadline(until)):
+        tell(config.notify, verdict, action, log, until)
 

@@ -182,3 +182,58 @@ def can_sleep(action: str, timeout: float = DEFAULT_TIMEOUT,
         return str(reply.body[0])
 
     return converse("logind", timeout, body, address)
+
+
+LOGIND_SESSION = "org.freedesktop.login1.Session"
+GRAPHICAL_TYPES = ("x11", "wayland", "mir")
+
+
+@dataclass(frozen=True, slots=True)
+class LoginSession:
+    """One session of logind's ListSessions, with the properties of its object."""
+
+    id: str
+    uid: int
+    name: str  # the user's name
+    type: str  # unspecified | tty | x11 | wayland | mir
+    session_class: str  # user | greeter | lock-screen | background
+    active: bool
+    remote: bool
+    state: str  # online | active | closing
+    tty: str  # "pts/0", "tty2" or "" (logind keeps it without /dev/)
+    display: str
+
+    @property
+    def graphical(self) -> bool:
+        """An active graphical login of a user (not a greeter's or a lock screen's)."""
+        return (self.type in GRAPHICAL_TYPES and self.active and self.session_class == "user"
+                and self.state != "closing")
+
+
+def list_sessions(timeout: float = DEFAULT_TIMEOUT,
+                  address: str | None = None) -> tuple[LoginSession, ...] | Unavailable:
+    """Every login session logind knows, each with its type, class, state and terminal."""
+    return converse("logind", timeout, _list_sessions, address)
+
+
+async def _list_sessions(session: Session) -> tuple[LoginSession, ...]:
+    reply = await session.call(LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "ListSessions",
+                               expect="a(susso)")
+    found = []
+    for sid, uid, name, _seat, path in reply.body[0]:
+        try:
+            props = await session.get_all(LOGIND_NAME, str(path), LOGIND_SESSION)
+        except Failure:
+            continue  # it closed between the list and the question
+        where = f"session {sid} on {LOGIND_NAME}"
+        found.append(LoginSession(
+            id=str(sid), uid=int(uid), name=str(name),
+            type=value(props, "Type", str, where),
+            session_class=value(props, "Class", str, where),
+            active=value(props, "Active", bool, where),
+            remote=value(props, "Remote", bool, where),
+            state=value(props, "State", str, where),
+            tty=value(props, "TTY", str, where).removeprefix("/dev/"),
+            display=value(props, "Display", str, where),
+        ))
+    return tuple(found)

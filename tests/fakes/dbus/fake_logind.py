@@ -65,6 +65,9 @@ class LoginManager(ServiceInterface):
         # A file that gets one JSON line per lock taken and per lock dropped (who, why,
         # mode, what, pid, the monotonic time): the order a test can check. None: none.
         self.inhibit_log = state.get("inhibit_log")
+        # The login sessions: a list of {id, uid, name, seat, type, class, active, remote,
+        # state, tty, display}, each exported at its own path as logind does.
+        self.sessions = [LoginSession(doc) for doc in state.get("sessions", [])]
 
     def attach(self, bus: object) -> None:
         """Export on the bus, and take Inhibit calls before dbus-next's dispatcher.
@@ -76,6 +79,8 @@ class LoginManager(ServiceInterface):
         """
         self.bus = bus
         bus.export(PATH, self)
+        for session in self.sessions:
+            bus.export(session.path, session)
         bus.add_message_handler(self._intercept_inhibit)
         bus.add_message_handler(self._note_job_removed)
 
@@ -92,6 +97,10 @@ class LoginManager(ServiceInterface):
     @method()
     def CanHibernate(self) -> "s":
         return self.can_hibernate
+
+    @method()
+    def ListSessions(self) -> "a(susso)":
+        return [[s.id, s.uid, s.user, s.seat, s.path] for s in self.sessions]
 
     @method()
     def ListInhibitors(self) -> "a(ssssuu)":
@@ -248,3 +257,56 @@ class LoginManager(ServiceInterface):
                 f.write(json.dumps({"event": event, "what": lock.what, "who": lock.who,
                                     "why": lock.why, "mode": lock.mode, "pid": lock.pid,
                                     "t": time.monotonic()}) + "\n")
+
+
+class LoginSession(ServiceInterface):
+    """org.freedesktop.login1.Session: the properties a client reads of one session."""
+
+    def __init__(self, doc: dict[str, object]) -> None:
+        super().__init__("org.freedesktop.login1.Session")
+        self.id = str(doc["id"])
+        self.uid = int(doc.get("uid", 1000))
+        self.user = str(doc.get("name", "user"))
+        self.seat = str(doc.get("seat", ""))
+        self.path = f"{PATH}/session/_3{self.id}"  # logind's escaping of a leading digit
+        self.doc = doc
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Id(self) -> "s":
+        return self.id
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Name(self) -> "s":
+        return self.user
+
+    @dbus_property(access=PropertyAccess.READ)
+    def User(self) -> "(uo)":
+        return [self.uid, f"{PATH}/user/_{self.uid}"]
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Type(self) -> "s":
+        return str(self.doc.get("type", "tty"))
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Class(self) -> "s":
+        return str(self.doc.get("class", "user"))
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Active(self) -> "b":
+        return bool(self.doc.get("active", True))
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Remote(self) -> "b":
+        return bool(self.doc.get("remote", False))
+
+    @dbus_property(access=PropertyAccess.READ)
+    def State(self) -> "s":
+        return str(self.doc.get("state", "active"))
+
+    @dbus_property(access=PropertyAccess.READ)
+    def TTY(self) -> "s":
+        return str(self.doc.get("tty", ""))
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Display(self) -> "s":
+        return str(self.doc.get("display", ""))

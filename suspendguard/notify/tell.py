@@ -1,0 +1,160 @@
+"""Who is told of a refused sleep, what they are told, and within which bound.
+
+The veto unit's run calls :func:`tell` once its verdict is logged, for a
+refused (veto or unknown) real sleep only. Every user with an active login
+session (or those of ``[notify] users``) is told on each login terminal
+(notify/terminals.py) and, for each active graphical session, by a desktop
+notification on the user's session bus, sent by a child run as the user
+(notify/send.py): dbus-daemon admits no root connection to a user's bus.
+
+All of it ends by ``until`` and within ``[notify] timeout_s``: a child that
+gets no answer is killed there (system/runner.py), and what was not told
+is one warning line in the log.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from suspendguard.config.schema import NotifyConfig
+from suspendguard.model import Unavailable
+from suspendguard.notify.terminals import write_terminal
+from suspendguard.system import runner
+from suspendguard.system.dbus.logind import LoginSession, list_sessions
+from suspendguard.system.dbus.notifications import session_bus_address
+from suspendguard.system.log import Logger
+from suspendguard.verdict import Verdict
+
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# How much sooner than its own kill the child gives up on the server, to say why.
+CHILD_MARGIN_S = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    summary: str
+    body: str
+
+    def terminal_text(self, when: float) -> str:
+        """As wall writes it: a bell, a banner, CR LF line ends (a raw terminal needs the CR)."""
+        stamp = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(when))
+        lines = ["", f"\aMessage from suspendguard ({stamp}):", "",
+                 f"{self.summary}: {_printable(self.body.splitlines()[0])}",
+                 *map(_printable, self.body.splitlines()[1:]), ""]
+        return "\r\n".join(lines) + "\r\n"
+
+
+def message(verdict: Verdict, action: str) -> Message:
+    """The summary and body: the first reason's words, and where the rest are."""
+    first = verdict.reasons[0].text if verdict.reasons else "the guard could not tell"
+    more = len(verdict.reasons) - 1
+    rest = (f"{more} more reason{'s' if more > 1 else ''}: suspendguard status" if more
+            else "suspendguard status for the rest")
+    return Message(f"{action.capitalize()} refused by suspendguard", f"{first}\n{rest}")
+
+
+def told_sessions(sessions: Sequence[LoginSession], users: Sequence[str]
+                  ) -> tuple[tuple[LoginSession, ...], tuple[LoginSession, ...]]:
+    """The sessions told on their terminal, and one graphical session per user told on
+    the desktop: live sessions of ``users`` (empty: of every user)."""
+    live = [s for s in sessions if s.state != "closing" and (not users or s.name in users)]
+    terminals = {s.tty: s for s in live if s.tty}
+    desktops: dict[int, LoginSession] = {}
+    for s in live:
+        if s.graphical:
+            desktops.setdefault(s.uid, s)
+    return tuple(terminals.values()), tuple(desktops.values())
+
+
+Sessions = Callable[[float], "tuple[LoginSession, ...] | Unavailable"]
+
+
+def tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, until: float, *,
+         sessions: Sessions = lambda timeout: list_sessions(timeout),
+         python: str = sys.executable,
+         bus_address: Callable[[int], str] = session_bus_address) -> None:
+    """Tell the users of the refused ``action``; never raises, never waits past the bound.
+
+    ``sessions``, ``python`` and ``bus_address`` (a uid's session bus) are
+    logind's sessions, this interpreter and /run/user/UID/bus but in tests.
+    """
+    try:
+        _tell(config, verdict, action, log, until, sessions, python, bus_address)
+    except Exception as exc:  # the telling is never worth a traceback in the sleep path
+        log.warning(f"notify: not told: {type(exc).__name__}: {exc}")
+
+
+def _tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, until: float,
+          sessions: Sessions, python: str, bus_address: Callable[[int], str]) -> None:
+    start = time.monotonic()
+    end = min(until, start + config.timeout_s)
+    if end <= start or not (config.desktop or config.wall):
+        return
+    found = sessions(end - start)
+    if isinstance(found, Unavailable):
+        log.warning(f"notify: told no one: {found.reason}")
+        return
+    terminals, desktops = told_sessions(found, config.users)
+    msg = message(verdict, action)
+    told: list[str] = []
+    missed: list[str] = []
+    if config.wall:
+        text = msg.terminal_text(time.time())
+        for s in terminals:
+            why = write_terminal(s.tty, s.uid, text, end)
+            _note(told, missed, f"{s.name} on /dev/{s.tty}", why)
+    if config.desktop:
+        for s in desktops:
+            _note(told, missed, f"{s.name}'s desktop", _desktop(s.uid, msg, end, python,
+                                                              bus_address(s.uid)))
+    if told:
+        log.info("notify: told " + ", ".join(told))
+    if missed:
+        log.warning("notify: not told " + "; ".join(missed))
+
+
+def _note(told: list[str], missed: list[str], who: str, why: str | None) -> None:
+    if why:
+        missed.append(f"{who}: {why}")
+    else:
+        told.append(who)
+
+
+def _desktop(uid: int, msg: Message, end: float, python: str, address: str) -> str | None:
+    """The notification sent by a child run as ``uid``; why not, or None once shown."""
+    bus = address.removeprefix("unix:path=")
+    if not os.path.exists(bus):
+        return f"no session bus ({bus})"
+    try:
+        gid = pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return f"uid {uid} has no user account"
+    left = end - time.monotonic()
+    if left <= CHILD_MARGIN_S:
+        return "no time left within [notify] timeout_s"
+    env = {"DBUS_SESSION_BUS_ADDRESS": address, "XDG_RUNTIME_DIR": f"/run/user/{uid}",
+           "PATH": PATH, "LANG": "C.UTF-8"}
+    result = runner.run([python, "-I", "-m", "suspendguard.notify.send", address,
+                         f"{left - CHILD_MARGIN_S:.3f}", msg.summary, _escape(msg.body)],
+                        left, env=env, as_user=(uid, gid))
+    if result.ok:
+        return None
+    if result.returncode == 1 and result.stderr.strip():
+        return result.stderr.strip().splitlines()[-1]
+    return result.describe_failure()
+
+
+def _printable(text: str) -> str:
+    """No control characters from a reason (a process name is its owner's to choose)
+    reach another user's terminal: each becomes '?'."""
+    return "".join("?" if ord(c) < 32 or 0x7f <= ord(c) < 0xa0 else c for c in text)
+
+
+def _escape(text: str) -> str:
+    """The body as the notification spec's markup reads it: & < > as entities."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

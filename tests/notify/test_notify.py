@@ -1,0 +1,286 @@
+"""Telling users of a refused suspend: which sessions, the words, the desktop, the terminals,
+the bound, and the [notify] keys.
+
+Sessions come from the fake logind on a private dbus-daemon; the desktop
+notification goes through the real child (python -m suspendguard.notify.send,
+run as a user by system/runner.py) to a fake notification server on that bus;
+the terminal is a real pseudo-terminal whose other end the test reads.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.dbus import FAKES, PrivateBus, _read_line, _stop
+
+from suspendguard.config import defaults
+from suspendguard.config.load import build
+from suspendguard.config.schema import NotifyConfig
+from suspendguard.errors import ConfigError
+from suspendguard.notify.tell import message, tell, told_sessions
+from suspendguard.notify.terminals import write_terminal
+from suspendguard.system.dbus.logind import LoginSession, list_sessions
+from suspendguard.system.log import Logger
+from suspendguard.verdict import Reason, Verdict
+
+VETO = Verdict("veto", (
+    Reason("sigint-ignored", "pid 4242 (trainer) ignores SIGINT: the guard cannot stop it",
+           pid=4242, comm="trainer"),
+    Reason("device-busy", "/dev/accel0 is still busy"),
+))
+ME = os.getuid()
+
+
+def session(sid: str, **kw: Any) -> dict[str, Any]:
+    return {"id": sid, "uid": ME, "name": "alice", **kw}
+
+
+SESSIONS = [
+    session("1", type="x11", display=":0", seat="seat0"),
+    session("2", type="wayland", active=False, seat="seat0"),  # switched away from
+    session("3", type="x11", **{"class": "greeter"}, name="lightdm", uid=ME + 1),
+    session("4", type="tty", tty="pts/3", remote=True),
+    session("5", type="tty", tty="pts/4", name="bob", uid=ME + 2),
+    session("6", type="tty", tty="pts/5", state="closing"),
+    session("7", type="x11", name="bob", uid=ME + 2),
+]
+
+
+@pytest.fixture
+def logind(bus: PrivateBus, fakes: Callable[..., subprocess.Popen[str]]) -> PrivateBus:
+    fakes({"sessions": SESSIONS}, services=["logind"])
+    return bus
+
+
+@pytest.fixture
+def notifications(bus: PrivateBus, tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """Start a fake notification server on the bus; the file its Notify calls go to."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(silent: bool = False) -> Path:
+        log = tmp_path / "notified.jsonl"
+        argv = [sys.executable, str(FAKES / "fake_notifications.py"), "--address", bus.address,
+                "--log", str(log)] + (["--silent"] if silent else [])
+        err = tmp_path / "fake-notifications.err"
+        with open(err, "w") as f:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=f, text=True)
+        procs.append(proc)
+        assert _read_line(proc, "the fake notification server", err) == "READY"
+        return log
+
+    yield start
+    for proc in procs:
+        _stop(proc)
+
+
+def test_logind_sessions_are_read_with_their_properties(logind: PrivateBus) -> None:
+    found = list_sessions(address=logind.address)
+    assert isinstance(found, tuple), found
+    by_id = {s.id: s for s in found}
+    assert by_id["1"] == LoginSession("1", ME, "alice", "x11", "user", True, False, "active",
+                                      "", ":0")
+    assert by_id["4"].tty == "pts/3" and by_id["4"].remote
+    assert [s.id for s in found if s.graphical] == ["1", "7"]
+
+
+def test_who_is_told(logind: PrivateBus) -> None:
+    found = list_sessions(address=logind.address)
+    assert isinstance(found, tuple)
+    terminals, desktops = told_sessions(found, ())
+    # Active graphical sessions of users, one per user; greeters and background
+    # sessions are nobody to tell; every live terminal.
+    assert [s.id for s in desktops] == ["1", "7"]
+    assert [s.tty for s in terminals] == ["pts/3", "pts/4"]
+    terminals, desktops = told_sessions(found, ("bob",))
+    assert [s.id for s in desktops] == ["7"] and [s.tty for s in terminals] == ["pts/4"]
+
+
+def test_the_words() -> None:
+    msg = message(VETO, "suspend")
+    assert msg.summary == "Suspend refused by suspendguard"
+    assert msg.body == ("pid 4242 (trainer) ignores SIGINT: the guard cannot stop it\n"
+                        "1 more reason: suspendguard status")
+    one = message(Verdict("unknown", (Reason("uninspected", "pid 7 could not be read"),)),
+                  "hibernate")
+    assert one.summary == "Hibernate refused by suspendguard"
+    assert one.body == "pid 7 could not be read\nsuspendguard status for the rest"
+    text = message(Verdict("veto", (Reason("protected", "pid 1 (\x1b]0;pwned\x07) is held"),)),
+                   "suspend").terminal_text(0.0)
+    assert "\x1b" not in text and "pid 1 (?]0;pwned?) is held" in text
+    assert text.startswith("\r\n\aMessage from suspendguard (") and text.endswith("\r\n")
+
+
+def _config(**kw: Any) -> NotifyConfig:
+    values = {"desktop": True, "wall": True, "users": (), "retry": False, "timeout_s": 3.0}
+    return NotifyConfig(**{**values, **kw})
+
+
+def _sessions(sessions: list[LoginSession]) -> Callable[[float], tuple[LoginSession, ...]]:
+    return lambda _timeout: tuple(sessions)
+
+
+def _desktop_session(name: str = "alice", uid: int = ME) -> LoginSession:
+    return LoginSession("1", uid, name, "x11", "user", True, False, "active", "", ":0")
+
+
+def _tell_desktop(bus: PrivateBus, config: NotifyConfig, until_s: float,
+                  verdict: Verdict = VETO) -> tuple[str, float]:
+    """alice's desktop told on ``bus``: what the log says, and how long it took."""
+    out = io.StringIO()
+    began = time.monotonic()
+    tell(config, verdict, "suspend", Logger(out, {}), began + until_s,
+         sessions=_sessions([_desktop_session()]), bus_address=lambda uid: bus.address)
+    return out.getvalue(), time.monotonic() - began
+
+
+@pytest.mark.root
+def test_the_desktop_notification_is_sent_by_a_child_as_the_user(
+        bus: PrivateBus, notifications: Callable[..., Path]) -> None:
+    log_file = notifications()
+    said, _ = _tell_desktop(bus, _config(wall=False), 10)
+    sent = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert sent == [{
+        "app_name": "suspendguard", "summary": "Suspend refused by suspendguard",
+        "body": "pid 4242 (trainer) ignores SIGINT: the guard cannot stop it\n"
+                "1 more reason: suspendguard status",
+        "hints": {"urgency": 2}, "expire_timeout": -1, "actions": [],
+    }]
+    assert said == "suspendguard: notify: told alice's desktop\n"
+
+
+@pytest.mark.root
+def test_markup_in_a_reason_is_escaped_for_the_server(
+        bus: PrivateBus, notifications: Callable[..., Path]) -> None:
+    log_file = notifications()
+    verdict = Verdict("veto", (Reason("protected", "pid 9 (<b>a&b</b>) is protected"),))
+    _tell_desktop(bus, _config(wall=False), 10, verdict)
+    body = json.loads(log_file.read_text())["body"]
+    assert body.startswith("pid 9 (&lt;b&gt;a&amp;b&lt;/b&gt;) is protected\n")
+
+
+@pytest.mark.root
+def test_a_server_that_never_answers_costs_at_most_timeout_s(
+        bus: PrivateBus, notifications: Callable[..., Path]) -> None:
+    notifications(silent=True)
+    said, took = _tell_desktop(bus, _config(wall=False, timeout_s=1.0), 60)
+    assert took < 1.5, took
+    lines = said.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("suspendguard: warning: notify: not told alice's desktop: ")
+    assert "timed out" in lines[0] or "no answer within the timeout" in lines[0], lines[0]
+
+
+@pytest.mark.root
+def test_the_run_s_own_bound_wins_over_timeout_s(bus: PrivateBus,
+                                                 notifications: Callable[..., Path]) -> None:
+    notifications(silent=True)
+    said, took = _tell_desktop(bus, _config(wall=False, timeout_s=30.0), 0.8)
+    assert took < 1.3, took
+    assert "warning: notify: not told alice's desktop" in said
+
+
+def test_no_session_bus_and_no_logind_are_one_warning_each(tmp_path: Path,
+                                                           no_bus: str) -> None:
+    out = io.StringIO()
+    tell(_config(wall=False), VETO, "suspend", Logger(out, {}), time.monotonic() + 5,
+         sessions=_sessions([_desktop_session()]),
+         bus_address=lambda uid: f"unix:path={tmp_path}/bus")
+    assert out.getvalue() == (f"suspendguard: warning: notify: not told alice's desktop: "
+                              f"no session bus ({tmp_path}/bus)\n")
+    out = io.StringIO()
+    tell(_config(), VETO, "suspend", Logger(out, {}), time.monotonic() + 5)
+    assert out.getvalue().startswith("suspendguard: warning: notify: told no one: logind: "
+                                     "unavailable: no system bus at ")
+    assert out.getvalue().count("\n") == 1
+
+
+def test_timeout_zero_tells_no_one() -> None:
+    out = io.StringIO()
+
+    def never(_timeout: float) -> tuple[LoginSession, ...]:
+        raise AssertionError("asked logind")
+
+    tell(_config(timeout_s=0.0), VETO, "suspend", Logger(out, {}), time.monotonic() + 5,
+         sessions=never)
+    assert out.getvalue() == ""
+
+
+@pytest.fixture
+def terminal() -> Iterator[tuple[int, str]]:
+    """A pseudo-terminal: its master fd, and its name as logind keeps it ("pts/N")."""
+    master, slave = pty.openpty()
+    name = os.ttyname(slave)
+    os.chmod(name, 0o620)  # mesg y
+    try:
+        yield master, name.removeprefix("/dev/")
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
+def _read(master: int) -> str:
+    os.set_blocking(master, False)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except (BlockingIOError, OSError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data.decode()
+
+
+def test_the_terminal_gets_the_message(terminal: tuple[int, str]) -> None:
+    master, tty = terminal
+    out = io.StringIO()
+    tty_session = LoginSession("4", ME, "alice", "tty", "user", True, True, "active", tty, "")
+    tell(_config(desktop=False), VETO, "suspend", Logger(out, {}), time.monotonic() + 5,
+         sessions=_sessions([tty_session]))
+    assert out.getvalue() == f"suspendguard: notify: told alice on /dev/{tty}\n"
+    seen = _read(master)
+    assert "Message from suspendguard" in seen
+    assert ("Suspend refused by suspendguard: pid 4242 (trainer) ignores SIGINT: the guard "
+            "cannot stop it") in seen
+
+
+def test_mesg_n_another_owner_and_odd_names_are_left_alone(terminal: tuple[int, str]) -> None:
+    master, tty = terminal
+    until = time.monotonic() + 5
+    assert write_terminal(tty, ME + 1, "x", until) == (
+        f"/dev/{tty}: owned by uid {ME}, not by the session's user (uid {ME + 1})")
+    os.chmod(f"/dev/{tty}", 0o600)
+    assert write_terminal(tty, ME, "x", until) == f"/dev/{tty}: messages refused (mesg n)"
+    for name in ("../etc/passwd", "tty", "pts/../../etc/shadow", "null", "console"):
+        assert "is not a terminal name" in str(write_terminal(name, ME, "x", until))
+    assert _read(master) == ""
+
+
+def test_notify_keys_are_validated() -> None:
+    c = defaults()
+    assert c.notify == _config()
+    good = build({"notify": {"users": ["alice", "svc-1", "machine$"], "timeout_s": 0.5,
+                             "retry": True}})
+    assert good.notify.users == ("alice", "svc-1", "machine$") and good.notify.retry
+    for bad, said in (
+        ({"users": "alice"}, "[notify] users: expected a list of strings"),
+        ({"users": ["al ice"]}, "[notify] users: expected user names"),
+        ({"users": [""]}, "[notify] users: expected user names"),
+        ({"desktop": "yes"}, "[notify] desktop: expected true or false"),
+        ({"timeout_s": -1}, "[notify] timeout_s: expected a number >= 0"),
+        ({"colour": True}, "[notify] colour: unknown key"),
+    ):
+        with pytest.raises(ConfigError) as raised:
+            build({"notify": bad})
+        assert said in str(raised.value), (bad, str(raised.value))
