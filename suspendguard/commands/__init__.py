@@ -162,6 +162,15 @@ def _watch(p: argparse.ArgumentParser) -> None:
                    help="wait S seconds after a node's open or close before looking (default 0.2)")
 
 
+def _retry(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=SLEEP_ACTIONS, metavar="ACTION",
+                   help="suspend | hibernate | hybrid-sleep | suspend-then-hibernate")
+    p.add_argument("--attempt", type=int, required=True, metavar="ID",
+                   help="the vetoed attempt (suspendguard history)")
+    p.add_argument("--for", dest="bound", type=float, default=900.0, metavar="S",
+                   help="give up after S seconds (default 900)")
+
+
 def _sleep_hook(p: argparse.ArgumentParser) -> None:
     p.add_argument("phase", choices=("pre", "post"), help="pre: before the sleep; post: after")
     p.add_argument("action", nargs="?", default="suspend", metavar="ACTION",
@@ -238,6 +247,15 @@ COMMANDS: tuple[Command, ...] = (
             "(the suspendguard-watch service)",
             "watch:command", _watch,
             ((0, "stopped (SIGTERM, SIGINT or SIGHUP); the block released"), USAGE_EXIT,
+             UNTRUSTED_EXIT)),
+    Command("retry", "the retry unit's step ([notify] retry): ask for ACTION again once the "
+            "transient cause of a veto cleared, while logind still wants it",
+            "retry:command", _retry,
+            ((0, "the sleep went ahead, or nothing is left to retry (the lid was opened, "
+                 "someone used the machine, the veto's cause is certain)"),
+             (1, "gave up: the cause was still there after --for, or the sleep was vetoed "
+                 "again (3 tries at most)"),
+             USAGE_EXIT, (3, "logind, systemd or the history could not be asked"),
              UNTRUSTED_EXIT)),
     Command("sleep-hook", "called by systemd-sleep: sleep-hook pre|post ACTION",
             "sleep_hook:command", _sleep_hook,

@@ -3,14 +3,17 @@
 What it does depends on ``suspendguard mode``: enforce runs the guard for
 real (:func:`~suspendguard.guard.run.run_guard`), observe runs it as a dry
 run that logs and records like a real one and lets the sleep go on, off
-guards nothing.
+guards nothing. After an enforced veto, ``[notify] retry`` may start the
+retry unit (commands/retry.py), which outlives this one.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 from suspendguard.commands.context import Context
+from suspendguard.errors import EXIT_VETO
 from suspendguard.guard.run import run_guard
 from suspendguard.store import mode as guard_mode
 from suspendguard.system.log import Logger
@@ -30,4 +33,9 @@ def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
         log.info(f"observe mode (suspendguard mode): signalled nobody; the {args.action} goes on "
                  f"whatever the verdict (exit status {status} when enforced)")
         return 0
-    return run_guard(ctx, False, args.action, "unit", args.json)
+    since = time.time() - 1.0
+    status = run_guard(ctx, False, args.action, "unit", args.json)
+    if status == EXIT_VETO:
+        from suspendguard.commands.retry import offer_retry  # D-Bus: only after a veto
+        offer_retry(ctx, args.action, since, log)
+    return status

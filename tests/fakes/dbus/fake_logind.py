@@ -68,6 +68,19 @@ class LoginManager(ServiceInterface):
         # The login sessions: a list of {id, uid, name, seat, type, class, active, remote,
         # state, tty, display}, each exported at its own path as logind does.
         self.sessions = [LoginSession(doc) for doc in state.get("sessions", [])]
+        # The lid and idle state logind reports (LidClosed, HandleLidSwitch*, IdleHint ...).
+        # lid_file: a file whose content, read at each question, says "closed" or "open":
+        # a test opens the lid while a client waits. Absent: lid_closed.
+        self.lid_closed = bool(state.get("lid_closed", False))
+        self.lid_file = state.get("lid_file")
+        self.handle_lid = {key: str(state.get(key, default)) for key, default in (
+            ("handle_lid_switch", "suspend"), ("handle_lid_switch_external_power", ""),
+            ("handle_lid_switch_docked", "ignore"))}
+        self.docked = bool(state.get("docked", False))
+        self.on_external_power = bool(state.get("on_external_power", False))
+        self.idle_hint = bool(state.get("idle_hint", False))
+        self.idle_since_usec = int(state.get("idle_since_usec", 0))
+        self.idle_action = str(state.get("idle_action", "ignore"))
 
     def attach(self, bus: object) -> None:
         """Export on the bus, and take Inhibit calls before dbus-next's dispatcher.
@@ -188,6 +201,48 @@ class LoginManager(ServiceInterface):
     @dbus_property(access=PropertyAccess.READ)
     def PreparingForSleep(self) -> "b":
         return self.preparing
+
+    @dbus_property(access=PropertyAccess.READ)
+    def LidClosed(self) -> "b":
+        if self.lid_file:
+            try:
+                with open(str(self.lid_file)) as f:
+                    return f.read().strip() == "closed"
+            except FileNotFoundError:
+                return False
+        return self.lid_closed
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Docked(self) -> "b":
+        return self.docked
+
+    @dbus_property(access=PropertyAccess.READ)
+    def OnExternalPower(self) -> "b":
+        return self.on_external_power
+
+    @dbus_property(access=PropertyAccess.READ)
+    def HandleLidSwitch(self) -> "s":
+        return self.handle_lid["handle_lid_switch"]
+
+    @dbus_property(access=PropertyAccess.READ)
+    def HandleLidSwitchExternalPower(self) -> "s":
+        return self.handle_lid["handle_lid_switch_external_power"]
+
+    @dbus_property(access=PropertyAccess.READ)
+    def HandleLidSwitchDocked(self) -> "s":
+        return self.handle_lid["handle_lid_switch_docked"]
+
+    @dbus_property(access=PropertyAccess.READ)
+    def IdleHint(self) -> "b":
+        return self.idle_hint
+
+    @dbus_property(access=PropertyAccess.READ)
+    def IdleSinceHint(self) -> "t":
+        return self.idle_since_usec
+
+    @dbus_property(access=PropertyAccess.READ)
+    def IdleAction(self) -> "s":
+        return self.idle_action
 
     # --- Inhibit, the real way ------------------------------------------------------
 

@@ -6,7 +6,10 @@
 --state is a JSON object: can_suspend, can_hibernate, inhibit_delay_max_usec,
 preparing_for_sleep, inhibitors (a list of [what, who, why, mode, uid, pid])
 and sleep_error ([error name, message] the sleep methods answer), inhibit_log (a file
-that gets a JSON line per lock taken and dropped) for logind;
+that gets a JSON line per lock taken and dropped), lid_closed, lid_file (read at each
+question: "closed" or "open"), handle_lid_switch, handle_lid_switch_external_power,
+handle_lid_switch_docked, docked, on_external_power, idle_hint, idle_since_usec and
+idle_action for logind;
 units ({name: {LoadState, ActiveState, SubState, UnitFileState, Result,
 ExecMainStatus}}) and jobs ({unit: [argv, ...]}, what a started unit's job
 runs) for systemd. --silent owns the names but never

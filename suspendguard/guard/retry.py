@@ -1,0 +1,170 @@
+"""``[notify] retry``: after a transient veto of a sleep logind started, ask again once it cleared.
+
+Which vetoes: those of the veto unit (origin ``unit``) whose every reason
+is one that ends by itself, :data:`TRANSIENT_CODES`: a job still running
+after its wait for SIGINT (it was signalled and is on its way out), the
+device still busy after the drain. A veto with any other reason
+(protected, ignores SIGINT, frozen, ...) is certain and is never retried.
+
+While what: logind must still want the machine asleep (system/dbus/wish.py):
+the lid is still closed and the lid setting that applies now says this
+sleep; or nobody has used the machine since the veto (``IdleHint``, idle
+since before it): the idle action, and a key pressed by someone who walked
+away. The loop ends when that stops being so (the lid opened, a user came
+back), when the sleep it asked for happened, after ``bound_s``, or after
+:data:`MAX_TRIES` sleeps asked for. Between looks it sleeps on the
+holders' pidfds (guard/ready.py); it signals nobody itself: the sleep it
+asks for runs the veto unit, which drains as always.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from suspendguard.errors import EXIT_ALLOW, EXIT_ERROR, EXIT_VETO
+from suspendguard.guard.ready import RESCAN_S, Look, wait_for_exits, wait_ready
+from suspendguard.model import Unavailable
+from suspendguard.record import Attempt
+from suspendguard.system.dbus.logind import SleepJob
+from suspendguard.system.dbus.wish import LogindWish
+from suspendguard.system.procfs import ProcAccessError, ProcFS
+
+TRANSIENT_CODES = frozenset({"timeout-after-sigint", "device-busy"})
+# How long a retry waits for the cause to clear, by default (seconds).
+RETRY_FOR_S = 900.0
+# Sleeps asked for at most, the first veto not counted: never a loop.
+MAX_TRIES = 3
+# How long a sleep in progress (logind's PreparingForSleep) is waited out before asking.
+SETTLE_S = 60.0
+
+
+def why_not_retried(attempt: Attempt) -> str | None:
+    """None when ``attempt`` is a veto worth retrying, else why not (in words)."""
+    if attempt.origin != "unit" or attempt.dry_run:
+        return f"attempt {attempt.id} was not the veto unit's ({attempt.origin})"
+    if attempt.result != "veto":
+        return f"attempt {attempt.id} ended {attempt.result}, not in a veto"
+    codes = {r.code for r in attempt.verdict.reasons}
+    certain = sorted(codes - TRANSIENT_CODES)
+    if not codes or certain:
+        return (f"attempt {attempt.id} was vetoed for a cause that does not end by itself: "
+                + ", ".join(certain or ["no reason recorded"]))
+    return None
+
+
+def still_wants(wish: LogindWish, action: str, vetoed_at: float) -> str | None:
+    """Why logind still wants ``action`` now, or None when it no longer does."""
+    if wish.lid_closed and wish.lid_action == action:
+        return f"the lid is closed (logind: {action} on lid close)"
+    if wish.idle_hint and 0 < wish.idle_since_usec <= vetoed_at * 1_000_000:
+        return "nobody has used the machine since the veto"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Retried:
+    status: int  # the command's exit status
+    line: str  # what became of it, in one line
+
+
+Wish = Callable[[], LogindWish | Unavailable]
+Request = Callable[[str], SleepJob | Unavailable]
+Latest = Callable[[float], Attempt | None]  # the veto unit's attempt since a time, if any
+
+
+def _left_running(attempt: Attempt) -> list[tuple[int, int]]:
+    """The holders the attempt's wait after SIGINT ended on: pid and start time."""
+    pids = {r.pid for r in attempt.verdict.reasons if r.code == "timeout-after-sigint"}
+    return [(h.holder.pid, h.holder.start_time) for h in attempt.holders
+            if h.holder.pid in pids]
+
+
+def _alive(proc: ProcFS, pid: int, start: int) -> bool:
+    """Still that process, and not yet exited (a zombie holds nothing: its parent has yet
+    to reap it)."""
+    try:
+        st = proc.stat(pid)
+    except ProcAccessError:
+        return True
+    return st is not None and st.start_time == start and st.state not in ("Z", "X")
+
+
+def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wish,
+          request: Request, latest: Latest, say: Callable[[str], None],
+          proc: ProcFS | None = None, rescan_s: float = RESCAN_S,
+          max_tries: int = MAX_TRIES) -> Retried:
+    """Wait for the vetoed attempt's cause to clear while logind still wants ``action``,
+    then ask for it again; see the module's doc for when it stops."""
+    proc = proc or ProcFS()
+    why = why_not_retried(attempt)
+    if why is not None:
+        return Retried(EXIT_ALLOW, f"no retry: {why}")
+    until = time.monotonic() + bound_s
+    vetoed_at = attempt.finished or attempt.started
+    failed: list[str] = []  # logind could not be asked
+    stopped: list[str] = []  # logind could not be asked, or no longer wants to sleep
+
+    def stop() -> str | None:
+        got = wish()
+        if isinstance(got, Unavailable):
+            failed.append(got.reason)
+            stopped.append(got.reason)
+            return f"logind cannot be asked: {got.reason}"
+        if still_wants(got, action, vetoed_at) is None:
+            stopped.append("no longer")
+            return "logind no longer wants to sleep (the lid is open, or someone used the machine)"
+        return None
+
+    def ended(line: str) -> Retried:
+        return Retried(EXIT_ERROR if failed else EXIT_ALLOW, line)
+
+    for tries in range(max_tries):
+        running = _left_running(attempt)
+        if running:
+            shown = ", ".join(f"pid {pid}" for pid, _ in running)
+            say(f"retry: waiting for {shown} to end, still running after SIGINT "
+                f"(attempt {attempt.id})")
+        while running:
+            why = stop()
+            if why:
+                return ended(f"no retry: {why}")
+            left = until - time.monotonic()
+            if left <= 0:
+                return Retried(EXIT_VETO, f"gave up after {bound_s:g} s: still running after "
+                                          f"SIGINT: {', '.join(f'pid {p}' for p, _ in running)}")
+            wait_for_exits(proc, running, min(rescan_s, left))
+            running = [(p, s) for p, s in running if _alive(proc, p, s)]
+        ready = wait_ready(look, max(0.0, until - time.monotonic()), say, proc=proc,
+                           rescan_s=rescan_s, stop=stop)
+        if not ready.ready:
+            if stopped:
+                return ended(f"no retry: {ready.why}")
+            return Retried(EXIT_VETO, f"gave up: {ready.why}")
+        settle = time.monotonic() + SETTLE_S
+        while True:
+            got = wish()
+            if isinstance(got, Unavailable) or not got.preparing_for_sleep:
+                break
+            if time.monotonic() >= settle:
+                return Retried(EXIT_ERROR, "gave up: logind kept a sleep in progress for "
+                                           f"{SETTLE_S:g} s")
+            time.sleep(0.5)
+        since = time.time() - 1.0
+        say(f"retry: the cause has cleared; asking logind to {action} again "
+            f"(try {tries + 1} of {max_tries})")
+        job = request(action)
+        if isinstance(job, Unavailable):
+            return Retried(EXIT_ERROR, f"gave up: logind did not take the {action}: {job.reason}")
+        if job.done:
+            return Retried(EXIT_ALLOW, f"retried: the {action} went ahead (try {tries + 1})")
+        again = latest(since)
+        if again is None or again.result != "veto":
+            return Retried(EXIT_ERROR, f"gave up: the {action} ended '{job.result}' and the "
+                                       "guard recorded no veto for it")
+        why = why_not_retried(again)
+        if why is not None:
+            return Retried(EXIT_VETO, f"gave up: {why}")
+        attempt, vetoed_at = again, again.finished or again.started
+    return Retried(EXIT_VETO, f"gave up: vetoed again {max_tries} times (attempt {attempt.id})")

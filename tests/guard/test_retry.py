@@ -1,0 +1,201 @@
+"""``[notify] retry``: which vetoes are retried, and the loop against the fake logind with real holders.
+
+The veto retried is a real one: the pipeline drains a real holder that is
+still on its way out when its wait after SIGINT ends. The loop then asks
+the fake logind (a real private dbus-daemon) whether it still wants to
+sleep, through a lid the test opens by writing a file, and asks it for
+the sleep through the fake systemd.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.dbus import PrivateBus, dbus_daemon, fake_service
+from helpers.holders import Holders
+
+from suspendguard.guard.pipeline import run
+from suspendguard.guard.ready import dry_look
+from suspendguard.guard.retry import Retried, retry, still_wants, why_not_retried
+from suspendguard.model import Unavailable
+from suspendguard.record import Attempt
+from suspendguard.store.history import History
+from suspendguard.system.dbus.logind import SleepJob, request_sleep
+from suspendguard.system.dbus.wish import LogindWish, logind_wish
+from suspendguard.system.log import Logger
+from suspendguard.verdict import Reason, Verdict
+
+NOW = 1_700_000_000.0
+
+
+def attempt(*codes: str, origin: str = "unit", kind: str = "veto") -> Attempt:
+    reasons = tuple(Reason(code, f"because {code}", pid=42) for code in codes)  # type: ignore[arg-type]
+    return Attempt(id=7, started=NOW - 30, finished=NOW, action="suspend", origin=origin,
+                   dry_run=False, verdict=Verdict(kind, reasons), config_digest="")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("codes", [("timeout-after-sigint",), ("device-busy",),
+                                   ("timeout-after-sigint", "device-busy")])
+def test_a_veto_whose_causes_end_by_themselves_is_retried(codes: tuple[str, ...]) -> None:
+    assert why_not_retried(attempt(*codes)) is None
+
+
+@pytest.mark.parametrize("codes", [("protected",), ("sigint-ignored",),
+                                   ("timeout-after-sigint", "frozen"), ("respawned",), ()])
+def test_a_certain_veto_is_never_retried(codes: tuple[str, ...]) -> None:
+    why = why_not_retried(attempt(*codes))
+    assert why is not None and "does not end by itself" in why
+
+
+def test_only_the_veto_units_vetoes_are_retried() -> None:
+    assert "not the veto unit's (cli)" in str(why_not_retried(
+        attempt("timeout-after-sigint", origin="cli")))
+    assert "ended allow" in str(why_not_retried(attempt(kind="allow")))
+
+
+def wish(**changes: Any) -> LogindWish:
+    base: dict[str, Any] = dict(
+        lid_closed=False, docked=False, on_external_power=False, handle_lid_switch="suspend",
+        handle_lid_switch_external_power="", handle_lid_switch_docked="ignore", idle_hint=False,
+        idle_since_usec=0, idle_action="ignore", preparing_for_sleep=False)
+    return LogindWish(**{**base, **changes})
+
+
+def test_logind_still_wants_it_while_the_lid_is_closed_and_its_setting_says_so() -> None:
+    assert still_wants(wish(lid_closed=True), "suspend", NOW) is not None
+    assert still_wants(wish(lid_closed=False), "suspend", NOW) is None
+    assert still_wants(wish(lid_closed=True), "hibernate", NOW) is None
+    # Docked: HandleLidSwitchDocked applies; on external power, HandleLidSwitchExternalPower
+    # when it is set, else HandleLidSwitch.
+    assert still_wants(wish(lid_closed=True, docked=True), "suspend", NOW) is None
+    assert still_wants(wish(lid_closed=True, on_external_power=True,
+                            handle_lid_switch_external_power="ignore"), "suspend", NOW) is None
+    assert still_wants(wish(lid_closed=True, on_external_power=True), "suspend", NOW) is not None
+
+
+def test_logind_still_wants_it_while_nobody_used_the_machine_since_the_veto() -> None:
+    before, after = int((NOW - 60) * 1e6), int((NOW + 5) * 1e6)
+    assert still_wants(wish(idle_hint=True, idle_since_usec=before), "suspend", NOW) is not None
+    assert still_wants(wish(idle_hint=True, idle_since_usec=after), "suspend", NOW) is None
+    assert still_wants(wish(idle_hint=False, idle_since_usec=before), "suspend", NOW) is None
+
+
+# --- the loop, with real holders and the fake logind -------------------------------------
+
+pytestmark_bus = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
+
+
+def real_veto(config: Any) -> Attempt:
+    """The veto unit's run, for real: the holder gets SIGINT and outlives its wait."""
+    report = run(config, dry_run=False, action="suspend", origin="unit", idle_check=None,
+                 log=Logger(io.StringIO(), {}), history=History.open)
+    assert [r.code for r in report.verdict.reasons] == ["timeout-after-sigint"], report.verdict
+    return report.attempt
+
+
+class Loop:
+    def __init__(self, bus: PrivateBus, config: Any) -> None:
+        self.bus, self.config = bus, config
+        self.asked: list[float] = []
+        self.said: list[str] = []
+
+    def request(self, action: str) -> SleepJob | Unavailable:
+        self.asked.append(time.monotonic())
+        return request_sleep(action, 30.0, self.bus.address)
+
+    def __call__(self, vetoed: Attempt, bound_s: float) -> Retried:
+        return retry(vetoed, "suspend", bound_s, look=dry_look(self.config, {}),
+                     wish=lambda: logind_wish(address=self.bus.address), request=self.request,
+                     latest=lambda since: None, say=self.said.append, rescan_s=1.0)
+
+
+def lid(tmp_path: Path, state: str) -> dict[str, Any]:
+    path = tmp_path / "lid"
+    path.write_text(state)
+    return {"lid_file": str(path), "handle_lid_switch": "suspend", "jobs": {}}
+
+
+@pytestmark_bus
+def test_it_asks_again_once_the_holder_has_left_while_the_lid_stays_closed(
+        bus: PrivateBus, tmp_path: Path, make_config: Any, node: str, holders: Holders) -> None:
+    config = make_config(drain={"timeout_s": 1})
+    proc, pid = holders.start(node, delay=4.0)  # leaves 4 s after SIGINT: after its wait
+    vetoed = real_veto(config)
+    assert proc.poll() is None
+    loop = Loop(bus, config)
+    with fake_service(bus, lid(tmp_path, "closed")):
+        result = loop(vetoed, 30.0)
+    assert result == Retried(0, "retried: the suspend went ahead (try 1)"), loop.said
+    assert proc.wait(timeout=1) == 0 and len(loop.asked) == 1
+    assert any(f"pid {pid}" in line and "still running after SIGINT" in line
+               for line in loop.said)
+    assert holders.signals() == [f"{pid} SIGINT"]  # the guard's one SIGINT; the loop sent none
+
+
+@pytestmark_bus
+def test_it_stops_without_asking_when_the_lid_is_opened(
+        bus: PrivateBus, tmp_path: Path, make_config: Any, node: str, holders: Holders) -> None:
+    config = make_config(drain={"timeout_s": 1})
+    proc, _ = holders.start(node, mode="slow")  # never leaves after SIGINT
+    vetoed = real_veto(config)
+    loop = Loop(bus, config)
+    state = lid(tmp_path, "closed")
+    opened = threading.Timer(1.5, Path(state["lid_file"]).write_text, ["open"])
+    with fake_service(bus, state):
+        begun = time.monotonic()
+        opened.start()
+        try:
+            result = loop(vetoed, 30.0)
+        finally:
+            opened.cancel()
+    assert result.status == 0 and result.line.startswith(
+        "no retry: logind no longer wants to sleep"), result
+    assert time.monotonic() - begun < 10 and loop.asked == []
+    assert proc.poll() is None
+
+
+@pytestmark_bus
+def test_it_gives_up_after_its_bound(bus: PrivateBus, tmp_path: Path, make_config: Any,
+                                     node: str, holders: Holders) -> None:
+    config = make_config(drain={"timeout_s": 1})
+    proc, pid = holders.start(node, mode="slow")
+    vetoed = real_veto(config)
+    loop = Loop(bus, config)
+    with fake_service(bus, lid(tmp_path, "closed")):
+        begun = time.monotonic()
+        result = loop(vetoed, 2.0)
+    assert result == Retried(1, f"gave up after 2 s: still running after SIGINT: pid {pid}")
+    assert 2.0 <= time.monotonic() - begun < 8 and loop.asked == []
+    assert proc.poll() is None
+
+
+def test_a_certain_veto_asks_logind_nothing() -> None:
+    def never(*_: Any) -> Any:
+        raise AssertionError("asked")
+
+    result = retry(attempt("sigint-ignored"), "suspend", 30.0, look=never, wish=never,
+                   request=never, latest=never, say=never)
+    assert result.status == 0 and "does not end by itself: sigint-ignored" in result.line
+
+
+@pytestmark_bus
+@pytest.mark.parametrize("mode,said", [
+    ("slow", "no retry: suspendguard-retry-suspend.service could not be started"),
+    ("deaf", "does not end by itself: sigint-ignored")])
+def test_the_veto_unit_offers_a_retry_only_for_a_transient_veto(
+        bus: PrivateBus, conf: Path, node: str, holders: Holders, mode: str, said: str) -> None:
+    from suspendguard.cli import main
+    holders.start(node, mode=mode)
+    conf.write_text(conf.read_text().replace("timeout_s = 5", "timeout_s = 1")
+                    + "[notify]\nretry = true\ndesktop = false\nwall = false\n")
+    err = io.StringIO()
+    # The fake systemd has no StartTransientUnit: the offer fails, and says so.
+    with fake_service(bus, {"jobs": {}}):
+        code = main(["pre-sleep", "suspend", "--config", str(conf)], out=io.StringIO(), err=err,
+                    environ={"DBUS_SYSTEM_BUS_ADDRESS": bus.address}, stdin=io.StringIO())
+    assert code == 1 and said in err.getvalue(), err.getvalue()
