@@ -27,6 +27,7 @@ from suspendguard.store import progress
 from suspendguard.store.history import History
 from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system import journal_ids, journald
+from suspendguard.system.boot import boot_ids
 from suspendguard.system.deadline import RESTORE_AFTER_RESUME_S, Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
@@ -122,7 +123,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
             with bounded(Deadline(time.monotonic() + RESTORE_AFTER_RESUME_S)):
                 done = restore(pending, supervisors, config.restore,
                                enabled=config.restore.after_resume, record=note, log=log.info,
-                               boot_ids=ProcFS().boot_ids(), journal=log.journal)
+                               boot_ids=boot_ids(ProcFS()), journal=log.journal)
                 # Whatever is still set aside (a killed run's drop-in, the restart
                 # policy of a container left down) goes back now.
                 for line in supervisors.clean_leftovers():

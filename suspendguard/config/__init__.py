@@ -13,20 +13,17 @@ the shares of system/deadline.py); trust.py: whether root may act on it;
 render.py: TOML out.
 """
 
+from suspendguard.config.backends import FAMILIES, IDLE_BACKENDS, Family, IdleBackend
 from suspendguard.config.load import DEFAULT_PATH, ENV_VAR, build, defaults, load, resolve_path
 from suspendguard.config.render import commented_default, to_toml
 from suspendguard.config.schema import (
     DEFAULT_STATE_DIR,
-    FAMILIES,
-    IDLE_BACKENDS,
     SCHEMA,
     Config,
     DevicesConfig,
     DrainConfig,
     DrainRule,
     EscalationStep,
-    Family,
-    IdleBackend,
     IdleConfig,
     LauncherRule,
     LogsConfig,

@@ -25,7 +25,8 @@ import os
 import stat
 from collections.abc import Mapping
 
-from suspendguard.config.schema import IDLE_BACKENDS, Config
+from suspendguard.config.backends import IDLE_BACKENDS
+from suspendguard.config.schema import Config
 
 _MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
 

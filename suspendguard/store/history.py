@@ -39,6 +39,7 @@ from suspendguard.record import (
 )
 from suspendguard.store import database, reserve
 from suspendguard.store.reads import INTERRUPTED, Reads
+from suspendguard.system.boot import boot_id
 from suspendguard.system.procfs import ProcFS
 
 DB_NAME = "history.db"
@@ -181,7 +182,7 @@ class History(Reads):
     def _insert_stops(self, c: sqlite3.Connection, attempt_id: int,
                       stops: Sequence[Stop], *, issued: bool) -> list[int]:
         """Insert stop rows; ``issued`` False: written ahead, the stop not yet answered."""
-        boot = self.proc.boot_id()
+        boot = boot_id(self.proc)
         ids = []
         for st in stops:
             cur = c.execute(

@@ -61,41 +61,6 @@ class ProcFS:
     def path(self, pid: int | str, *parts: str) -> str:
         return "/".join((self.root, str(pid), *parts))
 
-    def boot_id(self) -> str:
-        """This boot's identity: when the kernel booted (``stat``'s btime) and when this PID
-        namespace's init started ("BTIME.START"); "" when it cannot be read.
-
-        Not ``sys/kernel/random/boot_id``: systemd-nspawn gives a container its
-        own boot id by mounting a file over that one, and a unit's sandbox
-        (``ProtectKernelTunables=``, a procfs of its own) does not see the
-        mount, so the veto unit and a root shell read different ids in the
-        same boot. The boot time and init's start are the same inside any
-        sandbox of one PID namespace, and new at each boot of a host or a
-        container.
-        """
-        try:
-            with open(f"{self.root}/stat", "rb") as f:
-                btime = next((line.split()[1] for line in f if line.startswith(b"btime ")), b"")
-            init = self.stat(1)
-        except (OSError, IndexError, ProcAccessError):
-            return ""
-        if not btime.isdigit() or init is None:
-            return ""
-        return f"{btime.decode()}.{init.start_time}"
-
-    def kernel_boot_id(self) -> str:
-        """``sys/kernel/random/boot_id``, what a version before :meth:`boot_id` recorded;
-        "" when it cannot be read."""
-        try:
-            with open(f"{self.root}/sys/kernel/random/boot_id", encoding="ascii") as f:
-                return f.read().strip()
-        except (OSError, ValueError):
-            return ""
-
-    def boot_ids(self) -> frozenset[str]:
-        """Every name this boot is recorded under: :meth:`boot_id`, and the kernel's id."""
-        return frozenset(b for b in (self.boot_id(), self.kernel_boot_id()) if b)
-
     def exists(self, pid: int) -> bool:
         return os.path.exists(self.path(pid))
 

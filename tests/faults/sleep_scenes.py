@@ -45,6 +45,7 @@ from suspendguard.record import Stop
 from suspendguard.store.history import History
 from suspendguard.supervise import usermanager
 from suspendguard.supervise.managers import ManagersAndEngines
+from suspendguard.system.boot import boot_ids
 from suspendguard.system.deadline import Cancel
 from suspendguard.system.log import Logger
 
@@ -241,7 +242,7 @@ def restore_pending(s: Stage, supervisors: ManagersAndEngines) -> list[Restored]
     with History.open(str(s.state)) as h:
         return restore(h.pending_stops(), supervisors, s.config().restore, enabled=True,
                        record=lambda st, r, w: h.record_restore(st.id, r, w),
-                       log=lambda _line: None, boot_ids=h.proc.boot_ids())
+                       log=lambda _line: None, boot_ids=boot_ids(h.proc))
 
 
 # -- hung supervisors: the verdict within the deadline, recorded ------------------------
