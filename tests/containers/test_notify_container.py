@@ -33,7 +33,8 @@ import time
 from typing import Any
 
 import pytest
-from helpers.systemd_harness import Boot, Container, container_marks, guard_config
+from helpers.systemd_harness import HOLDER, Boot, Container, container_marks, guard_config
+from helpers.wait import wait_for
 
 pytestmark = container_marks()
 
@@ -136,3 +137,51 @@ def test_a_veto_reaches_the_desktop_and_the_terminal(box: Container) -> None:
     assert "Message from suspendguard" in tty_text, tty_text
     line = next(x for x in tty_text.splitlines() if "Suspend refused by suspendguard: " in x)
     assert f"pid {pid} " in line and "SIGINT" in line, line
+
+
+def test_a_veto_whose_cause_passes_starts_the_retry_unit(box: Container) -> None:
+    """``[notify] retry``: the veto unit starts the retry unit for real (a transient unit of
+    the container's systemd). It waits for the job still running after SIGINT; while logind
+    still wants the sleep (nobody has used the container since the veto: logind's idle
+    hint) it asks for the suspend again, which the guard now allows, and the machine
+    sleeps; else it asks for nothing."""
+    retry_unit = "suspendguard-retry-suspend.service"
+    config = guard_config(NODE)
+    box.write("/etc/suspendguard/config.toml",
+              config + "\n[notify]\nretry = true\ndesktop = false\nwall = false\n")
+    try:
+        with box.cleaned(MARKER):
+            # SIGINT ends it 8 s later: past the guard's 5 s wait, a cause that passes.
+            box.start_job("sg-test-notify-late.service", [
+                box.python, HOLDER, "--node", NODE, "--mode", "graceful", "--delay", "8",
+                "--marker", MARKER])
+            journal = box.suspend()
+            assert "Dependency failed" in journal, journal[-3000:]
+            assert f"{retry_unit} will ask for the suspend again" in journal, \
+                "\n".join(x for x in journal.splitlines() if "suspendguard[" in x)
+            assert box.power_state() == "freeze mem disk\n"  # the veto: it did not sleep
+
+            def ended() -> bool:
+                state = box.run("systemctl", "show", "-p", "ActiveState", "--value", retry_unit,
+                                check=False).stdout.strip()
+                return state in ("inactive", "failed", "")
+
+            assert wait_for(ended, 40.0, interval=0.5)
+            said = box.run("journalctl", "-u", retry_unit, "-o", "cat", "--no-pager").stdout
+            assert "retry: waiting for pid " in said and "still running after SIGINT" in said, said
+            # Whether logind still wants the sleep is its idle hint here (no lid): nobody has
+            # used the container since the veto, unless the sessions of the test before left
+            # logind not idle. Each answer has its own end.
+            idle = box.run("busctl", "get-property", "org.freedesktop.login1",
+                           "/org/freedesktop/login1", "org.freedesktop.login1.Manager",
+                           "IdleHint").stdout.strip()
+            if idle == "b true":
+                assert "retried: the suspend went ahead (try 1)" in said, said
+                assert box.power_state().startswith("mem"), said  # asked again, and it slept
+            else:
+                assert "no retry: logind no longer wants to sleep" in said, (idle, said)
+                assert box.power_state() == "freeze mem disk\n", said
+            assert box.run("cat", MARKER).stdout.count("SIGINT") == 1  # the retry sent none
+            box.run("systemctl", "reset-failed", "suspendguard@suspend.service", check=False)
+    finally:
+        box.write("/etc/suspendguard/config.toml", config)
