@@ -11,8 +11,9 @@ lock goes as soon as a look no longer vetoes. Never ``shutdown``. An
 look that finds another run draining (``guard-busy``) saw no holder and
 changes nothing; the next look comes soon after.
 
-Why it is cheap: a look (~0.1-0.2 s of CPU on 3,000 processes) runs only
-when something may have changed, and on a bound:
+Why it is cheap: a look is a full dry run (the /proc scan: 0.1-0.2 s of CPU
+on 3,000 processes on a plain host, 1 s where syscalls are slow), so it runs
+only when something may have changed, and on a bound:
 
 - inotify on every accelerator node (``IN_OPEN``, ``IN_CLOSE_*``): a job that
   opens one, a holder that lets go (the kernel reports the close when the
@@ -20,18 +21,23 @@ when something may have changed, and on a bound:
 - a pidfd for each holder (at most :data:`MAX_PIDFDS`): readable when it
   exits, also when it holds the node through a path inotify does not see
   (a container's own node);
-- a look every ``recheck_s`` (default 60 s) for what neither sees: a node
-  opened through another path, a holder's SIGINT disposition changing, a
-  new node.
+- a look every ``recheck_s`` (default 60 s) for what neither sees: a job in
+  a container opening its own copy of a node, a holder's SIGINT disposition
+  changing, a new node. Where a look costs more, the bound stretches so
+  that these looks stay under :data:`BOUND_SHARE` of one core (at most
+  :data:`MAX_BOUND_S`): the watch measures each look's CPU.
 
 Events wait ``debounce_s`` (a job opens many nodes at once), and two looks
-are at least ``min_gap`` apart; the gap doubles (up to :data:`MAX_GAP_S`)
-while event-driven looks keep finding nothing new, e.g. a monitoring agent
-that opens the nodes every second, and drops back at the first change.
-Events that arrive during a look may be its own (an idle backend opens the
-nodes): they bring one more look, and those during that one are dropped.
-Between looks the process sleeps in poll(2): no timer ticks but the
-watchdog's, when ``WatchdogSec=`` asks for one.
+are at least :data:`MIN_GAP_S` apart. For opens and closes the gap doubles
+while the looks they bring find nothing new (a monitoring agent that opens
+the nodes every second), up to :data:`MAX_GAP_S` or what keeps such looks
+under :data:`STORM_SHARE` of a core, and drops back at the first change or
+after that long without a look. A holder's exit always waits only
+:data:`MIN_GAP_S`: a block ends within about 1.3 s of its holder. Events
+during a look may be its own (an idle backend opens the nodes): outside a
+storm they bring one more look, whose own events are dropped. Between
+looks the process sleeps in poll(2): no timer ticks but the watchdog's,
+when ``WatchdogSec=`` asks for one.
 """
 
 from __future__ import annotations
@@ -64,6 +70,11 @@ RECHECK_S = 60.0
 DEBOUNCE_S = 0.2
 MIN_GAP_S = 1.0
 MAX_GAP_S = 8.0
+# Shares of one core the looks may take: the bounded ones, and those a storm of
+# opens brings; a slow look stretches the bound and the gap to fit (module doc).
+BOUND_SHARE = 0.004
+STORM_SHARE = 0.02
+MAX_BOUND_S = 900.0
 RETRY_S = 5.0  # a refused Inhibit, or a look that found another run draining, is tried again
 MAX_PIDFDS = 256
 
@@ -134,6 +145,16 @@ class Watch:
     looks: int = 0
     last_end: float = 0.0  # when the last look ended
     unwatched: set[str] = field(default_factory=set)  # nodes inotify refused, and why
+    look_cpu: float = 0.0  # CPU seconds the last look took, its forked workers' included
+
+    @property
+    def bound(self) -> float:
+        """Seconds between two looks when nothing happens: --recheck, or longer for a slow look."""
+        return min(MAX_BOUND_S, max(self.recheck_s, self.look_cpu / BOUND_SHARE))
+
+    @property
+    def max_gap(self) -> float:
+        return max(MAX_GAP_S, self.look_cpu / STORM_SHARE)
 
     def start(self) -> None:
         try:
@@ -165,24 +186,31 @@ class Watch:
             if ping_at is not None and watchdog and now >= ping_at:
                 self.notifier.send(WATCHDOG="1")
                 ping_at = now + watchdog / 2
-            if self._events(ready):
-                earliest = (self.last_end if self.looks else now) + self.gap
-                pending = max(now + self.debounce_s, earliest) if pending is None else pending
+            opened, exited = self._events(ready)
+            if opened or exited:
+                if now - self.last_end >= self.max_gap:
+                    self.gap = MIN_GAP_S  # quiet for a while: the storm, if any, is over
+                # A holder's exit is what ends a block: it waits for no grown gap.
+                gap = MIN_GAP_S if exited else self.gap
+                soon = max(now + self.debounce_s, (self.last_end if self.looks else now) + gap)
+                pending = soon if pending is None else min(pending, soon)
             if (pending is not None and now >= pending) or now >= due:
                 by_event = pending is not None and now >= pending
                 pending = None
                 due = self.step(cancel, by_event=by_event)
-                if self._events(None):  # during the look: perhaps its own (module doc)
+                # Events during the look: perhaps its own (module doc).
+                if any(self._events(None)) and self.gap == MIN_GAP_S:
                     follow = self.step(cancel, by_event=True)
                     self._events(None)
                     due = min(due, follow)
                 self.notifier.send(STATUS=self.status())
 
-    def _events(self, ready: set[int] | None) -> bool:
-        """Whether something happened to a node or a holder; None: look without waiting."""
-        happened = False
+    def _events(self, ready: set[int] | None) -> tuple[bool, bool]:
+        """Whether a node was opened or closed, and whether a holder exited; ``ready`` None:
+        look without waiting."""
+        opened = exited = False
         if self.inotify is not None and (ready is None or self.inotify.fd in ready):
-            happened = bool(self.inotify.read())
+            opened = bool(self.inotify.read())
         for fd in list(self.pidfds):
             if ready is not None and fd not in ready:
                 continue
@@ -191,13 +219,15 @@ class Watch:
             with contextlib.suppress(OSError):
                 os.close(fd)
             del self.pidfds[fd]
-            happened = True
-        return happened
+            exited = True
+        return opened, exited
 
     def step(self, cancel: Cancel, by_event: bool) -> float:
         """One look and what follows from it; when the next bounded look is due."""
         before = self.last
+        cpu = _cpu_s()
         sight = self.look(cancel)
+        self.look_cpu = _cpu_s() - cpu
         self.looks += 1
         self.last_end = self.clock()
         if cancel.cancelled:
@@ -208,11 +238,11 @@ class Watch:
         same = before is not None and before.why == sight.why and \
             set(before.holders) == set(sight.holders)
         if by_event:
-            self.gap = min(self.gap * 2, MAX_GAP_S) if same else MIN_GAP_S
+            self.gap = min(self.gap * 2, self.max_gap) if same else MIN_GAP_S
         self.hold(sight.why)
         self.follow(sight)
         retry = self.failed and sight.why is not None
-        return self.last_end + (min(RETRY_S, self.recheck_s) if retry else self.recheck_s)
+        return self.last_end + (min(RETRY_S, self.bound) if retry else self.bound)
 
     def hold(self, why: str | None) -> None:
         """The block held for ``why`` (None: released); a new one before the old goes."""
@@ -275,6 +305,12 @@ class Watch:
                 os.close(fd)
         self.pidfds.clear()
         self.notifier.close()
+
+
+def _cpu_s() -> float:
+    """This process's CPU seconds so far, its reaped children's (the scan's workers) included."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def _readable(fd: int) -> bool:
