@@ -26,6 +26,8 @@ ReasonCode = Literal[
     "respawned", "appeared", "device-busy", "device-unknown", "device-hidden-holder",
     "guard-busy", "guard-stopped", "uninspected", "setup-refused", "interrupted",
     "unhealthy-after-resume", "unrecorded",
+    # a cluster's node (suspendguard slurm)
+    "node-unreachable", "held-outside-slurm", "power-action-failed",
 ]
 REASON_CODES: tuple[ReasonCode, ...] = get_args(ReasonCode)
 

@@ -171,6 +171,29 @@ def _retry(p: argparse.ArgumentParser) -> None:
                    help="give up after S seconds (default 900)")
 
 
+def _slurm(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="slurm_command", metavar="STEP", required=True)
+    for name, help_ in (("suspend", "SuspendProgram, on the controller: ask each node's guard "
+                                    "first; power down only the nodes it allows"),
+                        ("resume", "ResumeProgram, on the controller: wake the nodes, check "
+                                   "their accelerators, restart slurmd with -b")):
+        q = sub.add_parser(name, help=help_, description=help_)
+        q.add_argument("hostlist", metavar="HOSTLIST",
+                       help="the nodes, as a Slurm hostlist expression (node[1-4])")
+    sub.add_parser("sync", help="on the controller: SuspendExcNodes made to name the nodes the "
+                   "guard drained (slurmctld re-reads its configuration when that changed)")
+    sub.add_parser("health", help="HealthCheckProgram, on a node: drain it when its accelerator "
+                   "is held outside Slurm or unhealthy; resume it when the guard drained it "
+                   "and neither is so any more")
+    node = sub.add_parser("node", help="a node's answers to the controller (one JSON object)")
+    steps = node.add_subparsers(dest="node_command", metavar="STEP", required=True)
+    steps.add_parser("prepare", help="drain the holders and give the verdict").add_argument(
+        "--suspend", action="store_true", help="then, if allowed, ask logind to suspend")
+    steps.add_parser("awake", help="the accelerators' health after a wake")
+    steps.add_parser("rejoin", help="restart slurmd so that the node registers").add_argument(
+        "--boot", action="store_true", help="with -b: report a boot (after a sleep)")
+
+
 def _sleep_hook(p: argparse.ArgumentParser) -> None:
     p.add_argument("phase", choices=("pre", "post"), help="pre: before the sleep; post: after")
     p.add_argument("action", nargs="?", default="suspend", metavar="ACTION",
@@ -257,6 +280,12 @@ COMMANDS: tuple[Command, ...] = (
                  "again (3 tries at most)"),
              USAGE_EXIT, (3, "logind, systemd or the history could not be asked"),
              UNTRUSTED_EXIT)),
+    Command("slurm", "a Slurm cluster's power saving through each node's guard: suspend, "
+            "resume, sync, health (docs/slurm.md)",
+            "slurm:command", _slurm,
+            ((0, "every node was suspended, resumed or found healthy"),
+             (1, "a node was held up (its guard refused), drained, or did not come back"),
+             USAGE_EXIT, (3, "scontrol or slurmctld failed"), UNTRUSTED_EXIT)),
     Command("sleep-hook", "called by systemd-sleep: sleep-hook pre|post ACTION",
             "sleep_hook:command", _sleep_hook,
             ((0, "always once it ran (systemd-sleep ignores a hook's status)"),

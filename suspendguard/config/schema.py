@@ -8,35 +8,13 @@ once, as a typed attribute next to its default and its help.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass, fields
 
 from suspendguard.config.backends import FAMILIES, IDLE_BACKENDS
+from suspendguard.config.cluster import SlurmConfig
+from suspendguard.config.spec import Spec, setting
 
 DEFAULT_STATE_DIR = "/var/lib/suspendguard"
-
-# kind is one of: str, path, int, float, bool, list, globs, choice, choices,
-# signal, escalate, rules, launchers, drainrules.
-Kind = Literal[
-    "str", "path", "int", "float", "bool", "list", "globs",
-    "choice", "choices", "signal", "escalate", "rules", "launchers", "drainrules",
-]
-
-
-@dataclass(frozen=True, slots=True)
-class Spec:
-    """One key of the schema; ``default`` is written as it would be in TOML."""
-
-    default: Any
-    kind: Kind
-    doc: str
-    choices: tuple[str, ...] = ()
-
-
-def setting(default: Any, kind: Kind, doc: str, choices: tuple[str, ...] = ()) -> Any:
-    """A section field that carries its key's Spec (the validated value has no default)."""
-    return field(metadata={"spec": Spec(default, kind, doc, choices)})
-
 
 @dataclass(frozen=True, slots=True)
 class Rule:
@@ -352,6 +330,7 @@ SECTIONS: dict[str, type] = {
     "restore": RestoreConfig,
     "resume": ResumeConfig,
     "notify": NotifyConfig,
+    "slurm": SlurmConfig,
     "state": StateConfig,
 }
 
@@ -373,6 +352,7 @@ class Config:
     restore: RestoreConfig
     resume: ResumeConfig
     notify: NotifyConfig
+    slurm: SlurmConfig
     state: StateConfig
     path: str | None = None
     loaded: bool = False

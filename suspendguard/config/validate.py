@@ -15,8 +15,8 @@ from suspendguard.config.schema import (
     EscalationStep,
     LauncherRule,
     Rule,
-    Spec,
 )
+from suspendguard.config.spec import Spec
 
 # Policy rules are matched against every holder; a list longer than this is
 # not a policy anyone writes, and validating it would eat the guard's deadline.

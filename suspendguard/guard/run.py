@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol, TextIO
 from suspendguard.config import Config
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
+from suspendguard.guard.report import Report
 from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, HolderId, Owner, Unavailable
 from suspendguard.record import Stop
 from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
@@ -155,13 +156,8 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
     # A dry run's report (text or JSON) already says what the log lines would;
     # a would-be veto is no error of this command, so nothing goes to stderr.
     log = Logger(ctx.err, ctx.environ, quiet=dry_run and not observe)
-    with _sigterm_cancels() as cancel:
-        begun = time.monotonic()
-        # A dry run changes nothing, the history included.
-        report = run(config, dry_run=dry_run, action=action, origin=origin, log=log,
-                     cancel=cancel, record=not dry_run or observe, history=open_history,
-                     confirmed=confirmed,
-                     supervisors=OnDemandOwnerControl(ctx.environ, config.state.dir))
+    begun = time.monotonic()
+    report = guard_report(ctx, log, dry_run, action, origin, observe, confirmed)
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")
@@ -171,6 +167,18 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
     if not dry_run and origin == "unit" and report.verdict.kind != "allow":
         _tell(config, report.verdict, action or "suspend", log, begun)
     return report.verdict.exit_status
+
+
+def guard_report(ctx: Caller, log: Logger, dry_run: bool, action: str | None, origin: str,
+                 observe: bool = False, confirmed: Collection[HolderId] | None = None) -> Report:
+    """One run of the pipeline, recorded unless a dry run, ended early by SIGTERM."""
+    config = ctx.config()
+    with _sigterm_cancels() as cancel:
+        # A dry run changes nothing, the history included.
+        return run(config, dry_run=dry_run, action=action, origin=origin, log=log,
+                   cancel=cancel, record=not dry_run or observe, history=open_history,
+                   confirmed=confirmed,
+                   supervisors=OnDemandOwnerControl(ctx.environ, config.state.dir))
 
 
 def _tell(config: Config, verdict: Verdict, action: str, log: Logger, begun: float) -> None:

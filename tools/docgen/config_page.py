@@ -13,7 +13,8 @@ import re
 from docgen import roff
 from suspendguard import __version__
 from suspendguard.config import DEFAULT_PATH, ENV_VAR, SCHEMA, commented_default
-from suspendguard.config.schema import RULE_FIELDS, RULE_HELP, Kind, Spec
+from suspendguard.config.schema import RULE_FIELDS, RULE_HELP
+from suspendguard.config.spec import Kind, Spec
 
 KINDS: dict[Kind, str] = {
     "str": "string",

@@ -172,6 +172,21 @@ def request_sleep(action: str, timeout: float,
     return converse("logind and systemd", timeout, body, address)
 
 
+def ask_sleep(action: str, timeout: float = DEFAULT_TIMEOUT,
+              address: str | None = None) -> bool | Unavailable:
+    """Ask logind to sleep (``interactive=false``) and return once it queued the sleep.
+
+    For a caller that must answer before the machine sleeps (a cluster's
+    controller waiting on a node); the veto unit still runs the guard first.
+    """
+    async def body(session: Session) -> bool:
+        await session.call(LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, SLEEP_METHODS[action],
+                           "b", [False], expect="")
+        return True
+
+    return converse("logind", timeout, body, address)
+
+
 def can_sleep(action: str, timeout: float = DEFAULT_TIMEOUT,
               address: str | None = None) -> str | Unavailable:
     """logind's Can<Action> answer: na | yes | no | challenge."""

@@ -1,0 +1,66 @@
+"""``suspendguard slurm ...``: Slurm's power-saving programs, its health check, and the nodes' answers.
+
+On the controller, as SlurmUser: ``suspend HOSTLIST`` (SuspendProgram),
+``resume HOSTLIST`` (ResumeProgram), ``sync`` (the SuspendExcNodes file,
+on a timer). On each node, as root: ``health`` (HealthCheckProgram), and
+``node prepare|awake|rejoin``, which the controller runs through
+``[slurm] remote`` and which print one JSON object. docs/slurm.md has the
+slurm.conf lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from suspendguard.commands.context import Context
+from suspendguard.errors import EXIT_ERROR, EXIT_VETO, OperationalError
+from suspendguard.slurm.controller import Controller
+from suspendguard.slurm.remote import slurm_reason, this_node
+from suspendguard.slurm.scontrol import Scontrol, SlurmError
+from suspendguard.system.log import Logger
+from suspendguard.verdict import Reason
+
+
+def command(args: argparse.Namespace, ctx: Context) -> int:
+    config = ctx.config()
+    log = Logger(ctx.err, ctx.environ)
+    what = args.slurm_command
+    if what == "node":
+        return _node(args, ctx)
+    if what == "health":
+        from suspendguard.slurm.node import health
+        doc = health(config, ctx.environ, log)
+        details = [Reason.from_json(d) for d in doc["reason_details"]]
+        line = f"{doc['node']}: {doc['action']}" + (
+            f": {slurm_reason(details[0])}" if details else ": accelerator free and healthy")
+        ctx.out.write(line + "\n")
+        if doc["verdict"] == "unknown":
+            return EXIT_ERROR
+        return EXIT_VETO if details else 0
+    controller = Controller(config.slurm, log, this_node(config.slurm, ctx.environ))
+    if what == "sync":
+        controller.sync()
+        return 0
+    try:
+        nodes = Scontrol(config.slurm.scontrol).hostnames(args.hostlist)
+    except SlurmError as exc:
+        controller.say(3, f"slurm {what}: {exc}")
+        raise OperationalError(f"slurm {what}: {exc}") from None
+    done = controller.suspend(nodes) if what == "suspend" else controller.resume(nodes)
+    return 0 if done else EXIT_VETO
+
+
+def _node(args: argparse.Namespace, ctx: Context) -> int:
+    from suspendguard.slurm import node
+    config = ctx.config()
+    step = args.node_command
+    if step == "prepare":
+        doc = node.prepare(ctx, args.suspend)
+    elif step == "awake":
+        doc = node.awake(config, ctx.environ, time.time() - config.slurm.resume_wait_s)
+    else:
+        doc = node.rejoin(config, ctx.environ, args.boot)
+    ctx.out.write(json.dumps(doc) + "\n")
+    return 0 if doc["verdict"] == "allow" else EXIT_VETO

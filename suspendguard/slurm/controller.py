@@ -1,0 +1,201 @@
+"""The controller's side: Slurm's SuspendProgram and ResumeProgram, and the exclusion kept up to date.
+
+slurmctld runs them as SlurmUser with no PATH and its standard streams
+closed, so each line also goes to the journal (``SYSLOG_IDENTIFIER=
+suspendguard-slurm``). In Slurm 22.05 a node cannot refuse a suspend: it
+is POWERING_DOWN from the program's start, and a drain does not keep an
+idle node from being chosen again. So a node whose guard refuses is, in
+this order: set RESUME (POWERING_DOWN becomes POWERED_DOWN at once),
+drained with the guard's reason, written into the SuspendExcNodes file and
+slurmctld re-reads its configuration, and then asked to restart slurmd,
+whose registration brings it back up (DRAINED, not chosen again). Once
+``slurm health`` on the node resumes it, :func:`sync` drops it from the
+file and Slurm may suspend it again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suspendguard.config.cluster import SlurmConfig
+from suspendguard.slurm.remote import NoAnswer, ask, ours, reasons_of, slurm_reason, template
+from suspendguard.slurm.scontrol import Scontrol, SlurmError
+from suspendguard.system import journald, runner
+from suspendguard.system.log import ERR, INFO, WARNING, Logger
+from suspendguard.verdict import Reason
+
+IDENTIFIER = "suspendguard-slurm"
+RETRY_PAUSE_S = 3.0  # between the questions to a node that is waking
+
+
+@dataclass
+class Controller:
+    config: SlurmConfig
+    log: Logger
+    local: str  # this host's node name: asked directly
+
+    @property
+    def scontrol(self) -> Scontrol:
+        return Scontrol(self.config.scontrol)
+
+    def say(self, priority: int, line: str) -> None:
+        self.log.log(priority, line)
+        journald.send({"MESSAGE": line, "PRIORITY": str(priority),
+                       "SYSLOG_IDENTIFIER": IDENTIFIER})
+
+    def ask(self, node: str, *args: str, timeout: float | None = None) -> dict[str, Any] | NoAnswer:
+        return ask(self.config, node, args, local=node == self.local, timeout=timeout)
+
+    def each(self, nodes: Sequence[str], step: Callable[[str], bool]) -> bool:
+        """``step`` for every node at once (a node's wait is its own); True when all were."""
+        if not nodes:
+            return True
+        with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+            return all(list(pool.map(step, nodes)))
+
+    # -- SuspendProgram ---------------------------------------------------------
+
+    def suspend(self, nodes: Sequence[str]) -> bool:
+        self.sync()  # what health resumed since the last look goes out of the file first
+        return self.each(nodes, self._suspend_one)
+
+    def _suspend_one(self, node: str) -> bool:
+        by_itself = not self.config.power_off
+        got = self.ask(node, "prepare", *(["--suspend"] if by_itself else []))
+        if isinstance(got, NoAnswer):
+            return self.hold(node, got.reason(), reachable=False)
+        if got.get("verdict") != "allow":
+            reasons = reasons_of(got) or [Reason("node-unreachable",
+                                                 f"{node} gave no reason with its verdict")]
+            return self.hold(node, reasons[0])
+        if by_itself:
+            self.say(INFO, f"{node}: the guard allowed; the node suspends itself")
+            return True
+        off = runner.run(template(self.config.power_off, node), self.config.timeout_s)
+        if not off.ok:
+            return self.hold(node, Reason("power-action-failed",
+                                          f"[slurm] power_off: {off.describe_failure()}"))
+        self.say(INFO, f"{node}: the guard allowed; powered off")
+        return True
+
+    def hold(self, node: str, reason: Reason, reachable: bool = True) -> bool:
+        """The node kept up, drained with the guard's reason, out of Slurm's choice."""
+        text = slurm_reason(reason)
+        self.say(WARNING, f"{node}: not powered down: {text}")
+        try:
+            self.scontrol.update(node, "RESUME")  # POWERING_DOWN -> POWERED_DOWN at once
+            self.scontrol.update(node, "DRAIN", text)
+        except SlurmError as exc:
+            self.say(ERR, f"{node}: could not be drained: {exc}")
+            return False
+        self.sync()
+        if reachable:
+            back = self.ask(node, "rejoin")
+            if isinstance(back, NoAnswer) or back.get("verdict") != "allow":
+                self.say(ERR, f"{node}: slurmd was not restarted: "
+                         + (back.why if isinstance(back, NoAnswer)
+                            else "; ".join(back.get("reasons") or ())))
+        return False
+
+    # -- ResumeProgram -----------------------------------------------------------
+
+    def resume(self, nodes: Sequence[str]) -> bool:
+        return self.each(nodes, self._resume_one)
+
+    def _resume_one(self, node: str) -> bool:
+        if self.config.power_on:
+            on = runner.run(template(self.config.power_on, node), self.config.timeout_s)
+            if not on.ok:
+                self.say(WARNING, f"{node}: [slurm] power_on: {on.describe_failure()}")
+        until = time.monotonic() + self.config.resume_wait_s
+        while True:
+            left = until - time.monotonic()
+            got = self.ask(node, "awake", timeout=max(1.0, min(self.config.timeout_s, left)))
+            if not isinstance(got, NoAnswer) or time.monotonic() + RETRY_PAUSE_S > until:
+                break
+            time.sleep(RETRY_PAUSE_S)
+        if isinstance(got, NoAnswer):
+            self.say(ERR, f"{node}: not awake within [slurm] resume_wait_s "
+                     f"({self.config.resume_wait_s:g} s): {got.why}; Slurm marks it DOWN "
+                     "at ResumeTimeout")
+            return False
+        healthy = got.get("verdict") == "allow"
+        if not healthy:
+            reasons = reasons_of(got) or [Reason("unhealthy-after-resume", "device unhealthy")]
+            text = slurm_reason(reasons[0])
+            try:
+                # Drained while POWERING_UP: Slurm requeues the job that woke it.
+                self.scontrol.update(node, "DRAIN", text)
+            except SlurmError as exc:
+                self.say(ERR, f"{node}: unhealthy and could not be drained: {exc}")
+            self.say(WARNING, f"{node}: drained after its wake: {text}")
+            self.sync()
+        back = self.ask(node, "rejoin", "--boot")
+        if isinstance(back, NoAnswer) or back.get("verdict") != "allow":
+            self.say(ERR, f"{node}: slurmd was not restarted with -b: "
+                     + (back.why if isinstance(back, NoAnswer)
+                        else "; ".join(back.get("reasons") or ())))
+            return False
+        if healthy:
+            self.say(INFO, f"{node}: awake and healthy; slurmd registers")
+        return healthy
+
+    # -- SuspendExcNodes ----------------------------------------------------------
+
+    def sync(self) -> bool:
+        """The exclusion file made to name the nodes the guard drained (and ``[slurm] exclude``);
+        slurmctld re-reads its configuration when that changed. True when it did."""
+        try:
+            held = [n.name for n in self.scontrol.nodes() if n.drained and ours(n.reason)]
+        except SlurmError as exc:
+            self.say(ERR, f"the drained nodes could not be listed: {exc}")
+            return False
+        names = [*self.config.exclude, *held]
+        text = EXCLUDE_HEAD + (f"SuspendExcNodes={','.join(names)}\n" if names else "")
+        path = Path(self.config.exclude_file)
+        try:
+            changed = write_if_changed(path, text)
+        except OSError as exc:
+            self.say(ERR, f"{path}: not written: {exc.strerror or exc}")
+            return False
+        if changed:
+            try:
+                self.scontrol.reconfigure()
+            except SlurmError as exc:
+                self.say(ERR, f"{exc}: SuspendExcNodes stays as slurmctld last read it")
+                return False
+            self.say(INFO, "SuspendExcNodes now " + (",".join(names) or "empty"))
+        return changed
+
+
+EXCLUDE_HEAD = ("# Written by suspendguard slurm: the nodes its guard drained, and [slurm] "
+                "exclude.\n# Included by slurm.conf; edits here are overwritten.\n")
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """``text`` into ``path`` by a rename, under a lock beside it; False when it already held it."""
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if path.read_text() == text:
+                return False
+        except FileNotFoundError:
+            pass
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return True

@@ -1,0 +1,175 @@
+"""A node's side: what its guard answers the controller, and Slurm's health check on it.
+
+``prepare`` drains the jobs outside Slurm (the controller asks only for an
+idle node, so every holder is outside Slurm) and gives the verdict; with
+``suspend`` an allowed node then asks logind to sleep, through the veto
+unit like any other suspend. ``awake`` is the check after a wake, and
+``rejoin`` restarts slurmd so that the node registers (with ``-b`` after
+a sleep: a node that only slept keeps its boot time, and slurmctld ignores
+it otherwise). ``health`` is Slurm's HealthCheckProgram: it drains the node
+when a process outside Slurm holds its accelerator or the accelerator is
+unhealthy, and resumes only nodes the guard drained itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from suspendguard.config import Config
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.run import Caller, guard_report
+from suspendguard.guard.scan import scan_holders
+from suspendguard.health.resume import check
+from suspendguard.slurm.remote import PREFIX, ours, slurm_reason, this_node
+from suspendguard.slurm.scontrol import Scontrol, SlurmError
+from suspendguard.system import runner
+from suspendguard.system.log import Logger
+from suspendguard.system.procfs import ProcAccessError, ProcFS
+from suspendguard.verdict import Reason
+
+SYSTEMCTL_TIMEOUT_S = 60.0
+STEPD = "slurmstepd"  # the parent of every task of a Slurm job
+DROPIN = "suspendguard-boot.conf"
+
+
+def answer(node: str, kind: str, reasons: list[Reason], **more: Any) -> dict[str, Any]:
+    """A node's JSON answer: its verdict and the reasons, texts and details."""
+    return {"node": node, "verdict": kind, "reasons": [r.text for r in reasons],
+            "reason_details": [r.to_json() for r in reasons], **more}
+
+
+def prepare(ctx: Caller, suspend: bool) -> dict[str, Any]:
+    """The real drain, recorded; with ``suspend``, an allowed node then asks to sleep."""
+    config = ctx.config()
+    node = this_node(config.slurm, ctx.environ)
+    report = guard_report(ctx, Logger(ctx.err, ctx.environ), False, "suspend", "slurm")
+    verdict = report.verdict
+    doc = answer(node, verdict.kind, list(verdict.reasons), attempt=report.attempt.id,
+                 suspend="not asked")
+    if verdict.kind == "allow" and suspend:
+        from suspendguard.system.dbus.bus import system_bus_address
+        from suspendguard.system.dbus.logind import ask_sleep
+        asked = ask_sleep("suspend", address=system_bus_address(ctx.environ))
+        if asked is True:
+            doc["suspend"] = "asked"
+        else:
+            why = Reason("power-action-failed", f"logind refused the suspend: {asked}")
+            doc = answer(node, "veto", [why], attempt=report.attempt.id, suspend="refused")
+    return doc
+
+
+def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str, Any]:
+    """The devices' health after a wake: allow when all are healthy, else why not."""
+    node = this_node(config.slurm, environ)
+    report = check(config, datetime.fromtimestamp(since, timezone.utc))
+    bad = [Reason("unhealthy-after-resume", f"device {d.describe()}", device=d.family)
+           for d in report.unhealthy()]
+    return answer(node, "veto" if bad else "allow", bad, summary=report.summary())
+
+
+def rejoin(config: Config, environ: Mapping[str, str], boot: bool) -> dict[str, Any]:
+    """slurmd restarted, so that the node registers; with ``boot``, once with ``-b``."""
+    node = this_node(config.slurm, environ)
+    unit = config.slurm.slurmd_unit
+    dropin = Path("/run/systemd/system") / f"{unit}.d" / DROPIN
+    notes = []
+    if boot:
+        argv = _exec_start(unit)
+        if argv is None:
+            notes.append(f"{unit}: its ExecStart could not be read: restarted without -b")
+        else:
+            dropin.parent.mkdir(parents=True, exist_ok=True)
+            dropin.write_text("# suspendguard slurm rejoin: one start that reports a boot\n"
+                              f"[Service]\nExecStart=\nExecStart={argv} -b\n")
+            _systemctl("daemon-reload")
+    try:
+        result = _systemctl("restart", unit)
+    finally:
+        if dropin.exists():
+            # The next restart (an upgrade, the operator) must not claim a reboot:
+            # slurmctld would take the node's running jobs for lost.
+            dropin.unlink()
+            _systemctl("daemon-reload")
+    if not result.ok:
+        why = Reason("power-action-failed", f"{unit} did not restart: {result.describe_failure()}")
+        return answer(node, "veto", [why], notes=notes)
+    return answer(node, "allow", [], notes=notes)
+
+
+def _systemctl(*args: str) -> runner.RunResult:
+    return runner.run(["systemctl", *args], SYSTEMCTL_TIMEOUT_S)
+
+
+def _exec_start(unit: str) -> str | None:
+    """The unit's command line as written ($VARIABLES unexpanded), from systemctl show."""
+    shown = _systemctl("show", "-p", "ExecStart", "--value", unit)
+    m = re.search(r"argv\[\]=(.*?) ;", shown.stdout)
+    return m.group(1).strip() if shown.ok and m else None
+
+
+def held_outside_slurm(config: Config) -> list[Reason]:
+    """The holders of the node's accelerator that no Slurm job started."""
+    proc = ProcFS()
+    scan = scan_holders(take_inventory(config.devices), proc, exclude=runner.active_children())
+    out = []
+    for h in scan.holders:
+        if not _in_a_job(proc, h.pid):
+            held = ", ".join(n.seen_as for n in h.nodes) or "the accelerator"
+            out.append(Reason("held-outside-slurm",
+                              f"pid {h.pid} {h.comm} (user {h.user}) holds {held}, outside Slurm",
+                              pid=h.pid, comm=h.comm, unit=h.unit))
+    return out
+
+
+def _in_a_job(proc: ProcFS, pid: int) -> bool:
+    """Whether ``pid`` descends from a slurmstepd (a task of a Slurm job or step)."""
+    seen = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            st = proc.stat(pid)
+        except ProcAccessError:
+            return False
+        if st is None:
+            return False
+        if st.comm == STEPD:
+            return True
+        pid = st.ppid
+    return False
+
+
+def health(config: Config, environ: Mapping[str, str], log: Logger) -> dict[str, Any]:
+    """Drain the node when its accelerator is held outside Slurm or unhealthy; resume it once
+    it is neither, if the guard drained it. A drain by anyone else is left alone."""
+    node = this_node(config.slurm, environ)
+    problems = held_outside_slurm(config)
+    report = check(config, datetime.now(timezone.utc) - timedelta(minutes=10))
+    problems += [Reason("unhealthy-after-resume", f"device {d.describe()} (health check)",
+                        device=d.family) for d in report.unhealthy()]
+    scontrol = Scontrol(config.slurm.scontrol)
+    try:
+        now = scontrol.node(node)
+        action = _health_action(now.drained, now.reason, problems)
+        if action == "drain":
+            scontrol.update(node, "DRAIN", slurm_reason(problems[0]))
+        elif action == "resume":
+            scontrol.update(node, "RESUME")
+    except SlurmError as exc:
+        log.warning(f"slurm health: {exc}")
+        return answer(node, "unknown", problems, action="none", error=str(exc))
+    if action == "leave" and problems:
+        log.info(f"slurm health: {node} is drained by someone else ({now.reason!r}): left alone")
+    return answer(node, "veto" if problems else "allow", problems, action=action)
+
+
+def _health_action(drained: bool, reason: str, problems: list[Reason]) -> str:
+    """drain, resume, keep (our drain stays, its first reason kept) or leave (not ours)."""
+    if reason and not ours(reason):
+        return "leave"
+    if problems:
+        return "keep" if drained and ours(reason) else "drain"
+    return "resume" if drained and reason.startswith(PREFIX) else "leave"

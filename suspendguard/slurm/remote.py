@@ -1,0 +1,91 @@
+"""Asking a node's guard: through ``[slurm] remote`` (ssh, pdsh), or directly on this host.
+
+The node answers with one JSON object on its standard output (the
+``suspendguard slurm node`` commands print nothing else there). No answer,
+an answer that is not one, or a call past ``[slurm] timeout_s`` is a
+:class:`NoAnswer`: the caller holds the node up rather than guess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from suspendguard.config.cluster import SlurmConfig
+from suspendguard.system import runner
+from suspendguard.verdict import Reason
+
+PREFIX = "suspendguard:"  # of every reason the guard gives Slurm (NHC's is "NHC:")
+REASON_MAX = 200  # Slurm keeps more; sinfo -R shows 20 columns by default
+
+
+def slurm_reason(reason: Reason) -> str:
+    """``suspendguard: CODE: text`` on one line, as a Slurm node reason."""
+    text = " ".join(reason.text.split())
+    out = f"{PREFIX} {reason.code}: {text}"
+    return out if len(out) <= REASON_MAX else out[:REASON_MAX - 1] + "…"
+
+
+def ours(reason: str) -> bool:
+    """Whether a node's reason is one the guard gave."""
+    return reason.startswith(PREFIX)
+
+
+def this_node(config: SlurmConfig, environ: Mapping[str, str]) -> str:
+    """This host's Slurm node name: ``[slurm] node_name``, $SLURMD_NODENAME, the short host name."""
+    return config.node_name or environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class NoAnswer:
+    """Why a node's guard gave no answer (unreachable, missing, timed out, garbled)."""
+
+    node: str
+    why: str
+
+    def reason(self) -> Reason:
+        return Reason("node-unreachable", f"the guard on {self.node} did not answer: {self.why}")
+
+
+def template(argv: Sequence[str], node: str) -> list[str]:
+    """``argv`` with each ``{node}`` replaced by the node's name."""
+    return [word.replace("{node}", node) for word in argv]
+
+
+def ask(config: SlurmConfig, node: str, args: Sequence[str], *, local: bool,
+        timeout: float | None = None) -> dict[str, Any] | NoAnswer:
+    """The node's ``suspendguard slurm node ARGS``, its JSON answer or why there is none."""
+    argv = [*(() if local else template(config.remote, node)), *config.guard,
+            "slurm", "node", *args]
+    # A node's guard reads its own configuration; SUSPENDGUARD_CONFIG goes along
+    # only to a local one (ssh passes no environment).
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8"}
+    if local and "SUSPENDGUARD_CONFIG" in os.environ:
+        env["SUSPENDGUARD_CONFIG"] = os.environ["SUSPENDGUARD_CONFIG"]
+    result = runner.run(argv, config.timeout_s if timeout is None else timeout, env=env)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return NoAnswer(node, result.describe_failure() if not result.ok
+                        else "no answer on its standard output")
+    try:
+        doc = json.loads(lines[-1])
+    except ValueError as exc:
+        return NoAnswer(node, f"its answer is not JSON ({exc})")
+    if not isinstance(doc, dict):
+        return NoAnswer(node, "its answer is not a JSON object")
+    return doc
+
+
+def reasons_of(doc: Mapping[str, Any]) -> list[Reason]:
+    """The ``reason_details`` of a node's answer (a reason it could not type is kept as text)."""
+    out = []
+    for item in doc.get("reason_details") or ():
+        try:
+            out.append(Reason.from_json(item))
+        except ValueError:
+            continue
+    return out

@@ -1,0 +1,106 @@
+"""scontrol, as the guard's Slurm programs use it: node states and reasons, drains, the config re-read.
+
+Every call is bounded and none raises for a failing tool: a refusal from
+slurmctld comes back as :class:`SlurmError` with scontrol's own words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from suspendguard.system import runner
+
+CALL_TIMEOUT_S = 20.0
+
+# "NodeName=node1 Arch=x86_64 ... State=IDLE+DRAIN+POWERED_DOWN ... Reason=why [root@2026-...]"
+_FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z_]*)=")
+_STAMP = re.compile(r"\s\[[^\]@]+@[^\]]+\]$")
+
+
+class SlurmError(RuntimeError):
+    """scontrol failed or slurmctld refused; the message says which call and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One node as ``scontrol show node -o`` tells it."""
+
+    name: str
+    state: str  # the base state: IDLE, ALLOCATED, MIXED, DOWN, ...
+    flags: frozenset[str]  # DRAIN, POWERED_DOWN, POWERING_DOWN, NOT_RESPONDING, ...
+    reason: str  # without scontrol's "[user@time]" stamp; "" when none
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def asleep(self) -> bool:
+        return bool(self.flags & {"POWERED_DOWN", "POWERING_DOWN"})
+
+
+def parse_nodes(text: str) -> list[Node]:
+    """Each line of ``scontrol show node -o`` as a :class:`Node`."""
+    nodes = []
+    for line in text.splitlines():
+        fields = _fields(line.strip())
+        if "NodeName" not in fields:
+            continue
+        base, *flags = (fields.get("State") or "UNKNOWN").split("+")
+        reason = fields.get("Reason", "")
+        nodes.append(Node(fields["NodeName"], base.rstrip("*"), frozenset(flags),
+                          "" if reason in ("(null)", "none") else reason))
+    return nodes
+
+
+def _fields(line: str) -> dict[str, str]:
+    """KEY=VALUE pairs. Reason comes last and may hold spaces, even words like KEY=VALUE:
+    it is the rest of the line, without the "[user@time]" stamp scontrol adds."""
+    head, sep, reason = line.partition(" Reason=")
+    out: dict[str, str] = {}
+    marks = list(_FIELD.finditer(head))
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(head)
+        out.setdefault(m.group(1), head[m.end():end].strip())
+    if sep:
+        out["Reason"] = _STAMP.sub("", reason.strip())
+    return out
+
+
+class Scontrol:
+    """The scontrol command of ``[slurm] scontrol``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _call(self, args: Sequence[str], what: str) -> str:
+        result = runner.run([self.path, *args], CALL_TIMEOUT_S)
+        if not result.ok:
+            raise SlurmError(f"{what}: {result.describe_failure()}")
+        return result.stdout
+
+    def hostnames(self, hostlist: str) -> list[str]:
+        """A hostlist expression ("node[1-3],gpu7") as Slurm itself expands it."""
+        names = self._call(["show", "hostnames", hostlist], f"scontrol show hostnames {hostlist}")
+        return [n for n in names.split() if n]
+
+    def nodes(self, name: str | None = None) -> list[Node]:
+        args = ["show", "node", "-o", *([name] if name else [])]
+        return parse_nodes(self._call(args, "scontrol " + " ".join(args)))
+
+    def node(self, name: str) -> Node:
+        found = [n for n in self.nodes(name) if n.name == name]
+        if not found:
+            raise SlurmError(f"scontrol show node {name}: no such node")
+        return found[0]
+
+    def update(self, name: str, state: str, reason: str | None = None) -> None:
+        args = ["update", f"NodeName={name}", f"State={state}"]
+        if reason is not None:
+            args.append(f"Reason={reason}")
+        self._call(args, f"scontrol update NodeName={name} State={state}")
+
+    def reconfigure(self) -> None:
+        self._call(["reconfigure"], "scontrol reconfigure")
