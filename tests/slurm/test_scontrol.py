@@ -1,0 +1,56 @@
+"""scontrol's node lines read back: states, flags and a reason with spaces and its stamp cut."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suspendguard.slurm.controller import EXCLUDE_HEAD, write_if_changed
+from suspendguard.slurm.node import _health_action
+from suspendguard.slurm.scontrol import parse_nodes
+from suspendguard.verdict import Reason
+
+HELD = Reason("held-outside-slurm", "pid 9 python3 holds /dev/davinci0, outside Slurm")
+
+
+def test_states_flags_and_reasons_are_read_from_show_node_lines() -> None:
+    text = (
+        "NodeName=node1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 State=IDLE+DRAIN+POWERED_DOWN "
+        "ThreadsPerCore=1 Partitions=main BootTime=2026-12-03T10:50:10 "
+        "Reason=suspendguard: sigint-ignored: pid 12 x=y [slurm@2026-12-03T17:32:37]\n"
+        "NodeName=node2 Arch=x86_64 State=MIXED Partitions=main Reason=(null)\n"
+        "NodeName=node3 State=DOWN*+NOT_RESPONDING Reason=Not responding [slurm@2026-12-03T17:40:00]\n"
+    )
+    n1, n2, n3 = parse_nodes(text)
+    assert (n1.name, n1.state, n1.flags) == ("node1", "IDLE", {"DRAIN", "POWERED_DOWN"})
+    assert n1.reason == "suspendguard: sigint-ignored: pid 12 x=y"
+    assert n1.drained and n1.asleep
+    assert (n2.state, n2.reason, n2.drained, n2.asleep) == ("MIXED", "", False, False)
+    assert (n3.state, n3.flags, n3.reason) == ("DOWN", {"NOT_RESPONDING"}, "Not responding")
+
+
+@pytest.mark.parametrize(("drained", "reason", "problems", "action"), [
+    (False, "", [HELD], "drain"),
+    (True, "suspendguard: sigint-ignored: pid 9", [HELD], "keep"),  # its first reason stays
+    (True, "suspendguard: held-outside-slurm: pid 9", [], "resume"),
+    (True, "maintenance", [], "leave"),  # somebody else's drain
+    (True, "NHC: check_fs_mount failed", [HELD], "leave"),
+    (False, "", [], "leave"),
+])
+def test_health_drains_keeps_resumes_or_leaves_alone(drained: bool, reason: str,
+                                                     problems: list[Reason], action: str) -> None:
+    assert _health_action(drained, reason, problems) == action
+
+
+def test_the_exclusion_file_is_rewritten_only_when_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "suspendguard-exclude.conf"
+    text = EXCLUDE_HEAD + "SuspendExcNodes=node1\n"
+    assert write_if_changed(path, text)
+    assert path.read_text() == text
+    inode = path.stat().st_ino
+    assert not write_if_changed(path, text)
+    assert path.stat().st_ino == inode
+    assert write_if_changed(path, EXCLUDE_HEAD)
+    assert path.read_text() == EXCLUDE_HEAD and path.stat().st_ino != inode
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.name + ".lock"]
