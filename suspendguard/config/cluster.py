@@ -47,9 +47,10 @@ class SlurmConfig:
     )
     scontrol: str = setting("/usr/bin/scontrol", "path", "Slurm's scontrol command.")
     exclude_file: str = setting(
-        "/var/lib/slurm/suspendguard-exclude.conf", "path",
+        "/var/lib/slurm/suspendguard-exclude.conf", "str",
         "The file slurm.conf includes, where the controller keeps SuspendExcNodes: the nodes "
-        "the guard drained. It must exist on every host that reads slurm.conf.",
+        "the guard drained. It must exist on every host that reads slurm.conf. Empty: none is kept "
+        "(Slurm 23.02 and later, with SuspendExcStates=DRAIN).",
     )
     exclude: tuple[str, ...] = setting(
         [], "list",

@@ -186,6 +186,16 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
         if not _USER_NAME.fullmatch(name):
             raise ConfigError(f"{_where(path, 'notify', 'users', text)}: expected user names "
                               f"(letters, digits, . _ - and a trailing $), got {name!r}")
+    slurm = values["slurm"]
+    if slurm["exclude_file"] and not slurm["exclude_file"].startswith("/"):
+        raise ConfigError(f"{_where(path, 'slurm', 'exclude_file', text)}: expected an absolute "
+                          f"path or \"\" (none kept), got {slurm['exclude_file']!r}")
+    if not slurm["guard"]:
+        raise ConfigError(f"{_where(path, 'slurm', 'guard', text)}: expected a command")
+    for key in ("timeout_s", "resume_wait_s"):
+        if slurm[key] <= 0:
+            raise ConfigError(f"{_where(path, 'slurm', key, text)}: expected a number > 0, "
+                              f"got {slurm[key]:g}")
     if values["idle"]["samples"] < 1:
         raise ConfigError(f"{_where(path, 'idle', 'samples', text)}: expected an integer >= 1")
 

@@ -152,7 +152,10 @@ class Controller:
 
     def sync(self) -> bool:
         """The exclusion file made to name the nodes the guard drained (and ``[slurm] exclude``);
-        slurmctld re-reads its configuration when that changed. True when it did."""
+        slurmctld re-reads its configuration when that changed. True when it did. With no
+        ``[slurm] exclude_file`` (Slurm 23.02+ with ``SuspendExcStates=DRAIN``) nothing is kept."""
+        if not self.config.exclude_file:
+            return False
         try:
             held = [n.name for n in self.scontrol.nodes() if n.drained and ours(n.reason)]
         except SlurmError as exc:
@@ -182,7 +185,8 @@ EXCLUDE_HEAD = ("# Written by suspendguard slurm: the nodes its guard drained, a
 
 def write_if_changed(path: Path, text: str) -> bool:
     """``text`` into ``path`` by a rename, under a lock beside it; False when it already held it."""
-    with open(f"{path}.lock", "a") as lock:
+    # Read-only: the timer's run (root) and SuspendProgram's (SlurmUser) share one lock file.
+    with open(os.open(f"{path}.lock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if path.read_text() == text:

@@ -1,0 +1,43 @@
+"""The [slurm] section: its defaults, and each bad value refused in one line naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.runners import cli
+
+from suspendguard.config.load import defaults
+
+
+def test_the_defaults_ask_through_ssh_and_keep_an_exclusion_file() -> None:
+    slurm = defaults().slurm
+    assert slurm.remote[0] == "/usr/bin/ssh" and "BatchMode=yes" in slurm.remote
+    assert slurm.remote[-1] == "{node}"
+    assert slurm.guard == ("/usr/bin/suspendguard",)
+    assert slurm.exclude_file == "/var/lib/slurm/suspendguard-exclude.conf"
+    assert slurm.power_off == () and slurm.power_on == ()
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ('exclude_file = "relative.conf"', '[slurm] exclude_file (line 2): expected an absolute path'),
+    ("timeout_s = 0", "[slurm] timeout_s (line 2): expected a number > 0, got 0"),
+    ("resume_wait_s = 0", "[slurm] resume_wait_s (line 2): expected a number > 0"),
+    ("guard = []", "[slurm] guard (line 2): expected a command"),
+    ('remote = "ssh"', "[slurm] remote (line 2)"),
+])
+def test_a_bad_value_is_one_line_naming_file_and_key(tmp_path: Path, body: str, said: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(f"[slurm]\n{body}\n")
+    status, out, err = cli("--config", str(path), "config")
+    assert status == 2, err
+    assert err.count("\n") == 1 and f"{path}: {said}" in err, err
+    assert out == ""
+
+
+def test_no_exclusion_file_is_allowed_for_slurm_23(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[slurm]\nexclude_file = ""\n')
+    status, out, err = cli("--config", str(path), "config")
+    assert status == 0, err
+    assert 'exclude_file = ""' in out
