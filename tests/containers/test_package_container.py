@@ -302,6 +302,9 @@ def test_status_and_history_answer(installed: DebianBox) -> None:
     assert "installation: installed" in status.stdout, status.stdout + status.stderr
     assert "enabled for: suspend, hibernate, hybrid-sleep, suspend-then-hibernate" in status.stdout
     assert "config: /etc/suspendguard/config.toml: valid" in status.stdout
+    # shipped for a Slurm controller, enabled by nobody but its operator
+    assert box.run("systemctl", "is-enabled", "suspendguard-slurm-sync.timer",
+                   check=False).stdout.strip() == "disabled"
     # written by Debian's own python3-prometheus-client (0.16 in Debian 12)
     prom = box.suspendguard("status", "--prometheus", check=False)
     assert prom.returncode == 0 and "\nsuspendguard_installed 1.0\n" in prom.stdout, (

@@ -59,6 +59,8 @@ def test_files(rpm_file: Path) -> None:
                  "/usr/lib/systemd/system-sleep/suspendguard",
                  "/usr/lib/systemd/system-preset/50-suspendguard.preset",
                  "/usr/lib/systemd/catalog/suspendguard.catalog",
+                 "/usr/lib/systemd/system/suspendguard-slurm-sync.timer",
+                 "/usr/lib/systemd/system/suspendguard-slurm-sync.service",
                  "/etc/suspendguard/config.toml", "/var/lib/suspendguard"):
         assert path in files, files
     assert any(re.search(r"/site-packages/suspendguard/cli\.py$", f) for f in files), files
