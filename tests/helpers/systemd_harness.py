@@ -4,8 +4,8 @@
         box.run("systemctl", "suspend")
 
 The container is this machine's own /usr under a volatile root
-(``systemd-nspawn --directory=/ --volatile=yes``), with no network, and
-these bound in:
+(``systemd-nspawn --directory=/ --volatile=yes``), with no network (or,
+given ``network_namespace``, the one the caller made), and these bound in:
 
 - a plain folder at /sys/power holding ``state`` ("freeze mem disk"),
   ``mem_sleep`` and ``disk``: systemd-sleep writes "mem" (or "disk") into the
@@ -78,6 +78,12 @@ MASKED = (
     "podman.service", "podman.socket", "podman-restart.service",
     "podman-auto-update.service", "podman-auto-update.timer",
     "podman-clean-transient.service", "podman-kube@.service",
+    # Enabled by their packages' presets on hosts with Slurm, MUNGE or an SSH
+    # server installed (tools/test installs them for the Slurm test): no other
+    # test container may run a copy of the host's cluster daemons or sshd.
+    # tests/helpers/slurm_cluster.py boots with its own list, without them.
+    "munge.service", "ssh.service", "ssh.socket", "sshd.service",
+    "slurmd.service", "slurmctld.service",
 )
 
 
@@ -130,7 +136,8 @@ class Container:
     python = sys.executable  # the jobs' interpreter: the checkout's own, bound in
 
     def __init__(self, repo: Path, extra_ro: Iterable[str] = (), boot_timeout: float = 90.0,
-                 masked: Iterable[str] = MASKED, init_args: Iterable[str] = ()) -> None:
+                 masked: Iterable[str] = MASKED, init_args: Iterable[str] = (),
+                 network_namespace: str | None = None) -> None:
         self.repo = repo.resolve()
         self.workdir = Path(tempfile.mkdtemp(prefix="suspendguard-nspawn-"))
         self.power = self.workdir / "power"
@@ -141,6 +148,9 @@ class Container:
         self.boot_timeout = boot_timeout
         self.masked = list(masked)
         self.init_args = list(init_args)
+        # None: a private network of its own (only lo); a name: the network namespace
+        # /run/netns/NAME (ip netns add), which several containers may share.
+        self.network_namespace = network_namespace
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
         self.token = secrets.token_hex(16)
@@ -162,8 +172,10 @@ class Container:
         self.close()
 
     def command_line(self) -> list[str]:
+        network = ("--private-network" if self.network_namespace is None
+                   else f"--network-namespace-path=/run/netns/{self.network_namespace}")
         argv = [
-            "systemd-nspawn", "--quiet", "--directory=/", "--volatile=yes", "--private-network",
+            "systemd-nspawn", "--quiet", "--directory=/", "--volatile=yes", network,
             "--boot", "--register=no", "--keep-unit", "--console=passive",
             f"--machine={self.name}",
             f"--bind={self.power}:/sys/power",
