@@ -14,6 +14,7 @@ unhealthy, and resumes only nodes the guard drained itself.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -27,11 +28,13 @@ from suspendguard.health.resume import check
 from suspendguard.slurm.remote import PREFIX, ours, slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
 from suspendguard.system import runner
+from suspendguard.system.deadline import Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 from suspendguard.verdict import Reason
 
 SYSTEMCTL_TIMEOUT_S = 60.0
+HEALTH_BOUND_S = 45.0
 STEPD = "slurmstepd"  # the parent of every task of a Slurm job
 DROPIN = "suspendguard-boot.conf"
 
@@ -146,6 +149,12 @@ def health(config: Config, environ: Mapping[str, str], log: Logger) -> dict[str,
     """Drain the node when its accelerator is held outside Slurm or unhealthy; resume it once
     it is neither, if the guard drained it. A drain by anyone else is left alone."""
     node = this_node(config.slurm, environ)
+    # slurmd kills its HealthCheckProgram at 60 s: every probe and scontrol ends by this bound.
+    with bounded(Deadline(time.monotonic() + HEALTH_BOUND_S)):
+        return _health(config, node, log)
+
+
+def _health(config: Config, node: str, log: Logger) -> dict[str, Any]:
     problems = held_outside_slurm(config)
     report = check(config, datetime.now(timezone.utc) - timedelta(minutes=10))
     problems += [Reason("unhealthy-after-resume", f"device {d.describe()} (health check)",
