@@ -25,7 +25,7 @@ from suspendguard.config import Config
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
 from suspendguard.guard.run import OnDemandOwnerControl
-from suspendguard.guard.watch import _pidfd as pidfd_on
+from suspendguard.guard.watch import pidfd_of as pidfd_on
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 from suspendguard.verdict import Reason, Verdict

@@ -57,7 +57,7 @@ from suspendguard.config import Config
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.run import OnDemandOwnerControl
 from suspendguard.model import Unavailable
-from suspendguard.system.dbus.logind import take_inhibitor
+from suspendguard.system.dbus.logind import GUARD_WHO, take_inhibitor
 from suspendguard.system.deadline import Cancel
 from suspendguard.system.inotify import Inotify
 from suspendguard.system.log import Logger
@@ -65,7 +65,7 @@ from suspendguard.system.procfs import ProcAccessError, ProcFS
 from suspendguard.system.sdnotify import Notifier
 from suspendguard.verdict import Verdict
 
-WHO = "suspendguard"
+WHO = GUARD_WHO
 RECHECK_S = 60.0
 DEBOUNCE_S = 0.2
 MIN_GAP_S = 1.0
@@ -281,7 +281,7 @@ class Watch:
                 del self.pidfds[fd]
         have = set(self.pidfds.values())
         for pid, start in wanted - have:
-            got = _pidfd(self.proc, pid, start)
+            got = pidfd_of(self.proc, pid, start)
             if got is not None:
                 self.pidfds[got] = (pid, start)
 
@@ -317,7 +317,7 @@ def _readable(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
-def _pidfd(proc: ProcFS, pid: int, start: int) -> int | None:
+def pidfd_of(proc: ProcFS, pid: int, start: int) -> int | None:
     """A pidfd on the holder that was seen, None when there is none (then the bound covers it).
 
     Taken first and the start time confirmed after, so it names that process

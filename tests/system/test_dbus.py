@@ -91,7 +91,9 @@ def test_can_suspend_passes_logind_words_through(fakes: Start, can: str) -> None
 
 def test_sleep_blockers_are_block_locks_on_sleep_held_by_others(fakes: Start) -> None:
     idle_only: Row = ("idle", "gnome-session", "user active", "block", 1000, 77)
-    fakes({"inhibitors": [NETWORK_MANAGER, BACKUP, idle_only]})
+    # the guard's own watch: its block is the guard's veto, shown early, not someone else's
+    watch: Row = ("sleep", "suspendguard", "pid 9 python3 ignores SIGINT", "block", 0, 88)
+    fakes({"inhibitors": [NETWORK_MANAGER, BACKUP, idle_only, watch]})
     answer = info()
     assert sleep_blockers(answer) == (Inhibitor(*BACKUP),)
     assert sleep_blockers(answer, own_pids=[4242]) == ()
