@@ -103,6 +103,24 @@ def ratios(results: dict[str, Runs], name: str, at: int = 0) -> str:
     return f"min {min(per_run):.2f}x  median {statistics.median(per_run):.2f}x"
 
 
+def bench_tree(tmp: Path, extra: str = "") -> tuple[Path, Path]:
+    """The population's file pool, the test node (a character device as root) and a config
+    naming it (plus ``extra`` TOML), under ``tmp``."""
+    pool = tmp / "pool"
+    pool.mkdir()
+    for i in range(500):
+        (pool / f"f{i}").write_bytes(b"x")
+    node = tmp / "npu0"
+    if os.geteuid() == 0:
+        os.mknod(node, 0o666 | 0o020000, os.makedev(1, 7))
+    else:
+        node.write_bytes(b"")
+    conf = tmp / "bench.toml"
+    conf.write_text(f'[state]\ndir = "{tmp}"\n[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+                    + extra)
+    return node, conf
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--procs", type=int, default=3000)
@@ -121,17 +139,7 @@ def main() -> int:
     for program in ("population", "floor"):
         subprocess.run(["gcc", "-O2", "-o", str(tmp / program), str(HERE / f"{program}.c")],
                        check=True)
-    pool = tmp / "pool"
-    pool.mkdir()
-    for i in range(500):
-        (pool / f"f{i}").write_bytes(b"x")
-    node = tmp / "npu0"
-    if os.geteuid() == 0:
-        os.mknod(node, 0o666 | 0o020000, os.makedev(1, 7))
-    else:
-        node.write_bytes(b"")
-    conf = tmp / "bench.toml"
-    conf.write_text(f'[state]\ndir = "{tmp}"\n[devices]\nfamilies = []\nnodes = ["{node}"]\n')
+    node, conf = bench_tree(tmp)
     # Byte code cached, as an installed package has it (the .deb compiles it at
     # install): written once, by a first run, into a folder of the run's own,
     # not into the checkout.

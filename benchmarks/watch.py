@@ -50,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _installed import installed_python
-from scan import population
+from scan import bench_tree, population
 
 from suspendguard.config import build
 from suspendguard.guard.watch import BOUND_SHARE, MAX_BOUND_S, RECHECK_S, dry_look
@@ -129,18 +129,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="sg-bench-watch-"))
     subprocess.run(["gcc", "-O2", "-o", str(tmp / "population"), str(HERE / "population.c")],
                    check=True)
-    pool = tmp / "pool"
-    pool.mkdir()
-    for i in range(500):
-        (pool / f"f{i}").write_bytes(b"x")
-    node = tmp / "npu0"
-    if os.geteuid() == 0:
-        os.mknod(node, 0o666 | 0o020000, os.makedev(1, 7))
-    else:
-        node.write_bytes(b"")
-    conf = tmp / "bench.toml"
-    conf.write_text(f'[state]\ndir = "{tmp}"\n[devices]\nfamilies = []\nnodes = ["{node}"]\n'
-                    '[idle]\nbackends = []\n')
+    node, conf = bench_tree(tmp, '[idle]\nbackends = []\n')
     systemd = Systemd(tmp)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JOURNAL_STREAM")}
     env |= {"NOTIFY_SOCKET": systemd.path, "PYTHONPYCACHEPREFIX": str(tmp / "pycache"),
