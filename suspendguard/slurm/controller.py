@@ -26,7 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from suspendguard.config.cluster import SlurmConfig
-from suspendguard.slurm.remote import NoAnswer, ask, ours, reasons_of, slurm_reason, template
+from suspendguard.slurm.remote import (
+    NoAnswer,
+    ask,
+    held_by_guard,
+    joined,
+    ours,
+    reasons_of,
+    slurm_reason,
+    template,
+)
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
 from suspendguard.system import journald, runner
 from suspendguard.system.log import ERR, INFO, WARNING, Logger
@@ -91,7 +100,19 @@ class Controller:
         text = slurm_reason(reason)
         self.say(WARNING, f"{node}: not powered down: {text}")
         try:
+            before = self.scontrol.node(node).reason
+        except SlurmError as exc:
+            self.say(ERR, f"{node}: {exc}")
+            before = ""
+        # Somebody else's drain (maintenance, NHC) is theirs to lift: it is kept, the
+        # guard's reason added after it, and health never resumes the node.
+        if before and not ours(before):
+            text = joined(before, text)
+        try:
             self.scontrol.update(node, "RESUME")  # POWERING_DOWN -> POWERED_DOWN at once
+        except SlurmError as exc:
+            self.say(INFO, f"{node}: not set RESUME ({exc}): it was not powering down")
+        try:
             self.scontrol.update(node, "DRAIN", text)
         except SlurmError as exc:
             self.say(ERR, f"{node}: could not be drained: {exc}")
@@ -157,7 +178,7 @@ class Controller:
         if not self.config.exclude_file:
             return False
         try:
-            held = [n.name for n in self.scontrol.nodes() if n.drained and ours(n.reason)]
+            held = [n.name for n in self.scontrol.nodes() if n.drained and held_by_guard(n.reason)]
         except SlurmError as exc:
             self.say(ERR, f"the drained nodes could not be listed: {exc}")
             return False

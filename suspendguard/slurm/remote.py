@@ -35,6 +35,17 @@ def ours(reason: str) -> bool:
     return reason.startswith(PREFIX)
 
 
+def joined(theirs: str, mine: str) -> str:
+    """Somebody else's reason kept first, the guard's after it in parentheses."""
+    out = f"{theirs} ({mine})"
+    return out if len(out) <= REASON_MAX else out[:REASON_MAX - 2] + "…)"
+
+
+def held_by_guard(reason: str) -> bool:
+    """Whether the guard holds the node up: its own drain, or its words after someone else's."""
+    return ours(reason) or f"({PREFIX} " in reason
+
+
 def this_node(config: SlurmConfig, environ: Mapping[str, str]) -> str:
     """This host's Slurm node name: ``[slurm] node_name``, $SLURMD_NODENAME, the short host name."""
     return config.node_name or environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]

@@ -12,7 +12,16 @@ from dataclasses import replace
 
 from suspendguard.config.cluster import SlurmConfig
 from suspendguard.config.load import defaults
-from suspendguard.slurm.remote import NoAnswer, ask, ours, reasons_of, slurm_reason, template
+from suspendguard.slurm.remote import (
+    NoAnswer,
+    ask,
+    held_by_guard,
+    joined,
+    ours,
+    reasons_of,
+    slurm_reason,
+    template,
+)
 from suspendguard.verdict import Reason
 
 ECHO = ("import json, os, sys; print('a banner'); "
@@ -74,3 +83,14 @@ def test_template_replaces_every_node_placeholder() -> None:
     assert template(["ipmitool", "-H", "{node}-bmc", "power", "soft"], "gpu3") == \
         ["ipmitool", "-H", "gpu3-bmc", "power", "soft"]
     assert json.loads(json.dumps(template([], "x"))) == []
+
+
+def test_somebody_elses_reason_is_kept_first_and_still_reads_as_held_by_the_guard() -> None:
+    mine = slurm_reason(Reason("sigint-ignored", "pid 12 python3 ignores SIGINT"))
+    both = joined("maintenance", mine)
+    assert both == "maintenance (suspendguard: sigint-ignored: pid 12 python3 ignores SIGINT)"
+    assert held_by_guard(both) and not ours(both)  # health leaves it to its owner
+    assert held_by_guard(mine) and not held_by_guard("maintenance")
+    assert not held_by_guard("NHC: suspendguard: is just a word here")
+    long = joined("x" * 190, mine)
+    assert len(long) <= 200 and long.endswith("…)")
