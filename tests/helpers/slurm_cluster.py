@@ -20,7 +20,9 @@ only ``lo``), which is why it is not each container's private network.
   6819): slurmd started as ``-N nodeN``, sshd listening on the node's own
   address only (the three share one network stack), the guard installed
   with a test device node and a stand-in npu-smi, and the
-  HealthCheckProgram wrapper /etc/slurm/health.sh.
+  HealthCheckProgram wrapper /etc/slurm/health.sh; a system-sleep hook
+  stops slurmd once the node "slept" (ASLEEP_HOOK), so that it stays
+  silent until Slurm wakes it, as a sleeping machine is.
 
 Every machine gets the same munge key, /etc/hosts, slurm.conf and guard
 config. The hostnames are set to ctl, node1, node2 (slurmctld refuses to
@@ -63,10 +65,17 @@ GUARD_LOG = "/var/log/slurm/suspendguard.log"  # the wrappers' guard output, on 
 NODE = "/dev/sg-slurm/accel0"  # the compute nodes' test device (/run is nodev in there)
 NODE_RDEV = "1 7"
 MARKER = "/run/suspendguard-test/signals.log"
+HEALTH_OFF = "/run/suspendguard-test/health-off"
+SYNC_UNIT = "sg-slurm-sync"
 NPU_SMI = "/opt/sg/npu-smi"
 NPU_INFO = "/opt/sg/npu-smi-info.txt"  # what the stand-in npu-smi prints: swap to change health
 HEALTHY = FIXTURES / "npu-smi" / "310-atlas300i-idle.txt"
 PREFIX = "10.77.0"
+# What Slurm logs on every start or reconfigure here that says nothing about the test:
+# no PMIx library, and slurm.conf's hash differs while the exclusion file does.
+NOISE = re.compile(r"pmix|PMIx|MPI: Cannot create context|different slurm\.conf|"
+                   r"select/cons_tres|mcs|backup_controller|memory enforcing|"
+                   r"SchedulerParameters")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +190,10 @@ exit $rc
 
 
 def health_wrapper(python: str) -> str:
+    """HealthCheckProgram; a test turns it off on a node with the file HEALTH_OFF, so that
+    a hold it shows comes from the SuspendProgram alone."""
     return f"""#!/bin/sh
+[ -e {HEALTH_OFF} ] && exit 0
 {python} -m suspendguard slurm health >> {GUARD_LOG} 2>&1
 rc=$?
 [ "$rc" = 0 ] || echo "$(/usr/bin/date +%s.%N) health exit $rc" >> {GUARD_LOG}
@@ -198,6 +210,16 @@ exec {FAKES / "idle" / "npu-smi"} "$@"
 """
 
 
+# A node that slept stays asleep until Slurm wakes it: its slurmd must not answer (a
+# sleeping machine's would not; here the fake sleep returns at once, and a slurmd still
+# up re-registers at the next ``scontrol reconfigure``, which makes slurmctld take the
+# node for awake). ``slurm resume``'s rejoin starts it again, as after a real wake.
+ASLEEP_HOOK = """#!/bin/sh
+[ "$1" = post ] && /usr/bin/systemctl stop --no-block slurmd.service
+exit 0
+"""
+
+
 SSHD_CONFIG = """ListenAddress {address}
 PidFile /run/sshd.pid
 PermitRootLogin prohibit-password
@@ -208,18 +230,23 @@ AuthorizedKeysFile .ssh/authorized_keys
 """
 
 
-def restart(box: Container, unit: str) -> None:
-    """``systemctl restart UNIT``; failed, the error carries the unit's journal.
+def restart(box: Container, unit: str, tries: int = 3) -> None:
+    """``systemctl restart UNIT``; failed ``tries`` times, the error carries the unit's
+    journal and who listens where.
 
-    The presets enabled the cluster's units, so each failed at boot (no config yet) and
-    may have hit its start limit: that is forgotten first."""
-    box.run("systemctl", "reset-failed", unit, check=False)
-    got = box.run("systemctl", "restart", unit, check=False)
-    if got.returncode != 0:
-        log = box.run("journalctl", "--no-pager", "-o", "cat", "-n", "30", "-u", unit,
-                      check=False).stdout
-        raise HarnessError(f"systemctl restart {unit} exited {got.returncode}: "
-                           f"{got.stderr.strip()}\n{log}")
+    The presets enabled the cluster's units, so each failed at boot (no config yet), may
+    have hit its start limit, and may be restarting on its own: that is forgotten first."""
+    for _ in range(tries):
+        box.run("systemctl", "reset-failed", unit, check=False)
+        got = box.run("systemctl", "restart", unit, check=False)
+        if got.returncode == 0:
+            return
+        time.sleep(1)
+    log = box.run("journalctl", "--no-pager", "-o", "cat", "-n", "30", "-u", unit,
+                  check=False).stdout
+    listening = box.run("ss", "-ltnp", check=False).stdout
+    raise HarnessError(f"systemctl restart {unit} exited {got.returncode}: "
+                       f"{got.stderr.strip()}\n{log}\n--- ss -ltnp:\n{listening}")
 
 
 class SlurmCluster:
@@ -346,6 +373,7 @@ class SlurmCluster:
             box.write(NPU_SMI, npu_smi_wrapper(), 0o755)
             self.set_npu_health(machine.name, healthy=True)
             box.install(guard_config(self.python))
+            box.add_hook("sg-slurm-asleep", ASLEEP_HOOK)
 
     def _set_up_ssh(self) -> None:
         ctl = self.ctl
@@ -388,6 +416,25 @@ class SlurmCluster:
         for name in names:
             self.wait(lambda n=name: want(self.node_state(n)), timeout,  # type: ignore[misc]
                       f"{name} did not register")
+
+    def set_health(self, name: str, on: bool) -> None:
+        """Turn node ``name``'s HealthCheckProgram on or off (off: it exits 0 at once)."""
+        self.node(name).sh(f"rm -f {HEALTH_OFF}" if on else f": > {HEALTH_OFF}")
+
+    def start_sync(self, interval: int = 3) -> None:
+        """``slurm sync`` on the controller every ``interval`` s, as root, as the shipped
+        timer does every 30 s (its unit runs /usr/bin/suspendguard, not in the containers)."""
+        self.ctl.run("systemd-run", f"--unit={SYNC_UNIT}", "--on-active=1",
+                     f"--on-unit-active={interval}", "--timer-property=AccuracySec=100ms",
+                     "-p", "SyslogIdentifier=suspendguard-slurm-sync",
+                     self.python, "-m", "suspendguard", "slurm", "sync")
+
+    def set_ctl_slurm(self, extra: str) -> None:
+        """The controller's guard config with ``extra`` lines added to its [slurm] section."""
+        self.ctl.write("/etc/suspendguard/config.toml", guard_config(self.python) + extra)
+
+    def exclude_text(self) -> str:
+        return self.ctl.run("cat", EXCLUDE, check=False).stdout
 
     # -- what the cluster says ---------------------------------------------------
 
@@ -455,13 +502,15 @@ class SlurmCluster:
         for name, box in self.boxes.items():
             for path in (GUARD_LOG, "/var/log/slurm/slurmctld.log" if name == "ctl"
                          else "/var/log/slurm/slurmd.log"):
-                parts.append(f"--- {name}:{path}:\n" + box.run(
-                    "tail", "-n", str(lines), path, check=False).stdout)
-            parts.append(f"--- {name} journal (suspendguard, sleep):\n" + box.run(
-                "journalctl", "--no-pager", "-o", "short-monotonic", "-n", str(lines),
-                "-t", "suspendguard", "-u", "suspendguard@suspend.service",
-                "-u", "systemd-suspend.service", "-u", "sg-slurm-sync.service",
-                check=False).stdout)
+                text = box.run("tail", "-n", str(3 * lines), path, check=False).stdout
+                kept = [line for line in text.splitlines() if not NOISE.search(line)]
+                parts.append(f"--- {name}:{path}:\n" + "\n".join(kept[-lines:]))
+            tags = (("suspendguard-slurm", "suspendguard-slurm-sync") if name == "ctl"
+                    else ("suspendguard", "systemd-sleep", "systemd-logind"))
+            for tag in tags:
+                parts.append(f"--- {name} journal -t {tag}:\n" + box.run(
+                    "journalctl", "--no-pager", "-o", "short-monotonic", "-n", str(lines // 2),
+                    "-t", tag, check=False).stdout)
             parts.append(f"--- {name} /sys/power/state: {box.power_state().split()[:1]}")
         return "\n".join(parts)
 
