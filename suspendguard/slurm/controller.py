@@ -43,6 +43,8 @@ from suspendguard.verdict import Reason
 
 IDENTIFIER = "suspendguard-slurm"
 RETRY_PAUSE_S = 3.0  # between the questions to a node that is waking
+REGISTER_S = 5.0  # a held node's slurmd registers by itself at the re-read of the config
+REGISTER_AFTER_RESTART_S = 30.0
 
 
 @dataclass
@@ -112,19 +114,54 @@ class Controller:
             self.scontrol.update(node, "RESUME")  # POWERING_DOWN -> POWERED_DOWN at once
         except SlurmError as exc:
             self.say(INFO, f"{node}: not set RESUME ({exc}): it was not powering down")
+        if not self.drain(node, text):
+            return False
+        # The file names the node before its drain reason is certain (below).
+        self.sync(also=(node,))
+        if reachable:
+            self.registered(node, restart=("rejoin",))
+            # Slurm forgets the reason of a powered-down node that registers (the DRAIN
+            # stays): given again, so that sinfo -R says why and sync keeps the node out.
+            self.drain(node, text)
+        return False
+
+    def drain(self, node: str, text: str) -> bool:
         try:
             self.scontrol.update(node, "DRAIN", text)
         except SlurmError as exc:
             self.say(ERR, f"{node}: could not be drained: {exc}")
             return False
-        self.sync()
-        if reachable:
-            back = self.ask(node, "rejoin")
-            if isinstance(back, NoAnswer) or back.get("verdict") != "allow":
-                self.say(ERR, f"{node}: slurmd was not restarted: "
-                         + (back.why if isinstance(back, NoAnswer)
-                            else "; ".join(back.get("reasons") or ())))
-        return False
+        return True
+
+    def registered(self, node: str, restart: Sequence[str]) -> bool:
+        """Wait for ``node``'s slurmd to register (no longer powered down in Slurm's eyes),
+        asking the node to restart it (``slurm node`` RESTART) if it does not by itself."""
+        if self._up_within(node, REGISTER_S):
+            return True
+        back = self.ask(node, *restart)
+        if isinstance(back, NoAnswer) or back.get("verdict") != "allow":
+            self.say(ERR, f"{node}: slurmd was not restarted: "
+                     + (back.why if isinstance(back, NoAnswer)
+                        else "; ".join(back.get("reasons") or ())))
+            return False
+        if not self._up_within(node, REGISTER_AFTER_RESTART_S):
+            self.say(ERR, f"{node}: slurmd restarted but has not registered in "
+                     f"{REGISTER_AFTER_RESTART_S:g} s")
+            return False
+        return True
+
+    def _up_within(self, node: str, seconds: float) -> bool:
+        until = time.monotonic() + seconds
+        while True:
+            try:
+                flags = self.scontrol.node(node).flags
+            except SlurmError:
+                flags = frozenset({"POWERED_DOWN"})
+            if not flags & {"POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "NOT_RESPONDING"}:
+                return True
+            if time.monotonic() > until:
+                return False
+            time.sleep(0.5)
 
     # -- ResumeProgram -----------------------------------------------------------
 
@@ -149,30 +186,33 @@ class Controller:
                      "at ResumeTimeout")
             return False
         healthy = got.get("verdict") == "allow"
+        text = ""
         if not healthy:
             reasons = reasons_of(got) or [Reason("unhealthy-after-resume", "device unhealthy")]
             text = slurm_reason(reasons[0])
-            try:
-                # Drained while POWERING_UP: Slurm requeues the job that woke it.
-                self.scontrol.update(node, "DRAIN", text)
-            except SlurmError as exc:
-                self.say(ERR, f"{node}: unhealthy and could not be drained: {exc}")
+            # Drained while POWERING_UP: Slurm requeues the job that woke it.
+            self.drain(node, text)
             self.say(WARNING, f"{node}: drained after its wake: {text}")
-            self.sync()
+            self.sync(also=(node,))
         back = self.ask(node, "rejoin", "--boot")
         if isinstance(back, NoAnswer) or back.get("verdict") != "allow":
             self.say(ERR, f"{node}: slurmd was not restarted with -b: "
                      + (back.why if isinstance(back, NoAnswer)
                         else "; ".join(back.get("reasons") or ())))
             return False
-        if healthy:
-            self.say(INFO, f"{node}: awake and healthy; slurmd registers")
-        return healthy
+        up = self._up_within(node, REGISTER_AFTER_RESTART_S)
+        if not healthy:
+            self.drain(node, text)  # its reason, forgotten at the registration, given again
+            return False
+        self.say(INFO if up else WARNING, f"{node}: awake and healthy; slurmd "
+                 + ("registered" if up else f"not registered in {REGISTER_AFTER_RESTART_S:g} s"))
+        return up
 
     # -- SuspendExcNodes ----------------------------------------------------------
 
-    def sync(self) -> bool:
-        """The exclusion file made to name the nodes the guard drained (and ``[slurm] exclude``);
+    def sync(self, also: Sequence[str] = ()) -> bool:
+        """The exclusion file made to name the nodes the guard drained (and ``[slurm] exclude``,
+        and ``also``);
         slurmctld re-reads its configuration when that changed. True when it did. With no
         ``[slurm] exclude_file`` (Slurm 23.02+ with ``SuspendExcStates=DRAIN``) nothing is kept."""
         if not self.config.exclude_file:
@@ -182,7 +222,7 @@ class Controller:
         except SlurmError as exc:
             self.say(ERR, f"the drained nodes could not be listed: {exc}")
             return False
-        names = [*self.config.exclude, *held]
+        names = list(dict.fromkeys([*self.config.exclude, *held, *also]))
         text = EXCLUDE_HEAD + (f"SuspendExcNodes={','.join(names)}\n" if names else "")
         path = Path(self.config.exclude_file)
         try:
