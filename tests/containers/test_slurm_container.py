@@ -157,7 +157,7 @@ def test_3_a_job_wakes_the_node_and_runs(cluster: SlurmCluster) -> None:
     node1.reset_power()
     began = time.monotonic()
     job = c.submit("-w", "node1", "--wrap", "echo ran > /tmp/ran")
-    c.wait(lambda: c.job_state(job) == "COMPLETED", RESUME_TIMEOUT + 20,
+    c.wait(lambda: c.job_state(job) == "COMPLETED", RESUME_TIMEOUT,
            f"job {job} on node1 COMPLETED")
     TIMES["3: submit -> completed"] = time.monotonic() - began
     account = c.job(job) + c.account()
@@ -223,6 +223,13 @@ def test_5_health_drains_a_held_awake_node_resumes_it_and_leaves_a_foreign_drain
         # Someone else's drain: the device is free, and health leaves it as it is.
         c.ctl.run("scontrol", "update", "nodename=node1", "state=drain", "reason=maintenance")
         time.sleep(3 * HEALTH_INTERVAL)
+        account = c.account()
+        assert c.sinfo_reasons().get("node1") == "maintenance", account
+        assert "DRAIN" in c.node_state("node1"), account
+        # Held again under that drain: health finds the problem, and still leaves the
+        # drain and its reason to their owner.
+        node1.start_holder("held-again", "graceful", node=NODE, marker=MARKER)
+        time.sleep(2 * HEALTH_INTERVAL)
         account = c.account()
         assert c.sinfo_reasons().get("node1") == "maintenance", account
         assert "DRAIN" in c.node_state("node1"), account

@@ -264,6 +264,7 @@ class SlurmCluster:
         self.stack = contextlib.ExitStack()
         self.python = Container.python
         self.boot_s = 0.0
+        self.made_netns = False
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -289,32 +290,46 @@ class SlurmCluster:
     def boot(self) -> None:
         began = time.monotonic()
         self._make_netns()
-        boxes = {m.name: Container(self.repo, masked=SLURM_MASKED, network_namespace=self.netns)
-                 for m in MACHINES}
-        for box in boxes.values():
-            self.stack.callback(box.close)
-        with ThreadPoolExecutor(len(boxes)) as pool:
-            for done in [pool.submit(box.boot) for box in boxes.values()]:
-                done.result()
-        self.boxes = boxes
+        with ThreadPoolExecutor(len(MACHINES)) as pool:
+            booting = {m.name: pool.submit(self._boot_one, m.name) for m in MACHINES}
+            self.boxes = {name: done.result() for name, done in booting.items()}
         munge_key = base64.b64encode(secrets.token_bytes(128)).decode()
-        with ThreadPoolExecutor(len(boxes)) as pool:
+        with ThreadPoolExecutor(len(MACHINES)) as pool:
             for done in [pool.submit(self._set_up, m, munge_key) for m in MACHINES]:
                 done.result()
         self._set_up_ssh()
         self.boot_s = time.monotonic() - began
 
+    def _boot_one(self, name: str, tries: int = 2) -> Container:
+        """A booted container in the netns; a boot that did not finish is tried once more
+        (seldom, a container's dbus finds no users at boot and logind then waits for it:
+        the harness's flake, not the cluster's), and said (-s shows it)."""
+        for attempt in range(1, tries + 1):
+            box = Container(self.repo, masked=SLURM_MASKED, network_namespace=self.netns)
+            self.stack.callback(box.close)
+            try:
+                box.boot()
+                return box
+            except HarnessError as exc:
+                box.close()
+                if attempt == tries:
+                    raise
+                print(f"{name}: boot {attempt} failed, booting again: {str(exc)[:300]}")
+        raise AssertionError("unreachable")
+
     def close(self) -> None:
         self.stack.close()
         self.boxes = {}
-        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, check=False)
+        if self.made_netns:
+            subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, check=False)
+            self.made_netns = False
 
     def _make_netns(self) -> None:
         ns = self.netns
         a, b = "sg0", "sg1"
-        steps = [["ip", "netns", "add", ns]]
-        self.stack.callback(lambda: None)  # the netns is deleted by close() itself, last
-        steps += [["ip", "-n", ns, "link", "set", "lo", "up"],
+        # close() deletes it, after the containers in it stopped
+        steps = [["ip", "netns", "add", ns],
+                  ["ip", "-n", ns, "link", "set", "lo", "up"],
                   ["ip", "-n", ns, "link", "add", a, "type", "veth", "peer", "name", b],
                   ["ip", "-n", ns, "addr", "add", f"{PREFIX}.1/24", "dev", a],
                   ["ip", "-n", ns, "addr", "add", f"{PREFIX}.2/24", "dev", b],
@@ -325,6 +340,7 @@ class SlurmCluster:
             got = subprocess.run(argv, capture_output=True, text=True, check=False)
             if got.returncode != 0:
                 raise HarnessError(f"{' '.join(argv)} exited {got.returncode}: {got.stderr}")
+            self.made_netns = True  # only one this made is deleted
 
     def _set_up(self, machine: Machine, munge_key: str) -> None:
         box = self.boxes[machine.name]
