@@ -1,0 +1,59 @@
+"""SuspendProgram's allow path with a site power action ([slurm] power_off), on real children.
+
+The node's guard is a child printing the answer a node gives; the power
+action is a child too. What needs slurmctld (the hold, the exclusion) is
+tested on the booted cluster (tests/containers/test_slurm_container.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from suspendguard.config.load import defaults
+from suspendguard.slurm.controller import Controller
+from suspendguard.system.log import Logger
+
+
+def answering(verdict: str) -> tuple[str, ...]:
+    why = [] if verdict == "allow" else [{"code": "sigint-ignored", "text": "pid 7 ignores SIGINT"}]
+    doc = {"verdict": verdict, "reasons": [w["text"] for w in why], "reason_details": why}
+    return (sys.executable, "-c", f"print({json.dumps(json.dumps(doc))})")
+
+
+def controller(tmp_path: Path, verdict: str, power_off: tuple[str, ...]) -> tuple[Controller, io.StringIO]:
+    config = replace(defaults().slurm, remote=("/usr/bin/env",), guard=answering(verdict),
+                     power_off=power_off, scontrol="/nonexistent/scontrol",
+                     exclude_file=str(tmp_path / "exclude.conf"))
+    err = io.StringIO()
+    return Controller(config, Logger(err, {}), local="ctl"), err
+
+
+def test_an_allowed_node_is_powered_off_by_the_site_command_with_its_name(tmp_path: Path) -> None:
+    seen = tmp_path / "powered-off"
+    off = (sys.executable, "-c", f"open({str(seen)!r}, 'a').write('{{node}}\\n')")
+    c, err = controller(tmp_path, "allow", off)
+    assert c._suspend_one("gpu3")
+    assert seen.read_text() == "gpu3\n"
+    assert "gpu3: the guard allowed; powered off" in err.getvalue()
+
+
+def test_a_refused_node_is_never_powered_off(tmp_path: Path) -> None:
+    seen = tmp_path / "powered-off"
+    off = (sys.executable, "-c", f"open({str(seen)!r}, 'a').write('x')")
+    c, err = controller(tmp_path, "veto", off)
+    assert not c._suspend_one("gpu3")
+    assert not seen.exists()
+    # No slurmctld here: the hold says so, and nothing was powered off.
+    assert "gpu3: not powered down: suspendguard: sigint-ignored: pid 7 ignores SIGINT" in err.getvalue()
+    assert "could not be drained" in err.getvalue()
+
+
+def test_a_failed_power_action_holds_the_node_up(tmp_path: Path) -> None:
+    c, err = controller(tmp_path, "allow", (sys.executable, "-c", "import sys; sys.exit(3)"))
+    assert not c._suspend_one("gpu3")
+    assert "gpu3: not powered down: suspendguard: power-action-failed: [slurm] power_off:" \
+        in err.getvalue()
