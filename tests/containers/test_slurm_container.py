@@ -23,6 +23,7 @@ The tests run in order, each from where the last left the cluster:
    does not run there, and node2 is drained ``unhealthy-after-resume``.
 5. ``slurm health`` drains an awake node whose device is held outside
    Slurm, resumes it once free, and leaves a drain of anyone else's alone.
+6. No run of the guard's programs crashed.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import REPO
-from helpers.slurm_cluster import MARKER, NODE, REMOTE, SLURM_UID, SlurmCluster
+from helpers.slurm_cluster import GUARD_LOG, MARKER, NODE, REMOTE, SLURM_UID, SlurmCluster
 from helpers.systemd_harness import container_marks
 
 pytestmark = container_marks()
@@ -237,3 +238,13 @@ def test_5_health_drains_a_held_awake_node_resumes_it_and_leaves_a_foreign_drain
         node1.stop_jobs()
         c.ctl.run("scontrol", "update", "nodename=node1", "state=resume", check=False)
         c.set_ctl_slurm("")
+
+
+def test_6_no_guard_program_crashed(cluster: SlurmCluster) -> None:
+    """Every run of the guard's Slurm programs above, on every machine, ended without a
+    traceback (their output: /var/log/slurm/suspendguard.log; the journal)."""
+    for name, box in cluster.boxes.items():
+        log = box.run("cat", GUARD_LOG, check=False).stdout
+        journal = box.run("journalctl", "--no-pager", "-o", "cat", check=False).stdout
+        for where, text in (("log", log), ("journal", journal)):
+            assert "Traceback" not in text, f"{name} {where}:\n{text[-6000:]}"
