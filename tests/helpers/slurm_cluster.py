@@ -46,10 +46,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from helpers import FAKES, FIXTURES
-from helpers.systemd_harness import MASKED, Container, HarnessError
+from helpers.systemd_harness import MASKED, BootsOnEnter, Container, HarnessError
 
 SLURM_UNITS = ("munge.service", "ssh.service", "ssh.socket", "sshd.service",
                "slurmd.service", "slurmctld.service")
@@ -249,7 +248,7 @@ def restart(box: Container, unit: str, tries: int = 3) -> None:
                        f"{got.stderr.strip()}\n{log}\n--- ss -ltnp:\n{listening}")
 
 
-class SlurmCluster:
+class SlurmCluster(BootsOnEnter):
     """Three booted containers in one network namespace; :meth:`close` ends all of it."""
 
     def __init__(self, repo: Path, *, suspend_time: int = 5, suspend_timeout: int = 15,
@@ -267,18 +266,6 @@ class SlurmCluster:
         self.made_netns = False
 
     # -- lifecycle ---------------------------------------------------------
-
-    def __enter__(self) -> SlurmCluster:
-        try:
-            self.boot()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     @property
     def ctl(self) -> Container:

@@ -46,6 +46,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 import pytest
 
@@ -132,7 +133,32 @@ def _binds_for_python(repo: Path) -> list[str]:
     return out
 
 
-class Container:
+Booting = TypeVar("Booting", bound="BootsOnEnter")
+
+
+class BootsOnEnter:
+    """``with X(...) as x``: booted on entry (closed again if the boot fails), closed on exit."""
+
+    def boot(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: Booting) -> Booting:
+        try:
+            self.boot()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class Container(BootsOnEnter):
     python = sys.executable  # the jobs' interpreter: the checkout's own, bound in
 
     def __init__(self, repo: Path, extra_ro: Iterable[str] = (), boot_timeout: float = 90.0,
@@ -158,18 +184,6 @@ class Container:
         self.jobs: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------
-
-    def __enter__(self) -> Container:
-        try:
-            self.boot()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def command_line(self) -> list[str]:
         network = ("--private-network" if self.network_namespace is None
