@@ -118,10 +118,12 @@ class Controller:
             return False
         # The file names the node before its drain reason is certain (below).
         self.sync(also=(node,))
-        if reachable:
-            self.registered(node, restart=("rejoin",))
-            # Slurm forgets the reason of a powered-down node that registers (the DRAIN
-            # stays): given again, so that sinfo -R says why and sync keeps the node out.
+        # Slurm forgets the reason of a powered-down node that registers (the DRAIN
+        # stays): given again once it did, so that sinfo -R says why and sync keeps the
+        # node out. A node whose guard did not answer is not asked to restart slurmd; its
+        # slurmd may still register at the re-read of the configuration.
+        up = self.registered(node, ("rejoin",)) if reachable else self._up_within(node, REGISTER_S)
+        if up:
             self.drain(node, text)
         return False
 

@@ -434,7 +434,10 @@ class SlurmCluster(BootsOnEnter):
 
     def set_ctl_slurm(self, extra: str) -> None:
         """The controller's guard config with ``extra`` lines added to its [slurm] section."""
-        self.ctl.write("/etc/suspendguard/config.toml", guard_config(self.python) + extra)
+        # By a rename: a SuspendProgram starting meanwhile must not read half a file (an
+        # empty one is a valid config of defaults, whose remote has no key).
+        self.ctl.write("/etc/suspendguard/config.toml.new", guard_config(self.python) + extra)
+        self.ctl.run("mv", "/etc/suspendguard/config.toml.new", "/etc/suspendguard/config.toml")
 
     def exclude_text(self) -> str:
         return self.ctl.run("cat", EXCLUDE, check=False).stdout
