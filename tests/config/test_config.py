@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO
-from helpers.runners import cli
+from helpers.runners import cli, config_cli
 
 from suspendguard.config import SCHEMA, Rule, build, commented_default, defaults, load, to_toml
 from suspendguard.config.schema import RULE_FIELDS, RULE_HELP
@@ -72,8 +72,7 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
 )
 def test_bad_config_is_one_line_exit_2(tmp_path: Path, text: str, expected: str) -> None:
     path = tmp_path / "bad.toml"
-    path.write_text(text)
-    code, out, err = cli("--config", str(path), "config")
+    code, out, err = config_cli(path, text)
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1, err
@@ -97,8 +96,7 @@ def test_commented_default_says_who_can_forge_each_match_kind() -> None:
 def test_drain_wait_that_fits_the_deadline_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     # No idle backend: nothing is reserved for an idle check, 3 + 2 s to answer fit in 5.
-    path.write_text("[drain]\ntimeout_s = 3\ndeadline_s = 5\n[idle]\nbackends = []\n")
-    code, out, err = cli("--config", str(path), "config")
+    code, out, err = config_cli(path, "[drain]\ntimeout_s = 3\ndeadline_s = 5\n[idle]\nbackends = []\n")
     assert code == 0, err
     assert "deadline_s = 5" in out
 
@@ -142,21 +140,18 @@ def test_readme_documents_every_key() -> None:
 
 def test_policy_drain_rules_and_launchers_are_read_and_checked(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('[idle]\nbackends = []\n[drain]\ndeadline_s = 60\n'
-                    '[[drain.launchers]]\nexe = "/opt/lab/bin/launch"\nstop = "hold"\n'
-                    '[[policy.drain]]\nuid = 1000\nexe = "/usr/bin/python3*"\ntimeout_s = 50\n')
-    code, out, err = cli("--config", str(path), "config")
+    code, out, err = config_cli(path, (
+        '[idle]\nbackends = []\n[drain]\ndeadline_s = 60\n'
+        '[[drain.launchers]]\nexe = "/opt/lab/bin/launch"\nstop = "hold"\n'
+        '[[policy.drain]]\nuid = 1000\nexe = "/usr/bin/python3*"\ntimeout_s = 50\n'))
     assert code == 0, err
     assert 'drain = [{ exe = "/usr/bin/python3*", uid = 1000, timeout_s = 50.0 }]' in out
     assert 'launchers = [{ exe = "/opt/lab/bin/launch", stop = "hold" }]' in out
     # A rule's wait must fit the deadline as [drain] timeout_s must.
-    path.write_text('[idle]\nbackends = []\n[drain]\ndeadline_s = 30\n'
-                    '[[policy.drain]]\nuid = 1000\ntimeout_s = 50\n')
-    code, _out, err = cli("--config", str(path), "config")
+    code, _out, err = config_cli(path, '[idle]\nbackends = []\n[drain]\ndeadline_s = 30\n'
+                                    '[[policy.drain]]\nuid = 1000\ntimeout_s = 50\n')
     assert code == 2 and "the longest [[policy.drain]] timeout_s" in err, err
-    path.write_text('[[drain.launchers]]\nexe = "/opt/x"\nstop = "sigkill"\n')
-    code, _out, err = cli("--config", str(path), "config")
+    code, _out, err = config_cli(path, '[[drain.launchers]]\nexe = "/opt/x"\nstop = "sigkill"\n')
     assert code == 2 and '[drain] launchers' in err and 'stop must be "forward", "hold"' in err, err
-    path.write_text('[[policy.drain]]\nuid = 1000\n')
-    code, _out, err = cli("--config", str(path), "config")
+    code, _out, err = config_cli(path, '[[policy.drain]]\nuid = 1000\n')
     assert code == 2 and "[policy] drain" in err and "timeout_s" in err, err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from suspendguard.cli import main
@@ -19,6 +20,12 @@ def cli(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, st
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), out=out, err=err, environ=environ or {})
     return code, out.getvalue(), err.getvalue()
+
+
+def config_cli(path: Path, text: str) -> tuple[int, str, str]:
+    """``suspendguard --config PATH config`` with ``text`` written at ``path`` first."""
+    path.write_text(text)
+    return cli("--config", str(path), "config")
 
 
 def guard(config: Any, dry_run: bool = False, *, action: str | None = "suspend",

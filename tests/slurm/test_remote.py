@@ -12,16 +12,7 @@ from dataclasses import replace
 
 from suspendguard.config.cluster import SlurmConfig
 from suspendguard.config.load import defaults
-from suspendguard.slurm.remote import (
-    NoAnswer,
-    ask,
-    held_by_guard,
-    joined,
-    ours,
-    reasons_of,
-    slurm_reason,
-    template,
-)
+from suspendguard.slurm import remote
 from suspendguard.verdict import Reason
 
 ECHO = ("import json, os, sys; print('a banner'); "
@@ -35,62 +26,63 @@ def slurm(**keys: object) -> SlurmConfig:
 
 def test_the_remote_runs_the_guard_with_the_node_named_and_its_answer_is_the_json_line() -> None:
     config = slurm(remote=("/usr/bin/env", "SG_NODE={node}"), guard=(sys.executable, "-c", ECHO))
-    doc = ask(config, "node7", ["prepare", "--suspend"], local=False)
-    assert not isinstance(doc, NoAnswer), doc
+    doc = remote.ask(config, "node7", ["prepare", "--suspend"], local=False)
+    assert not isinstance(doc, remote.NoAnswer), doc
     assert doc["node"] == "node7"
     assert doc["argv"] == ["slurm", "node", "prepare", "--suspend"]
-    assert reasons_of(doc) == [Reason("sigint-ignored", "pid 7 ignores SIGINT", pid=7)]
+    assert remote.reasons_of(doc) == [Reason("sigint-ignored", "pid 7 ignores SIGINT", pid=7)]
 
 
 def test_a_local_node_is_asked_without_the_remote() -> None:
     config = slurm(remote=("/nonexistent/ssh", "{node}"), guard=(sys.executable, "-c", ECHO))
-    doc = ask(config, "node7", ["awake"], local=True)
-    assert not isinstance(doc, NoAnswer), doc
+    doc = remote.ask(config, "node7", ["awake"], local=True)
+    assert not isinstance(doc, remote.NoAnswer), doc
     assert doc["argv"] == ["slurm", "node", "awake"]
 
 
 def test_no_answer_says_why_and_becomes_a_node_unreachable_reason() -> None:
     silent = slurm(remote=("/usr/bin/env",), guard=(sys.executable, "-c", "import sys; sys.exit(255)"))
-    got = ask(silent, "node7", ["prepare"], local=False)
-    assert isinstance(got, NoAnswer)
+    got = remote.ask(silent, "node7", ["prepare"], local=False)
+    assert isinstance(got, remote.NoAnswer)
     assert "exit status 255" in got.why
     assert got.reason().code == "node-unreachable"
     assert "the guard on node7 did not answer" in got.reason().text
 
     missing = slurm(remote=("/nonexistent/ssh", "{node}"))
-    got = ask(missing, "node7", ["prepare"], local=False)
-    assert isinstance(got, NoAnswer) and "/nonexistent/ssh" in got.why
+    got = remote.ask(missing, "node7", ["prepare"], local=False)
+    assert isinstance(got, remote.NoAnswer) and "/nonexistent/ssh" in got.why
 
     garbled = slurm(remote=("/usr/bin/env",), guard=(sys.executable, "-c", "print('{not json')"))
-    got = ask(garbled, "node7", ["prepare"], local=False)
-    assert isinstance(got, NoAnswer) and "not JSON" in got.why
+    got = remote.ask(garbled, "node7", ["prepare"], local=False)
+    assert isinstance(got, remote.NoAnswer) and "not JSON" in got.why
 
 
 def test_a_node_that_does_not_answer_in_time_is_given_up() -> None:
     slow = slurm(remote=("/usr/bin/env",), guard=(sys.executable, "-c", "import time; time.sleep(30)"))
-    got = ask(slow, "node7", ["prepare"], local=False, timeout=0.5)
-    assert isinstance(got, NoAnswer) and "no answer within the timeout" in got.why
+    got = remote.ask(slow, "node7", ["prepare"], local=False, timeout=0.5)
+    assert isinstance(got, remote.NoAnswer) and "no answer within the timeout" in got.why
 
 
 def test_the_slurm_reason_is_one_prefixed_line_and_is_known_as_ours() -> None:
-    text = slurm_reason(Reason("sigint-ignored", "pid 12 python3\nignores SIGINT " + "x" * 300))
+    text = remote.slurm_reason(Reason("sigint-ignored", "pid 12 python3\nignores SIGINT " + "x" * 300))
     assert text.startswith("suspendguard: sigint-ignored: pid 12 python3 ignores SIGINT")
     assert "\n" not in text and len(text) <= 200
-    assert ours(text) and not ours("NHC: check_fs_mount failed") and not ours("maintenance")
+    assert remote.ours(text)
+    assert not remote.ours("NHC: check_fs_mount failed") and not remote.ours("maintenance")
 
 
 def test_template_replaces_every_node_placeholder() -> None:
-    assert template(["ipmitool", "-H", "{node}-bmc", "power", "soft"], "gpu3") == \
+    assert remote.template(["ipmitool", "-H", "{node}-bmc", "power", "soft"], "gpu3") == \
         ["ipmitool", "-H", "gpu3-bmc", "power", "soft"]
-    assert json.loads(json.dumps(template([], "x"))) == []
+    assert json.loads(json.dumps(remote.template([], "x"))) == []
 
 
 def test_somebody_elses_reason_is_kept_first_and_still_reads_as_held_by_the_guard() -> None:
-    mine = slurm_reason(Reason("sigint-ignored", "pid 12 python3 ignores SIGINT"))
-    both = joined("maintenance", mine)
+    mine = remote.slurm_reason(Reason("sigint-ignored", "pid 12 python3 ignores SIGINT"))
+    both = remote.joined("maintenance", mine)
     assert both == "maintenance (suspendguard: sigint-ignored: pid 12 python3 ignores SIGINT)"
-    assert held_by_guard(both) and not ours(both)  # health leaves it to its owner
-    assert held_by_guard(mine) and not held_by_guard("maintenance")
-    assert not held_by_guard("NHC: suspendguard: is just a word here")
-    long = joined("x" * 190, mine)
+    assert remote.held_by_guard(both) and not remote.ours(both)  # health leaves it to its owner
+    assert remote.held_by_guard(mine) and not remote.held_by_guard("maintenance")
+    assert not remote.held_by_guard("NHC: suspendguard: is just a word here")
+    long = remote.joined("x" * 190, mine)
     assert len(long) <= 200 and long.endswith("…)")

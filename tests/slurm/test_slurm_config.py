@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.runners import cli
+from helpers.runners import config_cli
 
 from suspendguard.config.load import defaults
 
@@ -28,8 +28,7 @@ def test_the_defaults_ask_through_ssh_and_keep_an_exclusion_file() -> None:
 ])
 def test_a_bad_value_is_one_line_naming_file_and_key(tmp_path: Path, body: str, said: str) -> None:
     path = tmp_path / "config.toml"
-    path.write_text(f"[slurm]\n{body}\n")
-    status, out, err = cli("--config", str(path), "config")
+    status, out, err = config_cli(path, f"[slurm]\n{body}\n")
     assert status == 2, err
     assert err.count("\n") == 1 and f"{path}: {said}" in err, err
     assert out == ""
@@ -37,7 +36,6 @@ def test_a_bad_value_is_one_line_naming_file_and_key(tmp_path: Path, body: str, 
 
 def test_no_exclusion_file_is_allowed_for_slurm_23(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    path.write_text('[slurm]\nexclude_file = ""\n')
-    status, out, err = cli("--config", str(path), "config")
+    status, out, err = config_cli(path, '[slurm]\nexclude_file = ""\n')
     assert status == 0, err
     assert 'exclude_file = ""' in out
