@@ -23,7 +23,10 @@ The tests run in order, each from where the last left the cluster:
    does not run there, and node2 is drained ``unhealthy-after-resume``.
 5. ``slurm health`` drains an awake node whose device is held outside
    Slurm, resumes it once free, and leaves a drain of anyone else's alone.
-6. No run of the guard's programs crashed.
+6. node2's sshd stops: the controller cannot ask node2's guard, so node2 is
+   not powered down and is held ``suspendguard: node-unreachable``; once
+   sshd is back, node2's health check resumes it and Slurm suspends it.
+7. No run of the guard's programs crashed.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import REPO
-from helpers.slurm_cluster import GUARD_LOG, MARKER, NODE, REMOTE, SLURM_UID, SlurmCluster
+from helpers.slurm_cluster import GUARD_LOG, MARKER, NODE, REMOTE, SLURM_UID, SlurmCluster, restart
 from helpers.systemd_harness import container_marks
 
 pytestmark = container_marks()
@@ -87,6 +90,16 @@ def undrain(c: SlurmCluster, name: str) -> None:
     if "DRAIN" in state:
         print(f"\n{name} was left {state} ({c.sinfo_reasons().get(name)!r}): resumed first")
         c.ctl.run("scontrol", "update", f"nodename={name}", "state=resume")
+
+
+def awake(c: SlurmCluster, name: str) -> None:
+    """Node ``name`` woken if Slurm powered it down, and waited for until it is IDLE."""
+    if "POWER" in c.node_state(name):
+        c.wait(lambda: "POWERING" not in c.node_state(name), SUSPEND_TIMEOUT + 10,
+               f"{name} done powering down or up")
+        if "POWERED_DOWN" in c.node_state(name):
+            c.ctl.run("scontrol", "update", f"nodename={name}", "state=power_up")
+    c.wait(lambda: c.node_state(name) == "IDLE", RESUME_TIMEOUT, f"{name} awake and IDLE")
 
 
 def reasons_set(c: SlurmCluster, name: str) -> list[str]:
@@ -201,12 +214,7 @@ def test_5_health_drains_a_held_awake_node_resumes_it_and_leaves_a_foreign_drain
     # node1 out of power saving for this test ([slurm] exclude), and awake.
     c.set_ctl_slurm('exclude = ["node1"]\n')
     c.wait(lambda: "node1" in c.exclude_text(), SYNC_INTERVAL + 10, "node1 in SuspendExcNodes")
-    if "POWER" in c.node_state("node1"):
-        c.wait(lambda: "POWERING" not in c.node_state("node1"), SUSPEND_TIMEOUT + 10,
-               "node1 done powering down or up")
-        if "POWERED_DOWN" in c.node_state("node1"):
-            c.ctl.run("scontrol", "update", "nodename=node1", "state=power_up")
-    c.wait(lambda: c.node_state("node1") == "IDLE", RESUME_TIMEOUT, "node1 awake and IDLE")
+    awake(c, "node1")
     try:
         node1.start_holder("held", "graceful", node=NODE, marker=MARKER)
         began = time.monotonic()
@@ -240,7 +248,39 @@ def test_5_health_drains_a_held_awake_node_resumes_it_and_leaves_a_foreign_drain
         c.set_ctl_slurm("")
 
 
-def test_6_no_guard_program_crashed(cluster: SlurmCluster) -> None:
+def test_6_a_node_whose_guard_does_not_answer_is_not_powered_down(cluster: SlurmCluster) -> None:
+    c = cluster
+    node2 = c.node("node2")
+    undrain(c, "node2")
+    awake(c, "node2")
+    node2.reset_power()
+    asked = len(c.calls("suspend", "node2"))
+    node2.run("systemctl", "stop", "ssh.service")
+    try:
+        began = time.monotonic()
+        c.wait(lambda: any("suspendguard: node-unreachable" in line for line in reasons_set(c, "node2")),
+               SUSPEND_TIME + 40, "node2 held with suspendguard: node-unreachable")
+        TIMES["6: unreachable -> held"] = time.monotonic() - began
+        # While its guard stays out of reach, node2 is never powered down, however often
+        # its health check lifts the drain and Slurm chooses it again.
+        time.sleep(2 * SUSPEND_TIME + HEALTH_INTERVAL)
+        account = c.account()
+        assert len(c.calls("suspend", "node2")) > asked, account
+        assert powered(c, "node2") != "mem", account
+        assert "POWERED_DOWN" not in c.node_state("node2") or "DRAIN" in c.node_state("node2"), account
+    finally:
+        restart(node2, "ssh.service")
+    began = time.monotonic()
+    c.wait(lambda: powered(c, "node2") == "mem",
+           2 * (HEALTH_INTERVAL + SYNC_INTERVAL + SUSPEND_TIME) + 40,
+           "node2 slept once its guard answered again")
+    TIMES["6: reachable -> slept"] = time.monotonic() - began
+    account = c.account()
+    assert "node2" not in c.sinfo_reasons(), account
+    assert "node2" not in c.exclude_text(), (c.exclude_text(), account)
+
+
+def test_7_no_guard_program_crashed(cluster: SlurmCluster) -> None:
     """Every run of the guard's Slurm programs above, on every machine, ended without a
     traceback (their output: /var/log/slurm/suspendguard.log; the journal)."""
     for name, box in cluster.boxes.items():
