@@ -204,6 +204,8 @@ class Decision:
     holder: Holder
     action: Action
     rule: str  # which rule decided, in words
+    signal: str  # the drain signal ([drain] signal) it is, or would be, sent
+    wait_s: float  # its wait after that signal: its [[policy.drain]] rule's, or [drain] timeout_s
     notes: tuple[str, ...] = ()
     kind: DecisionKind = "drain"
     # The veto reason (or, for skip-frozen, the warning) this decision adds.

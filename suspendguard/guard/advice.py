@@ -18,8 +18,9 @@ from suspendguard.model import Decision, Holder, Outcome, Owner, holder_id
 from suspendguard.system.procfs import ProcFS
 
 
-def unsignalled(decision: Decision, signame: str) -> Outcome:
+def unsignalled(decision: Decision) -> Outcome:
     """The outcome of a holder the decision leaves unsignalled."""
+    signame = decision.signal
     why = {
         "leave": decision.rule,
         "protect": "protected",
@@ -37,8 +38,9 @@ def unsignalled(decision: Decision, signame: str) -> Outcome:
     return Outcome("not-signalled", why=why)
 
 
-def predicted(decision: Decision, signame: str) -> Outcome:
+def predicted(decision: Decision) -> Outcome:
     """What a dry run says the drain signal would do to a holder it would signal."""
+    signame = decision.signal
     never = "escalation follows" if decision.kind == "escalate" else "it stays pending"
     why = {
         "default": f"{signame} ends it (default action)",
@@ -63,35 +65,35 @@ def took_before(times: Sequence[float], wait: float) -> str:
             f"{len(times)} drains{over}")
 
 
-def prediction(d: Decision, plan: jobs.Plan, signame: str, took: str) -> Outcome:
+def prediction(d: Decision, plan: jobs.Plan, took: str) -> Outcome:
     """What the drain would do to ``d``'s holder, its job weighed, and what it took before."""
-    outcome = _prediction(d, plan, signame)
+    outcome = _prediction(d, plan)
     return replace(outcome, why=f"{outcome.why}; {took}") if took else outcome
 
 
-def _prediction(d: Decision, plan: jobs.Plan, signame: str) -> Outcome:
+def _prediction(d: Decision, plan: jobs.Plan) -> Outcome:
     if d.kind == "jupyter-shutdown":
         return Outcome("would-signal", why="a Jupyter kernel: would be asked to shut down "
                                            "on its control channel, never signalled")
     found = plan.role(d.holder)
     if found is None:
-        return predicted(d, signame)
+        return predicted(d)
     what, job = found
     if what == "worker":
         return Outcome("would-signal", why=f"not signalled: leaves with its parent, pid "
                                            f"{d.holder.ppid}")
     assert job.launcher is not None
     if what == "forwarded" and job.launcher.sigint not in ("ignored", "blocked"):
-        return Outcome("would-signal", why=f"gets {signame} from {job.launcher.label}, "
+        return Outcome("would-signal", why=f"gets {d.signal} from {job.launcher.label}, "
                                            "which the guard signals")
-    why = predicted(d, signame).why
+    why = predicted(d).why
     return Outcome("would-signal", why=f"{why}; {job.launcher.label} is stopped meanwhile"
                    if what == "held" else f"{why}; {job.launcher.label} is never signalled")
 
 
-def timeout_remedy(h: Holder, plan: jobs.Plan, stop: JobStop, signame: str,
-                   wait: float) -> str:
+def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop) -> str:
     """What to do about a holder still running at the timeout, by the shape of its job."""
+    h, signame = d.holder, d.signal
     if holder_id(h) in stop.asks:
         return ("the Jupyter kernel took the shutdown request but is still busy in a cell: "
                 "it exits once the cell ends; interrupt or finish the cell from its "
@@ -108,7 +110,7 @@ def timeout_remedy(h: Holder, plan: jobs.Plan, stop: JobStop, signame: str,
     launcher = job.launcher
     assert launcher is not None
     if what == "forwarded" and holder_id(h) in stop.quiet:
-        if launcher.kind.name == "torchrun" and wait >= 30:
+        if launcher.kind.name == "torchrun" and d.wait_s >= 30:
             return (f"{launcher.label} forwarded {signame} and SIGKILLs its ranks "
                     "30 s later, so a longer wait cannot save this rank: make its "
                     "checkpoint shorter, or stop the job before suspending")

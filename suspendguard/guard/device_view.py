@@ -13,7 +13,7 @@ import os
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from suspendguard.config import FAMILIES
+from suspendguard.config import FAMILIES, IdleConfig
 from suspendguard.guard.run_state import NOTHING, IdleCheck, RunState, Said
 from suspendguard.guard.scan import describe_process
 from suspendguard.idle.base import IdleReport
@@ -42,7 +42,7 @@ def refused_pids(scan: ScanResult) -> tuple[list[int], Said]:
     return refused, said
 
 
-def ask_first(r: RunState, idle_check: IdleCheck,
+def ask_first(r: RunState, idle_check: IdleCheck, idle: IdleConfig,
               families: Sequence[str]) -> tuple[IdleReport, Said]:
     """One reading of every device before the drain, for its process lists and its backends.
 
@@ -50,11 +50,11 @@ def ask_first(r: RunState, idle_check: IdleCheck,
     backend can answer for is vetoed now under ``[idle] on_unknown = veto``,
     since no drain can change that.
     """
-    config = replace(r.config.idle, samples=1, settle_s=0.0)
+    config = replace(idle, samples=1, settle_s=0.0)
     now = r.deadline.clock()
     until = min(r.deadline.at, now + config.command_timeout_s)
     first = idle_check(config, families, max(until, now + 0.5))
-    if r.config.idle.on_unknown != "veto":
+    if idle.on_unknown != "veto":
         return first, NOTHING
     return first, Said.veto(*(Reason("device-unknown", why, device=family)
                               for family, why in first.unknown))

@@ -21,7 +21,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from suspendguard.config import FAMILIES, Config, IdleConfig
+from suspendguard.config import FAMILIES, Config, DevicesConfig, IdleConfig, RestoreConfig
 from suspendguard.errors import HistoryError
 from suspendguard.guard import device_view, rounds
 from suspendguard.guard.held import continue_left
@@ -197,17 +197,18 @@ class Look:
 
 def _run(config: Config, options: RunOptions, deadline: Deadline, opening: Opening) -> Report:
     lock = opening.lock
-    r = RunState(config, options, never=ancestors(os.getpid()), deadline=deadline,
+    r = RunState(config.policy, config.drain, options, transient=config.restore.transient,
+                 state_dir=config.state.dir, never=ancestors(os.getpid()), deadline=deadline,
                  token=lock.token(), ledger=opening.ledger)
     with bounded(deadline):  # every wait before the verdict ends by then (or at SIGTERM)
-        said = opening.said + _first_aid(config, options, lock)
-        look = _look(config, r, lock)
+        said = opening.said + _first_aid(config.state.dir, options, lock)
+        look = _look(config.devices, config.idle, r, lock)
         said += look.said
         to_drain = r.admit(look.decisions, vetoed=bool(said.reasons or r.vetoed))
         certain_veto = bool(said.reasons or r.vetoed)
         if to_drain:
-            _drain(r, look, to_drain)
-        idle, idle_said = _idle(r, look, certain_veto)
+            _drain(r, look, to_drain, config.idle, config.restore)
+        idle, idle_said = _idle(r, look, certain_veto, config.idle)
         said += r.said + idle_said
         if r.cancelled:
             said += Said.veto(Reason("guard-stopped", f"the guard was stopped "
@@ -220,15 +221,15 @@ def _run(config: Config, options: RunOptions, deadline: Deadline, opening: Openi
     # The verdict line first: it is what the operator and the journal wait
     # for; recording it (a commit, and SQLite's checkpoint on close) follows.
     log_verdict(report, options.log)
-    return _record(config, options, opening, report)
+    return _record(config.restore, options, opening, report)
 
 
-def _first_aid(config: Config, options: RunOptions, lock: guard_lock.GuardLock) -> Said:
+def _first_aid(state_dir: str, options: RunOptions, lock: guard_lock.GuardLock) -> Said:
     """What a killed run left goes first: it would outlive this run otherwise."""
     if options.dry_run or lock.refused:
         return NOTHING
     # A launcher a killed run left stopped goes on before anything else.
-    lines = continue_left(config.state.dir, options.proc)
+    lines = continue_left(state_dir, options.proc)
     if options.supervisors is not None:
         # Drain drop-ins, restart policies set aside.
         lines += options.supervisors.clean_leftovers()
@@ -237,9 +238,10 @@ def _first_aid(config: Config, options: RunOptions, lock: guard_lock.GuardLock) 
     return Said.warn(*lines)
 
 
-def _look(config: Config, r: RunState, lock: guard_lock.GuardLock) -> Look:
+def _look(devices: DevicesConfig, idle: IdleConfig, r: RunState,
+          lock: guard_lock.GuardLock) -> Look:
     """The nodes, their holders, the decisions on them, and the device's own view first."""
-    inventory = take_inventory(config.devices)
+    inventory = take_inventory(devices)
     idle_check = r.options.idle_check
     # Only the built-in families have idle backends.
     if idle_check is default_idle_check and not set(inventory.families()) & set(FAMILIES):
@@ -257,7 +259,7 @@ def _look(config: Config, r: RunState, lock: guard_lock.GuardLock) -> Look:
     first: IdleReport | None = None
     if idle_check is not None and inventory.nodes and not lock.refused \
             and (refused or any(d.signals for d in decisions)):
-        first, asked = device_view.ask_first(r, idle_check, inventory.families())
+        first, asked = device_view.ask_first(r, idle_check, idle, inventory.families())
         extra, hidden = device_view.device_holders(r, first, {h.pid for h in scan.holders})
         decisions += extra
         said += asked + hidden
@@ -267,10 +269,10 @@ def _look(config: Config, r: RunState, lock: guard_lock.GuardLock) -> Look:
                 Said(unknown.reasons))
 
 
-def _drain(r: RunState, look: Look, to_drain: list[Decision]) -> None:
+def _drain(r: RunState, look: Look, to_drain: list[Decision], idle: IdleConfig,
+           restore_config: RestoreConfig) -> None:
     """The drain in rounds; a drain that fails half-way puts the owners back first."""
     # Time for the idle check only when one will run (system/deadline.py).
-    idle = r.config.idle
     reserve = idle_reserve_s(idle.settle_s, idle.command_timeout_s) \
         if look.idle_check is not None and look.inventory.nodes else 0.0
     seen = {holder_id(h) for h in look.scan.holders}
@@ -280,13 +282,14 @@ def _drain(r: RunState, look: Look, to_drain: list[Decision]) -> None:
         # Nothing may stay Restart=no (or a container's policy no) because
         # the guard broke; the error itself goes on to the caller.
         if r.stops and r.options.supervisors is not None:
-            restore(r.stops, r.options.supervisors, r.config.restore,
-                    enabled=r.config.restore.after_veto, record=lambda _s, _r, _w: None,
+            restore(r.stops, r.options.supervisors, restore_config,
+                    enabled=restore_config.after_veto, record=lambda _s, _r, _w: None,
                     log=r.options.log.info, journal=r.options.log.journal)
         raise
 
 
-def _idle(r: RunState, look: Look, certain_veto: bool) -> tuple[IdleReport | IdleSkipped, Said]:
+def _idle(r: RunState, look: Look, certain_veto: bool,
+          config: IdleConfig) -> tuple[IdleReport | IdleSkipped, Said]:
     """The device asked once the drain is over, or why it was not."""
     families = look.inventory.families()
     if not look.inventory.nodes:
@@ -301,12 +304,12 @@ def _idle(r: RunState, look: Look, certain_veto: bool) -> tuple[IdleReport | Idl
     if r.cancelled:
         return IdleSkipped("skipped", "the guard was stopped"), NOTHING
     now = r.deadline.clock()
-    idle = look.idle_check(r.config.idle, families, max(r.deadline.at, now + 0.5))
-    return _fold_idle(r, idle, look.idle_check, families)
+    idle = look.idle_check(config, families, max(r.deadline.at, now + 0.5))
+    return _fold_idle(r, idle, look.idle_check, families, config)
 
 
 def _fold_idle(r: RunState, idle: IdleReport, idle_check: IdleCheck,
-               families: Sequence[str]) -> tuple[IdleReport, Said]:
+               families: Sequence[str], config: IdleConfig) -> tuple[IdleReport, Said]:
     """Fold the device's own view into the verdict, device-reported pids included.
 
     A process the device reports but the scan missed (a container the guard
@@ -316,10 +319,10 @@ def _fold_idle(r: RunState, idle: IdleReport, idle_check: IdleCheck,
     extra, said = device_view.device_holders(r, idle)
     to_drain = r.admit(extra)
     if to_drain:
-        rounds.signal(r, to_drain, reserve=r.config.idle.settle_s + 1.0)
+        rounds.signal(r, to_drain, reserve=config.settle_s + 1.0)
         if not r.cancelled:
             now = r.deadline.clock()
-            idle = idle_check(r.config.idle, families, max(r.deadline.at, now + 0.5))
+            idle = idle_check(config, families, max(r.deadline.at, now + 0.5))
     # A dry run's device is still busy with the jobs a real run would drain first.
     if r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
         said += Said.warn(*(f"(expected before the drain) {w}" for w in idle.veto_reasons))
@@ -359,7 +362,8 @@ def _attempt(r: RunState, opening: Opening, look: Look, verdict: Verdict) -> Att
                    stops=tuple(replace(s, attempt_id=attempt_id) for s in r.stops))
 
 
-def _record(config: Config, options: RunOptions, opening: Opening, report: Report) -> Report:
+def _record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
+            report: Report) -> Report:
     """The attempt into the history; a refused one (veto or unknown) then leaves the host
     as it found it, its stopped jobs started again."""
     history, attempt = opening.history, report.attempt
@@ -387,6 +391,6 @@ def _record(config: Config, options: RunOptions, opening: Opening, report: Repor
         # Inside the unit's TimeoutStartSec (deadline_s + 20 s): the verdict
         # came by deadline_s - ANSWER_MARGIN_S.
         with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
-            restore(stops, options.supervisors, config.restore, enabled=config.restore.after_veto,
+            restore(stops, options.supervisors, restore_config, enabled=restore_config.after_veto,
                     record=note, log=log.info, journal=log.journal)
     return report

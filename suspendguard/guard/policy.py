@@ -130,8 +130,18 @@ def decide(
         if holder_id(holder) in respawned:
             label += " (respawned)"
         kind, reason = _kind(holder, action, rule, drain, skip_frozen, label)
-        decisions.append(Decision(holder, action, rule, notes, kind, reason))
+        decisions.append(Decision(holder, action, rule, drain.signal, wait_for(holder, policy, drain),
+                                  notes, kind, reason))
     return decisions
+
+
+def wait_for(holder: Holder, policy: PolicyConfig, drain: DrainConfig) -> float:
+    """The wait after the signal this holder is given: the first [[policy.drain]] rule's that
+    matches it, or [drain] timeout_s."""
+    for rule in policy.drain:
+        if rule_matches(rule.match, holder):
+            return rule.timeout_s
+    return drain.timeout_s
 
 
 def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_frozen: bool,

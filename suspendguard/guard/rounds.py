@@ -91,11 +91,11 @@ def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], invent
             r.record(d, Outcome("not-signalled", why="appeared during the drain"), round_no, tags)
         if any(d.vetoes for d in decisions):
             return  # certain veto now: signal nobody else
-        if pending and round_no > r.config.drain.rounds:
+        if pending and round_no > r.drain.rounds:
             for d in pending:
                 respawned = holder_id(d.holder) in tags
                 r.veto(reason_about("respawned" if respawned else "appeared", advice.left_reason(
-                    d.holder, respawned, r.config.drain.rounds, r.options.proc), d.holder,
+                    d.holder, respawned, r.drain.rounds, r.options.proc), d.holder,
                     r.owner(d.holder).key))
             return
 
@@ -126,7 +126,7 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> None:
     planned = {o.key: Stop(o, len(r.stops) + i, time.time())
                for i, o in enumerate(owners.values(), 1)}
     r.warn(r.ledger.stopping(list(planned.values())))
-    answers = control.stop(list(owners.values()), r.signame, r.config.drain.timeout_s)
+    answers = control.stop(list(owners.values()), r.drain.signal, r.drain.timeout_s)
     r.warn(r.ledger.stopped(list(planned.values()), answers))
     ok = set()
     for key, why in answers.items():
@@ -138,10 +138,10 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> None:
         ok.add(key)
         r.stops.append(planned[key])
         raised = "" if o.kind in CONTAINER_KINDS or not (
-            0 < o.timeout_stop_s < r.config.drain.timeout_s) else \
+            0 < o.timeout_stop_s < r.drain.timeout_s) else \
             f" (its TimeoutStopSec={o.timeout_stop_s:g}s raised to [drain] timeout_s)"
         r.options.log.info(f"keeping {o.describe()} down through {advice.via(o)} until restore"
-                           f"{raised}; its holders get {r.signame} from the guard")
+                           f"{raised}; its holders get {r.drain.signal} from the guard")
     r.through |= {holder_id(h) for h in holders if r.owner(h).key in ok}
 
 

@@ -17,13 +17,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from suspendguard.config import Config, IdleConfig
+from suspendguard.config import DrainConfig, IdleConfig, PolicyConfig
 from suspendguard.guard import advice, jobs, jupyter
 from suspendguard.guard.drain import UNSIGNALLABLE, DrainResult, JobStop, drain
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.ledger import NO_LEDGER, Ledger
-from suspendguard.guard.policy import decide, rule_matches
+from suspendguard.guard.policy import decide
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id, reason_about
 from suspendguard.record import HolderRecord, Stop
@@ -93,15 +93,21 @@ class RunState:
     """One guard run's state: what each holder came to, the owners kept down (``stops``),
     the veto reasons and warnings of the drain; and the signal that changes them.
 
-    ``deadline``: the run's one clock, its end and the guard's own cancel.
-    ``ledger``: the history the run writes ahead in and reads earlier drain
-    times from.
+    It holds the sections it decides and drains by, and no other: ``policy``,
+    ``drain``, ``[restore] transient`` and the state folder (where a stopped
+    launcher is written down). ``deadline``: the run's one clock, its end and
+    the guard's own cancel. ``ledger``: the history the run writes ahead in
+    and reads earlier drain times from.
     """
 
-    def __init__(self, config: Config, options: RunOptions, *, never: frozenset[int],
+    def __init__(self, policy: PolicyConfig, drain: DrainConfig, options: RunOptions, *,
+                 transient: str, state_dir: str, never: frozenset[int],
                  deadline: Deadline, token: Token | None = None,
                  ledger: Ledger = NO_LEDGER) -> None:
-        self.config = config
+        self.policy = policy
+        self.drain = drain
+        self.transient = transient
+        self.state_dir = state_dir
         self.options = options
         # This run's open guard.lock: another run's probe is its child only if
         # its parent holds the same file (guard/identity.py).
@@ -109,7 +115,6 @@ class RunState:
         self.never = never
         self.deadline = deadline
         self.ledger = ledger
-        self.signame = config.drain.signal
         self.results: dict[HolderId, HolderRecord] = {}
         self.owners: dict[HolderId, Owner] = {}
         self.stops: list[Stop] = []  # owners kept down for the drain, in order
@@ -148,7 +153,7 @@ class RunState:
 
     def decide(self, holders: Iterable[Holder], respawned: Collection[HolderId] = ()) -> list[Decision]:
         holders = list(holders)
-        decisions = decide(holders, self.config.policy, self.config.drain, never_pids=self.never,
+        decisions = decide(holders, self.policy, self.drain, never_pids=self.never,
                            skip_frozen=self.options.skip_frozen, respawned=respawned,
                            vouched=vouch(holders, self.options.proc, self.token))
         decisions = [self._jupyter(self._confirmed(self._pod(d))) for d in decisions]
@@ -156,16 +161,8 @@ class RunState:
         return [replace(d, notes=(*d.notes, note)) if (note := plan.note(d.holder)) else d
                 for d in decisions]
 
-    def timeout_for(self, holder: Holder) -> float:
-        """The wait after the signal this holder is given: its [[policy.drain]] rule's, or
-        [drain] timeout_s."""
-        for rule in self.config.policy.drain:
-            if rule_matches(rule.match, holder):
-                return rule.timeout_s
-        return self.config.drain.timeout_s
-
-    def took_before(self, holder: Holder) -> str:
-        return advice.took_before(self.ledger.drain_times(holder), self.timeout_for(holder))
+    def took_before(self, d: Decision) -> str:
+        return advice.took_before(self.ledger.drain_times(d.holder), d.wait_s)
 
     def kernel(self, holder: Holder) -> jupyter.JupyterKernel | None:
         key = holder_id(holder)
@@ -184,7 +181,7 @@ class RunState:
         kernel = self.kernel(d.holder)
         if kernel is None:
             return d
-        if self.config.drain.jupyter == "shutdown":
+        if self.drain.jupyter == "shutdown":
             return replace(d, kind="jupyter-shutdown", notes=(*d.notes, (
                 "a Jupyter kernel: asked to shut down on its own control channel "
                 "([drain] jupyter = \"shutdown\"), never signalled")))
@@ -199,13 +196,14 @@ class RunState:
         holders = [d.holder for d in decisions if d.signals and d.kind != "jupyter-shutdown"]
         key = frozenset(holder_id(h) for h in holders)
         if key not in self._plans:
-            self._plans[key] = jobs.plan(holders, self.options.proc, self.config.drain.launchers,
-                                         never=self.never, signum=signal.Signals[self.signame])
+            self._plans[key] = jobs.plan(holders, self.options.proc, self.drain.launchers,
+                                         never=self.never, signum=signal.Signals[self.drain.signal])
         return self._plans[key]
 
     def job_stop(self, plan: jobs.Plan, held: Held | None,
                  kernels: Sequence[Holder] = ()) -> JobStop:
         """The drain's part of ``plan``: who is not signalled, who forwards, who is stopped."""
+        signame = self.drain.signal
         quiet: dict[HolderId, str] = {}
         forward = []
         hold = []
@@ -218,10 +216,10 @@ class RunState:
             if job.forwarded and launcher.sigint not in ("ignored", "blocked"):
                 forward.append((launcher, [holder_id(r) for r in job.roots]))
                 for r in job.roots:
-                    quiet[holder_id(r)] = f"after the {self.signame} {launcher.label} forwarded"
+                    quiet[holder_id(r)] = f"after the {signame} {launcher.label} forwarded"
             elif job.forwarded:
                 self.warn(
-                    f"{launcher.label} {launcher.sigint} {self.signame}: its ranks get it from "
+                    f"{launcher.label} {launcher.sigint} {signame}: its ranks get it from "
                     "the guard instead, and the launcher may act on them as they leave")
             elif job.held and held is not None:
                 hold.append(launcher)
@@ -249,12 +247,11 @@ class RunState:
         owner = self.owner(d.holder)
         if not d.signals:
             return d
-        if owner.kind == "kubernetes" and self.config.policy.kubernetes == "veto":
+        if owner.kind == "kubernetes" and self.policy.kubernetes == "veto":
             return replace(d, kind="veto-supervised", reason=(
                 f"pid {d.holder.pid} {d.holder.comm} is held by a Kubernetes pod (uid "
                 f"{owner.name}): cordon and drain this node before suspending"))
-        if owner.kind == "user-service" and owner.transient and \
-                self.config.restore.transient == "veto":
+        if owner.kind == "user-service" and owner.transient and self.transient == "veto":
             return replace(d, kind="veto-supervised", reason=(
                 f"pid {d.holder.pid} {d.holder.comm} runs in {owner.describe()}, a transient "
                 "unit that cannot be made again after resume: stop it yourself, or set "
@@ -277,7 +274,7 @@ class RunState:
                 self.veto(d.veto(self.owner(d.holder).key))
             elif d.reason:
                 self.warn(d.reason)
-            self.record(d, advice.unsignalled(d, self.signame), round_no, tags)
+            self.record(d, advice.unsignalled(d), round_no, tags)
         return to_signal
 
     def admit(self, decisions: Sequence[Decision], vetoed: bool = False) -> list[Decision]:
@@ -294,8 +291,7 @@ class RunState:
         plan = self.plan(to_signal)
         for d in to_signal:
             self.record(d, Outcome("not-signalled", why="veto anyway: nobody is signalled")
-                        if vetoed else advice.prediction(d, plan, self.signame,
-                                                         self.took_before(d.holder)), 1)
+                        if vetoed else advice.prediction(d, plan, self.took_before(d)), 1)
         return []
 
     def signal(self, decisions: Sequence[Decision], reserve: float, round_no: int = 1,
@@ -309,18 +305,18 @@ class RunState:
         clock = self.deadline.clock
         until = Deadline(max(clock() + 0.5, self.deadline.at - reserve), self.deadline.cancel,
                          clock)
-        cfg = self.config.drain
+        cfg = self.drain
         self.warn(self.ledger.signalling([
             HolderRecord(d, Outcome("signalled", why=(
-                f"was being sent {self.signame} when this was written; the guard ended "
+                f"was being sent {d.signal} when this was written; the guard ended "
                 "before it recorded the outcome")), round_no, owner=self.owner(d.holder))
             for d in decisions]))
         opts = self.options
         plan = self.plan(decisions)
-        stop = self.job_stop(plan, Held(self.config.state.dir, opts.proc),
+        stop = self.job_stop(plan, Held(self.state_dir, opts.proc),
                              [d.holder for d in decisions if d.kind == "jupyter-shutdown"])
-        timeout_s = max(self.timeout_for(d.holder) for d in decisions)
-        result = drain([d.holder for d in decisions], self.signame, timeout_s, until,
+        timeout_s = max(d.wait_s for d in decisions)
+        result = drain([d.holder for d in decisions], cfg.signal, timeout_s, until,
                        cfg.escalate, proc=opts.proc, log=opts.log.info, keep=keep, jobs=stop)
         if stop.held is not None:
             self.warn(*stop.held.warnings)
@@ -329,13 +325,14 @@ class RunState:
                       f"{timeout_s:g}) to end within [drain] deadline_s = {cfg.deadline_s:g}")
         for d in decisions:
             self.record(d, result.outcomes[holder_id(d.holder)], round_no, tags)
-            self.veto(*self._left_running(d.holder, result, plan, stop))
+            self.veto(*self._left_running(d, result, plan, stop))
         return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
                        for o in result.outcomes.values())
 
-    def _left_running(self, h: Holder, result: DrainResult, plan: jobs.Plan,
+    def _left_running(self, d: Decision, result: DrainResult, plan: jobs.Plan,
                       stop: JobStop) -> tuple[Reason, ...]:
         """The veto of a holder the drain left running: one it could not signal, or a timeout."""
+        h = d.holder
         outcome = result.outcomes[holder_id(h)]
         owner = self.owner(h)
         if outcome.kind == "not-signalled" and outcome.why.startswith(UNSIGNALLABLE):
@@ -349,8 +346,8 @@ class RunState:
             by += f" ({owner.name[:12] if owner.kind != 'systemd-service' else owner.name}, " \
                   f"kept from restarting by {advice.via(owner)})"
         cut = " (the wait was cut short by the deadline)" if result.shortened else ""
-        took = self.took_before(h)
-        remedy = advice.timeout_remedy(h, plan, stop, self.signame, self.timeout_for(h))
+        took = self.took_before(d)
+        remedy = advice.timeout_remedy(d, plan, stop)
         return (reason_about("timeout-after-sigint", (
             f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}" + (f" ({took})" if took else "")
             + f": {remedy}"), h, owner.key),)

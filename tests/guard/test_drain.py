@@ -52,6 +52,20 @@ def test_holder_slower_than_the_timeout_vetoes(make_config: Any, node: str, hold
     assert proc.poll() is None  # still running at the verdict: never killed by default
 
 
+def test_a_policy_drain_rule_gives_its_job_a_wait_of_its_own(make_config: Any, node: str,
+                                                            holders: Holders) -> None:
+    """[drain] timeout_s = 1 is too short for a job that takes 2 s to save after SIGINT; its
+    [[policy.drain]] rule's 8 s is not: it saves, exits by itself, and the suspend goes on."""
+    proc, pid = holders.start(node, delay=2.0)
+    report = guard(make_config(drain={"timeout_s": 1},
+                               policy={"drain": [{"cmdline": r"--delay 2\.0", "timeout_s": 8}]}))
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert proc.wait(timeout=5) == 0  # its own exit, after its save: never killed
+    out = outcome_of(report, pid)
+    assert out.kind == "exited" and out.seconds is not None and out.seconds >= 1.9, out
+    assert holders.signals() == [f"{pid} SIGINT"]
+
+
 def test_drain_wait_is_announced_and_a_cut_is_stated(make_config: Any, node: str,
                                                     holders: Holders) -> None:
     _, pid = holders.start(node, mode="slow")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from suspendguard.config import EscalationStep, PolicyConfig, Rule, defaults
+from suspendguard.config import DrainRule, EscalationStep, PolicyConfig, Rule, defaults
 from suspendguard.guard.identity import Vouched
 from suspendguard.guard.policy import ancestors, decide, forgeable_rule_warnings
 from suspendguard.model import Decision, HeldNode, Holder, Node, SignalMasks, holder_id
@@ -170,6 +170,18 @@ def test_holder_ignoring_sigint_by_on_sigint_ignored() -> None:
     steps = (EscalationStep("SIGTERM", 5.0),)
     assert decision(deaf, "escalate", steps).kind == "escalate"
     assert decision(deaf, "signal-anyway").kind == "drain"
+
+
+def test_a_decision_carries_the_drain_signal_and_the_first_matching_rules_wait() -> None:
+    """The policy decides a holder's wait once: the first [[policy.drain]] rule that matches
+    it, or [drain] timeout_s; the drain, the prediction and the veto's advice read it there."""
+    rules = (DrainRule(Rule(uid=1000, exe="/usr/bin/python3*"), 90.0),
+             DrainRule(Rule(uid=1000), 45.0))
+    policy = replace(NO_RULES, drain=rules)
+    drain = replace(DRAIN, signal="SIGTERM", timeout_s=12.0)
+    trainer, tool, other = holder(pid=1), holder(pid=2, exe="/opt/tool"), replace(holder(pid=3), uid=0)
+    got = {d.holder.pid: (d.signal, d.wait_s) for d in decide([trainer, tool, other], policy, drain)}
+    assert got == {1: ("SIGTERM", 90.0), 2: ("SIGTERM", 45.0), 3: ("SIGTERM", 12.0)}
 
 
 def test_respawned_holders_say_so() -> None:
