@@ -112,14 +112,23 @@ def test_drain_yes_without_a_terminal_drains(conf: Path, node: str, holders: Hol
     assert attempt.origin == "cli" and attempt.result == "allow"  # type: ignore[attr-defined]
 
 
-def test_drain_on_a_terminal_answered_no_signals_nobody(conf: Path, node: str,
-                                                       holders: Holders) -> None:
+def answered(conf: Path, node: str, holders: Holders,
+             reply: bytes) -> tuple[subprocess.Popen[str], int, int, str]:
+    """``drain`` on a terminal with one holder, answered ``reply``: the holder, its pid, the
+    exit status and what the terminal showed, which listed the holder and asked."""
     proc, pid = holders.start(node)
-    code, shown = on_a_terminal(drain_argv(conf), b"n\n")
-    assert code == 1, shown
+    code, shown = on_a_terminal(drain_argv(conf), reply)
     assert "SIGINT will be sent to 1 process(es)" in shown
     assert any(line.split()[:2] == [str(pid), "root"] or line.split()[:1] == [str(pid)]
                for line in shown.splitlines()), shown
+    assert "Send SIGINT to this process now? [y/N]" in shown
+    return proc, pid, code, shown
+
+
+def test_drain_on_a_terminal_answered_no_signals_nobody(conf: Path, node: str,
+                                                       holders: Holders) -> None:
+    proc, _pid, code, shown = answered(conf, node, holders, b"n\n")
+    assert code == 1, shown
     assert "not confirmed: nobody was signalled" in shown
     time.sleep(0.3)
     assert holders.signals() == [] and proc.poll() is None
@@ -128,10 +137,8 @@ def test_drain_on_a_terminal_answered_no_signals_nobody(conf: Path, node: str,
 
 def test_drain_on_a_terminal_answered_yes_drains(conf: Path, node: str,
                                                 holders: Holders) -> None:
-    proc, pid = holders.start(node)
-    code, shown = on_a_terminal(drain_argv(conf), b"y\n")
+    proc, pid, code, shown = answered(conf, node, holders, b"y\n")
     assert code == 0, shown
-    assert "Send SIGINT to this process now? [y/N]" in shown
     assert "verdict: ALLOW" in shown
     assert proc.wait(timeout=5) == 0
     assert holders.signals() == [f"{pid} SIGINT"]

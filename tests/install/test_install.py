@@ -68,14 +68,22 @@ def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
     return out
 
 
+def unit_folder(folder: Path, units: dict[str, str], required: dict[str, str]) -> None:
+    """Unit files in ``folder`` (name: text), and links in its
+    systemd-suspend.service.requires/ (name: target)."""
+    (folder / "systemd-suspend.service.requires").mkdir(parents=True)
+    for name, text in units.items():
+        (folder / name).write_text(text)
+    for name, target in required.items():
+        os.symlink(target, folder / "systemd-suspend.service.requires" / name)
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     """A staging root that already holds things install must leave alone."""
     r = tmp_path / "root"
-    (r / "etc/systemd/system/systemd-suspend.service.requires").mkdir(parents=True)
-    (r / "etc/systemd/system/other.service").write_text("[Service]\nExecStart=/bin/true\n")
-    os.symlink("/usr/lib/systemd/system/nvidia-suspend.service",
-               r / "etc/systemd/system/systemd-suspend.service.requires/nvidia-suspend.service")
+    unit_folder(r / "etc/systemd/system", {"other.service": "[Service]\nExecStart=/bin/true\n"},
+                {"nvidia-suspend.service": "/usr/lib/systemd/system/nvidia-suspend.service"})
     (r / "usr/lib/systemd/system-sleep").mkdir(parents=True)
     (r / "usr/lib/systemd/system-sleep/other-hook").write_text("#!/bin/sh\n")
     return r
@@ -268,11 +276,9 @@ def test_read_installation(root: Path) -> None:
 
 
 def test_read_installation_sees_a_packaged_unit(tmp_path: Path) -> None:
-    lib = tmp_path / "usr/lib/systemd/system"
-    (lib / "systemd-suspend.service.requires").mkdir(parents=True)
-    (lib / "suspendguard@.service").write_text("[Service]\nTimeoutStartSec=5min\n")
-    os.symlink("../suspendguard@.service",
-               lib / "systemd-suspend.service.requires/suspendguard@suspend.service")
+    unit_folder(tmp_path / "usr/lib/systemd/system",
+                {"suspendguard@.service": "[Service]\nTimeoutStartSec=5min\n"},
+                {"suspendguard@suspend.service": "../suspendguard@.service"})
     state = read_installation(str(tmp_path)).to_json()
     assert state["unit"]["path"] == "/usr/lib/systemd/system/suspendguard@.service"
     assert state["unit"]["timeout_start_s"] == "5min"
