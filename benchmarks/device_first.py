@@ -40,6 +40,7 @@ from suspendguard.idle.base import IdleReport
 from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
 from suspendguard.idle.sampler import check_idle
 from suspendguard.store.history import History
+from suspendguard.system.deadline import Deadline
 from suspendguard.system.log import Logger
 
 JOB = ("import signal, sys, time\nf = open(sys.argv[1], 'rb')\n"
@@ -58,7 +59,7 @@ def one_run(tmp: Path, holders: int) -> tuple[float, float]:
         job.stdout.readline()
     timings: list[float] = []
 
-    def check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
+    def check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> IdleReport:
         cfg = replace(config, nvidia_smi=str(TOOL), backends=("nvidia-smi",))
         started = time.monotonic()
         report = check_idle(cfg, ["nvidia"], deadline, backends=[NvidiaSmiBackend(cfg)])

@@ -50,6 +50,7 @@ from suspendguard.record import Stop
 from suspendguard.store.history import History
 from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system.dbus import systemd
+from suspendguard.system.deadline import Deadline
 from suspendguard.system.log import Logger
 
 HOLDER = r"""
@@ -184,7 +185,7 @@ class TimedManagersAndEngines(ManagersAndEngines):
         finally:
             self.stop_s += time.monotonic() - t
 
-    def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]:
+    def settle(self, stops: Sequence[Stop], deadline: Deadline) -> list[str]:
         t = time.monotonic()
         try:
             return super().settle(stops, deadline)

@@ -51,9 +51,7 @@ def ask_first(r: RunState, idle_check: IdleCheck, idle: IdleConfig,
     since no drain can change that.
     """
     config = replace(idle, samples=1, settle_s=0.0)
-    now = r.deadline.clock()
-    until = min(r.deadline.at, now + config.command_timeout_s)
-    first = idle_check(config, families, max(until, now + 0.5))
+    first = idle_check(config, families, r.deadline.within(config.command_timeout_s).at_least(0.5))
     if idle.on_unknown != "veto":
         return first, NOTHING
     return first, Said.veto(*(Reason("device-unknown", why, device=family)

@@ -61,10 +61,10 @@ class HistoryOpener(Protocol):
     """How the pipeline opens the history it records in (``History.open``)."""
 
     def __call__(self, state_dir: str, readonly: bool = False, *, proc: ProcFS | None = None,
-                 deadline: float | None = None) -> History: ...
+                 deadline: Deadline | None = None) -> History: ...
 
 
-def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
+def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> IdleReport:
     # Its pauses between readings end at SIGTERM too (system/deadline.py).
     return check_idle(config, families, deadline, sleep=nap)
 
@@ -168,7 +168,7 @@ def _open(config: Config, options: RunOptions, deadline: Deadline,
         return opening
     try:
         # The lock wait too ends inside the deadline.
-        opening.history = open_history(state_dir, proc=options.proc, deadline=deadline.at)
+        opening.history = open_history(state_dir, proc=options.proc, deadline=deadline)
         opening.said += Said.warn(*opening.history.warnings)
         opening.digest = opening.history.digest(config)
         opening.attempt_id = opening.history.begin(options.action, options.origin,
@@ -303,8 +303,7 @@ def _idle(r: RunState, look: Look, certain_veto: bool,
         return IdleSkipped("skipped", "the verdict was already veto"), NOTHING
     if r.cancelled:
         return IdleSkipped("skipped", "the guard was stopped"), NOTHING
-    now = r.deadline.clock()
-    idle = look.idle_check(config, families, max(r.deadline.at, now + 0.5))
+    idle = look.idle_check(config, families, r.deadline.at_least(0.5))
     return _fold_idle(r, idle, look.idle_check, families, config)
 
 
@@ -321,8 +320,7 @@ def _fold_idle(r: RunState, idle: IdleReport, idle_check: IdleCheck,
     if to_drain:
         rounds.signal(r, to_drain, reserve=config.settle_s + 1.0)
         if not r.cancelled:
-            now = r.deadline.clock()
-            idle = idle_check(config, families, max(r.deadline.at, now + 0.5))
+            idle = idle_check(config, families, r.deadline.at_least(0.5))
     # A dry run's device is still busy with the jobs a real run would drain first.
     if r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
         said += Said.warn(*(f"(expected before the drain) {w}" for w in idle.veto_reasons))

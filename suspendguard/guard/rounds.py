@@ -65,7 +65,7 @@ def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], invent
         respawn_grace(r, pending)
         control = r.options.supervisors
         if r.stops and control is not None:
-            back = control.settle(r.stops, r.deadline.at)
+            back = control.settle(r.stops, r.deadline)
             r.warn(*control.take_warnings())
             if back:
                 r.veto(*(Reason("restarted", why) for why in back))

@@ -48,7 +48,7 @@ class Caller(Protocol):
 
 
 def open_history(state_dir: str, readonly: bool = False, *, proc: ProcFS | None = None,
-                 deadline: float | None = None) -> History:
+                 deadline: Deadline | None = None) -> History:
     """``History.open``, imported (SQLite) only by a run that records or reads it."""
     from suspendguard.store.history import History
     return History.open(state_dir, readonly, proc=proc, deadline=deadline)
@@ -89,7 +89,7 @@ class OnDemandOwnerControl:
              timeout_s: float = 10.0) -> dict[str, str]:
         return self._real().stop(owners, signame, timeout_s)
 
-    def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]:
+    def settle(self, stops: Sequence[Stop], deadline: Deadline) -> list[str]:
         return self._real().settle(stops, deadline)
 
     def started_meanwhile(self, owner: Owner) -> bool:

@@ -36,8 +36,8 @@ from suspendguard.verdict import Reason
 # How long a Jupyter kernel gets to acknowledge its shutdown_request.
 SHUTDOWN_ASK_S = 5.0
 
-# The device asked: (its section, the families, the monotonic time it must answer by) -> its report.
-IdleCheck = Callable[[IdleConfig, Sequence[str], float], IdleReport]
+# The device asked: (its section, the families, the deadline it answers by) -> its report.
+IdleCheck = Callable[[IdleConfig, Sequence[str], Deadline], IdleReport]
 
 # A holder's tag in the report ("respawned"), by holder; most have none.
 Tags = Mapping[HolderId, str]

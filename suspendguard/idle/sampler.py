@@ -31,6 +31,7 @@ from suspendguard.idle.dcmi import DcmiBackend
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
 from suspendguard.idle.nvml import NvmlBackend
+from suspendguard.system.deadline import Deadline
 
 # The implementations of config.IDLE_BACKENDS: each class names its entry
 # there, which gives it its name and family.
@@ -75,16 +76,16 @@ def _pct(value: float) -> str:
 def check_idle(
     config: IdleConfig,
     families: Sequence[str],
-    deadline: float,
+    deadline: Deadline,
     *,
     backends: Sequence[Backend] | None = None,
-    clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> IdleReport:
     """Sample every device of ``families`` until each is idle, busy or unknown.
 
-    ``deadline`` is a ``clock()`` value the whole step finishes by: each
-    query gets at most what is left of it. ``backends`` defaults to those in
+    ``deadline`` is the run's: the whole step finishes by it, on its clock,
+    each query gets at most what is left of it, and sampling stops when the
+    guard is cancelled. ``backends`` defaults to those in
     ``[idle] backends``; only those of a family in ``families`` (the families
     whose nodes were found) that probe OK are asked.
     """
@@ -95,9 +96,9 @@ def check_idle(
         return IdleReport("none", (), (), (), ("no accelerator found",))
     candidates = make_backends(config) if backends is None else list(backends)
     statuses, used = _probe(candidates, wanted)
-    start = clock()
-    tracks, failed = _sample(config, used, start, deadline, clock, sleep)
-    _close(tracks, failed, config.samples, clock() - start)
+    start = deadline.clock()
+    tracks, failed = _sample(config, used, start, deadline, sleep)
+    _close(tracks, failed, config.samples, deadline.clock() - start)
     for name, why in failed.items():
         statuses[name] = BackendStatus(name, False, why)
     families_of = {b.name: b.family for b in candidates}
@@ -138,8 +139,7 @@ def _sample(
     config: IdleConfig,
     backends: Sequence[Backend],
     start: float,
-    deadline: float,
-    clock: Callable[[], float],
+    deadline: Deadline,
     sleep: Callable[[float], None],
 ) -> tuple[Tracks, dict[str, str]]:
     """Ask ``backends`` in turn until each has decided its devices, or the deadline.
@@ -153,10 +153,11 @@ def _sample(
     failed: dict[str, str] = {}
     answered: set[str] = set()
     active = list(backends)
-    while active and clock() < deadline:
+    clock = deadline.clock
+    while active and deadline.left() > 0 and not deadline.cancelled:
         for backend in list(active):
-            left = deadline - clock()
-            if left <= 0:
+            left = deadline.left()
+            if left <= 0 or deadline.cancelled:
                 break
             readings, why = _ask(backend, min(config.command_timeout_s, left))
             if why:
@@ -167,12 +168,14 @@ def _sample(
             if _take(tracks, backend.name, readings, clock() >= settle_end, config):
                 active.remove(backend)  # nothing left for it to settle
         if active:
-            pause = min(interval, deadline - clock())
+            pause = min(interval, deadline.left())
             if pause > 0:
                 sleep(pause)
     for backend in active:
         if backend.name not in answered:
-            failed[backend.name] = f"{backend.name}: no answer before the deadline"
+            failed[backend.name] = f"{backend.name}: " + (
+                f"no answer: {deadline.cancel_reason}" if deadline.cancelled
+                else "no answer before the deadline")
     return tracks, failed
 
 

@@ -40,19 +40,20 @@ from suspendguard.record import (
 from suspendguard.store import database, reserve
 from suspendguard.store.reads import INTERRUPTED, Reads
 from suspendguard.system.boot import boot_id
+from suspendguard.system.deadline import Deadline
 from suspendguard.system.procfs import ProcFS
 
 DB_NAME = "history.db"
 
 
-def _left(deadline: float) -> float:
-    """Seconds a lock may still be waited for before ``deadline`` (monotonic)."""
-    return max(0.0, min(database.LOCK_WAIT_S, deadline - time.monotonic()))
+def _left(deadline: Deadline) -> float:
+    """Seconds a lock may still be waited for before ``deadline``."""
+    return deadline.cap(database.LOCK_WAIT_S)
 
 
 class History(Reads):
     def __init__(self, conn: sqlite3.Connection, path: str, warnings: list[str],
-                 proc: ProcFS, deadline: float | None = None) -> None:
+                 proc: ProcFS, deadline: Deadline | None = None) -> None:
         self.conn = conn
         self.path = path
         self.warnings = warnings
@@ -65,12 +66,12 @@ class History(Reads):
 
     @classmethod
     def open(cls, state_dir: str, readonly: bool = False, *,
-             proc: ProcFS | None = None, deadline: float | None = None) -> History:
+             proc: ProcFS | None = None, deadline: Deadline | None = None) -> History:
         """Open (or create) the database; raises HistoryError with the reason.
 
         ``proc``: the /proc that tells whether a recorded guard still runs
-        (default: the host's). ``deadline``: a ``time.monotonic()`` time no
-        wait for the database's lock may pass (default: each waits at most
+        (default: the host's). ``deadline``: the run's, which no wait for the
+        database's lock may pass (default: each waits at most
         database.LOCK_WAIT_S).
         """
         proc = proc or ProcFS()

@@ -36,6 +36,7 @@ from suspendguard.supervise.user_services import UserServices
 from suspendguard.system import deadline
 from suspendguard.system.dbus import systemd
 from suspendguard.system.dbus.transient import TransientSpec, start_transient, transient_spec
+from suspendguard.system.deadline import Deadline
 
 DROPIN_ROOT = "/run/systemd/system"
 # How long the manager gets to finish stopping a unit once the processes exited
@@ -158,7 +159,7 @@ class ManagersAndEngines:
             return Unavailable(f"the record of {owner.name} in {self.transient.path} is unreadable")
         return start_transient(owner.name, spec, address=self.bus_address)
 
-    def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]:
+    def settle(self, stops: Sequence[Stop], deadline: Deadline) -> list[str]:
         """After the exits: wait for the units to finish stopping and for timers due soon; who came back.
 
         A reason for each unit that is running again, or about to (a start
@@ -167,11 +168,11 @@ class ManagersAndEngines:
         back = self.engines.settle(stops)
         return back + self._settle_units(stops, deadline)
 
-    def _settle_units(self, stops: Sequence[Stop], deadline: float) -> list[str]:
+    def _settle_units(self, stops: Sequence[Stop], deadline: Deadline) -> list[str]:
         units = [s.owner for s in stops if s.owner.kind in SYSTEMD_KINDS]
         if not units:
             return []
-        states = self._after_stop(units, max(0.0, min(deadline - self.clock(), STOP_SETTLE_S)))
+        states = self._after_stop(units, deadline.cap(STOP_SETTLE_S))
         if isinstance(states, Unavailable):
             return [f"cannot tell whether {', '.join(o.name for o in units)} stayed stopped: "
                     f"{states.reason}"]
@@ -181,7 +182,7 @@ class ManagersAndEngines:
         due = [t for st in states.values() for t in st.next_elapse.values()
                if now < t < now + TIMER_WINDOW_S]
         if due:
-            wait = min(max(due) - now + 0.2, max(0.0, deadline - self.clock()))
+            wait = deadline.cap(max(due) - now + 0.2)
             self.sleep(wait)
             again = self._after_stop(units, 0.0)
             if not isinstance(again, Unavailable):

@@ -20,7 +20,7 @@ import os
 import select
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 class Cancel:
@@ -62,6 +62,15 @@ class Deadline:
 
     def cap(self, timeout: float) -> float:
         return min(timeout, self.left())
+
+    def within(self, seconds: float) -> Deadline:
+        """The same deadline, ending ``seconds`` from now if that comes first."""
+        return replace(self, at=min(self.at, self.clock() + seconds))
+
+    def at_least(self, seconds: float) -> Deadline:
+        """The same deadline, moved to ``seconds`` from now if it ends sooner: a step that
+        must still answer (the device asked once more) gets that long."""
+        return replace(self, at=max(self.at, self.clock() + seconds))
 
     @property
     def cancelled(self) -> bool:

@@ -22,6 +22,7 @@ from suspendguard.errors import HistoryError
 from suspendguard.guard.pipeline import run
 from suspendguard.store import database
 from suspendguard.store.history import History
+from suspendguard.system.deadline import Deadline
 from suspendguard.system.log import Logger
 
 from .helpers import cli, one_line, open_dir
@@ -201,7 +202,7 @@ def test_lock_wait_is_bounded_by_the_deadline(make_config: Any) -> None:
     with locked(filled(cfg, 1)):
         started = time.monotonic()
         with pytest.raises(HistoryError, match="locked"), \
-                History.open(cfg.state.dir, deadline=started + 1.0) as h:
+                History.open(cfg.state.dir, deadline=Deadline(started + 1.0)) as h:
             h.begin("suspend", "unit", False, "digest")
         assert time.monotonic() - started < 1.8
 

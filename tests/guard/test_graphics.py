@@ -29,6 +29,7 @@ from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.nvml import NvmlBackend
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Inventory, Node, Role
+from suspendguard.system.deadline import Deadline
 
 # The display server's three nodes, and CUDA's own: name, role, rdev as root.
 NODES: dict[str, tuple[Role, int]] = {
@@ -128,7 +129,7 @@ def nvml_check(monkeypatch: pytest.MonkeyPatch, compute: list[int],
                          "compute": [(pid, None) for pid in compute],
                          "graphics": [(pid, None) for pid in graphics]}]
 
-    def check(config: IdleConfig, families: Sequence[str], deadline: float) -> Any:
+    def check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> Any:
         cfg = replace(config, backends=("nvml",), samples=1, interval_ms=10, settle_s=0.1)
         return check_idle(cfg, families, deadline, backends=[NvmlBackend(cfg)])
 

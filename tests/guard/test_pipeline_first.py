@@ -22,6 +22,7 @@ from helpers.runners import guard
 
 from suspendguard.config import IdleConfig
 from suspendguard.idle.base import IdleReport
+from suspendguard.system.deadline import Deadline
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 
@@ -76,7 +77,7 @@ def test_device_reported_visible_process_joins_the_first_drain(
     smi.show(busy_gpus(), [pid, dpid])
     check = Checks()
 
-    def after_drain(config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
+    def after_drain(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> IdleReport:
         if check.calls:
             smi.show(IDLE_GPUS, [])
         return check(config, families, deadline)

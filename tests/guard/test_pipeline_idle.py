@@ -18,6 +18,7 @@ from helpers.runners import guard
 from suspendguard.config import IdleConfig
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.idle.sampler import check_idle
+from suspendguard.system.deadline import Deadline
 
 FAKE_NPU_SMI = FAKES / "idle" / "npu-smi"
 TEMPLATE = (FIXTURES / "npu-smi" / "910b2c-hbm-one-process.txt").read_text()
@@ -44,7 +45,7 @@ def idle_via_npu_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, texts: lis
     monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(files[0]))
     calls = {"n": 0}
 
-    def check(config: IdleConfig, families: Sequence[str], deadline: float) -> Any:
+    def check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> Any:
         monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(files[min(calls["n"], len(files) - 1)]))
         calls["n"] += 1
         cfg = replace(config, npu_smi=str(FAKE_NPU_SMI), backends=("npu-smi",), samples=1,

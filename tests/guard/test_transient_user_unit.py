@@ -16,6 +16,7 @@ from helpers.runners import guard
 from suspendguard.model import Holder, Owner, Unavailable
 from suspendguard.record import Stop
 from suspendguard.supervise.owner import UnitNow
+from suspendguard.system.deadline import Deadline
 
 ADHOC = Owner("user-service", "run-u7.service", uid=1000, restart="always", activity="active",
               transient=True)
@@ -34,7 +35,7 @@ class OneOwner:
         self.kept += [o.key for o in owners]
         return {o.key: "" for o in owners}
 
-    def settle(self, stops: Sequence[Stop], deadline: float) -> list[str]:
+    def settle(self, stops: Sequence[Stop], deadline: Deadline) -> list[str]:
         return []
 
     def started_meanwhile(self, owner: Owner) -> bool:

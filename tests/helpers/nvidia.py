@@ -18,6 +18,7 @@ from suspendguard.config import IdleConfig
 from suspendguard.idle.base import IdleReport
 from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
 from suspendguard.idle.sampler import check_idle
+from suspendguard.system.deadline import Deadline
 
 TOOL = FAKES / "idle" / "nvidia-smi"
 CAPTURE = FIXTURES / "nvidia-h200"
@@ -88,7 +89,7 @@ class Checks:
         self.tool = tool
         self.calls: list[IdleConfig] = []
 
-    def __call__(self, config: IdleConfig, families: Sequence[str], deadline: float) -> IdleReport:
+    def __call__(self, config: IdleConfig, families: Sequence[str], deadline: Deadline) -> IdleReport:
         self.calls.append(config)
         cfg = replace(config, nvidia_smi=self.tool, backends=("nvidia-smi",), interval_ms=10,
                       settle_s=min(config.settle_s, 0.3))

@@ -15,6 +15,7 @@ from helpers import FAKES
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.acl import DEFAULT_ENV_SCRIPTS, AclBackend
 from suspendguard.idle.base import QueryFailed
+from suspendguard.system.deadline import UNBOUNDED
 
 SITE = FAKES / "idle" / "acl_site"
 SET_ENV = SITE / "set_env.sh"
@@ -143,7 +144,7 @@ def test_untrusted_cann_default_is_unknown_and_vetoes(tmp_path: Path,
     cfg = replace(defaults().idle, ascend_env="", samples=1, settle_s=0.1)
     ok, why = acl_module.AclBackend(cfg).probe()
     assert not ok and why.endswith(": not used") and str(shared) in why
-    report = check_idle(cfg, ["ascend"], 1e18, backends=[acl_module.AclBackend(cfg)])
+    report = check_idle(cfg, ["ascend"], UNBOUNDED, backends=[acl_module.AclBackend(cfg)])
     assert report.state == "unknown"
     [veto] = report.veto_reasons
     assert veto.startswith("ascend: no idle backend could answer (acl: ")

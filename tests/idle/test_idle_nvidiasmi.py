@@ -17,6 +17,7 @@ from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvidiasmi import NvidiaSmiBackend, parse_apps
 from suspendguard.idle.nvml import NvmlBackend
 from suspendguard.idle.sampler import check_idle, make_backends
+from suspendguard.system.deadline import UNBOUNDED
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def test_busy_h200_with_its_three_holders(smi: FakeNvidiaSmi) -> None:
 def test_idle_h200_has_no_process(smi: FakeNvidiaSmi) -> None:
     [gpu] = NvidiaSmiBackend(config()).query(5.0)
     assert gpu.state == "idle" and gpu.processes == () and gpu.lists_processes
-    report = check_idle(config(), ["nvidia"], 1e18, backends=[NvidiaSmiBackend(config())])
+    report = check_idle(config(), ["nvidia"], UNBOUNDED, backends=[NvidiaSmiBackend(config())])
     assert report.state == "idle" and report.veto_reasons == ()
     assert report.process_view("nvidia") == "nvidia-smi"
 
@@ -60,7 +61,7 @@ def test_idle_h200_has_no_process(smi: FakeNvidiaSmi) -> None:
 def test_mig_gpu_without_utilization_is_unknown_and_vetoes(smi: FakeNvidiaSmi) -> None:
     # A MIG-enabled GPU has no whole-GPU utilization: nvidia-smi prints [N/A].
     smi.show(busy_gpus(util="[N/A]", memory="[N/A]", used="0 MiB"), [])
-    report = check_idle(config(), ["nvidia"], 1e18, backends=[NvidiaSmiBackend(config())])
+    report = check_idle(config(), ["nvidia"], UNBOUNDED, backends=[NvidiaSmiBackend(config())])
     assert report.state == "unknown"
     [why] = report.veto_reasons
     assert why.startswith("nvidia: no idle backend could answer (gpu 0 (nvidia-smi): "
@@ -73,7 +74,7 @@ def test_failing_tool_is_a_failed_query_with_its_words(smi: FakeNvidiaSmi) -> No
     with pytest.raises(QueryFailed, match="exit status 9: NVIDIA-SMI has failed because it "
                        "couldn't communicate with the NVIDIA driver"):
         NvidiaSmiBackend(config()).query(5.0)
-    report = check_idle(config(), ["nvidia"], 1e18, backends=[NvidiaSmiBackend(config())])
+    report = check_idle(config(), ["nvidia"], UNBOUNDED, backends=[NvidiaSmiBackend(config())])
     assert report.state == "unknown" and report.veto_reasons
 
 
@@ -105,7 +106,7 @@ def test_nvml_first_when_importable_else_nvidia_smi(smi: FakeNvidiaSmi,
     smi.show(IDLE_GPUS, [])
     # No pynvml: nvidia-smi answers.
     monkeypatch.setitem(sys.modules, "pynvml", None)  # type: ignore[arg-type]
-    report = check_idle(cfg, ["nvidia"], 1e18, backends=[NvmlBackend(cfg), NvidiaSmiBackend(cfg)])
+    report = check_idle(cfg, ["nvidia"], UNBOUNDED, backends=[NvmlBackend(cfg), NvidiaSmiBackend(cfg)])
     assert report.state == "idle"
     assert {b.name: b.available for b in report.backends} == {"nvml": False, "nvidia-smi": True}
     # pynvml importable (the fake module): NVML answers, nvidia-smi is not asked.
@@ -114,7 +115,7 @@ def test_nvml_first_when_importable_else_nvidia_smi(smi: FakeNvidiaSmi,
     pynvml = importlib.import_module("pynvml")
     pynvml.SCRIPT[:] = [{"gpu": 0, "memory": 0, "used": 0}]
     before = len(smi.calls())
-    report = check_idle(cfg, ["nvidia"], 1e18, backends=[NvmlBackend(cfg), NvidiaSmiBackend(cfg)])
+    report = check_idle(cfg, ["nvidia"], UNBOUNDED, backends=[NvmlBackend(cfg), NvidiaSmiBackend(cfg)])
     assert report.state == "idle"
     [smi_status] = [b for b in report.backends if b.name == "nvidia-smi"]
     assert smi_status.reason == "not needed: nvml answers for nvidia"

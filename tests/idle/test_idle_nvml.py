@@ -16,6 +16,7 @@ from helpers import FAKES
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
+from suspendguard.system.deadline import UNBOUNDED
 
 FAKES = FAKES / "idle" / "nvml"
 MiB = 1024 * 1024
@@ -115,7 +116,7 @@ def test_mig_gpu_not_supported_vetoes_by_default(pynvml: ModuleType) -> None:
     pynvml.SCRIPT[:] = [dict(H200_IDLE, error_nvmlDeviceGetUtilizationRates=pynvml.NVML_ERROR_NOT_SUPPORTED)]
     cfg = replace(config(), samples=1, settle_s=0.1, interval_ms=10)
     assert defaults().idle.on_unknown == "veto"
-    report = check_idle(cfg, ["nvidia"], 1e18, backends=[NvmlBackend(cfg)])
+    report = check_idle(cfg, ["nvidia"], UNBOUNDED, backends=[NvmlBackend(cfg)])
     assert report.state == "unknown"
     [why] = report.veto_reasons
     assert "gpu 0 (nvml): no utilization reading (not supported); utilization: Not Supported" in why

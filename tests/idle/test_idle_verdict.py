@@ -22,6 +22,7 @@ from suspendguard.config.schema import SCHEMA
 from suspendguard.idle.base import Backend, DeviceProcess, DeviceReading, IdleReport, QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.idle.sampler import BACKEND_TYPES, check_idle, make_backends
+from suspendguard.system.deadline import Cancel, Deadline
 
 HERE = TESTS
 RECORDED = HERE / "fixtures" / "npu-smi"
@@ -83,7 +84,7 @@ def config(**kw: object) -> IdleConfig:
 
 def run(cfg: IdleConfig, families: Sequence[str], backends: Sequence[Backend], clock: Clock,
         budget: float = 60.0) -> IdleReport:
-    return check_idle(cfg, families, clock.now + budget, backends=backends, clock=clock,
+    return check_idle(cfg, families, Deadline(clock.now + budget, clock=clock), backends=backends,
                       sleep=clock.sleep)
 
 
@@ -100,6 +101,27 @@ def test_busy_utilization_vetoes_after_the_settle_time() -> None:
     assert report.veto_reasons == ("npu 0 (npu-smi): AI Core 37% > 0% after 3.0 s settle",)
     assert 3.0 <= npu.asked[-1] < 3.0 + 0.2 + 1e-9  # gave up as soon as settle ran out
     assert [p.pid for p in report.processes()] == [4242]
+
+
+def test_sampling_ends_when_the_guard_is_stopped_and_the_device_is_not_called_idle() -> None:
+    """SIGTERM to the guard (its Cancel) ends the settle at once, deadline or not."""
+    clock = Clock()
+    cancel = Cancel()
+    npu = Scripted(config(), "npu-smi", "ascend", steady(npu_0=37.0), clock)
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if len(npu.asked) == 2:
+            cancel.cancel("SIGTERM")
+
+    try:
+        report = check_idle(config(), ["ascend"], Deadline(clock.now + 60, cancel, clock),
+                            backends=[npu], sleep=sleep)
+    finally:
+        cancel.close()
+    assert len(npu.asked) == 2  # not one query after the cancel
+    assert report.state == "busy"  # its last word; a stop proves nothing idle
+    assert clock.now - 1000.0 < 1.0
 
 
 def test_nvml_lag_from_the_real_h200_settles_to_idle() -> None:
@@ -317,7 +339,7 @@ def test_npu_smi_busy_chips_settle_after_drain(npu_smi: Path) -> None:
             npu_smi.write_text(idle)
 
     cfg = npu_config()
-    report = check_idle(cfg, ["ascend"], clock.now + 60, clock=clock, sleep=sleep)
+    report = check_idle(cfg, ["ascend"], Deadline(clock.now + 60, clock=clock), sleep=sleep)
     assert report.state == "idle"
     assert clock.now - 1000.0 >= 0.4 + 2 * 0.2
     # the first reading listed processes: they are kept for the holder list
@@ -328,8 +350,8 @@ def test_npu_smi_busy_chips_settle_after_drain(npu_smi: Path) -> None:
 def test_npu_smi_still_busy_vetoes(npu_smi: Path) -> None:
     shutil.copy(RECORDED / "310p3-two-chips-blank-process-names.txt", npu_smi)
     clock = Clock()
-    report = check_idle(npu_config(settle_s=1.0), ["ascend"], clock.now + 60,
-                        clock=clock, sleep=clock.sleep)
+    report = check_idle(npu_config(settle_s=1.0), ["ascend"], Deadline(clock.now + 60, clock=clock),
+                        sleep=clock.sleep)
     assert report.state == "busy"
     assert report.veto_reasons == (
         "npu 0 chip 0 (npu-smi): AI Core 38% > 0% after 1.0 s settle",
@@ -343,7 +365,7 @@ def test_hung_npu_smi_never_outlives_the_deadline(npu_smi: Path,
     monkeypatch.setenv("FAKE_NPU_SMI_MODE", "hang")
     cfg = npu_config(command_timeout_s=30.0)
     start = time.monotonic()
-    report = check_idle(cfg, ["ascend"], start + 1.0)
+    report = check_idle(cfg, ["ascend"], Deadline(start + 1.0))
     elapsed = time.monotonic() - start
     assert elapsed < 1.0 + 4.0  # generous: only the kill and reap may follow the deadline
     assert report.state == "unknown"
@@ -358,7 +380,7 @@ def test_default_backends_come_from_the_config(npu_smi: Path, tmp_path: Path) ->
                  dcmi_library=str(tmp_path / "none.so"))
     assert [type(b) for b in make_backends(cfg)] == [BACKEND_TYPES[n] for n in cfg.backends]
     clock = Clock()
-    report = check_idle(cfg, ["ascend"], clock.now + 60, clock=clock, sleep=clock.sleep)
+    report = check_idle(cfg, ["ascend"], Deadline(clock.now + 60, clock=clock), sleep=clock.sleep)
     assert report.state == "idle"
     status = {b.name: b for b in report.backends}
     assert status["npu-smi"].available and not status["acl"].available

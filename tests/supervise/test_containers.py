@@ -268,7 +268,7 @@ def test_check_shows_the_container_owner(
 class _Broken(ManagersAndEngines):
     """The real supervisors, failing after the holders were signalled."""
 
-    def settle(self, stops: Any, deadline: float) -> list[str]:
+    def settle(self, stops: Any, deadline: Any) -> list[str]:
         raise RuntimeError("broken on purpose")
 
 
