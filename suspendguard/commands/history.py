@@ -59,8 +59,8 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
             first = (first + "; " if first else "") + "after resume: " + ", ".join(rules)
         held = [st for st in a.stops if st.result == "held"]
         if held:
-            first = (first + "; " if first else "") + \
-                f"{len(held)} jobs held after resume: {held[0].why}"
+            first = ((first + "; " if first else "") +
+                     f"{len(held)} jobs held after resume: {held[0].why}")
         rows.append((str(a.id), started, action, a.result, seconds, holders, first))
     width = None if getattr(args, "wide", False) else terminal_width(ctx.environ, ctx.out)
     ctx.out.write("\n".join(table(rows, indent="", width=width, flex=(6, 2))) + "\n")

@@ -102,8 +102,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
                                    [s.owner.name for s in pending]):
                 outcome = health_step(config, history, log)
         reason = outcome.held_reason() if outcome is not None else ""
-        held = pending if reason and pending and not args.force \
-            and config.resume.restore_on_unhealthy == "hold" else []
+        held = (pending if reason and pending and not args.force
+                and config.resume.restore_on_unhealthy == "hold" else [])
         if held:
             hold(held, reason, history, log)
         elif reason and pending:

@@ -149,8 +149,8 @@ def _judge(path: str, st: os.stat_result, what: str, shown: str, out: list[str])
         return False  # a symlink's own mode means nothing; its target is walked
     sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky_dir:
-        who = "group- and world-" if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH \
-            else "group-" if st.st_mode & stat.S_IWGRP else "world-"
+        who = ("group- and world-" if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH
+               else "group-" if st.st_mode & stat.S_IWGRP else "world-")
         out.append(f"{what} {where}: {who}writable (mode {stat.S_IMODE(st.st_mode):04o})")
         return True
     return False

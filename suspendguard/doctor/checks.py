@@ -112,8 +112,8 @@ def hibernation(host: Host, vram_mb: float | None) -> list[Finding]:
     out = []
     mem = host.meminfo()
     if "MemTotal" in mem and "MemAvailable" in mem:
-        preserved = (vram_mb or 0.0) * 1024 \
-            if host.nvidia_param("PreserveVideoMemoryAllocations")[0] == "1" else 0.0
+        preserved = ((vram_mb or 0.0) * 1024
+                     if host.nvidia_param("PreserveVideoMemoryAllocations")[0] == "1" else 0.0)
         need_kib = mem["MemTotal"] - mem["MemAvailable"] + preserved
         swap_kib = mem.get("SwapTotal", 0)
         if swap_kib < need_kib:

@@ -77,8 +77,8 @@ def uninspected(refused: Sequence[int], first: IdleReport | None,
                                 "(any of them may hold an accelerator node)"))
     # Extra nodes alone have no vendor query (the check is then None); a
     # check handed in speaks for the families it read.
-    wanted: list[str] = [f for f in dict.fromkeys(families) if f in FAMILIES] or \
-        (list(dict.fromkeys(d.family for d in first.devices)) if first is not None else [])
+    wanted: list[str] = ([f for f in dict.fromkeys(families) if f in FAMILIES] or
+                         (list(dict.fromkeys(d.family for d in first.devices)) if first is not None else []))
     views = {f: first.process_view(f) for f in wanted} if first is not None else {}
     named = {p.pid for p in first.processes()} & set(refused) if first is not None else set()
     if wanted and all(views.values()) and not named:

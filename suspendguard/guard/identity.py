@@ -113,8 +113,8 @@ def _exe_doubts(holder: Holder, proc: ProcFS, name: str) -> list[str]:
         here = os.stat(exe)
     except OSError:
         here = None
-    if running is None or here is None or \
-            (running.st_dev, running.st_ino) != (here.st_dev, here.st_ino):
+    if (running is None or here is None or
+            (running.st_dev, running.st_ino) != (here.st_dev, here.st_ino)):
         # Another mount namespace (a container, or a user's own) shows its own
         # file at that path: the path says nothing of the file run.
         return [f"{exe} here is not the file it runs"]

@@ -243,8 +243,8 @@ def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] 
     roots: list[Holder] = []
     for h in holders:
         parent = by_pid.get(h.ppid)
-        if parent is not None and parent.uid == h.uid and groups[h.pid] is not None \
-                and groups[h.pid] == groups[parent.pid] and _inherited(proc, h, parent):
+        if (parent is not None and parent.uid == h.uid and groups[h.pid] is not None
+                and groups[h.pid] == groups[parent.pid] and _inherited(proc, h, parent)):
             # A worker of a worker (a DataLoader inside a worker) leaves with its root too.
             workers.setdefault(_root_of(h, by_pid, groups), []).append(h)
         else:
@@ -282,8 +282,8 @@ def _root_of(h: Holder, by_pid: dict[int, Holder], groups: dict[int, int | None]
     seen = {h.pid}
     while True:
         parent = by_pid.get(h.ppid)
-        if parent is None or parent.pid in seen or groups[parent.pid] != groups[h.pid] \
-                or parent.uid != h.uid:
+        if (parent is None or parent.pid in seen or groups[parent.pid] != groups[h.pid]
+                or parent.uid != h.uid):
             return h.pid
         seen.add(parent.pid)
         h = parent
@@ -318,8 +318,8 @@ def _launcher_of(root: Holder, proc: ProcFS, rules: Sequence[LauncherRule],
             return None  # gone, or another user's: nothing above counts
         cmdline = proc.cmdline(pid)
         exe = _exe(proc, pid)
-        kind = _rule_kind(rules, pid, st.comm, exe, cmdline, status.uid) or \
-            builtin_kind(cmdline, exe)
+        kind = (_rule_kind(rules, pid, st.comm, exe, cmdline, status.uid) or
+                builtin_kind(cmdline, exe))
         if kind is not None:
             return Launcher(pid, st.start_time, status.uid, st.comm,
                             " ".join(" ".join(a.split()) for a in cmdline) or f"[{st.comm}]",

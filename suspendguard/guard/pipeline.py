@@ -247,8 +247,8 @@ def _look(devices: DevicesConfig, idle: IdleConfig, r: RunState,
     if idle_check is default_idle_check and not set(inventory.families()) & set(FAMILIES):
         idle_check = None
     # Locked out: another run is draining these very holders; look at none.
-    scan = ScanResult((), 0, (), 0) if lock.refused else \
-        scan_holders(inventory, r.options.proc, exclude=runner.active_children())
+    scan = (ScanResult((), 0, (), 0) if lock.refused else
+            scan_holders(inventory, r.options.proc, exclude=runner.active_children()))
     refused, said = device_view.refused_pids(scan)
     said = Said.warn(*inventory.notes) + said
     decisions = r.decide(scan.holders)
@@ -257,8 +257,8 @@ def _look(devices: DevicesConfig, idle: IdleConfig, r: RunState,
     # veto, and every job the drain would stop first is spared. Only worth a
     # query when someone would be signalled, or the scan could not read all.
     first: IdleReport | None = None
-    if idle_check is not None and inventory.nodes and not lock.refused \
-            and (refused or any(d.signals for d in decisions)):
+    if (idle_check is not None and inventory.nodes and not lock.refused
+            and (refused or any(d.signals for d in decisions))):
         first, asked = device_view.ask_first(r, idle_check, idle, inventory.families())
         extra, hidden = device_view.device_holders(r, first, {h.pid for h in scan.holders})
         decisions += extra
@@ -273,8 +273,8 @@ def _drain(r: RunState, look: Look, to_drain: list[Decision], idle: IdleConfig,
            restore_config: RestoreConfig) -> None:
     """The drain in rounds; a drain that fails half-way puts the owners back first."""
     # Time for the idle check only when one will run (system/deadline.py).
-    reserve = idle_reserve_s(idle.settle_s, idle.command_timeout_s) \
-        if look.idle_check is not None and look.inventory.nodes else 0.0
+    reserve = (idle_reserve_s(idle.settle_s, idle.command_timeout_s)
+               if look.idle_check is not None and look.inventory.nodes else 0.0)
     seen = {holder_id(h) for h in look.scan.holders}
     try:
         rounds.drain_rounds(r, to_drain, seen, look.inventory, reserve)

@@ -245,8 +245,8 @@ def _log_line(report: Report, log: Logger) -> None:
     else:
         count = sum(1 for h in report.holders
                     if h.outcome.kind == ("would-signal" if a.dry_run else "exited"))
-        done = f"{count} holder(s) would be drained" if a.dry_run else \
-            f"{count} holder(s) drained"
+        done = (f"{count} holder(s) would be drained" if a.dry_run else
+                f"{count} holder(s) drained")
         log.info(f"{attempt}({what}): {would}allow: {done}"
                  + (f"; warnings: {'; '.join(report.verdict.warnings)}"
                     if report.verdict.warnings else ""))

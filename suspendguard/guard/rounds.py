@@ -111,9 +111,9 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> None:
     owners = {}
     for h in holders:
         o = r.owner(h)
-        if (o.kind in ("systemd-service", "user-service")
-                and o.activity in ("active", "activating", "reloading")) \
-                or (o.kind in ("docker", "podman") and o.activity == "running"):
+        if ((o.kind in ("systemd-service", "user-service")
+                and o.activity in ("active", "activating", "reloading"))
+                or (o.kind in ("docker", "podman") and o.activity == "running")):
             owners[o.key] = o
         elif o.kind in ("docker", "podman") and not o.activity:
             warning = (f"{o.describe()}: the container engine could not be reached ({o.note}); "
@@ -137,9 +137,8 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> None:
             continue
         ok.add(key)
         r.stops.append(planned[key])
-        raised = "" if o.kind in CONTAINER_KINDS or not (
-            0 < o.timeout_stop_s < r.drain.timeout_s) else \
-            f" (its TimeoutStopSec={o.timeout_stop_s:g}s raised to [drain] timeout_s)"
+        raised = ("" if o.kind in CONTAINER_KINDS or not 0 < o.timeout_stop_s < r.drain.timeout_s
+                  else f" (its TimeoutStopSec={o.timeout_stop_s:g}s raised to [drain] timeout_s)")
         r.options.log.info(f"keeping {o.describe()} down through {advice.via(o)} until restore"
                            f"{raised}; its holders get {r.drain.signal} from the guard")
     r.through |= {holder_id(h) for h in holders if r.owner(h).key in ok}

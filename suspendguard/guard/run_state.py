@@ -343,8 +343,8 @@ class RunState:
             return ()
         by = f" (reported by {h.source})" if h.source != "proc" else ""
         if holder_id(h) in self.through:
-            by += f" ({owner.name[:12] if owner.kind != 'systemd-service' else owner.name}, " \
-                  f"kept from restarting by {advice.via(owner)})"
+            by += (f" ({owner.name[:12] if owner.kind != 'systemd-service' else owner.name}, "
+                   f"kept from restarting by {advice.via(owner)})")
         cut = " (the wait was cut short by the deadline)" if result.shortened else ""
         took = self.took_before(d)
         remedy = advice.timeout_remedy(d, plan, stop)

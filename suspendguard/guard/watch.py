@@ -235,8 +235,8 @@ class Watch:
         if sight.busy:
             return self.last_end + RETRY_S  # another run is draining: nothing seen, nothing changed
         self.last = sight
-        same = before is not None and before.why == sight.why and \
-            set(before.holders) == set(sight.holders)
+        same = (before is not None and before.why == sight.why and
+                set(before.holders) == set(sight.holders))
         if by_event:
             self.gap = min(self.gap * 2, self.max_gap) if same else MIN_GAP_S
         self.hold(sight.why)
@@ -289,11 +289,11 @@ class Watch:
         if self.held is not None and not self.failed:
             return f"blocking sleep: {self.held[1]}"
         if self.failed and self.last is not None and self.last.why is not None:
-            return f"the guard would veto, but logind refused the block ({self.failed}): " \
-                   f"{self.last.why}"
+            return (f"the guard would veto, but logind refused the block ({self.failed}): "
+                    f"{self.last.why}")
         if self.last is not None and self.last.verdict.kind == "unknown":
-            return "no block: the guard cannot tell (" + \
-                "; ".join(self.last.verdict.texts[:1]) + ")"
+            return ("no block: the guard cannot tell (" +
+                    "; ".join(self.last.verdict.texts[:1]) + ")")
         return "no block: the guard would not veto a suspend now"
 
     def close(self) -> None:

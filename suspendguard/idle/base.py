@@ -241,8 +241,8 @@ def judge(readings: Mapping[str, float | None], threshold: float) -> tuple[Devic
     loads = [readings[k] for k in LOAD_READINGS if k in readings]
     numbers = [v for v in loads if v is not None]
     if not numbers:
-        return "unknown", "no utilization reading (not supported)" if loads else \
-            "no utilization reading"
+        return "unknown", ("no utilization reading (not supported)" if loads
+                           else "no utilization reading")
     return ("busy" if max(numbers) > threshold else "idle"), ""
 
 

@@ -186,8 +186,8 @@ class Status:
         if attempt is None:
             return None
         config = self.config.config
-        what = f"attempt {attempt.id} ({attempt.action or 'a drain'}) is draining since " \
-               f"{when(attempt.started)}"
+        what = (f"attempt {attempt.id} ({attempt.action or 'a drain'}) is draining since "
+                f"{when(attempt.started)}")
         if not isinstance(config, Config):
             return what
         left = attempt.started + config.drain.deadline_s - self.generated
@@ -235,8 +235,8 @@ class Status:
         """"no backend can answer for FAMILY (install X)" when [idle] on_unknown = veto makes
         that a veto of every suspend, else None."""
         report, config = self.report, self.config.config
-        if isinstance(report, Unavailable) or not isinstance(report.idle, IdleReport) \
-                or not isinstance(config, Config) or config.idle.on_unknown != "veto":
+        if (isinstance(report, Unavailable) or not isinstance(report.idle, IdleReport)
+                or not isinstance(config, Config) or config.idle.on_unknown != "veto"):
             return None
         for family, _why in report.idle.unknown:
             if not any(b.available for b in report.idle.backends if family_of(b.name) == family):
@@ -249,8 +249,8 @@ class Status:
         cannot run as configured (then unknown, never the defaults' allow)."""
         refusal = self.refusal()
         if isinstance(self.report, Unavailable):
-            return Verdict("unknown", (Reason("setup-refused", refusal),)) if refusal \
-                else self.report
+            return (Verdict("unknown", (Reason("setup-refused", refusal),)) if refusal
+                    else self.report)
         v = self.report.verdict
         if refusal:
             return Verdict("unknown", (Reason("setup-refused", refusal),), (*v.texts, *v.warnings))
@@ -311,11 +311,12 @@ class Status:
         """The dry run's parts: verdict, accelerators, holders, scan."""
         report = self.report
         verdict = self.verdict()
-        verdict_json: dict[str, Any] = verdict.to_json() if isinstance(verdict, Unavailable) \
+        verdict_json: dict[str, Any] = (
+            verdict.to_json() if isinstance(verdict, Unavailable)
             else {"available": True, "verdict": verdict.kind, "exit_status": verdict.exit_status,
                   "reasons": list(verdict.texts),
                   "reason_details": [r.to_json() for r in verdict.reasons],
-                  "warnings": list(verdict.warnings)}
+                  "warnings": list(verdict.warnings)})
         verdict_json["next_suspend"] = self.next_suspend()
         if isinstance(report, Unavailable):
             return {"verdict": verdict_json, "accelerators": report.to_json(),

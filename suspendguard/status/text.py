@@ -63,8 +63,8 @@ def _holder_lines(s: Status, width: int | None) -> list[str]:
 
 def _restore_state(p: Stop) -> str:
     if p.result is None:
-        return "pending" if p.issued is not None else \
-            "pending (the guard ended while it issued the stop)"
+        return ("pending" if p.issued is not None else
+                "pending (the guard ended while it issued the stop)")
     if p.result == "left":
         return "left down: stopped before a reboot"
     if p.result == "starting":
@@ -90,8 +90,8 @@ def _not_restored_lines(s: Status) -> list[str]:
     for command, what in commands.items():
         lines.append(f"  {what}: {command}")
     config = s.config.config
-    if any(p.result is None for p in down) and isinstance(config, Config) \
-            and not config.restore.after_resume:
+    if (any(p.result is None for p in down) and isinstance(config, Config)
+            and not config.restore.after_resume):
         lines.append("  ([restore] after_resume = false: restore then only removes the drain "
                      "drop-ins; start each unit with systemctl start UNIT)")
     return lines

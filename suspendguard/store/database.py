@@ -98,8 +98,8 @@ def prepare_dir(state_dir: str) -> None:
     try:
         fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        why = "is a symlink; refusing to follow it" if exc.errno in (errno.ELOOP, errno.ENOTDIR) \
-            else exc.strerror
+        why = ("is a symlink; refusing to follow it" if exc.errno in (errno.ELOOP, errno.ENOTDIR)
+               else exc.strerror)
         raise HistoryError(f"state folder {state_dir}: {why}") from None
     try:
         st = os.fstat(fd)
@@ -207,8 +207,8 @@ def _own_files(path: str) -> int:
         except FileNotFoundError:
             continue
         except OSError as exc:
-            why = "is a symlink; refusing to follow it" if exc.errno == errno.ELOOP \
-                else exc.strerror
+            why = ("is a symlink; refusing to follow it" if exc.errno == errno.ELOOP
+                   else exc.strerror)
             raise HistoryError(f"cannot open {name}: {why}") from None
         try:
             st = os.fstat(fd)

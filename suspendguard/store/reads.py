@@ -158,8 +158,8 @@ class Reads:
                            " 'held'))", ())
 
     def _stops(self, where: str, args: Sequence[Any]) -> list[Stop]:
-        columns = "boot_id, issued" if self._stop_columns() >= {"boot_id", "issued"} \
-            else "'', stopped"
+        columns = ("boot_id, issued" if self._stop_columns() >= {"boot_id", "issued"}
+                   else "'', stopped")
         try:
             rows = self.conn.execute(
                 "SELECT attempt_id, seq, owner, kind, name, uid, stopped,"

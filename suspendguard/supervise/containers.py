@@ -136,8 +136,8 @@ class Engines:
             name, maximum = str(policy[0]), int(policy[1])
             put = engine.set_restart(owner.name, name, maximum)
             if isinstance(put, Unavailable) or put:
-                note = f"; its restart policy {name} could not be put back: " + \
-                    (put.reason if isinstance(put, Unavailable) else put)
+                note = (f"; its restart policy {name} could not be put back: " +
+                        (put.reason if isinstance(put, Unavailable) else put))
         if seen.running and 0 < seen.started_at <= stopped_at:
             return "skipped", f"still running: only its job was drained{note}"
         if seen.running:

@@ -127,8 +127,8 @@ class ManagersAndEngines:
         if reloaded is not None:
             self.remove_dropins(kept)
         for o in kept:
-            out[o.key] = "" if reloaded is None else \
-                f"the daemon-reload before the drain failed: {reloaded.reason}"
+            out[o.key] = ("" if reloaded is None else
+                          f"the daemon-reload before the drain failed: {reloaded.reason}")
         return out
 
     def _record_transient(self, owner: Owner) -> None:
@@ -255,8 +255,8 @@ class ManagersAndEngines:
         if owner.kind == "user-service":
             return self.users.started_meanwhile(owner)
         d = os.path.dirname(self._dropin(owner.name))
-        return os.path.exists(os.path.join(d, DROPIN_NAME)) and \
-            not os.path.exists(os.path.join(d, MARKER_NAME))
+        return (os.path.exists(os.path.join(d, DROPIN_NAME)) and
+                not os.path.exists(os.path.join(d, MARKER_NAME)))
 
     def remove_dropins(self, owners: Sequence[Owner]) -> list[str]:
         """Remove the drain drop-ins of these units; the paths removed."""

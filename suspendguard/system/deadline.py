@@ -159,6 +159,6 @@ def needed_s(timeout_s: float, escalate_waits: Sequence[float], idle_backends: b
     With idle backends the device is also read once before the drain
     (guard/device_view.py): one more ``command_timeout_s`` at most.
     """
-    idle = idle_reserve_s(settle_s, command_timeout_s) + command_timeout_s \
-        if idle_backends else 0.0
+    idle = (idle_reserve_s(settle_s, command_timeout_s) + command_timeout_s
+            if idle_backends else 0.0)
     return timeout_s + sum(escalate_waits) + idle + ANSWER_MARGIN_S

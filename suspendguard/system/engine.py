@@ -131,8 +131,8 @@ class Engine:
         # Inside a guard run, no answer is waited for past its deadline.
         limit = deadline.cap(self.timeout_s if timeout_s is None else timeout_s)
         if deadline.cancelled() or limit <= 0:
-            why = deadline.current().cancel_reason if deadline.cancelled() else \
-                "no time was left before the guard's deadline"
+            why = (deadline.current().cancel_reason if deadline.cancelled() else
+                   "no time was left before the guard's deadline")
             return Unavailable(f"the engine at {self.path} was not asked {method} {path}: {why}")
         conn = _UnixConnection(self.path, limit)
         try:
@@ -219,8 +219,8 @@ def post_answer(where: str, path: str, answer: tuple[int, Any]) -> str | Unavail
 
 def _error(where: str, method: str, path: str, status: int, body: Any) -> str:
     message = body.get("message") if isinstance(body, dict) else body
-    return f"the engine at {where} answered {method} {path.split('?')[0]} with {status}" + \
-        (f": {message}" if message else "")
+    return (f"the engine at {where} answered {method} {path.split('?')[0]} with {status}" +
+            (f": {message}" if message else ""))
 
 
 def _parse_version(text: Any) -> Version | None:
