@@ -17,9 +17,17 @@ from suspendguard.config import FAMILIES, IdleConfig
 from suspendguard.guard.run_state import NOTHING, IdleCheck, RunState, Said
 from suspendguard.guard.scan import describe_process
 from suspendguard.idle.base import IdleReport
+from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Decision, Holder, ScanResult
+from suspendguard.system.deadline import Deadline, nap
 from suspendguard.system.procfs import ProcAccessError
 from suspendguard.verdict import Reason
+
+
+def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> IdleReport:
+    """The device asked through the built-in backends; its pauses between readings end at
+    SIGTERM too (system/deadline.py)."""
+    return check_idle(config, families, deadline, sleep=nap)
 
 
 def refused_pids(scan: ScanResult) -> tuple[list[int], Said]:

@@ -14,7 +14,9 @@ import time
 from collections.abc import Sequence
 from functools import partial
 
+from suspendguard.config import RestoreConfig
 from suspendguard.guard import advice
+from suspendguard.guard.restore import restore
 from suspendguard.guard.run_state import NO_TAGS, RunState, Tags
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import (
@@ -45,6 +47,26 @@ def signal(r: RunState, decisions: Sequence[Decision], reserve: float, round_no:
     """:meth:`RunState.signal`, each supervisor asked first to keep its job down."""
     keep = partial(keep_down, r) if r.options.supervisors is not None else None
     return r.signal(decisions, reserve, round_no, tags, keep=keep)
+
+
+def drain(r: RunState, first: list[Decision], scanned: Sequence[Holder], inventory: Inventory,
+          reserve: float, restore_config: RestoreConfig) -> None:
+    """The drain in rounds; a drain that fails half-way puts the owners back first.
+
+    ``scanned``: every holder the look found, so that only a new one counts
+    as having appeared. ``reserve``: the seconds of the deadline kept for
+    the device's check after the drain.
+    """
+    try:
+        drain_rounds(r, first, {holder_id(h) for h in scanned}, inventory, reserve)
+    except BaseException:
+        # Nothing may stay Restart=no (or a container's policy no) because
+        # the guard broke; the error itself goes on to the caller.
+        if r.stops and r.options.supervisors is not None:
+            restore(r.stops, r.options.supervisors, restore_config,
+                    enabled=restore_config.after_veto, record=lambda _s, _r, _w: None,
+                    log=r.options.log.info, journal=r.options.log.journal)
+        raise
 
 
 def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], inventory: Inventory,

@@ -1,0 +1,48 @@
+"""The device asked once the drain is over, and its answer folded into the verdict.
+
+A process the device reports but the scan missed (a container the guard
+could not read) goes through the same policy and drain; the device is then
+asked again. A dry run's device is still busy with the jobs a real run
+would drain first: that is said, not vetoed.
+"""
+
+from __future__ import annotations
+
+from suspendguard.config import IdleConfig
+from suspendguard.guard import device_view, rounds
+from suspendguard.guard.look import Look
+from suspendguard.guard.report import IdleSkipped
+from suspendguard.guard.run_state import NOTHING, RunState, Said
+from suspendguard.idle.base import IdleReport
+from suspendguard.verdict import Reason
+
+
+def confirm_idle(r: RunState, look: Look, certain_veto: bool,
+                 config: IdleConfig) -> tuple[IdleReport | IdleSkipped, Said]:
+    """The device's answer after the drain, or why it was not asked; and what it makes of it."""
+    families = look.inventory.families()
+    if not look.inventory.nodes:
+        return IdleSkipped("none", "no accelerator nodes found"), NOTHING
+    if look.idle_check is None:
+        return IdleSkipped("none", "no idle backend for the nodes found ("
+                           + ", ".join(families) + ")"), NOTHING
+    if certain_veto and look.first is not None:
+        return look.first, NOTHING  # what the device said before the drain, and why it vetoed
+    if certain_veto and not r.options.dry_run:
+        return IdleSkipped("skipped", "the verdict was already veto"), NOTHING
+    if r.cancelled:
+        return IdleSkipped("skipped", "the guard was stopped"), NOTHING
+    idle = look.idle_check(config, families, r.deadline.at_least(0.5))
+    extra, said = device_view.device_holders(r, idle)
+    to_drain = r.admit(extra)
+    if to_drain:
+        rounds.signal(r, to_drain, reserve=config.settle_s + 1.0)
+        if not r.cancelled:
+            idle = look.idle_check(config, families, r.deadline.at_least(0.5))
+    if r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
+        said += Said.warn(*(f"(expected before the drain) {w}" for w in idle.veto_reasons))
+    else:
+        unknown = {why: family for family, why in idle.unknown}
+        said += Said.veto(*(Reason("device-unknown", why, device=unknown[why]) if why in unknown
+                            else Reason("device-busy", why) for why in idle.veto_reasons))
+    return idle, said + Said.warn(*idle.warnings)

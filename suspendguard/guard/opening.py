@@ -1,0 +1,120 @@
+"""A guard run's start: the guard lock, the history it records in, and what a killed run left.
+
+A dry run only looks at the lock and records nothing (it may read the
+history for a job's earlier drain times); a run that may signal takes the
+lock, begins its attempt in the history, and first continues what a killed
+run left stopped or set aside, which would outlive this run otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from suspendguard.config import Config
+from suspendguard.errors import HistoryError
+from suspendguard.guard.held import continue_left
+from suspendguard.guard.ledger import Ledger
+from suspendguard.guard.policy import forgeable_rule_warnings
+from suspendguard.guard.report import RECORDED
+from suspendguard.guard.run_state import RunOptions, Said
+from suspendguard.model import Unavailable
+from suspendguard.store import lock as guard_lock
+from suspendguard.system.deadline import Deadline, bounded
+from suspendguard.system.procfs import ProcFS
+from suspendguard.verdict import Reason
+
+if TYPE_CHECKING:
+    from suspendguard.store.history import History
+
+
+class HistoryOpener(Protocol):
+    """How a run opens the history it records in (``History.open``)."""
+
+    def __call__(self, state_dir: str, readonly: bool = False, *, proc: ProcFS | None = None,
+                 deadline: Deadline | None = None) -> History: ...
+
+
+@dataclass
+class Opening:
+    """The run's start: the guard lock, the history it records in (if any), what they said."""
+
+    lock: guard_lock.GuardLock
+    started: float  # wall clock
+    begun: float  # the same moment on the deadline's clock
+    said: Said
+    history: History | None = None
+    attempt_id: int | None = None
+    digest: str = ""  # the config's fingerprint, as the history records it
+    recorded: Literal["recorded"] | Unavailable = RECORDED
+    past: History | None = None  # a dry run's read-only history, for earlier drain times
+
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger(self.history, self.attempt_id, self.history or self.past)
+
+    def close(self) -> None:
+        """The history closed, then the lock released: the last thing a run does."""
+        self.close_history()
+        self.lock.release()
+
+    def close_history(self) -> None:
+        for h in (self.history, self.past):
+            if h is not None:
+                h.close()
+        self.history = self.past = None
+
+
+def open_run(config: Config, options: RunOptions, deadline: Deadline,
+             open_history: HistoryOpener | None) -> Opening:
+    """The guard lock taken (a dry run only looks), the attempt begun in the history (or why
+    not), and what a killed run left put right."""
+    state_dir = config.state.dir
+    said = Said.warn(*forgeable_rule_warnings(config.policy))
+    if options.dry_run:
+        lock = guard_lock.peek(state_dir)
+    else:
+        lock = guard_lock.take(state_dir, min(guard_lock.LOCK_WAIT_S,
+                                              max(0.0, config.drain.deadline_s / 3)))
+    said += (Said.veto(Reason("guard-busy", lock.refused)) if lock.refused
+             else Said.warn(lock.unusable or lock.busy))
+    opening = Opening(lock, time.time(), deadline.clock(), said)
+    if open_history is not None and not options.record:
+        opening.recorded = Unavailable("a dry run records nothing" if options.dry_run
+                                       else "not asked to")
+        # A job's earlier drain times, for check's word: read without writing.
+        if options.dry_run and os.path.exists(os.path.join(state_dir, "history.db")):
+            with contextlib.suppress(HistoryError):
+                opening.past = open_history(state_dir, True, proc=options.proc)
+    elif open_history is not None:
+        try:
+            # The lock wait too ends inside the deadline.
+            opening.history = open_history(state_dir, proc=options.proc, deadline=deadline)
+            opening.said += Said.warn(*opening.history.warnings)
+            opening.digest = opening.history.digest(config)
+            opening.attempt_id = opening.history.begin(options.action, options.origin,
+                                                       options.dry_run, opening.digest,
+                                                       opening.started)
+        except HistoryError as exc:
+            opening.recorded = Unavailable(str(exc))
+            if not options.dry_run:
+                opening.said += Said.warn(f"history not recorded: {exc}")
+            opening.close_history()
+    if not (options.dry_run or lock.refused):
+        # What a killed run left goes first: it would outlive this run otherwise. A
+        # launcher left stopped goes on; drain drop-ins and restart policies set aside go.
+        try:
+            with bounded(deadline):
+                lines = continue_left(state_dir, options.proc)
+                if options.supervisors is not None:
+                    lines += options.supervisors.clean_leftovers()
+        except BaseException:
+            opening.close()
+            raise
+        for line in lines:
+            options.log.warning(line)
+        opening.said += Said.warn(*lines)
+    return opening

@@ -1,0 +1,86 @@
+"""A guard run's end: its verdict, the attempt that holds it, and the attempt recorded.
+
+Veto when any reason is certain, whatever the uninspected processes hold;
+else unknown when the guard cannot tell; else allow. A refused suspend
+(veto or unknown) then leaves the host as it found it: the jobs the drain
+stopped are started again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from suspendguard.config import RestoreConfig
+from suspendguard.errors import HistoryError
+from suspendguard.guard.look import Look
+from suspendguard.guard.opening import Opening
+from suspendguard.guard.report import Report
+from suspendguard.guard.restore import restore
+from suspendguard.guard.run_state import RunOptions, RunState, Said
+from suspendguard.model import Unavailable, holder_id
+from suspendguard.record import Attempt, Stop
+from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Deadline, bounded
+from suspendguard.verdict import Verdict
+
+
+def attempt(r: RunState, opening: Opening, look: Look, said: Said) -> Attempt:
+    """The run as it ended: its verdict, and each holder in the order it was dealt with."""
+    warnings = said.warnings
+    unknown = look.unknown.reasons
+    if (said.reasons or unknown) and not r.options.dry_run:  # the suspend is refused
+        warnings += tuple(
+            f"pid {hr.decision.holder.pid} {hr.decision.holder.comm} was drained as a plain "
+            "process: nothing can start it again"
+            for hr in r.results.values()
+            if hr.outcome.kind == "exited" and hr.owner.kind == "plain")
+    warnings = tuple(dict.fromkeys(warnings))  # the device is asked before and after the drain
+    if said.reasons:
+        verdict = Verdict("veto", said.reasons, (*(u.text for u in unknown), *warnings))
+    elif unknown:
+        verdict = Verdict("unknown", unknown, warnings)
+    else:
+        verdict = Verdict("allow", (), warnings)
+    order = {holder_id(h): i for i, h in enumerate(look.scan.holders)}
+    holders = tuple(sorted(r.results.values(), key=lambda hr: (
+        hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
+    attempt_id = opening.attempt_id or 0
+    took = r.deadline.clock() - opening.begun
+    return Attempt(attempt_id, opening.started, opening.started + took, r.options.action,
+                   r.options.origin, r.options.dry_run, verdict, opening.digest, holders,
+                   stops=tuple(replace(s, attempt_id=attempt_id) for s in r.stops))
+
+
+def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
+           report: Report) -> Report:
+    """The attempt into the history; a refused one (veto or unknown) then leaves the host
+    as it found it, its stopped jobs started again."""
+    history, attempt = opening.history, report.attempt
+    log = options.log
+    stops: Sequence[Stop] = attempt.stops
+    if history is not None and opening.attempt_id is not None:
+        try:
+            # Stops written ahead are in already; the others (their row failed) go in now.
+            history.finish(attempt)
+            stops = history.pending_stops(opening.attempt_id)
+        except HistoryError as exc:
+            log.warning(f"history not recorded: {exc}")
+            verdict = replace(attempt.verdict,
+                              warnings=(*attempt.verdict.warnings, f"history not recorded: {exc}"))
+            report = replace(report, history=Unavailable(str(exc)),
+                             attempt=replace(attempt, verdict=verdict))
+    if stops and report.verdict.kind != "allow" and options.supervisors is not None:
+        def note(stop: Stop, result: str, why: str) -> None:
+            if history is not None and stop.id:
+                try:
+                    history.record_restore(stop.id, result, why)
+                except HistoryError as exc:
+                    log.warning(f"history not recorded: {exc}")
+
+        # Inside the unit's TimeoutStartSec (deadline_s + 20 s): the verdict
+        # came by deadline_s - ANSWER_MARGIN_S.
+        with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
+            restore(stops, options.supervisors, restore_config, enabled=restore_config.after_veto,
+                    record=note, log=log.info, journal=log.journal)
+    return report
