@@ -33,12 +33,13 @@ def confirm_idle(r: RunState, look: Look, certain_veto: bool,
     if r.cancelled:
         return IdleSkipped("skipped", "the guard was stopped"), NOTHING
     idle = look.idle_check(config, families, r.deadline.at_least(0.5))
-    extra, said = device_view.device_holders(r, idle)
-    to_drain = r.admit(extra)
+    extra, reported = device_view.device_holders(r, idle)
+    to_drain, said = r.admit(extra)
     if to_drain:
-        rounds.signal(r, to_drain, reserve=config.settle_s + 1.0)
+        said += rounds.signal(r, to_drain, reserve=config.settle_s + 1.0)[1]
         if not r.cancelled:
             idle = look.idle_check(config, families, r.deadline.at_least(0.5))
+    said += reported
     if r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
         said += Said.warn(*(f"(expected before the drain) {w}" for w in idle.veto_reasons))
     else:

@@ -82,16 +82,17 @@ def run(
         with bounded(deadline):  # every wait before the verdict ends by then (or at SIGTERM)
             found = look(config.devices, config.idle, r, opening.lock)
             said = opening.said + found.said
-            to_drain = r.admit(found.decisions, vetoed=bool(said.reasons or r.vetoed))
-            certain_veto = bool(said.reasons or r.vetoed)
+            to_drain, admitted = r.admit(found.decisions, vetoed=bool(said.reasons))
+            said += admitted
+            certain_veto = bool(said.reasons)
             if to_drain:
                 # Time for the idle check only when one will run (system/deadline.py).
                 reserve = (idle_reserve_s(config.idle.settle_s, config.idle.command_timeout_s)
                            if found.idle_check is not None and found.inventory.nodes else 0.0)
-                rounds.drain(r, to_drain, found.scan.holders, found.inventory, reserve,
-                             config.restore)
+                said += rounds.drain(r, to_drain, found.scan.holders, found.inventory, reserve,
+                                     config.restore)
             idle, idle_said = confirm_idle(r, found, certain_veto, config.idle)
-            said += r.said + idle_said
+            said += idle_said
             if r.cancelled:
                 said += Said.veto(Reason("guard-stopped", f"the guard was stopped "
                                          f"({deadline.cancel.reason if deadline.cancel else ''}) "

@@ -17,7 +17,7 @@ from functools import partial
 from suspendguard.config import RestoreConfig
 from suspendguard.guard import advice
 from suspendguard.guard.restore import restore
-from suspendguard.guard.run_state import NO_TAGS, RunState, Tags
+from suspendguard.guard.run_state import NO_TAGS, NOTHING, RunState, Said, Tags
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import (
     CONTAINER_KINDS,
@@ -43,22 +43,23 @@ RESTART_MARGIN_S = 0.2
 
 
 def signal(r: RunState, decisions: Sequence[Decision], reserve: float, round_no: int = 1,
-           tags: Tags = NO_TAGS) -> bool:
+           tags: Tags = NO_TAGS) -> tuple[bool, Said]:
     """:meth:`RunState.signal`, each supervisor asked first to keep its job down."""
     keep = partial(keep_down, r) if r.options.supervisors is not None else None
     return r.signal(decisions, reserve, round_no, tags, keep=keep)
 
 
 def drain(r: RunState, first: list[Decision], scanned: Sequence[Holder], inventory: Inventory,
-          reserve: float, restore_config: RestoreConfig) -> None:
-    """The drain in rounds; a drain that fails half-way puts the owners back first.
+          reserve: float, restore_config: RestoreConfig) -> Said:
+    """The drain in rounds, and what it found; a drain that fails half-way puts the owners
+    back first.
 
     ``scanned``: every holder the look found, so that only a new one counts
     as having appeared. ``reserve``: the seconds of the deadline kept for
     the device's check after the drain.
     """
     try:
-        drain_rounds(r, first, {holder_id(h) for h in scanned}, inventory, reserve)
+        return drain_rounds(r, first, {holder_id(h) for h in scanned}, inventory, reserve)
     except BaseException:
         # Nothing may stay Restart=no (or a container's policy no) because
         # the guard broke; the error itself goes on to the caller.
@@ -70,8 +71,9 @@ def drain(r: RunState, first: list[Decision], scanned: Sequence[Holder], invento
 
 
 def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], inventory: Inventory,
-                 reserve: float) -> None:
+                 reserve: float) -> Said:
     """Drain ``first``, then whatever appears in its place, round after round."""
+    said = NOTHING
     pending = first
     round_no = 1
     tags: Tags = NO_TAGS
@@ -81,17 +83,18 @@ def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], invent
         if r.cancelled:
             for d in pending:
                 r.record(d, Outcome("not-signalled", why=r.deadline.cancel_reason), round_no)
-            return
-        if not signal(r, pending, reserve, round_no, tags) or r.cancelled:
-            return
+            return said
+        gone, signalled = signal(r, pending, reserve, round_no, tags)
+        said += signalled
+        if not gone or r.cancelled:
+            return said
         respawn_grace(r, pending)
         control = r.options.supervisors
         if r.stops and control is not None:
             back = control.settle(r.stops, r.deadline)
-            r.warn(*control.take_warnings())
+            said += Said.warn(*control.take_warnings())
             if back:
-                r.veto(*(Reason("restarted", why) for why in back))
-                return
+                return said + Said.veto(*(Reason("restarted", why) for why in back))
         # Rescan: a supervisor may have restarted the job, or a new one started.
         # fds only: a restarted job opens its nodes first; a mapping
         # without an fd comes later in a job's life. This keeps the step
@@ -108,21 +111,24 @@ def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], invent
         units |= {h.unit for h in new if h.unit}
         round_no += 1
         decisions = r.decide(new, respawned=tags)
-        pending = r.settle(decisions, round_no, tags)
+        pending, settled = r.settle(decisions, round_no, tags)
+        said += settled
         for d in pending:
             r.record(d, Outcome("not-signalled", why="appeared during the drain"), round_no, tags)
         if any(d.vetoes for d in decisions):
-            return  # certain veto now: signal nobody else
+            return said  # certain veto now: signal nobody else
         if pending and round_no > r.drain.rounds:
             for d in pending:
                 respawned = holder_id(d.holder) in tags
-                r.veto(reason_about("respawned" if respawned else "appeared", advice.left_reason(
-                    d.holder, respawned, r.drain.rounds, r.options.proc), d.holder,
+                said += Said.veto(reason_about(
+                    "respawned" if respawned else "appeared", advice.left_reason(
+                        d.holder, respawned, r.drain.rounds, r.options.proc), d.holder,
                     r.owner(d.holder).key))
-            return
+            return said
+    return said
 
 
-def keep_down(r: RunState, holders: Sequence[Holder]) -> None:
+def keep_down(r: RunState, holders: Sequence[Holder]) -> Said:
     """Before the signal: ask each holder's supervisor not to start it again.
 
     The guard signals every holder itself; the supervisor is asked only
@@ -130,6 +136,7 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> None:
     """
     control = r.options.supervisors
     assert control is not None
+    said = NOTHING
     owners = {}
     for h in holders:
         o = r.owner(h)
@@ -141,21 +148,22 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> None:
             warning = (f"{o.describe()}: the container engine could not be reached ({o.note}); "
                        "its processes were signalled directly, and the container's restart "
                        "policy may bring it back")
-            if warning not in r.said.warnings:
-                r.warn(warning)
+            if warning not in said.warnings:
+                said += Said.warn(warning)
     if not owners:
-        return
+        return said
     planned = {o.key: Stop(o, len(r.stops) + i, time.time())
                for i, o in enumerate(owners.values(), 1)}
-    r.warn(r.ledger.stopping(list(planned.values())))
+    said += Said.warn(r.ledger.stopping(list(planned.values())))
     answers = control.stop(list(owners.values()), r.drain.signal, r.drain.timeout_s)
-    r.warn(r.ledger.stopped(list(planned.values()), answers))
+    said += Said.warn(r.ledger.stopped(list(planned.values()), answers))
     ok = set()
     for key, why in answers.items():
         o = owners[key]
         if why:
-            r.warn(f"{o.name}: could not keep it from restarting through {advice.via(o)} "
-                   f"({why}); its processes were signalled directly all the same")
+            said += Said.warn(
+                f"{o.name}: could not keep it from restarting through {advice.via(o)} "
+                f"({why}); its processes were signalled directly all the same")
             continue
         ok.add(key)
         r.stops.append(planned[key])
@@ -164,6 +172,7 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> None:
         r.options.log.info(f"keeping {o.describe()} down through {advice.via(o)} until restore"
                            f"{raised}; its holders get {r.drain.signal} from the guard")
     r.through |= {holder_id(h) for h in holders if r.owner(h).key in ok}
+    return said
 
 
 def respawn_grace(r: RunState, drained: Sequence[Decision]) -> None:

@@ -1,9 +1,9 @@
-"""The state of one guard run: what each holder came to, the owners kept down, reasons, warnings.
+"""The state of one guard run: what each holder came to, and the owners kept down.
 
 Every holder found goes through :meth:`RunState.decide` (the policy, then
 what only the run can tell: a pod, a transient unit, a Jupyter kernel, a
 list the operator confirmed), then :meth:`RunState.settle` (those not to
-signal are recorded with their reasons) and :meth:`RunState.signal`. The
+signal are recorded, their reasons returned) and :meth:`RunState.signal`. The
 rounds of a drain (guard/rounds.py) and the pipeline call these; what the
 run found goes out as :class:`Said` values, never through lists another
 module appends to. What the run was asked to do, and with what, is its
@@ -90,8 +90,9 @@ class RunOptions:
 
 
 class RunState:
-    """One guard run's state: what each holder came to, the owners kept down (``stops``),
-    the veto reasons and warnings of the drain; and the signal that changes them.
+    """One guard run's state: what each holder came to and the owners kept down
+    (``stops``); and the signal that changes them. What each step finds (veto reasons,
+    warnings) it returns as a :class:`Said`; the state holds none.
 
     It holds the sections it decides and drains by, and no other: ``policy``,
     ``drain``, ``[restore] transient`` and the state folder (where a stopped
@@ -119,25 +120,8 @@ class RunState:
         self.owners: dict[HolderId, Owner] = {}
         self.stops: list[Stop] = []  # owners kept down for the drain, in order
         self.through: set[HolderId] = set()  # holders whose supervisor keeps them down
-        self._reasons: list[Reason] = []
-        self._warnings: list[str] = []
         self._kernels: dict[HolderId, jupyter.JupyterKernel | None] = {}
         self._plans: dict[frozenset[HolderId], jobs.Plan] = {}
-
-    @property
-    def said(self) -> Said:
-        """What the drain found so far: its veto reasons and warnings."""
-        return Said(tuple(self._reasons), tuple(self._warnings))
-
-    def veto(self, *reasons: Reason) -> None:
-        self._reasons.extend(reasons)
-
-    def warn(self, *warnings: str) -> None:
-        self._warnings.extend(w for w in warnings if w)
-
-    @property
-    def vetoed(self) -> bool:
-        return bool(self._reasons)
 
     @property
     def cancelled(self) -> bool:
@@ -201,12 +185,14 @@ class RunState:
         return self._plans[key]
 
     def job_stop(self, plan: jobs.Plan, held: Held | None,
-                 kernels: Sequence[Holder] = ()) -> JobStop:
-        """The drain's part of ``plan``: who is not signalled, who forwards, who is stopped."""
+                 kernels: Sequence[Holder] = ()) -> tuple[JobStop, Said]:
+        """The drain's part of ``plan``: who is not signalled, who forwards, who is stopped;
+        and a warning for each launcher that would forward the signal but does not take it."""
         signame = self.drain.signal
         quiet: dict[HolderId, str] = {}
         forward = []
         hold = []
+        said = NOTHING
         for job in plan.jobs:
             for w in job.workers:
                 quiet[holder_id(w)] = f"left with its parent, pid {w.ppid}"
@@ -218,14 +204,14 @@ class RunState:
                 for r in job.roots:
                     quiet[holder_id(r)] = f"after the {signame} {launcher.label} forwarded"
             elif job.forwarded:
-                self.warn(
+                said += Said.warn(
                     f"{launcher.label} {launcher.sigint} {signame}: its ranks get it from "
                     "the guard instead, and the launcher may act on them as they leave")
             elif job.held and held is not None:
                 hold.append(launcher)
         asks = {holder_id(h): _shutdown(kernel) for h in kernels
                 if (kernel := self.kernel(h)) is not None}
-        return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request")
+        return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request"), said
 
     def _confirmed(self, d: Decision) -> Decision:
         """From a shell, only the holders the operator was shown and confirmed are signalled."""
@@ -263,71 +249,87 @@ class RunState:
                                                          tags.get(holder_id(d.holder), ""),
                                                          self.owner(d.holder))
 
-    def settle(self, decisions: Sequence[Decision], round_no: int, tags: Tags = NO_TAGS) -> list[Decision]:
-        """Record the holders not to signal, with their reasons; return those to signal."""
+    def settle(self, decisions: Sequence[Decision], round_no: int,
+               tags: Tags = NO_TAGS) -> tuple[list[Decision], Said]:
+        """Record the holders not to signal; return those to signal, and the vetoes and
+        warnings of the others."""
         to_signal = []
+        said = NOTHING
         for d in decisions:
             if d.signals:
                 to_signal.append(d)
                 continue
             if d.vetoes:
-                self.veto(d.veto(self.owner(d.holder).key))
+                said += Said.veto(d.veto(self.owner(d.holder).key))
             elif d.reason:
-                self.warn(d.reason)
+                said += Said.warn(d.reason)
             self.record(d, advice.unsignalled(d), round_no, tags)
-        return to_signal
+        return to_signal, said
 
-    def admit(self, decisions: Sequence[Decision], vetoed: bool = False) -> list[Decision]:
-        """Settle a batch found outside the rounds (the scan, the device); return those to signal now.
+    def admit(self, decisions: Sequence[Decision],
+              vetoed: bool = False) -> tuple[list[Decision], Said]:
+        """Settle a batch found outside the rounds (the scan, the device); return those to
+        signal now, and what settling the others said.
 
         When the batch holds a veto (or ``vetoed``: one is already certain),
         or in a dry run, nobody is signalled: each holder that would have
         been says why not, or what the signal would do.
         """
-        to_signal = self.settle(decisions, 1)
+        to_signal, said = self.settle(decisions, 1)
         vetoed = vetoed or any(d.vetoes for d in decisions)
         if not (vetoed or self.options.dry_run):
-            return to_signal
+            return to_signal, said
         plan = self.plan(to_signal)
         for d in to_signal:
             self.record(d, Outcome("not-signalled", why="veto anyway: nobody is signalled")
                         if vetoed else advice.prediction(d, plan, self.took_before(d)), 1)
-        return []
+        return [], said
 
     def signal(self, decisions: Sequence[Decision], reserve: float, round_no: int = 1,
-               tags: Tags = NO_TAGS, keep: Callable[[Sequence[Holder]], None] | None = None
-               ) -> bool:
+               tags: Tags = NO_TAGS, keep: Callable[[Sequence[Holder]], Said] | None = None
+               ) -> tuple[bool, Said]:
         """Signal these holders and wait for them, leaving ``reserve`` seconds of the deadline.
 
         ``keep``: asks the holders' supervisors to keep them down (guard/rounds.py).
-        True when none of them is still running.
+        True when none of them is still running; and what the drain found.
         """
         clock = self.deadline.clock
         until = Deadline(max(clock() + 0.5, self.deadline.at - reserve), self.deadline.cancel,
                          clock)
         cfg = self.drain
-        self.warn(self.ledger.signalling([
+        said = Said.warn(self.ledger.signalling([
             HolderRecord(d, Outcome("signalled", why=(
                 f"was being sent {d.signal} when this was written; the guard ended "
                 "before it recorded the outcome")), round_no, owner=self.owner(d.holder))
             for d in decisions]))
         opts = self.options
         plan = self.plan(decisions)
-        stop = self.job_stop(plan, Held(self.state_dir, opts.proc),
-                             [d.holder for d in decisions if d.kind == "jupyter-shutdown"])
+        stop, stopping = self.job_stop(plan, Held(self.state_dir, opts.proc),
+                                       [d.holder for d in decisions if d.kind == "jupyter-shutdown"])
+        said += stopping
+        kept = NOTHING  # what the supervisors said, asked at the drain's own moment
+
+        def keep_down(holders: Sequence[Holder]) -> None:
+            nonlocal kept
+            if keep is not None:
+                kept = keep(holders)
+
         timeout_s = max(d.wait_s for d in decisions)
         result = drain([d.holder for d in decisions], cfg.signal, timeout_s, until,
-                       cfg.escalate, proc=opts.proc, log=opts.log.info, keep=keep, jobs=stop)
+                       cfg.escalate, proc=opts.proc, log=opts.log.info,
+                       keep=keep_down if keep is not None else None, jobs=stop)
+        said += kept
         if stop.held is not None:
-            self.warn(*stop.held.warnings)
+            said += Said.warn(*stop.held.warnings)
         if result.shortened:
-            self.warn(f"the drain wait was cut to {result.wait_s:.1f} s (of [drain] timeout_s = "
-                      f"{timeout_s:g}) to end within [drain] deadline_s = {cfg.deadline_s:g}")
+            said += Said.warn(
+                f"the drain wait was cut to {result.wait_s:.1f} s (of [drain] timeout_s = "
+                f"{timeout_s:g}) to end within [drain] deadline_s = {cfg.deadline_s:g}")
         for d in decisions:
             self.record(d, result.outcomes[holder_id(d.holder)], round_no, tags)
-            self.veto(*self._left_running(d, result, plan, stop))
+            said += Said.veto(*self._left_running(d, result, plan, stop))
         return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
-                       for o in result.outcomes.values())
+                       for o in result.outcomes.values()), said
 
     def _left_running(self, d: Decision, result: DrainResult, plan: jobs.Plan,
                       stop: JobStop) -> tuple[Reason, ...]:
