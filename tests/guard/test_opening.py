@@ -1,0 +1,42 @@
+"""A run's opening: what a killed run left is put right before the look, and a first aid
+that breaks leaves neither the guard lock nor the history held."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from helpers.runners import guard
+
+from suspendguard.store import lock as guard_lock
+
+
+class LeftoversBreak:
+    """Supervisors whose clean-up of a killed run's leftovers fails (the manager went away)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def clean_leftovers(self) -> list[str]:
+        self.asked += 1
+        raise OSError("the manager went away")
+
+
+def test_a_first_aid_that_breaks_releases_the_guard_lock(make_config: Any) -> None:
+    config = make_config()
+    supervisors = LeftoversBreak()
+    with pytest.raises(OSError, match="the manager went away"):
+        guard(config, supervisors=supervisors)
+    assert supervisors.asked == 1
+    # Held by this very process it would refuse a second take: flock is per open file.
+    again = guard_lock.take(config.state.dir, 0.0)
+    try:
+        assert not again.refused, again.refused
+    finally:
+        again.release()
+
+
+def test_a_dry_run_gives_no_first_aid(make_config: Any) -> None:
+    supervisors = LeftoversBreak()
+    report = guard(make_config(), dry_run=True, record=False, supervisors=supervisors)
+    assert supervisors.asked == 0 and report.verdict.kind == "allow"
