@@ -291,16 +291,10 @@ def _root_of(h: Holder, by_pid: dict[int, Holder], groups: dict[int, int | None]
 
 def _pgrp(proc: ProcFS, pid: int) -> int | None:
     try:
-        data = proc.read(pid, "stat")
+        st = proc.stat(pid)
     except ProcAccessError:
         return None
-    if not data:
-        return None
-    fields = data[data.rfind(b")") + 2:].split()
-    try:
-        return int(fields[2])  # field 5: the process group
-    except (IndexError, ValueError):
-        return None
+    return None if st is None else st.pgrp
 
 
 def _launcher_of(root: Holder, proc: ProcFS, rules: Sequence[LauncherRule],
@@ -317,7 +311,7 @@ def _launcher_of(root: Holder, proc: ProcFS, rules: Sequence[LauncherRule],
         if st is None or status is None or status.uid != root.uid:
             return None  # gone, or another user's: nothing above counts
         cmdline = proc.cmdline(pid)
-        exe = _exe(proc, pid)
+        exe = proc.exe(pid)
         kind = (_rule_kind(rules, pid, st.comm, exe, cmdline, status.uid) or
                 builtin_kind(cmdline, exe))
         if kind is not None:
@@ -326,13 +320,6 @@ def _launcher_of(root: Holder, proc: ProcFS, rules: Sequence[LauncherRule],
                             kind, status.masks.disposition(signum))
         pid = st.ppid
     return None
-
-
-def _exe(proc: ProcFS, pid: int) -> str:
-    try:
-        return os.readlink(proc.path(pid, "exe"))
-    except OSError:
-        return ""
 
 
 def _rule_kind(rules: Sequence[LauncherRule], pid: int, comm: str, exe: str,

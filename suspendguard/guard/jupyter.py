@@ -83,38 +83,46 @@ class JupyterKernel:
 
 
 def kernel_of(holder: Holder, proc: ProcFS) -> JupyterKernel | None:
-    """The kernel ``holder`` is, or None when it is not an ipykernel kernel with a valid connection file."""
+    """The kernel ``holder`` is, or None when it is not an ipykernel kernel with a valid connection file.
+
+    Everything of /proc/PID is read before the check that PID is still the
+    holder (its start time), so nothing kept is another process's.
+    """
     path = connection_file_arg(holder.cmdline)
     if path is None:
         return None
-    if not path.startswith("/"):
-        try:
-            path = os.path.join(os.readlink(proc.path(holder.pid, "cwd")), path)
-        except OSError:
-            return None
-    ids = _ids(proc, holder.pid)
-    if ids is None:
+    try:
+        status = proc.status(holder.pid)
+    except ProcAccessError:
         return None
-    gid, groups = ids
-    info = read_connection_file(proc.path(holder.pid, "root") + path, holder.uid, {gid, *groups})
+    if status is None or status.gid < 0:
+        return None
+    # A relative path, and an ipc endpoint (files named IP-PORT), are the kernel's folder's.
+    cwd = _cwd(proc, holder.pid)
+    if not path.startswith("/"):
+        if not cwd:
+            return None
+        path = os.path.join(cwd, path)
+    info = read_connection_file(proc.path(holder.pid, "root") + path, holder.uid,
+                                {status.gid, *status.groups})
     if info is None:
         return None
     transport, ip = info["transport"], info["ip"]
     if transport == "ipc" and not ip.startswith("/"):
-        # ipc endpoints are files named IP-PORT, relative to the kernel's folder.
-        try:
-            ip = os.path.join(os.readlink(proc.path(holder.pid, "cwd")), ip)
-        except OSError:
+        if not cwd:
             return None
+        ip = os.path.join(cwd, ip)
+    python = _interpreter(holder, proc)
+    unreachable = _unreachable(proc, holder.pid)
     st = proc.stat(holder.pid)
     if st is None or st.start_time != holder.start_time:
         return None  # another process took the pid over: what was read is not this holder's
     return JupyterKernel(
-        pid=holder.pid, start_time=holder.start_time, uid=holder.uid, gid=gid, comm=holder.comm,
-        connection_file=path, transport=transport, ip=ip, control_port=info["control_port"],
-        key=info["key"], signature_scheme=info["signature_scheme"],
-        python=_interpreter(holder, proc), parent=_server(proc, holder.ppid),
-        unreachable=_unreachable(proc, holder.pid),
+        pid=holder.pid, start_time=holder.start_time, uid=holder.uid, gid=status.gid,
+        comm=holder.comm, connection_file=path, transport=transport, ip=ip,
+        control_port=info["control_port"], key=info["key"],
+        signature_scheme=info["signature_scheme"], python=python,
+        parent=_server(proc, holder.ppid), unreachable=unreachable,
     )
 
 
@@ -210,23 +218,11 @@ def _connection_info(value: Any) -> dict[str, Any] | None:
             "key": key, "signature_scheme": scheme}
 
 
-def _ids(proc: ProcFS, pid: int) -> tuple[int, list[int]] | None:
-    """(real gid, supplementary groups) of ``pid``, from /proc/PID/status."""
+def _cwd(proc: ProcFS, pid: int) -> str:
     try:
-        data = proc.read(pid, "status")
-    except ProcAccessError:
-        return None
-    if data is None:
-        return None
-    gid: int | None = None
-    groups: list[int] = []
-    for line in data.decode("utf-8", "replace").splitlines():
-        key, _, value = line.partition(":")
-        if key == "Gid" and value.split():
-            gid = int(value.split()[0])
-        elif key == "Groups":
-            groups = [int(g) for g in value.split() if g.isdigit()]
-    return None if gid is None else (gid, groups)
+        return os.readlink(proc.path(pid, "cwd"))
+    except OSError:
+        return ""
 
 
 def _interpreter(holder: Holder, proc: ProcFS) -> str:

@@ -32,6 +32,7 @@ class Stat:
     state: str
     ppid: int
     start_time: int
+    pgrp: int  # the process group (field 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,8 @@ class Status:
     masks: SignalMasks
     nspid: tuple[int, ...]
     kthread: bool
+    gid: int = -1  # the real gid; -1 when the file named none
+    groups: tuple[int, ...] = ()  # the supplementary groups
 
 
 def _refused(exc: OSError) -> None:
@@ -307,8 +310,9 @@ def parse_stat(data: bytes) -> Stat | None:
         return None
     fields = text[rpar + 2:].split()
     try:
-        # fields[0] is field 3 (state); start time is field 22.
-        return Stat(text[lpar + 1:rpar], fields[0], int(fields[1]), int(fields[19]))
+        # fields[0] is field 3 (state); the process group is field 5, the start time 22.
+        return Stat(text[lpar + 1:rpar], fields[0], int(fields[1]), int(fields[19]),
+                    int(fields[2]))
     except (IndexError, ValueError):
         return None
 
@@ -329,6 +333,10 @@ def parse_status(text: str) -> Status:
         uid = int(values.get("Uid", "-1").split()[0])
     except (ValueError, IndexError):
         uid = -1
+    try:
+        gid = int(values.get("Gid", "-1").split()[0])
+    except (ValueError, IndexError):
+        gid = -1
     nspid = tuple(int(x) for x in values.get("NSpid", "").split() if x.isdigit())
     return Status(
         uid=uid,
@@ -336,6 +344,8 @@ def parse_status(text: str) -> Status:
                           caught=hexval("SigCgt")),
         nspid=nspid,
         kthread=values.get("Kthread", "0") == "1",
+        gid=gid,
+        groups=tuple(int(g) for g in values.get("Groups", "").split() if g.isdigit()),
     )
 
 

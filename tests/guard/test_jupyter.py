@@ -32,7 +32,7 @@ from suspendguard.guard.jupyter import (
 )
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Holder
-from suspendguard.system.procfs import ProcFS
+from suspendguard.system.procfs import ProcFS, Stat
 
 CONNECTION = {"shell_port": 50001, "iopub_port": 50002, "stdin_port": 50003,
               "control_port": 50004, "hb_port": 50005, "ip": "127.0.0.1", "key": "k3y",
@@ -193,6 +193,26 @@ def test_a_valid_connection_file_is_read_relative_or_absolute(fake_kernel: FakeK
     finally:
         os.chdir("/")
     assert relative is not None and relative.connection_file == conn
+
+
+class _Reused(ProcFS):
+    """/proc as it reads once the holder's pid went to another process after everything was read."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__()
+        self.pid = pid
+
+    def stat(self, pid: int, at: int | None = None) -> Stat | None:
+        st = super().stat(pid, at)
+        return replace(st, start_time=st.start_time + 1) if st and pid == self.pid else st
+
+
+def test_a_pid_taken_over_while_it_was_read_makes_no_kernel(fake_kernel: FakeKernel,
+                                                            tmp_path: Path) -> None:
+    holder = fake_kernel("-f", write_connection(tmp_path / "c.json", CONNECTION))
+    assert kernel_of(holder, ProcFS()) is not None
+    assert kernel_of(holder, _Reused(holder.pid)) is None
+    assert kernel_of(replace(holder, start_time=holder.start_time + 1), ProcFS()) is None
 
 
 def test_a_symlink_or_oversized_connection_file_is_not_followed(fake_kernel: FakeKernel,

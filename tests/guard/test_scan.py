@@ -138,6 +138,13 @@ def test_status_and_cgroup_parsers() -> None:
     st = parse_status("Uid:\t0\t0\t0\t0\nSigBlk:\t0000000000000000\n"
                       "SigIgn:\t0000000001001006\nSigCgt:\t0000000180000000\nNSpid:\t432\t7\n")
     assert st.masks.disposition(signal.SIGINT) == "ignored" and st.nspid == (432, 7)
+    assert (st.gid, st.groups) == (-1, ())  # no Gid line: unknown, never root's 0
+    ids = parse_status("Uid:\t1000\t1000\t1000\t1000\nGid:\t27\t27\t27\t27\nGroups:\t4 24 100 \n")
+    assert (ids.uid, ids.gid, ids.groups) == (1000, 27, (4, 24, 100))
+    me = ProcFS().status(os.getpid())
+    assert me is not None and (me.gid, set(me.groups)) == (os.getgid(), set(os.getgroups()))
+    own = ProcFS().stat(os.getpid())
+    assert own is not None and (own.ppid, own.pgrp) == (os.getppid(), os.getpgrp())
     assert parse_cgroup("0::/system.slice/docker-0123456789abcdef0123.scope\n") == \
         "/system.slice/docker-0123456789abcdef0123.scope"
     assert unit_and_container("/system.slice/docker-0123456789abcdef0123.scope") == \
