@@ -305,6 +305,12 @@ class Attempt:
     def duration(self) -> float | None:
         return None if self.finished is None else self.finished - self.started
 
+    @property
+    def what(self) -> str:
+        """What was attempted, in the operator's words: the sleep action guarded; from a
+        shell, ``drain`` (or a dry run)."""
+        return self.action or ("dry run" if self.dry_run else "drain")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,

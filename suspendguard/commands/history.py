@@ -49,7 +49,7 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
     rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "HOLDERS", "FIRST REASON")]
     for a in attempts:
         started = when(a.started)
-        action = a.action or ("dry run" if a.dry_run else "check")
+        action = a.what
         seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
         drained = sum(1 for h in a.holders if h.outcome.kind == "exited")
         holders = f"{drained}/{len(a.holders)} drained" if a.holders else "-"

@@ -131,7 +131,7 @@ def idle_lines(idle: IdleReport, width: int | None, indent: str = "  ") -> list[
 
 
 def render(report: Report, out: TextIO, colour: bool = False, width: int | None = 80) -> None:
-    mode = "dry run" if report.attempt.dry_run else (report.attempt.action or "check")
+    mode = "dry run" if report.attempt.dry_run else report.attempt.what
     lines = verdict_lines(report.verdict, mode, colour, advisory=not report.can_veto)
     if report.verdict.kind == "allow" and not report.holders:
         lines.append("  no process holds an accelerator node")
@@ -186,7 +186,7 @@ def verdict_entry(a: Attempt, refused: bool = True) -> dict[str, str]:
     the same fields without the veto's MESSAGE_ID.
     """
     codes = ", ".join(dict.fromkeys(r.code for r in a.verdict.reasons))
-    what = a.action or "check"
+    what = a.what
     how = "refused" if refused else "not refused (a sleep hook cannot)"
     attempt = f", attempt {a.id}" if a.id else ""
     first, *rest = a.verdict.texts or ("the guard cannot tell",)
@@ -217,7 +217,7 @@ def allow_entry(a: Attempt, holders: Sequence[HolderRecord]) -> dict[str, str]:
 
     names = ", ".join(name(hr) for hr in gone)
     stopped = ", ".join(s.owner.name for s in a.stops)
-    what = a.action or "check"
+    what = a.what
     attempt = f", attempt {a.id}" if a.id else ""
     return {"MESSAGE": f"{what} allowed after draining {len(gone)} holder(s){attempt}: {names}",
             "MESSAGE_ID": journal_ids.ALLOW_AFTER_DRAIN, "PRIORITY": str(INFO), **_common(a),
@@ -229,7 +229,7 @@ def allow_entry(a: Attempt, holders: Sequence[HolderRecord]) -> dict[str, str]:
 
 def _log_line(report: Report, log: Logger) -> None:
     a = report.attempt
-    what = a.action or ("dry run" if a.dry_run else "check")
+    what = a.what
     attempt = f"attempt {a.id} " if a.id else ""
     would = "would " if a.dry_run else ""
     tail = "; ".join(report.verdict.texts)

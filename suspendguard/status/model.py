@@ -186,7 +186,7 @@ class Status:
         if attempt is None:
             return None
         config = self.config.config
-        what = (f"attempt {attempt.id} ({attempt.action or 'a drain'}) is draining since "
+        what = (f"attempt {attempt.id} ({attempt.what}) is draining since "
                 f"{when(attempt.started)}")
         if not isinstance(config, Config):
             return what

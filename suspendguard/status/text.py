@@ -184,7 +184,7 @@ def _history_lines(s: Status, width: int | None) -> list[str]:
     for a in h.attempts:
         seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
         drained = sum(1 for x in a.holders if x.outcome.kind == "exited")
-        rows.append((str(a.id), when(a.started), a.action or "check", a.result, seconds,
+        rows.append((str(a.id), when(a.started), a.what, a.result, seconds,
                      f"{drained}/{len(a.holders)}" if a.holders else "-",
                      a.reasons[0] if a.reasons else ""))
     lines += table(rows, width=width, flex=(6, 2))

@@ -110,6 +110,10 @@ def test_drain_yes_without_a_terminal_drains(conf: Path, node: str, holders: Hol
     assert holders.signals() == [f"{pid} SIGINT"]
     [attempt] = attempts(conf)
     assert attempt.origin == "cli" and attempt.result == "allow"  # type: ignore[attr-defined]
+    # Named as the drain it was, never as a check (which sends nothing, ever).
+    assert f"attempt {attempt.id} (drain): allow" in result.stderr  # type: ignore[attr-defined]
+    code, out, _ = cli("history", "--config", str(conf))
+    assert code == 0 and out.splitlines()[1].split()[4:6] == ["drain", "allow"], out
 
 
 def answered(conf: Path, node: str, holders: Holders,
