@@ -36,7 +36,11 @@ from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 # Python's faulthandler installs exactly these; it dumps a traceback and
 # re-raises, so it never frees device resources behind the driver's back.
-_FAULTHANDLER_SET = frozenset({"SIGSEGV", "SIGFPE", "SIGABRT", "SIGBUS", "SIGILL"})
+# Python's handlers of fatal signals that only report and then die as the
+# signal would: faulthandler's set, and the set PyTorch's DataLoader workers
+# install (_set_worker_signal_handlers: print the cause, then the default action).
+_REPORT_ONLY_SETS = (frozenset({"SIGSEGV", "SIGFPE", "SIGABRT", "SIGBUS", "SIGILL"}),
+                     frozenset({"SIGSEGV", "SIGFPE", "SIGBUS"}))
 _RUNTIMES_THAT_CATCH_BY_DESIGN = ("java", "node")
 
 
@@ -78,8 +82,8 @@ def fatal_signal_note(holder: Holder) -> str | None:
     if not caught:
         return None
     name = os.path.basename(holder.exe) or holder.comm
-    if name.startswith("python") and caught == _FAULTHANDLER_SET:
-        return None  # faulthandler: harmless by design
+    if name.startswith("python") and caught in _REPORT_ONLY_SETS:
+        return None  # harmless by design
     if name in _RUNTIMES_THAT_CATCH_BY_DESIGN:
         return None
     return (
