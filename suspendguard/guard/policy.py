@@ -41,6 +41,9 @@ from suspendguard.system.procfs import ProcAccessError, ProcFS
 # install (_set_worker_signal_handlers: print the cause, then the default action).
 _REPORT_ONLY_SETS = (frozenset({"SIGSEGV", "SIGFPE", "SIGABRT", "SIGBUS", "SIGILL"}),
                      frozenset({"SIGSEGV", "SIGFPE", "SIGBUS"}))
+# Open MPI's (MCA opal_signal, "6,7,8,11" by default: "display a stack trace
+# and abort"), in every rank whatever its language.
+_OPEN_MPI_SET = frozenset({"SIGABRT", "SIGBUS", "SIGFPE", "SIGSEGV"})
 _RUNTIMES_THAT_CATCH_BY_DESIGN = ("java", "node")
 
 
@@ -82,7 +85,7 @@ def fatal_signal_note(holder: Holder) -> str | None:
     if not caught:
         return None
     name = os.path.basename(holder.exe) or holder.comm
-    if name.startswith("python") and caught in _REPORT_ONLY_SETS:
+    if (name.startswith("python") and caught in _REPORT_ONLY_SETS) or caught == _OPEN_MPI_SET:
         return None  # harmless by design
     if name in _RUNTIMES_THAT_CATCH_BY_DESIGN:
         return None
