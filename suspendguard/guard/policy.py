@@ -34,15 +34,14 @@ from suspendguard.model import (
 )
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
-# Python's faulthandler installs exactly these; it dumps a traceback and
-# re-raises, so it never frees device resources behind the driver's back.
-# Python's handlers of fatal signals that only report and then die as the
-# signal would: faulthandler's set, and the set PyTorch's DataLoader workers
-# install (_set_worker_signal_handlers: print the cause, then the default action).
+# Handlers of fatal signals that only report and then die as the signal
+# would, so never free device resources behind the driver's back. In Python:
+# faulthandler's set (a traceback, then re-raise), and the one PyTorch's
+# DataLoader workers install (_set_worker_signal_handlers: the cause, then
+# the default action). In any rank of Open MPI, whatever its language: its
+# MCA opal_signal default, "6,7,8,11" ("display a stack trace and abort").
 _REPORT_ONLY_SETS = (frozenset({"SIGSEGV", "SIGFPE", "SIGABRT", "SIGBUS", "SIGILL"}),
                      frozenset({"SIGSEGV", "SIGFPE", "SIGBUS"}))
-# Open MPI's (MCA opal_signal, "6,7,8,11" by default: "display a stack trace
-# and abort"), in every rank whatever its language.
 _OPEN_MPI_SET = frozenset({"SIGABRT", "SIGBUS", "SIGFPE", "SIGSEGV"})
 _RUNTIMES_THAT_CATCH_BY_DESIGN = ("java", "node")
 
