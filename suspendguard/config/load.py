@@ -12,7 +12,7 @@ from typing import Any
 
 from suspendguard.config.schema import SCHEMA, SECTIONS, Config
 from suspendguard.config.trust import state_dir_problem, untrusted
-from suspendguard.config.validate import Invalid, validate
+from suspendguard.config.validate import Invalid, InvalidEntry, validate
 from suspendguard.errors import ConfigError
 from suspendguard.system.deadline import ANSWER_MARGIN_S, IDLE_MARGIN_S, needed_s
 
@@ -140,6 +140,8 @@ def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> 
         for key, spec in specs.items():
             try:
                 out[key] = validate(spec, given.get(key, spec.default))
+            except InvalidEntry as exc:
+                raise ConfigError(f"{_where(path, section, key, text)}: {exc}") from None
             except Invalid as exc:
                 raise ConfigError(f"{_where(path, section, key, text)}: expected {exc}") from None
         values[section] = out

@@ -27,6 +27,13 @@ class Invalid(Exception):
     """What the value should have been; the loader adds the file, key and line."""
 
 
+class InvalidEntry(Invalid):
+    """What is wrong with one table of an array of tables, which the message names."""
+
+    def __init__(self, index: int, why: str) -> None:
+        super().__init__(f"entry {index + 1}: {why}")
+
+
 def validate(spec: Spec, value: Any) -> Any:
     """``value`` checked against ``spec`` in its record form (lists become tuples)."""
     kind = spec.kind
@@ -74,14 +81,20 @@ def validate(spec: Spec, value: Any) -> Any:
     raise AssertionError(kind)  # pragma: no cover
 
 
-def _tables(value: Any, example: str, what: str, read: Callable[[Any, int], Any]
+def _tables(value: Any, example: str, what: str, read: Callable[[Any], Any]
             ) -> tuple[Any, ...]:
-    """An array of tables, each read by ``read(table, index)``."""
+    """An array of tables, each read by ``read(table)``; what is wrong names its entry."""
     if not isinstance(value, list):
         raise Invalid(f"a list of tables (an array of tables such as {example})")
     if len(value) > MAX_RULES:
         raise Invalid(f"at most {MAX_RULES} {what}, got {len(value)}")
-    return tuple(read(v, i) for i, v in enumerate(value))
+    out = []
+    for i, v in enumerate(value):
+        try:
+            out.append(read(v))
+        except Invalid as exc:
+            raise InvalidEntry(i, str(exc)) from None
+    return tuple(out)
 
 
 def signal_name(name: str) -> str:
@@ -139,61 +152,53 @@ def _step(item: str) -> EscalationStep:
     return EscalationStep(signal_name(name), wait)
 
 
-def _rule(value: Any, index: int) -> Rule:
+def _rule(value: Any) -> Rule:
     if not isinstance(value, dict):
-        raise Invalid(f"entry {index + 1}: a table such as {{ comm = \"npu-smi\" }}")
+        raise Invalid('must be a table such as { comm = "npu-smi" }')
     unknown = sorted(set(value) - set(RULE_FIELDS))
     if unknown:
-        raise Invalid(
-            f"entry {index + 1}: unknown field {unknown[0]!r}; expected one of "
-            + ", ".join(RULE_FIELDS)
-        )
+        raise Invalid(f"unknown field {unknown[0]!r}; expected one of " + ", ".join(RULE_FIELDS))
     if not value:
-        raise Invalid(f"entry {index + 1}: at least one of " + ", ".join(RULE_FIELDS))
+        raise Invalid("needs at least one of " + ", ".join(RULE_FIELDS))
     for k, v in value.items():
         if k == "uid":
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
-                raise Invalid(f"entry {index + 1}: uid must be an integer from 0 to 4294967295")
+                raise Invalid("uid must be an integer from 0 to 4294967295")
         elif not isinstance(v, str) or not v:
-            raise Invalid(f"entry {index + 1}: {k} must be a non-empty string")
+            raise Invalid(f"{k} must be a non-empty string")
     if "cmdline" in value:
         try:
             re.compile(value["cmdline"])
         except re.error as exc:
-            raise Invalid(
-                f"entry {index + 1}: cmdline must be a valid regular expression ({exc})"
-            ) from None
+            raise Invalid(f"cmdline must be a valid regular expression ({exc})") from None
     return Rule(**value)
 
 
-def _launcher(value: Any, index: int) -> LauncherRule:
+def _launcher(value: Any) -> LauncherRule:
     if not isinstance(value, dict):
-        raise Invalid(f'entry {index + 1}: a table such as {{ exe = "/opt/bin/launch", '
-                      'stop = "hold" }')
+        raise Invalid('must be a table such as { exe = "/opt/bin/launch", stop = "hold" }')
     fields = (*LAUNCHER_MATCH, "stop", "name", "restarts")
     unknown = sorted(set(value) - set(fields))
     if unknown:
-        raise Invalid(f"entry {index + 1}: unknown field {unknown[0]!r}; expected one of "
-                      + ", ".join(fields))
+        raise Invalid(f"unknown field {unknown[0]!r}; expected one of " + ", ".join(fields))
     stop = value.get("stop")
     if stop not in LAUNCHER_STOPS:
-        raise Invalid(f"entry {index + 1}: stop must be " + ", ".join(
+        raise Invalid("stop must be one of " + ", ".join(
             f'"{s}"' for s in LAUNCHER_STOPS) + f", got {stop!r}")
     for k in ("name", "restarts"):
         if k in value and not isinstance(value[k], str):
-            raise Invalid(f"entry {index + 1}: {k} must be a string")
+            raise Invalid(f"{k} must be a string")
     match = {k: value[k] for k in LAUNCHER_MATCH if k in value}
     if not match:
-        raise Invalid(f"entry {index + 1}: at least one of " + ", ".join(LAUNCHER_MATCH))
-    return LauncherRule(_rule(match, index), stop, value.get("name", ""),
-                        value.get("restarts", ""))
+        raise Invalid("needs at least one of " + ", ".join(LAUNCHER_MATCH))
+    return LauncherRule(_rule(match), stop, value.get("name", ""), value.get("restarts", ""))
 
 
-def _drain_rule(value: Any, index: int) -> DrainRule:
+def _drain_rule(value: Any) -> DrainRule:
     if not isinstance(value, dict) or "timeout_s" not in value:
-        raise Invalid(f"entry {index + 1}: a table such as {{ uid = 1000, timeout_s = 90 }}")
+        raise Invalid("must be a table such as { uid = 1000, timeout_s = 90 }")
     timeout = value["timeout_s"]
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise Invalid(f"entry {index + 1}: timeout_s must be a number > 0, got {timeout!r}")
+        raise Invalid(f"timeout_s must be a number > 0, got {timeout!r}")
     match = {k: v for k, v in value.items() if k != "timeout_s"}
-    return DrainRule(_rule(match, index), float(timeout))
+    return DrainRule(_rule(match), float(timeout))

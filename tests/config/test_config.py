@@ -60,6 +60,13 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
         ('[[policy.ignore]]\nuid = "1000"\n', "entry 1: uid must be an integer from 0 to 4294967295"),
         ('[[policy.ignore]]\nuid = -1\n', "entry 1: uid must be an integer from 0"),
         ('[[policy.protect]]\nuid = true\n', "entry 1: uid must be an integer from 0"),
+        # An entry's fault is said as it is, never as "expected entry ...".
+        ('[[drain.launchers]]\ncmdline = "x"\nstop = "pause"\n',
+         "[drain] launchers (line 1): entry 1: stop must be one of \"forward\", \"hold\", "
+         "\"ranks\", got 'pause'"),
+        ('[[policy.drain]]\nuid = 0\ntimeout_s = 5\n[[policy.drain]]\nuid = 1\n',
+         "[policy] drain (line 1): entry 2: must be a table such as { uid = 1000, timeout_s = 90 }"),
+        ("[[policy.ignore]]\n", "[policy] ignore (line 1): entry 1: needs at least one of comm"),
         ('[state]\ndir = "relative"\n', "[state] dir (line 2): expected an absolute path"),
         ("[idle]\nsamples = 0\n", "[idle] samples (line 2): expected an integer >= 1"),
         ("[drain]\ntimeout_s = 30\ndeadline_s = 20\n",
@@ -152,6 +159,7 @@ def test_policy_drain_rules_and_launchers_are_read_and_checked(tmp_path: Path) -
                                     '[[policy.drain]]\nuid = 1000\ntimeout_s = 50\n')
     assert code == 2 and "the longest [[policy.drain]] timeout_s" in err, err
     code, _out, err = config_cli(path, '[[drain.launchers]]\nexe = "/opt/x"\nstop = "sigkill"\n')
-    assert code == 2 and '[drain] launchers' in err and 'stop must be "forward", "hold"' in err, err
+    assert code == 2 and '[drain] launchers' in err, err
+    assert 'entry 1: stop must be one of "forward", "hold"' in err, err
     code, _out, err = config_cli(path, '[[policy.drain]]\nuid = 1000\n')
     assert code == 2 and "[policy] drain" in err and "timeout_s" in err, err
