@@ -19,7 +19,7 @@ from suspendguard.errors import EXIT_ERROR, EXIT_VETO, OperationalError
 from suspendguard.slurm.controller import Controller
 from suspendguard.slurm.remote import slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
-from suspendguard.system.log import Logger
+from suspendguard.system.log import ERR, Logger
 from suspendguard.verdict import Reason
 
 
@@ -46,7 +46,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     try:
         nodes = Scontrol(config.slurm.scontrol).hostnames(args.hostlist)
     except SlurmError as exc:
-        controller.say(3, f"slurm {what}: {exc}")
+        controller.journal(ERR, f"slurm {what}: {exc}")  # the error below is stderr's one line
         raise OperationalError(f"slurm {what}: {exc}") from None
     done = controller.suspend(nodes) if what == "suspend" else controller.resume(nodes)
     return 0 if done else EXIT_VETO

@@ -59,6 +59,10 @@ class Controller:
 
     def say(self, priority: int, line: str) -> None:
         self.log.log(priority, line)
+        self.journal(priority, line)
+
+    def journal(self, priority: int, line: str) -> None:
+        """``line`` in the journal alone: slurmctld keeps no program's stderr."""
         journald.send({"MESSAGE": line, "PRIORITY": str(priority),
                        "SYSLOG_IDENTIFIER": IDENTIFIER})
 

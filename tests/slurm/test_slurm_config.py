@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.runners import config_cli
+from helpers.journal import entries, standing_in
+from helpers.runners import cli, config_cli
 
 from suspendguard.config.load import defaults
 
@@ -39,3 +40,17 @@ def test_no_exclusion_file_is_allowed_for_slurm_23(tmp_path: Path) -> None:
     status, out, err = config_cli(path, '[slurm]\nexclude_file = ""\n')
     assert status == 0, err
     assert 'exclude_file = ""' in out
+
+
+@pytest.mark.parametrize("verb", ["suspend", "resume"])
+def test_a_failing_scontrol_is_one_line_and_exit_3(tmp_path: Path, verb: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[slurm]\nscontrol = "/usr/bin/false"\nexclude_file = ""\n')
+    with standing_in(tmp_path, monkeypatch) as journal:
+        status, out, err = cli("--config", str(path), "slurm", verb, "node[1-2]")
+        said = entries(journal)
+    line = f"slurm {verb}: scontrol show hostnames node[1-2]: /usr/bin/false: exit status 1"
+    assert status == 3 and out == "", err
+    assert err == f"suspendguard: {line}\n", err  # once, though the journal has it too
+    assert [(e["MESSAGE"], e["PRIORITY"]) for e in said] == [(line, "3")]
