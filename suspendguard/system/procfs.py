@@ -329,22 +329,20 @@ def parse_status(text: str) -> Status:
         except ValueError:
             return 0
 
-    try:
-        uid = int(values.get("Uid", "-1").split()[0])
-    except (ValueError, IndexError):
-        uid = -1
-    try:
-        gid = int(values.get("Gid", "-1").split()[0])
-    except (ValueError, IndexError):
-        gid = -1
+    def real(key: str) -> int:  # the real id of Uid: and Gid: (real, effective, saved, fs)
+        try:
+            return int(values.get(key, "-1").split()[0])
+        except (ValueError, IndexError):
+            return -1
+
     nspid = tuple(int(x) for x in values.get("NSpid", "").split() if x.isdigit())
     return Status(
-        uid=uid,
+        uid=real("Uid"),
         masks=SignalMasks(blocked=hexval("SigBlk"), ignored=hexval("SigIgn"),
                           caught=hexval("SigCgt")),
         nspid=nspid,
         kthread=values.get("Kthread", "0") == "1",
-        gid=gid,
+        gid=real("Gid"),
         groups=tuple(int(g) for g in values.get("Groups", "").split() if g.isdigit()),
     )
 
