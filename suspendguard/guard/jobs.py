@@ -311,7 +311,7 @@ def _launcher_of(root: Holder, proc: ProcFS, rules: Sequence[LauncherRule],
         if st is None or status is None or status.uid != root.uid:
             return None  # gone, or another user's: nothing above counts
         cmdline = proc.cmdline(pid)
-        exe = proc.exe(pid)
+        exe = proc.link(pid, "exe")
         kind = (_rule_kind(rules, pid, st.comm, exe, cmdline, status.uid) or
                 builtin_kind(cmdline, exe))
         if kind is not None:

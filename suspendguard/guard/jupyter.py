@@ -98,7 +98,7 @@ def kernel_of(holder: Holder, proc: ProcFS) -> JupyterKernel | None:
     if status is None or status.gid < 0:
         return None
     # A relative path, and an ipc endpoint (files named IP-PORT), are the kernel's folder's.
-    cwd = _cwd(proc, holder.pid)
+    cwd = proc.link(holder.pid, "cwd")
     if not path.startswith("/"):
         if not cwd:
             return None
@@ -216,13 +216,6 @@ def _connection_info(value: Any) -> dict[str, Any] | None:
         return None
     return {"transport": transport, "ip": ip, "control_port": value["control_port"],
             "key": key, "signature_scheme": scheme}
-
-
-def _cwd(proc: ProcFS, pid: int) -> str:
-    try:
-        return os.readlink(proc.path(pid, "cwd"))
-    except OSError:
-        return ""
 
 
 def _interpreter(holder: Holder, proc: ProcFS) -> str:

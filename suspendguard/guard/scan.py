@@ -221,7 +221,7 @@ def describe_process(
         uid=status.uid,
         user=user_name(status.uid),
         comm=st.comm,
-        exe=proc.exe(pid),
+        exe=proc.link(pid, "exe"),
         cmdline=proc.cmdline(pid),
         unit=unit,
         container=container,

@@ -225,9 +225,10 @@ class ProcFS:
             _refused(exc)
             return None
 
-    def exe(self, pid: int) -> str:
+    def link(self, pid: int, name: str) -> str:
+        """Where /proc/PID/NAME points (``exe``, ``cwd``); "" when it cannot be read."""
         try:
-            return os.readlink(self.path(pid, "exe"))
+            return os.readlink(self.path(pid, name))
         except OSError:
             return ""
 
