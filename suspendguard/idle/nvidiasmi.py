@@ -29,6 +29,10 @@ GPU_FIELDS = ("index", "uuid", "utilization.gpu", "utilization.memory", "memory.
               "memory.total")
 APP_FIELDS = ("gpu_uuid", "pid", "used_gpu_memory", "process_name")
 FORMAT = "--format=csv,noheader,nounits"
+# Bracketed words that only say a figure is not available; any other
+# bracket is NVML's error for that GPU, kept as its reason
+# ("[GPU requires reset]", "[GPU is lost]", "[Unknown Error]").
+NO_FIGURE = ("[N/A]", "[Not Supported]")
 
 
 def figure(text: str) -> float | None:
@@ -51,15 +55,18 @@ def _rows(text: str, width: int) -> list[list[str]]:
     return rows
 
 
-def parse_gpus(text: str) -> list[tuple[int, str, dict[str, float | None]]]:
-    """``--query-gpu`` output: (index, uuid, readings) per GPU."""
+def parse_gpus(text: str) -> list[tuple[int, str, dict[str, float | None], str]]:
+    """``--query-gpu`` output: (index, uuid, readings, NVML's error words or "") per GPU."""
     out = []
     for index, uuid, gpu, memory, used, total in _rows(text, len(GPU_FIELDS)):
         if not index.isdigit():
             continue
+        said = [c[1:-1] for c in (gpu, memory, used, total)
+                if c.startswith("[") and c.endswith("]") and c not in NO_FIGURE]
         out.append((int(index), uuid, {"gpu_pct": figure(gpu), "gpu_memory_pct": figure(memory),
                                        "memory_used_mb": figure(used),
-                                       "memory_total_mb": figure(total)}))
+                                       "memory_total_mb": figure(total)},
+                    "; ".join(dict.fromkeys(said))))
     return out
 
 
@@ -107,9 +114,10 @@ class NvidiaSmiBackend(Backend):
         except QueryFailed as exc:
             apps, apps_known, note = [], False, f"compute processes: {exc}"
         out = []
-        for index, uuid, readings in gpus:
+        for index, uuid, readings, said in gpus:
             ident = f"gpu {index}"
             procs = tuple(DeviceProcess(pid, os.path.basename(name), used, ident, self.name)
                           for app_uuid, pid, used, name in apps if app_uuid == uuid)
-            out.append(self.reading(ident, readings, procs, note, lists_processes=apps_known))
+            why = "; ".join(w for w in (said, note) if w)
+            out.append(self.reading(ident, readings, procs, why, lists_processes=apps_known))
         return out

@@ -165,3 +165,20 @@ def test_nvidia_smi_answers_where_nvml_is_not_installed(
     found, note = nvidia.nvml_check(build({"idle": {"nvidia_smi": str(TOOL)}}), 5.0)
     assert [(d.device, d.state, d.source) for d in found] == [("gpu 0", "healthy", "nvidia-smi")]
     assert not note
+
+
+def test_nvidia_smi_gpu_that_requires_reset_is_unhealthy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # nvidia-smi prints NVML's error in each field it cannot read: a GPU
+    # after a failed resume reads "[GPU requires reset]", never a figure.
+    import sys
+
+    from helpers.nvidia import IDLE_GPUS, TOOL, FakeNvidiaSmi
+    smi = FakeNvidiaSmi(tmp_path, monkeypatch)
+    cells = IDLE_GPUS[1].split(", ")
+    cells[3] = cells[4] = cells[5] = "[GPU requires reset]"
+    smi.show([IDLE_GPUS[0], IDLE_GPUS[1].replace("0, GPU-", "1, GPU-x", 1), ", ".join(cells)], [])
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    found, _ = nvidia.nvml_check(build({"idle": {"nvidia_smi": str(TOOL)}}), 5.0)
+    assert [(d.device, d.state) for d in found] == [("gpu 1", "healthy"), ("gpu 0", "unhealthy")]
+    assert "GPU requires reset" in found[1].reason
