@@ -16,7 +16,11 @@ CALL_TIMEOUT_S = 20.0
 
 # "NodeName=node1 Arch=x86_64 ... State=IDLE+DRAIN+POWERED_DOWN ... Reason=why [root@2026-...]"
 _FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z_]*)=")
-_STAMP = re.compile(r"\s\[[^\]@]+@[^\]]+\]$")
+# The end of the reason: its "[user@time]" stamp, then the end of the line or one of
+# the fields Slurm prints after it (src/api/node_info.c: Comment, Extra, InstanceId,
+# InstanceType, ReservationName).
+_REASON_END = re.compile(r"(?:\s\[[^\]@]+@[^\]]+\])?"
+                         r"(?=$| (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=)")
 
 
 class SlurmError(RuntimeError):
@@ -56,16 +60,22 @@ def parse_nodes(text: str) -> list[Node]:
 
 
 def _fields(line: str) -> dict[str, str]:
-    """KEY=VALUE pairs. Reason comes last and may hold spaces, even words like KEY=VALUE:
-    it is the rest of the line, without the "[user@time]" stamp scontrol adds."""
+    """KEY=VALUE pairs. Reason may hold spaces, even words like KEY=VALUE: it runs to
+    the "[user@time]" stamp scontrol adds, or to the fields that may follow it."""
     head, sep, reason = line.partition(" Reason=")
-    out: dict[str, str] = {}
-    marks = list(_FIELD.finditer(head))
-    for i, m in enumerate(marks):
-        end = marks[i + 1].start() if i + 1 < len(marks) else len(head)
-        out.setdefault(m.group(1), head[m.end():end].strip())
+    tail = ""
     if sep:
-        out["Reason"] = _STAMP.sub("", reason.strip())
+        end = _REASON_END.search(reason)
+        assert end is not None  # it matches at the end of the line, if nowhere before
+        reason, tail = reason[:end.start()], reason[end.end():]
+    out: dict[str, str] = {}
+    for part in (head, tail):
+        marks = list(_FIELD.finditer(part))
+        for i, m in enumerate(marks):
+            stop = marks[i + 1].start() if i + 1 < len(marks) else len(part)
+            out.setdefault(m.group(1), part[m.end():stop].strip())
+    if sep:
+        out["Reason"] = reason.strip()
     return out
 
 

@@ -54,3 +54,17 @@ def test_the_exclusion_file_is_rewritten_only_when_it_changes(tmp_path: Path) ->
     assert write_if_changed(path, EXCLUDE_HEAD)
     assert path.read_text() == EXCLUDE_HEAD and path.stat().st_ino != inode
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.name + ".lock"]
+
+
+def test_a_reason_ends_at_its_stamp_when_a_comment_or_reservation_follows() -> None:
+    # Slurm prints Comment=, Extra=, InstanceId=, InstanceType= and ReservationName=
+    # after the reason's stamp (src/api/node_info.c); a held node's reason is built
+    # on the one read here, so none of them may be taken into it.
+    text = (
+        "NodeName=node1 State=IDLE+DRAIN CurrentWatts=n/a AveWatts=n/a "
+        "Reason=maintenance window [root@2026-12-03T17:32:37] Comment=RMA 4711 Extra=rack=4\n"
+        "NodeName=node2 State=IDLE+DRAIN Reason=disk swap ReservationName=maint\n"
+    )
+    n1, n2 = parse_nodes(text)
+    assert n1.reason == "maintenance window" and n1.drained
+    assert n2.reason == "disk swap"
