@@ -10,6 +10,7 @@ video memory without the nvidia-suspend units) is only in the kernel log.
 
 from __future__ import annotations
 
+import glob
 import re
 import sys
 from datetime import datetime
@@ -59,6 +60,11 @@ KERNEL_SIGNS: tuple[tuple[re.Pattern[str], str, bool], ...] = (
     (re.compile(r"nv_pmops_\w+\S* \[nvidia\] returns -\d+"),
      "the driver refused the sleep (see suspendguard doctor)", False),
 )
+# cuInit's answer on a host that has the driver's libraries and no GPU (one image for
+# every node of a cluster, the kernel module not loaded): no NVIDIA device to check,
+# unless a GPU's device node says one was there.
+NO_DEVICE = 100
+GPU_NODES = "/dev/nvidia[0-9]*"
 # What NVML answers for a GPU it lost (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED).
 NVML_LOST = ("GPU is lost", "GPU requires reset")
 
@@ -69,7 +75,8 @@ def cuda_error(ret: int) -> str:
 
 
 def cuda_check(config: Config, timeout_s: float) -> list[DeviceHealth] | None:
-    """CUDA initialisation and a context per device, in a child; None: no CUDA driver here."""
+    """CUDA initialisation and a context per device, in a child; None: no CUDA driver here,
+    or a driver that sees no GPU where no GPU's device node is."""
     library = config.resume.cuda_library
     result = runner.run([sys.executable, "-I", "-c", CHILD, PACKAGE_PARENT, library],
                         timeout=timeout_s)
@@ -85,6 +92,8 @@ def cuda_check(config: Config, timeout_s: float) -> list[DeviceHealth] | None:
     except QueryFailed as exc:
         return [DeviceHealth(FAMILY, FAMILY, "unknown", str(exc), "cuda")]
     if "missing" in answer:
+        return None
+    if answer.get("init") == NO_DEVICE and not glob.glob(GPU_NODES):
         return None
     return _devices(answer)
 

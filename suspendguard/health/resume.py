@@ -95,8 +95,8 @@ def check(config: Config, since: datetime, findings: Iterable[FindingRecord] = (
     if "nvidia" in wanted:
         cuda = nvidia.cuda_check(config, timeout)
         if cuda is None:
-            notes.append(f"no CUDA driver ({config.resume.cuda_library} cannot be loaded): "
-                         "no NVIDIA device checked")
+            notes.append(f"no CUDA driver ({config.resume.cuda_library} cannot be loaded, "
+                         "or it sees no GPU): no NVIDIA device checked")
         else:
             answers += cuda
             for found, note in (nvidia.nvml_check(config, timeout),

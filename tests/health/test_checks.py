@@ -71,6 +71,23 @@ def test_no_cuda_driver_is_no_nvidia_device(tmp_path: Path) -> None:
     assert "no CUDA driver" in report.notes[0]
 
 
+def test_a_driver_that_sees_no_gpu_is_no_nvidia_device(
+        gpu: Gpu, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # cuInit answers 100 (CUDA_ERROR_NO_DEVICE) on a host that has the driver's
+    # libraries and no GPU: nothing to check, not a GPU unhealthy after resume.
+    monkeypatch.setenv("FAKE_CUDA_MODE", "nodevice")
+    monkeypatch.setattr(nvidia, "GPU_NODES", str(tmp_path / "nvidia[0-9]*"))
+    config = gpu_config(gpu)
+    assert nvidia.cuda_check(config, 20.0) is None
+    report = check(config, SINCE)
+    assert report.devices == () and report.healthy
+    # Where a GPU's device node is, the same answer is a GPU the driver lost.
+    (tmp_path / "nvidia0").touch()
+    found = nvidia.cuda_check(config, 20.0) or []
+    assert [(d.state, d.reason) for d in found] == [
+        ("unhealthy", "CUDA init error 100 (CUDA_ERROR_NO_DEVICE)")]
+
+
 @pytest.mark.parametrize(("line", "unhealthy"), [
     ("NVRM: Xid (PCI:0000:01:00): 79, pid=1234, name=python3, GPU has fallen off the bus.", True),
     ("NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.", True),

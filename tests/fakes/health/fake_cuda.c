@@ -6,7 +6,9 @@
  *                       nvidia_uvm is reloaded (the fake modprobe makes it)
  *   FAKE_CUDA_MODE      ok (always healthy) | broken (999 even after a
  *                       reload) | hang (cuInit never returns) | ctx (the
- *                       context on the last device fails with 999)
+ *                       context on the last device fails with 999) |
+ *                       nodevice (cuInit returns 100, CUDA_ERROR_NO_DEVICE,
+ *                       as on a host with the driver's libraries and no GPU)
  *   FAKE_CUDA_COUNT     how many devices (default 1)
  *   FAKE_CUDA_LOG       each call is appended here
  */
@@ -39,6 +41,7 @@ int cuInit(unsigned int flags) {
     if (mode("hang")) for (;;) pause();
     if (mode("ok") || mode("ctx")) return 0;
     if (mode("broken")) return 999;
+    if (mode("nodevice")) return 100;
     const char *marker = getenv("FAKE_CUDA_RELOADED");
     return marker != NULL && access(marker, F_OK) == 0 ? 0 : 999;
 }
