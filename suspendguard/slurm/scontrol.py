@@ -19,8 +19,9 @@ _FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z_]*)=")
 # The end of the reason: its "[user@time]" stamp, then the end of the line or one of
 # the fields Slurm prints after it (src/api/node_info.c: Comment, Extra, InstanceId,
 # InstanceType, ReservationName).
-_REASON_END = re.compile(r"(?:\s\[[^\]@]+@[^\]]+\])?"
-                         r"(?=$| (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=)")
+_AFTER = r"(?=$| (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=)"
+# The stamp first: a reason's own words may look like one of those fields.
+_REASON_ENDS = (re.compile(r"\s\[[^\]@]+@[^\]]+\]" + _AFTER), re.compile(_AFTER))
 
 
 class SlurmError(RuntimeError):
@@ -65,8 +66,8 @@ def _fields(line: str) -> dict[str, str]:
     head, sep, reason = line.partition(" Reason=")
     tail = ""
     if sep:
-        end = _REASON_END.search(reason)
-        assert end is not None  # it matches at the end of the line, if nowhere before
+        end = _REASON_ENDS[0].search(reason) or _REASON_ENDS[1].search(reason)
+        assert end is not None  # the second matches at the end of the line, if nowhere before
         reason, tail = reason[:end.start()], reason[end.end():]
     out: dict[str, str] = {}
     for part in (head, tail):

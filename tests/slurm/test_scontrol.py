@@ -64,7 +64,10 @@ def test_a_reason_ends_at_its_stamp_when_a_comment_or_reservation_follows() -> N
         "NodeName=node1 State=IDLE+DRAIN CurrentWatts=n/a AveWatts=n/a "
         "Reason=maintenance window [root@2026-12-03T17:32:37] Comment=RMA 4711 Extra=rack=4\n"
         "NodeName=node2 State=IDLE+DRAIN Reason=disk swap ReservationName=maint\n"
+        "NodeName=node3 State=IDLE+DRAIN Reason=set Extra=1 by hand [root@2026-12-03T17:32:37]\n"
     )
-    n1, n2 = parse_nodes(text)
+    n1, n2, n3 = parse_nodes(text)
     assert n1.reason == "maintenance window" and n1.drained
     assert n2.reason == "disk swap"
+    # The stamp ends a reason first, whatever its own words look like.
+    assert n3.reason == "set Extra=1 by hand"
