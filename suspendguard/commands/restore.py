@@ -56,7 +56,10 @@ def health_step(config: Config, history: History, log: Logger) -> AfterResume:
         history.record_event(name, attempt.action if attempt else None, note, attempt_id)
         log.info(f"after resume: {name}: {note}")
 
-    outcome = after_resume(config, since, attempt.findings if attempt else (),
+    # The logs' findings are what this resume left: they count at its first check. A later
+    # restore (the jobs were held) asks the devices alone, as a repair's own check does.
+    first = attempt is not None and not any(e.phase == "health" for e in attempt.events)
+    outcome = after_resume(config, since, attempt.findings if attempt and first else (),
                            blockers=Blocker(config), step=step)
     history.record_health(attempt_id, outcome.final.devices)
     for note in outcome.final.notes:

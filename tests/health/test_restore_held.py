@@ -14,7 +14,7 @@ import pytest
 from conftest import MODPROBE, Gpu
 from helpers.holders import Holders
 from helpers.journal import entries, standing_in, unfilled
-from helpers.records import ended
+from helpers.records import ended, finding
 from helpers.runners import cli
 
 from suspendguard.commands.restore import HELD_MESSAGE_ID
@@ -163,3 +163,24 @@ def test_idle_host_is_checked_and_repaired_too(gpu_conf: Path, gpu: Gpu, no_bus:
     assert "modprobe nvidia_uvm" in gpu.calls()
     with History.open(str(gpu_conf.parent / "state"), readonly=True) as h:
         assert [(r.device, r.state) for r in h.last_health()] == [("gpu 0", "healthy")]
+
+
+def test_a_log_finding_holds_once_and_the_next_restore_asks_the_devices(
+        npu: Any, tmp_path: Path, no_bus: str) -> None:
+    # [resume] repair = false: nothing checks again within the restore. The
+    # finding the resume left counts at its first check; the restore after the
+    # hold asks the devices alone, and npu-smi and pyACL answer healthy.
+    conf = tmp_path / "config.toml"
+    conf.write_text(
+        f'[devices]\nfamilies = ["ascend"]\n[state]\ndir = "{tmp_path / "state"}"\n'
+        f'[idle]\nbackends = []\nnpu_smi = "{npu.tool}"\nascend_env = "{npu.env}"\n'
+        '[resume]\nrepair = false\n')
+    attempt = stopped_job(tmp_path / "state")
+    with History.open(str(tmp_path / "state")) as h:
+        h.record_findings(attempt, [finding("device-busy")])
+    code, out, _ = cli("--config", str(conf), "restore")
+    assert code == 1 and out.startswith("1 jobs held after resume: device ")
+    code, out, _ = cli("--config", str(conf), "restore", "--json")
+    doc = json.loads(out)
+    assert doc["held"] == [] and doc["health"]["final"]["healthy"] is True
+    assert code == 3  # the start is tried: no systemd on this bus
