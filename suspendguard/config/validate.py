@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 from collections.abc import Callable
@@ -136,6 +137,10 @@ def _number(value: Any, kind: str) -> float:
         raise Invalid("a number" if kind == "float" else "an integer")
     if kind == "int" and not isinstance(value, int):
         raise Invalid("an integer")
+    # TOML has nan and inf: nan compares false with every bound (a busy_threshold
+    # of nan would read every device idle), inf is no wait anyone means.
+    if not math.isfinite(value):
+        raise Invalid(f"a finite number, got {value}")
     if value < 0:
         raise Invalid(f"a number >= 0, got {value}")
     return value
@@ -147,7 +152,7 @@ def _step(item: str) -> EscalationStep:
         wait = float(secs) if sep else -1.0
     except ValueError:
         wait = -1.0
-    if wait < 0:
+    if not math.isfinite(wait) or wait < 0:
         raise Invalid(f'steps like "SIGTERM:10", got {item!r}')
     return EscalationStep(signal_name(name), wait)
 
@@ -198,7 +203,8 @@ def _drain_rule(value: Any) -> DrainRule:
     if not isinstance(value, dict) or "timeout_s" not in value:
         raise Invalid("must be a table such as { uid = 1000, timeout_s = 90 }")
     timeout = value["timeout_s"]
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout) or timeout <= 0):
         raise Invalid(f"timeout_s must be a number > 0, got {timeout!r}")
     match = {k: v for k, v in value.items() if k != "timeout_s"}
     return DrainRule(_rule(match), float(timeout))

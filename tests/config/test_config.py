@@ -48,6 +48,13 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
         ("[drian]\n", "unknown section [drian]"),
         ('[drain]\ntimeout_s = "30"\n', "[drain] timeout_s (line 2): expected a number"),
         ("[drain]\ntimeout_s = -1\n", "expected a number >= 0"),
+        # TOML's nan passes every comparison's bound: a nan busy_threshold reads
+        # every device idle, a nan deadline_s or wait checks nothing.
+        ("[idle]\nbusy_threshold = nan\n", "[idle] busy_threshold (line 2): expected a finite number"),
+        ("[drain]\ndeadline_s = nan\n", "[drain] deadline_s (line 2): expected a finite number"),
+        ("[drain]\ndeadline_s = inf\n", "[drain] deadline_s (line 2): expected a finite number"),
+        ('[drain]\nescalate = ["SIGTERM:nan"]\n', 'expected steps like "SIGTERM:10"'),
+        ("[[policy.drain]]\nuid = 0\ntimeout_s = nan\n", "entry 1: timeout_s must be a number > 0"),
         ('[drain]\nsignal = "SIGFOO"\n', '[drain] signal (line 2): expected a signal name'),
         ('[drain]\non_sigint_ignored = "kill"\n', 'expected one of "veto", "escalate"'),
         ('[drain]\nescalate = ["SIGTERM"]\n', 'expected steps like "SIGTERM:10"'),
