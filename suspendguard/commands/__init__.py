@@ -258,6 +258,7 @@ COMMANDS: tuple[Command, ...] = (
              (1, "documented failures found (like grep); with --explain: the code is not in "
                  "the vendor code table"),
              (2, "bad usage, or a PATH that does not exist or cannot be read (it says which)"),
+             (3, "--since last-attempt: the history cannot be read"),
              UNTRUSTED_EXIT)),
     Command("status", "accelerators, holders, verdict, installation, logind, history",
             "status:command", _status, ((0, "the report was made"), USAGE_EXIT, UNTRUSTED_EXIT)),

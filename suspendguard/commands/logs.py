@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
-from suspendguard.errors import EXIT_USAGE, UsageError
+from suspendguard.errors import EXIT_USAGE, HistoryError, UsageError
 from suspendguard.logs import codes
 from suspendguard.logs.finding import Finding, Skipped
 from suspendguard.logs.journal import unit_name
@@ -53,7 +53,10 @@ def parse_option_time(value: str, option: str) -> datetime:
 
 def last_attempt(config: Config) -> datetime:
     """When the last recorded suspend attempt started, from the history."""
-    start = last_attempt_start(config.state.dir)
+    try:
+        start = last_attempt_start(config.state.dir)
+    except HistoryError as exc:
+        raise HistoryError(f"--since last-attempt: {exc}") from None
     if start is None:
         raise UsageError(f"--since last-attempt: no recorded attempt in {config.state.dir}")
     return start

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from suspendguard.config import Config, to_toml
-from suspendguard.errors import HistoryError
+from suspendguard.errors import HistoryError, NoHistory
 from suspendguard.record import (
     Attempt,
     DeviceHealth,
@@ -267,10 +267,12 @@ class History(Reads):
             )
 
 def last_attempt_start(state_dir: str) -> datetime | None:
-    """When the last real suspend attempt started (for ``logs --since last-attempt``)."""
+    """When the last real suspend attempt started (for ``logs --since last-attempt``);
+    None when there is no history yet. A history that cannot be read raises
+    HistoryError: that is not "no attempt"."""
     try:
         with History.open(state_dir, readonly=True) as h:
             attempt = h.last_real_attempt()
-    except HistoryError:
+    except NoHistory:
         return None
     return datetime.fromtimestamp(attempt.started) if attempt else None

@@ -105,6 +105,19 @@ def test_last_attempt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert doc["since"] == "2023-01-01T02:53:40.850800"
 
 
+def test_last_attempt_with_an_unreadable_history_says_so(tmp_path: Path) -> None:
+    # A damaged history is not "no recorded attempt": its reason, exit status 3.
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "history.db").write_bytes(b"not a database" * 512)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[state]\ndir = "{state}"\n')
+    code, out, err = run("--config", str(config), str(FIXTURES), "--since", "last-attempt")
+    assert code == 3 and out == "" and err.count("\n") == 1, err
+    assert "--since last-attempt: cannot read" in err and str(state / "history.db") in err
+    assert "no recorded attempt" not in err
+
+
 def test_default_paths_from_config(tmp_path: Path) -> None:
     logs = tmp_path / "proc-logs" / "debug" / "plog"
     logs.mkdir(parents=True)
