@@ -56,7 +56,8 @@ def _load_config(config_arg: str | None, environ: Mapping[str, str]) -> tuple[Co
 
 def _state_dir(path: str) -> StateDir:
     exists = os.path.isdir(path)
-    return StateDir(path, exists, exists and os.access(path, os.W_OK | os.X_OK))
+    return StateDir(path, exists, exists and os.access(path, os.W_OK | os.X_OK),
+                    not_a_folder=not exists and os.path.lexists(path))
 
 
 def _history(state_dir: str, n: int, config_path: str | None) -> HistoryStatus:

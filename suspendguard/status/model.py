@@ -71,8 +71,12 @@ class StateDir:
     path: str
     exists: bool
     writable: bool  # os.access for this user; nothing is written
+    not_a_folder: bool = False  # something else (a file) is at the path: it cannot be created
 
     def describe(self) -> str:
+        if self.not_a_folder:
+            return ("not a directory: no history or mode can be kept there (remove what is "
+                    "there, or change [state] dir)")
         if not self.exists:
             return "absent (created by install or the first recorded attempt)"
         return "writable" if self.writable else "not writable by this user"

@@ -257,6 +257,16 @@ def test_status_writes_nothing(conf: Path, no_bus: str) -> None:
     assert "history: no history yet" in out
 
 
+def test_a_state_dir_that_is_a_file_is_not_called_absent(conf: Path, no_bus: str) -> None:
+    # Nothing can create the folder there: "absent (created by ... the first recorded
+    # attempt)" would be false.
+    (conf.parent / "state").write_text("")
+    code, out, _ = status("--config", str(conf))
+    assert code == 0
+    [line] = [x for x in out.splitlines() if "state dir: " in x]
+    assert "not a directory" in line and "absent" not in line
+
+
 # --- history --------------------------------------------------------------------------------
 
 def test_history_last_attempts_counts_and_findings(conf: Path, no_bus: str) -> None:
