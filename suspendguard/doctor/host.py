@@ -53,7 +53,11 @@ class Host:
         found: tuple[str | None, str] = (None, "")
         for folder in MODPROBE_DIRS:
             for file in sorted(glob.glob(str(self.path(folder) / "*.conf"))):
-                for line in Path(file).read_text(errors="replace").splitlines():
+                try:
+                    text = Path(file).read_text(errors="replace")
+                except OSError:  # a dangling link, a folder, a file root alone may read
+                    continue
+                for line in text.splitlines():
                     m = _OPTION.match(line)
                     if not m:
                         continue

@@ -84,6 +84,18 @@ def _modprobe_preserve_only(root: Path) -> None:
     (root / "etc/systemd/system/systemd-suspend.service.wants/nvidia-resume.service").unlink()
 
 
+def test_an_unreadable_modprobe_file_is_passed_over(tmp_path: Path) -> None:
+    # A dangling link or a folder in modprobe.d, as modprobe itself passes them over:
+    # the other files are still read, and doctor (and status, which runs it) go on.
+    root = clean_host(tmp_path)
+    link(root, "etc/modprobe.d/00-gone.conf", str(tmp_path / "gone.conf"))
+    (root / "etc/modprobe.d/01-folder.conf").mkdir()
+    _modprobe_preserve_only(root)
+    assert ids(root) == ["nvidia-preserve-without-units"]
+    code, _, err = cli("doctor", "--root", str(root))
+    assert code == 1 and err == ""
+
+
 def _preserve_off(root: Path) -> None:
     write(root, "proc/driver/nvidia/params", "PreserveVideoMemoryAllocations: 0\n")
 
