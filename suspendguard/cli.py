@@ -149,6 +149,8 @@ def main(
         if command is None:  # no command: say which there are
             build_parser().print_help(out)
             return EXIT_USAGE
+        if args.config == "":  # ("$UNSET"): never the default file in its place
+            raise UsageError("--config: expected a PATH, got an empty string")
         ctx = Context(args.config, out, err, dict(os.environ) if environ is None else environ,
                       stdin=stdin or sys.stdin)
         return handler_of(command)(args, ctx)

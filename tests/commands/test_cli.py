@@ -80,6 +80,16 @@ def test_pre_sleep_bad_usage_is_2(conf: Path) -> None:
     assert code == 2
 
 
+def test_an_empty_config_path_is_refused_not_the_default_file(tmp_path: Path) -> None:
+    # --config "$UNSET" must not silently read /etc/suspendguard/config.toml instead.
+    other = tmp_path / "env.toml"
+    other.write_text("[drain]\ntimeout_s = 7\n")
+    for argv in (["--config", "", "config"], ["config", "--config="], ["check", "--config", ""]):
+        code, out, err = cli(*argv, environ={"SUSPENDGUARD_CONFIG": str(other)})
+        assert (code, out) == (2, ""), argv
+        assert err == "suspendguard: --config: expected a PATH, got an empty string\n"
+
+
 def test_journal_priorities(conf: Path, node: str, holders: Holders) -> None:
     holders.start(node, mode="deaf")
     code, _, err = cli("pre-sleep", "--config", str(conf), environ={"JOURNAL_STREAM": "8:1234"})
