@@ -183,6 +183,9 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         if args.paths or args.unit or args.since or args.until:
             raise UsageError("--explain CODE reads no log: give it no PATH, --unit, --since or "
                              "--until")
+        if not codes.normalise(args.explain):
+            raise UsageError(f"--explain {args.explain!r}: expected a vendor code such as "
+                             "EL0004, 507033 or -8020")
         return explain(args.explain, ctx.out, args.json)
     since_arg: str | None = args.since
     until_arg: str | None = args.until

@@ -269,6 +269,15 @@ def test_explain_takes_a_code_as_pasted_and_says_when_it_does_not_know() -> None
     assert status == 1 and json.loads(out) == {"code": "nonsense", "known": False}
 
 
+def test_explain_of_no_code_is_a_usage_error() -> None:
+    # Not ": not in the vendor code table" (exit 1), which names nothing.
+    for given in ("", "  "):
+        status, out, err = cli("logs", "--explain", given)
+        assert status == 2 and out == ""
+        assert err == f"suspendguard: --explain {given!r}: expected a vendor code such as " \
+            "EL0004, 507033 or -8020\n"
+
+
 def test_explain_reads_no_log() -> None:
     status, out, err = cli("logs", "--explain", "EL0004", str(LOGS))
     assert status == 2 and out == ""
