@@ -46,13 +46,29 @@ def texts(column: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def _seconds(value: Any, column: str) -> float | None:
+    """A time or a duration column's value; SQLite keeps whatever was written (text in a
+    REAL column), so a value that is no number is a damaged row (TypeError)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise TypeError(f"{column} is {str(value)[:40]!r}, not a number")
+    return value
+
+
+def _time(value: Any, column: str) -> float:
+    """A time column that may not be NULL (see :func:`_seconds`)."""
+    if value is None:
+        raise TypeError(f"{column} is missing")
+    return cast(float, _seconds(value, column))
+
+
 def _holder(r: Sequence[Any]) -> KeptRecord:
     """A holder's record from its row: pid, start_time, user, unit, comm, cmdline, action, rule,
     outcome, seconds, why, source, round, owner (its key), uid, exe."""
     holder = KeptHolder(r[0], r[1], r[2] or "", r[3], r[4] or "", r[5] or "", r[11] or "proc",
                         r[14], r[15])
     return KeptRecord(holder, cast(Action, r[6]), r[7] or "",
-                      Outcome(cast(OutcomeKind, r[8]), r[9], r[10] or ""), r[12],
+                      Outcome(cast(OutcomeKind, r[8]), _seconds(r[9], "holder seconds"),
+                              r[10] or ""), r[12],
                       Owner.from_key(r[13]))
 
 def _verdict(kind: str | None, reasons: Any, warnings: Any, details: Any,
@@ -203,6 +219,8 @@ class Reads:
             return None
 
     def _decode(self, r: Sequence[Any]) -> Attempt:
+        started = _time(r[1], "started")
+        finished = _seconds(r[2], "finished")
         state: AttemptState = "done"
         if r[6] is None:
             state = "running" if self._alive(r[10], r[11]) else "interrupted"
@@ -226,13 +244,14 @@ class Reads:
             )
         )
         events = tuple(
-            Event(e[0], e[1], e[2], e[3] or "", r[0]) for e in self.conn.execute(
+            Event(_time(e[0], "event time"), e[1], e[2], e[3] or "", r[0])
+            for e in self.conn.execute(
                 "SELECT time, phase, action, note FROM events WHERE attempt_id = ? ORDER BY id",
                 (r[0],),
             )
         )
         return Attempt(
-            id=r[0], started=r[1], finished=r[2], action=r[3], origin=r[4], dry_run=bool(r[5]),
+            id=r[0], started=started, finished=finished, action=r[3], origin=r[4], dry_run=bool(r[5]),
             verdict=_verdict(r[6], r[7], r[8], r[12], state),
             config_digest=r[9], holders=holders, findings=findings, events=events,
             stops=tuple(self._stops("attempt_id = ?", (r[0],))), state=state,

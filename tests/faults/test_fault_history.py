@@ -118,6 +118,28 @@ def test_row_with_invalid_json_is_skipped_and_said(make_config: Any, tmp_path: P
     assert ids == ["3", "1"]
 
 
+@pytest.mark.parametrize(("column", "table"), [("started", "attempts"), ("finished", "attempts"),
+                                             ("time", "events")])
+def test_row_with_text_for_a_time_is_skipped_and_said(make_config: Any, tmp_path: Path,
+                                                      column: str, table: str) -> None:
+    # SQLite keeps text written to a REAL column: a damaged row, not a TypeError traceback.
+    cfg = make_config()
+    db = filled(cfg, 3)
+    with sqlite3.connect(db) as c:
+        if table == "events":
+            c.execute("INSERT INTO events (attempt_id, time, phase) VALUES (2, 'soon', 'post')")
+        else:
+            c.execute(f"UPDATE attempts SET {column} = 'yesterday' WHERE id = 2")
+    conf = history_conf(tmp_path, Path(cfg.state.dir))
+    for argv in (["history"], ["history", "--json"], ["status"]):
+        status, out, err = cli(*argv, "--config", str(conf))
+        assert status == 0 and "Traceback" not in err, argv
+        if argv[0] == "history":
+            assert one_line(err) and "attempt 2: damaged row skipped" in err
+    status, out, _ = cli("history", "--config", str(conf))
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["3", "1"]
+
+
 def test_three_guards_on_a_corrupt_database_keep_the_original(make_config: Any) -> None:
     cfg = make_config()
     state = Path(cfg.state.dir)
