@@ -60,7 +60,7 @@ def write(state_dir: str, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         return
-    os.makedirs(state_dir, mode=0o755, exist_ok=True)
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)  # as the history keeps it
     tmp = f"{path}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:

@@ -45,6 +45,14 @@ def test_switch_and_show(conf: Path) -> None:
     assert not Path(state(conf), "mode").exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching the mode needs root")
+def test_switching_makes_the_state_folder_0700(conf: Path) -> None:
+    # docs/configuration.md: [state] dir is kept 0700, whoever makes it first.
+    assert not Path(state(conf)).exists()
+    assert run_cli(conf, "mode", "off")[0] == 0
+    assert Path(state(conf)).stat().st_mode & 0o777 == 0o700
+
+
 def test_unknown_mode_is_a_usage_error(conf: Path) -> None:
     code, _, err = run_cli(conf, "mode", "sometimes")
     assert code == 2 and "invalid choice: 'sometimes'" in err
