@@ -32,7 +32,9 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     try:
         guard_mode.write(state_dir, args.mode)
     except OSError as exc:
-        ctx.err.write(f"suspendguard: mode {args.mode}: {state_dir}: {exc.strerror}\n")
+        # makedirs says "File exists" (EEXIST) of a file where the folder should be.
+        why = "not a directory" if isinstance(exc, FileExistsError) else exc.strerror
+        ctx.err.write(f"suspendguard: mode {args.mode}: {state_dir}: {why}\n")
         return EXIT_ERROR
     ctx.out.write(f"{args.mode}: {MEANING[args.mode]}\n")
     return 0

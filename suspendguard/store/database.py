@@ -93,6 +93,8 @@ def prepare_dir(state_dir: str) -> None:
     """Create the state folder (0700) or check that it is this user's own; no symlink."""
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    except FileExistsError:  # something else than a folder there (EEXIST says "File exists")
+        raise HistoryError(f"state folder {state_dir}: not a directory") from None
     except OSError as exc:
         raise HistoryError(f"cannot create {state_dir}: {exc.strerror}") from None
     try:

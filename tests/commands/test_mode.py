@@ -10,6 +10,7 @@ import pytest
 from helpers.holders import Holders
 
 from suspendguard.cli import main
+from suspendguard.errors import HistoryError
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 
@@ -51,6 +52,16 @@ def test_switching_makes_the_state_folder_0700(conf: Path) -> None:
     assert not Path(state(conf)).exists()
     assert run_cli(conf, "mode", "off")[0] == 0
     assert Path(state(conf)).stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching the mode needs root")
+def test_a_file_where_the_state_folder_should_be_is_named_so(conf: Path) -> None:
+    Path(state(conf)).write_text("")
+    code, out, err = run_cli(conf, "mode", "observe")
+    assert (code, out) == (3, "")
+    assert err == f"suspendguard: mode observe: {state(conf)}: not a directory\n"
+    with pytest.raises(HistoryError, match=r"state folder .*: not a directory$"):
+        History.open(state(conf))
 
 
 def test_unknown_mode_is_a_usage_error(conf: Path) -> None:
