@@ -263,7 +263,12 @@ class Status:
     def next_suspend(self) -> str:
         """What will happen to the next suspend, in one line: status leads with it."""
         refusal = self.refusal()
-        if refusal:
+        unguarded = "suspends are not guarded (the veto unit is not enabled: suspendguard install)"
+        if refusal and not self.installation.enabled:
+            return f"{unguarded}; once it is, every suspend will be refused: {refusal}"
+        # No backend is the guard's own veto: observe and off let the suspend go all the
+        # same. A config or an interpreter the unit cannot run refuses in every mode.
+        if refusal and (self.mode.name == "enforce" or refusal != self.no_backend()):
             return f"every suspend will be refused: {refusal}"
         v = self.verdict()
         if isinstance(v, Unavailable):
@@ -272,8 +277,7 @@ class Status:
             return ("suspends are not guarded: the guard is off (suspendguard mode enforce); "
                     f"it would say {v.kind} now")
         if not self.installation.enabled:
-            guard = "suspends are not guarded (the veto unit is not enabled: suspendguard install)"
-            return f"{guard}; the guard would say {v.kind} now"
+            return f"{unguarded}; the guard would say {v.kind} now"
         if self.mode.name == "observe":
             return ("observe mode: the next suspend goes ahead whatever the guard finds "
                     f"(suspendguard mode enforce); it would say {v.kind} now")

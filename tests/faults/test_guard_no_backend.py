@@ -34,5 +34,6 @@ def test_no_backend_for_the_gpu_vetoes_before_the_drain(tmp_path: Path) -> None:
     assert why.endswith("vetoed by [idle] on_unknown = veto")
     assert result["signals"] == [] and result["alive"]  # nobody was signalled for nothing
     assert result["status"] == [
-        "every suspend will be refused: no backend can answer for nvidia (install the NVIDIA "
-        "driver's nvidia-smi, or nvidia-ml-py for NVML)"]
+        "suspends are not guarded (the veto unit is not enabled: suspendguard install); once "
+        "it is, every suspend will be refused: no backend can answer for nvidia (install the "
+        "NVIDIA driver's nvidia-smi, or nvidia-ml-py for NVML)"]

@@ -404,9 +404,12 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str) -> Non
     code, out, err = status("--config", str(bad))
     assert code == 0 and err == ""
     lines = out.splitlines()
-    # What the unit would do with this file comes first: it refuses every suspend.
-    assert lines[0] == ("every suspend will be refused: the config is invalid: [drain] timeout_s "
-                        "(line 2): expected a number >= 0, got -3")
+    # What the unit would do with this file comes first: it would refuse every
+    # suspend, once there is a unit to run it.
+    refusal = ("every suspend will be refused: the config is invalid: [drain] timeout_s "
+               "(line 2): expected a number >= 0, got -3")
+    assert lines[0] == ("suspends are not guarded (the veto unit is not enabled: suspendguard "
+                        f"install); once it is, {refusal}")
     assert lines[1].startswith("verdict: UNKNOWN (what check --dry-run gives now)")
     line = next(line for line in lines if line.startswith("  config: "))
     assert line.startswith(f"  config: {bad}: invalid: [drain] timeout_s") and "timeout_s" in line
@@ -423,6 +426,17 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str) -> Non
     code, out, _ = status("--prometheus", "--config", str(bad))
     assert code == 0 and sample(metrics(out), "suspendguard_config_valid") == 0
     assert sample(metrics(out), "suspendguard_suspend_refused") == 1
+    # With the unit enabled, the refusal leads as it stands, whatever the mode.
+    from suspendguard.status.collect import collect
+    from suspendguard.store import mode
+
+    stage = tmp_path / "stage"
+    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
+                environ={}) == 0
+    s = collect(str(bad), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
+    mode.write(s.state_dir.path, "off")
+    s = collect(str(bad), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
+    assert s.mode.name == "off" and s.next_suspend() == refusal
 
 
 def test_missing_explicit_config_is_invalid_not_fatal(tmp_path: Path, no_bus: str) -> None:
@@ -527,16 +541,28 @@ def test_no_backend_for_a_family_leads_status(conf: Path, tmp_path: Path, no_bus
 
     from suspendguard.status.collect import collect
     from suspendguard.status.text import render
+    from suspendguard.store import mode
 
     FakeNvidiaSmi(tmp_path, monkeypatch)
     env = {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}
+    stage = tmp_path / "stage"
+    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
+                environ={}) == 0
     lead = ("every suspend will be refused: no backend can answer for nvidia (install the "
             "NVIDIA driver's nvidia-smi, or nvidia-ml-py for NVML)")
-    s = collect(str(conf), env, idle_check=Checks(tool=str(tmp_path / "no-nvidia-smi")))
+    none = Checks(tool=str(tmp_path / "no-nvidia-smi"))
+    s = collect(str(conf), env, idle_check=none, root=str(stage))
     out = io.StringIO()
     render(s, out)
     assert out.getvalue().splitlines()[0] == lead
     assert s.to_json()["verdict"]["next_suspend"] == lead
+    # Nothing refuses where no unit runs the guard, or where its mode lets every suspend go.
+    s = collect(str(conf), env, idle_check=none)
+    assert s.next_suspend() == ("suspends are not guarded (the veto unit is not enabled: "
+                                f"suspendguard install); once it is, {lead}")
+    mode.write(s.state_dir.path, "observe")
+    s = collect(str(conf), env, idle_check=none, root=str(stage))
+    assert s.next_suspend().startswith("observe mode: the next suspend goes ahead"), s.next_suspend()
     # With a backend that answers, status says what the next suspend gets.
     s = collect(str(conf), env, idle_check=Checks())
     assert s.no_backend() is None
