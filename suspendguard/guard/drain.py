@@ -71,6 +71,7 @@ class _Target:
     # Not signalled by the guard: why it leaves all the same (its launcher
     # forwards the signal, or it is a worker that leaves with its parent).
     quiet: str = ""
+    sent: bool = False  # signalled already, as the launcher of other holders
 
     def close(self) -> None:
         _close(self.pidfd)
@@ -254,7 +255,7 @@ class _Drain:
         signum = int(signal.Signals[signame])
         for key, target in list(self.targets.items()):
             target.signalled_at = self.clock()
-            if target.quiet:
+            if target.quiet or target.sent:
                 continue
             ask = jobs.asks.get(holder_id(target.holder))
             if ask is not None:
@@ -376,12 +377,18 @@ def _forward(jobs: JobStop, targets: dict[int, _Target], signame: str, proc: Pro
     signum = int(signal.Signals[signame])
     by_id = {holder_id(t.holder): t for t in targets.values()}
     for launcher, ranks in jobs.forward:
-        stand_in = Holder(launcher.pid, launcher.start_time, 0, launcher.uid, "", launcher.comm,
-                          "", (), None, None, (), (), launcher.sigint)
-        taken = _take(stand_in, signame, proc, opener)
-        refused = taken if isinstance(taken, Outcome) else _send(taken, signum)
-        if isinstance(taken, _Target):
-            taken.close()
+        own = by_id.get(launcher.id)
+        if own is not None:
+            # The launcher holds a node too: this is its one signal as a holder as well.
+            refused = _send(own, signum)
+            own.sent = refused is None
+        else:
+            stand_in = Holder(launcher.pid, launcher.start_time, 0, launcher.uid, "",
+                              launcher.comm, "", (), None, None, (), (), launcher.sigint)
+            taken = _take(stand_in, signame, proc, opener)
+            refused = taken if isinstance(taken, Outcome) else _send(taken, signum)
+            if isinstance(taken, _Target):
+                taken.close()
         if refused is None:
             log(f"sent {signame} to {launcher.label}, which forwards it to its "
                 f"{len(ranks)} rank(s)")

@@ -6,8 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+from helpers.holders import HOLDER, Holders
+from helpers.runners import guard
 
 from suspendguard.config import DevicesConfig
 from suspendguard.guard.inventory import take_inventory
@@ -88,3 +91,45 @@ def test_a_worker_is_a_child_that_holds_its_parents_open_file(node: str, how: st
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+# A forwarding launcher that itself holds the node (a launcher that opened
+# the device before it started its rank, e.g. to count the GPUs): it is a
+# holder and the rank's launcher at once. Every SIGINT it gets is written
+# down; it passes each on to its rank, then waits for it.
+HOLDING_LAUNCHER = """
+import os, signal, subprocess, sys
+node, holder, marker = sys.argv[1:4]
+f = open(node, "rb")
+rank = subprocess.Popen([sys.executable, holder, "--node", node, "--marker", marker,
+                         "--delay", "0.5"], stdout=subprocess.PIPE, text=True)
+def forward(signum, _frame):
+    with open(marker, "a") as m:
+        m.write(f"{os.getpid()} launcher SIGINT\\n")
+    if sys.argv[4] == "forward":
+        rank.send_signal(signum)
+signal.signal(signal.SIGINT, forward)
+line = rank.stdout.readline()
+print(f"ready {os.getpid()} rank {line.split()[1]}", flush=True)
+rank.wait()
+"""
+
+
+@pytest.mark.parametrize("stop", ["forward"])
+def test_a_launcher_that_holds_a_node_gets_one_signal_and_leaves(
+        make_config: Any, node: str, holders: Holders, stop: str) -> None:
+    """Forward: the launcher's one signal is both its own and its rank's."""
+    launcher = subprocess.Popen([sys.executable, "-c", HOLDING_LAUNCHER, node, HOLDER,
+                                 holders.marker, stop], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    holders.procs.append(launcher)
+    assert launcher.stdout is not None
+    _ready, pid, _rank, rank = launcher.stdout.readline().split()
+    config = make_config(drain={"launchers": [
+        {"cmdline": "import os, signal, subprocess", "stop": stop,
+         "name": "holding-launcher"}]})
+    report = guard(config)
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert launcher.wait(timeout=10) == 0
+    # One SIGINT to each, never two.
+    assert sorted(holders.signals()) == sorted([f"{pid} launcher SIGINT", f"{rank} SIGINT"])
