@@ -82,7 +82,8 @@ def run(
         with bounded(deadline):  # every wait before the verdict ends by then (or at SIGTERM)
             found = look(config.devices, config.idle, r, opening.lock)
             said = opening.said + found.said
-            to_drain, admitted = r.admit(found.decisions, vetoed=bool(said.reasons))
+            # A suspend refused whatever the drain does (a veto, an unknown) stops no job.
+            to_drain, admitted = r.admit(found.decisions, refused=_refused(said, found.unknown))
             said += admitted
             certain_veto = bool(said.reasons)
             if to_drain:
@@ -106,3 +107,8 @@ def run(
         return outcome.record(config.restore, options, opening, report)
     finally:
         opening.close()
+
+
+def _refused(said: Said, unknown: Said) -> str:
+    """Why the suspend is refused already, whatever happens next: "veto", "unknown" or ""."""
+    return "veto" if said.reasons else "unknown" if unknown.reasons else ""

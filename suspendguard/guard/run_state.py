@@ -267,22 +267,24 @@ class RunState:
         return to_signal, said
 
     def admit(self, decisions: Sequence[Decision],
-              vetoed: bool = False) -> tuple[list[Decision], Said]:
+              refused: str = "") -> tuple[list[Decision], Said]:
         """Settle a batch found outside the rounds (the scan, the device); return those to
         signal now, and what settling the others said.
 
-        When the batch holds a veto (or ``vetoed``: one is already certain),
-        or in a dry run, nobody is signalled: each holder that would have
-        been says why not, or what the signal would do.
+        When the batch holds a veto (or ``refused``, "veto" or "unknown": the suspend is
+        refused already, whatever the drain does), or in a dry run, nobody is signalled:
+        each holder that would have been says why not, or what the signal would do.
         """
         to_signal, said = self.settle(decisions, 1)
-        vetoed = vetoed or any(d.vetoes for d in decisions)
-        if not (vetoed or self.options.dry_run):
+        refused = "veto" if any(d.vetoes for d in decisions) else refused
+        if not (refused or self.options.dry_run):
             return to_signal, said
         plan = self.plan(to_signal)
+        why = ("veto anyway: nobody is signalled" if refused == "veto" else
+               "the verdict is unknown anyway: nobody is signalled")
         for d in to_signal:
-            self.record(d, Outcome("not-signalled", why="veto anyway: nobody is signalled")
-                        if vetoed else advice.prediction(d, plan, self.took_before(d)), 1)
+            self.record(d, Outcome("not-signalled", why=why) if refused
+                        else advice.prediction(d, plan, self.took_before(d)), 1)
         return [], said
 
     def signal(self, decisions: Sequence[Decision], reserve: float, round_no: int = 1,

@@ -141,3 +141,17 @@ def test_device_without_process_lists_does_not_answer_for_the_unreadable(
     assert report.verdict.texts[0].startswith(
         f"1 process could not be inspected as root (pids {pid}), and no device view answers "
         "for every device, process lists included (nvidia)")
+
+
+def test_an_unknown_known_before_the_drain_signals_nobody(
+        make_config: Any, node: str, holders: Holders) -> None:
+    """A process the scan could not read, and no device view to answer for it: the suspend
+    is refused (unknown) whatever the drain does, so no job is stopped for it."""
+    job, pid = holders.start(node)
+    _unreadable, other = holders.start(node)
+    report = guard(make_config(), proc=RefusingFds(other))
+    assert report.verdict.kind == "unknown", report.verdict.texts
+    assert holders.signals() == [] and job.poll() is None
+    [hr] = report.holders
+    assert hr.decision.holder.pid == pid and hr.outcome.kind == "not-signalled"
+
