@@ -17,9 +17,13 @@ from suspendguard.idle.base import IdleReport
 from suspendguard.verdict import Reason
 
 
-def confirm_idle(r: RunState, look: Look, certain_veto: bool,
-                 config: IdleConfig) -> tuple[IdleReport | IdleSkipped, Said]:
-    """The device's answer after the drain, or why it was not asked; and what it makes of it."""
+def confirm_idle(r: RunState, look: Look, certain_veto: bool, config: IdleConfig,
+                 refused: str = "") -> tuple[IdleReport | IdleSkipped, Said]:
+    """The device's answer after the drain, or why it was not asked; and what it makes of it.
+
+    ``refused``: "veto" or "unknown" when the suspend is refused already (before or by
+    the drain): a process the device reports now is then not signalled.
+    """
     families = look.inventory.families()
     if not look.inventory.nodes:
         return IdleSkipped("none", "no accelerator nodes found"), NOTHING
@@ -34,7 +38,7 @@ def confirm_idle(r: RunState, look: Look, certain_veto: bool,
         return IdleSkipped("skipped", "the guard was stopped"), NOTHING
     idle = look.idle_check(config, families, r.deadline.at_least(0.5))
     extra, reported = device_view.device_holders(r, idle)
-    to_drain, said = r.admit(extra)
+    to_drain, said = r.admit(extra, refused)
     if to_drain:
         said += rounds.signal(r, to_drain, reserve=config.settle_s + 1.0)[1]
         if not r.cancelled:

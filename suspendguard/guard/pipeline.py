@@ -92,7 +92,8 @@ def run(
                            if found.idle_check is not None and found.inventory.nodes else 0.0)
                 said += rounds.drain(r, to_drain, found.scan.holders, found.inventory, reserve,
                                      config.restore)
-            idle, idle_said = confirm_idle(r, found, certain_veto, config.idle)
+            idle, idle_said = confirm_idle(r, found, certain_veto, config.idle,
+                                           _refused(said, found.unknown))
             said += idle_said
             if r.cancelled:
                 said += Said.veto(Reason("guard-stopped", f"the guard was stopped "

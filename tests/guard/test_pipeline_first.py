@@ -155,3 +155,24 @@ def test_an_unknown_known_before_the_drain_signals_nobody(
     [hr] = report.holders
     assert hr.decision.holder.pid == pid and hr.outcome.kind == "not-signalled"
 
+
+def test_a_process_the_device_reports_after_a_drain_that_vetoed_is_not_signalled(
+        make_config: Any, node: str, holders: Holders, tmp_path: Path, smi: FakeNvidiaSmi) -> None:
+    """The drain already vetoed (a holder outlived its wait): a process the device reports
+    only afterwards is not stopped for a suspend that will not happen."""
+    other = tmp_path / "not-a-node"
+    other.write_bytes(b"")
+    _slow, pid = holders.start(node, mode="slow")
+    late, dpid = holders.start(str(other))  # holds nothing the scan knows
+    smi.show(busy_gpus(), [pid])
+    check = Checks()
+
+    def after_drain(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> IdleReport:
+        if check.calls:
+            smi.show(busy_gpus(), [pid, dpid])
+        return check(config, families, deadline)
+
+    report = guard(make_config(drain={"timeout_s": 1}), idle_check=after_drain)
+    assert report.verdict.kind == "veto", report.verdict.texts
+    assert any(f"pid {pid}" in r and "still running" in r for r in report.verdict.texts)
+    assert holders.signals() == [f"{pid} SIGINT"] and late.poll() is None
