@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from suspendguard.guard import jobs
-from suspendguard.guard.drain import JobStop
+from suspendguard.guard.job_stop import JobStop
 from suspendguard.guard.policy import drain_disposition
 from suspendguard.model import Decision, Holder, Outcome, Owner, holder_id
 from suspendguard.system.procfs import ProcFS

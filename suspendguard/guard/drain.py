@@ -12,12 +12,12 @@ import errno
 import os
 import select
 import signal
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from suspendguard.config import EscalationStep
 from suspendguard.guard.held import Held
-from suspendguard.guard.jobs import Launcher
+from suspendguard.guard.job_stop import NO_JOBS, JobStop
 from suspendguard.model import Holder, HolderId, Outcome, holder_id
 from suspendguard.system.deadline import Cancel, Deadline
 from suspendguard.system.procfs import ProcAccessError, ProcFS
@@ -77,29 +77,6 @@ class _Target:
         _close(self.pidfd)
         if self.watch is not None:
             os.close(self.watch.at)
-
-
-@dataclass(frozen=True, slots=True)
-class JobStop:
-    """How the jobs behind the holders are stopped (guard/jobs.py's plan, for the drain).
-
-    ``quiet``: holders the guard does not signal, and why they leave all the
-    same; ``forward``: launchers that get the signal instead of their ranks
-    (the ranks named), which the guard signals itself should the launcher be
-    gone; ``hold``: launchers stopped meanwhile through ``held``.
-    """
-
-    quiet: Mapping[HolderId, str] = field(default_factory=dict)
-    forward: Sequence[tuple[Launcher, Sequence[HolderId]]] = ()
-    hold: Sequence[Launcher] = ()
-    held: Held | None = None
-    # Holders asked to stop their own way instead of a signal (a Jupyter
-    # kernel's shutdown_request): each call returns "" once asked, else why not.
-    asks: Mapping[HolderId, Callable[[], str]] = field(default_factory=dict)
-    asked_as: str = "a shutdown request"
-
-
-NO_JOBS = JobStop()
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,14 +202,11 @@ def drain(
                 log(f"stopped {launcher.label} (SIGSTOP) while its ranks leave: it continues "
                     "once they left")
         watch.send_all(signame, jobs)
-        wait_s, shortened = watch.first_wait(signame, timeout_s)
+        wait_s, shortened = watch.first_wait(signame, timeout_s, jobs.held)
         watch.escalate(escalate, jobs)
         watch.time_out()
     finally:
-        if jobs.held is not None and jobs.held.launchers:
-            names = ", ".join(lr.label for lr, _fd in jobs.held.launchers)
-            jobs.held.release()
-            log(f"continued {names}")
+        _release(jobs.held, log)
         for target in watch.targets.values():
             target.close()
     return DrainResult(watch.outcomes, wait_s, shortened)
@@ -278,8 +252,13 @@ class _Drain:
         self.outcomes[holder_id(target.holder)] = outcome
         target.close()
 
-    def first_wait(self, signame: str, timeout_s: float) -> tuple[float, bool]:
-        """Wait up to ``timeout_s`` after the signal, cut to the deadline: (the wait, whether cut)."""
+    def first_wait(self, signame: str, timeout_s: float,
+                   held: Held | None = None) -> tuple[float, bool]:
+        """Wait up to ``timeout_s`` after the signal, cut to the deadline: (the wait, whether cut).
+
+        A held launcher that holds a node itself leaves only once continued, its
+        signal pending meanwhile: it is continued as soon as it is all that is left.
+        """
         now = self.clock()
         until = min(now + timeout_s, self.deadline.at)
         wait_s = max(0.0, until - now)
@@ -290,7 +269,11 @@ class _Drain:
             cut = f" (cut from {timeout_s:g} s to end within the deadline)" if shortened else ""
             self.log(f"sent {signame} to {len(sent)} holder(s): {names}; "
                      f"waiting up to {wait_s:.1f} s{cut}")
-        self.wait(until)
+        launchers = {lr.id for lr, _fd in held.launchers} if held is not None else set()
+        self.wait(until, launchers)
+        if self.targets and {holder_id(t.holder) for t in self.targets.values()} <= launchers:
+            _release(held, self.log)
+            self.wait(until)
         return wait_s, shortened
 
     def escalate(self, steps: Sequence[EscalationStep], jobs: JobStop) -> None:
@@ -319,9 +302,17 @@ class _Drain:
                 why += f" ({self.deadline.cancel_reason})"
             self.outcomes[holder_id(target.holder)] = Outcome("timeout", round(waited, 3), why)
 
-    def wait(self, until: float) -> None:
+    def wait(self, until: float, rest: Collection[HolderId] = ()) -> None:
+        """Until every holder left but those in ``rest``, or ``until``."""
         _wait(self.targets, self.outcomes, until, self.deadline.cancel, self.log,
-              self.progress_every_s, self.clock)
+              self.progress_every_s, self.clock, rest)
+
+
+def _release(held: Held | None, log: Log) -> None:
+    if held is not None and held.launchers:
+        names = ", ".join(lr.label for lr, _fd in held.launchers)
+        held.release()
+        log(f"continued {names}")
 
 
 def _wait(
@@ -332,6 +323,7 @@ def _wait(
     log: Log,
     progress_every_s: float,
     clock: Callable[[], float],
+    rest: Collection[HolderId] = (),
 ) -> None:
     poller = select.poll()
     for key in targets:
@@ -340,7 +332,7 @@ def _wait(
     if cancel is not None:
         poller.register(cancel.fd, select.POLLIN)
     next_progress = clock() + progress_every_s
-    while targets:
+    while targets and not {holder_id(t.holder) for t in targets.values()} <= set(rest):
         if cancel is not None and cancel.cancelled:
             return
         now = clock()

@@ -19,9 +19,10 @@ from types import MappingProxyType
 
 from suspendguard.config import DrainConfig, IdleConfig, PolicyConfig
 from suspendguard.guard import advice, jobs, jupyter
-from suspendguard.guard.drain import UNSIGNALLABLE, DrainResult, JobStop, drain
+from suspendguard.guard.drain import UNSIGNALLABLE, DrainResult, drain
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
+from suspendguard.guard.job_stop import JobStop
 from suspendguard.guard.ledger import NO_LEDGER, Ledger
 from suspendguard.guard.policy import decide
 from suspendguard.idle.base import IdleReport

@@ -115,10 +115,11 @@ rank.wait()
 """
 
 
-@pytest.mark.parametrize("stop", ["forward"])
+@pytest.mark.parametrize("stop", ["forward", "hold"])
 def test_a_launcher_that_holds_a_node_gets_one_signal_and_leaves(
         make_config: Any, node: str, holders: Holders, stop: str) -> None:
-    """Forward: the launcher's one signal is both its own and its rank's."""
+    """Forward: the launcher's one signal is both its own and its rank's. Hold: it is
+    stopped while its rank leaves, then continued to act on its own signal and leave."""
     launcher = subprocess.Popen([sys.executable, "-c", HOLDING_LAUNCHER, node, HOLDER,
                                  holders.marker, stop], stdout=subprocess.PIPE, text=True,
                                 start_new_session=True)
@@ -133,3 +134,5 @@ def test_a_launcher_that_holds_a_node_gets_one_signal_and_leaves(
     assert launcher.wait(timeout=10) == 0
     # One SIGINT to each, never two.
     assert sorted(holders.signals()) == sorted([f"{pid} launcher SIGINT", f"{rank} SIGINT"])
+    if stop == "hold":  # stopped, the launcher acted on its signal only after its rank left
+        assert holders.signals() == [f"{rank} SIGINT", f"{pid} launcher SIGINT"]

@@ -1,0 +1,33 @@
+"""The drain's part of a job plan (guard/jobs.py): who is signalled, who forwards, who is held."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from suspendguard.guard.held import Held
+from suspendguard.guard.jobs import Launcher
+from suspendguard.model import HolderId
+
+
+@dataclass(frozen=True, slots=True)
+class JobStop:
+    """How the jobs behind the holders are stopped (guard/jobs.py's plan, for the drain).
+
+    ``quiet``: holders the guard does not signal, and why they leave all the
+    same; ``forward``: launchers that get the signal instead of their ranks
+    (the ranks named), which the guard signals itself should the launcher be
+    gone; ``hold``: launchers stopped meanwhile through ``held``.
+    """
+
+    quiet: Mapping[HolderId, str] = field(default_factory=dict)
+    forward: Sequence[tuple[Launcher, Sequence[HolderId]]] = ()
+    hold: Sequence[Launcher] = ()
+    held: Held | None = None
+    # Holders asked to stop their own way instead of a signal (a Jupyter
+    # kernel's shutdown_request): each call returns "" once asked, else why not.
+    asks: Mapping[HolderId, Callable[[], str]] = field(default_factory=dict)
+    asked_as: str = "a shutdown request"
+
+
+NO_JOBS = JobStop()
