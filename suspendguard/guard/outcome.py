@@ -25,10 +25,13 @@ from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Deadline, bounded
 from suspendguard.verdict import Verdict
 
 
-def attempt(r: RunState, opening: Opening, look: Look, said: Said) -> Attempt:
-    """The run as it ended: its verdict, and each holder in the order it was dealt with."""
+def attempt(r: RunState, opening: Opening, look: Look, said: Said, unknown_said: Said) -> Attempt:
+    """The run as it ended: its verdict, and each holder in the order it was dealt with.
+
+    ``unknown_said``: why the verdict cannot be known (the look's, and the drain's rescans').
+    """
     warnings = said.warnings
-    unknown = look.unknown.reasons
+    unknown = unknown_said.reasons
     if (said.reasons or unknown) and not r.options.dry_run:  # the suspend is refused
         warnings += tuple(
             f"pid {hr.decision.holder.pid} {hr.decision.holder.comm} was drained as a plain "

@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from suspendguard.config import Config
 from suspendguard.guard import outcome, rounds
 from suspendguard.guard.confirm import confirm_idle
-from suspendguard.guard.device_view import default_idle_check
-from suspendguard.guard.look import look
+from suspendguard.guard.device_view import default_idle_check, uninspected
+from suspendguard.guard.look import Look, look
 from suspendguard.guard.opening import HistoryOpener, open_run
 from suspendguard.guard.policy import ancestors
 from suspendguard.guard.render import log_verdict
-from suspendguard.guard.report import Report
+from suspendguard.guard.report import IdleSkipped, Report
 from suspendguard.guard.run_state import IdleCheck, RunOptions, RunState, Said
+from suspendguard.idle.base import IdleReport
 from suspendguard.model import HolderId
 from suspendguard.supervise.owner import OwnerControl
 from suspendguard.system.deadline import ANSWER_MARGIN_S, Cancel, Deadline, bounded, idle_reserve_s
@@ -86,20 +87,24 @@ def run(
             to_drain, admitted = r.admit(found.decisions, refused=_refused(said, found.unknown))
             said += admitted
             certain_veto = bool(said.reasons)
+            unreadable: list[int] = []  # by the rescans between the drain's rounds
             if to_drain:
                 # Time for the idle check only when one will run (system/deadline.py).
                 reserve = (idle_reserve_s(config.idle.settle_s, config.idle.command_timeout_s)
                            if found.idle_check is not None and found.inventory.nodes else 0.0)
-                said += rounds.drain(r, to_drain, found.scan.holders, found.inventory, reserve,
-                                     config.restore)
+                drained, unreadable = rounds.drain(r, to_drain, found.scan.holders,
+                                                   found.inventory, reserve, config.restore)
+                said += drained
             idle, idle_said = confirm_idle(r, found, certain_veto, config.idle,
                                            _refused(said, found.unknown))
             said += idle_said
+            late = _late_unknown(unreadable, found, idle)
+            said += Said.warn(*late.warnings)
             if r.cancelled:
                 said += Said.veto(Reason("guard-stopped", f"the guard was stopped "
                                          f"({deadline.cancel.reason if deadline.cancel else ''}) "
                                          "before it finished"))
-            attempt = outcome.attempt(r, opening, found, said)
+            attempt = outcome.attempt(r, opening, found, said, found.unknown + Said(late.reasons))
         report = Report(attempt, found.inventory, found.scan.unreadable, idle, opening.recorded,
                         options.can_veto, found.scan.unreadable_pids)
         # The verdict line first: it is what the operator and the journal wait
@@ -113,3 +118,11 @@ def run(
 def _refused(said: Said, unknown: Said) -> str:
     """Why the suspend is refused already, whatever happens next: "veto", "unknown" or ""."""
     return "veto" if said.reasons else "unknown" if unknown.reasons else ""
+
+
+def _late_unknown(unreadable: Sequence[int], found: Look, idle: IdleReport | IdleSkipped) -> Said:
+    """A process the drain's rescans could not read (a job started meanwhile) is as unknown
+    as one the look could not read, unless the device's view after the drain answers."""
+    return uninspected(sorted(set(unreadable) - set(found.scan.unreadable_pids)),
+                       idle if isinstance(idle, IdleReport) else None,
+                       found.inventory.families())

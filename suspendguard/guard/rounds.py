@@ -50,8 +50,9 @@ def signal(r: RunState, decisions: Sequence[Decision], reserve: float, round_no:
 
 
 def drain(r: RunState, first: list[Decision], scanned: Sequence[Holder], inventory: Inventory,
-          reserve: float, restore_config: RestoreConfig) -> Said:
-    """The drain in rounds, and what it found; a drain that fails half-way puts the owners
+          reserve: float, restore_config: RestoreConfig) -> tuple[Said, list[int]]:
+    """The drain in rounds: what it found, and the pids its rescans could not read (any of
+    them may be a job started meanwhile); a drain that fails half-way puts the owners
     back first.
 
     ``scanned``: every holder the look found, so that only a new one counts
@@ -71,9 +72,11 @@ def drain(r: RunState, first: list[Decision], scanned: Sequence[Holder], invento
 
 
 def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], inventory: Inventory,
-                 reserve: float) -> Said:
-    """Drain ``first``, then whatever appears in its place, round after round."""
+                 reserve: float) -> tuple[Said, list[int]]:
+    """Drain ``first``, then whatever appears in its place, round after round; and the pids
+    the rescans could not read."""
     said = NOTHING
+    unreadable: set[int] = set()
     pending = first
     round_no = 1
     tags: Tags = NO_TAGS
@@ -83,24 +86,26 @@ def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], invent
         if r.cancelled:
             for d in pending:
                 r.record(d, Outcome("not-signalled", why=r.deadline.cancel_reason), round_no)
-            return said
+            return said, sorted(unreadable)
         gone, signalled = signal(r, pending, reserve, round_no, tags)
         said += signalled
         if not gone or r.cancelled:
-            return said
+            return said, sorted(unreadable)
         respawn_grace(r, pending)
         control = r.options.supervisors
         if r.stops and control is not None:
             back = control.settle(r.stops, r.deadline)
             said += Said.warn(*control.take_warnings())
             if back:
-                return said + Said.veto(*(Reason("restarted", why) for why in back))
+                said += Said.veto(*(Reason("restarted", why) for why in back))
+                return said, sorted(unreadable)
         # Rescan: a supervisor may have restarted the job, or a new one started.
         # fds only: a restarted job opens its nodes first; a mapping
         # without an fd comes later in a job's life. This keeps the step
         # between the last exit and the verdict short.
         rescan = scan_holders(inventory, r.options.proc, exclude=runner.active_children(),
                               maps=False)
+        unreadable.update(p for p in rescan.unreadable_pids if p != 1)
         new = [h for h in rescan.holders if holder_id(h) not in seen]
         seen.update(holder_id(h) for h in new)
         tags = {
@@ -116,7 +121,7 @@ def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], invent
         for d in pending:
             r.record(d, Outcome("not-signalled", why="appeared during the drain"), round_no, tags)
         if any(d.vetoes for d in decisions):
-            return said  # certain veto now: signal nobody else
+            return said, sorted(unreadable)  # certain veto now: signal nobody else
         if pending and round_no > r.drain.rounds:
             for d in pending:
                 respawned = holder_id(d.holder) in tags
@@ -124,8 +129,8 @@ def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], invent
                     "respawned" if respawned else "appeared", advice.left_reason(
                         d.holder, respawned, r.drain.rounds, r.options.proc), d.holder,
                     r.owner(d.holder).key))
-            return said
-    return said
+            return said, sorted(unreadable)
+    return said, sorted(unreadable)
 
 
 def keep_down(r: RunState, holders: Sequence[Holder]) -> Said:

@@ -176,3 +176,30 @@ def test_a_process_the_device_reports_after_a_drain_that_vetoed_is_not_signalled
     assert report.verdict.kind == "veto", report.verdict.texts
     assert any(f"pid {pid}" in r and "still running" in r for r in report.verdict.texts)
     assert holders.signals() == [f"{pid} SIGINT"] and late.poll() is None
+
+
+class RefusingNewFds(ProcFS):
+    """/proc as it is, but the fd table of every process started after this one was made
+    refuses even root: a job that starts during the drain and cannot be read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.known = set(self.pids())
+
+    def open_paths(self, pid: int, *args: Any, **kw: Any) -> list[tuple[str, str]]:
+        if pid not in self.known:
+            raise ProcAccessError(f"/proc/{pid}/fd: Permission denied")
+        return super().open_paths(pid, *args, **kw)
+
+
+def test_a_process_the_rescan_could_not_read_leaves_the_verdict_unknown(
+        make_config: Any, node: str, holders: Holders) -> None:
+    # The job's supervisor starts it again after its SIGINT; the rescan cannot
+    # read the new process, which may hold the node as its first one did.
+    _sup, _supervisor = holders.start(node, mode="supervisor")
+    report = guard(make_config(drain={"rounds": 2}), proc=RefusingNewFds())
+    assert report.verdict.kind == "unknown", report.verdict.texts
+    [why] = report.verdict.texts
+    assert why.startswith("1 process could not be inspected as root (pids ")
+    assert "no device view answers for every device" in why
+    assert [s for s in holders.signals() if s.endswith("SIGINT")] != []
