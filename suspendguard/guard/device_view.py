@@ -137,8 +137,9 @@ def device_holders(r: RunState, idle: IdleReport,
             said += Said.veto(Reason(
                 "device-hidden-holder", f"the device ({p.source}) reports pid {pid} "
                 f"{p.name or ''}".rstrip() + ", which is not visible here (another PID "
-                "namespace, a VM, or a container the guard cannot enter): the guard cannot ask "
-                "it to stop", pid=pid, comm=p.name or None, device=str(p.device) or None))
+                "namespace, a VM, or a container the guard cannot enter; or it ended just as "
+                "the device was read: check again): the guard cannot ask it to stop",
+                pid=pid, comm=p.name or None, device=str(p.device) or None))
             continue
         extra.append(holder)
     return r.decide(extra), said

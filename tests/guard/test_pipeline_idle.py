@@ -102,6 +102,9 @@ def test_device_pid_not_visible_here_vetoes(
     assert report.verdict.kind == "veto"
     assert any(f"reports pid {dead.pid}" in r and "not visible here" in r
                for r in report.verdict.texts)
+    # Gone or elsewhere, this host cannot tell: the reason names both, and what to do.
+    assert any("or it ended just as the device was read: check again" in r
+               for r in report.verdict.texts)
 
 
 def test_hung_npu_smi_never_exceeds_the_deadline(make_config: Any, tmp_path: Path,
