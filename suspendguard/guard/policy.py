@@ -195,14 +195,16 @@ def drain_disposition(holder: Holder, signame: str) -> Disposition:
     """How the holder takes the drain signal, before anyone is signalled.
 
     The scan looked at every thread for SIGINT (another thread, sigwait, a
-    signalfd may take it where the main thread blocks it); any other signal
-    the main thread blocks may still reach a thread that takes it.
+    signalfd may take it where the main thread blocks it; every live thread
+    blocks it where the main one has exited); any other signal the main
+    thread blocks may still reach a thread that takes it.
     """
     signum = signal.Signals[signame]
     disposition = holder.disposition(signum)
-    if disposition != "blocked":
-        return disposition
-    return holder.sigint if signum == signal.SIGINT else "unknown"
+    if signum == signal.SIGINT and disposition != "ignored" and "blocked" in (
+            disposition, holder.sigint):
+        return holder.sigint
+    return "unknown" if disposition == "blocked" else disposition
 
 
 def _thaw_step(holder: Holder) -> str:

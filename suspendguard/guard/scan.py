@@ -227,7 +227,7 @@ def describe_process(
         container=container,
         nspid=status.nspid or (pid,),
         nodes=tuple(unique.values()),
-        sigint=sigint_disposition(proc, pid, status.masks),
+        sigint=sigint_disposition(proc, pid, status.masks, leader_gone=st.state in ("Z", "X")),
         fatal_handlers=status.masks.fatal_handlers(),
         frozen=bool(thaw),
         source=source,
@@ -243,14 +243,19 @@ _BLOCKED_SIGINT: dict[Delivery, Disposition] = {"waited": "waited", "never": "bl
                                                 "unknown": "unknown"}
 
 
-def sigint_disposition(proc: ProcFS, pid: int, masks: SignalMasks) -> Disposition:
-    """How ``pid`` takes SIGINT: its main thread's masks, and every thread's where that one blocks it.
+def sigint_disposition(proc: ProcFS, pid: int, masks: SignalMasks,
+                       leader_gone: bool = False) -> Disposition:
+    """How ``pid`` takes SIGINT: its main thread's masks, and every thread's where that one
+    blocks it or has exited.
 
     ``blocked`` means that no thread takes it and none waits for it (sigwait,
-    a signalfd): kill -2 can never reach the process.
+    a signalfd): kill -2 can never reach the process. ``leader_gone``: the
+    main thread has exited (pthread_exit) while others live on; the kernel
+    hands it no signal, so its mask (the one /proc/PID/status shows) says
+    nothing of where a SIGINT can go.
     """
     disposition = masks.disposition(signal.SIGINT)
-    if disposition != "blocked":
+    if disposition != "blocked" and not (leader_gone and disposition != "ignored"):
         return disposition
     found = delivery(proc, pid, signal.SIGINT)
     if found == "deliverable":  # another thread takes it, as the handler says

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -165,6 +166,56 @@ def test_the_scan_reads_every_thread_where_the_main_one_blocks_sigint(
     assert delivery(proc, jobs["blocked"].pid, signal.SIGINT) == "never"
     assert delivery(proc, jobs["other-thread"].pid, signal.SIGINT) == "deliverable"
     assert delivery(proc, jobs["blocked"].pid, signal.SIGTERM) == "deliverable"
+
+
+@pytest.fixture(scope="module")
+def leader_exit(tmp_path_factory: pytest.TempPathFactory) -> str:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed (tools/test installs it)")
+    out = tmp_path_factory.mktemp("bin") / "leader_exit"
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(out),
+                    str(Path(__file__).parent / "leader_exit.c")], check=True)
+    return str(out)
+
+
+def wait_zombie_leader(pid: int) -> None:
+    """Until the main thread of ``pid`` has exited (state Z), its other thread living on."""
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{pid}/status").read_text().count("State:\tZ"):
+        assert time.monotonic() < deadline, "the main thread never exited"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("how", ["blocked", "open"])
+def test_a_holder_whose_main_thread_exited_is_judged_by_its_live_threads(
+        how: str, leader_exit: str, make_config: Any, node: str) -> None:
+    # The zombie leader's mask (the one /proc/PID/status shows) lets SIGINT
+    # through, but the kernel hands no signal to an exiting thread: what the
+    # live thread blocks decides.
+    job = subprocess.Popen([leader_exit, node, how], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline().split() == ["ready", str(job.pid)]
+        wait_zombie_leader(job.pid)
+        inventory = take_inventory(DevicesConfig((), (node,), ()))
+        found = {h.pid: h.sigint for h in scan_holders(inventory).holders}
+        assert found[job.pid] == ("blocked" if how == "blocked" else "caught")
+        if how == "open":
+            report = guard(make_config(drain={"timeout_s": 5}))
+            assert report.verdict.kind == "allow", report.verdict
+            assert job.wait(timeout=5) == 0
+            return
+        report = quick_veto(lambda: guard(make_config(drain={"timeout_s": 5})), 3)
+        [reason] = report.verdict.texts
+        assert f"pid {job.pid} " in reason and "SIGINT blocked in every thread" in reason
+        [result] = report.holders
+        assert result.outcome.kind == "not-signalled"
+        assert not pending(job.pid) & SIGINT_BIT  # never sent
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
 
 
 # -- what the threads' files say, on a /proc of the test's own ----------------
