@@ -91,6 +91,19 @@ def _alive(proc: ProcFS, pid: int, start: int) -> bool:
     return st is not None and st.start_time == start and st.state not in ("Z", "X")
 
 
+def _settled(wish: Wish) -> LogindWish | Unavailable | None:
+    """logind's state once no sleep is in progress (``PreparingForSleep``); None when one
+    still is after :data:`SETTLE_S`."""
+    settle = time.monotonic() + SETTLE_S
+    while True:
+        got = wish()
+        if isinstance(got, Unavailable) or not got.preparing_for_sleep:
+            return got
+        if time.monotonic() >= settle:
+            return None
+        time.sleep(0.5)
+
+
 def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wish,
           request: Request, latest: Latest, say: Callable[[str], None],
           proc: ProcFS | None = None, rescan_s: float = RESCAN_S,
@@ -106,8 +119,8 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
     failed: list[str] = []  # logind could not be asked
     stopped: list[str] = []  # logind could not be asked, or no longer wants to sleep
 
-    def stop() -> str | None:
-        got = wish()
+    def stop(got: LogindWish | Unavailable | None = None) -> str | None:
+        got = wish() if got is None else got
         if isinstance(got, Unavailable):
             failed.append(got.reason)
             stopped.append(got.reason)
@@ -142,15 +155,14 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
             if stopped:
                 return ended(f"no retry: {ready.why}")
             return Retried(EXIT_VETO, f"gave up: {ready.why}")
-        settle = time.monotonic() + SETTLE_S
-        while True:
-            got = wish()
-            if isinstance(got, Unavailable) or not got.preparing_for_sleep:
-                break
-            if time.monotonic() >= settle:
-                return Retried(EXIT_ERROR, "gave up: logind kept a sleep in progress for "
-                                           f"{SETTLE_S:g} s")
-            time.sleep(0.5)
+        got = _settled(wish)
+        if got is None:
+            return Retried(EXIT_ERROR, f"gave up: logind kept a sleep in progress for {SETTLE_S:g} s")
+        # The look that allowed may come seconds after the last ask (or be the first look
+        # of all): the lid may have been opened meanwhile.
+        why = stop(got)
+        if why:
+            return ended(f"no retry: {why}")
         since = time.time() - 1.0
         say(f"retry: the cause has cleared; asking logind to {action} again "
             f"(try {tries + 1} of {max_tries})")

@@ -199,3 +199,21 @@ def test_the_veto_unit_offers_a_retry_only_for_a_transient_veto(
         code = main(["pre-sleep", "suspend", "--config", str(conf)], out=io.StringIO(), err=err,
                     environ={"DBUS_SYSTEM_BUS_ADDRESS": bus.address}, stdin=io.StringIO())
     assert code == 1 and said in err.getvalue(), err.getvalue()
+
+
+def test_it_asks_nothing_when_logind_stopped_wanting_the_sleep_before_the_first_look() -> None:
+    """A device-busy veto clears at the first look: the lid was opened meanwhile (someone
+    came back to the machine that did not sleep), so logind no longer wants it."""
+    from types import SimpleNamespace
+    asked: list[str] = []
+
+    def request(action: str) -> SleepJob | Unavailable:
+        asked.append(action)
+        return SleepJob(action, "suspend.target", "done", NOW)
+
+    result = retry(attempt("device-busy"), "suspend", 30.0,
+                   look=lambda: SimpleNamespace(verdict=Verdict("allow", ())),  # type: ignore[arg-type,return-value]
+                   wish=lambda: wish(lid_closed=False), request=request,
+                   latest=lambda since: None, say=lambda line: None)
+    assert asked == [] and result.status == 0, result
+    assert result.line.startswith("no retry: logind no longer wants to sleep"), result
