@@ -153,22 +153,34 @@ def units_before_sleep(host: Host) -> list[Finding]:
     return out
 
 
+def _unit_path(host: Host, name: str) -> str | None:
+    """Where systemd loads ``name`` from: install's /etc, else a package's /usr/lib or /lib."""
+    return next((f"{d}/{name}" for d in templates.UNIT_DIRS
+                 if host.read(f"{d}/{name}") is not None), None)
+
+
+def _enabled(host: Host, action: str) -> bool:
+    """The instance's enable link, made by install under /etc or shipped by a package."""
+    link = f"{templates.required_by(action)[0]}.requires/{templates.instance(action)}"
+    return any(host.exists(f"{d}/{link}") for d in templates.UNIT_DIRS)
+
+
 def guard_units(host: Host, config: Config) -> list[Finding]:
-    unit = host.read(templates.UNIT_PATH)
-    if unit is None:
+    unit_path = _unit_path(host, templates.UNIT_TEMPLATE)
+    if unit_path is None:
         return [Finding("guard-not-installed", "error",
                         f"the guard's unit {templates.UNIT_PATH} is not installed: no suspend "
                         "is guarded", "suspendguard install")]
     out = []
     for action in SLEEP_ACTIONS:
-        if not host.exists(templates.enable_link(action)):
+        if not _enabled(host, action):
             out.append(Finding(
                 "guard-unit-missing", "error",
                 f"{templates.instance(action)} is not enabled: {action} is not guarded",
                 "suspendguard install (it enables one instance per sleep kind)"))
     need = templates.timeout_start_s(config)
     for action in SLEEP_ACTIONS:
-        have, unreadable = _timeout_start(host, templates.UNIT_PATH,
+        have, unreadable = _timeout_start(host, unit_path,
                                           (templates.instance(action), templates.UNIT_TEMPLATE))
         if unreadable is not None and unreadable not in out:  # one note for the three
             out.append(unreadable)
@@ -181,9 +193,10 @@ def guard_units(host: Host, config: Config) -> list[Finding]:
                 "suspendguard install (it writes the timeout from the configuration), and "
                 f"no drop-in of {templates.UNIT_TEMPLATE} that sets a shorter one"))
             break
-    resume = host.read(templates.RESUME_PATH)
+    resume = _unit_path(host, templates.RESUME_UNIT)
     budget = health_budget_s(config)
-    have, unreadable = _timeout_start(host, templates.RESUME_PATH, (templates.RESUME_UNIT,))
+    have, unreadable = (None, None) if resume is None else _timeout_start(
+        host, resume, (templates.RESUME_UNIT,))
     out += [unreadable] if unreadable is not None else []
     if resume is None:
         out.append(Finding("resume-unit-missing", "warning",

@@ -185,6 +185,32 @@ def test_each_finding_on_a_host_that_has_it(tmp_path: Path, case: str) -> None:
     assert ids(root) == expected
 
 
+def packaged(root: Path, unit_dir: str = "lib/systemd/system") -> Path:
+    """The guard as the .deb (debian/rules, suspendguard.links) or the RPM lays it out: the
+    units in the distribution's unit folder, the instances enabled by links beside them."""
+    etc = root / "etc/systemd/system"
+    for action in SLEEP_ACTIONS:
+        (root / templates.enable_link(action).lstrip("/")).unlink()
+    for name in (templates.UNIT_TEMPLATE, templates.RESUME_UNIT):
+        write(root, f"{unit_dir}/{name}", (etc / name).read_text())
+        (etc / name).unlink()
+    for action in SLEEP_ACTIONS:
+        for wanting in templates.required_by(action):
+            link(root, f"{unit_dir}/{wanting}.requires/{templates.instance(action)}",
+                 f"/{unit_dir}/{templates.UNIT_TEMPLATE}")
+    return root
+
+
+@pytest.mark.parametrize("unit_dir", ["lib/systemd/system", "usr/lib/systemd/system"])
+def test_a_packaged_guard_is_installed(tmp_path: Path, unit_dir: str) -> None:
+    root = packaged(clean_host(tmp_path), unit_dir)
+    assert ids(root) == []
+    # its timeout is still read, drop-ins under /etc included
+    write(root, f"etc/systemd/system/{templates.UNIT_TEMPLATE}.d/short.conf",
+          "[Service]\nTimeoutStartSec=30\n")
+    assert ids(root) == ["guard-timeout-short"]
+
+
 def test_a_drop_in_that_lengthens_the_timeout_is_what_counts(tmp_path: Path) -> None:
     root = clean_host(tmp_path)
     _resume_short_timeout(root)
