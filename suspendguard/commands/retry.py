@@ -56,11 +56,13 @@ def offer_retry(ctx: Context, action: str, since: float, log: Logger) -> None:
         return
     argv = (sys.executable, "-m", "suspendguard", "retry", action, "--attempt", str(found.id),
             "--for", f"{RETRY_FOR_S:g}") + (("--config", config.path) if config.path else ())
+    # Unloaded even when it gave up (exit 1) or failed: else the next veto's retry is refused
+    # by name until someone runs systemctl reset-failed.
     spec = TransientSpec(
         description=f"suspendguard: {action} again once the veto of attempt {found.id} cleared",
         exec_start=((sys.executable, argv, False),), environment=(), working_directory="",
         user="", group="", restart="no", restart_usec=0, slice="", service_type="exec",
-        kill_mode="", kill_signal=15)
+        kill_mode="", kill_signal=15, collect_mode="inactive-or-failed")
     got = start_transient(retry_unit(action), spec, timeout=START_S,
                           address=system_bus_address(ctx.environ))
     if isinstance(got, Unavailable):

@@ -217,3 +217,24 @@ def test_it_asks_nothing_when_logind_stopped_wanting_the_sleep_before_the_first_
                    latest=lambda since: None, say=lambda line: None)
     assert asked == [] and result.status == 0, result
     assert result.line.startswith("no retry: logind no longer wants to sleep"), result
+
+
+def test_a_retry_unit_that_gave_up_does_not_block_the_next_retry(
+        conf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retry that gives up exits 1 (or 3): its transient unit fails, and with systemd's
+    default CollectMode=inactive a failed unit stays loaded until reset-failed, so every
+    later StartTransientUnit of the same name is refused ("already loaded"). The unit is
+    made to be unloaded when it failed too."""
+    from suspendguard.commands import retry as command
+    from suspendguard.commands.context import Context
+    started: list[Any] = []
+    monkeypatch.setattr(command, "unit_attempt", lambda *_: attempt("device-busy"))
+    monkeypatch.setattr(command, "start_transient",
+                        lambda name, spec, **_: started.append((name, spec)) or "active")
+    conf.write_text(conf.read_text() + "[notify]\nretry = true\n")
+    ctx = Context(str(conf), io.StringIO(), io.StringIO(), environ={})
+    command.offer_retry(ctx, "suspend", NOW, Logger(io.StringIO(), {}))
+    [(name, spec)] = started
+    props = {key: value.value for key, value in spec.properties()}
+    assert name == "suspendguard-retry-suspend.service"
+    assert props.get("CollectMode") == "inactive-or-failed", props

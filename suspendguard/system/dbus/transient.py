@@ -47,6 +47,9 @@ class TransientSpec:
     service_type: str
     kill_mode: str
     kill_signal: int
+    # "inactive-or-failed": unloaded when it failed too (systemd's default keeps a failed
+    # unit loaded until reset-failed, and refuses a new one of the same name meanwhile).
+    collect_mode: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"description": self.description,
@@ -79,7 +82,8 @@ class TransientSpec:
         ]
         for name, text in (("WorkingDirectory", self.working_directory), ("User", self.user),
                            ("Group", self.group), ("Slice", self.slice),
-                           ("Type", self.service_type), ("KillMode", self.kill_mode)):
+                           ("Type", self.service_type), ("KillMode", self.kill_mode),
+                           ("CollectMode", self.collect_mode)):
             if text:
                 props.append([name, variant("s", text)])
         return props
