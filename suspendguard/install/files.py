@@ -133,8 +133,12 @@ def install(
     live = root is None
     tree = Tree(root or "/")
     python = os.path.abspath(python or sys.executable)
-    files = _rendered(config, python, config_path if config_explicit else None, watch)
     manifest = tree.read_manifest() or Manifest()
+    # A watch installed before is rendered again too (the interpreter, the timeouts), but
+    # only --watch enables and starts it: an operator's disable stays.
+    had_watch = not watch and WATCH_PATH in manifest.files
+    files = _rendered(config, python, config_path if config_explicit else None,
+                      watch or had_watch)
     manifest.python = python
     manifest.installed_at = iso(time.time())
 
@@ -154,6 +158,8 @@ def install(
 
     if live:
         _systemctl("daemon-reload")
+        if had_watch:  # a running watch takes the new unit and code; a stopped one stays so
+            runner.run(("systemctl", "try-restart", WATCH_UNIT), SYSTEMCTL_TIMEOUT_S)
     if enable:
         _enable(tree, live, manifest, watch)
         tree.save_manifest(manifest)

@@ -54,3 +54,24 @@ def test_the_shipped_unit_is_the_default_rendering() -> None:
     renders for /usr/bin/python3 and the default configuration."""
     shipped = (template_dir() / WATCH_UNIT).read_text()
     assert render_watch(shipped, "/usr/bin/python3", timeout_start_s(load(None, {}))) == shipped
+
+
+def test_install_again_without_watch_renders_the_installed_watch_again(tmp_path: Path) -> None:
+    """docs/installing.md: run install again after changing deadline_s (or the interpreter).
+    A watch installed before must follow, or it keeps a WatchdogSec= its looks may outlast
+    and an interpreter that may be gone (Restart=on-failure then restarts it every 5 s)."""
+    config = tmp_path / "etc/suspendguard/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[drain]\ndeadline_s = 50\n")
+    assert run("install", "--root", str(tmp_path), "--watch", "--python",
+               "/opt/old/bin/python3")[0] == 0
+    config.write_text("[drain]\ndeadline_s = 80\n")
+    status, _, err = run("install", "--root", str(tmp_path), "--python", "/opt/new/bin/python3")
+    assert status == 0, err
+    unit = (tmp_path / WATCH).read_text()
+    assert "ExecStart=/opt/new/bin/python3 -I -m suspendguard watch\n" in unit
+    assert "TimeoutStartSec=100\n" in unit and "WatchdogSec=100\n" in unit
+    assert (tmp_path / LINK).is_symlink()
+    status, _, err = run("uninstall", "--root", str(tmp_path))
+    assert status == 0 and "changed since install" not in err, err
+    assert not (tmp_path / WATCH).exists() and not (tmp_path / LINK).is_symlink()
