@@ -165,6 +165,16 @@ def _enabled(host: Host, action: str) -> bool:
     return any(host.exists(f"{d}/{link}") for d in templates.UNIT_DIRS)
 
 
+def _timeout_fix(unit_path: str, need: int) -> str:
+    if unit_path == templates.UNIT_PATH:
+        return ("suspendguard install (it writes the timeout from the configuration), and "
+                f"no drop-in of {templates.UNIT_TEMPLATE} that sets a shorter one")
+    # A package's unit: an install beside it would outlive the package (its /etc unit and
+    # links then require a guard that is gone) and overwrite the package's hook.
+    return (f"systemctl edit {templates.UNIT_TEMPLATE}: [Service] TimeoutStartSec={need} "
+            "(a drop-in: the package's unit stays as shipped)")
+
+
 def guard_units(host: Host, config: Config) -> list[Finding]:
     unit_path = _unit_path(host, templates.UNIT_TEMPLATE)
     if unit_path is None:
@@ -190,8 +200,7 @@ def guard_units(host: Host, config: Config) -> list[Finding]:
                 f"{templates.instance(action)} has TimeoutStartSec={have:g} s, less than "
                 f"[drain] deadline_s plus {templates.TIMEOUT_MARGIN_S} s ({need} s): systemd "
                 "would kill the guard before it answers, and the suspend fails",
-                "suspendguard install (it writes the timeout from the configuration), and "
-                f"no drop-in of {templates.UNIT_TEMPLATE} that sets a shorter one"))
+                _timeout_fix(unit_path, need)))
             break
     resume = _unit_path(host, templates.RESUME_UNIT)
     budget = health_budget_s(config)

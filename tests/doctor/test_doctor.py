@@ -211,6 +211,17 @@ def test_a_packaged_guard_is_installed(tmp_path: Path, unit_dir: str) -> None:
     assert ids(root) == ["guard-timeout-short"]
 
 
+def test_a_packaged_guard_with_a_short_timeout_is_fixed_by_a_drop_in(tmp_path: Path) -> None:
+    """Not by suspendguard install: its /etc unit and links would outlive the package (apt
+    remove leaves them requiring a guard that is gone) and its hook overwrites dpkg's."""
+    root = packaged(clean_host(tmp_path))
+    config = build({"drain": {"deadline_s": 200}})
+    [short] = [f for f in doctor(Host(str(root)), config, 1.0) if f.id == "guard-timeout-short"]
+    assert "suspendguard install" not in short.fix, short.fix
+    assert f"systemctl edit {templates.UNIT_TEMPLATE}" in short.fix
+    assert "TimeoutStartSec=220" in short.fix
+
+
 def test_a_drop_in_that_lengthens_the_timeout_is_what_counts(tmp_path: Path) -> None:
     root = clean_host(tmp_path)
     _resume_short_timeout(root)
