@@ -76,7 +76,7 @@ def pre(config: Config, action: str, log: Logger) -> int:
     else:
         # Not enforcing: the unit records no attempt of its own, or none that drained.
         note = (f"the veto unit's attempt is not found, and the guard's mode is {mode.name}: "
-                "no fallback drain")
+                "nothing was drained")
         log.info(note)
     if history is not None:
         try:

@@ -242,8 +242,8 @@ def systemd_version(host: Host) -> list[Finding]:
     if version >= 256:
         out.append(Finding(
             "systemd-freezes-sessions", "note",
-            f"systemd {version} freezes user sessions before the sleep hooks run: only the veto "
-            "unit can drain a job in a user session (the hook's fallback skips them)",
+            f"systemd {version} freezes user sessions before the sleep hooks run: the veto "
+            "unit, which runs before that, is what drains a job in a user session",
             "keep the veto unit enabled (suspendguard install)"))
     if version >= 257:
         out.append(Finding(
