@@ -22,9 +22,7 @@ DecisionKind = Literal[
     "escalate",  # it ignores the drain signal: signal it, then escalate
     "leave",  # not the guard's business (ignored by a rule, kept, PID 1, the guard itself)
     "protect",  # a protect rule: veto while it runs, never signalled
-    "skip-frozen",  # frozen cgroup, in the sleep hook: leave it, with a warning
     "veto-frozen",  # frozen cgroup: it cannot exit until thawed, so veto
-    "skip-stopped",  # stopped (SIGSTOP, a debugger), in the sleep hook: leave it, with a warning
     "veto-stopped",  # stopped: a signal stays pending until it continues, so veto
     "veto-sigint-ignored",  # it ignores the drain signal and nothing may follow it: veto
     "veto-sigint-blocked",  # it blocks the drain signal in every thread, nothing waits for it: veto
@@ -208,7 +206,7 @@ class Decision:
     wait_s: float  # its wait after that signal: its [[policy.drain]] rule's, or [drain] timeout_s
     notes: tuple[str, ...] = ()
     kind: DecisionKind = "drain"
-    # The veto reason (or, for skip-frozen, the warning) this decision adds.
+    # The veto reason (or, for a decision that does not veto, the warning) this decision adds.
     reason: str = ""
 
     @property

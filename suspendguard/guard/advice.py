@@ -24,9 +24,7 @@ def unsignalled(decision: Decision) -> Outcome:
     why = {
         "leave": decision.rule,
         "protect": "protected",
-        "skip-frozen": "frozen cgroup",
         "veto-frozen": "frozen cgroup",
-        "skip-stopped": "stopped",
         "veto-stopped": "stopped",
         "veto-sigint-ignored": f"ignores {signame}",
         "veto-sigint-blocked": f"{signame} blocked in every thread",

@@ -50,8 +50,6 @@ def run(
     log: Logger | None = None,
     cancel: Cancel | None = None,
     record: bool = True,
-    skip_frozen: bool = False,
-    can_veto: bool = True,
     supervisors: OwnerControl | None = None,
     confirmed: Collection[HolderId] | None = None,
     history: HistoryOpener | None = None,
@@ -70,8 +68,7 @@ def run(
         raise ValueError("a run that records needs a history to record in")
     options = RunOptions(
         dry_run=dry_run, action=action, origin=origin, proc=proc or ProcFS(),
-        idle_check=idle_check, log=log or Logger(), record=record, skip_frozen=skip_frozen,
-        can_veto=can_veto, supervisors=supervisors,
+        idle_check=idle_check, log=log or Logger(), record=record, supervisors=supervisors,
         confirmed=frozenset(confirmed) if confirmed is not None else None)
     # Leave time to record and answer before systemd's TimeoutStartSec.
     deadline = Deadline(time.monotonic() + config.drain.deadline_s - ANSWER_MARGIN_S, cancel)
@@ -106,7 +103,7 @@ def run(
                                          "before it finished"))
             attempt = outcome.attempt(r, opening, found, said, found.unknown + Said(late.reasons))
         report = Report(attempt, found.inventory, found.scan.unreadable, idle, opening.recorded,
-                        options.can_veto, found.scan.unreadable_pids)
+                        found.scan.unreadable_pids)
         # The verdict line first: it is what the operator and the journal wait
         # for; recording it (a commit, and SQLite's checkpoint on close) follows.
         log_verdict(report, options.log)

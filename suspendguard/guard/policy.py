@@ -108,14 +108,11 @@ def decide(
     drain: DrainConfig,
     *,
     never_pids: frozenset[int] = frozenset(),
-    skip_frozen: bool = False,
     respawned: Collection[HolderId] = (),
     vouched: Vouched = NOTHING_VOUCHED,
 ) -> list[Decision]:
     """One decision per holder, in order.
 
-    ``skip_frozen``: leave frozen holders with a warning instead of vetoing
-    (the sleep hook, which runs after systemd froze the user sessions).
     ``respawned``: holders a supervisor restarted during the drain; their
     reasons say so. ``vouched``: what guard/identity.py proved of holders
     that claim a built-in exemption; one it did not prove gets none.
@@ -135,7 +132,7 @@ def decide(
         label = f"pid {holder.pid} {holder.comm}"
         if holder_id(holder) in respawned:
             label += " (respawned)"
-        kind, reason = _kind(holder, action, rule, drain, skip_frozen, label)
+        kind, reason = _kind(holder, action, rule, drain, label)
         decisions.append(Decision(holder, action, rule, drain.signal, wait_for(holder, policy, drain),
                                   notes, kind, reason))
     return decisions
@@ -150,7 +147,7 @@ def wait_for(holder: Holder, policy: PolicyConfig, drain: DrainConfig) -> float:
     return drain.timeout_s
 
 
-def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_frozen: bool,
+def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig,
           label: str) -> tuple[DecisionKind, str]:
     """What follows from the rule's action, the holder's cgroup and its signal masks."""
     if action == "protect":
@@ -158,16 +155,9 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig, skip_fr
                            "before suspending, or change the rule")
     if action in ("ignore", "never", "keep"):
         return "leave", ""
-    if holder.frozen and skip_frozen:
-        return "skip-frozen", (f"{label} is in a frozen cgroup: skipped (a signal would stay "
-                               "pending until it is thawed); stop it before the next suspend")
     if holder.frozen:
         return "veto-frozen", (f"{label} is in a frozen cgroup: it cannot exit until thawed; "
                                + _thaw_step(holder))
-    if holder.stopped and skip_frozen:
-        return "skip-stopped", (f"{label} is {_stopped_how(holder.stopped)}: skipped (a signal "
-                                "would stay pending until it continues); stop it before the "
-                                "next suspend")
     if holder.stopped:
         return "veto-stopped", (
             f"{label} is {_stopped_how(holder.stopped)}: a signal would stay pending and end it "

@@ -34,13 +34,10 @@ def paint(text: str, kind: str, colour: bool) -> str:
     return f"{_COLOURS[kind]}{text}{_RESET}" if colour else text
 
 
-def verdict_lines(v: Verdict, mode: str, colour: bool, advisory: bool = False,
-                  lead: bool = True) -> list[str]:
+def verdict_lines(v: Verdict, mode: str, colour: bool, lead: bool = True) -> list[str]:
     """The verdict, its reasons (-) and warnings (!); an unknown leads with why
     (unless ``lead`` is False: a line above already says it)."""
     head = HEADS[v.kind]
-    if v.kind == "veto" and advisory:
-        head = "VETO (advisory: a sleep hook cannot stop the suspend)"
     # Reasons and warnings carry names and commands any user can set: each is
     # made safe for the terminal (system/terminal.py) before it is painted.
     lines = []
@@ -132,7 +129,7 @@ def idle_lines(idle: IdleReport, width: int | None, indent: str = "  ") -> list[
 
 def render(report: Report, out: TextIO, colour: bool = False, width: int | None = 80) -> None:
     mode = "dry run" if report.attempt.dry_run else report.attempt.what
-    lines = verdict_lines(report.verdict, mode, colour, advisory=not report.can_veto)
+    lines = verdict_lines(report.verdict, mode, colour)
     if report.verdict.kind == "allow" and not report.holders:
         lines.append("  no process holds an accelerator node")
     lines.append("")
@@ -168,7 +165,7 @@ def log_verdict(report: Report, log: Logger) -> None:
     if not log.journal or a.dry_run:
         return
     if a.verdict.kind != "allow":
-        journald.send(verdict_entry(a, refused=report.can_veto))
+        journald.send(verdict_entry(a))
     elif drained(report.holders):
         journald.send(allow_entry(a, report.holders))
 
@@ -178,23 +175,15 @@ def _common(a: Attempt) -> dict[str, str]:
             "SUSPENDGUARD_ATTEMPT": str(a.id or ""), "SUSPENDGUARD_ACTION": a.action or ""}
 
 
-def verdict_entry(a: Attempt, refused: bool = True) -> dict[str, str]:
+def verdict_entry(a: Attempt) -> dict[str, str]:
     """The structured journal entry of a refused attempt: its MESSAGE the first reason
-    (the catalog and the fields say the rest).
-
-    ``refused`` False: a sleep hook's verdict, which cannot stop the suspend:
-    the same fields without the veto's MESSAGE_ID.
-    """
+    (the catalog and the fields say the rest)."""
     codes = ", ".join(dict.fromkeys(r.code for r in a.verdict.reasons))
-    what = a.what
-    how = "refused" if refused else "not refused (a sleep hook cannot)"
     attempt = f", attempt {a.id}" if a.id else ""
     first, *rest = a.verdict.texts or ("the guard cannot tell",)
     more = f" (and {len(rest)} more reason{'s' if len(rest) > 1 else ''})" if rest else ""
-    entry = {"MESSAGE": f"{what} {how} ({a.verdict.kind}{attempt}): {first}{more}"}
-    if refused:
-        entry["MESSAGE_ID"] = journal_ids.VETO
-    return {**entry, "PRIORITY": str(ERR if refused else INFO), **_common(a),
+    return {"MESSAGE": f"{a.what} refused ({a.verdict.kind}{attempt}): {first}{more}",
+            "MESSAGE_ID": journal_ids.VETO, "PRIORITY": str(ERR), **_common(a),
             "SUSPENDGUARD_REASON_CODES": codes,
             "SUSPENDGUARD_REASONS": json.dumps(list(a.verdict.texts)),
             "SUSPENDGUARD_REASONS_TEXT": "; ".join(a.verdict.texts),
@@ -234,14 +223,9 @@ def _log_line(report: Report, log: Logger) -> None:
     would = "would " if a.dry_run else ""
     tail = "; ".join(report.verdict.texts)
     if report.verdict.kind == "unknown":
-        refused = "refused" if report.can_veto else "not refused (a sleep hook cannot)"
-        log.error(f"{attempt}({what}): unknown, {refused}: {tail}")
+        log.error(f"{attempt}({what}): unknown, refused: {tail}")
     elif report.verdict.kind == "veto":
-        if report.can_veto:
-            log.error(f"{attempt}({what}): {would}veto: {tail}")
-        else:
-            log.error(f"{attempt}({what}): would veto, but a sleep hook cannot stop the "
-                      f"suspend: {tail}")
+        log.error(f"{attempt}({what}): {would}veto: {tail}")
     else:
         count = sum(1 for h in report.holders
                     if h.outcome.kind == ("would-signal" if a.dry_run else "exited"))

@@ -50,7 +50,6 @@ class Report:
     unreadable: int
     idle: IdleReport | IdleSkipped
     history: Literal["recorded"] | Unavailable = RECORDED
-    can_veto: bool = True
     unreadable_pids: tuple[int, ...] = ()
 
     @property
@@ -86,5 +85,4 @@ class Report:
             "history": self.history if isinstance(self.history, str)
             else f"not recorded: {self.history.reason}",
             "duration_s": round(self.attempt.duration or 0.0, 3),
-            "can_veto": self.can_veto,
         }

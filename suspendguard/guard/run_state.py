@@ -82,8 +82,6 @@ class RunOptions:
     idle_check: IdleCheck | None  # None: no device is asked
     log: Logger
     record: bool  # into the history
-    skip_frozen: bool
-    can_veto: bool
     # How owners are read and stopped (None: cgroups only, every holder signalled directly).
     supervisors: OwnerControl | None
     # The holders ``drain`` showed and had confirmed; None: no such list (the unit, --yes).
@@ -139,8 +137,8 @@ class RunState:
     def decide(self, holders: Iterable[Holder], respawned: Collection[HolderId] = ()) -> list[Decision]:
         holders = list(holders)
         decisions = decide(holders, self.policy, self.drain, never_pids=self.never,
-                           skip_frozen=self.options.skip_frozen, respawned=respawned,
-                           vouched=vouch(holders, self.options.proc, self.token))
+                           respawned=respawned, vouched=vouch(holders, self.options.proc,
+                                                               self.token))
         decisions = [self._jupyter(self._confirmed(self._pod(d))) for d in decisions]
         plan = self.plan(decisions)
         return [replace(d, notes=(*d.notes, note)) if (note := plan.note(d.holder)) else d

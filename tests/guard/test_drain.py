@@ -69,8 +69,8 @@ def test_a_policy_drain_rule_gives_its_job_a_wait_of_its_own(make_config: Any, n
 def test_drain_wait_is_announced_and_a_cut_is_stated(make_config: Any, node: str,
                                                     holders: Holders) -> None:
     _, pid = holders.start(node, mode="slow")
-    # A deadline this tight fails validation; handed in anyway (as the sleep
-    # hook's fallback could), the cut must be said, not silent.
+    # A deadline this tight fails validation; handed in anyway, the cut must
+    # be said, not silent.
     cfg = make_config(drain={"timeout_s": 3})
     cfg = replace(cfg, drain=replace(cfg.drain, deadline_s=3.5))
     log = io.StringIO()
@@ -244,17 +244,14 @@ def frozen_cgroup() -> Iterator[Callable[[int], str]]:
         yield freeze
 
 
-def test_frozen_holder_vetoes_in_the_unit_and_is_skipped_by_the_hook(
+def test_frozen_holder_vetoes_unsignalled(
         make_config: Any, node: str, holders: Holders, frozen_cgroup: Any) -> None:
     _, pid = holders.start(node)
     frozen_cgroup(pid)
     report = guard(make_config())
     assert report.verdict.kind == "veto"
     assert any(f"pid {pid}" in r and "frozen cgroup" in r for r in report.verdict.texts)
-    # The sleep hook's fallback: skip it with a note, never wait on it.
-    report = guard(make_config(), skip_frozen=True, can_veto=False)
     assert outcome_of(report, pid).why == "frozen cgroup"
-    assert any("frozen cgroup: skipped" in w for w in report.verdict.warnings)
     assert holders.signals() == []
 
 

@@ -148,11 +148,10 @@ def test_what_follows_before_any_signal() -> None:
     assert decision(holder(nodes=(MANAGER,))).kind == "leave"
 
 
-def test_frozen_holder_vetoes_or_is_skipped_in_the_hook() -> None:
+def test_frozen_holder_vetoes() -> None:
     frozen = decision(holder(frozen=True))
     assert frozen.kind == "veto-frozen" and "cannot exit until thawed" in frozen.reason
-    skipped = decision(holder(frozen=True), skip_frozen=True)
-    assert skipped.kind == "skip-frozen" and not skipped.vetoes and "skipped" in skipped.reason
+    assert frozen.vetoes and not frozen.signals
 
 
 def test_holder_ignoring_sigint_by_on_sigint_ignored() -> None:
