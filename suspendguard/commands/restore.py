@@ -97,6 +97,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         log.warning(line)
     with history:
         pending = history.pending_stops()
+        for line in history.notes:  # a damaged row: its job is acted on all the same
+            log.warning(f"history: {line}")
         outcome = None
         if config.resume.health_check:
             what, longest = health_plan(config)

@@ -2,8 +2,10 @@
 
 The reading half of :class:`~suspendguard.store.history.History`, and the
 one place that turns its columns into records. A damaged row is skipped
-with a note, never a traceback; a file from an older version (a column or
-a table it lacks) reads back what it has.
+with a note, never a traceback, but for a stop's: it names a job that may
+still be down, so it is kept, its unreadable time read as unknown (with the
+note); a file from an older version (a column or a table it lacks) reads
+back what it has.
 """
 
 from __future__ import annotations
@@ -184,10 +186,23 @@ class Reads:
         except sqlite3.OperationalError:
             return []  # a file from before stops were recorded, opened read-only
         # The owner from its kind, name and uid (its key, the owner column, follows from them).
-        return [Stop(Owner(cast(OwnerKind, r[3]), r[4], uid=r[5]), seq=r[1], stopped=r[6],
-                     attempt_id=r[0], restored=r[7], result=r[8], why=r[9], id=r[10],
-                     boot_id=r[11], issued=r[12])
+        return [Stop(Owner(cast(OwnerKind, r[3]), r[4], uid=r[5]), seq=r[1],
+                     stopped=self._stop_time(r, 6, "stopped") or 0.0, attempt_id=r[0],
+                     restored=self._stop_time(r, 7, "restored"), result=r[8], why=r[9],
+                     id=r[10], boot_id=r[11], issued=self._stop_time(r, 12, "issued", 0.0))
                 for r in rows]
+
+    def _stop_time(self, r: Sequence[Any], i: int, column: str,
+                   damaged: float | None = None) -> float | None:
+        """A stop row's time column; text there (see :func:`_seconds`) reads as ``damaged``,
+        with a note: the row itself is kept, since it names a job that may still be down."""
+        try:
+            return _seconds(r[i], column)
+        except TypeError as exc:
+            note = (f"stop {r[10]} ({r[2]}) of attempt {r[0]}: {exc}: read as unknown")
+            if note not in self.notes:
+                self.notes.append(note)
+            return damaged
 
     def _stop_columns(self) -> set[str]:
         if not hasattr(self, "_stops_columns"):

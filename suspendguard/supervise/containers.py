@@ -142,7 +142,8 @@ class Engines:
             return "skipped", f"still running: only its job was drained{note}"
         if seen.running:
             return "skipped", f"already running (started meanwhile){note}"
-        if seen.started_at > stopped_at:
+        # stopped_at 0: the history's row lost its time, and the guard did stop it.
+        if stopped_at and seen.started_at > stopped_at:
             return "skipped", ("started and stopped again by someone else after the guard "
                                f"stopped it{note}")
         started = engine.start(owner.name)

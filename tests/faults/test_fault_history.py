@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import sqlite3
 import stat
@@ -16,10 +17,13 @@ from typing import Any
 
 import pytest
 from helpers.isolation import needs_root
+from helpers.records import ended
 from helpers.users import nobody_prefix
 
 from suspendguard.errors import HistoryError
 from suspendguard.guard.pipeline import run
+from suspendguard.model import Owner
+from suspendguard.record import Stop
 from suspendguard.store import database
 from suspendguard.store.history import History
 from suspendguard.system.deadline import Deadline
@@ -138,6 +142,42 @@ def test_row_with_text_for_a_time_is_skipped_and_said(make_config: Any, tmp_path
             assert one_line(err) and "attempt 2: damaged row skipped" in err
     status, out, _ = cli("history", "--config", str(conf))
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["3", "1"]
+
+
+@pytest.mark.parametrize("column", ["stopped", "restored", "issued"])
+def test_a_stop_row_with_text_for_a_time_is_shown_and_said(tmp_path: Path, no_bus: str,
+                                                           column: str) -> None:
+    # The row names a job that may still be down: it is kept (its time unknown), never a
+    # TypeError traceback from history --json or status, and never hidden from restore.
+    state = tmp_path / "state"
+    with History.open(str(state)) as h:
+        first = h.begin("suspend", "unit", False, "digest", 1_700_000_000.0)
+        h.finish(ended(first, "allow", finished=1_700_000_001.0,
+                       stops=[Stop(Owner("systemd-service", "infer.service"), 1, 1_700_000_000.5)]))
+    with sqlite3.connect(state / "history.db") as c:
+        c.execute(f"UPDATE stops SET {column} = 'yesterday'")
+    conf = history_conf(tmp_path, state)
+    for argv in (["history"], ["history", "--json"], ["status"], ["status", "--json"]):
+        status, out, err = cli(*argv, "--config", str(conf))
+        assert status == 0 and "Traceback" not in err, (argv, err)
+        if argv == ["history"]:
+            assert one_line(err) and f"{column} is 'yesterday', not a number" in err
+        if argv == ["history", "--json"]:
+            [row] = json.loads(out)["attempts"][0]["stopped"]
+            assert row["owner"] == "systemd-service:infer.service"
+            assert row["result"] == "pending" and row["restored"] is None
+            if column == "stopped":
+                assert row["stopped"] is None
+        if argv == ["status", "--json"]:
+            [row] = json.loads(out)["history"]["not_restored"]
+            assert row["name"] == "infer.service"
+        if argv == ["status"]:
+            assert "systemd-service:infer.service" in out
+    status, out, err = cli("restore", "--json", "--config", str(conf))
+    assert status == 3 and "Traceback" not in err  # no system bus here: failed, and said
+    [done] = json.loads(out)["restored"]
+    assert done["name"] == "infer.service" and done["result"] == "failed"
+    assert f"{column} is 'yesterday', not a number: read as unknown" in err
 
 
 def test_three_guards_on_a_corrupt_database_keep_the_original(make_config: Any) -> None:

@@ -11,6 +11,7 @@ does not run here) and for engines that fail or are watched by others.
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import time
 from collections.abc import Iterator
@@ -182,6 +183,25 @@ def test_a_container_started_meanwhile_is_skipped(
                     environ=env(engine))
     [done] = json.loads(out)["restored"]
     assert done["result"] == "skipped" and "already running" in done["why"]
+
+
+def test_a_stop_whose_recorded_time_is_damaged_is_still_started_again(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    # The row names the container the guard stopped; only its time is lost (text in the
+    # column): restore cannot tell a start by someone else, and brings the job back.
+    c = engine.create(job(node, holders), restart="always")
+    assert guard(make_config(), supervisors=supervisors(engine, tmp_path)).verdict.kind == "allow"
+    time.sleep(SLEEP_S)
+    assert not c.running
+    with sqlite3.connect(tmp_path / "state" / "history.db") as db:
+        db.execute("UPDATE stops SET stopped = 'yesterday'")
+    code, out, err = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                         environ=env(engine))
+    assert code == 0 and "Traceback" not in err, err
+    [done] = json.loads(out)["restored"]
+    assert done["result"] == "started" and done["stopped"] is None, done
+    assert "stopped is 'yesterday', not a number: read as unknown" in err
+    assert engine.wait_running(c) and c.restart == "always"
 
 
 def test_a_removed_container_is_skipped(
