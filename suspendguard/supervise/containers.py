@@ -138,6 +138,9 @@ class Engines:
             if isinstance(put, Unavailable) or put:
                 note = (f"; its restart policy {name} could not be put back: " +
                         (put.reason if isinstance(put, Unavailable) else put))
+                if put != "gone":  # kept: the next restore or guard run puts it back
+                    self.policies.put(owner.key, policy)
+                    note += " (tried again by the next restore or guard run)"
         if seen.running and 0 < seen.started_at <= stopped_at:
             return "skipped", f"still running: only its job was drained{note}"
         if seen.running:
@@ -156,7 +159,8 @@ class Engines:
         return ("failed", note[2:]) if note else ("started", "")
 
     def put_back_policies(self) -> list[str]:
-        """Put back the restart policies a killed run set aside; a line for each."""
+        """Put back the restart policies a killed run set aside, or a restore could not put
+        back; a line for each."""
         notes = []
         for key in sorted(self.policies.records()):
             kind, _, cid = key.partition(":")
@@ -172,8 +176,8 @@ class Engines:
                 self.policies.put(key, saved)
                 why = put.reason if isinstance(put, Unavailable) else put
                 notes.append(f"{kind} container {cid[:12]}: the restart policy {name} a "
-                             f"killed guard run set aside could not be put back ({why})")
+                             f"guard run set aside could not be put back ({why})")
             else:
                 notes.append(f"{kind} container {cid[:12]}: put back the restart policy "
-                             f"{name} a killed guard run had set aside")
+                             f"{name} a guard run had set aside and not put back")
         return notes

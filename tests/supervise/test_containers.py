@@ -270,6 +270,27 @@ def test_a_policy_the_engine_refuses_to_change_is_said_and_its_return_vetoes(
     assert c.restarts >= 1
 
 
+def test_a_policy_the_engine_refuses_to_put_back_is_kept_until_it_can_be(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = engine.create(job(node, holders), restart="always")
+    assert guard(make_config(), supervisors=supervisors(engine, tmp_path)).verdict.kind == "allow"
+    time.sleep(SLEEP_S)
+    assert not c.running and c.restart == ""
+    engine.refuse_update = True  # a moment's engine error, after resume
+    code, out, err = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                         environ=env(engine))
+    [done] = json.loads(out)["restored"]
+    assert code == 3 and done["result"] == "failed", done
+    assert "its restart policy always could not be put back" in done["why"]
+    assert engine.wait_running(c)
+    # The policy it had is not lost with that answer: the next restore puts it back.
+    engine.refuse_update = False
+    code, out, err = cli("--config", conf_file(tmp_path, node), "restore", environ=env(engine))
+    assert code == 0 and out == "nothing to restore\n"
+    assert "put back the restart policy always" in err, err
+    assert c.restart == "always"
+
+
 def test_check_shows_the_container_owner(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path) -> None:
     c = engine.create(job(node, holders), restart="unless-stopped", name="infer")
