@@ -164,6 +164,9 @@ def _recreate(owner: Owner, supervisors: OwnerControl) -> tuple[str, str]:
         return "skipped", "the unit no longer exists"
     if isinstance(made, Unavailable):
         return "failed", made.reason
+    if made == "starting":
+        return "starting", ("made again as a transient unit; its start job still ran when the "
+                            "restore's budget ended: suspendguard status shows whether it came up")
     if made != "active":
         return "failed", f"the transient unit made again ended up {made}"
     return "started", "made again as a transient unit from what was recorded before the drain"
