@@ -88,15 +88,17 @@ class Engines:
             out[o.key] = ""
             if seen.restart in ("", "no"):
                 continue
+            # Written ahead, as the stop's row: a guard killed before the engine's
+            # answer leaves the policy for restore (and the next run) to put back.
+            self.policies.put(o.key, [seen.restart, seen.restart_max])
             changed = engine.set_restart(o.name, "no")
             if isinstance(changed, Unavailable) or changed:
+                self.policies.take(o.key)
                 why = changed.reason if isinstance(changed, Unavailable) else changed
                 self.warnings.append(
                     f"{o.describe()}: its restart policy could not be set aside ({why}); its "
                     "processes were signalled directly all the same, and the policy may bring "
                     "it back")
-                continue
-            self.policies.put(o.key, [seen.restart, seen.restart_max])
         return out
 
     def settle(self, stops: Sequence[Stop]) -> list[str]:

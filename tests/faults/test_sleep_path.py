@@ -13,12 +13,14 @@ budget: a slow start is "starting", a stop not reached stays pending.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.engine.fake_engine import FakeEngine
 
 from suspendguard.guard.restore import restore
 from suspendguard.model import Owner, OwnerKind
@@ -27,7 +29,18 @@ from suspendguard.store.history import History
 from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system.deadline import Deadline, bounded
 
-from .sleep_scenes import SCENES, Seen, can_run, dbus_daemon, fake_systemd, unit_state
+from .sleep_scenes import (
+    SCENES,
+    Seen,
+    can_run,
+    dbus_daemon,
+    fake_systemd,
+    guard_process,
+    pending,
+    restore_pending,
+    stage,
+    unit_state,
+)
 
 pytestmark = pytest.mark.skipif(can_run() is not None or dbus_daemon() is None,
                                 reason=f"{can_run() or 'needs dbus-daemon'}")
@@ -90,3 +103,22 @@ def test_rows_written_ahead_are_completed_or_dropped(make_config: Any) -> None:
                  if line.startswith("btime "))
     init_start = Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()[19]
     assert left.boot_id == f"{btime}.{init_start}"
+
+
+def test_a_guard_killed_before_the_engine_answered_the_update_loses_no_policy(
+        tmp_path: Path) -> None:
+    # The engine took the update (policy "no") and the guard was killed before its answer
+    # came (TimeoutStartSec, an OOM kill): the policy it had must still come back.
+    with stage(tmp_path) as s, FakeEngine(str(tmp_path / "docker.sock")) as engine:
+        c = engine.create(s.container_job(), restart="always")
+        env = {"DOCKER_HOST": f"unix://{engine.socket_path}"}
+        guards: list[subprocess.Popen[str]] = []
+        engine.after = lambda _m, action: guards[0].kill() if action == "update" else None
+        guards.append(guard_process(s, env))
+        guards[0].communicate(timeout=30)
+        assert c.restart == "" and c.running  # set aside; the job was never signalled
+        [row] = pending(s)
+        assert row.owner.key == f"docker:{c.id}" and row.issued is None
+        [done] = restore_pending(s, ManagersAndEngines(environ=env, state_dir=str(s.state)))
+        assert done.result == "skipped" and "still running" in done.why, done
+        assert c.restart == "always"
