@@ -23,6 +23,7 @@ from suspendguard.guard.restore import Blocker, restore
 from suspendguard.health.resume import AfterResume, after_resume
 from suspendguard.health.resume import plan as health_plan
 from suspendguard.record import Stop
+from suspendguard.store import lock as guard_lock
 from suspendguard.store import progress
 from suspendguard.store.history import History
 from suspendguard.supervise.managers import ManagersAndEngines
@@ -83,9 +84,29 @@ def hold(stops: Sequence[Stop], reason: str, history: History, log: Logger) -> s
 
 def command(args: argparse.Namespace, ctx: Context) -> int:
     """0 when every job was started, is starting, was skipped or left down; 1 when they are
-    held (a device is unhealthy); 3 when one failed to start or history failed."""
+    held (a device is unhealthy); 3 when one failed to start, history failed, or another
+    run was draining.
+
+    Under the guard lock, as every run that signals: a drain in progress has written its
+    stops ahead and set its owners aside, and they are that run's to put back.
+    """
     config = ctx.config()
     log = Logger(ctx.err, ctx.environ)
+    lock = guard_lock.take(config.state.dir, guard_lock.LOCK_WAIT_S)
+    if lock.refused:
+        who = f" (pid {lock.busy_pid})" if lock.busy_pid else ""
+        log.error(f"restore: another suspendguard run{who} is draining: restore started "
+                  "nothing; run it again once that run has given its verdict")
+        return EXIT_ERROR
+    if lock.unusable:
+        log.warning(lock.unusable)
+    try:
+        return _restore(args, ctx, config, log)
+    finally:
+        lock.release()
+
+
+def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger) -> int:
     try:
         history = History.open(config.state.dir)
     except HistoryError as exc:

@@ -11,6 +11,7 @@ does not run here) and for engines that fail or are watched by others.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -24,6 +25,9 @@ from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT
 from helpers.runners import cli, guard
 
+from suspendguard.model import Owner
+from suspendguard.record import Stop
+from suspendguard.store import lock as guard_lock
 from suspendguard.store.history import History
 from suspendguard.supervise.managers import ManagersAndEngines
 
@@ -289,6 +293,30 @@ def test_a_policy_the_engine_refuses_to_put_back_is_kept_until_it_can_be(
     assert code == 0 and out == "nothing to restore\n"
     assert "put back the restart policy always" in err, err
     assert c.restart == "always"
+
+
+def test_a_restore_while_a_drain_runs_leaves_that_drain_alone(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path) -> None:
+    # An operator's "suspendguard restore" (status says to run it) while the veto unit
+    # drains: the drain's rows written ahead are not restore's, nor its policy set aside.
+    c = engine.create(job(node, holders), restart="always")
+    state = tmp_path / "state"
+    owner = Owner("docker", c.id)
+    with History.open(str(state)) as h:
+        draining = h.begin("suspend", "unit", False, "digest")
+        h.stopping(draining, [Stop(owner, 1, time.time())])
+    assert supervisors(engine, tmp_path).engines.stop([owner], "SIGINT", 5.0) == {owner.key: ""}
+    lock = guard_lock.take(str(state), 0.0)  # the drain's own
+    assert lock.fd >= 0
+    try:
+        code, _out, err = cli("--config", conf_file(tmp_path, node), "restore",
+                             environ=env(engine))
+    finally:
+        lock.release()
+    assert code == 3 and f"another suspendguard run (pid {os.getpid()}) is draining" in err, err
+    assert "restore started nothing" in err
+    assert c.restart == "" and updates(engine, c.id) == ["no"]  # still set aside
+    assert [r["result"] for r in stops(tmp_path)] == ["pending"]
 
 
 def test_check_shows_the_container_owner(
