@@ -3,7 +3,8 @@
 Two guards draining at once (the unit's run and one by hand) would signal
 every job twice, and a second SIGINT aborts a Python job's KeyboardInterrupt
 cleanup. A run that signals takes this lock first, waiting a bounded time;
-one that cannot get it signals nobody and says which run is draining. The
+one that cannot get it signals nobody and says which run holds it (a
+drain, or a restore after resume, which acts on the same stops). The
 lock is the kernel's (flock): it goes with its holder, SIGKILL included, so
 a dead guard never leaves it taken.
 """
@@ -101,8 +102,8 @@ def holder_pid(fd: int) -> int | None:
 
 def busy_reason(pid: int | None) -> str:
     who = f" (pid {pid})" if pid else ""
-    return (f"another suspendguard run{who} is draining: this run signalled nobody; "
-            "try again once it has given its verdict")
+    return (f"another suspendguard run{who} is draining (or restoring jobs after a "
+            "resume): this run signalled nobody; try again once it has ended")
 
 
 def take(state_dir: str, wait_s: float) -> GuardLock:
@@ -144,8 +145,8 @@ def peek(state_dir: str) -> GuardLock:
         pid = holder_pid(fd)
         who = f" (pid {pid})" if pid else ""
         return GuardLock(fd, busy_pid=pid or 0, path=path, busy=(
-            f"another suspendguard run{who} is draining now: what this dry run shows may "
-            "change as it does"))
+            f"another suspendguard run{who} is draining now (or restoring jobs after a "
+            "resume): what this dry run shows may change as it does"))
     # Never keep the shared lock: a run that drains would wait for it.
     fcntl.flock(fd, fcntl.LOCK_UN)
     return GuardLock(fd, path=path)
