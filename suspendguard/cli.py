@@ -137,8 +137,10 @@ def main(
     environ: dict[str, str] | None = None,
     stdin: TextIO | None = None,
 ) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
+    # A closed stream (slurmctld closes every descriptor before its SuspendProgram and
+    # ResumeProgram) is None in sys: what would go there goes nowhere, never a traceback.
+    out = out or sys.stdout or open(os.devnull, "w")  # noqa: SIM115 (lives as long)
+    err = err or sys.stderr or open(os.devnull, "w")  # noqa: SIM115
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         try:

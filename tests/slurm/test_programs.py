@@ -1,0 +1,44 @@
+"""The controller's programs as slurmctld runs them, against a stand-in scontrol (fake_slurm)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.fake_slurm import FakeSlurm, node
+from helpers.journal import entries, standing_in
+
+from slurm.test_controller import answering
+from suspendguard.cli import main
+from suspendguard.slurm import controller
+
+
+def config_file(tmp_path: Path, fake: FakeSlurm, verdict: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text("[slurm]\n"
+                    f'remote = {json.dumps(["/usr/bin/env"])}\n'
+                    f"guard = {json.dumps(list(answering(verdict)))}\n"
+                    f"scontrol = {json.dumps(str(fake.path))}\n"
+                    f"exclude_file = {json.dumps(str(tmp_path / 'exclude.conf'))}\n")
+    return path
+
+
+def test_a_hold_is_made_and_told_with_the_standard_streams_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # slurmctld closes every descriptor before it runs SuspendProgram (power_save.c:
+    # closeall(0)): Python starts with sys.stdout and sys.stderr None.
+    fake = FakeSlurm(tmp_path, {"node1": node(("POWERING_DOWN",))})
+    path = config_file(tmp_path, fake, "veto")
+    monkeypatch.setattr(sys, "stdout", None)
+    monkeypatch.setattr(sys, "stderr", None)
+    monkeypatch.setattr(controller, "REGISTER_S", 0.1)
+    with standing_in(tmp_path, monkeypatch) as journal:
+        status = main(["--config", str(path), "slurm", "suspend", "node1"], environ={})
+        said = [e["MESSAGE"] for e in entries(journal)]
+    assert status == 1
+    held = "suspendguard: sigint-ignored: pid 7 ignores SIGINT"
+    assert fake.node("node1") == node(("POWERED_DOWN", "DRAIN"), held)
+    assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
+    assert f"node1: not powered down: {held}" in said
