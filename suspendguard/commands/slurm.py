@@ -41,8 +41,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_VETO if details else 0
     controller = Controller(config.slurm, log, this_node(config.slurm, ctx.environ))
     if what == "sync":
-        controller.sync()
-        return 0
+        return 0 if controller.sync() else EXIT_ERROR
     try:
         nodes = Scontrol(config.slurm.scontrol).hostnames(args.hostlist)
     except SlurmError as exc:

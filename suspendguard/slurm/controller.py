@@ -219,10 +219,11 @@ class Controller:
     def sync(self, also: Sequence[str] = ()) -> bool:
         """The exclusion file made to name the nodes the guard drained (and ``[slurm] exclude``,
         and ``also``);
-        slurmctld re-reads its configuration when that changed. True when it did. With no
-        ``[slurm] exclude_file`` (Slurm 23.02+ with ``SuspendExcStates=DRAIN``) nothing is kept."""
+        slurmctld re-reads its configuration when that changed. False when a step failed (said
+        at ERR). With no ``[slurm] exclude_file`` (Slurm 23.02+ with ``SuspendExcStates=DRAIN``)
+        nothing is kept."""
         if not self.config.exclude_file:
-            return False
+            return True
         try:
             held = [n.name for n in self.scontrol.nodes() if n.drained and held_by_guard(n.reason)]
         except SlurmError as exc:
@@ -243,7 +244,7 @@ class Controller:
                 self.say(ERR, f"{exc}: SuspendExcNodes stays as slurmctld last read it")
                 return False
             self.say(INFO, "SuspendExcNodes now " + (",".join(names) or "empty"))
-        return changed
+        return True
 
 
 EXCLUDE_HEAD = ("# Written by suspendguard slurm: the nodes its guard drained, and [slurm] "

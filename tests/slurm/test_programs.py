@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from helpers.fake_slurm import FakeSlurm, node
 from helpers.journal import entries, standing_in
+from helpers.runners import cli
 
 from slurm.test_controller import answering
 from suspendguard.cli import main
@@ -42,3 +43,20 @@ def test_a_hold_is_made_and_told_with_the_standard_streams_closed(
     assert fake.node("node1") == node(("POWERED_DOWN", "DRAIN"), held)
     assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
     assert f"node1: not powered down: {held}" in said
+
+
+@pytest.mark.parametrize("failing", ["show", "reconfigure"])
+def test_a_sync_that_failed_exits_3(tmp_path: Path, failing: str) -> None:
+    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN",), "suspendguard: sigint-ignored: pid 7")})
+    fake.fail(failing, "slurm_load_node error: Unable to contact slurm controller")
+    status, _, err = cli("--config", str(config_file(tmp_path, fake, "veto")), "slurm", "sync")
+    assert status == 3, err
+    assert "Unable to contact slurm controller" in err
+
+
+def test_a_sync_that_found_nothing_to_change_exits_0(tmp_path: Path) -> None:
+    fake = FakeSlurm(tmp_path, {"node1": node()})
+    path = config_file(tmp_path, fake, "veto")
+    assert cli("--config", str(path), "slurm", "sync")[0] == 0
+    assert cli("--config", str(path), "slurm", "sync")[0] == 0
+    assert fake.calls().count(["reconfigure"]) == 1
