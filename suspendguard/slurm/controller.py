@@ -15,11 +15,12 @@ file and Slurm may suspend it again.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,6 +225,17 @@ class Controller:
         nothing is kept."""
         if not self.config.exclude_file:
             return True
+        path = Path(self.config.exclude_file)
+        try:
+            # One listing and write at a time: a listing taken before another run's drain
+            # must not be written over the file that names the node drained meanwhile.
+            with exclusion_lock(path):
+                return self._sync_locked(path, also)
+        except OSError as exc:
+            self.say(ERR, f"{path}: not written: {exc.strerror or exc}")
+            return False
+
+    def _sync_locked(self, path: Path, also: Sequence[str]) -> bool:
         try:
             held = [n.name for n in self.scontrol.nodes() if n.drained and held_by_guard(n.reason)]
         except SlurmError as exc:
@@ -231,13 +243,7 @@ class Controller:
             return False
         names = list(dict.fromkeys([*self.config.exclude, *held, *also]))
         text = EXCLUDE_HEAD + (f"SuspendExcNodes={','.join(names)}\n" if names else "")
-        path = Path(self.config.exclude_file)
-        try:
-            changed = write_if_changed(path, text)
-        except OSError as exc:
-            self.say(ERR, f"{path}: not written: {exc.strerror or exc}")
-            return False
-        if changed:
+        if write_if_changed(path, text):
             try:
                 self.scontrol.reconfigure()
             except SlurmError as exc:
@@ -251,23 +257,30 @@ EXCLUDE_HEAD = ("# Written by suspendguard slurm: the nodes its guard drained, a
                 "exclude.\n# Included by slurm.conf; edits here are overwritten.\n")
 
 
-def write_if_changed(path: Path, text: str) -> bool:
-    """``text`` into ``path`` by a rename, under a lock beside it; False when it already held it."""
+@contextlib.contextmanager
+def exclusion_lock(path: Path) -> Iterator[None]:
+    """The lock beside the exclusion file, held for the ``with`` block."""
     # Read-only: the timer's run (root) and SuspendProgram's (SlurmUser) share one lock file.
     with open(os.open(f"{path}.lock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if path.read_text() == text:
-                return False
-        except FileNotFoundError:
-            pass
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        yield
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """``text`` into ``path`` by a rename (the caller holds :func:`exclusion_lock`); False when
+    it already held it."""
+    try:
+        if path.read_text() == text:
+            return False
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return True

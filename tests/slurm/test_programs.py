@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,11 @@ from helpers.runners import cli
 
 from slurm.test_controller import answering
 from suspendguard.cli import main
+from suspendguard.config.load import load
 from suspendguard.slurm import controller
+from suspendguard.slurm.controller import Controller
+from suspendguard.slurm.scontrol import Node, Scontrol
+from suspendguard.system.log import Logger
 
 
 def config_file(tmp_path: Path, fake: FakeSlurm, verdict: str) -> Path:
@@ -60,3 +66,33 @@ def test_a_sync_that_found_nothing_to_change_exits_0(tmp_path: Path) -> None:
     assert cli("--config", str(path), "slurm", "sync")[0] == 0
     assert cli("--config", str(path), "slurm", "sync")[0] == 0
     assert fake.calls().count(["reconfigure"]) == 1
+
+
+def test_two_syncs_at_once_lose_neither_held_node(tmp_path: Path) -> None:
+    # Two SuspendPrograms, or one and the timer's sync: each lists the drained nodes,
+    # then writes the file. A listing taken before the other's drain must not be
+    # written over the file that names the node drained meanwhile.
+    held = "suspendguard: sigint-ignored: pid 7 ignores SIGINT"
+    fake = FakeSlurm(tmp_path, {"nodeA": node(("DRAIN",), held), "nodeB": node()})
+    config = load(str(config_file(tmp_path, fake, "veto")), {}).slurm
+    second = Controller(config, Logger(io.StringIO(), {}), local="ctl")
+    other = threading.Thread(target=second.sync, kwargs={"also": ("nodeB",)})
+
+    class Slow(Scontrol):
+        def nodes(self, name: str | None = None) -> list[Node]:
+            seen = super().nodes(name)  # nodeB not drained yet
+            doc = fake.read()
+            doc["nodes"]["nodeB"] = node(("DRAIN",), held)
+            fake.write(doc)
+            other.start()  # the second drains nodeB and syncs while this one lists
+            other.join(timeout=2)
+            return seen
+
+    class First(Controller):
+        @property
+        def scontrol(self) -> Scontrol:
+            return Slow(self.config.scontrol)
+
+    First(config, Logger(io.StringIO(), {}), local="ctl").sync(also=("nodeA",))
+    other.join()
+    assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=nodeA,nodeB\n")

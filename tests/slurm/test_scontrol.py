@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from suspendguard.slurm.controller import EXCLUDE_HEAD, write_if_changed
+from suspendguard.slurm.controller import EXCLUDE_HEAD, exclusion_lock, write_if_changed
 from suspendguard.slurm.node import _health_action
 from suspendguard.slurm.scontrol import parse_nodes
 from suspendguard.verdict import Reason
@@ -46,12 +46,13 @@ def test_health_drains_keeps_resumes_or_leaves_alone(drained: bool, reason: str,
 def test_the_exclusion_file_is_rewritten_only_when_it_changes(tmp_path: Path) -> None:
     path = tmp_path / "suspendguard-exclude.conf"
     text = EXCLUDE_HEAD + "SuspendExcNodes=node1\n"
-    assert write_if_changed(path, text)
-    assert path.read_text() == text
-    inode = path.stat().st_ino
-    assert not write_if_changed(path, text)
-    assert path.stat().st_ino == inode
-    assert write_if_changed(path, EXCLUDE_HEAD)
+    with exclusion_lock(path):
+        assert write_if_changed(path, text)
+        assert path.read_text() == text
+        inode = path.stat().st_ino
+        assert not write_if_changed(path, text)
+        assert path.stat().st_ino == inode
+        assert write_if_changed(path, EXCLUDE_HEAD)
     assert path.read_text() == EXCLUDE_HEAD and path.stat().st_ino != inode
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.name + ".lock"]
 
