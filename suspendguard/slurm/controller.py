@@ -243,12 +243,16 @@ class Controller:
             return False
         names = list(dict.fromkeys([*self.config.exclude, *held, *also]))
         text = EXCLUDE_HEAD + (f"SuspendExcNodes={','.join(names)}\n" if names else "")
-        if write_if_changed(path, text):
+        # Owed until slurmctld re-read the file: a failed or killed re-read is asked again
+        # at the next sync, which finds the file already as it should be.
+        owed = Path(f"{path}.reread")
+        if write_if_changed(path, text, owed) or owed.exists():
             try:
                 self.scontrol.reconfigure()
             except SlurmError as exc:
                 self.say(ERR, f"{exc}: SuspendExcNodes stays as slurmctld last read it")
                 return False
+            owed.unlink(missing_ok=True)
             self.say(INFO, "SuspendExcNodes now " + (",".join(names) or "empty"))
         return True
 
@@ -266,14 +270,16 @@ def exclusion_lock(path: Path) -> Iterator[None]:
         yield
 
 
-def write_if_changed(path: Path, text: str) -> bool:
+def write_if_changed(path: Path, text: str, owed: Path | None = None) -> bool:
     """``text`` into ``path`` by a rename (the caller holds :func:`exclusion_lock`); False when
-    it already held it."""
+    it already held it. ``owed`` is made first, when given."""
     try:
         if path.read_text() == text:
             return False
     except FileNotFoundError:
         pass
+    if owed is not None:  # read-only, as the lock: root's may be there for SlurmUser's run
+        os.close(os.open(owed, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:

@@ -83,6 +83,11 @@ class FakeSlurm:
         doc["fail"][verb] = why
         self.write(doc)
 
+    def heal(self, verb: str) -> None:
+        doc = self.read()
+        doc["fail"].pop(verb, None)
+        self.write(doc)
+
     def calls(self) -> list[list[str]]:
         calls: list[list[str]] = self.read()["calls"]
         return calls

@@ -96,3 +96,20 @@ def test_two_syncs_at_once_lose_neither_held_node(tmp_path: Path) -> None:
     First(config, Logger(io.StringIO(), {}), local="ctl").sync(also=("nodeA",))
     other.join()
     assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=nodeA,nodeB\n")
+
+
+def test_a_re_read_that_failed_is_asked_again_at_the_next_sync(tmp_path: Path) -> None:
+    # The file was written but slurmctld did not re-read it: the next sync finds the
+    # file as it should be, and must still have slurmctld read it.
+    held = "suspendguard: sigint-ignored: pid 7 ignores SIGINT"
+    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN",), held)})
+    path = config_file(tmp_path, fake, "veto")
+    fake.fail("reconfigure", "slurm_reconfigure error: Socket timed out on send/recv operation")
+    assert cli("--config", str(path), "slurm", "sync")[0] == 3
+    fake.heal("reconfigure")
+    assert cli("--config", str(path), "slurm", "sync")[0] == 0
+    assert fake.calls().count(["reconfigure"]) == 2
+    assert cli("--config", str(path), "slurm", "sync")[0] == 0
+    assert fake.calls().count(["reconfigure"]) == 2  # read once it succeeded
+    assert sorted(p.name for p in tmp_path.iterdir() if "exclude" in p.name) == \
+        ["exclude.conf", "exclude.conf.lock"]
