@@ -63,7 +63,10 @@ class Controller:
         self.journal(priority, line)
 
     def journal(self, priority: int, line: str) -> None:
-        """``line`` in the journal alone: slurmctld keeps no program's stderr."""
+        """``line`` in the journal alone: slurmctld keeps no program's stderr. Under systemd
+        (the sync timer's service) stderr is the journal already: sent once, there."""
+        if self.log.journal:
+            return
         journald.send({"MESSAGE": line, "PRIORITY": str(priority),
                        "SYSLOG_IDENTIFIER": IDENTIFIER})
 

@@ -113,3 +113,19 @@ def test_a_re_read_that_failed_is_asked_again_at_the_next_sync(tmp_path: Path) -
     assert fake.calls().count(["reconfigure"]) == 2  # read once it succeeded
     assert sorted(p.name for p in tmp_path.iterdir() if "exclude" in p.name) == \
         ["exclude.conf", "exclude.conf.lock"]
+
+
+def test_under_systemd_a_failure_is_one_line_in_the_journal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # suspendguard-slurm-sync.service: stderr is the journal (JOURNAL_STREAM), so the
+    # line is not sent a second time through journald's socket.
+    fake = FakeSlurm(tmp_path, {"node1": node()})
+    fake.fail("show", "slurm_load_node error: Unable to contact slurm controller")
+    path = config_file(tmp_path, fake, "veto")
+    with standing_in(tmp_path, monkeypatch) as journal:
+        status, _, err = cli("--config", str(path), "slurm", "sync",
+                             environ={"JOURNAL_STREAM": "8:12345"})
+        said = entries(journal)
+    assert status == 3
+    assert err.count("\n") == 1 and err.startswith("<3>the drained nodes could not be listed")
+    assert said == []
