@@ -130,6 +130,15 @@ def _parse(argv: list[str], out: TextIO) -> Any:
         return build_parser(_command_in(argv)).parse_args(argv)
 
 
+def _standard_fds() -> None:
+    """0, 1 and 2 on /dev/null where they are closed: a file opened later must never be
+    taken for a standard stream, by this process or by a child it starts."""
+    fd = os.open(os.devnull, os.O_RDWR)
+    while fd <= 2:  # the lowest free number: 0, 1 or 2 while one is closed
+        fd = os.open(os.devnull, os.O_RDWR)
+    os.close(fd)
+
+
 def main(
     argv: Sequence[str] | None = None,
     out: TextIO | None = None,
@@ -139,6 +148,7 @@ def main(
 ) -> int:
     # A closed stream (slurmctld closes every descriptor before its SuspendProgram and
     # ResumeProgram) is None in sys: what would go there goes nowhere, never a traceback.
+    _standard_fds()
     out = out or sys.stdout or open(os.devnull, "w")  # noqa: SIM115 (lives as long)
     err = err or sys.stderr or open(os.devnull, "w")  # noqa: SIM115
     argv = list(sys.argv[1:] if argv is None else argv)

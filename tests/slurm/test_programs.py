@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 from helpers.fake_slurm import FakeSlurm, node
 from helpers.journal import entries, standing_in
 from helpers.runners import cli
@@ -49,6 +51,20 @@ def test_a_hold_is_made_and_told_with_the_standard_streams_closed(
     assert fake.node("node1") == node(("POWERED_DOWN", "DRAIN"), held)
     assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
     assert f"node1: not powered down: {held}" in said
+
+
+def test_the_suspend_program_run_as_slurmctld_runs_it_holds(tmp_path: Path) -> None:
+    # For real: descriptors 0, 1 and 2 closed before the exec, as power_save.c leaves them.
+    fake = FakeSlurm(tmp_path, {"node1": node(("POWERING_DOWN",))})
+    path = config_file(tmp_path, fake, "veto")
+    closed = ("import os, sys; os.closerange(0, 3); "
+              "os.execv(sys.executable, [sys.executable, '-m', 'suspendguard', *sys.argv[1:]])")
+    done = subprocess.run([sys.executable, "-c", closed, "--config", str(path), "slurm",
+                           "suspend", "node1"], cwd=REPO, timeout=120, check=False)
+    assert done.returncode == 1
+    held = "suspendguard: sigint-ignored: pid 7 ignores SIGINT"
+    assert fake.node("node1") == node(("POWERED_DOWN", "DRAIN"), held)
+    assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
 
 
 @pytest.mark.parametrize("failing", ["show", "reconfigure"])
