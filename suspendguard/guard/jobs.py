@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from suspendguard.config import LauncherRule
@@ -235,8 +235,14 @@ class Plan:
 
 
 def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] = (),
-         never: Iterable[int] = (), signum: int = signal.SIGINT) -> Plan:
-    """Group ``holders`` (all to be signalled) into jobs."""
+         never: Iterable[int] = (), signum: int = signal.SIGINT,
+         asked: Collection[HolderId] = ()) -> Plan:
+    """Group ``holders`` (all to be stopped) into jobs.
+
+    ``asked``: holders stopped their own way, never by a signal (a Jupyter
+    kernel's shutdown_request): each is a job of its own, under no launcher,
+    and only gathers its workers.
+    """
     by_pid = {h.pid: h for h in holders}
     groups = {h.pid: _pgrp(proc, h.pid) for h in holders}
     workers: dict[int, list[Holder]] = {}
@@ -253,7 +259,8 @@ def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] 
     jobs: dict[object, list[Holder]] = {}
     found: dict[object, Launcher | None] = {}
     for root in roots:
-        launcher = _launcher_of(root, proc, rules, never, signum)
+        launcher = (None if holder_id(root) in asked
+                    else _launcher_of(root, proc, rules, never, signum))
         key: object = launcher.id if launcher is not None else ("alone", root.pid)
         jobs.setdefault(key, []).append(root)
         found[key] = launcher

@@ -91,6 +91,10 @@ def kernel_of(holder: Holder, proc: ProcFS) -> JupyterKernel | None:
     path = connection_file_arg(holder.cmdline)
     if path is None:
         return None
+    if holder.ppid > 1 and proc.cmdline(holder.ppid) == holder.cmdline:
+        # A process the kernel forked (multiprocessing, a DataLoader worker) runs its
+        # command line, but it is not the kernel: its worker (guard/jobs.py).
+        return None
     try:
         status = proc.status(holder.pid)
     except ProcAccessError:

@@ -176,11 +176,16 @@ class RunState:
         Made once per batch: the decision, the dry run's word and the drain
         read the same plan, and the walk up /proc is not made again.
         """
-        holders = [d.holder for d in decisions if d.signals and d.kind != "jupyter-shutdown"]
+        holders = [d.holder for d in decisions if d.signals]
+        # A kernel asked to shut down is no rank of a launcher, but its forked
+        # children are its workers: they leave with it.
+        asked = frozenset(holder_id(d.holder) for d in decisions
+                          if d.signals and d.kind == "jupyter-shutdown")
         key = frozenset(holder_id(h) for h in holders)
         if key not in self._plans:
             self._plans[key] = jobs.plan(holders, self.options.proc, self.drain.launchers,
-                                         never=self.never, signum=signal.Signals[self.drain.signal])
+                                         never=self.never, signum=signal.Signals[self.drain.signal],
+                                         asked=asked)
         return self._plans[key]
 
     def job_stop(self, plan: jobs.Plan, held: Held | None,

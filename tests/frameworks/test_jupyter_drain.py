@@ -75,3 +75,38 @@ def test_shutdown_ends_the_kernel_and_allows(kernel: Kernel, tmp_path: Path, nod
     assert kernel.wait_exit(5) == 0  # it left on its own, status 0: no signal ended it
     _code, out, _err = cli("--config", str(conf), "history", "--json")
     assert "shutdown_request" in out  # the history records how it was stopped
+
+
+@pytest.mark.parametrize("jupyter", ["veto", "shutdown"])
+def test_a_kernels_forked_child_is_its_worker_not_a_kernel(kernel: Kernel, tmp_path: Path,
+                                                           node: str, jupyter: str) -> None:
+    """A process the kernel forked (multiprocessing, a DataLoader worker) runs the kernel's
+    command line and holds the node through the kernel's open file: it is the kernel's
+    worker, never taken for a kernel itself (asked to shut down, named in a veto), never
+    signalled."""
+    mark = tmp_path / "child"
+    kernel.command(f"fork {mark}")
+    pidfile = tmp_path / "child.pid"
+    wait_for(lambda: pidfile.exists() and pidfile.read_text() != "", 30, interval=0.05)
+    child = int(pidfile.read_text())
+    conf = config(tmp_path, node, jupyter)
+    _code, out, _err = cli("--config", str(conf), "check", "--json")
+    predicted = json.loads(out)
+    code, out, err = cli("--config", str(conf), "drain", "--yes", "--json")
+    report = json.loads(out)
+    (kid,) = [h for h in report["holders"] if h["pid"] == child]
+    if jupyter == "veto":
+        assert code == 1 and report["verdict"] == "veto", (report, err)
+        assert report["reasons"] == predicted["reasons"]
+        (reason,) = report["reasons"]  # the kernel's, and only the kernel's
+        assert f"pid {kernel.pid} " in reason and "is a Jupyter kernel" in reason
+        assert kid["outcome"]["kind"] == "not-signalled"
+        assert kernel.alive()
+    else:
+        assert code == 0 and report["verdict"] == "allow", (report, err)
+        (said,) = [h for h in predicted["holders"] if h["pid"] == child]
+        assert "leaves with its parent" in said["outcome"]["why"], said
+        assert kid["outcome"]["kind"] == "exited", kid
+        assert f"left with its parent, pid {kernel.pid}" in kid["outcome"]["why"], kid
+        assert kernel.wait_exit(5) == 0
+    assert not mark.exists()  # no SIGINT reached the child

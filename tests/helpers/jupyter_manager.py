@@ -14,7 +14,12 @@ Commands, one per stdin line:
 - ``hold NODE``: the kernel opens NODE and keeps it open (a cell that runs to its end);
 - ``busy PROGRESS STEPS``: the kernel starts a cell that appends one line per
   0.1 s step to PROGRESS, then ``done``; ``interrupted`` if a KeyboardInterrupt
-  reaches it. The command is done once the cell started, not when it ends.
+  reaches it. The command is done once the cell started, not when it ends;
+- ``fork MARK``: the kernel starts a daemonic multiprocessing child (forked,
+  so it inherits the held node, as a DataLoader worker does) that writes its
+  pid to MARK.pid and ``interrupted`` to MARK if a KeyboardInterrupt reaches it.
+  A thread joins it: ipykernel 6.17's shutdown SIGTERMs its children and waits
+  about 29 s for one left a zombie.
 
 At the end of stdin the manager ends its kernel if it still runs.
 """
@@ -41,6 +46,21 @@ with open({progress!r}, "a") as f:
     f.write("done\\n")
 """
 
+FORK_CELL = """\
+import multiprocessing, os, threading, time
+def _child(mark):
+    with open(mark + ".pid", "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        time.sleep(3600)
+    except KeyboardInterrupt:
+        with open(mark, "w") as f:
+            f.write("interrupted\\n")
+_forked = multiprocessing.get_context("fork").Process(target=_child, args=({mark!r},), daemon=True)
+_forked.start()
+threading.Thread(target=_forked.join, daemon=True).start()
+"""
+
 
 def say(**event: object) -> None:
     print(json.dumps(event), flush=True)
@@ -59,6 +79,9 @@ for line in sys.stdin:
     command, *args = line.split()
     if command == "hold":
         reply = client.execute(f"_held_node = open({args[0]!r}, 'rb')", reply=True, timeout=30)
+        assert reply["content"]["status"] == "ok", reply["content"]
+    elif command == "fork":
+        reply = client.execute(FORK_CELL.format(mark=args[0]), reply=True, timeout=30)
         assert reply["content"]["status"] == "ok", reply["content"]
     elif command == "busy":
         client.execute(BUSY_CELL.format(progress=args[0], steps=int(args[1])))
