@@ -8,13 +8,13 @@ parent. Pure functions of what the run knows; nothing here signals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from suspendguard.guard import jobs
 from suspendguard.guard.job_stop import JobStop
 from suspendguard.guard.policy import drain_disposition
-from suspendguard.model import Decision, Holder, Outcome, Owner, holder_id
+from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id
 from suspendguard.system.procfs import ProcFS
 
 
@@ -89,8 +89,12 @@ def _prediction(d: Decision, plan: jobs.Plan) -> Outcome:
                    if what == "held" else f"{why}; {job.launcher.label} is never signalled")
 
 
-def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop) -> str:
-    """What to do about a holder still running at the timeout, by the shape of its job."""
+def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
+                   running: Collection[HolderId] = ()) -> str:
+    """What to do about a holder still running at the timeout, by the shape of its job.
+
+    ``running``: the holders this drain left running (a worker's parent among them).
+    """
     h, signame = d.holder, d.signal
     if holder_id(h) in stop.asks:
         return ("the Jupyter kernel took the shutdown request but is still busy in a cell: "
@@ -103,6 +107,10 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop) -> str:
         return f"stop it yourself (kill -TERM {h.pid}), or raise [drain] timeout_s"
     what, job = found
     if what == "worker":
+        parent = next((p for p in (*job.roots, *job.workers) if p.pid == h.ppid), None)
+        if parent is not None and holder_id(parent) in running:
+            return (f"it is a worker of pid {h.ppid} {parent.comm}, which is still running "
+                    "too: it leaves with its parent, never signalled; see the parent's reason")
         return (f"it is a worker of pid {h.ppid} and did not leave with it: its parent "
                 f"left it behind; stop it yourself (kill -TERM {h.pid})")
     launcher = job.launcher

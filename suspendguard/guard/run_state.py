@@ -355,7 +355,8 @@ class RunState:
                    f"kept from restarting by {advice.via(owner)})")
         cut = " (the wait was cut short by the deadline)" if result.shortened else ""
         took = self.took_before(d)
-        remedy = advice.timeout_remedy(d, plan, stop)
+        remedy = advice.timeout_remedy(d, plan, stop, {
+            key for key, o in result.outcomes.items() if o.kind == "timeout"})
         return (reason_about("timeout-after-sigint", (
             f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}" + (f" ({took})" if took else "")
             + f": {remedy}"), h, owner.key),)

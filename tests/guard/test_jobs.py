@@ -136,3 +136,37 @@ def test_a_launcher_that_holds_a_node_gets_one_signal_and_leaves(
     assert sorted(holders.signals()) == sorted([f"{pid} launcher SIGINT", f"{rank} SIGINT"])
     if stop == "hold":  # stopped, the launcher acted on its signal only after its rank left
         assert holders.signals() == [f"{rank} SIGINT", f"{pid} launcher SIGINT"]
+
+
+# A parent whose SIGINT handler saves for longer than the drain waits, and a
+# worker it forked (the node inherited), as a rank and its DataLoader worker.
+SLOW_FAMILY = """
+import os, signal, sys, time
+node = open(sys.argv[1], "rb")
+signal.signal(signal.SIGINT, lambda *_: time.sleep(30))
+child = os.fork()
+if child == 0:
+    time.sleep(60)
+    os._exit(0)
+print(os.getpid(), child, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_worker_whose_parent_still_runs_is_not_said_left_behind(make_config: Any,
+                                                                   node: str) -> None:
+    """At the timeout the worker is still there because its parent is: its reason says
+    so, and never advises killing the worker (which would break the parent's loop)."""
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_FAMILY, node], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        parent, child = map(int, proc.stdout.readline().split())
+        report = guard(make_config(drain={"timeout_s": 1}))
+        assert report.verdict.kind == "veto", report.verdict.texts
+        (said,) = [t for t in report.verdict.texts if t.startswith(f"pid {child} ")]
+        assert "left it behind" not in said and f"kill -TERM {child}" not in said, said
+        assert f"pid {parent}" in said and "still running" in said, said
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
