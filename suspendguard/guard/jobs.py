@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from suspendguard.config import LauncherRule
 from suspendguard.guard.policy import rule_matches
@@ -265,8 +265,19 @@ def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] 
         jobs.setdefault(key, []).append(root)
         found[key] = launcher
     return Plan(tuple(
-        Job(tuple(rs), tuple(w for r in rs for w in workers.get(r.pid, ())), found[key])
+        Job(tuple(rs), tuple(w for r in rs for w in workers.get(r.pid, ())),
+            _agent(found[key], rs))
         for key, rs in jobs.items()))
+
+
+def _agent(launcher: Launcher | None, roots: Sequence[Holder]) -> Launcher | None:
+    """``accelerate launch`` of one process starts one child; two or more of its own children
+    holding a node are torchrun's agent at work in its process (the processes set by
+    ``accelerate config``'s file, not on the command line): it forwards."""
+    if (launcher is not None and launcher.kind == BUILTIN["accelerate-single"]
+            and sum(r.ppid == launcher.pid for r in roots) > 1):
+        return replace(launcher, kind=BUILTIN["accelerate"])
+    return launcher
 
 
 def _node_fds(proc: ProcFS, holder: Holder) -> list[int]:

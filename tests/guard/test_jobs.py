@@ -170,3 +170,47 @@ def test_a_worker_whose_parent_still_runs_is_not_said_left_behind(make_config: A
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+# ``accelerate launch train.py`` with its processes set by ``accelerate config``'s
+# file, not on the command line: accelerate runs torchrun's agent in its own
+# process, which starts the ranks and forwards SIGINT to each (written down).
+FAKE_ACCELERATE = """
+import os, signal, subprocess, sys
+node, holder, marker, count = sys.argv[2:6]
+ranks = [subprocess.Popen([sys.executable, holder, "--node", node, "--marker", marker,
+                           "--delay", "0.3"], stdout=subprocess.PIPE, text=True)
+         for _ in range(int(count))]
+def forward(signum, _frame):
+    with open(marker, "a") as m:
+        m.write(f"{os.getpid()} launcher SIGINT\\n")
+    for rank in ranks:
+        rank.send_signal(signum)
+signal.signal(signal.SIGINT, forward)
+print("ready", os.getpid(), *[r.stdout.readline().split()[1] for r in ranks], flush=True)
+for rank in ranks:
+    rank.wait()
+"""
+
+
+def test_accelerate_that_started_several_ranks_is_their_agent(
+        make_config: Any, node: str, holders: Holders, tmp_path: Any) -> None:
+    script = tmp_path / "accelerate"
+    script.write_text(FAKE_ACCELERATE)
+    launcher = subprocess.Popen([sys.executable, str(script), "launch", node, HOLDER,
+                                 holders.marker, "2"], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    holders.procs.append(launcher)
+    assert launcher.stdout is not None
+    _ready, pid, *ranks = launcher.stdout.readline().split()
+    config = make_config()
+    said = guard(config, dry_run=True)
+    for rank in ranks:
+        (rec,) = [r for r in said.holders if str(r.decision.holder.pid) == rank]
+        assert f"from accelerate (pid {pid})" in rec.outcome.why, rec.outcome.why
+    report = guard(config)
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert launcher.wait(timeout=10) == 0
+    # The agent gets the one signal and forwards it: one SIGINT to each, never two.
+    assert sorted(holders.signals()) == sorted([f"{pid} launcher SIGINT"] +
+                                               [f"{rank} SIGINT" for rank in ranks])
