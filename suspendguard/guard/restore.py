@@ -146,15 +146,7 @@ def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,
         return "started", "queued: it starts once its stop has ended"
     if started_meanwhile:
         return "skipped", "started and stopped again by someone else after the guard stopped it"
-    started = supervisors.start(owner)
-    if isinstance(started, Unavailable):
-        return "failed", started.reason
-    if started == "starting":
-        return "starting", ("its start job still ran when the restore's budget ended: "
-                            "suspendguard status shows whether it came up")
-    if started != "active":
-        return "failed", f"the start job ended with the unit {started}"
-    return "started", ""
+    return _answered(supervisors.start(owner))
 
 
 def _recreate(owner: Owner, supervisors: OwnerControl) -> tuple[str, str]:
@@ -162,14 +154,21 @@ def _recreate(owner: Owner, supervisors: OwnerControl) -> tuple[str, str]:
     made = supervisors.recreate(owner)
     if made is None:
         return "skipped", "the unit no longer exists"
-    if isinstance(made, Unavailable):
-        return "failed", made.reason
-    if made == "starting":
-        return "starting", ("made again as a transient unit; its start job still ran when the "
-                            "restore's budget ended: suspendguard status shows whether it came up")
-    if made != "active":
-        return "failed", f"the transient unit made again ended up {made}"
-    return "started", "made again as a transient unit from what was recorded before the drain"
+    return _answered(made, "made again as a transient unit from what was recorded before the "
+                     "drain")
+
+
+def _answered(started: str | Unavailable, how: str = "") -> tuple[str, str]:
+    """A start job's answer as the stop's result and why; ``how``: how it was started."""
+    said = f"{how}; " if how else ""
+    if isinstance(started, Unavailable):
+        return "failed", said + started.reason
+    if started == "starting":
+        return "starting", (f"{said}its start job still ran when the restore's budget ended: "
+                            "suspendguard status shows whether it came up")
+    if started != "active":
+        return "failed", f"{said}the start job ended with the unit {started}"
+    return "started", how
 
 
 class Blocker:
