@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.isolation import needs_root
 
 from suspendguard.config.load import defaults
-from suspendguard.slurm.controller import Controller
+from suspendguard.slurm.controller import Controller, write_if_changed
 from suspendguard.system.log import Logger
 
 
@@ -57,3 +64,54 @@ def test_a_failed_power_action_holds_the_node_up(tmp_path: Path) -> None:
     assert not c._suspend_one("gpu3")
     assert "gpu3: not powered down: suspendguard: power-action-failed: [slurm] power_off:" \
         in err.getvalue()
+
+
+NOBODY = 65534
+
+
+def slurm_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """SlurmUser's folder (here nobody's), where the exclusion file lives, and a folder of root's."""
+    theirs = tmp_path / "slurm"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    root_dir = tmp_path / "etc"
+    root_dir.mkdir(mode=0o755)
+    return theirs, root_dir
+
+
+@needs_root
+def test_sync_as_root_never_creates_a_file_through_a_link_slurmuser_planted(tmp_path: Path) -> None:
+    theirs, root_dir = slurm_folder(tmp_path)
+    path = theirs / "exclude.conf"
+    for mark, target in (("lock", "by-lock"), ("reread", "by-reread")):
+        link = theirs / f"exclude.conf.{mark}"
+        link.symlink_to(root_dir / target)
+        os.chown(link, NOBODY, NOBODY, follow_symlinks=False)
+    config = replace(defaults().slurm, scontrol="/nonexistent/scontrol", exclude_file=str(path))
+    err = io.StringIO()
+    assert not Controller(config, Logger(err, {}), local="ctl").sync()
+    with pytest.raises(OSError):
+        write_if_changed(path, "SuspendExcNodes=gpu1\n", theirs / "exclude.conf.reread")
+    assert sorted(os.listdir(root_dir)) == []
+
+
+@needs_root
+def test_the_exclusion_file_mode_is_set_through_its_descriptor(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    theirs, root_dir = slurm_folder(tmp_path)
+    secret = root_dir / "shadow"
+    secret.write_text("root:$6$hash\n")
+    secret.chmod(0o600)
+    real = tempfile.mkstemp
+
+    def swapped(**kwargs: Any) -> tuple[int, str]:
+        # SlurmUser wins the race: the temporary name is a link to root's file by now.
+        fd, tmp = real(**kwargs)
+        os.unlink(tmp)
+        os.symlink(secret, tmp)
+        return fd, tmp
+
+    monkeypatch.setattr(tempfile, "mkstemp", swapped)
+    write_if_changed(theirs / "exclude.conf", "SuspendExcNodes=gpu1\n")
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert secret.read_text() == "root:$6$hash\n"
