@@ -45,6 +45,9 @@ SYSTEM_DIRS = frozenset({
 PROGRAM_KEYS = tuple(key for backend in IDLE_BACKENDS.values() for key in backend.keys)
 # The [resume] keys that name something root executes or loads after resume.
 RESUME_PROGRAM_KEYS = ("modprobe", "cuda_library")
+# The [slurm] keys that name a program root executes: scontrol, run by ``slurm health``
+# (slurmd's HealthCheckProgram, as root on every node) and ``slurm sync`` (root's timer).
+SLURM_PROGRAM_KEYS = ("scontrol",)
 
 
 def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -54,6 +57,7 @@ def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
         out += problems(os.path.abspath(config.path), "configuration file")
     programs = [("idle", key) for key in PROGRAM_KEYS]
     programs += [("resume", key) for key in RESUME_PROGRAM_KEYS]
+    programs += [("slurm", key) for key in SLURM_PROGRAM_KEYS]
     for section, key in programs:
         value: str = getattr(getattr(config, section), key)
         what = f"[{section}] {key}"

@@ -165,3 +165,19 @@ def test_untrusted_modprobe_is_never_run_after_resume(tmp_path: Path, node: str)
     status, _, err = cli("restore", "--config", str(conf))
     assert status == EXIT_UNTRUSTED and "[resume] modprobe" in err and "world-writable" in err
     assert not marker.exists()
+
+
+@needs_root
+def test_untrusted_scontrol_is_never_run(tmp_path: Path, node: str) -> None:
+    # slurm health (slurmd's HealthCheckProgram) and slurm sync (a timer) run it as root.
+    marker = tmp_path / "ran"
+    fake = tmp_path / "scontrol"
+    fake.write_text(f"#!/bin/sh\necho ran > {marker}\n")
+    fake.chmod(0o777)
+    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
+                      f'[idle]\nbackends = []\n[slurm]\nscontrol = "{fake}"\n'
+                      f'exclude_file = "{tmp_path / "exclude.conf"}"\n')
+    status, _, err = cli("--config", str(conf), "slurm", "sync")
+    assert status == EXIT_UNTRUSTED, err
+    assert one_line(err) and "[slurm] scontrol" in err and "world-writable" in err
+    assert not marker.exists()
