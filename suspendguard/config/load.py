@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from suspendguard.config.schema import SCHEMA, SECTIONS, Config
-from suspendguard.config.trust import state_dir_problem, untrusted
+from suspendguard.config.trust import replaced, state_dir_problem, untrusted
 from suspendguard.config.validate import Invalid, InvalidEntry, validate
 from suspendguard.errors import ConfigError
 from suspendguard.system.deadline import ANSWER_MARGIN_S, IDLE_MARGIN_S, needed_s
@@ -56,7 +56,8 @@ def load(cli_path: str | None = None, environ: Mapping[str, str] | None = None, 
     """
     env = os.environ if environ is None else environ
     path, explicit = resolve_path(cli_path, env)
-    raw = _read(path, explicit)
+    read = _read(path, explicit)
+    raw = None if read is None else read[0]
     if raw is None:
         config = defaults()
     else:
@@ -72,12 +73,15 @@ def load(cli_path: str | None = None, environ: Mapping[str, str] | None = None, 
             raise ConfigError(f"{path}: TOML nested too deeply") from None
         config = build(data, path, text)
     if os.geteuid() == 0 if as_root is None else as_root:
-        config = replace(config, trust=untrusted(config, env))
+        trust = untrusted(config, env)
+        if read is not None:
+            trust += replaced(path, read[1], "configuration file")
+        config = replace(config, trust=tuple(dict.fromkeys(trust)))
     return config
 
 
-def _read(path: str, explicit: bool) -> bytes | None:
-    """The file's bytes, read only when it is a regular file of at most MAX_BYTES."""
+def _read(path: str, explicit: bool) -> tuple[bytes, os.stat_result] | None:
+    """The file's bytes and what it was, read only when it is a regular file of at most MAX_BYTES."""
     try:
         # O_NONBLOCK: a FIFO must not hang the open; it is refused below.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -110,7 +114,7 @@ def _read(path: str, explicit: bool) -> bytes | None:
             size += len(chunk)
         if size > MAX_BYTES:
             raise ConfigError(f"{path}: more than a configuration's limit of {MAX_BYTES} bytes")
-        return b"".join(chunks)
+        return b"".join(chunks), st
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from None
     finally:

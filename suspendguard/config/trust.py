@@ -74,6 +74,22 @@ def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def replaced(path: str, read: os.stat_result, what: str) -> tuple[str, ...]:
+    """Why the file read (``read``: its descriptor's stat) is not the one ``path`` names now.
+
+    The rule judges the path after the file was read: a file gone by then
+    would pass as one that does not exist yet (in a sticky folder its owner
+    may remove it at will), and one put in its place would be judged instead.
+    """
+    try:
+        now = os.stat(os.path.abspath(path))
+    except OSError:
+        now = None
+    if now is None or (now.st_dev, now.st_ino) != (read.st_dev, read.st_ino):
+        return (f"{what} {path}: replaced or removed while it was read",)
+    return ()
+
+
 def _on_path(name: str, what: str, path: str) -> list[str]:
     """A bare command name: every PATH folder searched before (and holding) it must be trusted."""
     out: list[str] = []

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.holders import Holders
@@ -17,6 +19,8 @@ from suspendguard.idle.base import find_file
 from .helpers import cli, one_line
 
 NOBODY = 65534
+# The module, not the function config/__init__.py names the same.
+load_module = importlib.import_module("suspendguard.config.load")
 
 
 def write_conf(path: Path, node: str, state: Path, extra: str = "") -> Path:
@@ -181,3 +185,24 @@ def test_untrusted_scontrol_is_never_run(tmp_path: Path, node: str) -> None:
     assert status == EXIT_UNTRUSTED, err
     assert one_line(err) and "[slurm] scontrol" in err and "world-writable" in err
     assert not marker.exists()
+
+
+@needs_root
+def test_a_config_gone_once_read_is_not_trusted(tmp_path: Path, node: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # In a sticky folder (/tmp) a user's file is removed by that user at will: one
+    # read, then removed before its check, must not pass as a path that does not exist.
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    conf = write_conf(sticky / "sg.toml", node, tmp_path / "state", '[idle]\nbackends = []\n')
+    os.chown(conf, NOBODY, NOBODY)
+    build = load_module.build
+
+    def removed_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        conf.unlink()
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(load_module, "build", removed_meanwhile)
+    trust = load(str(conf), {"PATH": os.defpath}).trust
+    assert any(str(conf) in p and "replaced" in p for p in trust), trust
