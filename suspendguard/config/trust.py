@@ -10,7 +10,8 @@ owned by root, and none but a sticky directory is group- or other-writable.
 A sticky directory (``/tmp``) may be writable by all, because in it only an
 entry's owner can rename or remove that entry, and its entry on the path
 must be root's too. A path that does not exist yet is judged by the part
-that does: nobody but root can create the rest. The idle backends' default
+that does: nobody but root can create the rest, unless its first missing
+entry would be made in a sticky folder, where anyone may: that is refused. The idle backends' default
 tools and a holder's executable (guard/identity.py) are held to it too.
 
 :func:`untrusted` lists the problems of the configuration file itself and
@@ -129,14 +130,21 @@ def problems(path: str, what: str) -> list[str]:
 def _walk(path: str, what: str, shown: str, out: list[str], links: int) -> None:
     parts = [p for p in path.split("/") if p]
     current = "/"
-    if _judge(current, os.lstat(current), what, shown, out):
+    st = os.lstat(current)
+    if _judge(current, st, what, shown, out):
         return
     for i, part in enumerate(parts):
         current = os.path.join(current, part)
+        parent = st
         try:
             st = os.lstat(current)
         except FileNotFoundError:
-            return  # the rest does not exist; its parent is trusted, so only root can make it
+            # The rest does not exist: its parent is trusted, so only root can make it,
+            # unless it is a sticky folder, where anyone may.
+            if parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                out.append(f"{what} {shown}: {current} does not exist, and any user may "
+                           f"create it in the sticky folder {os.path.dirname(current)}")
+            return
         except OSError as exc:
             out.append(f"{what} {shown}: cannot inspect {current}: {exc.strerror}")
             return

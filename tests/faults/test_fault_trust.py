@@ -206,3 +206,21 @@ def test_a_config_gone_once_read_is_not_trusted(tmp_path: Path, node: str,
     monkeypatch.setattr(load_module, "build", removed_meanwhile)
     trust = load(str(conf), {"PATH": os.defpath}).trust
     assert any(str(conf) in p and "replaced" in p for p in trust), trust
+
+
+@needs_root
+def test_a_program_missing_from_a_sticky_folder_is_not_trusted(tmp_path: Path, node: str) -> None:
+    # Any user may make /tmp/x/npu-smi in a sticky /tmp once root judged it missing.
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    missing = sticky / "ascend" / "npu-smi"
+    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
+                      f'[idle]\nbackends = ["npu-smi"]\nnpu_smi = "{missing}"\n')
+    found = load(str(conf), {"PATH": os.defpath}).trust
+    assert any("[idle] npu_smi" in p and "does not exist" in p and str(sticky) in p
+               for p in found), found
+    # Missing under a folder of root's alone: only root can make it.
+    owned = tmp_path / "opt"
+    owned.mkdir(mode=0o755)
+    assert trust.problems(str(owned / "ascend" / "npu-smi"), "x") == []
