@@ -261,7 +261,10 @@ COMMANDS: tuple[Command, ...] = (
              (3, "--since last-attempt: the history cannot be read"),
              UNTRUSTED_EXIT)),
     Command("status", "accelerators, holders, verdict, installation, logind, history",
-            "status:command", _status, ((0, "the report was made"), USAGE_EXIT, UNTRUSTED_EXIT)),
+            "status:command", _status,
+            ((0, "the report was made (an invalid or untrusted configuration is reported in "
+                 "it, as an unknown verdict)"),
+             (2, "bad usage"))),
     Command("install", "install the veto units, the sleep hook and a default config",
             "install:command_install", _install, ((0, "installed"), USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
     Command("uninstall", "remove what install put in place",

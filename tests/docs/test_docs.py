@@ -206,3 +206,19 @@ def test_the_wheel_ships_the_pages_but_not_their_generators(tmp_path: Path) -> N
     names = zipfile.ZipFile(wheel).namelist()
     assert "suspendguard/cli.py" in names and "suspendguard/data/man/suspendguard.8" in names
     assert [n for n in names if "docgen" in n or n.startswith("suspendguard/docs/")] == []
+
+
+def test_command_reference_has_each_command_with_its_exit_statuses() -> None:
+    """docs/commands.md's reference table: a row per command, naming each status its --help declares."""
+    from suspendguard.commands import COMMANDS
+    text = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
+    table = text.split("## Command reference", 1)[1].split("Exit statuses, across commands", 1)[0]
+    documented: dict[str, set[int]] = {}
+    for line in table.splitlines():
+        m = re.match(r"\| `suspendguard ([\w-]+)", line)
+        if m:
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+            codes = {int(c) for c in re.findall(r"(?:^|, )(\d+)\b", cells[-1])}
+            documented.setdefault(m.group(1), set()).update(codes)
+    declared = {c.name: {code for code, _ in c.exits} for c in COMMANDS}
+    assert documented == declared
