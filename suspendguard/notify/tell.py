@@ -33,6 +33,10 @@ from suspendguard.verdict import Verdict
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # How much sooner than its own kill the child gives up on the server, to say why.
 CHILD_MARGIN_S = 0.3
+# How long one terminal may refuse output (^S, a stalled ssh connection) before its message
+# is cut: a live one takes the few hundred bytes at once, and a stuck one must not spend the
+# bound of the desktops and terminals told after it.
+TERMINAL_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +110,7 @@ def _tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, unti
     if config.wall:
         text = msg.terminal_text(time.time())
         for s in terminals:
-            why = write_terminal(s.tty, s.uid, text, end)
+            why = write_terminal(s.tty, s.uid, text, min(end, time.monotonic() + TERMINAL_S))
             _note(told, missed, f"{s.name} on /dev/{s.tty}", why)
     if config.desktop:
         for s in desktops:

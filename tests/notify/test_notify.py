@@ -15,6 +15,7 @@ import os
 import pty
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -265,6 +266,34 @@ def test_mesg_n_another_owner_and_odd_names_are_left_alone(terminal: tuple[int, 
     for name in ("../etc/passwd", "tty", "pts/../../etc/shadow", "null", "console"):
         assert "is not a terminal name" in str(write_terminal(name, ME, "x", until))
     assert _read(master) == ""
+
+
+@pytest.mark.root
+def test_a_stopped_terminal_does_not_cost_the_desktops_their_notification(
+        bus: PrivateBus, notifications: Callable[..., Path],
+        terminal: tuple[int, str]) -> None:
+    """An ssh session whose terminal takes no output (^S, a stalled connection) loses its
+    message; the desktop user is still told, within the same bound."""
+    log_file = notifications()
+    _master, tty = terminal
+    slave = os.open(f"/dev/{tty}", os.O_RDWR | os.O_NOCTTY)
+    try:
+        termios.tcflow(slave, termios.TCOOFF)  # ^S: the terminal takes no more output
+        stuck = LoginSession("4", ME, "carol", "tty", "user", True, True, "active", tty, "")
+        out = io.StringIO()
+        began = time.monotonic()
+        tell(_config(timeout_s=2.0), VETO, "suspend", Logger(out, {}), began + 10,
+             sessions=_sessions([stuck, _desktop_session()]),
+             bus_address=lambda uid: bus.address)
+        took = time.monotonic() - began
+    finally:
+        termios.tcflow(slave, termios.TCOON)
+        os.close(slave)
+    said = out.getvalue()
+    assert "notify: told alice's desktop" in said, said
+    assert f"not told carol on /dev/{tty}: /dev/{tty}: takes no more output" in said, said
+    assert len(log_file.read_text().splitlines()) == 1
+    assert took < 2.5, took
 
 
 def test_notify_keys_are_validated() -> None:
