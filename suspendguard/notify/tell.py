@@ -5,7 +5,8 @@ refused (veto or unknown) real sleep only. Every user with an active login
 session (or those of ``[notify] users``) is told on each login terminal
 (notify/terminals.py) and, for each active graphical session, by a desktop
 notification on the user's session bus, sent by a child run as the user
-(notify/send.py): dbus-daemon admits no root connection to a user's bus.
+(notify/send.py), the users' children at once: dbus-daemon admits no root
+connection to a user's bus.
 
 All of it ends by ``until`` and within ``[notify] timeout_s``: a child that
 gets no answer is killed there (system/runner.py), and what was not told
@@ -19,6 +20,7 @@ import pwd
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from suspendguard.config.schema import NotifyConfig
@@ -33,6 +35,8 @@ from suspendguard.verdict import Verdict
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # How much sooner than its own kill the child gives up on the server, to say why.
 CHILD_MARGIN_S = 0.3
+# Desktop notifications sent at once, each by its own child.
+MAX_CHILDREN = 16
 # How long one terminal may refuse output (^S, a stalled ssh connection) before its message
 # is cut: a live one takes the few hundred bytes at once, and a stuck one must not spend the
 # bound of the desktops and terminals told after it.
@@ -112,10 +116,14 @@ def _tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, unti
         for s in terminals:
             why = write_terminal(s.tty, s.uid, text, min(end, time.monotonic() + TERMINAL_S))
             _note(told, missed, f"{s.name} on /dev/{s.tty}", why)
-    if config.desktop:
-        for s in desktops:
-            _note(told, missed, f"{s.name}'s desktop", _desktop(s.uid, msg, end, python,
-                                                              bus_address(s.uid)))
+    if config.desktop and desktops:
+        # One child per user, all at once: a server that never answers costs its own user's
+        # notification, not the next user's (each child is killed by ``end``).
+        with ThreadPoolExecutor(max_workers=min(len(desktops), MAX_CHILDREN)) as pool:
+            whys = list(pool.map(
+                lambda s: _desktop(s.uid, msg, end, python, bus_address(s.uid)), desktops))
+        for s, why in zip(desktops, whys, strict=True):
+            _note(told, missed, f"{s.name}'s desktop", why)
     if told:
         log.info("notify: told " + ", ".join(told))
     if missed:

@@ -13,8 +13,11 @@ import io
 import json
 import os
 import pty
+import pwd
+import shutil
 import subprocess
 import sys
+import tempfile
 import termios
 import time
 from collections.abc import Callable, Iterator
@@ -188,6 +191,37 @@ def test_the_run_s_own_bound_wins_over_timeout_s(bus: PrivateBus,
     said, took = _tell_desktop(bus, _config(wall=False, timeout_s=30.0), 0.8)
     assert took < 1.3, took
     assert "warning: notify: not told alice's desktop" in said
+
+
+@pytest.mark.root
+def test_one_user_s_silent_desktop_does_not_cost_another_user_s_notification(
+        bus: PrivateBus, notifications: Callable[..., Path]) -> None:
+    """Each user's child has the whole bound: a first user whose notification server never
+    answers (here: whose child hangs) leaves the next user's notification shown."""
+    log_file = notifications()
+    folder = Path(tempfile.mkdtemp(prefix="sg-python-", dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        python = folder / "python"
+        python.write_text(f'#!/bin/sh\n[ "$(id -u)" = {ME} ] && exec {sys.executable} "$@"\n'
+                          "exec sleep 30\n")
+        python.chmod(0o755)
+        nobody = pwd.getpwnam("nobody")
+        hung = LoginSession("9", nobody.pw_uid, "nobody", "x11", "user", True, False, "active",
+                            "", ":1")
+        out = io.StringIO()
+        began = time.monotonic()
+        tell(_config(wall=False, timeout_s=2.0), VETO, "suspend", Logger(out, {}), began + 10,
+             sessions=_sessions([hung, _desktop_session()]), python=str(python),
+             bus_address=lambda uid: bus.address)
+        took = time.monotonic() - began
+    finally:
+        shutil.rmtree(folder)
+    said = out.getvalue()
+    assert "notify: told alice's desktop" in said, said
+    assert "not told nobody's desktop" in said, said
+    assert len(log_file.read_text().splitlines()) == 1
+    assert took < 2.5, took
 
 
 def test_no_session_bus_and_no_logind_are_one_warning_each(tmp_path: Path,
