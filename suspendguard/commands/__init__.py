@@ -9,6 +9,7 @@ so the help, the man pages and the shell completion all come from here.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -72,6 +73,18 @@ def _pre_sleep(p: argparse.ArgumentParser) -> None:
     _json(p, "the report")
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds, 0 or more and finite: nan or inf would make a bound that never
+    passes."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, not {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, not {text!r}")
+    return value
+
+
 def _suspend(p: argparse.ArgumentParser) -> None:
     kind = p.add_mutually_exclusive_group()
     for action in SLEEP_ACTIONS[1:]:
@@ -81,7 +94,7 @@ def _suspend(p: argparse.ArgumentParser) -> None:
     when = p.add_mutually_exclusive_group()
     when.add_argument("--dry-run", action="store_true",
                       help="do not sleep: show what the guard would do now (the check report)")
-    when.add_argument("--when-ready", nargs="?", type=float, const=600.0, metavar="SECONDS",
+    when.add_argument("--when-ready", nargs="?", type=_seconds, const=600.0, metavar="SECONDS",
                       help="first wait, at most SECONDS (default 600), until the holders that "
                            "would veto have left by themselves; those the drain stops are "
                            "drained as usual")

@@ -182,3 +182,14 @@ def test_when_ready_does_not_wait_for_holders_the_drain_stops(
         code, out, err = suspend(bus, conf, "--when-ready=30")
     assert code == 0 and "waiting (up to" not in err, out + err
     assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
+
+
+@pytest.mark.parametrize("bound", ["nan", "inf", "-5"])
+def test_when_ready_refuses_a_bound_that_never_passes(bus: PrivateBus, conf: Path,
+                                                      bound: str) -> None:
+    """nan made the wait's bound never pass (every 'left <= 0' False): it waited forever."""
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["suspend", f"--when-ready={bound}", "--config", str(conf)], out=out, err=err,
+                environ={"DBUS_SYSTEM_BUS_ADDRESS": bus.address}, stdin=io.StringIO())
+    assert code == 2, out.getvalue() + err.getvalue()
+    assert not (conf.parent / "state" / "history.db").exists()  # no sleep was asked for
