@@ -169,9 +169,9 @@ def _mode(p: argparse.ArgumentParser) -> None:
 
 
 def _watch(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--recheck", type=float, default=60.0, metavar="S",
+    p.add_argument("--recheck", type=_seconds, default=60.0, metavar="S",
                    help="look again at least every S seconds, events or not (default 60)")
-    p.add_argument("--debounce", type=float, default=0.2, metavar="S",
+    p.add_argument("--debounce", type=_seconds, default=0.2, metavar="S",
                    help="wait S seconds after a node's open or close before looking (default 0.2)")
 
 

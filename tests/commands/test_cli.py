@@ -80,6 +80,15 @@ def test_pre_sleep_bad_usage_is_2(conf: Path) -> None:
     assert code == 2
 
 
+@pytest.mark.parametrize("option", ["--recheck", "--debounce"])
+@pytest.mark.parametrize("seconds", ["nan", "-1"])
+def test_watch_refuses_seconds_that_make_no_bound(conf: Path, option: str, seconds: str) -> None:
+    # Refused as it is read, before the watch starts: nan compares false with every bound.
+    code, out, err = cli("watch", f"{option}={seconds}", "--config", str(conf))
+    assert (code, out) == (2, "")
+    assert f"argument {option}: expected a finite number of seconds >= 0" in err
+
+
 def test_an_empty_config_path_is_refused_not_the_default_file(tmp_path: Path) -> None:
     # --config "$UNSET" must not silently read /etc/suspendguard/config.toml instead.
     other = tmp_path / "env.toml"
