@@ -23,6 +23,16 @@ NOBODY = 65534
 load_module = importlib.import_module("suspendguard.config.load")
 
 
+def planted(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A program anyone may rewrite (0777) that root would run, and the file it leaves
+    when it runs."""
+    marker = tmp_path / "ran"
+    fake = tmp_path / name
+    fake.write_text(f"#!/bin/sh\necho ran > {marker}\n")
+    fake.chmod(0o777)
+    return fake, marker
+
+
 def write_conf(path: Path, node: str, state: Path, extra: str = "") -> Path:
     path.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\ndir = "{state}"\n'
                     f'[drain]\ntimeout_s = 5\n{extra}')
@@ -59,25 +69,34 @@ def test_untrusted_config_signals_nobody(tmp_path: Path, node: str, holders: Hol
     os.kill(pid, 0)  # still running
 
 
+# Each program root runs, by the command that would run it: the idle backend's (check),
+# the reload after resume (restore), scontrol (slurm health and sync, as root).
+PROGRAMS = [
+    ("npu-smi", '[idle]\nbackends = ["npu-smi"]\nnpu_smi = "{fake}"\n', "[idle] npu_smi",
+     ("check", "--dry-run")),
+    ("modprobe", '[idle]\nbackends = []\n[resume]\nmodprobe = "{fake}"\n', "[resume] modprobe",
+     ("restore",)),
+    ("scontrol", '[idle]\nbackends = []\n[slurm]\nscontrol = "{fake}"\n'
+     'exclude_file = "{tmp}/exclude.conf"\n', "[slurm] scontrol", ("slurm", "sync")),
+]
+
+
 @needs_root
-def test_untrusted_program_is_never_run(tmp_path: Path, node: str) -> None:
-    marker = tmp_path / "ran"
-    fake = tmp_path / "npu-smi"
-    fake.write_text(f"#!/bin/sh\necho ran > {marker}\n")
-    fake.chmod(0o777)  # anyone may rewrite what root would run
+@pytest.mark.parametrize(("name", "toml", "key", "argv"), PROGRAMS)
+def test_an_untrusted_program_is_never_run(tmp_path: Path, node: str, name: str, toml: str,
+                                           key: str, argv: tuple[str, ...]) -> None:
+    fake, marker = planted(tmp_path, name)
     conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
-                      f'[idle]\nbackends = ["npu-smi"]\nnpu_smi = "{fake}"\n')
-    status, _, err = cli("check", "--dry-run", "--config", str(conf))
-    assert status == EXIT_UNTRUSTED and "[idle] npu_smi" in err and "world-writable" in err
+                      toml.format(fake=fake, tmp=tmp_path))
+    status, _, err = cli("--config", str(conf), *argv)
+    assert status == EXIT_UNTRUSTED, err
+    assert one_line(err) and key in err and "world-writable" in err
     assert not marker.exists()
 
 
 @needs_root
 def test_status_leads_with_the_refusal_and_runs_nothing(tmp_path: Path, node: str) -> None:
-    marker = tmp_path / "ran"
-    fake = tmp_path / "npu-smi"
-    fake.write_text(f"#!/bin/sh\necho ran > {marker}\n")
-    fake.chmod(0o777)
+    fake, marker = planted(tmp_path, "npu-smi")
     conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
                       f'[idle]\nbackends = ["npu-smi"]\nnpu_smi = "{fake}"\n')
     env = {"PATH": os.defpath, "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={tmp_path / 'no-bus'}"}
@@ -156,35 +175,6 @@ def test_a_default_tool_path_root_cannot_trust_is_not_used(tmp_path: Path) -> No
     assert str(shared) in why and "not used" in why
     shared.chmod(0o755)
     assert find_file("", [str(tool)], "npu_smi", "npu-smi not found") == (str(tool), "")
-
-
-@needs_root
-def test_untrusted_modprobe_is_never_run_after_resume(tmp_path: Path, node: str) -> None:
-    marker = tmp_path / "ran"
-    fake = tmp_path / "modprobe"
-    fake.write_text(f"#!/bin/sh\necho ran > {marker}\n")
-    fake.chmod(0o777)  # anyone may rewrite what root would run to reload nvidia_uvm
-    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
-                      f'[idle]\nbackends = []\n[resume]\nmodprobe = "{fake}"\n')
-    status, _, err = cli("restore", "--config", str(conf))
-    assert status == EXIT_UNTRUSTED and "[resume] modprobe" in err and "world-writable" in err
-    assert not marker.exists()
-
-
-@needs_root
-def test_untrusted_scontrol_is_never_run(tmp_path: Path, node: str) -> None:
-    # slurm health (slurmd's HealthCheckProgram) and slurm sync (a timer) run it as root.
-    marker = tmp_path / "ran"
-    fake = tmp_path / "scontrol"
-    fake.write_text(f"#!/bin/sh\necho ran > {marker}\n")
-    fake.chmod(0o777)
-    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
-                      f'[idle]\nbackends = []\n[slurm]\nscontrol = "{fake}"\n'
-                      f'exclude_file = "{tmp_path / "exclude.conf"}"\n')
-    status, _, err = cli("--config", str(conf), "slurm", "sync")
-    assert status == EXIT_UNTRUSTED, err
-    assert one_line(err) and "[slurm] scontrol" in err and "world-writable" in err
-    assert not marker.exists()
 
 
 @needs_root
