@@ -82,7 +82,7 @@ PROGRAMS = [
 
 
 @needs_root
-@pytest.mark.parametrize(("name", "toml", "key", "argv"), PROGRAMS)
+@pytest.mark.parametrize(("name", "toml", "key", "argv"), PROGRAMS, ids=[p[0] for p in PROGRAMS])
 def test_an_untrusted_program_is_never_run(tmp_path: Path, node: str, name: str, toml: str,
                                            key: str, argv: tuple[str, ...]) -> None:
     fake, marker = planted(tmp_path, name)
