@@ -168,7 +168,7 @@ class Stop:
 
     owner: Owner
     seq: int  # the order it was stopped in, within its attempt
-    stopped: float  # when (wall clock); 0 when the history's row holds no readable time
+    stopped: float | None  # when (wall clock); None: the history's row holds no readable time
     attempt_id: int = 0
     restored: float | None = None
     # started | starting | failed | skipped | left (a stop of an earlier boot,
@@ -185,7 +185,7 @@ class Stop:
     def to_json(self) -> dict[str, Any]:
         o = self.owner
         return {"owner": o.key, "kind": o.kind, "name": o.name, "uid": o.uid,
-                "order": self.seq, "stopped": iso(self.stopped) if self.stopped else None,
+                "order": self.seq, "stopped": iso(self.stopped) if self.stopped is not None else None,
                 "issued": self.issued is not None, "boot_id": self.boot_id or None,
                 "restored": iso(self.restored) if self.restored is not None else None,
                 "result": self.result or "pending", "why": self.why}

@@ -107,7 +107,7 @@ class OnDemandOwnerControl:
     def start(self, owner: Owner, wait: bool = True) -> str | Unavailable:
         return self._real().start(owner, wait)
 
-    def start_container(self, owner: Owner, stopped_at: float) -> tuple[str, str]:
+    def start_container(self, owner: Owner, stopped_at: float | None) -> tuple[str, str]:
         return self._real().start_container(owner, stopped_at)
 
     def recreate(self, owner: Owner) -> str | Unavailable | None:

@@ -79,7 +79,8 @@ def _not_restored_lines(s: Status) -> list[str]:
         return []
     rows = [("OWNER", "STOPPED", "ATTEMPT", "RESTORE")]
     waiting = s.checking is not None
-    rows += [(p.owner.key, when(p.stopped) if p.stopped else "unknown", f"#{p.attempt_id}", _restore_state(p)
+    rows += [(p.owner.key, when(p.stopped) if p.stopped is not None else "unknown",
+              f"#{p.attempt_id}", _restore_state(p)
               + ("; waiting for the check after resume" if waiting and p.result in (None, "held")
                  else "")) for p in down]
     # Owner keys name units: nothing here may be cut.

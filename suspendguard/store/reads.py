@@ -187,7 +187,7 @@ class Reads:
             return []  # a file from before stops were recorded, opened read-only
         # The owner from its kind, name and uid (its key, the owner column, follows from them).
         return [Stop(Owner(cast(OwnerKind, r[3]), r[4], uid=r[5]), seq=r[1],
-                     stopped=self._stop_time(r, 6, "stopped") or 0.0, attempt_id=r[0],
+                     stopped=self._stop_time(r, 6, "stopped"), attempt_id=r[0],
                      restored=self._stop_time(r, 7, "restored"), result=r[8], why=r[9],
                      id=r[10], boot_id=r[11], issued=self._stop_time(r, 12, "issued", 0.0))
                 for r in rows]

@@ -115,14 +115,14 @@ class Engines:
             # exited, and a container whose PID 1 is a launcher stays up:
             # only a start after the guard's (StartedAt) is a restart.
             if isinstance(seen, Container) and seen.running and (
-                    seen.started_at == 0 or seen.started_at >= s.stopped):
+                    seen.started_at == 0 or s.stopped is None or seen.started_at >= s.stopped):
                 reasons.append(f"{s.owner.describe()} was started again during the drain: it "
                                "would hold the accelerator while the machine sleeps")
         return reasons
 
     # -- starting again ----------------------------------------------------
 
-    def start(self, owner: Owner, stopped_at: float) -> tuple[str, str]:
+    def start(self, owner: Owner, stopped_at: float | None) -> tuple[str, str]:
         """Put its restart policy back and start the container again: (started | failed | skipped, why)."""
         engine = self.engine(owner.kind)
         if isinstance(engine, Unavailable):
@@ -143,12 +143,12 @@ class Engines:
                 if put != "gone":  # kept: the next restore or guard run puts it back
                     self.policies.put(owner.key, policy)
                     note += " (tried again by the next restore or guard run)"
-        if seen.running and 0 < seen.started_at <= stopped_at:
+        if seen.running and stopped_at is not None and 0 < seen.started_at <= stopped_at:
             return "skipped", f"still running: only its job was drained{note}"
         if seen.running:
             return "skipped", f"already running (started meanwhile){note}"
-        # stopped_at 0: the history's row lost its time, and the guard did stop it.
-        if stopped_at and seen.started_at > stopped_at:
+        # stopped_at None: the history's row lost its time, and the guard did stop it.
+        if stopped_at is not None and seen.started_at > stopped_at:
             return "skipped", ("started and stopped again by someone else after the guard "
                                f"stopped it{note}")
         started = engine.start(owner.name)

@@ -301,7 +301,7 @@ class ManagersAndEngines:
             return self.users.start(owner, wait)
         return systemd.start_unit(owner.name, address=self.bus_address, wait=wait)
 
-    def start_container(self, owner: Owner, stopped_at: float) -> tuple[str, str]:
+    def start_container(self, owner: Owner, stopped_at: float | None) -> tuple[str, str]:
         return self.engines.start(owner, stopped_at)
 
     def take_warnings(self) -> list[str]:
