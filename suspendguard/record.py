@@ -253,7 +253,7 @@ class Event:
     attempt_id: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """An attempt's event; ``history --events`` adds the attempt it belongs to."""
+        """One of an attempt's ``events``: what the history read back, in its JSON."""
         return {"time": iso(self.time), "phase": self.phase, "action": self.action,
                 "note": self.note}
 

@@ -105,6 +105,9 @@ def _nothing(p: argparse.ArgumentParser) -> None:
 
 
 def _history(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", nargs="?", type=int, metavar="ID",
+                   help="show this attempt whole: every reason, its holders, the jobs stopped "
+                        "and what came after it")
     p.add_argument("-n", type=int, default=20, metavar="N", help="how many (default 20)")
     _json(p, "the attempts")
     _wide(p)
@@ -261,9 +264,11 @@ COMMANDS: tuple[Command, ...] = (
              (3, "not root, or the state folder cannot be written"), UNTRUSTED_EXIT)),
     Command("config", "print the effective configuration as TOML",
             "config:command", _nothing, ((0, "printed"), USAGE_EXIT, UNTRUSTED_EXIT)),
-    Command("history", "list recorded suspend attempts, newest first",
+    Command("history", "list recorded suspend attempts, newest first; with ID, show one whole",
             "history:history", _history,
-            ((0, "listed (or nothing recorded yet)"), USAGE_EXIT,
+            ((0, "listed (or nothing recorded yet)"),
+             (2, "bad usage, no attempt ID, or the configuration is missing or invalid (one "
+                 "line says which)"),
              (3, "the history cannot be read"), UNTRUSTED_EXIT)),
     Command("logs", "scan Ascend device logs for documented failures",
             "logs:command", _logs,

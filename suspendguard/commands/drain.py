@@ -39,7 +39,7 @@ def _list(holders: list[HolderRecord], ctx: Context) -> None:
     rows = [("PID", "USER", "SIGINT", "COMMAND")]
     for hr in holders:
         h = hr.decision.holder
-        rows.append((str(h.pid), h.user, h.sigint, short_command(h)))
+        rows.append((str(h.pid), h.user, h.sigint, short_command(h.command)))
     ctx.err.write("\n".join(table(rows, width=terminal_width(ctx.environ, ctx.err))) + "\n")
 
 

@@ -1,4 +1,4 @@
-"""``suspendguard history``: the recorded suspend attempts, newest first."""
+"""``suspendguard history``: the recorded suspend attempts, newest first; ``history ID``: one, whole."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import json
 from typing import TYPE_CHECKING
 
 from suspendguard.errors import NoHistory, UsageError
+from suspendguard.guard.render import short_command
+from suspendguard.record import Attempt
 from suspendguard.store.history import History
-from suspendguard.system.terminal import table, terminal_width, when
+from suspendguard.system.terminal import safe, table, terminal_width, when
 
 if TYPE_CHECKING:
     from suspendguard.commands.context import Context
@@ -21,10 +23,16 @@ MAX_N = (1 << 63) - 1
 def history(args: argparse.Namespace, ctx: Context) -> int:
     if not 1 <= args.n <= MAX_N:
         raise UsageError(f"history: -n must be between 1 and {MAX_N}, got {args.n}")
+    if args.id is not None and not 1 <= args.id <= MAX_N:
+        raise UsageError(f"history: ID must be between 1 and {MAX_N}, got {args.id}")
     config = ctx.config()
     try:
         with History.open(config.state.dir, readonly=True) as h:
-            attempts = h.attempts(args.n)
+            if args.id is None:
+                attempts = h.attempts(args.n)
+            else:
+                one = h.attempt(args.id)
+                attempts = [] if one is None else [one]
             notes = list(h.notes)
     except NoHistory as exc:
         if args.json:
@@ -36,6 +44,10 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
     # Damaged beyond reading is a HistoryError: one line, exit status 3, from the CLI.
     for note in notes:
         ctx.err.write(f"suspendguard: history: {note}\n")
+    if args.id is not None and not attempts:
+        # Damaged rows are named above; an ID never recorded is the caller's mistake.
+        raise UsageError(f"history: no attempt {args.id} in {config.state.dir} "
+                         "(suspendguard history lists them)")
     if args.json:
         doc: dict[str, object] = {"attempts": [a.to_json() for a in attempts]}
         if notes:
@@ -45,6 +57,10 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     if not attempts:
         ctx.out.write("history: no attempts recorded yet\n")
+        return 0
+    width = None if getattr(args, "wide", False) else terminal_width(ctx.environ, ctx.out)
+    if args.id is not None:
+        ctx.out.write("\n".join(attempt_lines(attempts[0], width)) + "\n")
         return 0
     rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "HOLDERS", "FIRST REASON")]
     for a in attempts:
@@ -62,8 +78,52 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
             first = ((first + "; " if first else "") +
                      f"{len(held)} jobs held after resume: {held[0].why}")
         rows.append((str(a.id), started, action, a.result, seconds, holders, first))
-    width = None if getattr(args, "wide", False) else terminal_width(ctx.environ, ctx.out)
     ctx.out.write("\n".join(table(rows, indent="", width=width, flex=(6, 2))) + "\n")
     return 0
+
+
+def attempt_lines(a: Attempt, width: int | None) -> list[str]:
+    """One attempt whole: every reason and warning, its holders, the jobs stopped through
+    their supervisors, the findings after resume and the steps after it."""
+    took = f", {a.duration:.1f} s" if a.duration is not None else ""
+    lines = [safe(f"attempt {a.id}: {a.what}, {when(a.started)}{took} (from {a.origin})"),
+             f"verdict: {a.result.upper()}"]
+    lines += [f"  - {safe(r)}" for r in a.reasons]
+    lines += [f"  ! {safe(w)}" for w in a.warnings]
+    if a.holders:
+        rows: list[tuple[str, ...]] = [("PID", "USER", "ACTION", "ROUND", "OUTCOME", "COMMAND")]
+        # The outcome's why is given whole below the table: it is what the operator came for.
+        rows += [(str(r.holder.pid), r.holder.user, r.action, str(r.round),
+                  r.outcome.kind if r.outcome.why else r.outcome.describe(),
+                  short_command(r.holder.command)) for r in a.holders]
+        lines += ["", f"holders: {len(a.holders)}", *table(rows, width=width, flex=(5,))]
+        by_rule: dict[str, list[str]] = {}
+        for r in a.holders:
+            by_rule.setdefault(r.rule, []).append(str(r.holder.pid))
+        lines.append("  rules:")
+        lines += [f"    {safe(rule)}: pid {', '.join(pids)}" for rule, pids in by_rule.items()]
+        for r in a.holders:
+            notes = [*([r.outcome.why] if r.outcome.why else []),
+                     *([f"run by {r.owner.describe()}"] if r.owner.kind != "plain" else [])]
+            if notes:
+                lines.append(safe(f"  pid {r.holder.pid}: " + "; ".join(notes)))
+    if a.stops:
+        rows = [("ORDER", "OWNER", "STOPPED", "RESTORE")]
+        rows += [(str(st.seq), st.owner.key,
+                  when(st.stopped) if st.stopped is not None else "unknown",
+                  (st.result or "pending") + (f": {st.why}" if st.why else ""))
+                 for st in a.stops]
+        lines += ["", f"stopped through their supervisors: {len(a.stops)}",
+                  *table(rows, width=width, flex=(3,))]
+    if a.findings:
+        rows = [("SEVERITY", "RULE", "WHERE", "TEXT")]
+        rows += [(f.severity, f.rule, f"{f.file}:{f.line}", f.text) for f in a.findings]
+        lines += ["", f"found in the device logs after resume: {len(a.findings)}",
+                  *table(rows, width=width, flex=(3, 2))]
+    if a.events:
+        rows = [("TIME", "STEP", "ACTION", "NOTE")]
+        rows += [(when(e.time), e.phase, e.action or "-", e.note) for e in a.events]
+        lines += ["", "after the attempt:", *table(rows, width=width, flex=(3,))]
+    return lines
 
 

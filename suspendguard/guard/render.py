@@ -9,7 +9,7 @@ from typing import TextIO
 
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import Holder, Node
+from suspendguard.model import Node
 from suspendguard.record import Attempt, HolderRecord
 from suspendguard.system import journal_ids, journald
 from suspendguard.system.log import ERR, INFO, Logger
@@ -22,12 +22,13 @@ _RESET = "\033[0m"
 HEADS = {"allow": "ALLOW", "veto": "VETO", "unknown": "UNKNOWN"}
 
 
-def short_command(holder: Holder) -> str:
-    """The command line with the program's folder left out: easier to read in a table."""
-    if not holder.cmdline:
-        return f"[{holder.comm}]"
-    first, *rest = holder.command.split(" ", 1)
-    return " ".join([os.path.basename(first), *rest])
+def short_command(command: str) -> str:
+    """A command line (``Holder.command``) with the program's folder left out: easier to
+    read in a table. A process with no command line (``[comm]``) is shown as it is."""
+    first, *rest = command.split(" ", 1)
+    if first.startswith("/"):
+        first = os.path.basename(first)
+    return " ".join([first, *rest])
 
 
 def paint(text: str, kind: str, colour: bool) -> str:
@@ -75,7 +76,7 @@ def holder_lines(holders: Sequence[HolderRecord], width: int | None,
     for hr in holders:
         h = hr.decision.holder
         rows.append((str(h.pid), h.user, hr.decision.action, h.sigint, hr.outcome.describe(),
-                     short_command(h)))
+                     short_command(h.command)))
     lines = [f"{title}: {len(holders)}", *table(rows, width=width, flex=(5, 4, 1))]
     by_rule: dict[str, list[str]] = {}
     for hr in holders:

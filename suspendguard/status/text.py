@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TextIO
 
 from suspendguard.config import Config
@@ -189,6 +190,9 @@ def _history_lines(s: Status, width: int | None) -> list[str]:
                      f"{drained}/{len(a.holders)}" if a.holders else "-",
                      a.reasons[0] if a.reasons else ""))
     lines += table(rows, width=width, flex=(6, 2))
+    config = s.history.config_path
+    lines.append(f"  the last whole: suspendguard"
+                 f"{f' --config {shlex.quote(config)}' if config else ''} history {h.attempts[0].id}")
     for a in h.attempts:
         if a.holders:
             jobs = ", ".join(f"{x.holder.pid} {x.holder.comm} {x.outcome.kind}" for x in a.holders[:6])

@@ -290,6 +290,11 @@ def test_history_last_attempts_counts_and_findings(conf: Path, no_bus: str) -> N
         _, wide, _ = status(*argv, "--config", str(conf), env=env)
         row = next(line for line in wide.splitlines() if line.startswith("  2   "))
         assert row.endswith("ignores SIGINT: kill -2 cannot stop it"), row
+    # Where the cut reasons are read whole: a command that works as printed.
+    assert lines[head + 5] == f"  the last whole: suspendguard --config {conf} history 3"
+    whole = io.StringIO()
+    assert main(lines[head + 5].split()[4:], out=whole, err=io.StringIO(), environ={}) == 0
+    assert whole.getvalue().startswith("attempt 3: hibernate, ")
     assert "  #1 jobs: 4242 train exited" in lines
     assert "  #2 jobs: 77 infer not-signalled" in lines
     assert "  #3 after resume: hwts-busy-suspend" in lines
