@@ -84,8 +84,8 @@ def hold(stops: Sequence[Stop], reason: str, history: History, log: Logger) -> s
 
 def command(args: argparse.Namespace, ctx: Context) -> int:
     """0 when every job was started, is starting, was skipped or left down; 1 when they are
-    held (a device is unhealthy); 3 when one failed to start, history failed, or another
-    run was draining.
+    held (a device is unhealthy); 3 when one failed to start, a manager was not reloaded
+    once the drain drop-ins went, history failed, or another run was draining.
 
     Under the guard lock, as every run that signals: a drain in progress has written its
     stops ahead and set its owners aside, and they are that run's to put back.
@@ -141,6 +141,12 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
 
         supervisors = ManagersAndEngines(environ=ctx.environ, state_dir=config.state.dir)
         done = []
+        warned: list[str] = []  # a manager not reloaded: its units keep the drain's settings
+
+        def warn(line: str) -> None:
+            warned.append(line)
+            log.warning(line)
+
         # Held jobs keep what keeps them down (their drain drop-ins) until
         # they are started: nothing is put back while they are held.
         if not held:
@@ -149,7 +155,7 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
             with bounded(Deadline(time.monotonic() + RESTORE_AFTER_RESUME_S)):
                 done = restore(pending, supervisors, config.restore,
                                enabled=config.restore.after_resume, record=note, log=log.info,
-                               boot_ids=boot_ids(ProcFS()), journal=log.journal)
+                               warn=warn, boot_ids=boot_ids(ProcFS()), journal=log.journal)
                 # Whatever is still set aside (a killed run's drop-in, the restart
                 # policy of a container left down) goes back now.
                 for line in supervisors.clean_leftovers():
@@ -158,7 +164,8 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
         doc = {"restored": [{**d.stop.to_json(), "result": d.result, "why": d.why}
                             for d in done],
                "held": [{**s.to_json(), "result": "held", "why": reason} for s in held],
-               "health": outcome.to_json() if outcome is not None else None}
+               "health": outcome.to_json() if outcome is not None else None,
+               "warnings": warned}
         json.dump(doc, ctx.out, indent=2)
         ctx.out.write("\n")
     elif held:
@@ -167,4 +174,4 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
         ctx.out.write("nothing to restore\n")
     if held:
         return EXIT_HELD
-    return EXIT_ERROR if any(d.result == "failed" for d in done) else 0
+    return EXIT_ERROR if warned or any(d.result == "failed" for d in done) else 0

@@ -85,5 +85,5 @@ def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
         # came by deadline_s - ANSWER_MARGIN_S.
         with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
             restore(stops, options.supervisors, restore_config, enabled=restore_config.after_veto,
-                    record=note, log=log.info, journal=log.journal)
+                    record=note, log=log.info, warn=log.warning, journal=log.journal)
     return report

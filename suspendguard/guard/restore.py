@@ -48,9 +48,12 @@ UNIT_KINDS = ("systemd-service", "user-service")
 
 def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreConfig, *,
             enabled: bool, record: Record, log: Callable[[str], None],
-            boot_ids: Collection[str] = (), journal: bool = False) -> list[Restored]:
+            warn: Callable[[str], None], boot_ids: Collection[str] = (),
+            journal: bool = False) -> list[Restored]:
     """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins.
 
+    ``log``: each stop's result; ``warn``: a manager not reloaded once the
+    drop-ins went (its units keep the drain's settings until it is).
     ``boot_ids``: the names of this boot (``ProcFS.boot_ids``); a stop made
     in another is left down unless ``[restore] earlier_boot = "start"``.
     ``journal``: under journald, each failed start also goes there as one
@@ -65,7 +68,7 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
     if supervisors.remove_dropins(units):
         reloaded = supervisors.reload(units)
         if isinstance(reloaded, Unavailable):
-            log(f"could not reload systemd after removing the drain drop-ins: {reloaded.reason}")
+            warn(reloaded.reason)
     out = []
     for stop in stops:
         if deadline.current().left() <= 0:

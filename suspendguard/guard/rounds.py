@@ -67,7 +67,8 @@ def drain(r: RunState, first: list[Decision], scanned: Sequence[Holder], invento
         if r.stops and r.options.supervisors is not None:
             restore(r.stops, r.options.supervisors, restore_config,
                     enabled=restore_config.after_veto, record=lambda _s, _r, _w: None,
-                    log=r.options.log.info, journal=r.options.log.journal)
+                    log=r.options.log.info, warn=r.options.log.warning,
+                    journal=r.options.log.journal)
         raise
 
 

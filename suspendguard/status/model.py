@@ -23,6 +23,7 @@ from suspendguard.model import Unavailable
 from suspendguard.record import Attempt, DeviceHealth, Stop, iso
 from suspendguard.store.mode import ENFORCE, Mode
 from suspendguard.store.progress import Progress
+from suspendguard.supervise import usermanager
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
 from suspendguard.verdict import Reason, Verdict
@@ -115,10 +116,7 @@ def restore_command(stop: Stop, config_path: str | None = None) -> str:
     verb = "status" if stop.result == "starting" else "start"
     uid = stop.owner.uid
     if stop.owner.kind == "user-service" and uid is not None:
-        # The operator's own way in: the user's bus, where there is one,
-        # admits only the user (the guard uses the manager's private socket).
-        return (f"setpriv --reuid={uid} --regid=$(id -g {uid}) --clear-groups "
-                f"env XDG_RUNTIME_DIR=/run/user/{uid} systemctl --user {verb} {unit}")
+        return usermanager.systemctl_line(uid, f"{verb} {unit}")
     return f"systemctl {verb} {unit}"
 
 

@@ -27,12 +27,12 @@ from dataclasses import replace
 
 from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, Owner, Unavailable
 from suspendguard.record import Stop
-from suspendguard.supervise import leftovers
+from suspendguard.supervise import leftovers, usermanager
 from suspendguard.supervise.containers import Engines
 from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
 from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
 from suspendguard.supervise.setaside import SetAside
-from suspendguard.supervise.user_services import UserServices
+from suspendguard.supervise.user_services import UserServices, by_uid
 from suspendguard.system import deadline
 from suspendguard.system.dbus import systemd
 from suspendguard.system.dbus.transient import TransientSpec, start_transient, transient_spec
@@ -232,8 +232,7 @@ class ManagersAndEngines:
         names = ", ".join(o.name if o.uid is None else f"{o.name} (uid {o.uid})"
                           for o in [*units, *users])
         notes.append(f"removed the drain drop-in a killed guard run left on {names}; "
-                     + ("its manager was reloaded" if failed is None else
-                        f"the reload failed ({failed.reason}): run systemctl daemon-reload"))
+                     + ("its manager was reloaded" if failed is None else failed.reason))
         return notes
 
     def _dropin(self, unit: str) -> str:
@@ -287,14 +286,25 @@ class ManagersAndEngines:
         return UnitNow(st.load_state, st.active_state, st.job)
 
     def reload(self, owners: Sequence[Owner]) -> Unavailable | None:
-        """Reload the managers of these owners (once each), after their drop-ins went."""
-        uids = dict.fromkeys(o.uid for o in owners if o.kind == "user-service" and o.uid is not None)
-        failed = [r for r in (self.users.reload(uid) for uid in uids) if r is not None]
-        if any(o.kind == "systemd-service" for o in owners):
-            system = systemd.reload_manager(address=self.bus_address)
-            if system is not None:
-                failed.append(system)
-        return failed[0] if failed else None
+        """Reload the managers of these owners (once each), after their drop-ins went.
+
+        When one fails: for each manager not reloaded, which (the system's,
+        ``user@UID.service``), its units, what that leaves them with, why, and
+        the command that reloads it.
+        """
+        failed = []
+        for uid, group in by_uid([o for o in owners if o.kind == "user-service"]):
+            answer = self.users.reload(uid)
+            if answer is not None:
+                failed.append(_not_reloaded(f"user@{uid}.service's manager", group, answer,
+                                            usermanager.systemctl_line(uid, "daemon-reload")))
+        system = [o for o in owners if o.kind == "systemd-service"]
+        if system:
+            answer = systemd.reload_manager(address=self.bus_address)
+            if answer is not None:
+                failed.append(_not_reloaded("the system manager", system, answer,
+                                            "systemctl daemon-reload"))
+        return Unavailable("; ".join(failed)) if failed else None
 
     def start(self, owner: Owner, wait: bool = True) -> str | Unavailable:
         if owner.kind == "user-service":
@@ -309,6 +319,14 @@ class ManagersAndEngines:
         out = [*self.engines.warnings, *self.transient.warnings]
         self.engines.warnings[:], self.transient.warnings[:] = [], []
         return out
+
+
+def _not_reloaded(manager: str, owners: Sequence[Owner], answer: Unavailable, fix: str) -> str:
+    """A manager not reloaded once the drain drop-ins of ``owners`` went: it still holds them."""
+    names = ", ".join(dict.fromkeys(o.name for o in owners))
+    return (f"{manager} was not reloaded after the drain drop-ins of {names} were removed "
+            f"({answer.reason}): until it is, they keep the drain's Restart=no, KillSignal= "
+            f"and TimeoutStopSec=, so a job that fails is not restarted; run {fix}")
 
 
 def _with_state(owner: Owner, st: systemd.ServiceState) -> Owner:

@@ -22,7 +22,8 @@ from suspendguard.system.dbus import systemd
 from suspendguard.system.dbus.systemd import AfterStop, ServiceState
 
 
-def _by_uid(owners: Sequence[Owner]) -> list[tuple[int, list[Owner]]]:
+def by_uid(owners: Sequence[Owner]) -> list[tuple[int, list[Owner]]]:
+    """The owners by their manager's uid (one whose uid is not known has none to ask)."""
     known = sorted((o for o in owners if o.uid is not None), key=lambda o: o.uid or 0)
     return [(uid, list(group)) for uid, group in groupby(known, key=lambda o: o.uid or 0)]
 
@@ -49,7 +50,7 @@ class UserServices:
     def stop(self, owners: Sequence[Owner], signame: str, timeout_s: float) -> dict[str, str]:
         """Write the drop-ins, one reload per user; for each key "" when in force, else why not."""
         out = {o.key: "the user manager's uid is not known" for o in owners if o.uid is None}
-        for uid, group in _by_uid(owners):
+        for uid, group in by_uid(owners):
             queued = []
             for o in group:
                 folder = self._folder(o)
@@ -74,7 +75,7 @@ class UserServices:
                    ) -> dict[str, AfterStop] | Unavailable:
         """Each owner (by key) once it finished stopping, or ``until`` passed."""
         out: dict[str, AfterStop] = {}
-        for uid, group in _by_uid(owners):
+        for uid, group in by_uid(owners):
             address = _address(uid)
             if isinstance(address, Unavailable):
                 return address
@@ -96,7 +97,7 @@ class UserServices:
 
     def remove_dropins(self, owners: Sequence[Owner]) -> list[str]:
         removed = []
-        for uid, group in _by_uid(owners):
+        for uid, group in by_uid(owners):
             dropins = [os.path.join(self._folder(o), DROPIN_NAME) for o in group]
             markers = [os.path.join(self._folder(o), MARKER_NAME) for o in group]
             gone = usermanager.remove_files(uid, [*dropins, *markers])

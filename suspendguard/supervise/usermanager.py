@@ -37,6 +37,16 @@ def unit_dir(uid: int) -> str:
     return f"{runtime_dir(uid)}/systemd/user"
 
 
+def systemctl_line(uid: int, args: str) -> str:
+    """``systemctl --user ARGS`` for uid's manager as an operator runs it from a root shell.
+
+    The user's bus, where there is one, admits only the user; the guard's own
+    way in, the manager's private socket, is not systemctl's.
+    """
+    return (f"setpriv --reuid={uid} --regid=$(id -g {uid}) --clear-groups "
+            f"env XDG_RUNTIME_DIR={runtime_dir(uid)} systemctl --user {args}")
+
+
 def _running(uid: int) -> pwd.struct_passwd | Unavailable:
     """uid's account, when the user exists and its manager runs."""
     try:

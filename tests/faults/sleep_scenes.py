@@ -242,7 +242,7 @@ def restore_pending(s: Stage, supervisors: ManagersAndEngines) -> list[Restored]
     with History.open(str(s.state)) as h:
         return restore(h.pending_stops(), supervisors, s.config().restore, enabled=True,
                        record=lambda st, r, w: h.record_restore(st.id, r, w),
-                       log=lambda _line: None, boot_ids=boot_ids(h.proc))
+                       log=lambda _line: None, warn=lambda _line: None, boot_ids=boot_ids(h.proc))
 
 
 # -- hung supervisors: the verdict within the deadline, recorded ------------------------

@@ -67,7 +67,7 @@ def test_a_slow_start_is_starting_not_failed(make_config: Any, tmp_path: Path) -
         start = time.monotonic()
         with bounded(Deadline(time.monotonic() + 2.0)):
             [done] = restore([stop_row()], sup, make_config().restore, enabled=True,
-                             record=lambda *_a: None, log=lambda _line: None)
+                             record=lambda *_a: None, log=lambda _line: None, warn=lambda _line: None)
     assert time.monotonic() - start < 3.0  # the budget, not the 5 s start
     assert done.result == "starting", done
     assert "suspendguard status" in done.why
@@ -81,7 +81,7 @@ def test_restore_ends_at_its_budget_and_leaves_the_rest_pending(make_config: Any
     with bounded(Deadline(time.monotonic() - 1.0)):
         [done] = restore([stop_row("docker", "a" * 64)], sup, make_config().restore,
                          enabled=True, record=lambda _s, r, _w: results.append(r),
-                         log=lambda _line: None)
+                         log=lambda _line: None, warn=lambda _line: None)
     assert done.result == "pending" and results == []  # no result: the next restore's
 
 

@@ -46,5 +46,6 @@ def test_a_transient_unit_made_again_gets_the_result_of_its_start(made: str | No
                                                                   result: str) -> None:
     recorded: list[tuple[str, str]] = []
     [done] = restore([Stop(RUN, 1, 1.0)], Gone(made), defaults().restore, enabled=True,  # type: ignore[arg-type]
-                     record=lambda _s, r, w: recorded.append((r, w)), log=lambda _line: None)
+                     record=lambda _s, r, w: recorded.append((r, w)), log=lambda _line: None,
+                     warn=lambda _line: None)
     assert (done.result, recorded[0][0]) == (result, result), done.why

@@ -17,6 +17,7 @@ from helpers.dbus import PrivateBus, dbus_daemon, fake_service, private_system_b
 
 from suspendguard.model import Owner, Unavailable
 from suspendguard.supervise import usermanager
+from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.supervise.user_services import UserServices
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
@@ -70,3 +71,17 @@ def test_an_owner_of_unknown_uid_is_asked_nothing() -> None:
     answer = UserServices(time.monotonic).start(Owner("user-service", UNIT), wait=False)
     assert isinstance(answer, Unavailable)
     assert answer.reason == "the user manager's uid is not known"
+
+
+def test_a_user_manager_not_reloaded_is_named_with_its_units_and_its_fix(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with private_system_bus("systemd/private") as bus, \
+            fake_service(bus, {**STATE, "reload_fails": True}, services=["systemd"]):
+        monkeypatch.setattr(usermanager, "runtime_dir", lambda uid: str(bus.folder))
+        failed = ManagersAndEngines(dropin_root=str(tmp_path), environ={}).reload([owner()])
+    assert isinstance(failed, Unavailable)
+    assert failed.reason.startswith(f"user@{UID}.service's manager was not reloaded after the "
+                                    f"drain drop-ins of {UNIT} were removed (")
+    assert "not enough space" in failed.reason and "Restart=no" in failed.reason
+    assert failed.reason.endswith(f"env XDG_RUNTIME_DIR={bus.folder} systemctl --user "
+                                  "daemon-reload")

@@ -92,7 +92,7 @@ def run_restore(journal_on: bool) -> str:
     with bounded(Deadline(time.monotonic() + 5.0)):
         [done] = restore([stop], NoSystemd(), defaults().restore,  # type: ignore[arg-type]
                          enabled=True, record=lambda *_a: None, log=lambda _line: None,
-                         journal=journal_on)
+                         warn=lambda _line: None, journal=journal_on)
     return done.result
 
 

@@ -12,7 +12,8 @@ For the guard's own supervised jobs: StopUnit runs "stop_jobs" ({unit:
 [argv, ...]}, e.g. a kill of the test's job) and leaves the unit inactive; a
 unit named there is active again once a StartUnit job ends, after
 "start_delay_s" ({unit: seconds}); "hang_stop" (units) never answers a
-StopUnit; Reload takes "reload_s" seconds; ListUnitsByNames answers as
+StopUnit; Reload takes "reload_s" seconds, then fails as systemd's does when
+"reload_fails" is set (/run/systemd full); ListUnitsByNames answers as
 systemd's does; a unit with "MainPID" is active while that process runs.
 No `from __future__ import annotations`: dbus-next reads the D-Bus signatures
 from the annotations.
@@ -144,6 +145,7 @@ class Manager(ServiceInterface):
         self.start_delay_s: dict[str, float] = dict(state.get("start_delay_s", {}))
         self.hang_stop: set[str] = set(state.get("hang_stop", []))
         self.reload_s = float(state.get("reload_s", 0))
+        self.reload_fails = bool(state.get("reload_fails", False))
         self.next_job = 1
         self.subscribed = False
         self.tasks: set[asyncio.Task[None]] = set()
@@ -200,6 +202,9 @@ class Manager(ServiceInterface):
     @method()
     async def Reload(self) -> None:
         await asyncio.sleep(self.reload_s)
+        if self.reload_fails:
+            raise DBusError("org.freedesktop.systemd1.DiskFull",
+                            "Refusing to reload, not enough space available on /run/systemd.")
 
     @method()
     async def StopUnit(self, name: "s", mode: "s") -> "o":

@@ -1,0 +1,70 @@
+"""``suspendguard restore`` when the manager cannot be reloaded once the drain drop-ins went.
+
+The fake systemd1 (tests/fakes/dbus/) on a private bus starts the unit and
+refuses the reload as systemd does when /run/systemd is full; the drop-ins
+lie in the test's own folder, not /run/systemd/system.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.dbus import dbus_daemon
+from helpers.records import ended
+from helpers.runners import cli
+
+from suspendguard.commands import restore
+from suspendguard.model import Owner
+from suspendguard.record import Stop
+from suspendguard.store.history import History
+from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME
+from suspendguard.supervise.managers import ManagersAndEngines
+
+pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
+
+UNIT = "train.service"
+
+
+def drained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A resumed attempt that stopped UNIT through its drop-in, still in place; the config."""
+    state = tmp_path / "state"
+    now = time.time()
+    with History.open(str(state)) as h:
+        attempt = h.begin("suspend", "unit", False, "digest", now - 5)
+        h.finish(ended(attempt, "allow", finished=now - 4,
+                       stops=[Stop(Owner("systemd-service", UNIT), 0, now - 4.5)]))
+    dropins = tmp_path / "run"
+    (dropins / f"{UNIT}.d").mkdir(parents=True)
+    (dropins / f"{UNIT}.d" / DROPIN_NAME).write_text("[Service]\nRestart=no\n")
+    (dropins / f"{UNIT}.d" / MARKER_NAME).write_text("")  # not started since the drain
+    monkeypatch.setattr(restore, "ManagersAndEngines",
+                        functools.partial(ManagersAndEngines, dropin_root=str(dropins)))
+    config = tmp_path / "config.toml"
+    config.write_text(f'[devices]\nfamilies = []\n[state]\ndir = "{state}"\n'
+                      '[idle]\nbackends = []\n[resume]\nhealth_check = false\n')
+    return config
+
+
+def test_a_reload_that_fails_is_a_warning_with_its_fix_and_exit_3(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        fakes: Callable[..., Any]) -> None:
+    config = drained(tmp_path, monkeypatch)
+    fakes({"units": {UNIT: {"LoadState": "loaded", "ActiveState": "inactive"}},
+           "stop_jobs": {UNIT: []}, "reload_fails": True}, services=["systemd"])
+    code, out, err = cli("--config", str(config), "restore", "--json")
+    assert not (tmp_path / "run" / f"{UNIT}.d" / DROPIN_NAME).exists()
+    with History.open(str(tmp_path / "state"), readonly=True) as h:
+        assert [s.result for s in h.attempts(1)[0].stops] == ["started"]
+    [line] = [w for w in err.splitlines() if "not reloaded" in w]
+    assert line.startswith("suspendguard: warning: ")
+    assert "the system manager" in line and UNIT in line and "Restart=no" in line
+    assert "not enough space" in line
+    assert line.endswith("run systemctl daemon-reload")
+    assert json.loads(out)["warnings"] == [line.removeprefix("suspendguard: warning: ")]
+    assert code == 3
