@@ -28,6 +28,7 @@ from suspendguard.guard.ready import dry_look, wait_ready
 from suspendguard.guard.run import run_guard
 from suspendguard.model import Unavailable
 from suspendguard.record import Attempt
+from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 from suspendguard.system.dbus.bus import system_bus_address
 from suspendguard.system.dbus.logind import SLEEP_METHODS, SleepJob, can_sleep, request_sleep
@@ -55,16 +56,42 @@ def _event_time(attempt: Attempt | None, phase: str) -> float | None:
 
 def unit_attempt(config: Config, action: str, since: float) -> Attempt | str:
     """The guard's attempt for this sleep (recorded by the veto unit; an older
-    version's sleep hook drained as a fallback), or why there is none to read."""
+    version's sleep hook drained as a fallback), or why there is none to read: in
+    observe mode, what the unit's look found; in off mode, that it did not look."""
+    looked = None
     try:
         with History.open(config.state.dir, readonly=True) as history:
             attempt = history.last_real_attempt(action=action, since=since)
+            if attempt is None:
+                looked = history.last_observed(action, since)
     except HistoryError as exc:
-        return f"the guard's record could not be read: {exc} (is it installed? suspendguard status)"
-    if attempt is None:
-        return (f"the guard recorded no attempt for this {action} in {config.state.dir} "
-                "(is it installed? suspendguard status)")
-    return attempt
+        attempt, missing = None, f"the guard's record could not be read: {exc}"
+    else:
+        missing = f"the guard recorded no attempt for this {action} in {config.state.dir}"
+    if attempt is not None:
+        return attempt
+    mode = guard_mode.read(config.state.dir)
+    if mode.name == "off":
+        return (f"the guard is off (suspendguard mode): it did not look at this {action} "
+                "(suspendguard mode enforce turns it on)")
+    if mode.name == "observe" and looked is not None:
+        return f"observe mode (suspendguard mode): {_observed(looked)}"
+    return f"{missing} (is it installed? suspendguard status)"
+
+
+# What an enforced run would have done, by the verdict of observe mode's look.
+WOULD = {"allow": "allowed it", "veto": "vetoed it", "unknown": "refused it (unknown)"}
+
+
+def _observed(looked: Attempt) -> str:
+    """What the veto unit's look in observe mode found, which let the sleep go whatever it was."""
+    if looked.result not in WOULD:  # the look did not finish
+        found = f"the guard's look (attempt {looked.id}) ended {looked.result}"
+    else:
+        why = f": {looked.reasons[0]}" if looked.result != "allow" and looked.reasons else ""
+        found = (f"the guard only looked (attempt {looked.id}) and would have "
+                 f"{WOULD[looked.result]}{why}")
+    return f"{found}; it signalled nobody and refused nothing"
 
 
 def _slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:

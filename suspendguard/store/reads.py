@@ -313,8 +313,16 @@ class Reads:
                           ended_since: float | None = None) -> Attempt | None:
         """The newest attempt that was no dry run; ``since``: started then or later;
         ``ended_since``: finished then or later (or still unfinished and started then)."""
-        sql = "SELECT id FROM attempts WHERE dry_run = 0"
-        params: list[Any] = []
+        return self._last("dry_run = 0", [], action, since, ended_since)
+
+    def last_observed(self, action: str, since: float) -> Attempt | None:
+        """The newest look of the veto unit in observe mode (a dry run it recorded) at an
+        ``action`` started ``since`` or later."""
+        return self._last("dry_run = 1 AND origin = ?", ["unit"], action, since, None)
+
+    def _last(self, where: str, params: list[Any], action: str | None, since: float | None,
+              ended_since: float | None) -> Attempt | None:
+        sql = f"SELECT id FROM attempts WHERE {where}"
         if action is not None:
             sql += " AND action = ?"
             params.append(action)

@@ -19,6 +19,7 @@ from helpers.dbus import PrivateBus, dbus_daemon, fake_service
 from helpers.holders import Holders
 
 from suspendguard.cli import main
+from suspendguard.store import mode
 from suspendguard.store.history import History
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
@@ -126,6 +127,32 @@ def test_a_sleep_without_the_guard_says_so(bus: PrivateBus, conf: Path) -> None:
     with fake_service(bus, {"jobs": {}}):
         code, out, _ = suspend(bus, conf)
     assert code == 0 and "the guard recorded no attempt for this suspend" in out
+
+
+def test_observe_mode_says_the_guard_only_looked_and_what_it_would_have_done(
+        bus: PrivateBus, conf: Path, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node, mode="deaf")
+    mode.write(str(conf.parent / "state"), "observe")
+    with fake_service(bus, sleep_path(conf)):
+        code, out, err = suspend(bus, conf)
+    assert code == 0, out + err
+    [attempt] = unit_attempts(conf)
+    assert attempt.dry_run and attempt.result == "veto"
+    first, said = out.splitlines()
+    assert first.startswith("suspended"), out
+    assert said.startswith(f"  ! observe mode (suspendguard mode): the guard only looked "
+                           f"(attempt {attempt.id}) and would have vetoed it: pid {pid} "), out
+    assert said.endswith("; it signalled nobody and refused nothing"), out
+    assert proc.poll() is None and holders.signals() == []
+
+
+def test_off_mode_says_the_guard_did_not_look(bus: PrivateBus, conf: Path) -> None:
+    mode.write(str(conf.parent / "state"), "off")
+    with fake_service(bus, sleep_path(conf)):
+        code, out, err = suspend(bus, conf)
+    assert code == 0, out + err
+    assert out.splitlines()[1] == ("  ! the guard is off (suspendguard mode): it did not look "
+                                   "at this suspend (suspendguard mode enforce turns it on)")
 
 
 def test_dry_run_shows_the_check_report_and_asks_nothing(bus: PrivateBus, conf: Path,
