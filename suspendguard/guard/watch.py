@@ -5,8 +5,9 @@ preventing suspend"); the guard's veto unit only speaks once a suspend has
 begun. So the watch takes the guard's dry run again and again (signals
 nobody, records nothing) and, while it says veto, holds
 ``Inhibit("sleep", "suspendguard", <first reason>, "block")``; when the
-reason changes the new lock is taken before the old one is closed, and the
-lock goes as soon as a look no longer vetoes. Never ``shutdown``. An
+reason changes the new lock is taken before the old one is closed (one logind
+refuses leaves the old in place, and the status says both), and the lock goes
+as soon as a look no longer vetoes. Never ``shutdown``. An
 ``unknown`` verdict holds nothing: the watch shows certain vetoes only. A
 look that finds another run draining (``guard-busy``) saw no holder and
 changes nothing; the next look comes soon after.
@@ -259,7 +260,9 @@ class Watch:
         got = self.take(why)
         if isinstance(got, Unavailable):
             if got.reason != self.failed:
-                self.log.warning(f"watch: cannot take the sleep block ({got.reason}): {why}")
+                stays = f"; the block taken earlier stays: {self.held[1]}" if self.held else ""
+                self.log.warning(f"watch: cannot take the sleep block ({got.reason}): {why}"
+                                 + stays)
             self.failed = got.reason
             return
         old_held, self.held, self.failed = self.held, (got, why), ""
@@ -289,6 +292,9 @@ class Watch:
         if self.held is not None and not self.failed:
             return f"blocking sleep: {self.held[1]}"
         if self.failed and self.last is not None and self.last.why is not None:
+            if self.held is not None:  # a new reason's block refused: the old one still blocks
+                return (f"blocking sleep: {self.last.why} (logind refused the new block "
+                        f"({self.failed}): the one held still says: {self.held[1]})")
             return (f"the guard would veto, but logind refused the block ({self.failed}): "
                     f"{self.last.why}")
         if self.last is not None and self.last.verdict.kind == "unknown":

@@ -69,6 +69,24 @@ def events(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+def start_watch(conf: Path, tmp_path: Path, systemd: Systemd) -> subprocess.Popen[bytes]:
+    """``suspendguard watch`` (its bounded look at 600 s), once it said READY; its stderr
+    in tmp_path/watch.err."""
+    env = {**os.environ, "NOTIFY_SOCKET": systemd.name, "PYTHONUNBUFFERED": "1"}
+    with open(tmp_path / "watch.err", "w") as err:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "suspendguard", "--config", str(conf), "watch",
+             "--recheck", "600"], env=env, stderr=err)
+    try:
+        wait_for(lambda: systemd.said("READY"), 30, message=lambda: (tmp_path / "watch.err")
+                 .read_text())
+    except BaseException:
+        watch.kill()
+        watch.wait()
+        raise
+    return watch
+
+
 @pytest.fixture
 def systemd() -> Iterator[Systemd]:
     s = Systemd()
@@ -82,14 +100,8 @@ def test_the_block_follows_the_holders(
     log = tmp_path / "inhibit.log"
     fakes({"inhibit_log": str(log)}, services=("logind",))
     holders.start(node, mode="graceful")  # drained at a suspend: no veto, no block
-    env = {**os.environ, "NOTIFY_SOCKET": systemd.name, "PYTHONUNBUFFERED": "1"}
-    with open(tmp_path / "watch.err", "w") as err:
-        watch = subprocess.Popen(
-            [sys.executable, "-m", "suspendguard", "--config", str(conf), "watch",
-             "--recheck", "600"], env=env, stderr=err)
+    watch = start_watch(conf, tmp_path, systemd)
     try:
-        wait_for(lambda: systemd.said("READY"), 30, message=lambda: (tmp_path / "watch.err")
-                 .read_text())
         assert ours() == []
         assert systemd.said("STATUS")[-1].startswith("no block"), systemd.messages
 
@@ -150,6 +162,33 @@ def test_a_block_that_logind_refuses_is_said_and_tried_again(
         _, err = watch.communicate(timeout=10)
     assert watch.returncode == 0, err
     assert "cannot take the sleep block" in err, err
+
+
+def test_a_refused_retake_keeps_the_old_block_and_the_status_says_both(
+        bus: PrivateBus, fakes: Callable[..., Any], holders: Holders, node: str,
+        conf: Path, tmp_path: Path, systemd: Systemd) -> None:
+    """logind at its InhibitorsMax refuses the new block, taken before the old one goes."""
+    fakes({"inhibitors_max": 1}, services=("logind",))
+    deaf = [holders.start(node, mode="deaf") for _ in range(2)]
+    watch = start_watch(conf, tmp_path, systemd)
+    try:
+        [held] = ours()
+        [(proc, pid)] = [(p, q) for p, q in deaf if f"pid {q} " in held.why]
+        [other] = [q for _, q in deaf if q != pid]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        status = wait_for(lambda: [s for s in systemd.said("STATUS") if f"pid {other} " in s],
+                          5, message=lambda: systemd.messages)[-1]
+        assert [i.why for i in ours()] == [held.why]  # the old block stays: sleep is blocked
+        assert status.startswith(f"blocking sleep: pid {other} "), status
+        assert "logind refused the new block" in status and "Maximum number" in status, status
+        assert status.endswith(f"the one held still says: {held.why})"), status
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        rc = watch.wait(10)
+    log = (tmp_path / "watch.err").read_text()
+    assert rc == 0 and "Traceback" not in log, log
+    assert f"the block taken earlier stays: {held.why}" in log, log
 
 
 def test_inotify_sees_an_open_and_a_close(tmp_path: Path) -> None:

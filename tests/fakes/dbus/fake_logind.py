@@ -56,6 +56,8 @@ class LoginManager(ServiceInterface):
         self.delay_max_usec = int(state.get("inhibit_delay_max_usec", 5_000_000))
         self.preparing = bool(state.get("preparing_for_sleep", False))
         self.locks: list[Lock] = [Lock(*row) for row in state.get("inhibitors", [])]
+        # logind's InhibitorsMax: an Inhibit beyond it is refused (LimitsExceeded).
+        self.inhibitors_max = int(state.get("inhibitors_max", 8192))
         # [error name, message] every sleep method answers with, as logind does when
         # polkit says no or a block inhibitor applies; None: the sleep is started.
         self.sleep_error = state.get("sleep_error")
@@ -274,6 +276,12 @@ class LoginManager(ServiceInterface):
         if mode not in MODES:
             bus.send(Message.new_error(msg, "org.freedesktop.DBus.Error.InvalidArgs",
                                        "Invalid mode specification"))
+            return
+        if len(self.locks) >= self.inhibitors_max:
+            bus.send(Message.new_error(
+                msg, "org.freedesktop.DBus.Error.LimitsExceeded",
+                f"Maximum number of inhibitors ({self.inhibitors_max}) reached, refusing "
+                "further inhibitors."))
             return
         pid = await self._credential("GetConnectionUnixProcessID", msg.sender)
         uid = await self._credential("GetConnectionUnixUser", msg.sender)
