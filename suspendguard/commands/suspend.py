@@ -19,6 +19,7 @@ exit 1, naming the holders still there.
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 
 from suspendguard.commands.context import Context
@@ -129,7 +130,8 @@ def _not_slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
         ctx.out.write(f"{word}: {first}\n")
         for reason in rest:
             ctx.out.write(f"  - {reason}\n")
-        ctx.out.write(f"  attempt {found.id}; more: suspendguard history, "
+        config = f" --config {shlex.quote(ctx.config_arg)}" if ctx.config_arg else ""
+        ctx.out.write(f"  attempt {found.id}; more: suspendguard{config} history {found.id}, "
                       f"journalctl -u suspendguard@{job.action}.service\n")
         return EXIT_VETO
     if isinstance(found, Attempt):

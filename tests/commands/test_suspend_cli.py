@@ -74,7 +74,13 @@ def test_vetoed_sleep_is_exit_1_with_the_reason(bus: PrivateBus, conf: Path, nod
     assert first.startswith(f"vetoed: pid {pid} ") and "SIGINT" in first, out
     [attempt] = unit_attempts(conf)
     assert attempt.result == "veto" and attempt.events == ()  # the hooks never ran
-    assert f"attempt {attempt.id}; more: suspendguard history" in out
+    # The command it names shows this attempt whole, the config it ran with included.
+    [more] = [line for line in out.splitlines() if line.startswith(f"  attempt {attempt.id}; ")]
+    assert more.startswith(f"  attempt {attempt.id}; more: suspendguard --config {conf} "
+                           f"history {attempt.id}, journalctl -u "), more
+    whole = io.StringIO()
+    assert main(more.split(", ")[0].split()[4:], out=whole, err=io.StringIO(), environ={}) == 0
+    assert whole.getvalue().startswith(f"attempt {attempt.id}: suspend, ")
     assert proc.poll() is None
 
 
