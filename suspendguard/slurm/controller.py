@@ -46,6 +46,10 @@ IDENTIFIER = "suspendguard-slurm"
 RETRY_PAUSE_S = 3.0  # between the questions to a node that is waking
 REGISTER_S = 5.0  # a held node's slurmd registers by itself at the re-read of the config
 REGISTER_AFTER_RESTART_S = 30.0
+READ_TRIES, READ_PAUSE_S = 3, 1.0  # a held node's reason, read before its drain replaces it
+# A held node's reason when the one it had could not be read: not the guard's, so
+# nothing the guard does lifts the drain (it may have replaced a maintenance drain).
+UNREAD = "earlier reason unknown, scontrol show node failed"
 
 
 @dataclass
@@ -109,14 +113,18 @@ class Controller:
         """The node kept up, drained with the guard's reason, out of Slurm's choice."""
         text = slurm_reason(reason)
         self.say(WARNING, f"{node}: not powered down: {text}")
-        try:
-            before = self.scontrol.node(node).reason
-        except SlurmError as exc:
-            self.say(ERR, f"{node}: {exc}")
-            before = ""
+        before = self._reason(node)
         # Somebody else's drain (maintenance, NHC) is theirs to lift: it is kept, the
-        # guard's reason added after it, and health never resumes the node.
-        if before and not ours(before):
+        # guard's reason added after it, and health never resumes the node. One that
+        # could not be read may be such a drain: the guard's drain replaces it, so the
+        # node is held as somebody else's, never resumed by the guard.
+        if before is None:
+            text = joined(UNREAD, text)
+            self.say(ERR, f"{node}: its reason could not be read before the drain, which "
+                     "replaces any reason it had: held as not the guard's to lift (slurm "
+                     f"health never resumes it); see sinfo -R and the slurmctld log, and "
+                     f"lift it by hand (scontrol update NodeName={node} State=RESUME)")
+        elif before and not ours(before):
             text = joined(before, text)
         try:
             self.scontrol.update(node, "RESUME")  # POWERING_DOWN -> POWERED_DOWN at once
@@ -134,6 +142,18 @@ class Controller:
         if up:
             self.drain(node, text)
         return False
+
+    def _reason(self, node: str) -> str | None:
+        """The node's reason now ("" for none); None when scontrol could not say, asked
+        READ_TRIES times: slurmctld busy with many nodes at once answers late."""
+        for attempt in range(READ_TRIES):
+            if attempt:
+                time.sleep(READ_PAUSE_S)
+            try:
+                return self.scontrol.node(node).reason
+            except SlurmError as exc:
+                self.say(ERR, f"{node}: {exc}")
+        return None
 
     def drain(self, node: str, text: str) -> bool:
         try:

@@ -3,7 +3,8 @@
 ``show hostnames``, ``show node -o [NAME]``, ``update NodeName= State= [Reason=]``
 and ``reconfigure``, as the guard's Slurm programs use them. RESUME takes a
 POWERING_DOWN node to POWERED_DOWN and lifts a drain with its reason, as
-slurmctld 22.05 does; ``fail`` in the file names the verbs that fail.
+slurmctld 22.05 does; ``fail`` in the file names the calls that fail (a verb, or
+the words a call begins with), ``times`` how many times more where not forever.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ with open(STATE + ".lock", "a") as lock:
     args = sys.argv[1:]
     doc["calls"].append(args)
     verb = args[0]
-    failing = doc["fail"].get(verb)
+    said = " ".join(args)
+    key = next((k for k in doc["fail"] if said == k or said.startswith(k + " ")), None)
+    failing = None if key is None else doc["fail"][key]
+    if key in doc["times"]:
+        doc["times"][key] -= 1
+        if doc["times"][key] <= 0:
+            del doc["fail"][key], doc["times"][key]
     if failing is None:
         if args[:2] == ["show", "hostnames"]:
             print("\n".join(args[2].split(",")))
@@ -63,7 +70,7 @@ class FakeSlurm:
     def __init__(self, folder: Path, nodes: dict[str, dict[str, Any]]) -> None:
         self.state = folder / "slurm-state.json"
         self.path = folder / "scontrol"
-        self.write({"nodes": nodes, "calls": [], "fail": {}})
+        self.write({"nodes": nodes, "calls": [], "fail": {}, "times": {}})
         self.path.write_text(f"#!{sys.executable}\n" + SCRIPT.format(state=str(self.state)))
         self.path.chmod(0o755)
 
@@ -78,14 +85,19 @@ class FakeSlurm:
         found: dict[str, Any] = self.read()["nodes"][name]
         return found
 
-    def fail(self, verb: str, why: str) -> None:
+    def fail(self, call: str, why: str, times: int | None = None) -> None:
+        """``call`` (``show``, ``show node -o node1``) fails with ``why``: ``times`` times,
+        or until :meth:`heal`."""
         doc = self.read()
-        doc["fail"][verb] = why
+        doc["fail"][call] = why
+        if times is not None:
+            doc["times"][call] = times
         self.write(doc)
 
-    def heal(self, verb: str) -> None:
+    def heal(self, call: str) -> None:
         doc = self.read()
-        doc["fail"].pop(verb, None)
+        doc["fail"].pop(call, None)
+        doc["times"].pop(call, None)
         self.write(doc)
 
     def calls(self) -> list[list[str]]:

@@ -20,6 +20,8 @@ from suspendguard.cli import main
 from suspendguard.config.load import load
 from suspendguard.slurm import controller
 from suspendguard.slurm.controller import Controller
+from suspendguard.slurm.node import _health_action
+from suspendguard.slurm.remote import held_by_guard, ours
 from suspendguard.slurm.scontrol import Node, Scontrol
 from suspendguard.system.log import Logger
 
@@ -65,6 +67,47 @@ def test_the_suspend_program_run_as_slurmctld_runs_it_holds(tmp_path: Path) -> N
     held = "suspendguard: sigint-ignored: pid 7 ignores SIGINT"
     assert fake.node("node1") == node(("POWERED_DOWN", "DRAIN"), held)
     assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
+
+
+MAINTENANCE = "PSU swap, ticket 4411"
+TIMED_OUT = "slurm_load_node error: Socket timed out on send/recv operation"
+
+
+def suspend_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                    fake: FakeSlurm) -> tuple[str, str]:
+    """``slurm suspend node1`` refused by its guard: the node's reason after, and what was said."""
+    monkeypatch.setattr(controller, "REGISTER_S", 0.1)
+    monkeypatch.setattr(controller, "READ_PAUSE_S", 0.0)
+    status, _, err = cli("--config", str(config_file(tmp_path, fake, "veto")), "slurm",
+                         "suspend", "node1")
+    assert status == 1, err
+    reason: str = fake.node("node1")["reason"]
+    return reason, err
+
+
+def test_a_maintenance_reason_read_late_is_kept_before_the_guards(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN", "POWERING_DOWN"), MAINTENANCE)})
+    fake.fail("show node -o node1", TIMED_OUT, times=2)
+    reason, _ = suspend_refused(tmp_path, monkeypatch, fake)
+    assert reason == f"{MAINTENANCE} (suspendguard: sigint-ignored: pid 7 ignores SIGINT)"
+    assert _health_action(True, reason, []) == "leave"  # the admin's drain is theirs to lift
+
+
+def test_a_reason_never_read_is_held_as_not_the_guards_to_lift(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The drain replaces whatever reason the node had: it may have been a maintenance
+    # drain, so nothing the guard does may lift it.
+    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN", "POWERING_DOWN"), MAINTENANCE)})
+    fake.fail("show node -o node1", TIMED_OUT)
+    reason, err = suspend_refused(tmp_path, monkeypatch, fake)
+    assert reason == ("earlier reason unknown, scontrol show node failed "
+                      "(suspendguard: sigint-ignored: pid 7 ignores SIGINT)")
+    assert not ours(reason) and held_by_guard(reason)
+    assert _health_action(True, reason, []) == "leave"
+    assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
+    [said] = [line for line in err.splitlines() if "could not be read before the drain" in line]
+    assert "scontrol update NodeName=node1 State=RESUME" in said
 
 
 @pytest.mark.parametrize("failing", ["show", "reconfigure"])
