@@ -239,6 +239,8 @@ def _claim_state_dir(tree: Tree, state_dir: str, manifest: Manifest) -> None:
     """Record the state folder, and whether install made it (then purge may remove it)."""
     if not tree.at(state_dir).exists():
         tree.makedirs(state_dir, manifest)
+        # The history holds every user's command lines: root's alone, as each run keeps it.
+        tree.at(state_dir).chmod(0o700)
         manifest.state_dir_created = True
     elif manifest.state_dir != state_dir:
         manifest.state_dir_created = False

@@ -66,4 +66,4 @@ class Tree:
 
     def save_manifest(self, manifest: Manifest) -> None:
         self.makedirs(os.path.dirname(MANIFEST_PATH), manifest)
-        self.write(MANIFEST_PATH, manifest.to_json(), 0o644, None)
+        self.write(MANIFEST_PATH, manifest.to_json(), 0o600, None)  # as the state folder's files

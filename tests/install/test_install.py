@@ -111,6 +111,8 @@ def test_install_stages_exactly_these_files(root: Path) -> None:
     assert all(after[k] == v for k, v in before.items()), "install changed what was there"
     assert "ExecStart=/usr/bin/python3 -I -m suspendguard restore\n" in (root / RESUME).read_text()
     assert after[UNIT][1] == 0o644 and after[HOOK][1] == 0o755 and after[CONFIG][1] == 0o644
+    # The state folder and what install keeps there are root's alone, as every run keeps them.
+    assert after["var/lib/suspendguard"][1] == 0o700 and after[MANIFEST][1] == 0o600
     unit = (root / UNIT).read_text()
     # Staged: the target's interpreter, not the builder's venv.
     assert "ExecStart=/usr/bin/python3 -I -m suspendguard pre-sleep %i\n" in unit
@@ -120,6 +122,13 @@ def test_install_stages_exactly_these_files(root: Path) -> None:
 
     assert (root / CONFIG).read_text() == commented_default()
     assert str(root / UNIT) in out and "enabled: suspendguard@suspend.service" in out
+
+
+def test_a_manifest_others_could_read_is_made_root_s_alone_at_reinstall(root: Path) -> None:
+    assert run("install", "--root", str(root))[0] == 0
+    (root / MANIFEST).chmod(0o644)  # as installs before wrote it
+    assert run("install", "--root", str(root))[0] == 0
+    assert stat.S_IMODE((root / MANIFEST).stat().st_mode) == 0o600
 
 
 def test_install_is_idempotent(root: Path) -> None:
