@@ -146,7 +146,8 @@ def _install(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", metavar="PATH",
                    help="the units' interpreter (default: this one; with --root: /usr/bin/python3)")
     p.add_argument("--force", action="store_true",
-                   help="accept an interpreter under /tmp, /var/tmp or a home directory")
+                   help="accept an interpreter under /tmp, /var/tmp or a home directory, or "
+                        "one others could change (with a warning)")
 
 
 def _uninstall(p: argparse.ArgumentParser) -> None:

@@ -1,8 +1,9 @@
 """``suspendguard install`` and ``suspendguard uninstall [--purge]``, live or under ``--root DIR``.
 
 Exit 0 when done; 3 (one line) when the running system cannot take it:
-not root, or systemd not running, or an interpreter that would not last or
-cannot run the guard.
+not root, or systemd not running, or an interpreter that would not last,
+cannot run the guard, or could be changed by others (it, or the guard's code
+it imports: root runs both at every suspend).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from suspendguard.commands.context import Context
 from suspendguard.config import Config, load, resolve_path
 from suspendguard.errors import InstallError, UsageError
 from suspendguard.install.files import check_live_system, check_root, install, uninstall
-from suspendguard.install.interpreter import choose, probe, refuse_unsafe
+from suspendguard.install.interpreter import choose, probe, refuse_unsafe, refuse_untrusted
 from suspendguard.install.tree import Tree
 
 
@@ -59,6 +60,7 @@ def command_install(args: argparse.Namespace, ctx: Context) -> int:
         found = probe(python)
         if not found.usable:
             raise InstallError(f"the units' interpreter {python} {found.reason}")
+        refuse_untrusted(found, getattr(args, "force", False), ctx.err)
     config, config_path, explicit = _config_for(ctx, tree)
     install(
         root, config, config_path, explicit,

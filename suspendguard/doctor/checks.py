@@ -13,6 +13,7 @@ a sleep hook can do.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from suspendguard.doctor.host import Host, setting, timespan_s
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
 from suspendguard.install import templates
+from suspendguard.install.interpreter import Interpreter, probe, program
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 
 Severity = Literal["error", "warning", "note"]
@@ -222,6 +224,30 @@ def guard_units(host: Host, config: Config) -> list[Finding]:
     return out
 
 
+def guard_interpreter(host: Host) -> list[Finding]:
+    """The installed unit's interpreter, run on this host: others could change it, or the
+    guard's code it imports. A staged tree's (``--root``) is the target's: not run here."""
+    unit_path = _unit_path(host, templates.UNIT_TEMPLATE)
+    if unit_path is None or os.path.normpath(host.root) != "/":
+        return []
+    exec_start = host.unit_setting(unit_path, "ExecStart", (templates.UNIT_TEMPLATE,))
+    python = program(exec_start) if exec_start else None
+    return [] if python is None else untrusted_interpreter(probe(python))
+
+
+def untrusted_interpreter(found: Interpreter) -> list[Finding]:
+    if not found.untrusted:
+        return []
+    more = len(found.untrusted) - 1
+    return [Finding(
+        "guard-interpreter-untrusted", "error",
+        found.untrusted[0] + (f" (and {more} more)" if more else "")
+        + ": root runs it at every suspend, so whoever can change it runs as root",
+        "install the guard into an interpreter only root can change (root's pip, a system "
+        f"package), then suspendguard install --python PATH; or make {found.path} and the "
+        "guard's code root's, not writable by others")]
+
+
 def logind_delay(host: Host) -> list[Finding]:
     settings = host.logind_settings("InhibitDelayMaxSec")
     if len({value for _, value in settings}) < 2:
@@ -274,6 +300,7 @@ CHECKS: Sequence[tuple[str, Check]] = (
     ("hibernation", lambda h, c, v: hibernation(h, v)),
     ("units", lambda h, c, v: units_before_sleep(h)),
     ("guard", lambda h, c, v: guard_units(h, c)),
+    ("interpreter", lambda h, c, v: guard_interpreter(h)),
     ("logind", lambda h, c, v: logind_delay(h)),
     ("systemd", lambda h, c, v: systemd_version(h)),
     ("ascend", lambda h, c, v: ascend(h)),

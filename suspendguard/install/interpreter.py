@@ -13,8 +13,10 @@ import pwd
 import shlex
 import sys
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
+from suspendguard.config.trust import problems
 from suspendguard.errors import InstallError
 from suspendguard.system import runner
 
@@ -23,7 +25,9 @@ from suspendguard.system import runner
 STAGED_DEFAULT = "/usr/bin/python3"
 TEMPORARY = ("/tmp", "/var/tmp", "/dev/shm")
 PROBE_TIMEOUT_S = 10.0
-PROBE = "import suspendguard"
+# It prints the folder the guard is imported from: root runs that code too.
+PROBE = "import os, suspendguard; print(os.path.dirname(suspendguard.__file__))"
+MAX_FILE_PROBLEMS = 3  # the package's files named, of those others could change
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,9 @@ class Interpreter:
     path: str
     usable: bool | None  # None: not run (a staged tree, not this system)
     reason: str = ""  # why it is not usable
+    # Why root should not run it: the interpreter, or the guard's code it
+    # imports, could be changed by others (config/trust.py's rule).
+    untrusted: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "usable": self.usable, "reason": self.reason or None}
@@ -107,7 +114,38 @@ def probe(python: str, root: str = "/") -> Interpreter:
         return Interpreter(python, False, "is not executable")
     result = runner.run((python, "-I", "-c", PROBE), PROBE_TIMEOUT_S)
     if result.ok:
-        return Interpreter(python, True)
+        package = result.stdout.strip().splitlines()[-1:] or [""]
+        return Interpreter(python, True, untrusted=untrusted(python, package[0]))
     err = result.stderr.strip().splitlines()
     why = err[-1] if err and result.returncode else result.describe_failure()
     return Interpreter(python, False, f"cannot import suspendguard ({why[:200]})")
+
+
+def untrusted(python: str, package: str) -> tuple[str, ...]:
+    """Why root should not run ``python`` and the guard's ``package`` folder it imports:
+    a path of either that a user other than root could change."""
+    out = problems(python, "the units' interpreter")
+    if package:
+        found = problems(package, "the guard's code")
+        if not found:  # a trusted folder may still hold a file others may write
+            for path in sorted(Path(package).rglob("*.py")):
+                found += problems(str(path), "the guard's code")
+                if len(found) >= MAX_FILE_PROBLEMS:
+                    break
+        out += found
+    return tuple(dict.fromkeys(out))
+
+
+def refuse_untrusted(found: Interpreter, force: bool, err: TextIO) -> None:
+    """Raise (exit 3) when others could change what the units run as root at every suspend;
+    with ``force``, only say so on ``err``."""
+    if not found.untrusted:
+        return
+    why = found.untrusted[0] + (f" (and {len(found.untrusted) - 1} more)"
+                                if len(found.untrusted) > 1 else "")
+    line = (f"{why}: root runs it at every suspend, so whoever can change it runs as root; "
+            "install the guard into an interpreter only root can change (root's pip, "
+            "a system package)")
+    if not force:
+        raise InstallError(f"{line}, or pass --force")
+    err.write(f"suspendguard: install: warning: {line}\n")
