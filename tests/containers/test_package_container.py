@@ -338,6 +338,8 @@ def test_remove_keeps_config_and_history_and_reinstall_uses_them(installed: Debi
             env={"DEBIAN_FRONTEND": "noninteractive"})
     assert box.run("cat", "/etc/suspendguard/config.toml").stdout == CONFIG  # the operator's edit
     assert [a["id"] for a in attempts(box)] == seen
+    # The history's folder stays root's alone through the package's configure step.
+    assert box.run("stat", "-c", "%a", "/var/lib/suspendguard").stdout.strip() == "700"
     assert "suspendguard@suspend.service" in requires(box, "systemd-suspend.service")
     assert box.run("systemctl", "is-enabled", RESUME, check=False).stdout.strip() == "enabled"
 

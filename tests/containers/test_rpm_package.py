@@ -70,6 +70,10 @@ def test_files(rpm_file: Path) -> None:
     flags = dict(line.rsplit(" ", 1) for line in rpm_q(
         rpm_file, "--qf", "[%{FILENAMES} %{FILEFLAGS:fflags}\n]").splitlines())
     assert set(flags["/etc/suspendguard/config.toml"]) >= {"c", "n"}
+    # The history's folder is root's alone, as each guard run keeps it.
+    modes = dict(line.rsplit(" ", 1) for line in rpm_q(
+        rpm_file, "--qf", "[%{FILENAMES} %{FILEMODES:perms}\n]").splitlines())
+    assert modes["/var/lib/suspendguard"] == "drwx------"
 
 
 def test_rendered_unit_hook_and_preset(rpm_file: Path) -> None:
