@@ -51,11 +51,20 @@ class Tree:
                 manifest.dirs.append(folder)
 
     def write(self, path: str, text: str, mode: int, manifest: Manifest | None) -> None:
+        """``text`` at ``path`` whole or not at all, with ``mode`` from its first byte: a new
+        file beside it (one a killed install left, a link included, is removed, never
+        followed), on disk before it is renamed over ``path``."""
         target = self.at(path)
         tmp = target.with_name(f".{target.name}.suspendguard-tmp")
         try:
-            tmp.write_text(text, encoding="utf-8")
-            os.chmod(tmp, mode)
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(tmp, flags, mode), "w", encoding="utf-8") as file:
+                os.fchmod(file.fileno(), mode)  # the bits the umask took away
+                file.write(text)
+                file.flush()
+                os.fsync(file.fileno())
             os.replace(tmp, target)
         except OSError as exc:
             with contextlib.suppress(OSError):
