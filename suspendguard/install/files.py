@@ -237,10 +237,10 @@ def _write_config(tree: Tree, config_path: str, manifest: Manifest) -> str:
 
 def _claim_state_dir(tree: Tree, state_dir: str, manifest: Manifest) -> None:
     """Record the state folder, and whether install made it (then purge may remove it)."""
-    if not tree.at(state_dir).exists():
-        tree.makedirs(state_dir, manifest)
-        # The history holds every user's command lines: root's alone, as each run keeps it.
-        tree.at(state_dir).chmod(0o700)
+    made = not tree.at(state_dir).exists()
+    # The history holds every user's command lines: root's alone, as each run keeps it.
+    tree.private_dir(state_dir, manifest)
+    if made:
         manifest.state_dir_created = True
     elif manifest.state_dir != state_dir:
         manifest.state_dir_created = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 from suspendguard.errors import InstallError
@@ -50,6 +51,23 @@ class Tree:
             if folder not in manifest.dirs:
                 manifest.dirs.append(folder)
 
+    def private_dir(self, path: str, manifest: Manifest) -> None:
+        """``path`` made, or kept, root's alone (0700), as every guard run keeps the state
+        folder. A link there is not followed: the run refuses it, and says why."""
+        self.makedirs(path, manifest)
+        folder = self.at(path)
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+                os.fchmod(fd, 0o700)
+        except OSError as exc:
+            raise InstallError(f"{folder}: cannot make it root's alone ({exc.strerror})") from None
+        finally:
+            os.close(fd)
+
     def write(self, path: str, text: str, mode: int, manifest: Manifest | None) -> None:
         """``text`` at ``path`` whole or not at all, with ``mode`` from its first byte: a new
         file beside it (one a killed install left, a link included, is removed, never
@@ -74,5 +92,6 @@ class Tree:
             manifest.files[path] = sha256(text.encode())
 
     def save_manifest(self, manifest: Manifest) -> None:
-        self.makedirs(os.path.dirname(MANIFEST_PATH), manifest)
-        self.write(MANIFEST_PATH, manifest.to_json(), 0o600, None)  # as the state folder's files
+        """The manifest, 0600 in a folder kept 0700: root's alone, as the state folder's files."""
+        self.private_dir(os.path.dirname(MANIFEST_PATH), manifest)
+        self.write(MANIFEST_PATH, manifest.to_json(), 0o600, None)
