@@ -75,3 +75,10 @@ class NoHistory(HistoryError):
 
 class InstallError(OperationalError):
     """Install or uninstall could not do its work (exit status 3)."""
+
+
+class InstallUntrusted(InstallError):
+    """What the units would run as root could be changed by others: the interpreter, or the
+    guard's code it imports (exit status 4, as a configuration root may not trust)."""
+
+    exit_status = EXIT_UNTRUSTED

@@ -287,7 +287,11 @@ COMMANDS: tuple[Command, ...] = (
                  "it, as an unknown verdict)"),
              (2, "bad usage"))),
     Command("install", "install the veto units, the sleep hook and a default config",
-            "install:command_install", _install, ((0, "installed"), USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),
+            "install:command_install", _install,
+            ((0, "installed"), USAGE_EXIT, ERROR_EXIT,
+             (4, "run as root, the configuration (or a file it names) could be changed by "
+                 "others, or the units' interpreter or the guard's code it imports: refused "
+                 "(the interpreter, with --force: a warning)"))),
     Command("uninstall", "remove what install put in place",
             "install:command_uninstall", _uninstall,
             ((0, "removed"), USAGE_EXIT, ERROR_EXIT, UNTRUSTED_EXIT)),

@@ -1,9 +1,10 @@
 """``suspendguard install`` and ``suspendguard uninstall [--purge]``, live or under ``--root DIR``.
 
 Exit 0 when done; 3 (one line) when the running system cannot take it:
-not root, or systemd not running, or an interpreter that would not last,
-cannot run the guard, or could be changed by others (it, or the guard's code
-it imports: root runs both at every suspend).
+not root, or systemd not running, or an interpreter that would not last or
+cannot run the guard; 4 (one line), as for a configuration root may not
+trust, when others could change the interpreter or the guard's code it
+imports (root runs both at every suspend), unless ``--force``.
 """
 
 from __future__ import annotations

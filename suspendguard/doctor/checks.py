@@ -238,11 +238,8 @@ def guard_interpreter(host: Host) -> list[Finding]:
 def untrusted_interpreter(found: Interpreter) -> list[Finding]:
     if not found.untrusted:
         return []
-    more = len(found.untrusted) - 1
     return [Finding(
-        "guard-interpreter-untrusted", "error",
-        found.untrusted[0] + (f" (and {more} more)" if more else "")
-        + ": root runs it at every suspend, so whoever can change it runs as root",
+        "guard-interpreter-untrusted", "error", found.distrust(),
         "install the guard into an interpreter only root can change (root's pip, a system "
         f"package), then suspendguard install --python PATH; or make {found.path} and the "
         "guard's code root's, not writable by others")]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from suspendguard.config.trust import problems
-from suspendguard.errors import InstallError
+from suspendguard.errors import InstallError, InstallUntrusted
 from suspendguard.system import runner
 
 # What a staged tree (--root: a package or an image build) gets by default:
@@ -40,6 +40,14 @@ class Interpreter:
     # Why root should not run it: the interpreter, or the guard's code it
     # imports, could be changed by others (config/trust.py's rule).
     untrusted: tuple[str, ...] = ()
+
+    def distrust(self) -> str:
+        """Why root should not run it, in one line that names it; "" when root may."""
+        if not self.untrusted:
+            return ""
+        more = len(self.untrusted) - 1
+        return (self.untrusted[0] + (f" (and {more} more)" if more else "")
+                + ": root runs it at every suspend, so whoever can change it runs as root")
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "usable": self.usable, "reason": self.reason or None}
@@ -126,10 +134,11 @@ def untrusted(python: str, package: str) -> tuple[str, ...]:
     a path of either that a user other than root could change."""
     out = problems(python, "the units' interpreter")
     if package:
-        found = problems(package, "the guard's code")
+        code = f"the units' interpreter {python} imports the guard's code"
+        found = problems(package, code)
         if not found:  # a trusted folder may still hold a file others may write
             for path in sorted(Path(package).rglob("*.py")):
-                found += problems(str(path), "the guard's code")
+                found += problems(str(path), code)
                 if len(found) >= MAX_FILE_PROBLEMS:
                     break
         out += found
@@ -137,15 +146,12 @@ def untrusted(python: str, package: str) -> tuple[str, ...]:
 
 
 def refuse_untrusted(found: Interpreter, force: bool, err: TextIO) -> None:
-    """Raise (exit 3) when others could change what the units run as root at every suspend;
-    with ``force``, only say so on ``err``."""
+    """Refuse (exit 4, as a configuration root may not trust) what others could change of
+    what the units run as root at every suspend; with ``force``, only say so on ``err``."""
     if not found.untrusted:
         return
-    why = found.untrusted[0] + (f" (and {len(found.untrusted) - 1} more)"
-                                if len(found.untrusted) > 1 else "")
-    line = (f"{why}: root runs it at every suspend, so whoever can change it runs as root; "
-            "install the guard into an interpreter only root can change (root's pip, "
-            "a system package)")
+    line = (f"{found.distrust()}; install the guard into an interpreter only root can change "
+            "(root's pip, a system package)")
     if not force:
-        raise InstallError(f"{line}, or pass --force")
+        raise InstallUntrusted(f"{line}, or pass --force")
     err.write(f"suspendguard: install: warning: {line}\n")

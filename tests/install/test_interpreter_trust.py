@@ -11,8 +11,8 @@ import pytest
 from helpers.isolation import needs_root
 
 from suspendguard.doctor.checks import untrusted_interpreter
-from suspendguard.errors import InstallError
-from suspendguard.install.interpreter import probe, refuse_untrusted, untrusted
+from suspendguard.errors import EXIT_UNTRUSTED, InstallError
+from suspendguard.install.interpreter import Interpreter, probe, refuse_untrusted, untrusted
 
 # The environment the suite runs in: pyvenv.cfg beside bin/ makes it one.
 VENV = Path(sys.executable).parent.parent
@@ -35,6 +35,7 @@ def test_an_interpreter_in_a_folder_others_may_write_is_refused_unless_forced(
 
     with pytest.raises(InstallError) as refused:
         refuse_untrusted(found, force=False, err=io.StringIO())
+    assert refused.value.exit_status == EXIT_UNTRUSTED  # as a configuration root may not trust
     assert str(refused.value).startswith(found.untrusted[0] + ": root runs it at every suspend")
     assert str(refused.value).endswith(", or pass --force")
     err = io.StringIO()
@@ -61,7 +62,12 @@ def test_a_file_of_the_guard_s_code_others_may_write_is_named(tmp_path: Path) ->
     writable = package / "cli.py"
     writable.write_text("")
     writable.chmod(0o646)
-    assert untrusted(sys.executable, str(package)) == (
-        f"the guard's code {writable}: world-writable (mode 0646)",)
+    [why] = untrusted(sys.executable, str(package))
+    assert why == (f"the units' interpreter {sys.executable} imports the guard's code "
+                   f"{writable}: world-writable (mode 0646)")
+    found = Interpreter(sys.executable, True, untrusted=(why,))
+    with pytest.raises(InstallError) as refused:  # the line names the interpreter
+        refuse_untrusted(found, force=False, err=io.StringIO())
+    assert str(refused.value).startswith(f"{why}: root runs it at every suspend")
     writable.chmod(0o644)
     assert untrusted(sys.executable, str(package)) == ()
