@@ -22,6 +22,7 @@ import json
 import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,6 +60,7 @@ RequiredBy=systemd-suspend.service
 """
 SUSPEND_FAILED = r"Dependency failed for \S*\s*-?\s*System Suspend"
 HIBERNATE_FAILED = r"Dependency failed for \S*\s*-?\s*System Hibernate"
+SHARED = "/run/suspendguard-shared"  # a folder its group may change: 0775
 
 
 @pytest.fixture(scope="module")
@@ -324,6 +326,39 @@ def test_unit_settings_as_systemd_loaded_them(installed: Container) -> None:
                            "-p", "LoadState").stdout
     assert "LoadState=loaded" in resume
     assert re.search(r"^After=.*\bnvidia-resume\.service", resume, re.M), resume
+
+
+def test_an_interpreter_others_could_change_is_refused_and_reported(
+        installed: Container) -> None:
+    """Root runs the units' interpreter at every suspend: a live install refuses one that a
+    group may replace (exit 4, one line), --force takes it with one warning line, and
+    doctor reports the installed one."""
+    box = installed
+    venv = Path(sys.executable).parent.parent  # bound read-only at its own path
+    if not (venv / "pyvenv.cfg").is_file():
+        pytest.skip("the suite does not run in a virtual environment")
+    box.sh(f"mkdir -m 0775 {SHARED} && ln -s {venv} {SHARED}/venv")
+    python = f"{SHARED}/venv/bin/python"
+    why = f"the units' interpreter {python} ({SHARED}): group-writable (mode 0775)"
+    try:
+        refused = box.suspendguard("install", "--python", python, check=False)
+        assert (refused.returncode, refused.stdout) == (4, ""), refused.stderr
+        assert refused.stderr.count("\n") == 1 and why in refused.stderr, refused.stderr
+        unit = box.run("cat", "/etc/systemd/system/suspendguard@.service").stdout
+        assert f"ExecStart={sys.executable} -I " in unit  # nothing changed
+
+        forced = box.suspendguard("install", "--force", "--python", python)
+        assert [line for line in forced.stderr.splitlines() if python in line] == [
+            f"suspendguard: install: warning: {why}: root runs it at every suspend, so "
+            "whoever can change it runs as root; install the guard into an interpreter only "
+            "root can change (root's pip, a system package)"], forced.stderr
+        doctor = json.loads(box.suspendguard("doctor", "--json", check=False).stdout)
+        [found] = [f for f in doctor["findings"] if f["id"] == "guard-interpreter-untrusted"]
+        assert found["severity"] == "error" and found["text"].startswith(why), found
+        assert python in found["fix"], found
+    finally:
+        box.suspendguard("install", "--force")
+        box.sh(f"rm -rf {SHARED}")
 
 
 def test_uninstall_live(installed: Container) -> None:
