@@ -29,7 +29,8 @@ Log = Callable[[str], None]
 # stands in for the pidfd: it keeps naming the process taken, and reads
 # through it fail once that one is reaped, even if another has its PID by
 # then; the wait looks through it every POLL_S, and a zombie (exited, not yet
-# reaped by its parent) counts as exited. Nothing is reaped here: the guard's
+# reaped by its parent; a zombie leader counts only once its last thread has
+# gone) counts as exited. Nothing is reaped here: the guard's
 # own children keep their exit status for whoever started them.
 NO_PIDFD = -1
 POLL_S = 0.01
@@ -57,7 +58,12 @@ class _Watch:
             st = self.proc.stat(self.pid, self.at)
         except ProcAccessError:
             return False  # still there, only unreadable: it has not been replaced
-        return st is None or st.state == "Z"
+        if st is None:
+            return True
+        # The leader's state is the process's only while it has no other thread:
+        # a main thread that called pthread_exit is a zombie while the others
+        # run on, holding the process's fds and taking its signals.
+        return st.state == "Z" and self.proc.thread_count(self.at) <= 1
 
 
 @dataclass

@@ -8,6 +8,7 @@ it from a signalfd is drained as any other. Real processes, real drains.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -303,3 +304,30 @@ def test_what_the_guard_cannot_read_is_unknown_and_never_is_looked_at_twice(
     assert delivery(Refusing(str(tmp_path)), 100, signal.SIGINT) == "unknown"
     looping = Looping(str(tmp_path))
     assert delivery(looping, 100, signal.SIGINT) == "waited" and looping.looks == 2
+
+
+
+def test_without_pidfds_a_holder_whose_main_thread_exited_is_signalled_and_waited_for(
+        leader_exit: str, make_config: Any, node: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel before 5.3: the exit watch reads /proc/PID/stat, where the zombie leader
+    says Z while its live thread holds the node; that is no exit, before the signal or
+    after it."""
+    def no_pidfd(_pid: int, _flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    job = subprocess.Popen([leader_exit, node, "open"], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline().split() == ["ready", str(job.pid)]
+        wait_zombie_leader(job.pid)
+        report = guard(make_config(drain={"timeout_s": 5}))
+        [result] = report.holders
+        assert result.outcome.kind == "exited", result.outcome
+        assert report.verdict.kind == "allow", report.verdict
+        assert job.wait(timeout=5) == 0  # its live thread took the SIGINT
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
