@@ -128,8 +128,16 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
             "yourself before suspending")
 
 
-def left_reason(h: Holder, respawned: bool, rounds: int, proc: ProcFS) -> str:
-    """Why a job still there after the last round vetoes: who restarted it, what to do."""
+def left_reason(h: Holder, respawned: bool, rounds: int, proc: ProcFS, *,
+                held_before: bool = False) -> str:
+    """Why a job still there after the last round vetoes: who restarted it, what to do.
+
+    ``held_before``: the guard had seen it before, holding no compute node then.
+    """
+    if held_before:
+        return (f"pid {h.pid} {h.comm} took a compute node after {rounds} drain round(s), "
+                f"having held none when the guard looked: {h.command}; stop it, or suspend "
+                "again later")
     head = (f"pid {h.pid} {h.comm} {'respawned' if respawned else 'appeared'} after "
             f"{rounds} drain round(s): {h.command}")
     if not respawned:

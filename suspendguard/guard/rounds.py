@@ -25,6 +25,7 @@ from suspendguard.model import (
     Holder,
     HolderId,
     Inventory,
+    NodeKey,
     Outcome,
     holder_id,
     reason_about,
@@ -55,12 +56,14 @@ def drain(r: RunState, first: list[Decision], scanned: Sequence[Holder], invento
     them may be a job started meanwhile); a drain that fails half-way puts the owners
     back first.
 
-    ``scanned``: every holder the look found, so that only a new one counts
-    as having appeared. ``reserve``: the seconds of the deadline kept for
+    ``scanned``: every holder the look found, and the nodes each held then, so
+    that only a new one, or one that has taken a compute node since, is
+    decided again. ``reserve``: the seconds of the deadline kept for
     the device's check after the drain.
     """
     try:
-        return drain_rounds(r, first, {holder_id(h) for h in scanned}, inventory, reserve)
+        return drain_rounds(r, first, {holder_id(h): compute_nodes(h) for h in scanned},
+                            inventory, reserve)
     except BaseException:
         # Nothing may stay Restart=no (or a container's policy no) because
         # the guard broke; the error itself goes on to the caller.
@@ -72,10 +75,15 @@ def drain(r: RunState, first: list[Decision], scanned: Sequence[Holder], invento
         raise
 
 
-def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], inventory: Inventory,
-                 reserve: float) -> tuple[Said, list[int]]:
+def drain_rounds(r: RunState, first: list[Decision], seen: dict[HolderId, frozenset[NodeKey]],
+                 inventory: Inventory, reserve: float) -> tuple[Said, list[int]]:
     """Drain ``first``, then whatever appears in its place, round after round; and the pids
-    the rescans could not read."""
+    the rescans could not read.
+
+    ``seen``: the compute nodes of each holder known so far. One left alone
+    for the nodes it held (management nodes only, an NVIDIA graphics client)
+    that has taken a compute node since is decided again, as a new one is.
+    """
     said = NOTHING
     unreadable: set[int] = set()
     pending = first
@@ -108,19 +116,25 @@ def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], invent
                               maps=False)
         unreadable.update(p for p in rescan.unreadable_pids if p != 1)
         new = [h for h in rescan.holders if holder_id(h) not in seen]
-        seen.update(holder_id(h) for h in new)
+        took = [h for h in rescan.holders
+                if holder_id(h) in seen and not compute_nodes(h) <= seen[holder_id(h)]]
+        seen.update({holder_id(h): compute_nodes(h) for h in new + took})
         tags = {
             holder_id(h): "respawned" for h in new
             if (h.ppid > 1 and h.ppid in parents) or (h.unit and h.unit in units)
         }
         parents |= {h.ppid for h in new if h.ppid > 1}
         units |= {h.unit for h in new if h.unit}
+        new += took
         round_no += 1
         decisions = r.decide(new, respawned=tags)
         pending, settled = r.settle(decisions, round_no, tags)
         said += settled
+        before = {holder_id(h) for h in took}
         for d in pending:
-            r.record(d, Outcome("not-signalled", why="appeared during the drain"), round_no, tags)
+            r.record(d, Outcome("not-signalled", why=(
+                "took a compute node during the drain" if holder_id(d.holder) in before
+                else "appeared during the drain")), round_no, tags)
         if any(d.vetoes for d in decisions):
             return said, sorted(unreadable)  # certain veto now: signal nobody else
         if pending and round_no > r.drain.rounds:
@@ -128,10 +142,16 @@ def drain_rounds(r: RunState, first: list[Decision], seen: set[HolderId], invent
                 respawned = holder_id(d.holder) in tags
                 said += Said.veto(reason_about(
                     "respawned" if respawned else "appeared", advice.left_reason(
-                        d.holder, respawned, r.drain.rounds, r.options.proc), d.holder,
+                        d.holder, respawned, r.drain.rounds, r.options.proc,
+                        held_before=holder_id(d.holder) in before), d.holder,
                     r.owner(d.holder).key))
             return said, sorted(unreadable)
     return said, sorted(unreadable)
+
+
+def compute_nodes(h: Holder) -> frozenset[NodeKey]:
+    """The compute nodes ``h`` holds: what makes a holder one to drain."""
+    return frozenset(n.node.key for n in h.nodes if n.node.role == "compute")
 
 
 def keep_down(r: RunState, holders: Sequence[Holder]) -> Said:

@@ -163,3 +163,49 @@ def test_a_dry_runs_open_lock_file_never_keeps_a_drain_out(tmp_path: Path) -> No
     finally:
         looking.release()
     assert looking.token() is None
+
+
+# -- a process left alone for its nodes that takes a compute node meanwhile -----
+
+@pytest.mark.parametrize("rounds", [2, 1])
+def test_a_holder_that_takes_a_compute_node_during_the_drain_is_decided_again(
+        rounds: int, tmp_path: Path, node: str, make_config: Any) -> None:
+    """Held only a management node when the guard looked (left alone), then opened the
+    compute node while the first job left: drained in the next round, or a veto naming
+    it once there is none; never an allow while it holds the node."""
+    management = tmp_path / "manager0"
+    management.write_bytes(b"\0" * 16)
+    marker = str(tmp_path / "marks")
+    script = str(HERE / "late_holder.py")
+    jobs = []
+    try:
+        for argv in (["first", node, marker], ["late", str(management), node, marker]):
+            jobs.append(subprocess.Popen([sys.executable, script, *argv], stdout=subprocess.PIPE,
+                                         text=True, start_new_session=True))
+            assert jobs[-1].stdout is not None
+            assert jobs[-1].stdout.readline().split() == ["ready", str(jobs[-1].pid)]
+        first, late = jobs
+        report = run(make_config(devices={"management": [str(management)]},
+                                 drain={"rounds": rounds}),
+                     dry_run=False, action="suspend", origin="test", idle_check=None,
+                     log=Logger(io.StringIO(), {}), record=False)
+        assert first.wait(timeout=5) == 0
+        outcomes = {h.decision.holder.pid: (h.decision.kind, h.outcome.kind, h.round)
+                    for h in report.holders}
+        marks = Path(marker).read_text().split("\n")
+        if rounds == 2:
+            assert report.verdict.kind == "allow", report.verdict
+            assert outcomes[late.pid] == ("drain", "exited", 2)
+            assert f"{late.pid} late SIGINT" in marks
+            assert late.wait(timeout=5) == 0
+        else:
+            assert report.verdict.kind == "veto"
+            [reason] = report.verdict.texts
+            assert reason.startswith(f"pid {late.pid} python took a compute node after 1 drain "
+                                     "round(s), having held none when the guard looked"), reason
+            assert outcomes[late.pid] == ("drain", "not-signalled", 2)
+            assert late.poll() is None and f"{late.pid} late SIGINT" not in marks
+    finally:
+        for job in jobs:
+            job.kill()
+            job.wait()
