@@ -159,11 +159,7 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig,
         return "veto-frozen", (f"{label} is in a frozen cgroup: it cannot exit until thawed; "
                                + _thaw_step(holder))
     if holder.stopped:
-        return "veto-stopped", (
-            f"{label} is {_stopped_how(holder.stopped)}: a signal would stay pending and end it "
-            "when it continues, after this suspend was refused; "
-            + ("detach the debugger" if holder.stopped == "t" else f"continue it (kill -CONT "
-               f"{holder.pid})") + " or stop it yourself, then suspend again")
+        return "veto-stopped", stopped_reason(label, holder.pid, holder.stopped)
     disposition = drain_disposition(holder, drain.signal)
     if disposition not in ("ignored", "blocked"):
         return "drain", ""
@@ -210,6 +206,16 @@ def _thaw_step(holder: Holder) -> str:
 
 def _stopped_how(state: str) -> str:
     return "stopped by a debugger (state t)" if state == "t" else "stopped (SIGSTOP, state T)"
+
+
+def stopped_reason(label: str, pid: int, state: str, when: str = "") -> str:
+    """Why a stopped holder ("T" or "t") vetoes unsignalled, and what to do; ``when``: the
+    moment it was found so, if not now."""
+    now = f"was {_stopped_how(state)} {when}" if when else f"is {_stopped_how(state)}"
+    return (f"{label} {now}: a signal would stay pending and end it when it continues, after "
+            "this suspend was refused; "
+            + ("detach the debugger" if state == "t" else f"continue it (kill -CONT {pid})")
+            + " or stop it yourself, then suspend again")
 
 
 def sigint_ignored_reason(holder: Holder, signame: str, next_step: str = "") -> str:

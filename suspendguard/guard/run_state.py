@@ -24,14 +24,14 @@ from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.job_stop import JobStop
 from suspendguard.guard.ledger import NO_LEDGER, Ledger
-from suspendguard.guard.policy import decide
+from suspendguard.guard.policy import decide, stopped_reason
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id, reason_about
 from suspendguard.record import HolderRecord, Stop
 from suspendguard.supervise.owner import OwnerControl, owner_of_cgroup
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.log import Logger
-from suspendguard.system.procfs import ProcFS
+from suspendguard.system.procfs import ProcAccessError, ProcFS
 from suspendguard.verdict import Reason
 
 # How long a Jupyter kernel gets to acknowledge its shutdown_request.
@@ -297,8 +297,11 @@ class RunState:
         """Signal these holders and wait for them, leaving ``reserve`` seconds of the deadline.
 
         ``keep``: asks the holders' supervisors to keep them down (guard/rounds.py).
-        True when none of them is still running; and what the drain found.
+        True when none of them is still running; and what the drain found. One stopped
+        since the scan makes the veto certain, as the policy's does: nobody is signalled.
         """
+        if stopped := self._stopped_since(decisions):
+            return False, self._refuse_stopped(decisions, stopped, round_no, tags)
         clock = self.deadline.clock
         until = Deadline(max(clock() + 0.5, self.deadline.at - reserve), self.deadline.cancel,
                          clock)
@@ -336,6 +339,32 @@ class RunState:
             said += Said.veto(*self._left_running(d, result, plan, stop))
         return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
                        for o in result.outcomes.values()), said
+
+    def _stopped_since(self, decisions: Sequence[Decision]) -> dict[HolderId, str]:
+        """The holders stopped since the scan, by state ("T"; "t": a debugger's stop): a
+        signal would stay pending and end the job once continued, its suspend refused."""
+        found = {}
+        for d in decisions:
+            try:
+                st = self.options.proc.stat(d.holder.pid)
+            except ProcAccessError:
+                continue
+            if st is not None and st.start_time == d.holder.start_time and st.state in ("T", "t"):
+                found[holder_id(d.holder)] = st.state
+        return found
+
+    def _refuse_stopped(self, decisions: Sequence[Decision], stopped: Mapping[HolderId, str],
+                        round_no: int, tags: Tags) -> Said:
+        said = NOTHING
+        for d in decisions:
+            h, state = d.holder, stopped.get(holder_id(d.holder), "")
+            if state:
+                said += Said.veto(reason_about("stopped", stopped_reason(
+                    f"pid {h.pid} {h.comm}", h.pid, state, "when the signal was due"), h,
+                    self.owner(h).key))
+            self.record(d, Outcome("not-signalled", why=f"stopped (state {state}) since the scan"
+                                   if state else "veto anyway: nobody is signalled"), round_no, tags)
+        return said
 
     def _left_running(self, d: Decision, result: DrainResult, plan: jobs.Plan,
                       stop: JobStop) -> tuple[Reason, ...]:
