@@ -19,6 +19,7 @@ asks for runs the veto unit, which drains as always.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,12 +84,23 @@ def _left_running(attempt: Attempt) -> list[tuple[int, int]]:
 
 def _alive(proc: ProcFS, pid: int, start: int) -> bool:
     """Still that process, and not yet exited (a zombie holds nothing: its parent has yet
-    to reap it)."""
+    to reap it). A zombie leader whose other threads live on has not exited: they hold
+    its fds."""
     try:
         st = proc.stat(pid)
     except ProcAccessError:
         return True
-    return st is not None and st.start_time == start and st.state not in ("Z", "X")
+    if st is None or st.start_time != start:
+        return False
+    if st.state not in ("Z", "X"):
+        return True
+    at = proc.open_dir(pid)
+    if at is None:
+        return False
+    try:
+        return proc.thread_count(at) > 1
+    finally:
+        os.close(at)
 
 
 def _settled(wish: Wish) -> LogindWish | Unavailable | None:

@@ -26,6 +26,7 @@ from helpers.runners import cli, guard, quick_veto
 
 from suspendguard.config import DevicesConfig
 from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.retry import _alive as retry_alive
 from suspendguard.guard.scan import scan_holders
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 from suspendguard.system.sigdelivery import delivery
@@ -213,6 +214,28 @@ def test_a_holder_whose_main_thread_exited_is_judged_by_its_live_threads(
         [result] = report.holders
         assert result.outcome.kind == "not-signalled"
         assert not pending(job.pid) & SIGINT_BIT  # never sent
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
+def test_retry_waits_for_a_holder_whose_main_thread_exited(leader_exit: str, node: str) -> None:
+    # retry asks again once the veto's holders have gone: a zombie leader whose
+    # thread holds the node has not.
+    job = subprocess.Popen([leader_exit, node, "blocked"], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline().split() == ["ready", str(job.pid)]
+        wait_zombie_leader(job.pid)
+        proc = ProcFS()
+        st = proc.stat(job.pid)
+        assert st is not None and st.state == "Z"
+        assert retry_alive(proc, job.pid, st.start_time)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        assert not retry_alive(proc, job.pid, st.start_time)
     finally:
         with contextlib.suppress(OSError):
             os.killpg(job.pid, signal.SIGKILL)
