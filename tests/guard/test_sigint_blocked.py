@@ -188,18 +188,29 @@ def wait_zombie_leader(pid: int) -> None:
         time.sleep(0.01)
 
 
-@pytest.mark.parametrize("how", ["blocked", "open"])
-def test_a_holder_whose_main_thread_exited_is_judged_by_its_live_threads(
-        how: str, leader_exit: str, make_config: Any, node: str) -> None:
-    # The zombie leader's mask (the one /proc/PID/status shows) lets SIGINT
-    # through, but the kernel hands no signal to an exiting thread: what the
-    # live thread blocks decides.
+@contextlib.contextmanager
+def zombie_leader(leader_exit: str, node: str, how: str) -> Iterator[subprocess.Popen[str]]:
+    """leader_exit holding ``node`` once its main thread has exited, killed at the end."""
     job = subprocess.Popen([leader_exit, node, how], stdout=subprocess.PIPE, text=True,
                            start_new_session=True)
     try:
         assert job.stdout is not None
         assert job.stdout.readline().split() == ["ready", str(job.pid)]
         wait_zombie_leader(job.pid)
+        yield job
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
+@pytest.mark.parametrize("how", ["blocked", "open"])
+def test_a_holder_whose_main_thread_exited_is_judged_by_its_live_threads(
+        how: str, leader_exit: str, make_config: Any, node: str) -> None:
+    # The zombie leader's mask (the one /proc/PID/status shows) lets SIGINT
+    # through, but the kernel hands no signal to an exiting thread: what the
+    # live thread blocks decides.
+    with zombie_leader(leader_exit, node, how) as job:
         inventory = take_inventory(DevicesConfig((), (node,), ()))
         found = {h.pid: h.sigint for h in scan_holders(inventory).holders}
         assert found[job.pid] == ("blocked" if how == "blocked" else "caught")
@@ -214,21 +225,12 @@ def test_a_holder_whose_main_thread_exited_is_judged_by_its_live_threads(
         [result] = report.holders
         assert result.outcome.kind == "not-signalled"
         assert not pending(job.pid) & SIGINT_BIT  # never sent
-    finally:
-        with contextlib.suppress(OSError):
-            os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
 
 
 def test_retry_waits_for_a_holder_whose_main_thread_exited(leader_exit: str, node: str) -> None:
     # retry asks again once the veto's holders have gone: a zombie leader whose
     # thread holds the node has not.
-    job = subprocess.Popen([leader_exit, node, "blocked"], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    try:
-        assert job.stdout is not None
-        assert job.stdout.readline().split() == ["ready", str(job.pid)]
-        wait_zombie_leader(job.pid)
+    with zombie_leader(leader_exit, node, "blocked") as job:
         proc = ProcFS()
         st = proc.stat(job.pid)
         assert st is not None and st.state == "Z"
@@ -236,10 +238,6 @@ def test_retry_waits_for_a_holder_whose_main_thread_exited(leader_exit: str, nod
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
         assert not retry_alive(proc, job.pid, st.start_time)
-    finally:
-        with contextlib.suppress(OSError):
-            os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
 
 
 # -- what the threads' files say, on a /proc of the test's own ----------------
@@ -339,18 +337,9 @@ def test_without_pidfds_a_holder_whose_main_thread_exited_is_signalled_and_waite
         raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
 
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
-    job = subprocess.Popen([leader_exit, node, "open"], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    try:
-        assert job.stdout is not None
-        assert job.stdout.readline().split() == ["ready", str(job.pid)]
-        wait_zombie_leader(job.pid)
+    with zombie_leader(leader_exit, node, "open") as job:
         report = guard(make_config(drain={"timeout_s": 5}))
         [result] = report.holders
         assert result.outcome.kind == "exited", result.outcome
         assert report.verdict.kind == "allow", report.verdict
         assert job.wait(timeout=5) == 0  # its live thread took the SIGINT
-    finally:
-        with contextlib.suppress(OSError):
-            os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
