@@ -193,6 +193,7 @@ class ScanResult:
     # Processes with a device mapping the kernel would not let the guard
     # follow (/proc/PID/map_files without CAP_SYS_ADMIN): never silent.
     maps_refused: tuple[int, ...] = ()
+    listed: frozenset[int] = frozenset()  # every pid the scan looked at
 
 
 @dataclass(frozen=True, slots=True)

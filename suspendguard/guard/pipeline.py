@@ -89,7 +89,7 @@ def run(
                 # Time for the idle check only when one will run (system/deadline.py).
                 reserve = (idle_reserve_s(config.idle.settle_s, config.idle.command_timeout_s)
                            if found.idle_check is not None and found.inventory.nodes else 0.0)
-                drained, unreadable = rounds.drain(r, to_drain, found.scan.holders,
+                drained, unreadable = rounds.drain(r, to_drain, found.scan,
                                                    found.inventory, reserve, config.restore)
                 said += drained
             idle, idle_said = confirm_idle(r, found, certain_veto, config.idle,

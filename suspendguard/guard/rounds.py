@@ -27,6 +27,7 @@ from suspendguard.model import (
     Inventory,
     NodeKey,
     Outcome,
+    ScanResult,
     holder_id,
     reason_about,
 )
@@ -50,20 +51,21 @@ def signal(r: RunState, decisions: Sequence[Decision], reserve: float, round_no:
     return r.signal(decisions, reserve, round_no, tags, keep=keep)
 
 
-def drain(r: RunState, first: list[Decision], scanned: Sequence[Holder], inventory: Inventory,
+def drain(r: RunState, first: list[Decision], look: ScanResult, inventory: Inventory,
           reserve: float, restore_config: RestoreConfig) -> tuple[Said, list[int]]:
     """The drain in rounds: what it found, and the pids its rescans could not read (any of
     them may be a job started meanwhile); a drain that fails half-way puts the owners
     back first.
 
-    ``scanned``: every holder the look found, and the nodes each held then, so
-    that only a new one, or one that has taken a compute node since, is
-    decided again. ``reserve``: the seconds of the deadline kept for
-    the device's check after the drain.
+    ``look``: the look's scan: every holder it found, and the nodes each held
+    then, so that only a new one, or one that has taken a compute node since,
+    is decided again; and the processes it listed, whose mappings the rescans
+    do not read again. ``reserve``: the seconds of the deadline kept for the
+    device's check after the drain.
     """
     try:
-        return drain_rounds(r, first, {holder_id(h): compute_nodes(h) for h in scanned},
-                            inventory, reserve)
+        return drain_rounds(r, first, {holder_id(h): compute_nodes(h) for h in look.holders},
+                            inventory, reserve, look.listed)
     except BaseException:
         # Nothing may stay Restart=no (or a container's policy no) because
         # the guard broke; the error itself goes on to the caller.
@@ -76,13 +78,15 @@ def drain(r: RunState, first: list[Decision], scanned: Sequence[Holder], invento
 
 
 def drain_rounds(r: RunState, first: list[Decision], seen: dict[HolderId, frozenset[NodeKey]],
-                 inventory: Inventory, reserve: float) -> tuple[Said, list[int]]:
+                 inventory: Inventory, reserve: float,
+                 listed: frozenset[int] = frozenset()) -> tuple[Said, list[int]]:
     """Drain ``first``, then whatever appears in its place, round after round; and the pids
     the rescans could not read.
 
     ``seen``: the compute nodes of each holder known so far. One left alone
     for the nodes it held (management nodes only, an NVIDIA graphics client)
     that has taken a compute node since is decided again, as a new one is.
+    ``listed``: the processes the look listed, whose mappings it read.
     """
     said = NOTHING
     unreadable: set[int] = set()
@@ -109,11 +113,12 @@ def drain_rounds(r: RunState, first: list[Decision], seen: dict[HolderId, frozen
                 said += Said.veto(*(Reason("restarted", why) for why in back))
                 return said, sorted(unreadable)
         # Rescan: a supervisor may have restarted the job, or a new one started.
-        # fds only: a restarted job opens its nodes first; a mapping
-        # without an fd comes later in a job's life. This keeps the step
-        # between the last exit and the verdict short.
+        # The mappings of new processes only (a child a holder forked since
+        # inherits its mappings); a restarted job opens its nodes first, and
+        # a mapping without an fd comes later in a job's life. This keeps the
+        # step between the last exit and the verdict short.
         rescan = scan_holders(inventory, r.options.proc, exclude=runner.active_children(),
-                              maps=False)
+                              maps_known=listed)
         unreadable.update(p for p in rescan.unreadable_pids if p != 1)
         new = [h for h in rescan.holders if holder_id(h) not in seen]
         took = [h for h in rescan.holders

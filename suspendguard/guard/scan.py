@@ -267,9 +267,16 @@ def scan_holders(
     inventory: Inventory,
     proc: ProcFS | None = None,
     exclude: Collection[int] = (),
-    maps: bool = True,
+    maps_known: Collection[int] = (),
 ) -> ScanResult:
-    """Every process holding a node of ``inventory``, never aborting on a race."""
+    """Every process holding a node of ``inventory``, never aborting on a race.
+
+    ``maps_known``: pids whose mappings are not read (a rescan's: those the
+    look listed, and read): such a process shows a node it opened since by
+    its fd, as a job does first. Every other process's mappings are read: a
+    child forked since inherits its parent's, of a node whose fd the parent
+    had closed too.
+    """
     proc = proc or ProcFS()
     if not inventory.nodes:
         return ScanResult((), 0, (), 0)
@@ -277,7 +284,8 @@ def scan_holders(
     skip = {os.getpid(), *exclude}
     pids = [pid for pid in proc.pids() if pid not in skip]
     workers = min(MAX_WORKERS, os.cpu_count() or 1, max(1, len(pids) // PIDS_PER_WORKER))
-    found, unreadable, maps_refused = _held_parallel(scanner, pids, workers, maps)
+    found, unreadable, maps_refused = _held_parallel(scanner, pids, workers,
+                                                     frozenset(maps_known))
     holders = []
     for pid in sorted(found):
         start_time, held = found[pid]
@@ -289,7 +297,7 @@ def scan_holders(
         if holder is not None:
             holders.append(holder)
     return ScanResult(tuple(holders), len(unreadable), tuple(sorted(unreadable)), len(pids),
-                      tuple(sorted(maps_refused)))
+                      tuple(sorted(maps_refused)), frozenset(pids))
 
 
 # Almost all of a scan is kernel time in readlink() on /proc, one call per fd,
@@ -305,13 +313,13 @@ _Found = dict[int, tuple[int, list[HeldNode]]]  # pid: (start time, nodes held)
 _Share = tuple[_Found, list[int], list[int]]
 
 
-def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> _Share:
+def _held_in(scanner: _Scanner, pids: Sequence[int], maps_known: frozenset[int]) -> _Share:
     found: _Found = {}
     unreadable: list[int] = []
     scanner.maps_refused = set()
     for pid in pids:
         try:
-            held = scanner.held_by(pid, maps)
+            held = scanner.held_by(pid, pid not in maps_known)
         except ProcAccessError:
             unreadable.append(pid)
             continue
@@ -324,12 +332,13 @@ def _held_in(scanner: _Scanner, pids: Sequence[int], maps: bool) -> _Share:
     return found, unreadable, sorted(scanner.maps_refused)
 
 
-def _held_parallel(scanner: _Scanner, pids: list[int], workers: int, maps: bool) -> _Share:
+def _held_parallel(scanner: _Scanner, pids: list[int], workers: int,
+                   maps_known: frozenset[int]) -> _Share:
     nodes = list(scanner.nodes.values())
     index = {n.key: i for i, n in enumerate(nodes)}
 
     def work(part: list[int]) -> _Share:
-        return _held_in(scanner, part, maps)
+        return _held_in(scanner, part, maps_known)
 
     def to_wire(result: _Share) -> Any:
         found, unreadable, refused = result
