@@ -104,10 +104,21 @@ def test_a_reason_never_read_is_held_as_not_the_guards_to_lift(
     assert reason == ("earlier reason unknown, scontrol show node failed "
                       "(suspendguard: sigint-ignored: pid 7 ignores SIGINT)")
     assert not ours(reason) and held_by_guard(reason)
-    assert _health_action(True, reason, []) == "leave"
-    assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
     [said] = [line for line in err.splitlines() if "could not be read before the drain" in line]
     assert "scontrol update NodeName=node1 State=RESUME" in said
+    # slurmctld answers again: the node's health check, with its accelerator free and
+    # healthy, and the sync timer's pass both leave the drain as it is.
+    fake.heal("show node -o node1")
+    before = len(fake.calls())
+    on_node = tmp_path / "node.toml"
+    on_node.write_text((tmp_path / "config.toml").read_text() + 'node_name = "node1"\n'
+                       "[devices]\nfamilies = []\nnodes = []\n[idle]\nbackends = []\n")
+    assert cli("--config", str(on_node), "slurm", "health")[:2] == (
+        0, "node1: leave: accelerator free and healthy\n")
+    assert cli("--config", str(on_node), "slurm", "sync")[0] == 0
+    assert fake.node("node1") == node(("POWERED_DOWN", "DRAIN"), reason)
+    assert ["update", "NodeName=node1", "State=RESUME"] not in fake.calls()[before:]
+    assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
 
 
 @pytest.mark.parametrize("failing", ["show", "reconfigure"])
