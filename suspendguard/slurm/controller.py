@@ -111,21 +111,8 @@ class Controller:
 
     def hold(self, node: str, reason: Reason, reachable: bool = True) -> bool:
         """The node kept up, drained with the guard's reason, out of Slurm's choice."""
-        text = slurm_reason(reason)
-        self.say(WARNING, f"{node}: not powered down: {text}")
-        before = self._reason(node)
-        # Somebody else's drain (maintenance, NHC) is theirs to lift: it is kept, the
-        # guard's reason added after it, and health never resumes the node. One that
-        # could not be read may be such a drain: the guard's drain replaces it, so the
-        # node is held as somebody else's, never resumed by the guard.
-        if before is None:
-            text = joined(UNREAD, text)
-            self.say(ERR, f"{node}: its reason could not be read before the drain, which "
-                     "replaces any reason it had: held as not the guard's to lift (slurm "
-                     f"health never resumes it); see sinfo -R and the slurmctld log, and "
-                     f"lift it by hand (scontrol update NodeName={node} State=RESUME)")
-        elif before and not ours(before):
-            text = joined(before, text)
+        self.say(WARNING, f"{node}: not powered down: {slurm_reason(reason)}")
+        text = self._drain_reason(node, reason)
         try:
             self.scontrol.update(node, "RESUME")  # POWERING_DOWN -> POWERED_DOWN at once
         except SlurmError as exc:
@@ -142,6 +129,24 @@ class Controller:
         if up:
             self.drain(node, text)
         return False
+
+    def _drain_reason(self, node: str, reason: Reason) -> str:
+        """The reason the guard drains ``node`` with, read against the one it has.
+
+        Somebody else's drain (maintenance, NHC) is theirs to lift: it is kept, the
+        guard's reason added after it, and health never resumes the node. One that
+        could not be read may be such a drain: the guard's drain replaces it, so the
+        node is held as somebody else's, never resumed by the guard.
+        """
+        text = slurm_reason(reason)
+        before = self._reason(node)
+        if before is None:
+            self.say(ERR, f"{node}: its reason could not be read before the drain, which "
+                     "replaces any reason it had: held as not the guard's to lift (slurm "
+                     f"health never resumes it); see sinfo -R and the slurmctld log, and "
+                     f"lift it by hand (scontrol update NodeName={node} State=RESUME)")
+            return joined(UNREAD, text)
+        return joined(before, text) if before and not ours(before) else text
 
     def _reason(self, node: str) -> str | None:
         """The node's reason now ("" for none); None when scontrol could not say, asked
@@ -219,7 +224,7 @@ class Controller:
         text = ""
         if not healthy:
             reasons = reasons_of(got) or [Reason("unhealthy-after-resume", "device unhealthy")]
-            text = slurm_reason(reasons[0])
+            text = self._drain_reason(node, reasons[0])
             # Drained while POWERING_UP: Slurm requeues the job that woke it.
             self.drain(node, text)
             self.say(WARNING, f"{node}: drained after its wake: {text}")

@@ -121,6 +121,19 @@ def test_a_reason_never_read_is_held_as_not_the_guards_to_lift(
     assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
 
 
+def test_a_node_woken_unhealthy_keeps_an_admin_s_reason_before_the_guards(
+        tmp_path: Path) -> None:
+    # ResumeProgram drains a node whose guard says it is not fit to run jobs: a drain
+    # somebody else set stays theirs to lift, as at a hold.
+    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN", "POWERING_UP"), MAINTENANCE)})
+    status, _, err = cli("--config", str(config_file(tmp_path, fake, "veto")), "slurm",
+                         "resume", "node1")
+    assert status != 0, err
+    reason = fake.node("node1")["reason"]
+    assert reason == f"{MAINTENANCE} (suspendguard: sigint-ignored: pid 7 ignores SIGINT)"
+    assert _health_action(True, reason, []) == "leave"
+
+
 @pytest.mark.parametrize("failing", ["show", "reconfigure"])
 def test_a_sync_that_failed_exits_3(tmp_path: Path, failing: str) -> None:
     fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN",), "suspendguard: sigint-ignored: pid 7")})
