@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from suspendguard.config.cluster import SlurmConfig
 from suspendguard.slurm.remote import (
@@ -43,10 +44,13 @@ from suspendguard.system.log import ERR, INFO, WARNING, Logger
 from suspendguard.verdict import Reason
 
 IDENTIFIER = "suspendguard-slurm"
+T = TypeVar("T")
 RETRY_PAUSE_S = 3.0  # between the questions to a node that is waking
 REGISTER_S = 5.0  # a held node's slurmd registers by itself at the re-read of the config
 REGISTER_AFTER_RESTART_S = 30.0
-READ_TRIES, READ_PAUSE_S = 3, 1.0  # a held node's reason, read before its drain replaces it
+# A held node's reason, read before its drain replaces it, and the drain: asked again when
+# scontrol failed (slurmctld busy with many nodes at once answers late).
+SCONTROL_TRIES, SCONTROL_PAUSE_S = 3, 1.0
 # A held node's reason when the one it had could not be read: not the guard's, so
 # nothing the guard does lifts the drain (it may have replaced a maintenance drain).
 UNREAD = "earlier reason unknown, scontrol show node failed"
@@ -149,24 +153,35 @@ class Controller:
         return joined(before, text) if before and not ours(before) else text
 
     def _reason(self, node: str) -> str | None:
-        """The node's reason now ("" for none); None when scontrol could not say, asked
-        READ_TRIES times: slurmctld busy with many nodes at once answers late."""
-        for attempt in range(READ_TRIES):
-            if attempt:
-                time.sleep(READ_PAUSE_S)
-            try:
-                return self.scontrol.node(node).reason
-            except SlurmError as exc:
-                self.say(ERR, f"{node}: {exc}")
-        return None
+        """The node's reason now ("" for none); None when scontrol could not say."""
+        try:
+            return self._tried(node, lambda: self.scontrol.node(node).reason)
+        except SlurmError as exc:
+            self.say(ERR, f"{node}: {exc}")
+            return None
 
     def drain(self, node: str, text: str) -> bool:
+        """``node`` drained with ``text``. A failure is said with the command that drains
+        it by hand: after the hold's RESUME, which lifted any drain the node had, an
+        earlier drain (maintenance) lives on only in ``text``."""
         try:
-            self.scontrol.update(node, "DRAIN", text)
+            self._tried(node, lambda: self.scontrol.update(node, "DRAIN", text))
         except SlurmError as exc:
-            self.say(ERR, f"{node}: could not be drained: {exc}")
+            self.say(ERR, f"{node}: could not be drained: {exc}; drain it by hand: scontrol "
+                     f"update NodeName={node} State=DRAIN Reason={shlex.quote(text)}")
             return False
         return True
+
+    def _tried(self, node: str, call: Callable[[], T]) -> T:
+        """``call``'s value, asked up to SCONTROL_TRIES times, each failure but the last
+        said; the last one raised."""
+        for _ in range(SCONTROL_TRIES - 1):
+            try:
+                return call()
+            except SlurmError as exc:
+                self.say(ERR, f"{node}: {exc}; asked again")
+            time.sleep(SCONTROL_PAUSE_S)
+        return call()
 
     def registered(self, node: str, restart: Sequence[str]) -> bool:
         """Wait for ``node``'s slurmd to register (no longer powered down in Slurm's eyes),

@@ -21,6 +21,7 @@ import pytest
 from helpers.isolation import needs_root
 
 from suspendguard.config.load import defaults
+from suspendguard.slurm import controller as controller_module
 from suspendguard.slurm.controller import Controller, write_if_changed
 from suspendguard.system.log import Logger
 
@@ -48,7 +49,9 @@ def test_an_allowed_node_is_powered_off_by_the_site_command_with_its_name(tmp_pa
     assert "gpu3: the guard allowed; powered off" in err.getvalue()
 
 
-def test_a_refused_node_is_never_powered_off(tmp_path: Path) -> None:
+def test_a_refused_node_is_never_powered_off(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controller_module, "SCONTROL_PAUSE_S", 0.0)  # no scontrol to wait for
     seen = tmp_path / "powered-off"
     off = (sys.executable, "-c", f"open({str(seen)!r}, 'a').write('x')")
     c, err = controller(tmp_path, "veto", off)

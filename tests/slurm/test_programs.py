@@ -77,7 +77,7 @@ def suspend_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                     fake: FakeSlurm) -> tuple[str, str]:
     """``slurm suspend node1`` refused by its guard: the node's reason after, and what was said."""
     monkeypatch.setattr(controller, "REGISTER_S", 0.1)
-    monkeypatch.setattr(controller, "READ_PAUSE_S", 0.0)
+    monkeypatch.setattr(controller, "SCONTROL_PAUSE_S", 0.0)
     status, _, err = cli("--config", str(config_file(tmp_path, fake, "veto")), "slurm",
                          "suspend", "node1")
     assert status == 1, err
@@ -119,6 +119,32 @@ def test_a_reason_never_read_is_held_as_not_the_guards_to_lift(
     assert fake.node("node1") == node(("POWERED_DOWN", "DRAIN"), reason)
     assert ["update", "NodeName=node1", "State=RESUME"] not in fake.calls()[before:]
     assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
+
+
+DRAIN_NODE1 = "update NodeName=node1 State=DRAIN"
+
+
+def test_a_drain_that_failed_once_is_asked_again_with_the_admin_s_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The hold's RESUME lifts the maintenance drain: the guard's drain is all that
+    # keeps it, so a drain slurmctld did not take is asked again.
+    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN", "POWERING_DOWN"), MAINTENANCE)})
+    fake.fail(DRAIN_NODE1, TIMED_OUT, times=1)
+    reason, _ = suspend_refused(tmp_path, monkeypatch, fake)
+    assert reason == f"{MAINTENANCE} (suspendguard: sigint-ignored: pid 7 ignores SIGINT)"
+    assert "DRAIN" in fake.node("node1")["flags"]
+    assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
+
+
+def test_a_drain_never_taken_is_said_with_the_command_that_restores_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN", "POWERING_DOWN"), MAINTENANCE)})
+    fake.fail(DRAIN_NODE1, TIMED_OUT)
+    _, err = suspend_refused(tmp_path, monkeypatch, fake)
+    [said] = [line for line in err.splitlines() if "could not be drained" in line]
+    assert said.endswith(f"drain it by hand: scontrol update NodeName=node1 State=DRAIN "
+                         f"Reason='{MAINTENANCE} (suspendguard: sigint-ignored: pid 7 "
+                         "ignores SIGINT)'")
 
 
 def test_a_node_woken_unhealthy_keeps_an_admin_s_reason_before_the_guards(
