@@ -55,6 +55,15 @@ def test_shipped_files_document_the_defaults() -> None:
     assert os.access(SHIPPED / templates.HOOK_TEMPLATE, os.X_OK)
 
 
+@pytest.mark.parametrize("name", [templates.UNIT_TEMPLATE, templates.RESUME_UNIT,
+                                  templates.WATCH_UNIT])
+def test_units_keep_the_state_folder_roots_alone(name: str) -> None:
+    """systemd sets a StateDirectory= to its mode (0755 unless told) at every start."""
+    text = (SHIPPED / name).read_text()
+    assert re.findall(r"^StateDirectory=(.*)$", text, re.M) == ["suspendguard"]
+    assert re.findall(r"^StateDirectoryMode=(.*)$", text, re.M) == ["0700"]
+
+
 def test_unit_is_the_veto_shape() -> None:
     def values(key: str) -> list[str]:
         return re.findall(rf"^{key}=(.*)$", UNIT, re.M)
