@@ -12,7 +12,8 @@ drained and the suspend goes on, a deaf job vetoes it (and ``journalctl -x``
 explains the veto from the package's catalog), a `Restart=always`
 service is drained, kept down by systemd and runs again after resume (the
 package's resume unit), `status` and `history`
-answer, `apt-get remove` keeps the configuration and the history, a
+answer, `apt-get remove` stops the watch and the Slurm sync timer an
+operator enabled and keeps the configuration and the history, a
 reinstall keeps them too, and `apt-get purge` leaves the file list exactly
 as it was before the install.
 
@@ -78,6 +79,10 @@ CHURN = ("/var/log", "/var/cache/apt", "/var/cache/debconf", "/var/lib/apt", "/v
          "/var/lib/systemd")
 INSTANCES = ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")
 RESUME = "suspendguard-resume.service"
+# Shipped disabled; an operator enables them (the watch, a Slurm controller's sync).
+WATCH = "suspendguard-watch.service"
+SYNC_TIMER = "suspendguard-slurm-sync.timer"
+APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
 
 
 def cache_dir() -> Path:
@@ -124,7 +129,7 @@ def box(deb: Path) -> Iterator[DebianBox]:
 @pytest.fixture(scope="module")
 def installed(box: DebianBox, deb: Path) -> DebianBox:
     result = box.run("apt-get", "install", "-y", "--no-install-recommends",
-                     f"{DIST_IN}/{deb.name}", timeout=180, env={"DEBIAN_FRONTEND": "noninteractive"})
+                     f"{DIST_IN}/{deb.name}", timeout=180, env=APT_ENV)
     assert "Setting up suspendguard" in result.stdout, result.stdout
     box.write("/etc/suspendguard/config.toml", CONFIG)
     box.sh(f"mkdir -p {Path(NODE).parent} {Path(MARKER).parent} && "
@@ -322,7 +327,10 @@ def test_remove_keeps_config_and_history_and_reinstall_uses_them(installed: Debi
     box = installed
     seen = [a["id"] for a in attempts(box)]
     assert seen
+    box.run("systemctl", "enable", "--now", WATCH, SYNC_TIMER)
     box.run("apt-get", "remove", "-y", "suspendguard", timeout=120)
+    # nothing of the package runs on: no watch holding a sleep block, no timer firing
+    assert not box.unit_active(WATCH) and not box.unit_active(SYNC_TIMER)
     assert box.run("cat", "/etc/suspendguard/config.toml").stdout == CONFIG
     assert box.run("test", "-f", "/var/lib/suspendguard/history.db", check=False).returncode == 0
     assert box.run("test", "-e", "/lib/systemd/system/suspendguard@.service",
@@ -334,14 +342,15 @@ def test_remove_keeps_config_and_history_and_reinstall_uses_them(installed: Debi
     # missing unit, unlike a Requires=, fails nothing
     assert box.run("systemctl", "show", "-p", "LoadState", "--value",
                    RESUME).stdout.strip() == "not-found"
-    box.run("apt-get", "install", "-y", f"{DIST_IN}/{deb.name}", timeout=180,
-            env={"DEBIAN_FRONTEND": "noninteractive"})
+    box.run("apt-get", "install", "-y", f"{DIST_IN}/{deb.name}", timeout=180, env=APT_ENV)
     assert box.run("cat", "/etc/suspendguard/config.toml").stdout == CONFIG  # the operator's edit
     assert [a["id"] for a in attempts(box)] == seen
     # The history's folder stays root's alone through the package's configure step.
     assert box.run("stat", "-c", "%a", "/var/lib/suspendguard").stdout.strip() == "700"
     assert "suspendguard@suspend.service" in requires(box, "systemd-suspend.service")
     assert box.run("systemctl", "is-enabled", RESUME, check=False).stdout.strip() == "enabled"
+    # the operator's enables kept through the removal
+    assert box.unit_active(WATCH) and box.unit_active(SYNC_TIMER)
 
 
 def test_purge_leaves_nothing_behind(installed: DebianBox) -> None:
