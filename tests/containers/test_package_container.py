@@ -12,8 +12,9 @@ drained and the suspend goes on, a deaf job vetoes it (and ``journalctl -x``
 explains the veto from the package's catalog), a `Restart=always`
 service is drained, kept down by systemd and runs again after resume (the
 package's resume unit), `status` and `history`
-answer, `apt-get remove` stops the watch and the Slurm sync timer an
-operator enabled and keeps the configuration and the history, a
+answer, an upgrade (a reinstall, which runs the same scripts) starts the
+watch and the Slurm sync timer an operator enabled again, once each,
+`apt-get remove` stops them and keeps the configuration and the history, a
 reinstall keeps them too, and `apt-get purge` leaves the file list exactly
 as it was before the install.
 
@@ -319,7 +320,23 @@ def test_status_and_history_answer(installed: DebianBox) -> None:
         history.stdout)
 
 
-# --- remove, reinstall, purge -------------------------------------------------------------
+# --- upgrade, remove, reinstall, purge ---------------------------------------------------
+
+
+def test_upgrade_starts_again_once_what_the_operator_enabled(installed: DebianBox,
+                                                             deb: Path) -> None:
+    """A reinstall runs the scripts as an upgrade does (preinst upgrade, configure OLD)."""
+    box = installed
+    box.run("systemctl", "enable", "--now", WATCH, SYNC_TIMER)
+    cursor = box.cursor()
+    box.run("apt-get", "install", "--reinstall", "-y", f"{DIST_IN}/{deb.name}", timeout=180,
+            env=APT_ENV)
+    assert box.unit_active(WATCH) and box.unit_active(SYNC_TIMER)
+    started = r"Started .*show a certain veto as a logind sleep inhibitor"
+    journal = box.wait_journal(cursor, started, args=("-u", WATCH))
+    assert len(re.findall(started, journal)) == 1, journal
+    # systemd made the watch's StateDirectory= as its unit says: still root's alone
+    assert box.run("stat", "-c", "%a", "/var/lib/suspendguard").stdout.strip() == "700"
 
 
 def test_remove_keeps_config_and_history_and_reinstall_uses_them(installed: DebianBox,
