@@ -19,7 +19,8 @@ class SlurmConfig:
         DEFAULT_REMOTE, "list",
         "How the controller runs a command on a node: an argv template, {node} replaced by "
         "the Slurm node name; the node's guard command is appended. A node that is this "
-        "host is asked directly.",
+        "host is asked directly when the program runs as root (as SlurmUser, through the "
+        "remote: its guard must run as root).",
     )
     guard: tuple[str, ...] = setting(
         ["/usr/bin/suspendguard"], "list",

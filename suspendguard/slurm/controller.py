@@ -79,7 +79,12 @@ class Controller:
                        "SYSLOG_IDENTIFIER": IDENTIFIER})
 
     def ask(self, node: str, *args: str, timeout: float | None = None) -> dict[str, Any] | NoAnswer:
-        return ask(self.config, node, args, local=node == self.local, timeout=timeout)
+        """The node's answer. This host's own guard is asked directly only when this runs
+        as root: slurmctld runs the programs as SlurmUser, as whom the guard can neither
+        see nor drain other users' processes, nor restart slurmd; through ``[slurm]
+        remote`` (root@{node}) it runs as root, as on every other node."""
+        local = node == self.local and os.geteuid() == 0
+        return ask(self.config, node, args, local=local, timeout=timeout)
 
     def each(self, nodes: Sequence[str], step: Callable[[str], bool]) -> bool:
         """``step`` for every node at once (a node's wait is its own); True when all were."""
@@ -244,13 +249,21 @@ class Controller:
             self.drain(node, text)
             self.say(WARNING, f"{node}: drained after its wake: {text}")
             self.sync(also=(node,))
-        back = self.ask(node, "rejoin", "--boot")
-        if isinstance(back, NoAnswer) or back.get("verdict") != "allow":
-            self.say(ERR, f"{node}: slurmd was not restarted with -b: "
-                     + (back.why if isinstance(back, NoAnswer)
-                        else "; ".join(back.get("reasons") or ())))
-            return False
-        up = self._up_within(node, REGISTER_AFTER_RESTART_S)
+        if self._up_within(node, 0):
+            # Its slurmd registered by itself (a real boot: [slurm] power_on, the BMC; or
+            # this program run again for a node already back). A restart with -b would
+            # report a reboot of a node that may run jobs already, which slurmctld takes
+            # for an unexpected one: the node DOWN, its jobs killed.
+            self.say(INFO, f"{node}: slurmd registered by itself: not restarted")
+            up = True
+        else:
+            back = self.ask(node, "rejoin", "--boot")
+            if isinstance(back, NoAnswer) or back.get("verdict") != "allow":
+                self.say(ERR, f"{node}: slurmd was not restarted with -b: "
+                         + (back.why if isinstance(back, NoAnswer)
+                            else "; ".join(back.get("reasons") or ())))
+                return False
+            up = self._up_within(node, REGISTER_AFTER_RESTART_S)
         if not healthy:
             self.drain(node, text)  # its reason, forgotten at the registration, given again
             return False

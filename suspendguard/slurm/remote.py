@@ -36,7 +36,18 @@ def ours(reason: str) -> bool:
 
 
 def joined(theirs: str, mine: str) -> str:
-    """Somebody else's reason kept first, the guard's after it in parentheses."""
+    """Somebody else's reason kept first, the guard's after it in parentheses.
+
+    Too long, their words are cut before the guard's mark is: ``(suspendguard: CODE``
+    must stay whole, or :func:`held_by_guard` no longer finds the node held (sync would
+    take it out of SuspendExcNodes, and Slurm 22.05 power it down under its holder).
+    """
+    out = f"{theirs} ({mine})"
+    if len(out) <= REASON_MAX:
+        return out
+    room = max(REASON_MAX - len(mine) - 3, REASON_MAX // 2)
+    if len(theirs) > room:
+        theirs = theirs[:room - 1] + "…"
     out = f"{theirs} ({mine})"
     return out if len(out) <= REASON_MAX else out[:REASON_MAX - 2] + "…)"
 

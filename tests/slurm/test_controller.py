@@ -118,3 +118,21 @@ def test_the_exclusion_file_mode_is_set_through_its_descriptor(tmp_path: Path,
     write_if_changed(theirs / "exclude.conf", "SuspendExcNodes=gpu1\n")
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     assert secret.read_text() == "root:$6$hash\n"
+
+
+WHERE = ("import json, os; print(json.dumps({'verdict': 'allow', "
+         "'via': os.environ.get('SG_VIA', 'directly')}))")
+
+
+@pytest.mark.parametrize(("euid", "via"), [(0, "directly"), (64030, "remote")])
+def test_the_controller_s_own_node_is_asked_directly_only_as_root(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int, via: str) -> None:
+    # slurmctld runs SuspendProgram and ResumeProgram as SlurmUser: this host's guard,
+    # run directly, would be SlurmUser's (blind to other users' processes, unable to
+    # drain them or to restart slurmd). Through the remote it is root's, as on any node.
+    config = replace(defaults().slurm, remote=("/usr/bin/env", "SG_VIA=remote"),
+                     guard=(sys.executable, "-c", WHERE))
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    c = Controller(config, Logger(io.StringIO(), {}), local="ctl")
+    assert c.ask("ctl", "awake") == {"verdict": "allow", "via": via}
+    assert c.ask("node2", "awake") == {"verdict": "allow", "via": "remote"}

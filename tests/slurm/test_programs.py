@@ -94,6 +94,20 @@ def test_a_maintenance_reason_read_late_is_kept_before_the_guards(
     assert _health_action(True, reason, []) == "leave"  # the admin's drain is theirs to lift
 
 
+def test_a_long_maintenance_reason_still_keeps_the_held_node_out_of_power_saving(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Their words are cut, not the guard's mark: sync must still find the node held,
+    # or it drops it from SuspendExcNodes and Slurm 22.05 powers it down again.
+    long = "PSU swap, see the ticket: " + "the rack's second feed is down " * 6
+    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN", "POWERING_DOWN"), long)})
+    reason, _ = suspend_refused(tmp_path, monkeypatch, fake)
+    assert len(reason) <= 200 and reason.startswith(long[:90])
+    assert reason.endswith(" (suspendguard: sigint-ignored: pid 7 ignores SIGINT)")
+    assert held_by_guard(reason) and _health_action(True, reason, []) == "leave"
+    assert cli("--config", str(tmp_path / "config.toml"), "slurm", "sync")[0] == 0
+    assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
+
+
 def test_a_reason_never_read_is_held_as_not_the_guards_to_lift(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The drain replaces whatever reason the node had: it may have been a maintenance
@@ -158,6 +172,45 @@ def test_a_node_woken_unhealthy_keeps_an_admin_s_reason_before_the_guards(
     reason = fake.node("node1")["reason"]
     assert reason == f"{MAINTENANCE} (suspendguard: sigint-ignored: pid 7 ignores SIGINT)"
     assert _health_action(True, reason, []) == "leave"
+
+
+def recording_guard(tmp_path: Path, fake: FakeSlurm) -> tuple[Path, Path]:
+    """A config whose nodes' guard allows every step and notes each one; the notes' file."""
+    asked = tmp_path / "asked"
+    doc = json.dumps({"verdict": "allow", "reasons": [], "reason_details": []})
+    guard = [sys.executable, "-c", f"import sys; open({str(asked)!r}, 'a').write("
+             f"' '.join(sys.argv[1:]) + '\\n'); print({doc!r})"]
+    path = tmp_path / "config.toml"
+    path.write_text("[slurm]\n"
+                    f'remote = {json.dumps(["/usr/bin/env"])}\n'
+                    f"guard = {json.dumps(guard)}\n"
+                    f"scontrol = {json.dumps(str(fake.path))}\n"
+                    f"exclude_file = {json.dumps(str(tmp_path / 'exclude.conf'))}\n")
+    return path, asked
+
+
+def test_a_node_whose_slurmd_registered_by_itself_is_not_restarted_with_b(
+        tmp_path: Path) -> None:
+    # A real boot ([slurm] power_on, the BMC) brings slurmd up with the node, and slurmctld
+    # takes its registration: the job that woke the node may run already. A restart with -b
+    # would be an unexpected reboot to slurmctld: the node DOWN, its jobs killed.
+    fake = FakeSlurm(tmp_path, {"node1": node(state="ALLOCATED")})
+    path, asked = recording_guard(tmp_path, fake)
+    status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
+    assert status == 0, err
+    assert asked.read_text() == "slurm node awake\n"
+    assert "node1: slurmd registered by itself: not restarted" in err
+
+
+def test_a_node_slurmctld_still_counts_powering_up_is_restarted_with_b(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A node that only slept: its slurmd's registrations are ignored (its boot time is old).
+    monkeypatch.setattr(controller, "REGISTER_AFTER_RESTART_S", 0.1)
+    fake = FakeSlurm(tmp_path, {"node1": node(("POWERING_UP",))})
+    path, asked = recording_guard(tmp_path, fake)
+    status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
+    assert status == 1, err  # the fake never registers it
+    assert asked.read_text() == "slurm node awake\nslurm node rejoin --boot\n"
 
 
 @pytest.mark.parametrize("failing", ["show", "reconfigure"])

@@ -84,5 +84,11 @@ def test_somebody_elses_reason_is_kept_first_and_still_reads_as_held_by_the_guar
     assert remote.held_by_guard(both) and not remote.ours(both)  # health leaves it to its owner
     assert remote.held_by_guard(mine) and not remote.held_by_guard("maintenance")
     assert not remote.held_by_guard("NHC: suspendguard: is just a word here")
+    # A long reason of theirs is cut, not the guard's mark: the node still reads as held
+    # (sync keeps it in SuspendExcNodes), and as not the guard's to lift.
     long = remote.joined("x" * 190, mine)
-    assert len(long) <= 200 and long.endswith("…)")
+    assert len(long) <= 200 and long.startswith("x" * 100) and long.endswith(mine + ")")
+    assert remote.held_by_guard(long) and not remote.ours(long)
+    longest = remote.joined("x" * 190, remote.slurm_reason(Reason("sigint-ignored", "y" * 300)))
+    assert len(longest) <= 200 and longest.endswith("…)")
+    assert remote.held_by_guard(longest) and "(suspendguard: sigint-ignored: yyy" in longest
