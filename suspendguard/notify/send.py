@@ -1,7 +1,8 @@
 """``python3 -I -m suspendguard.notify.send ADDRESS TIMEOUT SUMMARY BODY``: one notification.
 
 Run by the guard as the user whose session bus ``ADDRESS`` is (a root
-connection to it is refused). Prints the server's id; exit status 1 and
+connection to it is refused). BODY is plain text, escaped here for a server
+that reads markup in it. Prints the server's id; exit status 1 and
 the reason on stderr when it could not be shown.
 """
 

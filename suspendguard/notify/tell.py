@@ -56,6 +56,11 @@ class Message:
                  *map(_printable, self.body.splitlines()[1:]), ""]
         return "\r\n".join(lines) + "\r\n"
 
+    def desktop_text(self) -> str:
+        """The body, its lines kept and control characters '?' like a terminal's: a NUL
+        cannot travel as the child's argument nor as a D-Bus string."""
+        return "\n".join(map(_printable, self.body.splitlines()))
+
 
 def message(verdict: Verdict, action: str) -> Message:
     """The summary and body: the first reason's words, and where the rest are."""
@@ -111,19 +116,21 @@ def _tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, unti
     msg = message(verdict, action)
     told: list[str] = []
     missed: list[str] = []
-    if config.wall:
-        text = msg.terminal_text(time.time())
-        for s in terminals:
-            why = write_terminal(s.tty, s.uid, text, min(end, time.monotonic() + TERMINAL_S))
-            _note(told, missed, f"{s.name} on /dev/{s.tty}", why)
-    if config.desktop and desktops:
-        # One child per user, all at once: a server that never answers costs its own user's
-        # notification, not the next user's (each child is killed by ``end``).
-        with ThreadPoolExecutor(max_workers=min(len(desktops), MAX_CHILDREN)) as pool:
-            whys = list(pool.map(
-                lambda s: _desktop(s.uid, msg, end, python, bus_address(s.uid)), desktops))
-        for s, why in zip(desktops, whys, strict=True):
-            _note(told, missed, f"{s.name}'s desktop", why)
+    if not config.desktop:
+        desktops = ()
+    # One child per user, all at once, started before the terminals are written: a server
+    # that never answers costs its own user's notification, not the next user's (each child
+    # is killed by ``end``), and stuck terminals (^S, 0.25 s each) cost no desktop its time.
+    with ThreadPoolExecutor(max_workers=max(1, min(len(desktops), MAX_CHILDREN))) as pool:
+        sent = [pool.submit(_desktop, s.uid, msg, end, python, bus_address(s.uid))
+                for s in desktops]
+        if config.wall:
+            text = msg.terminal_text(time.time())
+            for s in terminals:
+                why = write_terminal(s.tty, s.uid, text, min(end, time.monotonic() + TERMINAL_S))
+                _note(told, missed, f"{s.name} on /dev/{s.tty}", why)
+        for s, future in zip(desktops, sent, strict=True):
+            _note(told, missed, f"{s.name}'s desktop", future.result())
     if told:
         log.info("notify: told " + ", ".join(told))
     if missed:
@@ -138,7 +145,15 @@ def _note(told: list[str], missed: list[str], who: str, why: str | None) -> None
 
 
 def _desktop(uid: int, msg: Message, end: float, python: str, address: str) -> str | None:
-    """The notification sent by a child run as ``uid``; why not, or None once shown."""
+    """The notification sent by a child run as ``uid``; why not, or None once shown.
+    Never raises: one user's failure is that user's line in the warning."""
+    try:
+        return _send(uid, msg, end, python, address)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _send(uid: int, msg: Message, end: float, python: str, address: str) -> str | None:
     bus = address.removeprefix("unix:path=")
     if not os.path.exists(bus):
         return f"no session bus ({bus})"
@@ -152,7 +167,7 @@ def _desktop(uid: int, msg: Message, end: float, python: str, address: str) -> s
     env = {"DBUS_SESSION_BUS_ADDRESS": address, "XDG_RUNTIME_DIR": f"/run/user/{uid}",
            "PATH": PATH, "LANG": "C.UTF-8"}
     result = runner.run([python, "-I", "-m", "suspendguard.notify.send", address,
-                         f"{left - CHILD_MARGIN_S:.3f}", msg.summary, _escape(msg.body)],
+                         f"{left - CHILD_MARGIN_S:.3f}", msg.summary, msg.desktop_text()],
                         left, env=env, as_user=(uid, gid))
     if result.ok:
         return None
@@ -165,8 +180,3 @@ def _printable(text: str) -> str:
     """No control characters from a reason (a process name is its owner's to choose)
     reach another user's terminal: each becomes '?'."""
     return "".join("?" if ord(c) < 32 or 0x7f <= ord(c) < 0xa0 else c for c in text)
-
-
-def _escape(text: str) -> str:
-    """The body as the notification spec's markup reads it: & < > as entities."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -71,10 +71,10 @@ def notifications(bus: PrivateBus, tmp_path: Path) -> Iterator[Callable[..., Pat
     """Start a fake notification server on the bus; the file its Notify calls go to."""
     procs: list[subprocess.Popen[str]] = []
 
-    def start(silent: bool = False) -> Path:
+    def start(silent: bool = False, caps: str = "body,body-markup") -> Path:
         log = tmp_path / "notified.jsonl"
         argv = [sys.executable, str(FAKES / "fake_notifications.py"), "--address", bus.address,
-                "--log", str(log)] + (["--silent"] if silent else [])
+                "--log", str(log), "--caps", caps] + (["--silent"] if silent else [])
         err = tmp_path / "fake-notifications.err"
         with open(err, "w") as f:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=f, text=True)
@@ -163,13 +163,21 @@ def test_the_desktop_notification_is_sent_by_a_child_as_the_user(
 
 
 @pytest.mark.root
-def test_markup_in_a_reason_is_escaped_for_the_server(
-        bus: PrivateBus, notifications: Callable[..., Path]) -> None:
-    log_file = notifications()
+@pytest.mark.parametrize(("caps", "shown"), [
+    # A server that reads markup in the body (or cannot say): the name's markup is escaped.
+    ("body,body-markup", "pid 9 (&lt;b&gt;a&amp;b&lt;/b&gt;) is protected\n"),
+    ("none", "pid 9 (&lt;b&gt;a&amp;b&lt;/b&gt;) is protected\n"),
+    # One that shows the body as written: escaped, its user would read "&lt;b&gt;".
+    ("body", "pid 9 (<b>a&b</b>) is protected\n"),
+])
+def test_markup_in_a_reason_is_escaped_for_a_server_that_reads_markup(
+        bus: PrivateBus, notifications: Callable[..., Path], caps: str, shown: str) -> None:
+    log_file = notifications(caps=caps)
     verdict = Verdict("veto", (Reason("protected", "pid 9 (<b>a&b</b>) is protected"),))
-    _tell_desktop(bus, _config(wall=False), 10, verdict)
+    said, _ = _tell_desktop(bus, _config(wall=False), 10, verdict)
+    assert said == "suspendguard: notify: told alice's desktop\n"
     body = json.loads(log_file.read_text())["body"]
-    assert body.startswith("pid 9 (&lt;b&gt;a&amp;b&lt;/b&gt;) is protected\n")
+    assert body.startswith(shown)
 
 
 @pytest.mark.root
@@ -347,3 +355,58 @@ def test_notify_keys_are_validated() -> None:
         with pytest.raises(ConfigError) as raised:
             build({"notify": bad})
         assert said in str(raised.value), (bad, str(raised.value))
+
+
+@pytest.mark.root
+def test_stopped_terminals_cost_no_desktop_its_time(
+        bus: PrivateBus, notifications: Callable[..., Path]) -> None:
+    """Each stopped terminal takes its 0.25 s: the desktops' children run meanwhile, so five
+    of them (1.25 s of a 1.5 s bound) still leave the desktop user told."""
+    log_file = notifications()
+    opened: list[int] = []
+    stuck: list[LoginSession] = []
+    try:
+        for n in range(5):
+            master, slave = pty.openpty()
+            opened += [master, slave]
+            name = os.ttyname(slave)
+            os.chmod(name, 0o620)
+            termios.tcflow(slave, termios.TCOOFF)
+            stuck.append(LoginSession(str(10 + n), ME, "carol", "tty", "user", True, True,
+                                      "active", name.removeprefix("/dev/"), ""))
+        out = io.StringIO()
+        began = time.monotonic()
+        tell(_config(timeout_s=1.5), VETO, "suspend", Logger(out, {}), began + 10,
+             sessions=_sessions([*stuck, _desktop_session()]),
+             bus_address=lambda uid: bus.address)
+        took = time.monotonic() - began
+    finally:
+        for fd in opened[1::2]:
+            termios.tcflow(fd, termios.TCOON)
+        for fd in opened:
+            os.close(fd)
+    said = out.getvalue()
+    assert "notify: told alice's desktop" in said, said
+    assert said.count("takes no more output") == 5, said
+    assert len(log_file.read_text().splitlines()) == 1
+    assert took < 2.0, took
+
+
+@pytest.mark.root
+def test_a_nul_in_a_reason_costs_nobody_their_message(
+        bus: PrivateBus, notifications: Callable[..., Path], terminal: tuple[int, str]) -> None:
+    """A reason's words may come from a tool's output: a NUL in them cannot be a child's
+    argument (nor a D-Bus string). It becomes '?', as on a terminal, and everyone is told."""
+    log_file = notifications()
+    master, tty = terminal
+    verdict = Verdict("veto", (Reason("device-unknown", "npu-smi said \x00\x1b[2J garbage"),))
+    out = io.StringIO()
+    tell(_config(), verdict, "suspend", Logger(out, {}), time.monotonic() + 10,
+         sessions=_sessions([LoginSession("4", ME, "alice", "tty", "user", True, True, "active",
+                                          tty, ""), _desktop_session()]),
+         bus_address=lambda uid: bus.address)
+    assert out.getvalue() == (f"suspendguard: notify: told alice on /dev/{tty}, "
+                              "alice's desktop\n")
+    body = json.loads(log_file.read_text())["body"]
+    assert body.startswith("npu-smi said ??[2J garbage\n")
+    assert "npu-smi said ??[2J garbage" in _read(master)

@@ -9,7 +9,7 @@ the user, which calls this.
 from __future__ import annotations
 
 from suspendguard.model import Unavailable
-from suspendguard.system.dbus.bus import Session, converse, variant
+from suspendguard.system.dbus.bus import Failure, Session, converse, variant
 
 NOTIFICATIONS_NAME = "org.freedesktop.Notifications"
 NOTIFICATIONS_PATH = "/org/freedesktop/Notifications"
@@ -21,15 +21,32 @@ def session_bus_address(uid: int) -> str:
     return f"unix:path=/run/user/{uid}/bus"
 
 
+def escape(text: str) -> str:
+    """``text`` as the spec's body markup reads it: & < > as entities."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def notify(address: str, app_name: str, summary: str, body: str,
            timeout: float, urgency: int = URGENCY_CRITICAL) -> int | Unavailable:
-    """Show a notification; the server's id for it, or why it could not be shown."""
+    """Show a notification; the server's id for it, or why it could not be shown.
+
+    ``body`` is plain text: escaped for a server that reads markup in it (its
+    ``body-markup`` capability, or one that cannot say), sent as it is to one that
+    shows it as written, where entities would show through.
+    """
 
     async def call(session: Session) -> int:
+        try:
+            caps = await session.call(NOTIFICATIONS_NAME, NOTIFICATIONS_PATH,
+                                      NOTIFICATIONS_NAME, "GetCapabilities", expect="as")
+            markup = "body-markup" in caps.body[0]
+        except Failure:
+            markup = True  # cannot tell: no markup of a process name's may be read
+        text = escape(body) if markup else body
         reply = await session.call(
             NOTIFICATIONS_NAME, NOTIFICATIONS_PATH, NOTIFICATIONS_NAME, "Notify",
             "susssasa{sv}i",
-            [app_name, 0, "", summary, body, [], {"urgency": variant("y", urgency)}, -1],
+            [app_name, 0, "", summary, text, [], {"urgency": variant("y", urgency)}, -1],
             expect="u")
         return int(reply.body[0])
 

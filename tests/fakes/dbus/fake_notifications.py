@@ -1,10 +1,12 @@
 """A fake notification server (org.freedesktop.Notifications) on a bus, as a separate process.
 
-    python fake_notifications.py --address ADDRESS --log FILE [--silent]
+    python fake_notifications.py --address ADDRESS --log FILE [--silent] [--caps CAP,...]
 
 Each Notify call is one JSON line in FILE (app_name, summary, body, hints with
 their values, expire_timeout, and the caller's uid), and is answered with an
-id. --silent owns the name but never answers (a server that hangs). Prints
+id. --silent owns the name but never answers (a server that hangs). --caps: what
+GetCapabilities answers (default "body,body-markup", as most servers; "body": one
+that shows the body as written, "none": one without the method). Prints
 "READY" once the name is owned; exits on SIGTERM or when the bus goes away.
 No `from __future__ import annotations`: dbus-next reads the D-Bus signatures
 from the annotations.
@@ -20,7 +22,7 @@ import json
 import signal
 import sys
 
-from dbus_next import MessageType, NameFlag, RequestNameReply, Variant
+from dbus_next import DBusError, MessageType, NameFlag, RequestNameReply, Variant
 from dbus_next.aio import MessageBus
 from dbus_next.service import ServiceInterface, method
 
@@ -29,9 +31,10 @@ PATH = "/org/freedesktop/Notifications"
 
 
 class Notifications(ServiceInterface):
-    def __init__(self, log: str) -> None:
+    def __init__(self, log: str, caps: list[str]) -> None:
         super().__init__(NAME)
         self.log = log
+        self.caps = caps
         self.next_id = 0
 
     @method()
@@ -47,15 +50,24 @@ class Notifications(ServiceInterface):
 
     @method()
     def GetCapabilities(self) -> "as":
-        return ["body"]
+        return self.caps
 
 
-async def serve(address: str, log: str, silent: bool) -> None:
+class WithoutCapabilities(Notifications):
+    """An old server without GetCapabilities: the call is an UnknownMethod error."""
+
+    @method()
+    def GetCapabilities(self) -> "as":
+        raise DBusError("org.freedesktop.DBus.Error.UnknownMethod", "no such method")
+
+
+async def serve(address: str, log: str, silent: bool, caps: str) -> None:
     bus = await MessageBus(bus_address=address).connect()
     if silent:
         bus.add_message_handler(lambda msg: msg.message_type == MessageType.METHOD_CALL)
     else:
-        bus.export(PATH, Notifications(log))
+        kind = WithoutCapabilities if caps == "none" else Notifications
+        bus.export(PATH, kind(log, [c for c in caps.split(",") if c and caps != "none"]))
     reply = await bus.request_name(NAME, NameFlag.DO_NOT_QUEUE)
     if reply != RequestNameReply.PRIMARY_OWNER:
         sys.exit(f"fake_notifications.py: could not own {NAME}: {reply}")
@@ -70,8 +82,9 @@ def main() -> None:
     parser.add_argument("--address", required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--silent", action="store_true")
+    parser.add_argument("--caps", default="body,body-markup")
     args = parser.parse_args()
-    asyncio.run(serve(args.address, args.log, args.silent))
+    asyncio.run(serve(args.address, args.log, args.silent, args.caps))
 
 
 if __name__ == "__main__":
