@@ -70,7 +70,7 @@ def validate(spec: Spec, value: Any) -> Any:
             _check_glob(item)
         return tuple(items)
     if kind == "signal":
-        return signal_name(value)
+        return _ending_signal(signal_name(value))
     if kind == "escalate":
         return tuple(_step(item) for item in _str_list(value))
     if kind == "rules":
@@ -109,6 +109,19 @@ def signal_name(name: str) -> str:
         return signal.Signals[upper].name
     except KeyError:
         raise Invalid(f'a signal name such as "SIGINT", got {name!r}') from None
+
+
+# Signals whose default action stops a process: a holder sent one stays stopped, holding its
+# node (SIGSTOP cannot even be caught), and the suspend it was sent for is vetoed.
+STOP_SIGNALS = ("SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU")
+
+
+def _ending_signal(name: str) -> str:
+    """A signal that asks a holder to end: never one that stops it."""
+    if name in STOP_SIGNALS:
+        raise Invalid(f"a signal that ends a process, such as \"SIGINT\" or \"SIGTERM\", got "
+                      f"{name!r} (it stops the holder, which keeps its node and stays stopped)")
+    return name
 
 
 def _check_glob(pattern: str) -> None:
@@ -154,7 +167,7 @@ def _step(item: str) -> EscalationStep:
         wait = -1.0
     if not math.isfinite(wait) or wait < 0:
         raise Invalid(f'steps like "SIGTERM:10", got {item!r}')
-    return EscalationStep(signal_name(name), wait)
+    return EscalationStep(_ending_signal(signal_name(name)), wait)
 
 
 def _rule(value: Any) -> Rule:

@@ -58,6 +58,12 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
         ('[drain]\nsignal = "SIGFOO"\n', '[drain] signal (line 2): expected a signal name'),
         ('[drain]\non_sigint_ignored = "kill"\n', 'expected one of "veto", "escalate"'),
         ('[drain]\nescalate = ["SIGTERM"]\n', 'expected steps like "SIGTERM:10"'),
+        # A stop signal ends nobody: the holder would stay stopped, its node held.
+        ('[drain]\nsignal = "SIGSTOP"\n', "[drain] signal (line 2): expected a signal that ends "
+         "a process, such as \"SIGINT\" or \"SIGTERM\", got 'SIGSTOP'"),
+        ('[drain]\nsignal = "tstp"\n', "got 'SIGTSTP' (it stops the holder"),
+        ('[drain]\nescalate = ["SIGTERM:1", "SIGSTOP:1"]\n',
+         "[drain] escalate (line 2): expected a signal that ends a process"),
         ('[devices]\nnodes = ["/dev/npu[0-9"]\n', "unclosed '['"),
         ('[devices]\nnodes = ["npu0"]\n', "expected an absolute path glob"),
         ('[devices]\nfamilies = ["amd"]\n',
