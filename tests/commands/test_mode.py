@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from helpers.holders import Holders
+from helpers.users import nobody_prefix, python_for_nobody
 
 from suspendguard.cli import main
 from suspendguard.errors import HistoryError
@@ -106,3 +111,27 @@ def test_off_lets_a_deaf_holder_through_and_the_hook_does_not_drain(conf: Path, 
 def test_not_root_cannot_switch(conf: Path) -> None:
     code, _, err = run_cli(conf, "mode", "off")
     assert code == 3 and "only root" in err
+
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to set the mode, then nobody to show it")
+def test_a_user_who_cannot_read_the_mode_is_never_told_enforce() -> None:
+    prefix = nobody_prefix()
+    if prefix is None or python_for_nobody(prefix, dict(os.environ)) != sys.executable:
+        pytest.skip("user nobody cannot run this interpreter")
+    # A folder others can traverse (pytest's tmp_path is 0700), the config readable by all.
+    top = Path(tempfile.mkdtemp(prefix="suspendguard-mode-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        conf = top / "config.toml"
+        conf.write_text(f'[state]\ndir = "{top / "state"}"\n')
+        conf.chmod(0o644)
+        assert run_cli(conf, "mode", "off")[0] == 0  # the state folder: root's, 0700
+        done = subprocess.run([*prefix, sys.executable, "-m", "suspendguard", "mode", "--config",
+                               str(conf)], capture_output=True, text=True, timeout=60, cwd="/")
+        assert (done.returncode, done.stdout) == (3, ""), done.stderr
+        assert done.stderr == (f"suspendguard: mode: {top}/state/mode: permission denied: only "
+                               "root can read the guard's mode (sudo suspendguard mode)\n")
+        assert run_cli(conf, "mode")[1].startswith("off: ")  # as root, what the guard reads
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
