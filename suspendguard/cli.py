@@ -32,6 +32,7 @@ EXITS = (
     (2, "bad usage or configuration"),
     (3, "operational error (not root, no systemd, logind refused, ...)"),
     (4, "run as root, the configuration could be changed by others: refused"),
+    (5, "unknown: the guard cannot tell (check, drain, pre-sleep); never read as allow"),
     (130, "interrupted"),
 )
 
@@ -42,6 +43,18 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         where = self.prog.removeprefix("suspendguard").strip()
         raise UsageError(f"{where}: {message}" if where else message)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: Any = None) -> Any:
+        """argparse's, but what is left over is named with the command it was given to
+        (the subparsers leave it to the top parser, whose prog names none)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            steps = [getattr(parsed, k, None) for k in ("command", "slurm_command", "node_command")]
+            where = " ".join(s for s in steps if s)
+            raise UsageError((f"{where}: " if where else "")
+                             + f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -68,8 +81,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                            description=command.help, epilog=command.epilog(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         command.arguments(p)
+        _config_in_steps(p)
         p.set_defaults(command_entry=command)
     return parser
+
+
+def _config_in_steps(parser: argparse.ArgumentParser) -> None:
+    """--config after a command's own steps too (``slurm health --config PATH``), as after
+    every command: each nested subparser takes it, never overwriting one given before."""
+    for action in parser._actions:  # argparse's one way to its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for step in action.choices.values():
+                if not any("--config" in a.option_strings for a in step._actions):
+                    step.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS,
+                                      help=CONFIG_HELP)
+                _config_in_steps(step)
 
 
 def handler_of(command: Command) -> Handler:
@@ -151,6 +177,8 @@ def main(
     _standard_fds()
     out = out or sys.stdout or open(os.devnull, "w")  # noqa: SIM115 (lives as long)
     err = err or sys.stderr or open(os.devnull, "w")  # noqa: SIM115
+    # A closed stdin reads as end of input (no terminal: drain refuses, exit status 2).
+    stdin = stdin or sys.stdin or open(os.devnull)  # noqa: SIM115
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         try:
@@ -164,7 +192,7 @@ def main(
         if args.config == "":  # ("$UNSET"): never the default file in its place
             raise UsageError("--config: expected a PATH, got an empty string")
         ctx = Context(args.config, out, err, dict(os.environ) if environ is None else environ,
-                      stdin=stdin or sys.stdin)
+                      stdin=stdin)
         return handler_of(command)(args, ctx)
     except SuspendGuardError as exc:
         err.write(f"suspendguard: {exc}\n")

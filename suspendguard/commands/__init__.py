@@ -184,7 +184,7 @@ def _retry(p: argparse.ArgumentParser) -> None:
                    help="suspend | hibernate | hybrid-sleep | suspend-then-hibernate")
     p.add_argument("--attempt", type=int, required=True, metavar="ID",
                    help="the vetoed attempt (suspendguard history)")
-    p.add_argument("--for", dest="bound", type=float, default=900.0, metavar="S",
+    p.add_argument("--for", dest="bound", type=_seconds, default=900.0, metavar="S",
                    help="give up after S seconds (default 900)")
 
 
@@ -264,7 +264,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("mode", "show or switch what the guard does at a suspend: enforce, observe, off",
             "mode:command", _mode,
             ((0, "shown, or switched"), USAGE_EXIT,
-             (3, "not root, or the state folder cannot be written"), UNTRUSTED_EXIT)),
+             (3, "not root (to switch it, or to show it when only root may read it), or the "
+                 "state folder cannot be written"), UNTRUSTED_EXIT)),
     Command("config", "print the effective configuration as TOML",
             "config:command", _nothing, ((0, "printed"), USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("history", "list recorded suspend attempts, newest first; with ID, show one whole",

@@ -20,6 +20,10 @@ MARK = {"error": "!", "warning": "!", "note": "-"}
 def command(args: argparse.Namespace, ctx: Context) -> int:
     """0: nothing to fix; 1: findings to fix."""
     config = ctx.config()
+    if args.root is not None and not args.root.strip():
+        # ("$UNSET"): never this host's own files in the place of the tree meant.
+        raise UsageError("doctor --root: expected a folder, got an empty string (leave --root "
+                         "out to check this host)")
     root = args.root or "/"
     if not os.path.isdir(root):
         raise UsageError(f"doctor --root {root}: not a folder")

@@ -46,8 +46,13 @@ def parse_option_time(value: str, option: str) -> datetime:
             f"{option} {value!r}: expected an ISO 8601 time such as 2026-11-29T00:00:00"
             + (" or last-attempt" if option == "--since" else "")
         ) from None
-    if when.tzinfo is not None:
-        when = when.astimezone().replace(tzinfo=None)
+    try:
+        if when.tzinfo is not None:
+            when = when.astimezone().replace(tzinfo=None)
+        when.timestamp()  # what the reading compares: a time at the calendar's ends has none
+    except (OverflowError, ValueError, OSError):
+        raise UsageError(f"{option} {value!r}: out of range (a time between the years 1 and "
+                         "9999, as this host's clock can tell it)") from None
     return when
 
 

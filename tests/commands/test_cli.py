@@ -89,6 +89,48 @@ def test_watch_refuses_seconds_that_make_no_bound(conf: Path, option: str, secon
     assert f"argument {option}: expected a finite number of seconds >= 0" in err
 
 
+def test_retry_refuses_a_bound_that_never_passes(conf: Path) -> None:
+    for seconds in ("nan", "inf", "-5"):
+        code, out, err = cli("retry", "suspend", "--attempt", "1", f"--for={seconds}",
+                             "--config", str(conf))
+        assert (code, out) == (2, ""), seconds
+        assert "argument --for: expected a finite number of seconds >= 0" in err
+
+
+def test_a_leftover_argument_names_its_command(conf: Path) -> None:
+    for argv, said in ((["check", "extra"], "check: unrecognized arguments: extra"),
+                       (["config", "--json"], "config: unrecognized arguments: --json"),
+                       (["slurm", "sync", "extra"], "slurm sync: unrecognized arguments: extra")):
+        code, out, err = cli(*argv, "--config", str(conf))
+        assert (code, out) == (2, ""), argv
+        assert err == f"suspendguard: {said}\n"
+
+
+@pytest.mark.parametrize("steps", [["slurm", "sync"], ["slurm", "health"],
+                                   ["slurm", "suspend", "n1"], ["slurm", "node", "awake"],
+                                   ["slurm", "node", "prepare", "--suspend"]])
+def test_config_is_taken_after_a_slurm_step_too(tmp_path: Path, steps: list[str]) -> None:
+    # As after every command (docs/configuration.md): read, so a missing file is said.
+    missing = tmp_path / "missing.toml"
+    code, out, err = cli(*steps, "--config", str(missing))
+    assert (code, out) == (2, "")
+    assert err == f"suspendguard: {missing}: configuration file not found\n"
+
+
+def test_doctor_refuses_an_empty_root_not_this_host(conf: Path) -> None:
+    # --root "$UNSET" must not check / in the place of the tree meant.
+    code, out, err = cli("doctor", "--root", "", "--config", str(conf))
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "doctor --root: expected a folder" in err
+
+
+def test_the_command_list_names_the_unknown_status() -> None:
+    code, out, _ = cli()
+    assert code == 2
+    assert "  5  unknown: the guard cannot tell (check, drain, pre-sleep); never read as allow" \
+        in out.splitlines()
+
+
 def test_an_empty_config_path_is_refused_not_the_default_file(tmp_path: Path) -> None:
     # --config "$UNSET" must not silently read /etc/suspendguard/config.toml instead.
     other = tmp_path / "env.toml"

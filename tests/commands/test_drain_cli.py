@@ -97,6 +97,19 @@ def test_drain_refuses_without_a_terminal(conf: Path, node: str, holders: Holder
     assert attempts(conf) == []
 
 
+def test_drain_with_stdin_closed_refuses(conf: Path, node: str, holders: Holders) -> None:
+    # fd 0 closed (a cron job, slurmctld's programs): no terminal, the same refusal, never a
+    # traceback and its exit status 1, which would read as "answered no".
+    proc, _pid = holders.start(node)
+    result = subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", *drain_argv(conf)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert result.stderr.count("\n") == 1 and "no terminal" in result.stderr
+    time.sleep(0.3)
+    assert holders.signals() == [] and proc.poll() is None
+    assert attempts(conf) == []
+
+
 def test_drain_yes_without_a_terminal_drains(conf: Path, node: str, holders: Holders) -> None:
     proc, pid = holders.start(node)
     result = subprocess.run(drain_argv(conf, "--yes", "--json"), stdin=subprocess.DEVNULL,

@@ -64,6 +64,10 @@ def test_since_until_and_no_findings(tmp_path: Path) -> None:
         (["--since", "yesterday"], "--since 'yesterday': expected an ISO 8601 time"),
         (["--until", "last-attempt"], "--until 'last-attempt': expected an ISO 8601 time"),
         (["--since", "2026-11-29T00:00:00", "--until", "2026-11-28"], "is before --since"),
+        # At the calendar's ends a time has no timestamp to compare: never a traceback.
+        (["--since", "0001-01-01"], "--since '0001-01-01': out of range"),
+        (["--since", "9999-12-31T23:59:59-14:00"], "out of range"),
+        (["--until", "0001-01-01"], "--until '0001-01-01': out of range"),
     ],
 )
 def test_bad_times_are_usage_errors(argv: list[str], message: str) -> None:
