@@ -200,8 +200,7 @@ def _take(tracks: Tracks, name: str, readings: Sequence[DeviceReading], settled:
     present = {r.id for r in readings}
     for (source, ident), track in tracks.items():
         if source == name and ident not in present and not track.decided:
-            track.decided = "unknown"
-            track.why = f"no longer reported by {name}"
+            _fall_silent(track, f"when {name} no longer reported it", f"no longer reported by {name}")
     return all(t.decided for (src, _), t in tracks.items() if src == name)
 
 
@@ -209,14 +208,19 @@ def _close(tracks: Tracks, failed: dict[str, str], samples: int, elapsed: float)
     """Decide the tracks sampling left open: their backend failed, or the deadline came."""
     for (source, _), track in tracks.items():
         if track.decided is None and source in failed:
-            if track.latest.state == "busy":
-                # Its last word was "busy"; silence afterwards proves nothing.
-                track.decided = "busy"
-                track.why = f"when {source} stopped answering ({failed[source]})"
-            else:
-                track.decided, track.why = "unknown", f"no verdict: {failed[source]}"
+            _fall_silent(track, f"when {source} stopped answering ({failed[source]})",
+                         f"no verdict: {failed[source]}")
         elif track.decided is None:
             _at_deadline(track, samples, elapsed)
+
+
+def _fall_silent(track: _Track, busy_why: str, unknown_why: str) -> None:
+    """Decide a device its backend no longer gives a reading for (gone from its list, no
+    figure, no answer): busy if its last reading was, since silence proves nothing; else unknown."""
+    if track.busy is not None and track.idle_run == 0:
+        track.decided, track.why = "busy", busy_why
+    else:
+        track.decided, track.why = "unknown", unknown_why
 
 
 def _update(tracks: Tracks, reading: DeviceReading,
@@ -234,7 +238,8 @@ def _update(tracks: Tracks, reading: DeviceReading,
     samples = config.samples
     track.latest = reading
     if reading.state == "unknown":
-        track.decided, track.why = "unknown", reading.reason or "no utilization reading"
+        why = reading.reason or "no utilization reading"
+        _fall_silent(track, f"when it gave no reading any more ({why})", why)
     elif reading.state == "idle":
         track.idle_run += 1
         if track.idle_run >= samples:

@@ -229,12 +229,30 @@ def test_only_unsupported_readings_are_unknown_never_busy() -> None:
 def test_device_that_disappears_is_unknown() -> None:
     clock = Clock()
     vanishing = Scripted(config(), "npu-smi", "ascend",
-                         lambda t: {"npu 0": {"aicore_pct": 9.0}} if t < 0.1 else
+                         lambda t: {"npu 0": {"aicore_pct": 0.0}} if t < 0.1 else
                          {"npu 1": {"aicore_pct": 0.0}}, clock)
     report = run(config(), ["ascend"], [vanishing], clock)
     assert report.state == "unknown"
     assert "npu 0 (npu-smi): no longer reported by npu-smi" in report.warnings[0]
     assert clock.now - 1000.0 < 1.0
+
+
+def test_busy_device_that_falls_silent_stays_busy_whatever_another_backend_says() -> None:
+    """Its last word was busy: no longer listed, or read as "not supported", proves nothing."""
+    for later in ({"npu 0": {"aicore_pct": 0.0}},
+                  {"npu 0": {"aicore_pct": 0.0}, "npu 1": {"aicore_pct": None}}):
+        clock = Clock()
+        npu = Scripted(config(), "npu-smi", "ascend",
+                       lambda t, later=later: {"npu 0": {"aicore_pct": 0.0},
+                                               "npu 1": {"aicore_pct": 87.0}} if t < 0.1 else later,
+                       clock)
+        acl = Scripted(config(), "acl", "ascend",
+                       steady(device_0=0.0, device_1=0.0), clock)
+        report = run(config(), ["ascend"], [acl, npu], clock)
+        assert report.state == "busy", report
+        [why] = report.veto_reasons
+        assert why.startswith("npu 1 (npu-smi): AI Core 87% > 0% when ")
+        assert clock.now - 1000.0 < 1.0
 
 
 def test_a_crashing_backend_is_unknown_not_a_crash() -> None:
@@ -357,6 +375,28 @@ def test_npu_smi_still_busy_vetoes(npu_smi: Path) -> None:
         "npu 0 chip 0 (npu-smi): AI Core 38% > 0% after 1.0 s settle",
         "npu 0 chip 1 (npu-smi): AI Core 41% > 0% after 1.0 s settle",
     )
+
+
+def test_npu_smi_chip_dropped_from_the_table_while_busy_still_vetoes(npu_smi: Path) -> None:
+    """The recorded 310P3 frame (chip 1 of NPU 0 busy), then the same frame without that chip."""
+    busy = (RECORDED / "310p3-two-chips-blank-process-names.txt").read_text()
+    busy = busy.replace("| 38           ", "| 0            ")
+    lines = busy.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("| 1       1  "))
+    dropped = "".join(lines[:at - 1] + lines[at + 1:])
+    npu_smi.write_text(busy)
+    clock = Clock()
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        npu_smi.write_text(dropped)
+
+    cfg = npu_config(on_unknown="allow")
+    report = check_idle(cfg, ["ascend"], Deadline(clock.now + 60, clock=clock), sleep=sleep)
+    assert report.state == "busy", report
+    assert report.veto_reasons == (
+        "npu 0 chip 1 (npu-smi): AI Core 41% > 0% when npu-smi no longer reported it",)
+    assert report.warnings == ()
 
 
 def test_hung_npu_smi_never_outlives_the_deadline(npu_smi: Path,
