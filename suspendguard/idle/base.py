@@ -257,14 +257,28 @@ def ascend_device_id(npu: int, chip: int, chips_on_npu: int) -> str:
 
 T = TypeVar("T")
 
+# The calls abandoned at their timeout, by what they called ("dcmi", "nvml"),
+# with the words of that timeout. Every check makes backends of its own (the
+# look before the drain, the check after it, each look of the watch), so the
+# process, not a backend, remembers: while such a call is stuck in the
+# driver, nothing enters that library again.
+_stuck: dict[str, tuple[threading.Thread, str]] = {}
+_stuck_lock = threading.Lock()
+
 
 def call_with_timeout(fn: Callable[[], T], timeout_s: float, what: str) -> T:
     """Run an in-process library call, giving up on it after ``timeout_s``.
 
     DCMI and NVML are C libraries called in this process; a driver that
     hangs would hang the guard, and with it the suspend. The call runs in a
-    daemon thread that is abandoned (it cannot be killed) if it overruns.
+    daemon thread that is abandoned (it cannot be killed) if it overruns;
+    until it returns, ``what`` is not called again by this process.
     """
+    with _stuck_lock:
+        worker, why = _stuck.get(what, (None, ""))
+        if worker is not None and worker.is_alive():
+            raise QueryFailed(f"{why}; not asked again while that call is stuck")
+        _stuck.pop(what, None)
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -277,7 +291,10 @@ def call_with_timeout(fn: Callable[[], T], timeout_s: float, what: str) -> T:
     worker.start()
     worker.join(max(timeout_s, 0.001))
     if worker.is_alive():
-        raise QueryFailed(f"{what}: no answer within {timeout_s:.1f} s (abandoned)")
+        why = f"{what}: no answer within {timeout_s:.1f} s (abandoned)"
+        with _stuck_lock:
+            _stuck[what] = (worker, why)
+        raise QueryFailed(why)
     if "error" in box:
         raise box["error"]
     value: T = box["value"]

@@ -3,8 +3,8 @@
 Called in this process through ctypes: loading a shared library needs no
 toolkit and no child. Each query runs in a worker thread with a timeout
 (base.call_with_timeout) because a C call that hangs in the driver cannot be
-interrupted; once one has hung, this backend is not called again in this
-process. Return code -8255 is DCMI's "not supported": an unknown reading,
+interrupted; while one is stuck, no backend of this process calls the library
+again. Return code -8255 is DCMI's "not supported": an unknown reading,
 never busy.
 """
 
@@ -70,7 +70,6 @@ class DcmiBackend(Backend):
         self.dcmi_library = config.dcmi_library
         self._lib: ctypes.CDLL | None = None
         self._initialised = False
-        self._hung = ""
 
     def library_path(self) -> tuple[str | None, str]:
         return find_file(self.dcmi_library, DEFAULT_LIBRARIES, "dcmi_library",
@@ -105,14 +104,7 @@ class DcmiBackend(Backend):
         return True, path or ""
 
     def query(self, timeout_s: float) -> list[DeviceReading]:
-        if self._hung:
-            raise QueryFailed(self._hung)
-        try:
-            return call_with_timeout(self._read, timeout_s, "dcmi")
-        except QueryFailed as exc:
-            if "abandoned" in str(exc):
-                self._hung = f"{exc}; not asked again while that call is stuck"
-            raise
+        return call_with_timeout(self._read, timeout_s, "dcmi")
 
     def _read(self) -> list[DeviceReading]:
         lib = self._load()

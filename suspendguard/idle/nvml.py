@@ -15,7 +15,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
-from suspendguard.config import IDLE_BACKENDS, IdleConfig
+from suspendguard.config import IDLE_BACKENDS
 from suspendguard.idle.base import (
     Backend,
     DeviceProcess,
@@ -55,10 +55,6 @@ def _ask(nvml: ModuleType, fn: Callable[..., T], *args: Any) -> T | Unavailable:
 class NvmlBackend(Backend):
     declared = IDLE_BACKENDS["nvml"]
 
-    def __init__(self, config: IdleConfig) -> None:
-        super().__init__(config)
-        self._hung = ""
-
     def probe(self) -> tuple[bool, str]:
         try:
             _load()
@@ -67,15 +63,8 @@ class NvmlBackend(Backend):
         return True, "pynvml"
 
     def query(self, timeout_s: float) -> list[DeviceReading]:
-        if self._hung:
-            raise QueryFailed(self._hung)
         nvml = _load()
-        try:
-            return call_with_timeout(lambda: self._read(nvml), timeout_s, "nvml")
-        except QueryFailed as exc:
-            if "abandoned" in str(exc):
-                self._hung = f"{exc}; not asked again while that call is stuck"
-            raise
+        return call_with_timeout(lambda: self._read(nvml), timeout_s, "nvml")
 
     def _read(self, nvml: ModuleType) -> list[DeviceReading]:
         # Init and shut down around every query: an initialised NVML keeps

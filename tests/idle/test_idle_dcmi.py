@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 from helpers import FAKES
 from helpers.clib import build_shared
+from helpers.wait import wait_for
 
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.dcmi import DEFAULT_LIBRARIES, DcmiBackend
+from suspendguard.idle.sampler import check_idle
+from suspendguard.system.deadline import UNBOUNDED
 
 SOURCE = FAKES / "idle" / "fake_dcmi.c"
 MB = 1024 * 1024
@@ -100,12 +103,42 @@ def test_card_with_unreadable_device_count(libdcmi: Path, hardware: Path) -> Non
 
 
 def test_hung_call_is_abandoned_and_not_repeated(libdcmi: Path, hardware: Path) -> None:
-    hardware.write_text("cards 0\nhang dcmi_get_device_utilization_rate\n")
+    hardware.write_text("cards 0\nhang dcmi_get_device_utilization_rate 1\n")
     backend = DcmiBackend(config(libdcmi))
     with pytest.raises(QueryFailed, match=r"no answer within 0\.3 s"):
         backend.query(0.3)
     with pytest.raises(QueryFailed, match="not asked again"):
         backend.query(5.0)
+    answers_once_returned(libdcmi, hardware)
+
+
+def answers_once_returned(lib: Path, hardware: Path) -> None:
+    """Wait for the stuck call to return: the library is asked again then, and answers."""
+    hardware.write_text("cards 0\nutil 0 0 0\n")
+    cfg = config(lib, backends=("dcmi",))
+    wait_for(lambda: check_idle(cfg, ["ascend"], UNBOUNDED).state == "idle", timeout=10.0,
+             interval=0.2, message="the library was never asked again")
+
+
+def test_a_call_still_stuck_is_not_entered_again_by_a_later_check(libdcmi: Path,
+                                                                  hardware: Path) -> None:
+    """The look before the drain, the check after it and every watch look each make their own
+    backends: none may call into a library whose abandoned call has not returned."""
+    hardware.write_text("cards 0\nhang dcmi_get_device_utilization_rate 3\n")
+    log = hardware.parent / "dcmi.log"
+    cfg = config(libdcmi, backends=("dcmi",), command_timeout_s=0.3, on_unknown="veto")
+    first = check_idle(cfg, ["ascend"], UNBOUNDED)
+    assert first.state == "unknown" and "no answer within 0.3 s" in first.veto_reasons[0]
+    def entered() -> list[int]:  # what only a new call into the library logs
+        calls = log.read_text().splitlines()
+        return [calls.count("dcmi_init"), calls.count("dcmi_get_card_list")]
+
+    assert entered() == [1, 1]
+    later = check_idle(cfg, ["ascend"], UNBOUNDED)
+    assert entered() == [1, 1]  # not entered again
+    assert later.state == "unknown"
+    assert "not asked again while that call is stuck" in later.veto_reasons[0]
+    answers_once_returned(libdcmi, hardware)
 
 
 def test_missing_or_broken_library(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from types import ModuleType
 
 import pytest
 from helpers import FAKES
+from helpers.wait import wait_for
 
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
@@ -92,15 +93,29 @@ def test_driver_not_loaded_fails_the_query(pynvml: ModuleType) -> None:
 
 def test_hung_nvml_is_abandoned_and_not_asked_again(pynvml: ModuleType) -> None:
     pynvml.SCRIPT[:] = [H200_IDLE]
-    pynvml.STATE["hang_s"] = 1.0
+    pynvml.STATE["hang_s"] = 2.0
     backend = NvmlBackend(config())
     try:
         with pytest.raises(QueryFailed, match=r"no answer within 0\.2 s"):
             backend.query(0.2)
         with pytest.raises(QueryFailed, match="not asked again"):
             backend.query(5.0)
+        # The next check (after the drain, the next watch look, the health check) makes
+        # a backend of its own: it must not enter NVML either while that call is stuck.
+        with pytest.raises(QueryFailed, match="not asked again while that call is stuck"):
+            NvmlBackend(config()).query(5.0)
+        assert pynvml.STATE["calls"].count("nvmlInit") == 1
     finally:
         pynvml.STATE["hang_s"] = 0.0
+
+    def answers() -> bool:
+        try:
+            return bool(NvmlBackend(config()).query(5.0))
+        except QueryFailed:
+            return False
+
+    # Once the stuck call has returned, NVML is asked again.
+    wait_for(answers, timeout=10.0, interval=0.1, message="NVML was never asked again")
 
 
 def test_without_nvidia_ml_py(monkeypatch: pytest.MonkeyPatch) -> None:

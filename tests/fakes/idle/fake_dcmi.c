@@ -12,7 +12,7 @@
  *   util_ret CARD DEV RET         e.g. -8255: not supported
  *   procs CARD DEV PID:BYTES ...  dcmi_get_device_resource_info
  *   procs_ret CARD DEV RET
- *   hang FUNCTION                 that function sleeps for an hour
+ *   hang FUNCTION [SECONDS]       that function sleeps (an hour unless told)
  * Each call's name is appended to $FAKE_DCMI_LOG when set.
  */
 #include <stdio.h>
@@ -74,15 +74,18 @@ static void maybe_hang(const char *name)
     const char *path = getenv("FAKE_DCMI_STATE");
     char line[256], word[64], fn[128];
     FILE *f;
-    int hang = 0;
+    int hang = 0, seconds;
     if (!path || !(f = fopen(path, "r")))
         return;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "%63s %127s", word, fn) == 2 && !strcmp(word, "hang") && !strcmp(fn, name))
-            hang = 1;
+    while (fgets(line, sizeof line, f)) {
+        seconds = 3600;
+        if (sscanf(line, "%63s %127s %d", word, fn, &seconds) >= 2 && !strcmp(word, "hang")
+            && !strcmp(fn, name))
+            hang = seconds;
+    }
     fclose(f);
-    if (hang)
-        sleep(3600);
+    if (hang > 0)
+        sleep((unsigned int)hang);
 }
 
 static int ret_of(const char *key, int nargs, int a, int b)
