@@ -16,7 +16,7 @@ from dataclasses import replace
 from suspendguard.config import FAMILIES, IdleConfig
 from suspendguard.guard.run_state import NOTHING, IdleCheck, RunState, Said
 from suspendguard.guard.scan import describe_process
-from suspendguard.idle.base import IdleReport
+from suspendguard.idle.base import IdleReport, family_of
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Decision, Holder, ScanResult
 from suspendguard.system.deadline import Deadline, nap
@@ -56,14 +56,17 @@ def ask_first(r: RunState, idle_check: IdleCheck, idle: IdleConfig,
 
     Its load decides nothing (the jobs are still running); a family no
     backend can answer for is vetoed now under ``[idle] on_unknown = veto``,
-    since no drain can change that.
+    since no drain can change that. One whose backend this reading's short
+    time left unasked (another, hung, took it all) is not: that backend is
+    asked after the drain, in the run's own time.
     """
     config = replace(idle, samples=1, settle_s=0.0)
     first = idle_check(config, families, r.deadline.within(config.command_timeout_s).at_least(0.5))
     if idle.on_unknown != "veto":
         return first, NOTHING
+    untried = {family_of(name) for name in first.unasked}
     return first, Said.veto(*(Reason("device-unknown", why, device=family)
-                              for family, why in first.unknown))
+                              for family, why in first.unknown if family not in untried))
 
 
 def uninspected(refused: Sequence[int], first: IdleReport | None,

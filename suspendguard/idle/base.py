@@ -122,6 +122,8 @@ class IdleReport:
     # (family, the veto it makes under [idle] on_unknown = veto) for each
     # family no backend could answer for; also among veto_reasons or warnings.
     unknown: tuple[tuple[str, str], ...] = ()
+    # The backends the deadline (or a stop) came before they were asked at all.
+    unasked: tuple[str, ...] = ()
 
     def process_view(self, family: str) -> str:
         """The backend whose process lists cover every device of ``family`` it reported; "" if none."""

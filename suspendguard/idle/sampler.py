@@ -97,13 +97,14 @@ def check_idle(
     candidates = make_backends(config) if backends is None else list(backends)
     statuses, used = _probe(candidates, wanted)
     start = deadline.clock()
-    tracks, failed = _sample(config, used, start, deadline, sleep)
+    tracks, failed, unasked = _sample(config, used, start, deadline, sleep)
     _close(tracks, failed, config.samples, deadline.clock() - start)
     for name, why in failed.items():
         statuses[name] = BackendStatus(name, False, why)
     families_of = {b.name: b.family for b in candidates}
-    return _verdict(config, wanted, families_of, used, tracks, failed,
-                    tuple(statuses.values()))
+    report = _verdict(config, wanted, families_of, used, tracks, failed,
+                      tuple(statuses.values()))
+    return dataclasses.replace(report, unasked=unasked)
 
 
 def _probe(candidates: Sequence[Backend], wanted: tuple[str, ...],
@@ -141,11 +142,12 @@ def _sample(
     start: float,
     deadline: Deadline,
     sleep: Callable[[float], None],
-) -> tuple[Tracks, dict[str, str]]:
+) -> tuple[Tracks, dict[str, str], tuple[str, ...]]:
     """Ask ``backends`` in turn until each has decided its devices, or the deadline.
 
-    Returns every device's track and, for each backend that stopped
-    answering (or never answered), why.
+    Returns every device's track; for each backend that stopped answering
+    (or never answered), why; and the backends the deadline came before
+    they were asked at all.
     """
     settle_end = start + config.settle_s
     interval = config.interval_ms / 1000.0
@@ -171,12 +173,12 @@ def _sample(
             pause = min(interval, deadline.left())
             if pause > 0:
                 sleep(pause)
-    for backend in active:
-        if backend.name not in answered:
-            failed[backend.name] = f"{backend.name}: " + (
-                f"no answer: {deadline.cancel_reason}" if deadline.cancelled
-                else "no answer before the deadline")
-    return tracks, failed
+    unasked = tuple(b.name for b in active if b.name not in answered)
+    for name in unasked:
+        failed[name] = f"{name}: " + (
+            f"no answer: {deadline.cancel_reason}" if deadline.cancelled
+            else "no answer before the deadline")
+    return tracks, failed, unasked
 
 
 def _ask(backend: Backend, timeout_s: float) -> tuple[list[DeviceReading], str]:

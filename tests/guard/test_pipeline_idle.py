@@ -121,3 +121,37 @@ def test_hung_npu_smi_never_exceeds_the_deadline(make_config: Any, tmp_path: Pat
     report = guard(cfg, idle_check=check)
     assert time.monotonic() - started < 4 + 5  # the deadline, plus a generous margin
     assert report.to_json()["idle"]["state"] == "unknown"
+
+
+def test_a_backend_hung_before_the_drain_leaves_the_family_to_the_others(
+        make_config: Any, holders: Holders, node: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyACL hangs for the whole first reading, which left npu-smi no time: that is not "no
+    backend can answer". The job is drained, and npu-smi answers idle after the drain."""
+    import json
+
+    from suspendguard.idle.acl import AclBackend
+
+    acl_state = tmp_path / "acl.json"
+    acl_state.write_text(json.dumps({"mode": "hang", "devices": []}))
+    monkeypatch.setenv("FAKE_ACL_STATE", str(acl_state))
+    info = tmp_path / "info.txt"
+    info.write_text(npu_smi_text(None))
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(info))
+
+    def check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> Any:
+        cfg = replace(config, npu_smi=str(FAKE_NPU_SMI),
+                      ascend_env=str(FAKES / "idle" / "acl_site" / "set_env.sh"))
+        return check_idle(cfg, ["ascend"], deadline,
+                          backends=[AclBackend(cfg), NpuSmiBackend(cfg)])
+
+    proc, pid = holders.start(node)
+    cfg = make_config(idle={"command_timeout_s": 1.0, "samples": 1, "settle_s": 0.5,
+                            "interval_ms": 10})
+    report = guard(cfg, idle_check=check)
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
+    idle = report.to_json()["idle"]
+    assert idle["state"] == "idle"
+    assert {b["name"]: b["available"] for b in idle["backends"]} == {"acl": False,
+                                                                     "npu-smi": True}
