@@ -23,11 +23,18 @@ from suspendguard.system import deadline
 # The pids of the children started here, while they run: the scan leaves them out.
 _children_lock = threading.Lock()
 _children: set[int] = set()
+# Children killed at their timeout that did not go (see KILLED_GRACE_S): still
+# the guard's own, and left out of the scan until they are reaped here.
+_abandoned: list[subprocess.Popen[Any]] = []
 
 
 def active_children() -> frozenset[int]:
     """The guard's own children (probes) running now."""
     with _children_lock:
+        for proc in list(_abandoned):
+            if proc.poll() is not None:  # reaped here: its pid is free for others now
+                _abandoned.remove(proc)
+                _children.discard(proc.pid)
         return frozenset(_children)
 
 
@@ -102,17 +109,46 @@ def run(
         return proc
     _started(proc.pid)
     try:
-        try:
-            out, err = _communicate(proc, stdin, timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            out, err = proc.communicate()
-            if deadline.cancelled():
-                return RunResult(args, None, out, err, error=deadline.current().cancel_reason)
-            return RunResult(args, None, out, err, timed_out=True)
-        return RunResult(args, proc.returncode, out, err)
-    finally:
+        out, err = _communicate(proc, stdin, timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        out, err = _killed_output(proc)
+        if deadline.cancelled():
+            return RunResult(args, None, out, err, error=deadline.current().cancel_reason)
+        return RunResult(args, None, out, err, timed_out=True)
+    except BaseException:
         _ended(proc.pid)
+        raise
+    _ended(proc.pid)
+    return RunResult(args, proc.returncode, out, err)
+
+
+# How long a child killed at its timeout may take to go and close its output.
+# One stuck in the driver (state D) dies only once its call returns, and a
+# process it started in a session of its own keeps the pipes open: neither
+# may hold up the guard, whose timeout would mean nothing then.
+KILLED_GRACE_S = 1.0
+
+
+def _killed_output(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """What a killed child wrote, once it is gone; nothing if it does not go in time."""
+    try:
+        out, err = proc.communicate(timeout=KILLED_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _abandon(proc)
+        return "", ""
+    _ended(proc.pid)
+    return out, err
+
+
+def _abandon(proc: subprocess.Popen[Any]) -> None:
+    """Give up on a killed child: its pipes are closed, and it stays the guard's until reaped."""
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    with _children_lock:
+        _abandoned.append(proc)
 
 
 # How often a child's wait looks whether the guard was cancelled.
@@ -167,11 +203,15 @@ def run_bounded(argv: Sequence[str], timeout: float, max_output: int) -> RunResu
                 timed_out = True
         if timed_out or truncated:
             _kill_group(proc.pid)
-        proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        _ended(proc.pid)
+        try:
+            proc.wait(timeout=KILLED_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _abandon(proc)
+        else:
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            _ended(proc.pid)
     if truncated:
         out = out[:max_output]
         out = out[:out.rfind(b"\n") + 1]
