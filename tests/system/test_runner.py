@@ -9,8 +9,9 @@ import textwrap
 import threading
 from pathlib import Path
 
+from helpers.wait import wait_for
+
 from suspendguard.system import runner
-from tests.helpers.wait import wait_for
 
 # A tool that starts a process in a session of its own (out of the group the
 # timeout kills) which keeps the tool's output open, then hangs itself.
