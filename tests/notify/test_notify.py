@@ -31,9 +31,11 @@ from suspendguard.config import defaults
 from suspendguard.config.load import build
 from suspendguard.config.schema import NotifyConfig
 from suspendguard.errors import ConfigError
+from suspendguard.model import Unavailable
 from suspendguard.notify.tell import message, tell, told_sessions
 from suspendguard.notify.terminals import write_terminal
 from suspendguard.system.dbus.logind import LoginSession, list_sessions
+from suspendguard.system.dbus.notifications import notify
 from suspendguard.system.log import Logger
 from suspendguard.verdict import Reason, Verdict
 
@@ -178,6 +180,13 @@ def test_markup_in_a_reason_is_escaped_for_a_server_that_reads_markup(
     assert said == "suspendguard: notify: told alice's desktop\n"
     body = json.loads(log_file.read_text())["body"]
     assert body.startswith(shown)
+
+
+def test_a_session_bus_without_a_notification_server_is_named_as_the_session_bus(
+        bus: PrivateBus) -> None:
+    assert notify(bus.address, "suspendguard", "summary", "body", 5.0) == Unavailable(
+        "the notification server: unavailable: org.freedesktop.Notifications is not on the "
+        "session bus (org.freedesktop.DBus.Error.ServiceUnknown)")
 
 
 @pytest.mark.root

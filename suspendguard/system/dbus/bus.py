@@ -78,10 +78,10 @@ class Failure(Exception):
 class CallError(Failure):
     """An error reply; ``name`` is the D-Bus error name."""
 
-    def __init__(self, name: str, text: str, step: str, destination: str) -> None:
+    def __init__(self, name: str, text: str, step: str, destination: str, bus: str) -> None:
         self.name = name
         if name in _ABSENT:
-            reason = f"{destination} is not on the system bus ({name})"
+            reason = f"{destination} is not on the {bus} ({name})"
         else:
             reason = f"{step} failed: {name}: {text}"
         super().__init__(reason)
@@ -97,13 +97,14 @@ class Signal:
 
 
 class Session:
-    """One connection to the system bus for one synchronous call."""
+    """One connection to a bus (the system bus unless ``noun`` names another) for one
+    synchronous call."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, noun: str = "system bus") -> None:
         self.address = address
         # A manager's private socket is a peer, not a bus: it gets the nudge (module doc).
         self.peer = address.endswith(PRIVATE_SOCKET)
-        self.noun = "systemd private socket" if self.peer else "system bus"
+        self.noun = "systemd private socket" if self.peer else noun
         self.step = f"connecting to the {self.noun} at {address}"
         self._bus: Any = None
         self._received: set[int] = set()
@@ -167,7 +168,8 @@ class Session:
         if reply is None:
             raise Failure(f"{self.step}: the connection closed before a reply")
         if reply.message_type == MessageType.ERROR:
-            raise CallError(reply.error_name or "", _error_text(reply), self.step, destination)
+            raise CallError(reply.error_name or "", _error_text(reply), self.step, destination,
+                            self.noun)
         if reply.signature != expect:
             raise Failure(f"{self.step} answered with signature {reply.signature!r}, "
                           f"expected {expect!r}")
@@ -250,11 +252,12 @@ def optional(props: Mapping[str, Any], name: str, kind: type[T]) -> T | None:
 
 
 def converse(service: str, timeout: float, body: Callable[[Session], Awaitable[T]],
-             address: str | None = None) -> T | Unavailable:
+             address: str | None = None, noun: str = "system bus") -> T | Unavailable:
     """Run one bounded D-Bus conversation in a fresh event loop.
 
     ``service`` names the answer's source in an Unavailable reason;
-    ``address``: the bus to ask (default: :func:`system_bus_address`).
+    ``address``: the bus to ask (default: :func:`system_bus_address`), which
+    the reasons call ``noun``.
     Inside a guard run the timeout is cut to what is left of its deadline,
     and the guard's cancel (SIGTERM) ends the conversation at once.
     """
@@ -263,7 +266,7 @@ def converse(service: str, timeout: float, body: Callable[[Session], Awaitable[T
     timeout = bound.cap(timeout)
 
     async def conversation() -> T | Unavailable:
-        session = Session(address or system_bus_address())
+        session = Session(address or system_bus_address(), noun)
         ok = False
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()

@@ -50,4 +50,4 @@ def notify(address: str, app_name: str, summary: str, body: str,
             expect="u")
         return int(reply.body[0])
 
-    return converse("the notification server", timeout, call, address)
+    return converse("the notification server", timeout, call, address, "session bus")
