@@ -160,6 +160,8 @@ class _Window:
         self.unknown: list[UnknownCode] = []
         self.nul_lines = 0
         self.bad_lines = 0
+        # Failures in lines with no time, and none above: said, never counted.
+        self.unplaced: dict[str, int] = {}
 
     def account_junk(self, buf: Data, lo: int, hi: int) -> None:
         # The common case, clean text, is decided in one pass at C speed.
@@ -269,6 +271,8 @@ class _Window:
                 # A line with no time of its own, and none above it, cannot be
                 # placed inside the bounds: leave it out rather than guess.
                 if when is None:
+                    if named.rule is not None:
+                        self.unplaced[named.rule.id] = self.unplaced.get(named.rule.id, 0) + 1
                     continue
                 if self.since is not None and when < self.since:
                     continue
@@ -390,4 +394,7 @@ def read_file(
         skipped.append(Skipped(path, f"{window.nul_lines} line(s) with NUL bytes (binary) skipped"))
     if window.bad_lines:
         skipped.append(Skipped(path, f"{window.bad_lines} line(s) not UTF-8 text skipped"))
+    for rule_id, count in window.unplaced.items():
+        skipped.append(Skipped(path, f"{count} line(s) of {rule_id} with no time, and none "
+                               "above them, not placed in the time asked: not counted"))
     return FileResult(tuple(window.findings), total, tuple(skipped), tuple(window.unknown))

@@ -104,6 +104,10 @@ def test_since_filters_lines_and_skips_old_files_cheaply(tmp_path: Path) -> None
     assert rules_of(report) == [("hwts-busy-suspend", 2), ("event-id-exhausted", 3)]
     assert report.findings[1].time is None
     assert report.files_older == 1 and report.files_read == 2
+    # ... and said: a failure left out is never passed off as none
+    assert [(Path(s.path).name, s.reason) for s in report.skipped] == [
+        ("masked.log", "1 line(s) of event-id-exhausted with no time, and none above them, "
+         "not placed in the time asked: not counted")]
 
     until = search([str(log)], until=datetime(2024, 6, 1, 12, 0, 0))
     assert rules_of(until) == [("hwts-busy-suspend", 1)]
