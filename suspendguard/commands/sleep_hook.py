@@ -130,8 +130,7 @@ def post(config: Config, action: str, log: Logger) -> int:
         for note in result.notes():
             log.info(f"attempt {attempt.id}: {note}")
         if not result.findings:
-            log.info(f"attempt {attempt.id}: resumed from {action}; no documented device "
-                     "failure in the logs")
+            log.info(f"attempt {attempt.id}: resumed from {action}; {result.nothing_found()}")
     except HistoryError as exc:
         log.warning(f"history not recorded: {exc}")
     finally:

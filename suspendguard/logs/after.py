@@ -26,6 +26,8 @@ from suspendguard.model import Unavailable
 
 # The journals of all units together, inside systemd-sleep's 90 s for every hook.
 JOURNALS_DEADLINE_S = 30.0
+# Paths not read named one a line in the hook's journal; the rest counted.
+MAX_NOTES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +65,27 @@ class AfterResult:
         return lines
 
     def notes(self) -> list[str]:
-        """What could not be read, for the journal: units whose journal is not available."""
-        return [f"journal of {j.unit}: not available: {j.unavailable.reason}"
-                for j in self.journals if j.unavailable is not None]
+        """What could not be read, for the journal: log paths not read (or read only in part),
+        at most ``MAX_NOTES`` of them, and units whose journal is not available."""
+        notes = [f"device log {s.path}: {s.reason}" for s in self.skipped[:MAX_NOTES]]
+        if len(self.skipped) > MAX_NOTES:
+            notes.append(f"device logs: {len(self.skipped) - MAX_NOTES} more path(s) not read "
+                         "whole (suspendguard logs --since last-attempt names them)")
+        return notes + [f"journal of {j.unit}: not available: {j.unavailable.reason}"
+                        for j in self.journals if j.unavailable is not None]
+
+    def nothing_found(self) -> str:
+        """The line for no finding: what was read, and, where something was not, that for it
+        the answer is unknown."""
+        read = f"{self.files_read} device log file(s)"
+        read += "".join(f", the journal of {j.unit}" for j in self.journals
+                        if j.unavailable is None)
+        unread = len(self.skipped) + sum(j.unavailable is not None for j in self.journals)
+        line = f"no documented device failure in {read}"
+        if unread:
+            line += (f"; {unread} log(s) not read or read only in part (above): what they hold "
+                     "is unknown")
+        return line
 
 
 def after_attempt(
@@ -93,6 +113,9 @@ def after_attempt(
         environ=environ,
     )
     findings = [f.placed(since, until) for f in report.findings]
+    # A glob of a variable this host leaves unset names no log, as a folder it lacks does not.
+    unread = tuple(s for s in report.skipped
+                   if not (s.path in config.logs.paths and s.reason.endswith(" is not set")))
     journals = []
     deadline = time.monotonic() + JOURNALS_DEADLINE_S
     for unit in dict.fromkeys(units):
@@ -104,5 +127,5 @@ def after_attempt(
         journal = read_unit(unit, since, timeout=min(TIMEOUT_S, left), journalctl=journalctl)
         journals.append(journal)
         findings += [f.placed(since, until) for f in journal.findings]
-    return AfterResult(tuple(findings), report.files_read, report.bytes_read, report.skipped,
+    return AfterResult(tuple(findings), report.files_read, report.bytes_read, unread,
                        tuple(journals))

@@ -110,6 +110,27 @@ def test_post_records_hwts_busy_for_the_attempt(conf: Path) -> None:
     assert [e["phase"] for e in attempt["events"]] == ["post"]
 
 
+def test_post_says_what_it_could_not_read_as_unknown(conf: Path, tmp_path: Path) -> None:
+    """A log left unread is never passed off as a log without failures."""
+    from suspendguard.config import load
+    run(load(str(conf)), dry_run=False, action="suspend", origin="unit", idle_check=None,
+        log=Logger(io.StringIO(), {}), history=History.open)
+    logs = conf.parent / "logs"
+    secret = tmp_path / "elsewhere.log"
+    secret.write_text("suspend pre check fail, hwts is busy\n")
+    (logs / "plog-1.log").symlink_to(secret)
+    # masked lines (the vendor's older form) carry no time: this one cannot be placed
+    (logs / "plog-2.log").write_text(
+        "[ERROR] RUNTIME ****** EventIdAlloc:drvEventIdAlloc:errorcode = 7\n")
+    code, err = hook(conf, "post", "suspend")
+    assert code == 0
+    assert f"device log {logs}/plog-1.log: symbolic link, not followed" in err, err
+    assert "plog-2.log: 1 line(s) of event-id-exhausted with no time" in err, err
+    [last] = [line for line in err.splitlines() if "no documented device failure" in line]
+    assert last.endswith("no documented device failure in 1 device log file(s); 2 log(s) not "
+                         "read or read only in part (above): what they hold is unknown"), err
+
+
 def test_post_without_an_attempt_is_quiet(conf: Path) -> None:
     code, err = hook(conf, "post", "suspend")
     assert code == 0 and "no suspend attempt was recorded" in err

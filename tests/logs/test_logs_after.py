@@ -87,6 +87,16 @@ def test_a_missing_journal_is_a_note_not_a_failure(tmp_path: Path) -> None:
         f"journal of job.service: not available: {tmp_path}/no-journalctl: command not found"]
 
 
+def test_the_default_globs_of_unset_variables_are_no_unread_log(tmp_path: Path) -> None:
+    """Every host without $ASCEND_PROCESS_LOG_PATH would hear of logs not read at each resume."""
+    device_log(tmp_path, START + timedelta(seconds=1))
+    conf = build({"logs": {"paths": ["$ASCEND_PROCESS_LOG_PATH/**", "$ASCEND_WORK_PATH/log/**",
+                                     f"{tmp_path}/slog/**", f"{tmp_path}/absent/**"]}})
+    result = after_attempt(conf, START, until=RESUMED, environ={})
+    assert [f.rule for f in result.findings] == ["hwts-busy-suspend"]
+    assert result.skipped == () and result.notes() == []
+
+
 def holder(unit: str | None, action: Action) -> KeptRecord:
     return KeptRecord.of(pid=10, start_time=1, user="root", unit=unit, comm="python3",
                              command="python3 train.py", action=action, rule="",
