@@ -22,7 +22,15 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_C
 
 
 class Refused(Exception):
-    """A path not opened; the message is the reason the search reports."""
+    """A path not opened; the message is the reason the search reports.
+
+    ``missing``: the path does not exist (a default glob's folder on a host
+    without it), as against one there that could not be opened.
+    """
+
+    def __init__(self, reason: str, missing: bool = False) -> None:
+        super().__init__(reason)
+        self.missing = missing
 
 
 def describe(exc: OSError) -> str:
@@ -54,7 +62,7 @@ def open_base(path: str) -> tuple[int, bool]:
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError as exc:
-                raise Refused(describe(exc)) from None
+                raise Refused(describe(exc), missing=exc.errno == errno.ENOENT) from None
             if stat.S_ISLNK(st.st_mode):
                 if st.st_uid != 0:
                     raise Refused(f"symbolic link owned by uid {st.st_uid} in the path, not followed")

@@ -103,9 +103,9 @@ def _add_base(
     try:
         fd, is_dir = open_base(path)
     except Refused as exc:
-        # A default glob that matches nothing on this host is normal; a path
-        # the operator typed is not.
-        if explicit or "symbolic link" in str(exc):
+        # A default glob whose folder this host lacks is normal; a path the
+        # operator typed, or a folder there that cannot be opened, is not.
+        if explicit or not exc.missing:
             found.skipped.append(Skipped(path, str(exc)))
         return
     base = Base(path, fd, is_dir)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -288,6 +291,52 @@ def test_unreadable_file_is_reported(tmp_path: Path, mode: int) -> None:
     log.chmod(mode)
     report = search([str(tmp_path)])
     assert report.skipped and "ermission" in report.skipped[0].reason
+
+
+def as_nobody(call: Callable[[], object]) -> object:
+    """``call()`` in a forked child that runs as nobody (65534), its answer pickled back."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(rfd)
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            with os.fdopen(wfd, "wb") as out:
+                pickle.dump(call(), out)
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as got:
+        data = got.read()
+    os.waitpid(pid, 0)
+    return pickle.loads(data)
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A folder every user can walk to (pytest's tmp_path lies under root's 0700 one)."""
+    path = Path(tempfile.mkdtemp(prefix="suspendguard-logs-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def test_a_glob_folder_there_but_not_readable_is_said(open_dir: Path) -> None:
+    """As a user, /var/log/npu/slog (root's) is no folder without failures; a missing one is."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder another user cannot open")
+    slog = open_dir / "slog"
+    (slog / "device-0").mkdir(parents=True)
+    (slog / "device-0" / "device-0.log").write_text(HWTS.format(t="2023-01-01-00:00:00.000.000"))
+    slog.chmod(0o700)
+    report = as_nobody(lambda: search(patterns=[f"{slog}/**", f"{open_dir}/absent/**"]))
+    assert isinstance(report, search_module.SearchReport)
+    assert report.findings == () and report.files_read == 0
+    assert [(s.path, s.reason) for s in report.skipped] == [(str(slog), "Permission denied")]
 
 
 def test_forked_workers_give_the_serial_answer(tmp_path: Path,
