@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, TextIO
@@ -226,7 +227,9 @@ def _partly_read(skipped: Skipped) -> bool:
 def exit_status(report: SearchReport, findings: Sequence[Finding], paths: Sequence[str],
                 ctx: Context) -> int:
     """2 when a PATH typed on the command line was not read; else 1 with findings, 0 without."""
-    unread = [s for s in report.skipped if s.path in paths and not _partly_read(s)]
+    # The search names a PATH as it opened it: made absolute (``logs/walk.py``).
+    typed = {os.path.abspath(p) for p in paths}
+    unread = [s for s in report.skipped if s.path in typed and not _partly_read(s)]
     for s in unread:
         ctx.err.write(f"suspendguard: logs: {s.path}: {s.reason}\n")
     if unread:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 
 from suspendguard.cli import main
@@ -40,6 +41,17 @@ def test_a_path_that_does_not_exist_is_2_and_named(tmp_path: Path) -> None:
     assert "No documented failure found" not in out and "Nothing was read." in out
     assert code == 2
     assert err == f"suspendguard: logs: {missing}: No such file or directory\n"
+
+
+@pytest.mark.parametrize("typed", ["nonexistent", "./nonexistent.log", "gone/"])
+def test_a_relative_path_that_does_not_exist_is_2_too(tmp_path: Path, typed: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """As typed at a shell, relative or with a trailing slash: it was exit 0, as if read."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = logs(typed)
+    assert "Nothing was read." in out
+    missing = tmp_path / typed.rstrip("/")
+    assert (code, err) == (2, f"suspendguard: logs: {missing}: No such file or directory\n")
 
 
 def test_a_path_that_cannot_be_read_is_2_even_next_to_findings(tmp_path: Path) -> None:
