@@ -71,8 +71,11 @@ class AfterResult:
         if len(self.skipped) > MAX_NOTES:
             notes.append(f"device logs: {len(self.skipped) - MAX_NOTES} more path(s) not read "
                          "whole (suspendguard logs --since last-attempt names them)")
-        return notes + [f"journal of {j.unit}: not available: {j.unavailable.reason}"
-                        for j in self.journals if j.unavailable is not None]
+        for j in self.journals:
+            if j.unavailable is not None:
+                notes.append(f"journal of {j.unit}: not available: {j.unavailable.reason}")
+            notes += [f"journal of {j.unit}: {note}" for note in j.notes]
+        return notes
 
     def nothing_found(self) -> str:
         """The line for no finding: what was read, and, where something was not, that for it
@@ -80,7 +83,8 @@ class AfterResult:
         read = f"{self.files_read} device log file(s)"
         read += "".join(f", the journal of {j.unit}" for j in self.journals
                         if j.unavailable is None)
-        unread = len(self.skipped) + sum(j.unavailable is not None for j in self.journals)
+        unread = len(self.skipped) + sum(j.unavailable is not None or bool(j.notes)
+                                         for j in self.journals)
         line = f"no documented device failure in {read}"
         if unread:
             line += (f"; {unread} log(s) not read or read only in part (above): what they hold "

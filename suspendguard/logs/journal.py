@@ -6,7 +6,8 @@ It is read with ``journalctl -o json`` through the runner rather than with
 python-systemd: that is a C extension (Debian's python3-systemd) with no
 wheel for every Python, while journalctl is wherever a journal is. The
 command gets a timeout and its output a bound (``MAX_ENTRIES`` entries:
-with ``--since``, journalctl's ``-n`` keeps the first from that time on;
+with ``--since``, journalctl's ``-n`` keeps the first from that time on
+before systemd 254, the last from 254 on, and reaching it is a note;
 ``MAX_BYTES`` bytes), and no journalctl, no journal or a failing one is
 "not available" (``Unavailable``), never an error.
 """
@@ -190,6 +191,11 @@ def read_unit(unit: str, since: datetime | None, until: datetime | None = None, 
     if not result.stdout and "No journal files were found" in result.stderr:
         return UnitJournal(unit, unavailable=Unavailable(f"{journalctl}: no journal files found"))
     findings, entries, notes = parse_journal(result.stdout, unit, rules)
+    if entries >= MAX_ENTRIES:
+        # journalctl stops at -n without a word; before systemd 254 it keeps the first
+        # entries from --since on, from 254 the last ones before --until.
+        notes.append(f"the bound of {MAX_ENTRIES} entries reached (journalctl -n): entries "
+                     "of the time asked beyond it not read")
     if result.truncated:
         notes.append(f"only the first {MAX_BYTES} bytes of journalctl's output read")
     return UnitJournal(unit, tuple(findings), entries, len(result.stdout.encode()), tuple(notes))

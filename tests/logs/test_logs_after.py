@@ -9,6 +9,7 @@ from pathlib import Path
 from suspendguard.commands.sleep_hook import job_units
 from suspendguard.config import Config, build
 from suspendguard.logs.after import after_attempt
+from suspendguard.logs.journal import MAX_ENTRIES
 from suspendguard.model import Action, Outcome
 from suspendguard.record import Attempt, KeptRecord
 from suspendguard.verdict import Verdict
@@ -95,6 +96,23 @@ def test_the_default_globs_of_unset_variables_are_no_unread_log(tmp_path: Path) 
     result = after_attempt(conf, START, until=RESUMED, environ={})
     assert [f.rule for f in result.findings] == ["hwts-busy-suspend"]
     assert result.skipped == () and result.notes() == []
+
+
+def test_a_journal_read_in_part_is_said_and_never_a_clean_bill(tmp_path: Path) -> None:
+    """A job that printed more lines than the bound: the rest of its journal is unknown."""
+    journalctl = tmp_path / "journalctl"
+    entry = '{"MESSAGE": "step 1 loss 0.5", "_PID": "42", "__REALTIME_TIMESTAMP": "1"}'
+    journalctl.write_text(f"#!/bin/sh\nyes '{entry}' | head -n {MAX_ENTRIES}\n")
+    journalctl.chmod(0o755)
+    result = after_attempt(config(tmp_path), START, until=RESUMED, units=["train.service"],
+                           journalctl=str(journalctl))
+    assert result.findings == ()
+    assert result.notes() == [f"journal of train.service: the bound of {MAX_ENTRIES} entries "
+                              "reached (journalctl -n): entries of the time asked beyond it "
+                              "not read"]
+    assert result.nothing_found() == (
+        "no documented device failure in 0 device log file(s), the journal of train.service; "
+        "1 log(s) not read or read only in part (above): what they hold is unknown")
 
 
 def holder(unit: str | None, action: Action) -> KeptRecord:

@@ -143,6 +143,21 @@ def test_output_over_the_bound_is_cut_at_a_whole_entry() -> None:
     assert "not understood" not in " ".join(journal.notes)  # no half entry parsed
 
 
+def test_the_entry_bound_reached_is_said() -> None:
+    """A job that printed more than -n lets since the attempt: the rest was never read."""
+    line = json.dumps({"MESSAGE": "step 1 loss 0.5", "_PID": "42",
+                       "__REALTIME_TIMESTAMP": "1700000000000000"}) + "\n"
+
+    def flood(argv: Sequence[str], timeout: float, max_output: int) -> RunResult:
+        assert "-n" in argv and argv[argv.index("-n") + 1] == str(MAX_ENTRIES)
+        return RunResult(tuple(argv), 0, line * MAX_ENTRIES, "")
+
+    journal = read_unit(UNIT, datetime.now() - timedelta(hours=1), run=flood)
+    assert journal.entries_read == MAX_ENTRIES
+    assert journal.notes == (f"the bound of {MAX_ENTRIES} entries reached (journalctl -n): "
+                             "entries of the time asked beyond it not read",)
+
+
 def test_run_bounded_stops_a_flood_and_a_hang() -> None:
     flood = runner.run_bounded(["yes", "line"], 10.0, 100_000)
     assert flood.truncated and not flood.timed_out and flood.returncode is None
