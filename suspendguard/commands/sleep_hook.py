@@ -115,9 +115,14 @@ def post(config: Config, action: str, log: Logger) -> int:
     try:
         since = time.time() - (config.drain.deadline_s + 24 * 3600.0)
         attempt = history.last_real_attempt(action=action, since=since)
-        if attempt is None:
-            history.record_event("post", action, "resumed; no attempt recorded before it")
-            log.info(f"resumed from {action}; no suspend attempt was recorded before it")
+        # An attempt whose resume is recorded already is an earlier sleep's: this one had
+        # none (the veto unit did not run, or only looked), and the logs since that one
+        # are not this sleep's.
+        earlier = attempt is not None and any(e.phase == "post" for e in attempt.events)
+        if attempt is None or earlier:
+            last = f" (the last, {attempt.id}, was resumed from already)" if attempt else ""
+            history.record_event("post", action, f"resumed; no attempt recorded before it{last}")
+            log.info(f"resumed from {action}; no suspend attempt was recorded before it{last}")
             return 0
         history.record_event("post", action, "resumed", attempt.id)
         homes = _homes({h.holder.user for h in attempt.holders if h.holder.user})

@@ -131,6 +131,31 @@ def test_post_says_what_it_could_not_read_as_unknown(conf: Path, tmp_path: Path)
                          "read or read only in part (above): what they hold is unknown"), err
 
 
+def test_a_second_sleep_without_its_own_attempt_reads_nothing_for_the_first(conf: Path) -> None:
+    """The next sleep, the veto unit not run: the first attempt's window would have grown to
+    hours of the jobs' ordinary failures, and its findings been recorded again."""
+    from suspendguard.config import load
+    report = run(load(str(conf)), dry_run=False, action="suspend", origin="unit",
+                 idle_check=None, log=Logger(io.StringIO(), {}), history=History.open)
+    import time
+    stamp = time.strftime("%Y-%m-%d-%H:%M:%S.000.000", time.localtime(time.time() + 1))
+    log = conf.parent / "logs" / "plog-4242_1.log"
+    log.write_text(f"[ERROR] TSCH(-1,null):{stamp} (dieid:0,cpuid:0) task_scheduler_lowpower.c:"
+                   "204 suspend_ack: suspend pre check fail, hwts is busy\n")
+    assert hook(conf, "post", "suspend")[0] == 0
+    # hours later, a job's failure, then a sleep the guard recorded no attempt for
+    with log.open("a") as f:
+        f.write(f"[ERROR] RUNTIME(4242,python3):{stamp} Device[0] lost heartbeat\n")
+    code, err = hook(conf, "post", "suspend")
+    assert code == 0
+    assert (f"no suspend attempt was recorded before it (the last, {report.attempt.id}, was "
+            "resumed from already)") in err, err
+    out = io.StringIO()
+    main(["history", "--json", "--config", str(conf)], out=out, err=io.StringIO(), environ={})
+    [attempt] = json.loads(out.getvalue())["attempts"]
+    assert [f["rule"] for f in attempt["findings"]] == ["hwts-busy-suspend"]
+
+
 def test_post_without_an_attempt_is_quiet(conf: Path) -> None:
     code, err = hook(conf, "post", "suspend")
     assert code == 0 and "no suspend attempt was recorded" in err
