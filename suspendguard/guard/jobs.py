@@ -317,7 +317,7 @@ def _pgrp(proc: ProcFS, pid: int) -> int | None:
 
 def _launcher_of(root: Holder, proc: ProcFS, rules: Sequence[LauncherRule],
                  never: set[int], signum: int) -> Launcher | None:
-    pid = root.ppid
+    pid, below = root.ppid, root.start_time
     for _ in range(MAX_DEPTH):
         if pid in never:
             return None
@@ -328,6 +328,8 @@ def _launcher_of(root: Holder, proc: ProcFS, rules: Sequence[LauncherRule],
             return None
         if st is None or status is None or status.uid != root.uid:
             return None  # gone, or another user's: nothing above counts
+        if st.start_time > below:
+            return None  # started after its child: the parent left and its pid was reused
         cmdline = proc.cmdline(pid)
         exe = proc.link(pid, "exe")
         kind = (_rule_kind(rules, pid, st.comm, exe, cmdline, status.uid) or
@@ -336,7 +338,7 @@ def _launcher_of(root: Holder, proc: ProcFS, rules: Sequence[LauncherRule],
             return Launcher(pid, st.start_time, status.uid, st.comm,
                             " ".join(" ".join(a.split()) for a in cmdline) or f"[{st.comm}]",
                             kind, status.masks.disposition(signum))
-        pid = st.ppid
+        pid, below = st.ppid, st.start_time
     return None
 
 

@@ -214,3 +214,53 @@ def test_accelerate_that_started_several_ranks_is_their_agent(
     # The agent gets the one signal and forwards it: one SIGINT to each, never two.
     assert sorted(holders.signals()) == sorted([f"{pid} launcher SIGINT"] +
                                                [f"{rank} SIGINT" for rank in ranks])
+
+
+# A script that starts a job in a session of its own (setsid) and leaves, the job
+# running on (reparented).
+STARTER = """
+import subprocess, sys
+job = subprocess.Popen([sys.executable] + sys.argv[1:], stdout=subprocess.PIPE, text=True,
+                       start_new_session=True)
+print(job.stdout.readline().split()[1], flush=True)
+sys.stdin.readline()
+"""
+# A torchrun of another job (it holds nothing yet): its SIGINTs are written down.
+OTHER_TORCHRUN = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, lambda *_: open(sys.argv[1], "a").write(f"{os.getpid()} SIGINT\\n"))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_launcher_that_took_over_the_parents_pid_is_not_the_jobs(
+        node: str, holders: Holders, tmp_path: Any) -> None:
+    """The holder's parent left after the scan and a torchrun of another job got its pid:
+    that torchrun started after the holder, so it is no ancestor of it and never gets
+    the holder's signal in its place."""
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, HOLDER, "--node", node,
+                                "--marker", holders.marker], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    holders.procs.append(starter)
+    assert starter.stdout is not None and starter.stdin is not None
+    job = int(starter.stdout.readline())
+    holders.extra_pids.append(job)
+    inventory = take_inventory(DevicesConfig((), (node,), ()))
+    (holder,) = [h for h in scan_holders(inventory).holders if h.pid == job]
+    assert holder.ppid == starter.pid
+    starter.stdin.write("\n")
+    starter.stdin.close()
+    starter.wait(timeout=10)
+    script = tmp_path / "torchrun"
+    script.write_text(OTHER_TORCHRUN)
+    with open("/proc/sys/kernel/ns_last_pid", "w") as last:
+        last.write(str(starter.pid - 1))
+    other = subprocess.Popen([sys.executable, str(script), holders.marker],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    holders.procs.append(other)
+    assert other.stdout is not None and other.stdout.readline() == "ready\n"
+    assert other.pid == holder.ppid
+    p = plan([holder], ProcFS())
+    assert p.role(holder) is None, p
+    assert [h.pid for h in p.signalled()] == [job]
