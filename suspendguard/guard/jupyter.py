@@ -46,6 +46,8 @@ PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 # A parent whose command line names one of these runs the kernel for a notebook.
 SERVER_WORDS = ("jupyter", "nbclassic", "nbclient", "voila", "papermill")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The way out of a kernel that holds a device, in a veto's words.
+SHUT_DOWN = "shut the kernel down from its notebook (Kernel > Shut Down Kernel)"
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
@@ -288,8 +290,7 @@ def describe(kernel: JupyterKernel) -> str:
         where.append(f"server pid {kernel.parent[0]} {kernel.parent[1]}")
     return (f"pid {kernel.pid} {kernel.comm} (user {user_name(kernel.uid)}) is a Jupyter kernel "
             f"({', '.join(where)}): it never exits on SIGINT (SIGINT only interrupts its running "
-            f"cell); shut the kernel down from its notebook (Kernel > Shut Down Kernel), "
-            f'or set [drain] jupyter = "shutdown"')
+            f'cell); {SHUT_DOWN}, or set [drain] jupyter = "shutdown"')
 
 
 # Run by the kernel's own interpreter, as the kernel's user, from /: reads
@@ -333,9 +334,9 @@ def request_shutdown(kernel: JupyterKernel, timeout_s: float) -> str | None:
     """
     label = f"Jupyter kernel pid {kernel.pid}"
     if kernel.unreachable:
-        return f"{label}: {kernel.unreachable}; shut it down from its notebook"
+        return f"{label}: {kernel.unreachable}"
     if not kernel.python:
-        return f"{label}: its interpreter was deleted (upgraded?); shut it down from its notebook"
+        return f"{label}: its interpreter was deleted (upgraded?)"
     as_user: tuple[int, int] | None = (kernel.uid, kernel.gid)
     if os.geteuid() != 0:
         if os.geteuid() != kernel.uid:

@@ -373,9 +373,11 @@ class RunState:
         outcome = result.outcomes[holder_id(h)]
         owner = self.owner(h)
         if outcome.kind == "not-signalled" and outcome.why.startswith(UNSIGNALLABLE):
+            way = (jupyter.SHUT_DOWN if holder_id(h) in stop.asks  # SIGINT never ends a kernel
+                   else f"stop it yourself (kill -INT {h.pid})")
             return (reason_about("unsignallable", (
-                f"pid {h.pid} {h.comm} {outcome.why}: it still holds the device; stop it "
-                f"yourself (kill -INT {h.pid})"), h, owner.key),)
+                f"pid {h.pid} {h.comm} {outcome.why}: it still holds the device; {way}"), h,
+                owner.key),)
         if outcome.kind != "timeout":
             return ()
         by = f" (reported by {h.source})" if h.source != "proc" else ""

@@ -110,3 +110,21 @@ def test_a_kernels_forked_child_is_its_worker_not_a_kernel(kernel: Kernel, tmp_p
         assert f"left with its parent, pid {kernel.pid}" in kid["outcome"]["why"], kid
         assert kernel.wait_exit(5) == 0
     assert not mark.exists()  # no SIGINT reached the child
+
+
+def test_a_refused_shutdown_request_vetoes_with_the_kernels_way_out(kernel: Kernel,
+                                                                     tmp_path: Path,
+                                                                     node: str) -> None:
+    """The connection file's key is no longer the kernel's: the kernel drops the request
+    unanswered. The veto says so, and never advises SIGINT, on which a kernel never exits
+    (a busy one would lose its cell)."""
+    path = Path(kernel.connection_file)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "key": "not-the-kernels-key"}))
+    code, out, err = cli("--config", str(config(tmp_path, node, "shutdown")), "drain", "--yes",
+                         "--json")
+    report = json.loads(out)
+    assert code == 1 and report["verdict"] == "veto", (report, err)
+    (reason,) = [r for r in report["reasons"] if f"pid {kernel.pid} " in r]
+    assert "shutdown_reply" in reason, reason
+    assert "kill -INT" not in reason and "Kernel > Shut Down Kernel" in reason, reason
+    assert kernel.alive()
