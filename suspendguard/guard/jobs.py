@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 
 from suspendguard.config import LauncherRule
 from suspendguard.guard.policy import rule_matches
+from suspendguard.guard.python_argv import python_runs
 from suspendguard.model import Disposition, Holder, HolderId, holder_id
 from suspendguard.system import kcmp
 from suspendguard.system.procfs import ProcAccessError, ProcFS
@@ -96,17 +97,17 @@ def builtin_kind(cmdline: Sequence[str], exe: str) -> LauncherKind | None:
         return None
     names = [os.path.basename(exe), os.path.basename(cmdline[0])]
     if names[0].startswith("python") or names[1].startswith("python"):
-        rest = [a for a in cmdline[1:] if not a.startswith("-") or a == "-m"]
-        if len(rest) >= 2 and rest[0] == "-m":
-            module = rest[1]
-            if module in _MODULES:
-                return BUILTIN[_MODULES[module]]
-            if module == "accelerate.commands.launch":
+        how, target, after = python_runs(cmdline[1:])
+        if how == "-m":
+            if target in _MODULES:
+                return BUILTIN[_MODULES[target]]
+            if target == "accelerate.commands.launch":
                 return _accelerate(cmdline)
             return None
-        if rest and rest[0] != "-m":
-            names.append(os.path.basename(rest[0]))
-            if os.path.basename(rest[0]) == "accelerate" and "launch" in rest[1:2]:
+        if how == "script":
+            names.append(os.path.basename(target))
+            if (os.path.basename(target) == "accelerate"
+                    and [a for a in after if not a.startswith("-")][:1] == ["launch"]):
                 return _accelerate(cmdline)
     for name in names:
         if name in _SCRIPTS:

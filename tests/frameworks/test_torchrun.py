@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers.frameworks import SYSTEM_PYTHON, Job, torchrun, wait_gone
 from helpers.runners import cli
 
@@ -31,9 +32,11 @@ def holders_by_pid(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {h["pid"]: h for h in report["holders"]}
 
 
+@pytest.mark.parametrize("python_options", [(), ("-W", "ignore")], ids=["plain", "warnings"])
 def test_check_names_the_launcher_and_the_workers(tmp_path: Path, node: str, job_config: Path,
-                                                   jobs: list[Job]) -> None:
-    job = torchrun(node, tmp_path / "job")
+                                                   jobs: list[Job],
+                                                   python_options: tuple[str, ...]) -> None:
+    job = torchrun(node, tmp_path / "job", python_options=python_options)
     jobs.append(job)
     ranks = job.wait_ready()
     _code, out, _err = cli("--config", str(job_config), "check", "--json")

@@ -85,11 +85,12 @@ class Job:
 
 
 def torchrun(node: str, out: Path, *, save_s: float = 3.0, workers: int = 2,
-             max_restarts: int = 0) -> Job:
+             max_restarts: int = 0, python_options: tuple[str, ...] = ()) -> Job:
+    """``python_options``: the interpreter's own, before ``-m torch.distributed.run``."""
     need("torch")
     # Debian's torch 1.13 on Python 3.11 needs --redirects/--tee: its
     # Std.from_str("0") returns None under 3.11's enum (the package's bug).
-    argv = [SYSTEM_PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+    argv = [SYSTEM_PYTHON, *python_options, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
             "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
             "--master_port", str(free_port()), "--max_restarts", str(max_restarts),
             "--monitor_interval", "0.1",
