@@ -85,6 +85,9 @@ def _prediction(d: Decision, plan: jobs.Plan) -> Outcome:
         return Outcome("would-signal", why=f"gets {d.signal} from {job.launcher.label}, "
                                            "which the guard signals")
     why = predicted(d).why
+    if what == "beyond" and job.launcher.sigint not in ("ignored", "blocked"):
+        return Outcome("would-signal", why=f"{why}; {job.launcher.label} gets its own, which "
+                                           "it forwards to its ranks alone")
     return Outcome("would-signal", why=f"{why}; {job.launcher.label} is stopped meanwhile"
                    if what == "held" else f"{why}; {job.launcher.label} is never signalled")
 

@@ -20,7 +20,8 @@ So the holders are grouped into jobs before anyone is signalled:
   same uid that is a known launcher is the job's launcher;
 - a launcher that forwards the signal and waits for its ranks (``forward``:
   torchrun, ``accelerate launch``) gets the one signal itself, and its
-  roots get it from the launcher;
+  roots get it from the launcher; a root the agent's signal does not reach
+  (below a rank, outside the rank's process group) gets it from the guard;
 - one that kills the other ranks when one leaves and needs nothing from
   them meanwhile (``hold``: DeepSpeed's launcher, msrun) never gets it: its
   roots get it from the guard while the launcher is stopped (SIGSTOP), so
@@ -166,6 +167,14 @@ class Job:
     roots: tuple[Holder, ...]
     workers: tuple[Holder, ...] = ()
     launcher: Launcher | None = None
+    # Roots a forwarding launcher's signal does not reach (started below a rank, outside its
+    # process group): the guard signals them too.
+    beyond: frozenset[HolderId] = frozenset()
+
+    @property
+    def reached(self) -> list[HolderId]:
+        """The roots the launcher's forwarded signal reaches."""
+        return [holder_id(r) for r in self.roots if holder_id(r) not in self.beyond]
 
     @property
     def forwarded(self) -> bool:
@@ -194,7 +203,7 @@ class Plan:
                 return "worker", job
             if any(holder_id(r) == key for r in job.roots):
                 if job.forwarded:
-                    return "forwarded", job
+                    return ("beyond" if key in job.beyond else "forwarded"), job
                 if job.held:
                     return "held", job
                 if job.launcher is not None:
@@ -217,6 +226,9 @@ class Plan:
         if what == "forwarded":
             return (f"a rank of {job.launcher.label}: the signal goes to the launcher, "
                     "which forwards it once to each rank and waits")
+        if what == "beyond":
+            return (f"below a rank of {job.launcher.label}, out of reach of the signal it "
+                    "forwards to its ranks: gets the signal from the guard, the launcher its own")
         if what == "ranks":
             return (f"a rank of {job.launcher.label}, which {job.launcher.kind.restarts}: the "
                     "rank gets the signal, never the launcher")
@@ -232,7 +244,8 @@ class Plan:
 
     def signalled(self) -> list[Holder]:
         """The holders the guard itself signals."""
-        return [r for job in self.jobs if not job.forwarded for r in job.roots]
+        return [r for job in self.jobs for r in job.roots
+                if not job.forwarded or holder_id(r) in job.beyond]
 
 
 def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] = (),
@@ -266,9 +279,22 @@ def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] 
         jobs.setdefault(key, []).append(root)
         found[key] = launcher
     return Plan(tuple(
-        Job(tuple(rs), tuple(w for r in rs for w in workers.get(r.pid, ())),
-            _agent(found[key], rs))
-        for key, rs in jobs.items()))
+        Job(tuple(rs), tuple(w for r in rs for w in workers.get(r.pid, ())), agent,
+            frozenset(holder_id(r) for r in rs if not _reached(proc, agent, r, groups[r.pid])))
+        for key, rs in jobs.items() for agent in [_agent(found[key], rs)]))
+
+
+def _reached(proc: ProcFS, launcher: Launcher | None, root: Holder, group: int | None) -> bool:
+    """Whether a built-in agent's forwarded signal reaches ``root``: it signals each rank it
+    started (torch 1.13), or each rank's process group (newer torch: a session per rank)."""
+    if (launcher is None or launcher.kind not in (BUILTIN["torchrun"], BUILTIN["accelerate"])
+            or root.ppid == launcher.pid or group is None):
+        return True
+    try:
+        leader = proc.stat(group)
+    except ProcAccessError:
+        return True
+    return leader is not None and leader.ppid == launcher.pid
 
 
 def _agent(launcher: Launcher | None, roots: Sequence[Holder]) -> Launcher | None:

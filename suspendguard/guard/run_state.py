@@ -204,9 +204,9 @@ class RunState:
             if launcher is None:
                 continue
             if job.forwarded and launcher.sigint not in ("ignored", "blocked"):
-                forward.append((launcher, [holder_id(r) for r in job.roots]))
-                for r in job.roots:
-                    quiet[holder_id(r)] = f"after the {signame} {launcher.label} forwarded"
+                forward.append((launcher, job.reached))
+                for key in job.reached:
+                    quiet[key] = f"after the {signame} {launcher.label} forwarded"
             elif job.forwarded:
                 said += Said.warn(
                     f"{launcher.label} {launcher.sigint} {signame}: its ranks get it from "

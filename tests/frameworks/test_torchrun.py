@@ -94,3 +94,27 @@ def test_max_restarts_starts_no_rank_during_the_sleep(tmp_path: Path, node: str,
     restarts = [f.read_text().split()[1] for f in job.out.glob("ready-*")]
     assert restarts == ["0", "0"], restarts  # every rank that ever ran is of the first start
     assert (job.out / "ckpt.pt").exists()
+
+
+def test_a_rank_run_by_a_shell_gets_one_sigint(tmp_path: Path, node: str, job_config: Path,
+                                               jobs: list[Job]) -> None:
+    """``torchrun --no_python`` runs each rank's shell, and the shell runs the python that
+    holds the node. The agent forwards SIGINT to its shells alone, which wait for python:
+    the python ranks get their one SIGINT from the guard, the agent its own."""
+    job = torchrun(node, tmp_path / "job", save_s=1.0, shell=True)
+    jobs.append(job)
+    ranks = job.wait_ready()
+    _code, out, _err = cli("--config", str(job_config), "check", "--json")
+    by_pid = holders_by_pid(json.loads(out))
+    for rank in ranks:
+        assert f"torchrun (pid {job.pid}) gets its own" in by_pid[rank]["outcome"]["why"], \
+            by_pid[rank]
+        assert any("out of reach of the signal" in n for n in by_pid[rank]["notes"]), by_pid[rank]
+    code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+    report = json.loads(out)
+    signals = job.signals()
+    assert code == 0 and report["verdict"] == "allow", (report, err, signals)
+    got = [line.split()[1:] for line in signals if line.startswith("sigint")]
+    assert sorted(int(pid) for pid, _role in got) == sorted(ranks), signals
+    assert (job.out / "ckpt.pt").exists() and not (job.out / "ckpt.tmp").exists(), signals
+    assert wait_gone(job.pid, 10)

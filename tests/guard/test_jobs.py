@@ -273,3 +273,37 @@ def test_a_launcher_that_took_over_the_parents_pid_is_not_the_jobs(
     p = plan([holder], ProcFS())
     assert p.role(holder) is None, p
     assert [h.pid for h in p.signalled()] == [job]
+
+
+# A torchrun whose ranks are shells that run the holder (``--no_python``): as torch 1.13
+# starts its ranks, or in a session of their own, as newer torch does (it then signals
+# each rank's process group).
+SHELL_RANKS = """
+import subprocess, sys
+node, holder, session = sys.argv[1], sys.argv[2], sys.argv[3] == "session"
+shell = subprocess.Popen(["/bin/bash", "-c", f"{sys.executable} {holder} --node {node}; exit $?"],
+                         stdout=subprocess.PIPE, text=True, start_new_session=session)
+print(shell.stdout.readline().split()[1], flush=True)
+shell.wait()
+"""
+
+
+@pytest.mark.parametrize(("session", "reached"), [("plain", False), ("session", True)])
+def test_a_root_below_a_rank_is_signalled_where_the_forward_misses_it(
+        node: str, holders: Holders, tmp_path: Any, session: str, reached: bool) -> None:
+    script = tmp_path / "torchrun"
+    script.write_text(SHELL_RANKS)
+    launcher = subprocess.Popen([sys.executable, str(script), node, HOLDER, session],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+    holders.procs.append(launcher)
+    assert launcher.stdout is not None
+    job = int(launcher.stdout.readline())
+    holders.extra_pids.append(job)
+    inventory = take_inventory(DevicesConfig((), (node,), ()))
+    (holder,) = [h for h in scan_holders(inventory).holders if h.pid == job]
+    p = plan([holder], ProcFS())
+    found = p.role(holder)
+    assert found is not None and found[1].launcher is not None
+    assert found[1].launcher.pid == launcher.pid
+    assert found[0] == ("forwarded" if reached else "beyond"), p
+    assert [h.pid for h in p.signalled()] == ([] if reached else [job])

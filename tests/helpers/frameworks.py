@@ -85,16 +85,22 @@ class Job:
 
 
 def torchrun(node: str, out: Path, *, save_s: float = 3.0, workers: int = 2,
-             max_restarts: int = 0, python_options: tuple[str, ...] = ()) -> Job:
-    """``python_options``: the interpreter's own, before ``-m torch.distributed.run``."""
+             max_restarts: int = 0, python_options: tuple[str, ...] = (),
+             shell: bool = False) -> Job:
+    """``python_options``: the interpreter's own, before ``-m torch.distributed.run``.
+    ``shell``: each rank is a shell (``--no_python``) that runs the training script."""
     need("torch")
+    script = [str(HERE / "torch_job.py")]
+    if shell:  # a shell that waits for python, as a wrapper script with more to do does
+        script = ["--no_python", "/bin/bash", "-c",
+                  f'{SYSTEM_PYTHON} {script[0]} "$@"; exit $?', "rank"]
     # Debian's torch 1.13 on Python 3.11 needs --redirects/--tee: its
     # Std.from_str("0") returns None under 3.11's enum (the package's bug).
     argv = [SYSTEM_PYTHON, *python_options, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
             "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
             "--master_port", str(free_port()), "--max_restarts", str(max_restarts),
             "--monitor_interval", "0.1",
-            str(HERE / "torch_job.py"), "--node", node, "--out", str(out),
+            *script, "--node", node, "--out", str(out),
             "--save-s", str(save_s), "--workers", str(workers)]
     return Job(argv, out, 2)
 
