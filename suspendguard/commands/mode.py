@@ -18,24 +18,11 @@ MEANING = {
 }
 
 
-def _hidden(path: str) -> bool:
-    """This user may not read the mode file (the state folder is root's, 0700): what it says
-    is unknown here, whatever the guard, which runs as root, reads in it."""
-    try:
-        os.stat(path)
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return not os.access(path, os.R_OK)
-
-
 def command(args: argparse.Namespace, ctx: Context) -> int:
     state_dir = ctx.config().state.dir
     if args.mode is None:
         path = os.path.join(state_dir, guard_mode.MODE_NAME)
-        if os.geteuid() != 0 and _hidden(path):
-            # Never "enforce" in its place: the guard may be off or only observing.
+        if guard_mode.hidden(state_dir):
             ctx.err.write(f"suspendguard: mode: {path}: permission denied: only root can read "
                           "the guard's mode (sudo suspendguard mode)\n")
             return EXIT_ERROR

@@ -125,7 +125,7 @@ def collect(
     findings = tuple(doctor(Host(root), config, _vram_mb(report)))
     return Status(started, os.geteuid(), config_state, report, installation, state_dir,
                   logind, units, history, time.monotonic() - clock, config.devices.families,
-                  guard_mode.read(config.state.dir), findings,
+                  guard_mode.shown(config.state.dir), findings,
                   progress.current(config.state.dir, proc))
 
 

@@ -276,6 +276,8 @@ class Status:
                     f"it would say {v.kind} now")
         if not self.installation.enabled:
             return f"{unguarded}; the guard would say {v.kind} now"
+        if self.mode.name == "unknown":
+            return f"the next suspend: unknown: {self.mode.problem}; the dry run says {v.kind} now"
         if self.mode.name == "observe":
             return ("observe mode: the next suspend goes ahead whatever the guard finds "
                     f"(suspendguard mode enforce); it would say {v.kind} now")

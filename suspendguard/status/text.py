@@ -127,7 +127,8 @@ def _installation_lines(s: Status) -> list[str]:
     lines.append(f"  config: {s.config.path}: {s.config.describe()}")
     lines.append(f"  state dir: {s.state_dir.path}: {s.state_dir.describe()}")
     lines.append(f"  mode: {s.mode.name}" + (f" ({s.mode.problem})" if s.mode.problem else "")
-                 + ("" if s.mode.enforcing else ": suspends are not enforced (suspendguard mode enforce)"))
+                 + ("" if s.mode.name in ("enforce", "unknown")
+                    else ": suspends are not enforced (suspendguard mode enforce)"))
     if isinstance(inst.manifest, Unavailable):
         lines.append(f"  manifest: {inst.manifest.reason}")
     return lines

@@ -23,7 +23,7 @@ MODE_NAME = "mode"
 
 @dataclass(frozen=True, slots=True)
 class Mode:
-    name: str  # one of MODES
+    name: str  # one of MODES, or "unknown" to a user who may not read the file
     problem: str | None = None  # why the file was not taken at its word
 
     @property
@@ -32,6 +32,28 @@ class Mode:
 
 
 ENFORCE = Mode("enforce")
+UNKNOWN = Mode("unknown", "only root can read the guard's mode (sudo suspendguard status)")
+
+
+def hidden(state_dir: str) -> bool:
+    """This user may not read the mode file (the state folder is root's, 0700): what it says
+    is unknown here, whatever the guard, which runs as root, reads in it. Never "enforce" in
+    its place: the guard may be off or only observing."""
+    if os.geteuid() == 0:
+        return False
+    path = os.path.join(state_dir, MODE_NAME)
+    try:
+        os.stat(path)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return not os.access(path, os.R_OK)
+
+
+def shown(state_dir: str) -> Mode:
+    """The mode as this user may know it: :data:`UNKNOWN` where only root can read it."""
+    return UNKNOWN if hidden(state_dir) else read(state_dir)
 
 
 def read(state_dir: str) -> Mode:

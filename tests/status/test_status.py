@@ -483,10 +483,21 @@ def test_missing_unit_interpreter_leads_status(conf: Path, tmp_path: Path, no_bu
 
 # --- not root ---------------------------------------------------------------------------
 
-def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders) -> None:
+def nobody_suspendguard(bus: str) -> tuple[list[str], dict[str, str]]:
+    """The command line that runs this checkout's suspendguard as user nobody, and its env."""
     prefix = nobody_prefix()
     if prefix is None:
         pytest.skip("needs root and setpriv or runuser to run as nobody")
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           "PYTHONPATH": os.pathsep.join([str(REPO), *paths]),
+           "DBUS_SYSTEM_BUS_ADDRESS": bus, "HOME": "/nonexistent"}
+    python = python_for_nobody(prefix, env)
+    if python is None:
+        pytest.skip("no python interpreter that user nobody can run imports suspendguard")
+    return [*prefix, python, "-m", "suspendguard"], env
+
+def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders) -> None:
     # Somewhere nobody can read: pytest's tmp_path is root's, mode 0700.
     folder = Path(tempfile.mkdtemp(prefix="sg-status-nobody-"))
     try:
@@ -500,16 +511,8 @@ def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders
                         f'[state]\ndir = "{folder / "state"}"\n[idle]\nbackends = []\n')
         conf.chmod(0o644)
         (folder / "state").mkdir(mode=0o755)  # root's: readable, not writable, for nobody
-        paths = [p for p in sys.path if p and os.path.isdir(p)]
-        repo = str(REPO)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-               "PYTHONPATH": os.pathsep.join([repo, *paths]),
-               "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={folder / 'no-bus'}",
-               "HOME": "/nonexistent"}
-        python = python_for_nobody(prefix, env)
-        if python is None:
-            pytest.skip("no python interpreter that user nobody can run imports suspendguard")
-        proc = subprocess.run([*prefix, python, "-m", "suspendguard", "status", "--json",
+        suspendguard, env = nobody_suspendguard(f"unix:path={folder / 'no-bus'}")
+        proc = subprocess.run([*suspendguard, "status", "--json",
                                "--config", str(conf)],
                               env=env, capture_output=True, text=True, cwd="/", timeout=120)
         assert proc.returncode == 0, proc.stderr
@@ -527,7 +530,7 @@ def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders
         assert data["installation"]["state_dir"]["writable"] is False
         assert data["logind"]["available"] is False
 
-        human = subprocess.run([*prefix, python, "-m", "suspendguard", "status",
+        human = subprocess.run([*suspendguard, "status",
                                 "--config", str(conf)],
                                env=env, capture_output=True, text=True, cwd="/", timeout=120)
         assert human.returncode == 0, human.stderr
@@ -538,6 +541,50 @@ def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders
         assert "not writable by this user" in human.stdout
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_mode_only_root_can_read_is_unknown_not_enforce(no_bus: str) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="sg-status-mode-"))
+    try:
+        folder.chmod(0o755)
+        state = folder / "state"
+        state.mkdir(mode=0o700)  # root's, as the guard keeps it
+        (state / "mode").write_text("off\n")
+        conf = folder / "config.toml"
+        conf.write_text(f'[devices]\nfamilies = []\nnodes = []\n[state]\ndir = "{state}"\n'
+                        '[idle]\nbackends = []\n')
+        conf.chmod(0o644)
+        suspendguard, env = nobody_suspendguard(no_bus)
+        run = [*suspendguard, "status", "--config", str(conf)]
+        data = json.loads(subprocess.run([*run, "--json"], env=env, capture_output=True,
+                                         text=True, cwd="/", timeout=120, check=True).stdout)
+        assert data["mode"] == {"mode": "unknown",
+                                "problem": "only root can read the guard's mode "
+                                           "(sudo suspendguard status)"}
+        human = subprocess.run(run, env=env, capture_output=True, text=True, cwd="/",
+                               timeout=120, check=True).stdout
+        assert ("  mode: unknown (only root can read the guard's mode "
+                "(sudo suspendguard status))") in human.splitlines()
+        assert "enforc" not in human
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_an_unknown_mode_leads_status_as_unknown(conf: Path, tmp_path: Path,
+                                                no_bus: str) -> None:
+    from dataclasses import replace
+
+    from suspendguard.status.collect import collect
+    from suspendguard.store import mode
+
+    stage = tmp_path / "stage"
+    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
+                environ={}) == 0
+    s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
+    assert s.next_suspend() == "the next suspend would go ahead now"
+    s = replace(s, mode=mode.UNKNOWN)
+    assert s.next_suspend() == ("the next suspend: unknown: only root can read the guard's "
+                                "mode (sudo suspendguard status); the dry run says allow now")
 
 
 def test_no_backend_for_a_family_leads_status(conf: Path, tmp_path: Path, no_bus: str,
