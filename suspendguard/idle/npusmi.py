@@ -296,6 +296,23 @@ class NpuSmiBackend(Backend):
             complete = info.process_table and len(procs) < LISTED_AT_MOST
             out.append(self.reading(ident, readings, procs, "; ".join(notes),
                                     lists_processes=complete))
+        return out + self._off_table(info.processes, {(c.npu, c.chip) for c in chips}, per_npu)
+
+    def _off_table(self, processes: Iterable[NpuProcess], shown: set[tuple[int, int]],
+                   per_npu: dict[int, int]) -> list[DeviceReading]:
+        """Processes npu-smi lists on a chip its chip table does not show: a reading of
+        their own, with no load figure (unknown), so that their holders are still found."""
+        off: dict[tuple[int, int], list[NpuProcess]] = {}
+        for p in processes:
+            if (p.npu, p.chip) not in shown:
+                off.setdefault((p.npu, p.chip), []).append(p)
+        out = []
+        for (npu, chip), listed in off.items():
+            ident = ascend_device_id(npu, chip, per_npu.get(npu, 0) + 1)
+            procs = tuple(DeviceProcess(p.pid, p.name, p.memory_mb, ident, self.name)
+                          for p in listed)
+            out.append(self.reading(ident, {}, procs, "npu-smi lists processes on this chip "
+                                    "but no row of its own in the chip table"))
         return out
 
     def health(self, timeout_s: float) -> list[tuple[str, str]]:

@@ -218,3 +218,19 @@ def test_missing_tool(tmp_path: Path) -> None:
         missing.query(1.0)
     ok, why = NpuSmiBackend(config(npu_smi="npu-smi-not-installed-here")).probe()
     assert not ok and "not found on PATH" in why
+
+
+def test_process_on_a_chip_the_chip_table_does_not_show_is_kept(
+        tool_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process row whose NPU and chip have no chip row is still a holder the device names:
+    dropped, the board read idle and the holder was never looked for."""
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO",
+                       str(MADE / "910b2c-process-off-the-chip-table-reconstructed.txt"))
+    readings = {r.id: r for r in NpuSmiBackend(config()).query(5.0)}
+    assert sorted(readings) == ["npu 0", "npu 1", "npu 2"]
+    off = readings["npu 2"]
+    assert off.state == "unknown" and "no row of its own in the chip table" in off.reason
+    assert [(p.pid, p.device, p.name, p.memory_mb) for p in off.processes] == [
+        (124611, "npu 2", "python3.8", 8200.0)]
+    assert [p.pid for p in readings["npu 0"].processes] == [124528]
+    assert (readings["npu 0"].state, readings["npu 1"].state) == ("idle", "idle")
