@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -403,7 +404,8 @@ def test_prometheus_family_refuses_samples_with_other_labels() -> None:
 
 # --- configuration ----------------------------------------------------------------------
 
-def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str) -> None:
+def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[drain]\ntimeout_s = -3\n")
     code, out, err = status("--config", str(bad))
@@ -432,13 +434,20 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str) -> Non
     assert code == 0 and sample(metrics(out), "suspendguard_config_valid") == 0
     assert sample(metrics(out), "suspendguard_suspend_refused") == 1
     # With the unit enabled, the refusal leads as it stands, whatever the mode.
+    from suspendguard.config import defaults
+    from suspendguard.status import collect as collecting
     from suspendguard.status.collect import collect
     from suspendguard.store import mode
 
+    # An invalid file means the built-in state folder: this one stands in for
+    # the host's, which a test never writes.
+    state = replace(defaults().state, dir=str(tmp_path / "state"))
+    monkeypatch.setattr(collecting, "defaults", lambda: replace(defaults(), state=state))
     stage = tmp_path / "stage"
     assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
                 environ={}) == 0
     s = collect(str(bad), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
+    assert s.state_dir.path == state.dir
     mode.write(s.state_dir.path, "off")
     s = collect(str(bad), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
     assert s.mode.name == "off" and s.next_suspend() == refusal
