@@ -377,13 +377,19 @@ def test_npu_smi_still_busy_vetoes(npu_smi: Path) -> None:
     )
 
 
-def test_npu_smi_chip_dropped_from_the_table_while_busy_still_vetoes(npu_smi: Path) -> None:
-    """The recorded 310P3 frame (chip 1 of NPU 0 busy), then the same frame without that chip."""
+@pytest.mark.parametrize("its_processes", ["kept", "gone"])
+def test_npu_smi_chip_dropped_from_the_table_while_busy_still_vetoes(npu_smi: Path,
+                                                                     its_processes: str) -> None:
+    """The recorded 310P3 frame (chip 1 of NPU 0 busy), then the same frame without that chip,
+    its process row kept or gone too."""
     busy = (RECORDED / "310p3-two-chips-blank-process-names.txt").read_text()
     busy = busy.replace("| 38           ", "| 0            ")
     lines = busy.splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if line.startswith("| 1       1  "))
-    dropped = "".join(lines[:at - 1] + lines[at + 1:])
+    lines = lines[:at - 1] + lines[at + 1:]
+    if its_processes == "gone":
+        lines = [line for line in lines if not line.startswith("| 0       1 ")]
+    dropped = "".join(lines)
     npu_smi.write_text(busy)
     clock = Clock()
 
@@ -394,8 +400,12 @@ def test_npu_smi_chip_dropped_from_the_table_while_busy_still_vetoes(npu_smi: Pa
     cfg = npu_config(on_unknown="allow")
     report = check_idle(cfg, ["ascend"], Deadline(clock.now + 60, clock=clock), sleep=sleep)
     assert report.state == "busy", report
-    assert report.veto_reasons == (
-        "npu 0 chip 1 (npu-smi): AI Core 41% > 0% when npu-smi no longer reported it",)
+    # With its process rows the chip is still named, with no figure.
+    assert report.veto_reasons == ((
+        "npu 0 chip 1 (npu-smi): AI Core 41% > 0% when it gave no reading any more (no "
+        "utilization reading; npu-smi lists processes on this chip but no row of its own in "
+        "the chip table)",) if its_processes == "kept" else (
+        "npu 0 chip 1 (npu-smi): AI Core 41% > 0% when npu-smi no longer reported it",))
     assert report.warnings == ()
 
 
