@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from suspendguard.config.spec import setting
+from suspendguard.config.spec import TIMEOUT, setting
 
 DEFAULT_REMOTE = ["/usr/bin/ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "{node}"]
 
@@ -30,6 +30,7 @@ class SlurmConfig:
         120.0, "float",
         "Seconds one question to a node may take (the drain of its jobs outside Slurm "
         "included); a node that has not answered by then is held up, not powered down.",
+        bounds=TIMEOUT,
     )
     power_off: tuple[str, ...] = setting(
         [], "list",
@@ -44,7 +45,7 @@ class SlurmConfig:
     resume_wait_s: float = setting(
         240.0, "float",
         "Seconds the resume waits for a woken node's guard to answer (keep it under Slurm's "
-        "ResumeTimeout).",
+        "ResumeTimeout).", bounds=TIMEOUT,
     )
     scontrol: str = setting("/usr/bin/scontrol", "path", "Slurm's scontrol command.")
     exclude_file: str = setting(

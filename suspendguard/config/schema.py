@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 from suspendguard.config.backends import FAMILIES, IDLE_BACKENDS
 from suspendguard.config.cluster import SlurmConfig
-from suspendguard.config.spec import Spec, setting
+from suspendguard.config.spec import DAY_S, TIMEOUT, WAIT, Bounds, Spec, setting
 
 DEFAULT_STATE_DIR = "/var/lib/suspendguard"
 
@@ -131,9 +131,10 @@ class PolicyConfig:
 class DrainConfig:
     signal: str = setting("SIGINT", "signal", "Signal sent to each holder to ask it to stop.")
     timeout_s: float = setting(
-        30.0, "float", "Seconds to wait for holders to exit after the signal.",
+        30.0, "float", "Seconds to wait for holders to exit after the signal.", bounds=TIMEOUT,
     )
-    rounds: int = setting(2, "int", "Rescans after the wait for holders that appeared meanwhile.")
+    rounds: int = setting(2, "int", "Rescans after the wait for holders that appeared meanwhile.",
+                          bounds=Bounds(0, 100))
     escalate: tuple[EscalationStep, ...] = setting(
         [], "escalate",
         'Opt-in escalation steps "SIGNAL:SECONDS", e.g. ["SIGTERM:10", "SIGKILL:5"].',
@@ -164,6 +165,7 @@ class DrainConfig:
         "Hard limit for one guard run; the unit's TimeoutStartSec is this plus 20 s. Must leave "
         "room for timeout_s, the escalation steps and, with idle backends, settle_s plus "
         "twice command_timeout_s (a reading before the drain) plus 1 s, plus 2 s to answer.",
+        bounds=TIMEOUT,
     )
 
 
@@ -173,13 +175,15 @@ class IdleConfig:
         list(IDLE_BACKENDS), "choices",
         "Idle backends to try, in order; those that probe OK are used.", tuple(IDLE_BACKENDS),
     )
-    samples: int = setting(3, "int", "Consecutive idle readings needed to call a device idle.")
-    interval_ms: int = setting(200, "int", "Milliseconds between readings.")
+    samples: int = setting(3, "int", "Consecutive idle readings needed to call a device idle.",
+                           bounds=Bounds(1, 1000))
+    interval_ms: int = setting(200, "int", "Milliseconds between readings.",
+                               bounds=Bounds(0, DAY_S * 1000))
     settle_s: float = setting(
-        3.0, "float", "Seconds a device may take to read idle after a drain.",
+        3.0, "float", "Seconds a device may take to read idle after a drain.", bounds=WAIT,
     )
     busy_threshold: float = setting(
-        0.0, "float", "Utilization percent above which a reading is busy.",
+        0.0, "float", "Utilization percent above which a reading is busy.", bounds=Bounds(0, 100),
     )
     on_unknown: str = setting(
         "veto", "choice",
@@ -195,7 +199,8 @@ class IdleConfig:
         "The nvidia-smi command (name on PATH or a path); asked when NVML (nvidia-ml-py) "
         "cannot be imported.",
     )
-    command_timeout_s: float = setting(5.0, "float", "Timeout for each backend query.")
+    command_timeout_s: float = setting(5.0, "float", "Timeout for each backend query.",
+                                       bounds=TIMEOUT)
     ascend_env: str = setting(
         "", "str", "set_env.sh sourced for the pyACL probe; empty: first of the CANN defaults.",
     )
@@ -218,11 +223,12 @@ class LogsConfig:
     )
     max_bytes: int = setting(
         64 * 1024 * 1024, "int", "At most this many bytes per file, from its end.",
+        bounds=Bounds(0, 1024 * 1024 * 1024),
     )
     clock_slack_s: float = setting(
         5.0, "float",
         "After resume, also read device-log lines stamped this many seconds before the "
-        "attempt began (device clocks lag or lead the host's).",
+        "attempt began (device clocks lag or lead the host's).", bounds=WAIT,
     )
 
 
@@ -260,10 +266,12 @@ class ResumeConfig:
     )
     health_timeout_s: float = setting(
         20.0, "float", "Seconds one health probe (a child process) may take; then it is killed.",
+        bounds=TIMEOUT,
     )
     ready_timeout_s: float = setting(
         30.0, "float",
         "Ascend: how long to wait, with a growing pause, for a device that is not ready yet.",
+        bounds=WAIT,
     )
     repair: bool = setting(
         True, "bool",
@@ -310,7 +318,7 @@ class NotifyConfig:
         3.0, "float",
         "Seconds all the telling may take after the verdict, within what is left of "
         "[drain] deadline_s; a notification not delivered by then is given up (a warning in "
-        "the log). 0 tells no one.",
+        "the log). 0 tells no one.", bounds=WAIT,
     )
 
 

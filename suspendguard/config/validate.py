@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import signal
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from suspendguard.config.schema import (
     LauncherRule,
     Rule,
 )
-from suspendguard.config.spec import Spec
+from suspendguard.config.spec import TIMEOUT, WAIT, Bounds, Spec
 
 # Policy rules are matched against every holder; a list longer than this is
 # not a policy anyone writes, and validating it would eat the guard's deadline.
@@ -45,7 +44,8 @@ def validate(spec: Spec, value: Any) -> Any:
             raise Invalid(f"an absolute path, got {value!r}")
         return value
     if kind in ("int", "float"):
-        return _number(value, kind)
+        assert spec.bounds is not None  # setting() gives every number its bounds
+        return _number(value, kind, spec.bounds)
     if kind == "bool":
         if not isinstance(value, bool):
             raise Invalid("true or false")
@@ -145,18 +145,26 @@ def _str_list(value: Any) -> list[str]:
     return list(value)
 
 
-def _number(value: Any, kind: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Invalid("a number" if kind == "float" else "an integer")
-    if kind == "int" and not isinstance(value, int):
-        raise Invalid("an integer")
-    # TOML has nan and inf: nan compares false with every bound (a busy_threshold
-    # of nan would read every device idle), inf is no wait anyone means.
-    if not math.isfinite(value):
-        raise Invalid(f"a finite number, got {value}")
-    if value < 0:
-        raise Invalid(f"a number >= 0, got {value}")
+def _number(value: Any, kind: str, bounds: Bounds) -> float:
+    what = "a number" if kind == "float" else "an integer"
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (kind == "int" and not isinstance(value, int))):
+        raise Invalid(f"{what} {bounds.words()}")
+    # TOML has nan, inf and integers of any length: nan compares false with
+    # every bound (a busy_threshold of nan would read every device idle), and
+    # 1e308 s or a 400-digit integer is no wait anyone means (it would reach a
+    # unit's TimeoutStartSec as a 300-digit number).
+    if not bounds.holds(value):
+        raise Invalid(f"{what} {bounds.words()}, got {shown(value)}")
     return value
+
+
+def shown(value: float) -> str:
+    """A number as an error line gives it: an integer of many digits is cut short."""
+    text = str(value)
+    if isinstance(value, int) and len(text) > 24:
+        return f"{text[:12]}... ({len(text.lstrip('-'))} digits)"
+    return text
 
 
 def _step(item: str) -> EscalationStep:
@@ -165,8 +173,8 @@ def _step(item: str) -> EscalationStep:
         wait = float(secs) if sep else -1.0
     except ValueError:
         wait = -1.0
-    if not math.isfinite(wait) or wait < 0:
-        raise Invalid(f'steps like "SIGTERM:10", got {item!r}')
+    if not WAIT.holds(wait):
+        raise Invalid(f'steps like "SIGTERM:10", each wait {WAIT.words()} s, got {item!r}')
     return EscalationStep(_ending_signal(signal_name(name)), wait)
 
 
@@ -217,7 +225,8 @@ def _drain_rule(value: Any) -> DrainRule:
         raise Invalid("must be a table such as { uid = 1000, timeout_s = 90 }")
     timeout = value["timeout_s"]
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout) or timeout <= 0):
-        raise Invalid(f"timeout_s must be a number > 0, got {timeout!r}")
+            or not TIMEOUT.holds(timeout)):
+        got = shown(timeout) if isinstance(timeout, (int, float)) else repr(timeout)
+        raise Invalid(f"timeout_s must be a number {TIMEOUT.words()}, got {got}")
     match = {k: v for k, v in value.items() if k != "timeout_s"}
     return DrainRule(_rule(match), float(timeout))

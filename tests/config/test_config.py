@@ -11,7 +11,9 @@ from helpers.runners import cli, config_cli
 
 from suspendguard.config import SCHEMA, Rule, build, commented_default, defaults, load, to_toml
 from suspendguard.config.schema import RULE_FIELDS, RULE_HELP
+from suspendguard.config.spec import DAY_S, Bounds
 from suspendguard.errors import ConfigError
+from suspendguard.system.deadline import ANSWER_MARGIN_S
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -47,12 +49,13 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
         ("[drain]\ntimeout = 1\n", "[drain] timeout (line 2): unknown key"),
         ("[drian]\n", "unknown section [drian]"),
         ('[drain]\ntimeout_s = "30"\n', "[drain] timeout_s (line 2): expected a number"),
-        ("[drain]\ntimeout_s = -1\n", "expected a number >= 0"),
+        ("[drain]\ntimeout_s = -1\n", "expected a number > 0 and at most 86400, got -1"),
         # TOML's nan passes every comparison's bound: a nan busy_threshold reads
         # every device idle, a nan deadline_s or wait checks nothing.
-        ("[idle]\nbusy_threshold = nan\n", "[idle] busy_threshold (line 2): expected a finite number"),
-        ("[drain]\ndeadline_s = nan\n", "[drain] deadline_s (line 2): expected a finite number"),
-        ("[drain]\ndeadline_s = inf\n", "[drain] deadline_s (line 2): expected a finite number"),
+        ("[idle]\nbusy_threshold = nan\n",
+         "[idle] busy_threshold (line 2): expected a number from 0 to 100, got nan"),
+        ("[drain]\ndeadline_s = nan\n", "[drain] deadline_s (line 2): expected a number > 0"),
+        ("[drain]\ndeadline_s = inf\n", "[drain] deadline_s (line 2): expected a number > 0"),
         ('[drain]\nescalate = ["SIGTERM:nan"]\n', 'expected steps like "SIGTERM:10"'),
         ("[[policy.drain]]\nuid = 0\ntimeout_s = nan\n", "entry 1: timeout_s must be a number > 0"),
         ('[drain]\nsignal = "SIGFOO"\n', '[drain] signal (line 2): expected a signal name'),
@@ -81,7 +84,7 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
          "[policy] drain (line 1): entry 2: must be a table such as { uid = 1000, timeout_s = 90 }"),
         ("[[policy.ignore]]\n", "[policy] ignore (line 1): entry 1: needs at least one of comm"),
         ('[state]\ndir = "relative"\n', "[state] dir (line 2): expected an absolute path"),
-        ("[idle]\nsamples = 0\n", "[idle] samples (line 2): expected an integer >= 1"),
+        ("[idle]\nsamples = 0\n", "[idle] samples (line 2): expected an integer from 1 to 1000"),
         ("[drain]\ntimeout_s = 30\ndeadline_s = 20\n",
          "[drain] deadline_s (line 3): expected at least 46 ([drain] timeout_s + [idle] settle_s"),
         ("[drain]\ntimeout_s = 3\ndeadline_s = 10\n",
@@ -176,3 +179,66 @@ def test_policy_drain_rules_and_launchers_are_read_and_checked(tmp_path: Path) -
     assert 'entry 1: stop must be one of "forward", "hold"' in err, err
     code, _out, err = config_cli(path, '[[policy.drain]]\nuid = 1000\n')
     assert code == 2 and "[policy] drain" in err and "timeout_s" in err, err
+
+
+# Every number of the schema, by family: each has its range (config/spec.py).
+NUMBERS = {(section, key): spec.bounds for section, specs in SCHEMA.items()
+           for key, spec in specs.items() if spec.bounds is not None}
+FAMILIES = {
+    "timeout": [k for k, b in NUMBERS.items() if b.open_low],
+    "wait": [k for k, b in NUMBERS.items() if not b.open_low and b.high == DAY_S],
+    "count or size": [k for k, b in NUMBERS.items() if b.high not in (DAY_S, 100) or k[1] == "rounds"],
+    "percent": [("idle", "busy_threshold")],
+}
+
+
+def _out_of_range(bounds: Bounds) -> list[str]:
+    """TOML values outside ``bounds``: nan, inf, under the low end, over the high one."""
+    over = bounds.high * 10 if bounds.high * 10 < 2**63 else bounds.high + 1
+    return ["nan", "inf", "-inf", "-1", "1e308", "1" + "0" * 400, repr(over),
+            *(["0", "-0.0"] if bounds.open_low else [])]
+
+
+def test_every_number_is_in_one_family() -> None:
+    assert sorted(k for keys in FAMILIES.values() for k in keys) == sorted(NUMBERS)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_number_out_of_its_range_is_one_line_exit_2(tmp_path: Path, family: str) -> None:
+    path = tmp_path / "bad.toml"
+    for section, key in FAMILIES[family]:
+        bounds = NUMBERS[(section, key)]
+        for value in _out_of_range(bounds):
+            code, out, err = config_cli(path, f"[{section}]\n{key} = {value}\n")
+            assert code == 2 and out == "", (key, value, err)
+            assert err.count("\n") == 1 and len(err) < 200, err
+            assert err.startswith(f"suspendguard: {path}: [{section}] {key} (line 2): expected ")
+            assert bounds.words() in err, err
+
+
+@pytest.mark.parametrize("key", sorted(NUMBERS))
+def test_a_number_at_the_top_of_its_range_is_accepted(key: tuple[str, str]) -> None:
+    section, name = key
+    high = NUMBERS[key].high
+    # The drain wait, plus the time to answer, must fit in the deadline.
+    value = high - ANSWER_MARGIN_S if key == ("drain", "timeout_s") else high
+    data = {"drain": {"deadline_s": DAY_S}, "idle": {"backends": []}}
+    data.setdefault(section, {})[name] = value
+    assert getattr(getattr(build(data), section), name) == value
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('[drain]\nescalate = ["SIGTERM:1e308"]\n', "each wait from 0 to 86400 s, got 'SIGTERM:1e308'"),
+    ('[drain]\nescalate = ["SIGTERM:86401"]\n', "each wait from 0 to 86400 s"),
+    ('[drain]\nescalate = ["SIGTERM:-1"]\n', "each wait from 0 to 86400 s"),
+    ("[[policy.drain]]\nuid = 0\ntimeout_s = 1e308\n",
+     "entry 1: timeout_s must be a number > 0 and at most 86400, got 1e+308"),
+    ("[[policy.drain]]\nuid = 0\ntimeout_s = 1" + "0" * 400 + "\n",
+     "entry 1: timeout_s must be a number > 0 and at most 86400, got 100000000000... (401 digits)"),
+    ("[[policy.drain]]\nuid = 0\ntimeout_s = inf\n", "got inf"),
+])
+def test_a_wait_inside_a_list_has_the_same_range(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "bad.toml"
+    code, out, err = config_cli(path, text)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert str(path) in err and expected in err, err

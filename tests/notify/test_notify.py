@@ -358,7 +358,7 @@ def test_notify_keys_are_validated() -> None:
         ({"users": ["al ice"]}, "[notify] users: expected user names"),
         ({"users": [""]}, "[notify] users: expected user names"),
         ({"desktop": "yes"}, "[notify] desktop: expected true or false"),
-        ({"timeout_s": -1}, "[notify] timeout_s: expected a number >= 0"),
+        ({"timeout_s": -1}, "[notify] timeout_s: expected a number from 0 to 86400, got -1"),
         ({"colour": True}, "[notify] colour: unknown key"),
     ):
         with pytest.raises(ConfigError) as raised:

@@ -22,7 +22,7 @@ def test_the_defaults_ask_through_ssh_and_keep_an_exclusion_file() -> None:
 
 @pytest.mark.parametrize(("body", "said"), [
     ('exclude_file = "relative.conf"', '[slurm] exclude_file (line 2): expected an absolute path'),
-    ("timeout_s = 0", "[slurm] timeout_s (line 2): expected a number > 0, got 0"),
+    ("timeout_s = 0", "[slurm] timeout_s (line 2): expected a number > 0 and at most 86400, got 0"),
     ("resume_wait_s = 0", "[slurm] resume_wait_s (line 2): expected a number > 0"),
     ("guard = []", "[slurm] guard (line 2): expected a command"),
     ('remote = "ssh"', "[slurm] remote (line 2)"),

@@ -414,7 +414,7 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str,
     # What the unit would do with this file comes first: it would refuse every
     # suspend, once there is a unit to run it.
     refusal = ("every suspend will be refused: the config is invalid: [drain] timeout_s "
-               "(line 2): expected a number >= 0, got -3")
+               "(line 2): expected a number > 0 and at most 86400, got -3")
     assert lines[0] == ("suspends are not guarded (the veto unit is not enabled: suspendguard "
                         f"install); once it is, {refusal}")
     assert lines[1].startswith("verdict: UNKNOWN (what check --dry-run gives now)")

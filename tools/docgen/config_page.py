@@ -54,7 +54,9 @@ README_END = "<!-- config-keys:end -->"
 
 
 def kind_words(spec: Spec, quote: str = "") -> str:
-    return KINDS[spec.kind].format(choices=", ".join(f"{quote}{c}{quote}" for c in spec.choices))
+    """The key's type, and for a number its valid range, as the error line says it."""
+    words = KINDS[spec.kind].format(choices=", ".join(f"{quote}{c}{quote}" for c in spec.choices))
+    return f"{words} {spec.bounds.words()}" if spec.bounds is not None else words
 
 
 def defaults_as_written() -> dict[tuple[str, str], str]:
