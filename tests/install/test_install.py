@@ -208,6 +208,19 @@ def test_never_overwrites_an_existing_config(root: Path) -> None:
     assert (root / "etc/suspendguard").is_dir()  # the operator made it, not install
 
 
+def test_a_number_out_of_range_is_refused_and_nothing_is_written(root: Path) -> None:
+    # 1e308 s would have gone into the unit as a TimeoutStartSec of 309 digits.
+    (root / "etc/suspendguard").mkdir(parents=True)
+    (root / CONFIG).write_text("[drain]\ndeadline_s = 1e308\n")
+    before = snapshot(root)
+    status, out, err = run("install", "--root", str(root))
+    assert status == 2, err
+    assert err == (f"suspendguard: {root / CONFIG}: [drain] deadline_s (line 2): expected a "
+                   "number > 0 and at most 86400, got 1e+308\n")
+    assert out == ""
+    assert snapshot(root) == before
+
+
 def test_explicit_config_is_baked_into_unit_and_hook(root: Path) -> None:
     (root / "srv").mkdir()
     (root / "srv/sg.toml").write_text('[state]\ndir = "/srv/sg-state"\n')
