@@ -60,7 +60,8 @@ class PidTakenOver(ProcFS):
 
 
 config = build({"devices": {"families": [], "nodes": [node]}, "idle": {"backends": []},
-                "drain": {"timeout_s": 2}})
+                "drain": {"timeout_s": 2},
+                "state": {"dir": os.path.join(os.path.dirname(marker), "state")}})
 report = run(config, dry_run=False, action="suspend", origin="test", proc=PidTakenOver(),
              idle_check=None, log=Logger(io.StringIO(), {}), record=False)
 time.sleep(0.3)
