@@ -61,7 +61,8 @@ def health_step(config: Config, history: History, log: Logger) -> AfterResume:
     # restore (the jobs were held) asks the devices alone, as a repair's own check does.
     first = attempt is not None and not any(e.phase == "health" for e in attempt.events)
     outcome = after_resume(config, since, attempt.findings if attempt and first else (),
-                           blockers=Blocker(config), step=step)
+                           blockers=Blocker(config), step=step,
+                           before=history.health_before(attempt.id) if attempt else None)
     history.record_health(attempt_id, outcome.final.devices)
     for note in outcome.final.notes:
         log.info(f"after resume: {note}")

@@ -19,6 +19,7 @@ from suspendguard.guard.opening import Opening
 from suspendguard.guard.report import Report
 from suspendguard.guard.restore import restore
 from suspendguard.guard.run_state import RunOptions, RunState, Said
+from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable, holder_id
 from suspendguard.record import Attempt, Stop
 from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Deadline, bounded
@@ -67,6 +68,9 @@ def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
             # Stops written ahead are in already; the others (their row failed) go in now.
             history.finish(attempt)
             stops = history.pending_stops(opening.attempt_id)
+            if isinstance(report.idle, IdleReport):
+                history.record_health_before(opening.attempt_id, [
+                    (d.id, d.family, d.health) for d in report.idle.devices if d.health])
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
             verdict = replace(attempt.verdict,

@@ -22,6 +22,10 @@ FAMILY = "ascend"
 # npu-smi's words for a chip that works; Warning is a chip that works and
 # reports something minor (a temperature), not a device that cannot run jobs.
 GOOD = ("ok", "warning")
+# npu-smi's words from the least to the most severe (a minor, a major, a critical alarm).
+# Some boards read Alarm in plain use (a 310B4 edge board, tests/fixtures/npu-smi): a chip
+# whose word is no worse than before the suspend was not harmed by it.
+SEVERITY = ("ok", "warning", "alarm", "critical")
 # The catalog's rules (logs/rules.py) that say the device is not usable
 # after resume, with the words a held job's reason uses.
 CATALOG: Mapping[str, str] = {
@@ -30,17 +34,26 @@ CATALOG: Mapping[str, str] = {
 }
 
 
-def npu_smi_check(config: Config, timeout_s: float) -> Answer:
-    """npu-smi's Health per chip; ([], why) when npu-smi is not here."""
+def npu_smi_check(config: Config, timeout_s: float,
+                  before: Mapping[str, str] | None = None) -> Answer:
+    """npu-smi's Health per chip, judged against the chip's word before the suspend where
+    ``before`` has one; ([], why) when npu-smi is not here."""
     backend = NpuSmiBackend(config.idle)
+    earlier = before or {}
 
     def chips() -> list[DeviceHealth]:
         out = []
         for ident, word in backend.health(timeout_s):
-            good = word.strip().lower() in GOOD
-            out.append(DeviceHealth(ident, FAMILY, "healthy" if good else "unhealthy",
-                                    "" if good else f"npu-smi health {word or '(blank)'}",
-                                    "npu-smi"))
+            said = f"npu-smi health {word or '(blank)'}"
+            if word.strip().lower() in GOOD:
+                out.append(DeviceHealth(ident, FAMILY, "healthy", "", "npu-smi"))
+            elif _no_worse(word, earlier.get(ident)):
+                out.append(DeviceHealth(ident, FAMILY, "healthy",
+                                        f"{said}, as before the suspend", "npu-smi"))
+            else:
+                then = earlier.get(ident)
+                out.append(DeviceHealth(ident, FAMILY, "unhealthy", said + (
+                    f" (before the suspend: {then})" if then else ""), "npu-smi"))
         return out
 
     def failed(exc: QueryFailed) -> Answer:
@@ -49,6 +62,14 @@ def npu_smi_check(config: Config, timeout_s: float) -> Answer:
         return [DeviceHealth(FAMILY, FAMILY, "unhealthy", f"npu-smi: {exc}", "npu-smi")], ""
 
     return ask(backend, "npu-smi", chips, failed)
+
+
+def _no_worse(now: str, then: str | None) -> bool:
+    """Whether npu-smi's word ``now`` is a known one, no more severe than ``then``."""
+    words = [w.strip().lower() for w in (now, then or "")]
+    if not all(w in SEVERITY for w in words):
+        return False  # a code while the chip is not up, or no word before: as today
+    return SEVERITY.index(words[0]) <= SEVERITY.index(words[1])
 
 
 def acl_check(config: Config, timeout_s: float) -> Answer:

@@ -11,7 +11,7 @@ is a step, recorded by the caller in the history.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -86,8 +86,10 @@ def plan(config: Config) -> tuple[str, float]:
 
 
 def check(config: Config, since: datetime, findings: Iterable[FindingRecord] = (), *,
-          families: Sequence[str] | None = None, tools: Tools = Tools()) -> HealthReport:
-    """Every device of ``families`` (default: ``[devices] families``), each answer typed."""
+          families: Sequence[str] | None = None, tools: Tools = Tools(),
+          before: Mapping[str, str] | None = None) -> HealthReport:
+    """Every device of ``families`` (default: ``[devices] families``), each answer typed;
+    ``before``: each device's own health word as the guard read it before the suspend."""
     wanted = config.devices.families if families is None else families
     timeout = config.resume.health_timeout_s
     answers: list[DeviceHealth] = []
@@ -105,7 +107,7 @@ def check(config: Config, since: datetime, findings: Iterable[FindingRecord] = (
                 notes += [note] if note else []
     if "ascend" in wanted:
         live: list[DeviceHealth] = []
-        for found, note in (ascend.npu_smi_check(config, timeout),
+        for found, note in (ascend.npu_smi_check(config, timeout, before),
                             ascend.acl_check(config, timeout)):
             live += found
             notes += [note] if note else []
@@ -121,8 +123,10 @@ def check(config: Config, since: datetime, findings: Iterable[FindingRecord] = (
 
 
 def after_resume(config: Config, since: datetime, findings: Sequence[FindingRecord], *,
-                 blockers: Blockers, step: Step, tools: Tools | None = None) -> AfterResume:
-    """The check, then each repair the unhealthy families have, in order, then the check again."""
+                 blockers: Blockers, step: Step, tools: Tools | None = None,
+                 before: Mapping[str, str] | None = None) -> AfterResume:
+    """The check, then each repair the unhealthy families have, in order, then the check
+    again. ``before``: the devices' own health words before the suspend (see :func:`check`)."""
     tools = tools or Tools(modprobe=config.resume.modprobe)
     clock = time.monotonic()
     steps: list[tuple[str, str]] = []
@@ -131,7 +135,7 @@ def after_resume(config: Config, since: datetime, findings: Sequence[FindingReco
         steps.append((name, note))
         step(name, note)
 
-    first = check(config, since, findings, tools=tools)
+    first = check(config, since, findings, tools=tools, before=before)
     say("health", first.summary())
     report, repairs = first, []
     for family in dict.fromkeys(d.family for d in first.unhealthy()):
@@ -144,7 +148,7 @@ def after_resume(config: Config, since: datetime, findings: Sequence[FindingReco
                 f"{', '.join(held[:5])}, which the guard did not stop")
             continue
         if family == "ascend":
-            report = _wait_for_ascend(config, since, report, tools, say)
+            report = _wait_for_ascend(config, since, report, tools, say, before)
             repairs.append(f"waiting {config.resume.ready_timeout_s:g} s for the device")
         elif family == "nvidia":
             if not any(d.signature == UVM_SIGNATURE for d in report.unhealthy("nvidia")):
@@ -171,7 +175,7 @@ def _replace(report: HealthReport, family: str, new: HealthReport) -> HealthRepo
 
 
 def _wait_for_ascend(config: Config, since: datetime, report: HealthReport, tools: Tools,
-                     say: Step) -> HealthReport:
+                     say: Step, before: Mapping[str, str] | None) -> HealthReport:
     """Ask again, pausing 0.5 s, 1 s, 2 s ... (at most 8 s), until healthy or ready_timeout_s."""
     started = time.monotonic()
     deadline = started + config.resume.ready_timeout_s
@@ -184,7 +188,7 @@ def _wait_for_ascend(config: Config, since: datetime, report: HealthReport, tool
         pause = min(pause * 2, LONGEST_PAUSE_S)
         tries += 1
         report = _replace(report, "ascend", check(config, since, families=("ascend",),
-                                                  tools=tools))
+                                                  tools=tools, before=before))
         if not report.unhealthy("ascend"):
             break
     waited = time.monotonic() - started

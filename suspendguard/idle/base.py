@@ -78,6 +78,9 @@ class DeviceReading:
     # The backend read this device's process list in full: an empty
     # ``processes`` then means no process, not "cannot say".
     lists_processes: bool = False
+    # The device's own word for its health where the backend reads one (npu-smi's Health:
+    # OK, Warning, Alarm, Critical): kept with the attempt, for the check after resume.
+    health: str = ""
 
     def load(self) -> tuple[str, float] | None:
         """The highest compute-load reading as (words, percent), if any was read."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from suspendguard.config import IDLE_BACKENDS, IdleConfig
 from suspendguard.idle.base import (
@@ -294,8 +294,8 @@ class NpuSmiBackend(Backend):
                 notes.append("npu-smi lists no processes on this board")
             # Some products list at most eight device-side processes per chip.
             complete = info.process_table and len(procs) < LISTED_AT_MOST
-            out.append(self.reading(ident, readings, procs, "; ".join(notes),
-                                    lists_processes=complete))
+            out.append(replace(self.reading(ident, readings, procs, "; ".join(notes),
+                                            lists_processes=complete), health=chip.health))
         return out + self._off_table(info.processes, {(c.npu, c.chip) for c in chips}, per_npu)
 
     def _off_table(self, processes: Iterable[NpuProcess], shown: set[tuple[int, int]],

@@ -84,6 +84,10 @@ CREATE TABLE IF NOT EXISTS health (
     device TEXT NOT NULL, family TEXT NOT NULL, state TEXT NOT NULL,
     reason TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS health_before (
+    attempt_id INTEGER NOT NULL REFERENCES attempts(id),
+    device TEXT NOT NULL, family TEXT NOT NULL, word TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS holders_attempt ON holders(attempt_id);
 CREATE INDEX IF NOT EXISTS findings_attempt ON findings(attempt_id);
 """

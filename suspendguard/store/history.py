@@ -249,6 +249,14 @@ class History(Reads):
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 [(now, attempt_id, r.device, r.family, r.state, r.reason) for r in rows])
 
+    def record_health_before(self, attempt_id: int,
+                             words: Sequence[tuple[str, str, str]]) -> None:
+        """Each device's own health word as the guard read it before the suspend, as
+        (device, family, word): the check after resume compares with it."""
+        with self._tx() as c:
+            c.executemany("INSERT INTO health_before (attempt_id, device, family, word)"
+                          " VALUES (?, ?, ?, ?)", [(attempt_id, *w) for w in words])
+
     def record_event(self, phase: str, action: str | None, note: str = "",
                      attempt_id: int | None = None) -> None:
         with self._tx() as c:

@@ -153,6 +153,17 @@ class Reads:
         return [DeviceHealth(r[0], r[1], cast(HealthState, r[2]), r[3], time=r[4], attempt_id=r[5])
                 for r in rows]
 
+    def health_before(self, attempt_id: int) -> dict[str, str]:
+        """The devices' own health words the guard read before the attempt's suspend, by
+        device (none from a history older than them)."""
+        try:
+            with self._reading():
+                rows = self.conn.execute("SELECT device, word FROM health_before"
+                                         " WHERE attempt_id = ?", (attempt_id,)).fetchall()
+        except sqlite3.OperationalError:
+            return {}  # a file from before these words were kept, opened read-only
+        return {str(device): str(word) for device, word in rows}
+
     def pending_stops(self, attempt_id: int | None = None) -> list[Stop]:
         """Jobs stopped by the guard and not yet brought back (held ones too), oldest attempt
         first, in stop order.

@@ -155,3 +155,24 @@ def test_a_backend_hung_before_the_drain_leaves_the_family_to_the_others(
     assert idle["state"] == "idle"
     assert {b["name"]: b["available"] for b in idle["backends"]} == {"acl": False,
                                                                      "npu-smi": True}
+
+
+def test_npu_smi_health_before_the_suspend_is_kept_for_the_check_after_resume(
+        make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 310B4 edge board reads Alarm in plain use (a recorded capture): the guard keeps that
+    word with the attempt, and after resume the same Alarm does not hold the jobs back."""
+    from suspendguard.health import ascend
+    from suspendguard.store.history import History
+
+    edge = (FIXTURES / "npu-smi" / "310b4-edge-no-process-table.txt").read_text()
+    config = make_config(idle={"npu_smi": str(FAKE_NPU_SMI)})
+    report = guard(config, idle_check=idle_via_npu_smi(tmp_path, monkeypatch, [edge]))
+    assert report.verdict.kind == "allow", report.verdict.texts
+    with History.open(config.state.dir) as history:
+        before = history.health_before(report.attempt.id)
+    assert before == {"npu 0": "Alarm"}
+    found, _ = ascend.npu_smi_check(config, 5.0, before)
+    assert [(d.device, d.state, d.reason) for d in found] == [
+        ("npu 0", "healthy", "npu-smi health Alarm, as before the suspend")]
+    found, _ = ascend.npu_smi_check(config, 5.0)  # no word kept: as before this was kept
+    assert [(d.device, d.state) for d in found] == [("npu 0", "unhealthy")]

@@ -27,13 +27,14 @@ class Steps:
 
 def run(config: Any, tmp_path: Path, *, blockers: dict[str, list[str]] | None = None,
         findings: tuple[FindingRecord, ...] = (), systemctl: str = "/bin/false",
-        pauses: list[float] | None = None) -> tuple[AfterResume, Steps]:
+        pauses: list[float] | None = None,
+        before: dict[str, str] | None = None) -> tuple[AfterResume, Steps]:
     steps = Steps()
     tools = Tools(modprobe=str(MODPROBE), systemctl=systemctl,
                   journalctl=journalctl(tmp_path),
                   sleep=(pauses if pauses is not None else []).append)
     outcome = after_resume(config, SINCE, findings, blockers=lambda f: (blockers or {}).get(f, []),
-                           step=steps, tools=tools)
+                           step=steps, tools=tools, before=before)
     return outcome, steps
 
 
@@ -129,6 +130,19 @@ def test_ascend_never_ready_is_held_after_ready_timeout(npu: Any, tmp_path: Path
     assert not outcome.final.healthy
     assert outcome.held_reason().startswith("device npu 0 unhealthy: npu-smi health Alarm")
     assert outcome.held_reason().endswith("after waiting 0.3 s for the device")
+
+
+def test_ascend_alarm_as_before_the_suspend_holds_nothing_back(npu: Any, tmp_path: Path) -> None:
+    npu.alarms(1000)
+    pauses: list[float] = []
+    outcome, steps = run(npu_config(npu, ready_timeout_s=5), tmp_path, pauses=pauses,
+                         before={"npu 0": "Alarm", "npu 1": "Alarm"})
+    assert outcome.first.healthy and outcome.final.healthy and pauses == []
+    assert [s for s, _ in steps.taken] == ["health"]
+    outcome, _ = run(npu_config(npu, ready_timeout_s=0.3), tmp_path,
+                     before={"npu 0": "Alarm", "npu 1": "OK"})
+    assert outcome.held_reason().startswith(
+        "device npu 1 unhealthy: npu-smi health Alarm (before the suspend: OK)")
 
 
 def test_ascend_heartbeat_finding_waits_then_asks_the_device_again(npu: Any,

@@ -137,6 +137,17 @@ def test_npu_smi_health_per_chip(npu: Any) -> None:
                                              "npu 1 unhealthy: npu-smi health Alarm"]
 
 
+def test_npu_smi_health_is_judged_against_the_word_before_the_suspend(npu: Any) -> None:
+    npu.alarms(1)
+    found, _ = ascend.npu_smi_check(npu_config(npu), 10.0, {"npu 0": "Alarm", "npu 1": "OK"})
+    assert [(d.device, d.state, d.reason) for d in found] == [
+        ("npu 0", "healthy", "npu-smi health Alarm, as before the suspend"),
+        ("npu 1", "unhealthy", "npu-smi health Alarm (before the suspend: OK)")]
+    npu.alarms(1)
+    found, _ = ascend.npu_smi_check(npu_config(npu), 10.0, {"npu 0": "Critical", "npu 1": "0x4"})
+    assert [(d.device, d.state) for d in found] == [("npu 0", "healthy"), ("npu 1", "unhealthy")]
+
+
 def test_npu_smi_that_cannot_read_the_board_is_unhealthy(
         npu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_NPU_SMI_MODE", "fail")
