@@ -2,11 +2,11 @@
 
 The veto unit's run calls :func:`tell` once its verdict is logged, for a
 refused (veto or unknown) real sleep only. Every user with an active login
-session (or those of ``[notify] users``) is told on each login terminal
-(notify/terminals.py) and, for each active graphical session, by a desktop
-notification on the user's session bus, sent by a child run as the user
-(notify/send.py), the users' children at once: dbus-daemon admits no root
-connection to a user's bus.
+session (or those of ``[notify] users``) is told on the terminal of each text
+session (notify/terminals.py) and, for each active graphical session (never
+on its terminal: a VT no one reads), by a desktop notification on the user's
+session bus, sent by a child run as the user (notify/send.py), the users'
+children at once: dbus-daemon admits no root connection to a user's bus.
 
 All of it ends by ``until`` and within ``[notify] timeout_s``: a child that
 gets no answer is killed there (system/runner.py), and what was not told
@@ -73,10 +73,10 @@ def message(verdict: Verdict, action: str) -> Message:
 
 def told_sessions(sessions: Sequence[LoginSession], users: Sequence[str]
                   ) -> tuple[tuple[LoginSession, ...], tuple[LoginSession, ...]]:
-    """The sessions told on their terminal, and one graphical session per user told on
-    the desktop: live sessions of ``users`` (empty: of every user)."""
+    """The text sessions told on their terminal, and one graphical session per user told
+    on the desktop: live sessions of ``users`` (empty: of every user)."""
     live = [s for s in sessions if s.state != "closing" and (not users or s.name in users)]
-    terminals = {s.tty: s for s in live if s.tty}
+    terminals = {s.tty: s for s in live if s.text}
     desktops: dict[int, LoginSession] = {}
     for s in live:
         if s.graphical:

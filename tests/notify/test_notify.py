@@ -9,6 +9,7 @@ the terminal is a real pseudo-terminal whose other end the test reads.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -267,9 +268,8 @@ def test_timeout_zero_tells_no_one() -> None:
     assert out.getvalue() == ""
 
 
-@pytest.fixture
-def terminal() -> Iterator[tuple[int, str]]:
-    """A pseudo-terminal: its master fd, and its name as logind keeps it ("pts/N")."""
+@contextlib.contextmanager
+def _pty() -> Iterator[tuple[int, str]]:
     master, slave = pty.openpty()
     name = os.ttyname(slave)
     os.chmod(name, 0o620)  # mesg y
@@ -278,6 +278,20 @@ def terminal() -> Iterator[tuple[int, str]]:
     finally:
         os.close(slave)
         os.close(master)
+
+
+@pytest.fixture
+def terminal() -> Iterator[tuple[int, str]]:
+    """A pseudo-terminal: its master fd, and its name as logind keeps it ("pts/N")."""
+    with _pty() as opened:
+        yield opened
+
+
+@pytest.fixture
+def vt() -> Iterator[tuple[int, str]]:
+    """Another pseudo-terminal, standing for the VT a display server holds."""
+    with _pty() as opened:
+        yield opened
 
 
 def _read(master: int) -> str:
@@ -419,3 +433,47 @@ def test_a_nul_in_a_reason_costs_nobody_their_message(
     body = json.loads(log_file.read_text())["body"]
     assert body.startswith("npu-smi said ??[2J garbage\n")
     assert "npu-smi said ??[2J garbage" in _read(master)
+
+
+def test_a_graphical_session_s_terminal_is_not_one_to_write(
+        bus: PrivateBus, fakes: Callable[..., subprocess.Popen[str]]) -> None:
+    """logind gives a graphical session the VT its display server holds as its TTY (GDM's
+    wayland session tty2, an X session tty7): no one reads text there. Only text sessions,
+    a console or an ssh login with a pty, are written."""
+    fakes({"sessions": [
+        session("2", type="wayland", tty="tty2", seat="seat0"),
+        session("3", type="x11", tty="tty7", display=":0", seat="seat0", name="bob",
+                uid=ME + 2),
+        session("4", type="tty", tty="tty3", seat="seat0"),
+        session("5", type="tty", tty="pts/2", remote=True, name="bob", uid=ME + 2),
+        session("6", type="wayland", tty="tty4", active=False, seat="seat0", name="carol",
+                uid=ME + 3),
+    ]}, services=["logind"])
+    found = list_sessions(address=bus.address)
+    assert isinstance(found, tuple), found
+    assert found[0].tty == "tty2" and found[1].display == ":0"
+    terminals, desktops = told_sessions(found, ())
+    assert [t.tty for t in terminals] == ["tty3", "pts/2"]
+    assert [s.id for s in desktops] == ["2", "3"]
+
+
+@pytest.mark.root
+def test_a_graphical_session_gets_its_notification_and_nothing_on_its_terminal(
+        bus: PrivateBus, fakes: Callable[..., subprocess.Popen[str]],
+        notifications: Callable[..., Path], terminal: tuple[int, str],
+        vt: tuple[int, str]) -> None:
+    """Sessions as logind tells them over the bus: alice's wayland session on a VT (here a
+    pseudo-terminal of hers, open to messages) is told on the desktop only; her ssh login
+    on the other terminal gets the message there."""
+    log_file = notifications()
+    master, tty = terminal
+    vt_master, vt_tty = vt
+    fakes({"sessions": [session("2", type="wayland", tty=vt_tty, seat="seat0"),
+                        session("4", type="tty", tty=tty, remote=True)]}, services=["logind"])
+    out = io.StringIO()
+    tell(_config(), VETO, "suspend", Logger(out, {}), time.monotonic() + 10,
+         bus_address=lambda uid: bus.address)
+    assert out.getvalue() == f"suspendguard: notify: told alice on /dev/{tty}, alice's desktop\n"
+    assert _read(vt_master) == ""
+    assert _read(master).count("Message from suspendguard") == 1
+    assert len(log_file.read_text().splitlines()) == 1

@@ -229,6 +229,13 @@ class LoginSession:
         return (self.type in GRAPHICAL_TYPES and self.active and self.session_class == "user"
                 and self.state != "closing")
 
+    @property
+    def text(self) -> bool:
+        """A login whose terminal someone reads: type ``tty`` with a TTY and no display (a
+        console, an ssh login with a pty). A graphical session's TTY is the VT its display
+        server holds (tty2, tty7), where no one reads text."""
+        return self.type == "tty" and bool(self.tty) and not self.display
+
 
 def list_sessions(timeout: float = DEFAULT_TIMEOUT,
                   address: str | None = None) -> tuple[LoginSession, ...] | Unavailable:
