@@ -3,10 +3,11 @@
 The veto unit's run calls :func:`tell` once its verdict is logged, for a
 refused (veto or unknown) real sleep only. Every user with an active login
 session (or those of ``[notify] users``) is told on the terminal of each text
-session (notify/terminals.py) and, for each active graphical session (never
-on its terminal: a VT no one reads), by a desktop notification on the user's
-session bus, sent by a child run as the user (notify/send.py), the users'
-children at once: dbus-daemon admits no root connection to a user's bus.
+session, once a terminal (notify/terminals.py), and, for each active
+graphical session (never on its terminal: a VT no one reads), by a desktop
+notification on the user's session bus, sent by a child run as the user
+(notify/send.py), the users' children at once: dbus-daemon admits no root
+connection to a user's bus.
 
 All of it ends by ``until`` and within ``[notify] timeout_s``: a child that
 gets no answer is killed there (system/runner.py), and what was not told
@@ -71,17 +72,38 @@ def message(verdict: Verdict, action: str) -> Message:
     return Message(f"{action.capitalize()} refused by suspendguard", f"{first}\n{rest}")
 
 
+@dataclass(frozen=True, slots=True)
+class Terminal:
+    """One terminal, written once, and the text sessions that name it: two users' sessions
+    may name one terminal, and each user is named in the log."""
+
+    tty: str
+    sessions: tuple[LoginSession, ...]
+
+    @property
+    def uids(self) -> tuple[int, ...]:
+        """The users of its sessions: the one who owns the terminal has it written."""
+        return tuple(dict.fromkeys(s.uid for s in self.sessions))
+
+    @property
+    def who(self) -> str:
+        return " and ".join(dict.fromkeys(s.name for s in self.sessions)) + f" on /dev/{self.tty}"
+
+
 def told_sessions(sessions: Sequence[LoginSession], users: Sequence[str]
-                  ) -> tuple[tuple[LoginSession, ...], tuple[LoginSession, ...]]:
-    """The text sessions told on their terminal, and one graphical session per user told
+                  ) -> tuple[tuple[Terminal, ...], tuple[LoginSession, ...]]:
+    """The terminals of text sessions, each once, and one graphical session per user told
     on the desktop: live sessions of ``users`` (empty: of every user)."""
     live = [s for s in sessions if s.state != "closing" and (not users or s.name in users)]
-    terminals = {s.tty: s for s in live if s.text}
+    terminals: dict[str, list[LoginSession]] = {}
     desktops: dict[int, LoginSession] = {}
     for s in live:
+        if s.text:
+            terminals.setdefault(s.tty, []).append(s)
         if s.graphical:
             desktops.setdefault(s.uid, s)
-    return tuple(terminals.values()), tuple(desktops.values())
+    return (tuple(Terminal(tty, tuple(on)) for tty, on in terminals.items()),
+            tuple(desktops.values()))
 
 
 Sessions = Callable[[float], "tuple[LoginSession, ...] | Unavailable"]
@@ -126,9 +148,9 @@ def _tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, unti
                 for s in desktops]
         if config.wall:
             text = msg.terminal_text(time.time())
-            for s in terminals:
-                why = write_terminal(s.tty, s.uid, text, min(end, time.monotonic() + TERMINAL_S))
-                _note(told, missed, f"{s.name} on /dev/{s.tty}", why)
+            for t in terminals:
+                why = write_terminal(t.tty, t.uids, text, min(end, time.monotonic() + TERMINAL_S))
+                _note(told, missed, t.who, why)
         for s, future in zip(desktops, sent, strict=True):
             _note(told, missed, f"{s.name}'s desktop", future.result())
     if told:

@@ -324,12 +324,12 @@ def test_the_terminal_gets_the_message(terminal: tuple[int, str]) -> None:
 def test_mesg_n_another_owner_and_odd_names_are_left_alone(terminal: tuple[int, str]) -> None:
     master, tty = terminal
     until = time.monotonic() + 5
-    assert write_terminal(tty, ME + 1, "x", until) == (
+    assert write_terminal(tty, (ME + 1,), "x", until) == (
         f"/dev/{tty}: owned by uid {ME}, not by the session's user (uid {ME + 1})")
     os.chmod(f"/dev/{tty}", 0o600)
-    assert write_terminal(tty, ME, "x", until) == f"/dev/{tty}: messages refused (mesg n)"
+    assert write_terminal(tty, (ME,), "x", until) == f"/dev/{tty}: messages refused (mesg n)"
     for name in ("../etc/passwd", "tty", "pts/../../etc/shadow", "null", "console"):
-        assert "is not a terminal name" in str(write_terminal(name, ME, "x", until))
+        assert "is not a terminal name" in str(write_terminal(name, (ME,), "x", until))
     assert _read(master) == ""
 
 
@@ -477,3 +477,42 @@ def test_a_graphical_session_gets_its_notification_and_nothing_on_its_terminal(
     assert _read(vt_master) == ""
     assert _read(master).count("Message from suspendguard") == 1
     assert len(log_file.read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("first", ["alice", "bob"])
+def test_two_users_sessions_on_one_terminal_get_one_message_naming_both(
+        bus: PrivateBus, fakes: Callable[..., subprocess.Popen[str]],
+        terminal: tuple[int, str], first: str) -> None:
+    """logind lists alice's and bob's sessions on one terminal, alice's: it is written once,
+    checked against the user who owns it whichever session comes first, and the log names
+    both users."""
+    master, tty = terminal
+    alice = session("4", type="tty", tty=tty)
+    bob = session("5", type="tty", tty=tty, name="bob", uid=ME + 1)
+    listed = [alice, bob] if first == "alice" else [bob, alice]
+    fakes({"sessions": listed}, services=["logind"])
+    out = io.StringIO()
+    tell(_config(desktop=False), VETO, "suspend", Logger(out, {}), time.monotonic() + 5)
+    names = " and ".join(s["name"] for s in listed)
+    assert out.getvalue() == f"suspendguard: notify: told {names} on /dev/{tty}\n"
+    assert _read(master).count("Message from suspendguard") == 1
+
+
+@pytest.mark.parametrize(("mode", "users", "why"), [
+    (0o600, [("alice", ME), ("bob", ME + 1)], "messages refused (mesg n)"),
+    (0o620, [("bob", ME + 1), ("carol", ME + 2)],
+     f"owned by uid {ME}, not by a user of its sessions (uids {ME + 1}, {ME + 2})"),
+], ids=["mesg-n", "owned-by-neither"])
+def test_a_terminal_of_two_users_not_written_is_one_warning_naming_both(
+        bus: PrivateBus, fakes: Callable[..., subprocess.Popen[str]],
+        terminal: tuple[int, str], mode: int, users: list[tuple[str, int]], why: str) -> None:
+    master, tty = terminal
+    os.chmod(f"/dev/{tty}", mode)
+    fakes({"sessions": [session(str(n), type="tty", tty=tty, name=name, uid=uid)
+                        for n, (name, uid) in enumerate(users, 4)]}, services=["logind"])
+    out = io.StringIO()
+    tell(_config(desktop=False), VETO, "suspend", Logger(out, {}), time.monotonic() + 5)
+    names = " and ".join(name for name, _ in users)
+    assert out.getvalue() == (f"suspendguard: warning: notify: not told {names} on /dev/{tty}: "
+                              f"/dev/{tty}: {why}\n")
+    assert _read(master) == ""
