@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from helpers import FIXTURES as ALL_FIXTURES
+from helpers import REPO
 from helpers.runners import cli
 
 from suspendguard.commands import logs as logs_command
@@ -42,6 +44,19 @@ def test_json_output() -> None:
     assert (first["unit"], first["outside_attempt"]) == (None, None)
     assert doc["journals"] == [] and doc["attempt_started"] is None
     assert first["time"] == "2023-05-29T17:53:11.569787"
+
+
+def test_the_keys_of_a_json_finding_are_the_documented_ones() -> None:
+    """docs/commands.md lists a finding's keys in ``logs --json``: every key the output
+    has, ``described`` of a failure that names itself with a code not in the table too."""
+    code, out, _ = run(str(FIXTURES / "framework-formats.log"), "--json")
+    assert code == 1
+    keys = {key for finding in json.loads(out)["findings"] for key in finding}
+    assert "described" in keys
+    page = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
+    listed = re.search(r'JSON \(`--json`\): `\{"findings": \[\{([^}]*)\}', page)
+    assert listed is not None
+    assert keys == set(re.findall(r'"(\w+)"', listed.group(1)))
 
 
 def test_since_until_and_no_findings(tmp_path: Path) -> None:
