@@ -300,8 +300,9 @@ class NotifyConfig:
     )
     wall: bool = setting(
         True, "bool",
-        "When the guard refuses a suspend, write a message to the terminals of the users "
-        "logged in (as wall does; a terminal with mesg n is left alone).",
+        "When the guard refuses a suspend, write a message to the terminal of each text login "
+        "(a console or an ssh session; as wall does, and a terminal with mesg n is left alone; "
+        "a desktop's own terminal is not written: its users get the desktop notification).",
     )
     users: tuple[str, ...] = setting(
         [], "list",
