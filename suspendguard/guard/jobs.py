@@ -228,7 +228,9 @@ class Plan:
                     "which forwards it once to each rank and waits")
         if what == "beyond":
             return (f"below a rank of {job.launcher.label}, out of reach of the signal it "
-                    "forwards to its ranks: gets the signal from the guard, the launcher its own")
+                    "forwards to its ranks: gets the signal from the guard, the launcher its own "
+                    "(a rank's script that passes SIGINT on itself would give it a second: "
+                    "end the script with exec)")
         if what == "ranks":
             return (f"a rank of {job.launcher.label}, which {job.launcher.kind.restarts}: the "
                     "rank gets the signal, never the launcher")

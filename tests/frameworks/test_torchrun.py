@@ -109,7 +109,8 @@ def test_a_rank_run_by_a_shell_gets_one_sigint(tmp_path: Path, node: str, job_co
     for rank in ranks:
         assert f"torchrun (pid {job.pid}) gets its own" in by_pid[rank]["outcome"]["why"], \
             by_pid[rank]
-        assert any("out of reach of the signal" in n for n in by_pid[rank]["notes"]), by_pid[rank]
+        assert any("out of reach of the signal" in n and "end the script with exec" in n
+                   for n in by_pid[rank]["notes"]), by_pid[rank]
     code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
     report = json.loads(out)
     signals = job.signals()
