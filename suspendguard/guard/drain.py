@@ -8,160 +8,37 @@ the guard's own wake-up pipe), so an exit is seen the moment it happens.
 
 from __future__ import annotations
 
-import errno
-import os
 import select
 import signal
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from suspendguard.config import EscalationStep
+from suspendguard.guard.handles import (
+    POLL_S,
+    UNSIGNALLABLE,
+    Target,
+    pidfd_open,
+    send,
+    take,
+)
 from suspendguard.guard.held import Held
 from suspendguard.guard.job_stop import NO_JOBS, JobStop
 from suspendguard.model import Holder, HolderId, Outcome, holder_id
 from suspendguard.system.deadline import Cancel, Deadline
-from suspendguard.system.procfs import ProcAccessError, ProcFS
+from suspendguard.system.procfs import ProcFS
 
 Log = Callable[[str], None]
-
-# Kernels before 5.3 (still shipped by distributions the Ascend driver
-# supports) have no pidfd_open. There an fd on /proc/PID (ProcFS.open_dir)
-# stands in for the pidfd: it keeps naming the process taken, and reads
-# through it fail once that one is reaped, even if another has its PID by
-# then; the wait looks through it every POLL_S, and a zombie (exited, not yet
-# reaped by its parent; a zombie leader counts only once its last thread has
-# gone) counts as exited. Nothing is reaped here: the guard's
-# own children keep their exit status for whoever started them.
-NO_PIDFD = -1
-POLL_S = 0.01
 
 # The scan before the drain eats into the deadline too; a cut below this is
 # that, not worth a warning.
 CUT_TOLERANCE_S = 0.1
-
-_GONE = Outcome("gone-before-signal", why="exited before the signal")
-# How an Outcome says the holder is still there and the guard could not ask
-# it to stop (run_state.py vetoes on it: such a holder has no backing for allow).
-UNSIGNALLABLE = "could not be signalled"
-
-
-@dataclass(frozen=True, slots=True)
-class _Watch:
-    """Without a pidfd: the process taken, through its /proc/PID fd."""
-
-    proc: ProcFS
-    pid: int
-    at: int
-
-    def exited(self) -> bool:
-        try:
-            st = self.proc.stat(self.pid, self.at)
-        except ProcAccessError:
-            return False  # still there, only unreadable: it has not been replaced
-        if st is None:
-            return True
-        # The leader's state is the process's only while it has no other thread:
-        # a main thread that called pthread_exit is a zombie while the others
-        # run on, holding the process's fds and taking its signals.
-        return st.state == "Z" and self.proc.thread_count(self.at) <= 1
-
-
-@dataclass
-class _Target:
-    holder: Holder
-    pidfd: int  # NO_PIDFD where the kernel has none: then ``watch`` watches it
-    watch: _Watch | None
-    signalled_at: float
-    last_signal: str
-    escalated: bool = False
-    # Not signalled by the guard: why it leaves all the same (its launcher
-    # forwards the signal, or it is a worker that leaves with its parent).
-    quiet: str = ""
-    sent: bool = False  # signalled already, as the launcher of other holders
-
-    def close(self) -> None:
-        _close(self.pidfd)
-        if self.watch is not None:
-            os.close(self.watch.at)
-
 
 @dataclass(frozen=True, slots=True)
 class DrainResult:
     outcomes: dict[HolderId, Outcome]
     wait_s: float = 0.0  # how long the wait after the signal could last
     shortened: bool = False  # the deadline cut that wait below ``timeout_s``
-
-
-def _pidfd_open(pid: int) -> int:
-    if not hasattr(os, "pidfd_open"):
-        raise OSError(errno.ENOSYS, "pidfd_open is not available")
-    return os.pidfd_open(pid)
-
-
-def _take(holder: Holder, signame: str, proc: ProcFS,
-          opener: Callable[[int], int]) -> _Target | Outcome:
-    """A handle on ``holder`` if it is still the process that was scanned, else its outcome.
-
-    The handle is taken first and the start time confirmed after it, so a
-    handle that passes names the scanned process and no other.
-    """
-    watch = None
-    try:
-        fd = opener(holder.pid)
-    except ProcessLookupError:
-        return _GONE
-    except OSError as exc:
-        if exc.errno != errno.ENOSYS:
-            return Outcome("not-signalled",
-                           why=f"{UNSIGNALLABLE}: pidfd_open failed: {exc.strerror}")
-        fd = NO_PIDFD
-        try:
-            at = proc.open_dir(holder.pid)
-        except ProcAccessError:
-            at = None
-        if at is None:
-            return _GONE
-        watch = _Watch(proc, holder.pid, at)
-    target = _Target(holder, fd, watch, 0.0, signame)
-    try:
-        st = proc.stat(holder.pid, None if watch is None else watch.at)
-    except ProcAccessError:
-        st = None
-    if st is None:
-        target.close()
-        return _GONE
-    if st.start_time != holder.start_time:
-        target.close()
-        return Outcome(
-            "not-signalled",
-            why=f"pid {holder.pid} was reused by another process (start time changed)",
-        )
-    return target
-
-
-def _close(fd: int) -> None:
-    if fd >= 0:
-        os.close(fd)
-
-
-def _send(target: _Target, signum: int) -> Outcome | None:
-    """None once the signal is sent, else the holder's outcome (gone, or refused to us)."""
-    try:
-        if target.watch is None:
-            signal.pidfd_send_signal(target.pidfd, signum)
-        elif target.watch.exited():
-            return _GONE
-        else:
-            os.kill(target.holder.pid, signum)
-    except ProcessLookupError:
-        return _GONE
-    except PermissionError:
-        # Another user's process and no CAP_KILL (a unit's bounding set, a
-        # guard run by a user): it keeps running, and holding.
-        return Outcome("not-signalled",
-                       why=f"{UNSIGNALLABLE}: permission denied (another user's process, "
-                           "and the guard lacks CAP_KILL)")
-    return None
 
 
 def drain(
@@ -174,7 +51,7 @@ def drain(
     proc: ProcFS | None = None,
     log: Log = lambda _msg: None,
     progress_every_s: float = 5.0,
-    opener: Callable[[int], int] = _pidfd_open,
+    opener: Callable[[int], int] = pidfd_open,
     keep: Callable[[Sequence[Holder]], None] | None = None,
     jobs: JobStop = NO_JOBS,
 ) -> DrainResult:
@@ -192,7 +69,7 @@ def drain(
     proc = proc or ProcFS()
     watch = _Drain(deadline, log, progress_every_s)
     for holder in holders:
-        taken = _take(holder, signame, proc, opener)
+        taken = take(holder, signame, proc, opener)
         if isinstance(taken, Outcome):
             watch.outcomes[holder_id(holder)] = taken
         else:
@@ -227,31 +104,51 @@ class _Drain:
         self.clock = deadline.clock
         self.log = log
         self.progress_every_s = progress_every_s
-        self.targets: dict[int, _Target] = {}
+        self.targets: dict[int, Target] = {}
         self.outcomes: dict[HolderId, Outcome] = {}
+        self.deferred: dict[int, Callable[[], str]] = {}  # asks waiting for others to leave
+        self.jobs = NO_JOBS
+
+    def running(self) -> set[HolderId]:
+        return {holder_id(t.holder) for t in self.targets.values()}
+
+    def ask_due(self) -> None:
+        """Each deferred ask whose holders have left, sent now."""
+        for key, ask in list(self.deferred.items()):
+            target = self.targets.get(key)
+            if target is None or self.jobs.due(holder_id(target.holder), self.running()):
+                del self.deferred[key]
+                if target is not None:
+                    self._ask(key, target, ask)
 
     def send_all(self, signame: str, jobs: JobStop) -> None:
         """The signal to each holder not left quiet; a request to each asked its own way."""
         signum = int(signal.Signals[signame])
+        self.jobs = jobs
         for key, target in list(self.targets.items()):
             target.signalled_at = self.clock()
             if target.quiet or target.sent:
                 continue
             ask = jobs.asks.get(holder_id(target.holder))
-            if ask is not None:
-                error = ask()
-                if error:
-                    self._drop(key, Outcome(
-                        "not-signalled", why=f"{UNSIGNALLABLE}: {jobs.asked_as} failed: {error}"))
-                else:
-                    target.quiet = f"after {jobs.asked_as}"
-                    target.last_signal = jobs.asked_as
-                    self.log(f"sent {jobs.asked_as} to pid {target.holder.pid} "
-                             f"{target.holder.comm}")
-                continue
-            refused = _send(target, signum)
-            if refused is not None:
+            if ask is not None and not jobs.due(holder_id(target.holder), self.running()):
+                target.quiet = f"{jobs.asked_as} once the processes it started left"
+                self.deferred[key] = ask
+            elif ask is not None:
+                self._ask(key, target, ask)
+            elif (refused := send(target, signum)) is not None:
                 self._drop(key, refused)
+        self.ask_due()  # those it waited for may have been refused the signal
+
+    def _ask(self, key: int, target: Target, ask: Callable[[], str]) -> None:
+        asked_as = self.jobs.asked_as
+        error = ask()
+        if error:
+            self._drop(key, Outcome("not-signalled",
+                                    why=f"{UNSIGNALLABLE}: {asked_as} failed: {error}"))
+            return
+        target.quiet = f"after {asked_as}"
+        target.last_signal = asked_as
+        self.log(f"sent {asked_as} to pid {target.holder.pid} {target.holder.comm}")
 
     def _drop(self, key: int, outcome: Outcome) -> None:
         target = self.targets.pop(key)
@@ -292,7 +189,7 @@ class _Drain:
                     continue  # asked its own way: never signalled
                 target.last_signal = step.signal
                 target.escalated = True
-                _send(target, stepnum)
+                send(target, stepnum)
             self.log(f"escalating: sent {step.signal} to {len(self.targets)} holder(s) still "
                      "running")
             self.wait(min(self.clock() + step.wait_s, self.deadline.at))
@@ -311,7 +208,7 @@ class _Drain:
     def wait(self, until: float, rest: Collection[HolderId] = ()) -> None:
         """Until every holder left but those in ``rest``, or ``until``."""
         _wait(self.targets, self.outcomes, until, self.deadline.cancel, self.log,
-              self.progress_every_s, self.clock, rest)
+              self.progress_every_s, self.clock, rest, self.ask_due)
 
 
 def _release(held: Held | None, log: Log) -> None:
@@ -322,7 +219,7 @@ def _release(held: Held | None, log: Log) -> None:
 
 
 def _wait(
-    targets: dict[int, _Target],
+    targets: dict[int, Target],
     outcomes: dict[HolderId, Outcome],
     until: float,
     cancel: Cancel | None,
@@ -330,6 +227,7 @@ def _wait(
     progress_every_s: float,
     clock: Callable[[], float],
     rest: Collection[HolderId] = (),
+    left: Callable[[], None] = lambda: None,
 ) -> None:
     poller = select.poll()
     for key in targets:
@@ -360,6 +258,8 @@ def _wait(
             why = f"after escalation to {target.last_signal}" if target.escalated else target.quiet
             outcomes[holder_id(target.holder)] = Outcome("exited", seconds, why)
             log(f"pid {target.holder.pid} {target.holder.comm} exited after {seconds:.2f} s")
+        if ended:
+            left()
         if now >= next_progress and targets:
             waiting = ", ".join(
                 f"pid {t.holder.pid} {t.holder.comm} ({now - t.signalled_at:.0f} s)"
@@ -369,7 +269,7 @@ def _wait(
             next_progress = now + progress_every_s
 
 
-def _forward(jobs: JobStop, targets: dict[int, _Target], signame: str, proc: ProcFS,
+def _forward(jobs: JobStop, targets: dict[int, Target], signame: str, proc: ProcFS,
              opener: Callable[[int], int], log: Log) -> None:
     """The signal to each forwarding launcher; where that fails, its ranks get it from the guard."""
     signum = int(signal.Signals[signame])
@@ -378,14 +278,14 @@ def _forward(jobs: JobStop, targets: dict[int, _Target], signame: str, proc: Pro
         own = by_id.get(launcher.id)
         if own is not None:
             # The launcher holds a node too: this is its one signal as a holder as well.
-            refused = _send(own, signum)
+            refused = send(own, signum)
             own.sent = refused is None
         else:
             stand_in = Holder(launcher.pid, launcher.start_time, 0, launcher.uid, "",
                               launcher.comm, "", (), None, None, (), (), launcher.sigint)
-            taken = _take(stand_in, signame, proc, opener)
-            refused = taken if isinstance(taken, Outcome) else _send(taken, signum)
-            if isinstance(taken, _Target):
+            taken = take(stand_in, signame, proc, opener)
+            refused = taken if isinstance(taken, Outcome) else send(taken, signum)
+            if isinstance(taken, Target):
                 taken.close()
         if refused is None:
             log(f"sent {signame} to {launcher.label}, which forwards it to its "

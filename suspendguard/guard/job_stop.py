@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from suspendguard.guard.held import Held
@@ -28,6 +28,13 @@ class JobStop:
     # kernel's shutdown_request): each call returns "" once asked, else why not.
     asks: Mapping[HolderId, Callable[[], str]] = field(default_factory=dict)
     asked_as: str = "a shutdown request"
+    # The holders signalled that must leave before an ask is sent: a kernel's shutdown
+    # SIGTERMs its process group's children at once, in their save (docs/ai-frameworks.md).
+    after: Mapping[HolderId, frozenset[HolderId]] = field(default_factory=dict)
+
+    def due(self, key: HolderId, running: Collection[HolderId]) -> bool:
+        """Whether the ask of ``key`` may go now: none it waits for is ``running``."""
+        return not self.after.get(key, frozenset()) & set(running)
 
 
 NO_JOBS = JobStop()

@@ -28,10 +28,11 @@ import os
 import pwd
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from suspendguard.model import Holder
+from suspendguard.model import Holder, HolderId, holder_id
 from suspendguard.system import runner
 from suspendguard.system.procfs import ProcAccessError, ProcFS, user_name
 
@@ -378,3 +379,26 @@ def _answer(stdout: str) -> dict[str, Any] | None:
                 return None
             return value if isinstance(value, dict) else None
     return None
+
+
+def started_by(kernel: Holder, holders: Iterable[Holder], proc: ProcFS,
+               depth: int = 16) -> frozenset[HolderId]:
+    """The holders below ``kernel`` (its cells' processes): ipykernel's shutdown SIGTERMs its
+    process group's children at once, so its shutdown request waits until these have left."""
+    below = set()
+    for h in holders:
+        pid, since = h.ppid, h.start_time
+        for _ in range(depth):
+            if pid == kernel.pid or pid <= 1:
+                break
+            try:
+                st = proc.stat(pid)
+            except ProcAccessError:
+                st = None
+            if st is None or st.start_time > since:
+                pid = 0  # gone, or its pid reused by a later process: not the kernel's
+                break
+            pid, since = st.ppid, st.start_time
+        if pid == kernel.pid and h.pid != kernel.pid and kernel.start_time <= since:
+            below.add(holder_id(h))
+    return frozenset(below)

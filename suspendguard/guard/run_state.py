@@ -19,7 +19,8 @@ from types import MappingProxyType
 
 from suspendguard.config import DrainConfig, IdleConfig, PolicyConfig
 from suspendguard.guard import advice, jobs, jupyter
-from suspendguard.guard.drain import UNSIGNALLABLE, DrainResult, drain
+from suspendguard.guard.drain import DrainResult, drain
+from suspendguard.guard.handles import UNSIGNALLABLE
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.job_stop import JobStop
@@ -69,11 +70,8 @@ NOTHING = Said()
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    """What one guard run is asked to do, and the collaborators it does it with.
-
-    pipeline.run's keywords, bundled once (``proc`` and ``log`` resolved)
-    for the run and its state.
-    """
+    """What one guard run is asked to do, and the collaborators it does it with:
+    pipeline.run's keywords, bundled once (``proc`` and ``log`` resolved)."""
 
     dry_run: bool
     action: str | None  # the sleep action guarded; None from a shell
@@ -215,7 +213,9 @@ class RunState:
                 hold.append(launcher)
         asks = {holder_id(h): _shutdown(kernel) for h in kernels
                 if (kernel := self.kernel(h)) is not None}
-        return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request"), said
+        roots = [r for job in plan.jobs for r in job.roots]
+        after = {holder_id(h): jupyter.started_by(h, roots, self.options.proc) for h in kernels}
+        return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request", after), said
 
     def _confirmed(self, d: Decision) -> Decision:
         """From a shell, only the holders the operator was shown and confirmed are signalled."""

@@ -15,9 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import TESTS
 from helpers.kernels import Kernel
 from helpers.runners import cli
 from helpers.wait import wait_for
+
+CELL_JOB = TESTS / "helpers" / "cell_job.py"
 
 
 def config(tmp_path: Path, node: str, jupyter: str = "veto") -> Path:
@@ -75,6 +78,26 @@ def test_shutdown_ends_the_kernel_and_allows(kernel: Kernel, tmp_path: Path, nod
     assert kernel.wait_exit(5) == 0  # it left on its own, status 0: no signal ended it
     _code, out, _err = cli("--config", str(conf), "history", "--json")
     assert "shutdown_request" in out  # the history records how it was stopped
+
+
+def test_a_job_a_cell_started_saves_before_the_kernel_is_shut_down(
+        kernel: Kernel, tmp_path: Path, node: str) -> None:
+    """A cell's subprocess in the kernel's process group holds the node and saves on SIGINT.
+    ipykernel's shutdown SIGTERMs such children at once: the guard sends the kernel its
+    shutdown request only once the job has left, so the job gets SIGINT alone and saves."""
+    out = tmp_path / "job"
+    out.mkdir()
+    kernel.command(f"spawn {CELL_JOB} {node} {out}")
+    conf = config(tmp_path, node, "shutdown")
+    code, text, err = cli("--config", str(conf), "drain", "--yes", "--json")
+    report = json.loads(text)
+    signals = (out / "signals").read_text().splitlines() if (out / "signals").exists() else []
+    assert code == 0 and report["verdict"] == "allow", (report, err, signals)
+    assert signals == ["SIGINT"]
+    assert (out / "ckpt").read_text() == "state\n" and not (out / "ckpt.tmp").exists()
+    assert kernel.wait_exit(5) == 0
+    (held,) = [h for h in report["holders"] if h["pid"] == kernel.pid]
+    assert held["outcome"]["kind"] == "exited" and "shutdown_request" in held["outcome"]["why"]
 
 
 @pytest.mark.parametrize("jupyter", ["veto", "shutdown"])

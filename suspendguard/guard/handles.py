@@ -1,0 +1,145 @@
+"""A handle on one holder, taken race-free, and a signal sent through it.
+
+A pidfd is opened per holder and the start time re-read through /proc after
+it: if it differs from the scanned one the PID was recycled and the process
+behind it is never signalled.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from suspendguard.model import Holder, Outcome
+from suspendguard.system.procfs import ProcAccessError, ProcFS
+
+# Kernels before 5.3 (still shipped by distributions the Ascend driver
+# supports) have no pidfd_open. There an fd on /proc/PID (ProcFS.open_dir)
+# stands in for the pidfd: it keeps naming the process taken, and reads
+# through it fail once that one is reaped, even if another has its PID by
+# then; the wait looks through it every POLL_S, and a zombie (exited, not yet
+# reaped by its parent; a zombie leader counts only once its last thread has
+# gone) counts as exited. Nothing is reaped here: the guard's
+# own children keep their exit status for whoever started them.
+NO_PIDFD = -1
+POLL_S = 0.01
+
+GONE = Outcome("gone-before-signal", why="exited before the signal")
+# How an Outcome says the holder is still there and the guard could not ask
+# it to stop (run_state.py vetoes on it: such a holder has no backing for allow).
+UNSIGNALLABLE = "could not be signalled"
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """Without a pidfd: the process taken, through its /proc/PID fd."""
+
+    proc: ProcFS
+    pid: int
+    at: int
+
+    def exited(self) -> bool:
+        try:
+            st = self.proc.stat(self.pid, self.at)
+        except ProcAccessError:
+            return False  # still there, only unreadable: it has not been replaced
+        if st is None:
+            return True
+        # The leader's state is the process's only while it has no other thread:
+        # a main thread that called pthread_exit is a zombie while the others
+        # run on, holding the process's fds and taking its signals.
+        return st.state == "Z" and self.proc.thread_count(self.at) <= 1
+
+
+@dataclass
+class Target:
+    holder: Holder
+    pidfd: int  # NO_PIDFD where the kernel has none: then ``watch`` watches it
+    watch: Watch | None
+    signalled_at: float
+    last_signal: str
+    escalated: bool = False
+    # Not signalled by the guard: why it leaves all the same (its launcher
+    # forwards the signal, or it is a worker that leaves with its parent).
+    quiet: str = ""
+    sent: bool = False  # signalled already, as the launcher of other holders
+
+    def close(self) -> None:
+        close_fd(self.pidfd)
+        if self.watch is not None:
+            os.close(self.watch.at)
+
+
+def pidfd_open(pid: int) -> int:
+    if not hasattr(os, "pidfd_open"):
+        raise OSError(errno.ENOSYS, "pidfd_open is not available")
+    return os.pidfd_open(pid)
+
+
+def take(holder: Holder, signame: str, proc: ProcFS,
+          opener: Callable[[int], int]) -> Target | Outcome:
+    """A handle on ``holder`` if it is still the process that was scanned, else its outcome.
+
+    The handle is taken first and the start time confirmed after it, so a
+    handle that passes names the scanned process and no other.
+    """
+    watch = None
+    try:
+        fd = opener(holder.pid)
+    except ProcessLookupError:
+        return GONE
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            return Outcome("not-signalled",
+                           why=f"{UNSIGNALLABLE}: pidfd_open failed: {exc.strerror}")
+        fd = NO_PIDFD
+        try:
+            at = proc.open_dir(holder.pid)
+        except ProcAccessError:
+            at = None
+        if at is None:
+            return GONE
+        watch = Watch(proc, holder.pid, at)
+    target = Target(holder, fd, watch, 0.0, signame)
+    try:
+        st = proc.stat(holder.pid, None if watch is None else watch.at)
+    except ProcAccessError:
+        st = None
+    if st is None:
+        target.close()
+        return GONE
+    if st.start_time != holder.start_time:
+        target.close()
+        return Outcome(
+            "not-signalled",
+            why=f"pid {holder.pid} was reused by another process (start time changed)",
+        )
+    return target
+
+
+def close_fd(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
+
+
+def send(target: Target, signum: int) -> Outcome | None:
+    """None once the signal is sent, else the holder's outcome (gone, or refused to us)."""
+    try:
+        if target.watch is None:
+            signal.pidfd_send_signal(target.pidfd, signum)
+        elif target.watch.exited():
+            return GONE
+        else:
+            os.kill(target.holder.pid, signum)
+    except ProcessLookupError:
+        return GONE
+    except PermissionError:
+        # Another user's process and no CAP_KILL (a unit's bounding set, a
+        # guard run by a user): it keeps running, and holding.
+        return Outcome("not-signalled",
+                       why=f"{UNSIGNALLABLE}: permission denied (another user's process, "
+                           "and the guard lacks CAP_KILL)")
+    return None
