@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from suspendguard.config import Config
+from suspendguard.errors import HistoryError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.run import Caller, guard_report
 from suspendguard.guard.scan import scan_holders
 from suspendguard.health.resume import check
 from suspendguard.slurm.remote import PREFIX, ours, slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
+from suspendguard.store.history import History
 from suspendguard.system import runner
 from suspendguard.system.deadline import Deadline, bounded
 from suspendguard.system.log import Logger
@@ -68,10 +70,22 @@ def prepare(ctx: Caller, suspend: bool) -> dict[str, Any]:
 def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str, Any]:
     """The devices' health after a wake: allow when all are healthy, else why not."""
     node = this_node(config.slurm, environ)
-    report = check(config, datetime.fromtimestamp(since, timezone.utc))
+    report = check(config, datetime.fromtimestamp(since, timezone.utc),
+                   before=_words_before(config))
     bad = [Reason("unhealthy-after-resume", f"device {d.describe()}", device=d.family)
            for d in report.unhealthy()]
     return answer(node, "veto" if bad else "allow", bad, summary=report.summary())
+
+
+def _words_before(config: Config) -> dict[str, str] | None:
+    """The devices' own health words the guard read before its last suspend (npu-smi's
+    Health), which the check after the wake compares with; None where none can be read."""
+    try:
+        with History.open(config.state.dir, readonly=True) as history:
+            attempt = history.last_real_attempt()
+            return history.health_before(attempt.id) if attempt else None
+    except HistoryError:
+        return None
 
 
 def rejoin(config: Config, environ: Mapping[str, str], boot: bool) -> dict[str, Any]:

@@ -176,3 +176,35 @@ def test_npu_smi_health_before_the_suspend_is_kept_for_the_check_after_resume(
         ("npu 0", "healthy", "npu-smi health Alarm, as before the suspend")]
     found, _ = ascend.npu_smi_check(config, 5.0)  # no word kept: as before this was kept
     assert [(d.device, d.state) for d in found] == [("npu 0", "unhealthy")]
+
+
+def test_a_slurm_node_awake_judges_npu_smi_health_against_the_word_before_the_suspend(
+        make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Slurm node's check after a wake compares too: the 310B4 edge board's Alarm, read
+    before the suspend as after, lets the node back; Alarm after OK, or no word kept, does not."""
+    import time
+
+    from suspendguard.slurm import node
+
+    edge = (FIXTURES / "npu-smi" / "310b4-edge-no-process-table.txt").read_text()
+    config = make_config(idle={"npu_smi": str(FAKE_NPU_SMI)})
+    awake = make_config(idle={"npu_smi": str(FAKE_NPU_SMI)}, devices={"families": ["ascend"]})
+    alarm = tmp_path / "alarm.txt"
+    alarm.write_text(edge)
+
+    def wake() -> dict[str, Any]:
+        monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(alarm))
+        return node.awake(awake, {}, time.time())
+
+    assert wake()["verdict"] == "veto"  # no attempt recorded: as before words were kept
+    ok = edge.replace("| Alarm ", "| OK    ")
+    assert guard(config, idle_check=idle_via_npu_smi(tmp_path, monkeypatch, [ok])
+                 ).verdict.kind == "allow"
+    doc = wake()
+    assert doc["verdict"] == "veto", doc
+    assert "npu-smi health Alarm (before the suspend: OK)" in doc["summary"], doc
+    assert guard(config, idle_check=idle_via_npu_smi(tmp_path, monkeypatch, [edge])
+                 ).verdict.kind == "allow"
+    doc = wake()
+    assert doc["verdict"] == "allow", doc
+    assert "npu-smi health Alarm, as before the suspend" in doc["summary"], doc
