@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import MODPROBE, Gpu
+from helpers import FIXTURES
 from helpers.holders import Holders
 from helpers.journal import entries, standing_in, unfilled
 from helpers.records import ended, finding
@@ -52,6 +53,16 @@ def stopped_job(state: Path) -> int:
         h.finish(ended(attempt, "allow", finished=now - 4, stops=[Stop(
             Owner("systemd-service", "train.service"), 0, now - 4.5)]))
     return attempt
+
+
+def ascend_conf(tmp_path: Path, npu: Any) -> Path:
+    """A config on the fake npu-smi and pyACL, with [resume] repair = false."""
+    conf = tmp_path / "config.toml"
+    conf.write_text(
+        f'[devices]\nfamilies = ["ascend"]\n[state]\ndir = "{tmp_path / "state"}"\n'
+        f'[idle]\nbackends = []\nnpu_smi = "{npu.tool}"\nascend_env = "{npu.env}"\n'
+        '[resume]\nrepair = false\n')
+    return conf
 
 
 def history(state: Path) -> Any:
@@ -170,11 +181,7 @@ def test_a_log_finding_holds_once_and_the_next_restore_asks_the_devices(
     # [resume] repair = false: nothing checks again within the restore. The
     # finding the resume left counts at its first check; the restore after the
     # hold asks the devices alone, and npu-smi and pyACL answer healthy.
-    conf = tmp_path / "config.toml"
-    conf.write_text(
-        f'[devices]\nfamilies = ["ascend"]\n[state]\ndir = "{tmp_path / "state"}"\n'
-        f'[idle]\nbackends = []\nnpu_smi = "{npu.tool}"\nascend_env = "{npu.env}"\n'
-        '[resume]\nrepair = false\n')
+    conf = ascend_conf(tmp_path, npu)
     attempt = stopped_job(tmp_path / "state")
     with History.open(str(tmp_path / "state")) as h:
         h.record_findings(attempt, [finding("device-busy")])
@@ -184,3 +191,27 @@ def test_a_log_finding_holds_once_and_the_next_restore_asks_the_devices(
     doc = json.loads(out)
     assert doc["held"] == [] and doc["health"]["final"]["healthy"] is True
     assert code == 3  # the start is tried: no systemd on this bus
+
+
+@pytest.mark.parametrize(("kept", "held", "reason"), [
+    ("Alarm", False, "npu-smi health Alarm, as before the suspend"),
+    ("OK", True, "npu-smi health Alarm (before the suspend: OK)"),
+    (None, True, "npu-smi health Alarm"),  # no word kept (an older history): as before
+])
+def test_restore_judges_npu_smi_health_against_the_word_kept_before_the_suspend(
+        npu: Any, tmp_path: Path, no_bus: str, monkeypatch: pytest.MonkeyPatch,
+        kept: str | None, held: bool, reason: str) -> None:
+    # The recorded 310B4 edge board reads Alarm in plain use.
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO",
+                       str(FIXTURES / "npu-smi" / "310b4-edge-no-process-table.txt"))
+    npu.acl(count=1, open=[0])
+    conf = ascend_conf(tmp_path, npu)
+    attempt = stopped_job(tmp_path / "state")
+    if kept is not None:
+        with History.open(str(tmp_path / "state")) as h:
+            h.record_health_before(attempt, [("npu 0", "ascend", kept)])
+    code, out, _ = cli("--config", str(conf), "restore", "--json")
+    doc = json.loads(out)
+    assert (code, bool(doc["held"])) == ((1, True) if held else (3, False)), doc
+    assert [(d["device"], d["reason"]) for d in doc["health"]["final"]["devices"]
+            if d["device"] == "npu 0"] == [("npu 0", reason)], doc
