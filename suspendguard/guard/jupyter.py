@@ -1,10 +1,8 @@
 """Jupyter kernels (ipykernel): told by identity, named in a veto, asked to shut down.
 
-ipykernel ignores SIGINT while idle and turns it into KeyboardInterrupt in
-the running cell while busy; the kernel lives on either way. So a kernel is
-never sent the drain signal: the guard vetoes, naming it, or (opt-in,
-``[drain] jupyter = "shutdown"``) asks it to shut down through its own
-control channel, with the ``shutdown_request`` jupyter_client sends.
+ipykernel ignores SIGINT while idle, and in a busy cell it is a KeyboardInterrupt: a kernel
+never gets the drain signal. The guard vetoes, naming it, or (``[drain] jupyter =
+"shutdown"``) sends it the ``shutdown_request`` jupyter_client sends.
 
 A process is a kernel only when its command line runs ipykernel with a
 connection file AND that file is a JSON object with the kernel's ports and
@@ -14,11 +12,9 @@ the last component not a symbolic link, and small.
 
 The request is sent by a child that runs the kernel's own interpreter as the
 kernel's user and group (no supplementary groups), with jupyter_client's
-BlockingKernelClient: ipykernel depends on jupyter_client, so the
-interpreter that runs the kernel can always import it, and the message is
-framed and signed exactly as a notebook server does it. The guard itself
-needs neither pyzmq nor jupyter_client, and never runs a user's interpreter
-as root. The child is killed at the timeout.
+BlockingKernelClient (ipykernel depends on it), framed and signed as a notebook
+server does it. The guard itself needs neither pyzmq nor jupyter_client, and
+never runs a user's interpreter as root. The child is killed at the timeout.
 """
 
 from __future__ import annotations
