@@ -273,6 +273,13 @@ class ResumeConfig:
         "Ascend: how long to wait, with a growing pause, for a device that is not ready yet.",
         bounds=WAIT,
     )
+    ascend_healthy: tuple[str, ...] = setting(
+        ["OK", "Warning"], "choices",
+        "npu-smi Health words a chip is healthy with, whatever it read before the suspend "
+        '(add "Alarm" for boards that read it in plain use, such as the Atlas 310B4; also '
+        "slurm health's).",
+        ("OK", "Warning", "Alarm", "Critical"),
+    )
     repair: bool = setting(
         True, "bool",
         "Repair an unhealthy device while the drained jobs are still stopped "

@@ -19,9 +19,6 @@ from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.record import DeviceHealth, FindingRecord, HealthState
 
 FAMILY = "ascend"
-# npu-smi's words for a chip that works; Warning is a chip that works and
-# reports something minor (a temperature), not a device that cannot run jobs.
-GOOD = ("ok", "warning")
 # npu-smi's words from the least to the most severe (a minor, a major, a critical alarm).
 # Some boards read Alarm in plain use (a 310B4 edge board, tests/fixtures/npu-smi): a chip
 # whose word is no worse than before the suspend was not harmed by it.
@@ -40,12 +37,14 @@ def npu_smi_check(config: Config, timeout_s: float,
     ``before`` has one; ([], why) when npu-smi is not here."""
     backend = NpuSmiBackend(config.idle)
     earlier = before or {}
+    # By default OK and Warning: a chip that reports something minor (a temperature) works.
+    good = {w.lower() for w in config.resume.ascend_healthy}
 
     def chips() -> list[DeviceHealth]:
         out = []
         for ident, word in backend.health(timeout_s):
             said = f"npu-smi health {word or '(blank)'}"
-            if word.strip().lower() in GOOD:
+            if word.strip().lower() in good:
                 out.append(DeviceHealth(ident, FAMILY, "healthy", "", "npu-smi"))
             elif _no_worse(word, earlier.get(ident)):
                 out.append(DeviceHealth(ident, FAMILY, "healthy",

@@ -12,6 +12,7 @@ from conftest import Gpu, journalctl
 from helpers.records import finding
 
 from suspendguard.config import Config, build
+from suspendguard.errors import ConfigError
 from suspendguard.health import ascend, nvidia
 from suspendguard.health.model import UVM_SIGNATURE
 from suspendguard.health.resume import check
@@ -146,6 +147,18 @@ def test_npu_smi_health_is_judged_against_the_word_before_the_suspend(npu: Any) 
     npu.alarms(1)
     found, _ = ascend.npu_smi_check(npu_config(npu), 10.0, {"npu 0": "Critical", "npu 1": "0x4"})
     assert [(d.device, d.state) for d in found] == [("npu 0", "healthy"), ("npu 1", "unhealthy")]
+
+
+def test_npu_smi_words_taken_as_healthy_are_the_configs(npu: Any) -> None:
+    npu.alarms(1)
+    found, _ = ascend.npu_smi_check(npu_config(npu, ascend_healthy=["OK", "Alarm"]), 10.0)
+    assert [(d.device, d.state, d.reason) for d in found] == [("npu 0", "healthy", ""),
+                                                              ("npu 1", "healthy", "")]
+    npu.alarms(1)
+    found, _ = ascend.npu_smi_check(npu_config(npu), 10.0)  # the default: OK and Warning
+    assert [(d.device, d.state) for d in found] == [("npu 0", "unhealthy"), ("npu 1", "unhealthy")]
+    with pytest.raises(ConfigError, match=r"\[resume\] ascend_healthy.*got 'Fine'"):
+        npu_config(npu, ascend_healthy=["OK", "Fine"])
 
 
 def test_npu_smi_that_cannot_read_the_board_is_unhealthy(
