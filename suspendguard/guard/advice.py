@@ -99,6 +99,11 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
     ``running``: the holders this drain left running (a worker's parent among them).
     """
     h, signame = d.holder, d.signal
+    if cells := sorted(k[0] for k in stop.after.get(holder_id(h), frozenset()) & set(running)):
+        return (f"the Jupyter kernel was not asked to shut down: the processes its cells "
+                f"started (pid {', '.join(map(str, cells))}) did not leave, and its shutdown "
+                "would SIGTERM them; stop them, or shut the kernel down from its notebook, "
+                "then suspend again")
     if holder_id(h) in stop.asks:
         return ("the Jupyter kernel took the shutdown request but is still busy in a cell: "
                 "it exits once the cell ends; interrupt or finish the cell from its "

@@ -132,6 +132,7 @@ class _Drain:
             ask = jobs.asks.get(holder_id(target.holder))
             if ask is not None and not jobs.due(holder_id(target.holder), self.running()):
                 target.quiet = f"{jobs.asked_as} once the processes it started left"
+                target.last_signal = "the drain began"  # nothing sent to it yet
                 self.deferred[key] = ask
             elif ask is not None:
                 self._ask(key, target, ask)

@@ -100,6 +100,28 @@ def test_a_job_a_cell_started_saves_before_the_kernel_is_shut_down(
     assert held["outcome"]["kind"] == "exited" and "shutdown_request" in held["outcome"]["why"]
 
 
+def test_a_cell_job_that_stays_keeps_its_kernel_unasked_and_says_so(
+        kernel: Kernel, tmp_path: Path, node: str) -> None:
+    """A cell's job that takes SIGINT but never leaves: the kernel is never asked (its shutdown
+    would SIGTERM the job), both time out, and the kernel's veto says why it was not asked."""
+    out = tmp_path / "job"
+    out.mkdir()
+    kernel.command(f"spawn {CELL_JOB} {node} {out} stays")
+    conf = config(tmp_path, node, "shutdown")
+    conf.write_text(conf.read_text().replace("timeout_s = 20", "timeout_s = 2"))
+    code, text, err = cli("--config", str(conf), "drain", "--yes", "--json")
+    report = json.loads(text)
+    assert code == 1 and report["verdict"] == "veto", (report, err)
+    (held,) = [h for h in report["holders"] if h["pid"] == kernel.pid]
+    assert held["outcome"]["kind"] == "timeout", held
+    assert "after the drain began" in held["outcome"]["why"], held
+    (why,) = [r for r in report["reasons"] if f"pid {kernel.pid} " in r]
+    assert "the Jupyter kernel was not asked to shut down" in why and "pid " in why, why
+    assert "took the shutdown request" not in why
+    # The job got the one SIGINT and nothing SIGTERMed it.
+    assert kernel.alive() and (out / "signals").read_text().splitlines() == ["SIGINT"]
+
+
 @pytest.mark.parametrize("jupyter", ["veto", "shutdown"])
 def test_a_kernels_forked_child_is_its_worker_not_a_kernel(kernel: Kernel, tmp_path: Path,
                                                            node: str, jupyter: str) -> None:

@@ -1,8 +1,9 @@
 """A job a Jupyter cell starts with subprocess (the kernel's process group): it holds NODE and
 saves a checkpoint in OUT on SIGINT, taking 1 s; SIGTERM ends it at once, unsaved.
 
-Run by the kernel's interpreter: ``cell_job.py NODE OUT``. Each signal it gets is a line of
-OUT/signals; the checkpoint is OUT/ckpt, written as OUT/ckpt.tmp and renamed when whole.
+Run by the kernel's interpreter: ``cell_job.py NODE OUT [stays]`` (stays: SIGINT marked, no exit).
+Each signal it gets is a line of OUT/signals; the checkpoint is OUT/ckpt, written as
+OUT/ckpt.tmp and renamed when whole.
 """
 
 import os
@@ -33,7 +34,7 @@ def terminated(signum: int, frame: object) -> None:
     os._exit(143)
 
 
-signal.signal(signal.SIGINT, save)
+signal.signal(signal.SIGINT, (lambda s, f: mark("SIGINT")) if sys.argv[3:] == ["stays"] else save)
 signal.signal(signal.SIGTERM, terminated)
 print("ready", flush=True)
 while True:

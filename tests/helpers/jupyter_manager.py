@@ -21,7 +21,7 @@ Commands, one per stdin line:
   A thread joins it: ipykernel 6.17's shutdown SIGTERMs its children and waits
   about 29 s for one left a zombie.
 
-- ``spawn SCRIPT NODE OUT``: a cell starts ``SCRIPT NODE OUT`` with subprocess, in the
+- ``spawn SCRIPT ARGS...``: a cell starts ``SCRIPT ARGS...`` with subprocess, in the
   kernel's process group (as ``subprocess.Popen`` does by default), waits for its first
   line, and a thread reaps it when it ends (helpers/cell_job.py).
 
@@ -67,8 +67,7 @@ threading.Thread(target=_forked.join, daemon=True).start()
 
 SPAWN_CELL = """\
 import subprocess, sys, threading
-_job = subprocess.Popen([sys.executable, {script!r}, {node!r}, {out!r}], stdout=subprocess.PIPE,
-                        text=True)
+_job = subprocess.Popen([sys.executable, *{argv!r}], stdout=subprocess.PIPE, text=True)
 _job.stdout.readline()
 threading.Thread(target=_job.wait, daemon=True).start()
 """
@@ -96,9 +95,7 @@ for line in sys.stdin:
         reply = client.execute(FORK_CELL.format(mark=args[0]), reply=True, timeout=30)
         assert reply["content"]["status"] == "ok", reply["content"]
     elif command == "spawn":
-        script, node, out = args
-        reply = client.execute(SPAWN_CELL.format(script=script, node=node, out=out), reply=True,
-                               timeout=30)
+        reply = client.execute(SPAWN_CELL.format(argv=args), reply=True, timeout=30)
         assert reply["content"]["status"] == "ok", reply["content"]
     elif command == "busy":
         client.execute(BUSY_CELL.format(progress=args[0], steps=int(args[1])))
