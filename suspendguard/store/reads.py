@@ -156,12 +156,14 @@ class Reads:
     def health_before(self, attempt_id: int) -> dict[str, str]:
         """The devices' own health words the guard read before the attempt's suspend, by
         device (none from a history older than them)."""
-        try:
-            with self._reading():
+        with self._reading():
+            try:
                 rows = self.conn.execute("SELECT device, word FROM health_before"
                                          " WHERE attempt_id = ?", (attempt_id,)).fetchall()
-        except sqlite3.OperationalError:
-            return {}  # a file from before these words were kept, opened read-only
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    raise
+                return {}  # a file from before these words were kept, opened read-only
         return {str(device): str(word) for device, word in rows}
 
     def pending_stops(self, attempt_id: int | None = None) -> list[Stop]:

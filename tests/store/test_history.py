@@ -192,3 +192,18 @@ def test_finish_writes_the_stops_not_written_ahead_once(tmp_path: Path) -> None:
                                                      (1, "docker:c0ffee")]
     assert stops[0].id == row and stops[1].issued is not None
     assert (done.result, done.finished) == ("allow", 1_700_000_001.0)
+
+
+def test_health_words_from_a_history_older_than_them(tmp_path: Path) -> None:
+    """A file written before the health words were kept has no table for them: read-only it
+    has no word (not an error), and the next writable open adds the table."""
+    with History.open(str(tmp_path)) as h:
+        attempt = h.begin("suspend", "unit", False, "digest")
+    with sqlite3.connect(tmp_path / "history.db") as c:
+        c.execute("DROP TABLE health_before")
+    with History.open(str(tmp_path), readonly=True) as h:
+        assert h.health_before(attempt) == {}
+    with History.open(str(tmp_path)) as h:
+        assert h.health_before(attempt) == {}
+        h.record_health_before(attempt, [("npu 0", "ascend", "Alarm")])
+        assert h.health_before(attempt) == {"npu 0": "Alarm"}
