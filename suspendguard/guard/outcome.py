@@ -68,7 +68,9 @@ def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
             # Stops written ahead are in already; the others (their row failed) go in now.
             history.finish(attempt)
             stops = history.pending_stops(opening.attempt_id)
-            if isinstance(report.idle, IdleReport):
+            # Kept for the check after resume: only a suspend that goes ahead has one.
+            if (isinstance(report.idle, IdleReport) and not options.dry_run
+                    and attempt.verdict.kind == "allow"):
                 history.record_health_before(opening.attempt_id, [
                     (d.id, d.family, d.health) for d in report.idle.devices if d.health])
         except HistoryError as exc:

@@ -208,3 +208,34 @@ def test_a_slurm_node_awake_judges_npu_smi_health_against_the_word_before_the_su
     doc = wake()
     assert doc["verdict"] == "allow", doc
     assert "npu-smi health Alarm, as before the suspend" in doc["summary"], doc
+
+
+def test_no_health_word_is_kept_for_a_suspend_that_did_not_happen(
+        make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A veto (or an unknown) is no suspend: the Alarm read then, after a suspend that left the
+    chip at OK, must not let a later check take that Alarm as the word from before the suspend;
+    a dry run keeps none either."""
+    import time
+
+    from suspendguard.slurm import node
+    from suspendguard.store.history import History
+
+    edge = (FIXTURES / "npu-smi" / "310b4-edge-no-process-table.txt").read_text()
+    ok = edge.replace("| Alarm ", "| OK    ")
+    busy = edge.replace("| 0            3628", "| 95           3628")  # AI Core 95 %
+    config = make_config(idle={"npu_smi": str(FAKE_NPU_SMI)})
+    awake = make_config(idle={"npu_smi": str(FAKE_NPU_SMI)}, devices={"families": ["ascend"]})
+    assert guard(config, idle_check=idle_via_npu_smi(tmp_path, monkeypatch, [ok])
+                 ).verdict.kind == "allow"
+    vetoed = guard(config, idle_check=idle_via_npu_smi(tmp_path, monkeypatch, [busy]))
+    assert vetoed.verdict.kind == "veto", vetoed.verdict.texts
+    dry = guard(config, dry_run=True, record=True,
+                idle_check=idle_via_npu_smi(tmp_path, monkeypatch, [edge]))
+    with History.open(config.state.dir) as history:
+        assert history.health_before(vetoed.attempt.id) == {}
+        assert history.health_before(dry.attempt.id) == {}
+    alarm = tmp_path / "alarm.txt"
+    alarm.write_text(edge)
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(alarm))
+    doc = node.awake(awake, {}, time.time())
+    assert doc["verdict"] == "veto", doc
