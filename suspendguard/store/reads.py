@@ -143,13 +143,15 @@ class Reads:
         return tuple(float(r[0]) for r in rows)
     def last_health(self) -> list[DeviceHealth]:
         """The answers of the last health check (none before the first)."""
-        try:
-            with self._reading():
+        with self._reading():
+            try:
                 rows = self.conn.execute(
                     "SELECT device, family, state, reason, time, attempt_id FROM health"
                     " WHERE time = (SELECT MAX(time) FROM health) ORDER BY id").fetchall()
-        except sqlite3.OperationalError:
-            return []  # a file from before health checks were recorded, opened read-only
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    raise
+                return []  # a file from before health checks were recorded, opened read-only
         return [DeviceHealth(r[0], r[1], cast(HealthState, r[2]), r[3], time=r[4], attempt_id=r[5])
                 for r in rows]
 

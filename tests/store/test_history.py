@@ -194,6 +194,21 @@ def test_finish_writes_the_stops_not_written_ahead_once(tmp_path: Path) -> None:
     assert (done.result, done.finished) == ("allow", 1_700_000_001.0)
 
 
+def test_health_answers_from_a_history_older_than_them(tmp_path: Path) -> None:
+    """A file written before the health checks were recorded has no table for them: read-only
+    it has no answer (the attempts still read), and the next writable open adds the table."""
+    with History.open(str(tmp_path)) as h:
+        h.begin("suspend", "unit", False, "digest")
+    with sqlite3.connect(tmp_path / "history.db") as c:
+        c.execute("DROP TABLE health")
+    with History.open(str(tmp_path), readonly=True) as h:
+        assert h.last_health() == []
+        assert [a.action for a in h.attempts(5)] == ["suspend"]
+    with History.open(str(tmp_path)) as h:
+        h.record_health(None, [DeviceHealth("npu 0", "ascend", "healthy", "")])
+        assert [d.device for d in h.last_health()] == ["npu 0"]
+
+
 def test_health_words_from_a_history_older_than_them(tmp_path: Path) -> None:
     """A file written before the health words were kept has no table for them: read-only it
     has no word (not an error), and the next writable open adds the table."""
