@@ -27,7 +27,7 @@ ReasonCode = Literal[
     "guard-busy", "guard-stopped", "uninspected", "setup-refused", "interrupted",
     "unhealthy-after-resume", "unrecorded",
     # a cluster's node (suspendguard slurm)
-    "node-unreachable", "held-outside-slurm", "power-action-failed",
+    "node-unreachable", "held-outside-slurm", "power-action-failed", "health-unknown",
 ]
 REASON_CODES: tuple[ReasonCode, ...] = get_args(ReasonCode)
 

@@ -15,7 +15,7 @@ import json
 import time
 
 from suspendguard.commands.context import Context
-from suspendguard.errors import EXIT_ERROR, EXIT_VETO, OperationalError
+from suspendguard.errors import EXIT_ERROR, EXIT_UNKNOWN, EXIT_VETO, OperationalError
 from suspendguard.slurm.controller import Controller
 from suspendguard.slurm.remote import slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
@@ -36,9 +36,9 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         line = f"{doc['node']}: {doc['action']}" + (
             f": {slurm_reason(details[0])}" if details else ": accelerator free and healthy")
         ctx.out.write(line + "\n")
-        if doc["verdict"] == "unknown":
+        if "error" in doc:
             return EXIT_ERROR
-        return EXIT_VETO if details else 0
+        return {"allow": 0, "unknown": EXIT_UNKNOWN}.get(doc["verdict"], EXIT_VETO)
     controller = Controller(config.slurm, log, this_node(config.slurm, ctx.environ))
     if what == "sync":
         return 0 if controller.sync() else EXIT_ERROR
@@ -62,4 +62,4 @@ def _node(args: argparse.Namespace, ctx: Context) -> int:
     else:
         doc = node.rejoin(config, ctx.environ, args.boot)
     ctx.out.write(json.dumps(doc) + "\n")
-    return 0 if doc["verdict"] == "allow" else EXIT_VETO
+    return {"allow": 0, "unknown": EXIT_UNKNOWN}.get(doc["verdict"], EXIT_VETO)

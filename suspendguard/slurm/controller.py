@@ -240,7 +240,12 @@ class Controller:
                      f"({self.config.resume_wait_s:g} s): {got.why}; Slurm marks it DOWN "
                      "at ResumeTimeout")
             return False
-        healthy = got.get("verdict") == "allow"
+        # unknown (a device's health could not be read) holds the node back no more than the
+        # check after resume holds a host's jobs: it is said, and the node rejoins.
+        healthy = got.get("verdict") in ("allow", "unknown")
+        if got.get("verdict") == "unknown":
+            self.say(WARNING, f"{node}: its accelerator's health after the wake is unknown: "
+                     + "; ".join(got.get("reasons") or ("no reason given",)))
         text = ""
         if not healthy:
             reasons = reasons_of(got) or [Reason("unhealthy-after-resume", "device unhealthy")]

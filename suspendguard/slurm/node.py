@@ -68,13 +68,18 @@ def prepare(ctx: Caller, suspend: bool) -> dict[str, Any]:
 
 
 def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str, Any]:
-    """The devices' health after a wake: allow when all are healthy, else why not."""
+    """The devices' health after a wake: allow when all are healthy, veto when one is not,
+    unknown when one could not be asked (the controller lets such a node back, and says so)."""
     node = this_node(config.slurm, environ)
     report = check(config, datetime.fromtimestamp(since, timezone.utc),
                    before=_words_before(config))
     bad = [Reason("unhealthy-after-resume", f"device {d.describe()}", device=d.family)
            for d in report.unhealthy()]
-    return answer(node, "veto" if bad else "allow", bad, summary=report.summary())
+    if bad:
+        return answer(node, "veto", bad, summary=report.summary())
+    unread = [Reason("health-unknown", f"device {d.describe()}", device=d.family)
+              for d in report.devices if d.state == "unknown"]
+    return answer(node, "unknown" if unread else "allow", unread, summary=report.summary())
 
 
 def _words_before(config: Config) -> dict[str, str] | None:
@@ -173,10 +178,12 @@ def _health(config: Config, node: str, log: Logger) -> dict[str, Any]:
     report = check(config, datetime.now(timezone.utc) - timedelta(minutes=10))
     problems += [Reason("unhealthy-after-resume", f"device {d.describe()} (health check)",
                         device=d.family) for d in report.unhealthy()]
+    unread = [Reason("health-unknown", f"device {d.describe()} (health check)", device=d.family)
+              for d in report.devices if d.state == "unknown"]
     scontrol = Scontrol(config.slurm.scontrol)
     try:
         now = scontrol.node(node)
-        action = _health_action(now.drained, now.reason, problems)
+        action = _health_action(now.drained, now.reason, problems, unknown=bool(unread))
         if action == "drain":
             scontrol.update(node, "DRAIN", slurm_reason(problems[0]))
         elif action == "resume":
@@ -186,13 +193,21 @@ def _health(config: Config, node: str, log: Logger) -> dict[str, Any]:
         return answer(node, "unknown", problems, action="none", error=str(exc))
     if action == "leave" and problems:
         log.info(f"slurm health: {node} is drained by someone else ({now.reason!r}): left alone")
-    return answer(node, "veto" if problems else "allow", problems, action=action)
+    if problems:
+        return answer(node, "veto", problems, action=action)
+    return answer(node, "unknown" if unread else "allow", unread, action=action)
 
 
-def _health_action(drained: bool, reason: str, problems: list[Reason]) -> str:
-    """drain, resume, keep (our drain stays, its first reason kept) or leave (not ours)."""
+def _health_action(drained: bool, reason: str, problems: list[Reason],
+                   unknown: bool = False) -> str:
+    """drain, resume, keep (our drain stays, its first reason kept) or leave (not ours).
+
+    A device whose health is ``unknown`` drains nothing, and lifts no drain of ours either:
+    nothing says that what made the guard drain the node is gone."""
     if reason and not ours(reason):
         return "leave"
     if problems:
         return "keep" if drained and ours(reason) else "drain"
-    return "resume" if drained and reason.startswith(PREFIX) else "leave"
+    if drained and reason.startswith(PREFIX):
+        return "keep" if unknown else "resume"
+    return "leave"

@@ -210,6 +210,29 @@ def test_a_slurm_node_awake_judges_npu_smi_health_against_the_word_before_the_su
     assert "npu-smi health Alarm, as before the suspend" in doc["summary"], doc
 
 
+def test_a_slurm_node_awake_whose_npu_smi_fails_answers_unknown_never_allow(
+        make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No npu-smi, and pyACL's child dies: nothing said whether the chip is fit, so the answer
+    is unknown with its code, not the allow a device with no answer used to get."""
+    import json
+    import time
+
+    from suspendguard.slurm import node
+
+    acl_state = tmp_path / "acl.json"
+    acl_state.write_text(json.dumps({"mode": "crash", "devices": []}))
+    monkeypatch.setenv("FAKE_ACL_STATE", str(acl_state))
+    awake = make_config(idle={"npu_smi": str(tmp_path / "no-npu-smi"),
+                              "ascend_env": str(FAKES / "idle" / "acl_site" / "set_env.sh")},
+                        devices={"families": ["ascend"]})
+    doc = node.awake(awake, {}, time.time())
+    assert doc["verdict"] == "unknown", doc
+    assert [d["code"] for d in doc["reason_details"]] == ["health-unknown"], doc
+    assert doc["reasons"][0].startswith("device ascend unknown: "), doc
+    acl_state.write_text(json.dumps({"devices": [{"ret": 0}], "open": [0]}))
+    assert node.awake(awake, {}, time.time())["verdict"] == "allow"  # the same check, answered
+
+
 def test_no_health_word_is_kept_for_a_suspend_that_did_not_happen(
         make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A veto (or an unknown) is no suspend: the Alarm read then, after a suspend that left the

@@ -174,10 +174,12 @@ def test_a_node_woken_unhealthy_keeps_an_admin_s_reason_before_the_guards(
     assert _health_action(True, reason, []) == "leave"
 
 
-def recording_guard(tmp_path: Path, fake: FakeSlurm) -> tuple[Path, Path]:
-    """A config whose nodes' guard allows every step and notes each one; the notes' file."""
+def recording_guard(tmp_path: Path, fake: FakeSlurm,
+                    doc: str = json.dumps({"verdict": "allow", "reasons": [],
+                                           "reason_details": []})) -> tuple[Path, Path]:
+    """A config whose nodes' guard answers ``doc`` to every step and notes each one; the
+    notes' file."""
     asked = tmp_path / "asked"
-    doc = json.dumps({"verdict": "allow", "reasons": [], "reason_details": []})
     guard = [sys.executable, "-c", f"import sys; open({str(asked)!r}, 'a').write("
              f"' '.join(sys.argv[1:]) + '\\n'); print({doc!r})"]
     path = tmp_path / "config.toml"
@@ -211,6 +213,22 @@ def test_a_node_slurmctld_still_counts_powering_up_is_restarted_with_b(
     status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
     assert status == 1, err  # the fake never registers it
     assert asked.read_text() == "slurm node awake\nslurm node rejoin --boot\n"
+
+
+def test_a_node_whose_health_is_unknown_after_its_wake_rejoins_and_it_is_said(
+        tmp_path: Path) -> None:
+    # unknown holds a node back no more than the check after resume holds a host's jobs:
+    # not drained, and the reason is in the ResumeProgram's log.
+    why = "device npu 0 unknown: npu-smi failed: exit status 1"
+    doc = json.dumps({"verdict": "unknown", "reasons": [why], "reason_details": [
+        {"code": "health-unknown", "text": why, "device": "ascend"}]})
+    fake = FakeSlurm(tmp_path, {"node1": node(state="ALLOCATED")})
+    path, asked = recording_guard(tmp_path, fake, doc)
+    status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
+    assert status == 0, err
+    assert asked.read_text() == "slurm node awake\n"
+    assert fake.node("node1") == node(state="ALLOCATED")
+    assert f"node1: its accelerator's health after the wake is unknown: {why}" in err
 
 
 @pytest.mark.parametrize("failing", ["show", "reconfigure"])

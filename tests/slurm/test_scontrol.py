@@ -43,6 +43,16 @@ def test_health_drains_keeps_resumes_or_leaves_alone(drained: bool, reason: str,
     assert _health_action(drained, reason, problems) == action
 
 
+@pytest.mark.parametrize(("drained", "reason", "action"), [
+    (True, "suspendguard: unhealthy-after-resume: device npu 0", "keep"),  # not lifted
+    (False, "", "leave"),  # not drained for what it cannot know
+    (True, "maintenance", "leave"),
+])
+def test_health_unknown_neither_drains_nor_lifts_the_guards_drain(drained: bool, reason: str,
+                                                                  action: str) -> None:
+    assert _health_action(drained, reason, [], unknown=True) == action
+
+
 def test_the_exclusion_file_is_rewritten_only_when_it_changes(tmp_path: Path) -> None:
     path = tmp_path / "suspendguard-exclude.conf"
     text = EXCLUDE_HEAD + "SuspendExcNodes=node1\n"
