@@ -48,7 +48,7 @@ NO_ATTEMPT_LOOKBACK_S = 600.0
 
 def health_step(config: Config, history: History, log: Logger) -> AfterResume:
     """Check and repair, each step in the history (as events of the last attempt) and the log."""
-    attempt = history.last_real_attempt()
+    attempt = history.last_slept_on()
     attempt_id = attempt.id if attempt is not None else None
     since = datetime.fromtimestamp(attempt.started if attempt is not None
                                    else time.time() - NO_ATTEMPT_LOOKBACK_S)

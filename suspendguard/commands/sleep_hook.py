@@ -114,10 +114,10 @@ def post(config: Config, action: str, log: Logger) -> int:
         return 0
     try:
         since = time.time() - (config.drain.deadline_s + 24 * 3600.0)
-        attempt = history.last_real_attempt(action=action, since=since)
+        attempt = history.last_slept_on(action=action, since=since)
         # An attempt whose resume is recorded already is an earlier sleep's: this one had
-        # none (the veto unit did not run, or only looked), and the logs since that one
-        # are not this sleep's.
+        # none (the veto unit did not run, or was off), and the logs since that one are not
+        # this sleep's. In observe mode the unit's look is this sleep's attempt.
         earlier = attempt is not None and any(e.phase == "post" for e in attempt.events)
         if attempt is None or earlier:
             last = f" (the last, {attempt.id}, was resumed from already)" if attempt else ""

@@ -68,9 +68,11 @@ def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
             # Stops written ahead are in already; the others (their row failed) go in now.
             history.finish(attempt)
             stops = history.pending_stops(opening.attempt_id)
-            # Kept for the check after resume: only a suspend that goes ahead has one.
-            if (isinstance(report.idle, IdleReport) and not options.dry_run
-                    and attempt.verdict.kind == "allow"):
+            # Kept for the check after resume: only a suspend that goes ahead has one (an
+            # allow, or any look of the veto unit in observe mode, which refuses nothing).
+            goes_ahead = (options.origin == "unit" if options.dry_run
+                          else attempt.verdict.kind == "allow")
+            if isinstance(report.idle, IdleReport) and goes_ahead:
                 history.record_health_before(opening.attempt_id, [
                     (d.id, d.family, d.health) for d in report.idle.devices if d.health])
         except HistoryError as exc:

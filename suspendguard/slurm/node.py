@@ -87,7 +87,7 @@ def _words_before(config: Config) -> dict[str, str] | None:
     Health), which the check after the wake compares with; None where none can be read."""
     try:
         with History.open(config.state.dir, readonly=True) as history:
-            attempt = history.last_real_attempt()
+            attempt = history.last_slept_on()
             return history.health_before(attempt.id) if attempt else None
     except HistoryError:
         return None

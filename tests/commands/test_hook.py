@@ -156,6 +156,31 @@ def test_a_second_sleep_without_its_own_attempt_reads_nothing_for_the_first(conf
     assert [f["rule"] for f in attempt["findings"]] == ["hwts-busy-suspend"]
 
 
+def test_in_observe_mode_post_reads_the_units_look_window_not_an_earlier_sleeps(
+        conf: Path) -> None:
+    """The observe mode's look refuses nothing, so the sleep followed it: its window is this
+    sleep's. A check from a shell in between is no sleep's attempt."""
+    from suspendguard.config import load
+    cfg = load(str(conf))
+    first = run(cfg, dry_run=False, action="suspend", origin="unit", idle_check=None,
+                log=Logger(io.StringIO(), {}), history=History.open)
+    assert hook(conf, "post", "suspend")[0] == 0  # the first sleep's resume
+    look = run(cfg, dry_run=True, action="suspend", origin="unit", idle_check=None,
+               log=Logger(io.StringIO(), {}), history=History.open, record=True)
+    run(cfg, dry_run=True, action="suspend", origin="cli", idle_check=None,
+        log=Logger(io.StringIO(), {}), history=History.open, record=True)
+    import time
+    stamp = time.strftime("%Y-%m-%d-%H:%M:%S.000.000", time.localtime(time.time() + 1))
+    (conf.parent / "logs" / "plog-4242_1.log").write_text(
+        f"[ERROR] TSCH(-1,null):{stamp} (dieid:0,cpuid:0) task_scheduler_lowpower.c:"
+        "204 suspend_ack: suspend pre check fail, hwts is busy\n")
+    code, err = hook(conf, "post", "suspend")
+    assert code == 0 and f"attempt {look.attempt.id}" in err, err
+    with History.open(state(conf), readonly=True) as h:
+        assert [f.rule for f in h.attempt(look.attempt.id).findings] == ["hwts-busy-suspend"]
+        assert h.attempt(first.attempt.id).findings == ()
+
+
 def test_post_without_an_attempt_is_quiet(conf: Path) -> None:
     code, err = hook(conf, "post", "suspend")
     assert code == 0 and "no suspend attempt was recorded" in err

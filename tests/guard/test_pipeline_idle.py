@@ -237,7 +237,7 @@ def test_no_health_word_is_kept_for_a_suspend_that_did_not_happen(
         make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A veto (or an unknown) is no suspend: the Alarm read then, after a suspend that left the
     chip at OK, must not let a later check take that Alarm as the word from before the suspend;
-    a dry run keeps none either."""
+    a dry run keeps none either, but the veto unit's look in observe mode does."""
     import time
 
     from suspendguard.slurm import node
@@ -262,3 +262,12 @@ def test_no_health_word_is_kept_for_a_suspend_that_did_not_happen(
     monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(alarm))
     doc = node.awake(awake, {}, time.time())
     assert doc["verdict"] == "veto", doc
+    # The veto unit's look in observe mode refuses nothing: the suspend follows it, veto or
+    # not, so its words are the ones from before the suspend.
+    observed = guard(config, dry_run=True, record=True, origin="unit",
+                     idle_check=idle_via_npu_smi(tmp_path, monkeypatch, [busy]))
+    assert observed.verdict.kind == "veto", observed.verdict.texts
+    with History.open(config.state.dir) as history:
+        assert history.health_before(observed.attempt.id) == {"npu 0": "Alarm"}
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(alarm))
+    assert node.awake(awake, {}, time.time())["verdict"] == "allow"

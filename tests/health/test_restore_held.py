@@ -215,3 +215,30 @@ def test_restore_judges_npu_smi_health_against_the_word_kept_before_the_suspend(
     assert (code, bool(doc["held"])) == ((1, True) if held else (3, False)), doc
     assert [(d["device"], d["reason"]) for d in doc["health"]["final"]["devices"]
             if d["device"] == "npu 0"] == [("npu 0", reason)], doc
+
+
+def test_after_a_sleep_in_observe_mode_restore_checks_against_its_look_not_an_older_attempt(
+        npu: Any, tmp_path: Path, no_bus: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An older real attempt read OK; the observe mode's look at this sleep read Alarm (the
+    # recorded 310B4 edge board in plain use) and the sleep went ahead: Alarm now is as before.
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO",
+                       str(FIXTURES / "npu-smi" / "310b4-edge-no-process-table.txt"))
+    npu.acl(count=1, open=[0])
+    conf = ascend_conf(tmp_path, npu)
+    older = stopped_job(tmp_path / "state")
+    now = time.time()
+    with History.open(str(tmp_path / "state")) as h:
+        h.record_health_before(older, [("npu 0", "ascend", "OK")])
+        h.record_event("health", "suspend", "the older sleep's check", older)
+        look = h.begin("suspend", "unit", True, "digest", now - 2)
+        h.finish(ended(look, "veto", finished=now - 1))
+        h.record_health_before(look, [("npu 0", "ascend", "Alarm")])
+        h.begin("suspend", "cli", True, "digest", now - 0.5)  # a check from a shell: no sleep's
+    code, out, _ = cli("--config", str(conf), "restore", "--json")
+    doc = json.loads(out)
+    assert (code, doc["held"]) == (3, []), doc  # the older stop's start tried: no systemd here
+    assert [(d["device"], d["reason"]) for d in doc["health"]["final"]["devices"]
+            if d["device"] == "npu 0"] == [("npu 0", "npu-smi health Alarm, as before the suspend")]
+    with History.open(str(tmp_path / "state"), readonly=True) as h:
+        assert [e.phase for e in h.attempt(look).events] == ["health"]
+
