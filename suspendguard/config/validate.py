@@ -221,8 +221,15 @@ def _launcher(value: Any) -> LauncherRule:
 
 
 def _drain_rule(value: Any) -> DrainRule:
-    if not isinstance(value, dict) or "timeout_s" not in value:
+    if not isinstance(value, dict):
         raise Invalid("must be a table such as { uid = 1000, timeout_s = 90 }")
+    fields = (*RULE_FIELDS, "timeout_s")
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise Invalid(f"unknown field {unknown[0]!r}; expected one of " + ", ".join(fields))
+    if "timeout_s" not in value:
+        raise Invalid("needs timeout_s, the wait for the holders it matches, "
+                      "as in { uid = 1000, timeout_s = 90 }")
     timeout = value["timeout_s"]
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
             or not TIMEOUT.holds(timeout)):

@@ -81,7 +81,14 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
          "[drain] launchers (line 1): entry 1: stop must be one of \"forward\", \"hold\", "
          "\"ranks\", got 'pause'"),
         ('[[policy.drain]]\nuid = 0\ntimeout_s = 5\n[[policy.drain]]\nuid = 1\n',
-         "[policy] drain (line 1): entry 2: must be a table such as { uid = 1000, timeout_s = 90 }"),
+         "[policy] drain (line 1): entry 2: needs timeout_s, the wait for the holders it "
+         "matches, as in { uid = 1000, timeout_s = 90 }"),
+        ('[policy]\ndrain = [3]\n',
+         "[policy] drain (line 2): entry 1: must be a table such as { uid = 1000, timeout_s = 90 }"),
+        # A drain rule's fields are a match's and its wait: timeout_s is named among them.
+        ('[[policy.drain]]\ncomm = "python"\ntimeout_s = 60\nsignal = "SIGTERM"\n',
+         "entry 1: unknown field 'signal'; expected one of comm, exe, cmdline, user, uid, unit, "
+         "timeout_s"),
         ("[[policy.ignore]]\n", "[policy] ignore (line 1): entry 1: needs at least one of comm"),
         ('[state]\ndir = "relative"\n', "[state] dir (line 2): expected an absolute path"),
         ("[idle]\nsamples = 0\n", "[idle] samples (line 2): expected an integer from 1 to 1000"),
