@@ -272,7 +272,8 @@ class Controller:
         if not healthy:
             self.drain(node, text)  # its reason, forgotten at the registration, given again
             return False
-        self.say(INFO if up else WARNING, f"{node}: awake and healthy; slurmd "
+        health = "its health unknown" if got.get("verdict") == "unknown" else "healthy"
+        self.say(INFO if up else WARNING, f"{node}: awake and {health}; slurmd "
                  + ("registered" if up else f"not registered in {REGISTER_AFTER_RESTART_S:g} s"))
         return up
 

@@ -229,6 +229,8 @@ def test_a_node_whose_health_is_unknown_after_its_wake_rejoins_and_it_is_said(
     assert asked.read_text() == "slurm node awake\n"
     assert fake.node("node1") == node(state="ALLOCATED")
     assert f"node1: its accelerator's health after the wake is unknown: {why}" in err
+    assert "node1: awake and its health unknown; slurmd registered" in err, err
+    assert "healthy" not in err, err
 
 
 @pytest.mark.parametrize("failing", ["show", "reconfigure"])
