@@ -275,12 +275,13 @@ class History(Reads):
             )
 
 def last_attempt_start(state_dir: str) -> datetime | None:
-    """When the last real suspend attempt started (for ``logs --since last-attempt``);
-    None when there is no history yet. A history that cannot be read raises
-    HistoryError: that is not "no attempt"."""
+    """When the last suspend attempt started (for ``logs --since last-attempt``): a real one,
+    or the veto unit's look in observe mode, as the check after resume reads them; None when
+    there is no history yet. A history that cannot be read raises HistoryError: that is not
+    "no attempt"."""
     try:
         with History.open(state_dir, readonly=True) as h:
-            attempt = h.last_real_attempt()
+            attempt = h.last_slept_on()
     except NoHistory:
         return None
     return datetime.fromtimestamp(attempt.started) if attempt else None

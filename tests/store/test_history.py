@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,20 @@ def test_finish_writes_the_stops_not_written_ahead_once(tmp_path: Path) -> None:
                                                      (1, "docker:c0ffee")]
     assert stops[0].id == row and stops[1].issued is not None
     assert (done.result, done.finished) == ("allow", 1_700_000_001.0)
+
+
+def test_the_last_attempt_a_sleep_followed_is_a_real_one_or_the_units_look_in_observe_mode(
+        tmp_path: Path) -> None:
+    with History.open(str(tmp_path)) as h:
+        real = h.begin("suspend", "unit", False, "digest", 1_700_000_000.0)
+        h.begin("suspend", "cli", True, "digest", 1_700_000_100.0)  # check from a shell
+        assert h.last_slept_on().id == real
+        look = h.begin("suspend", "unit", True, "digest", 1_700_000_200.0)  # observe mode
+        h.begin("suspend", "cli", True, "digest", 1_700_000_300.0)
+        assert h.last_slept_on().id == look
+        assert h.last_slept_on(action="hibernate") is None
+        assert h.last_real_attempt().id == real
+    assert last_attempt_start(str(tmp_path)) == datetime.fromtimestamp(1_700_000_200.0)
 
 
 def test_health_answers_from_a_history_older_than_them(tmp_path: Path) -> None:
