@@ -48,9 +48,9 @@ def _open(config: Config, log: Logger) -> History | None:
 
 
 def unit_attempt(history: History, action: str) -> Attempt | None:
-    """The veto unit's attempt of this sleep cycle, if it ran: one that ended
-    at most LOOK_BACK_S ago (from its end: a long drain is no older attempt)."""
-    attempt = history.last_real_attempt(action=action, ended_since=time.time() - LOOK_BACK_S)
+    """The veto unit's attempt of this sleep cycle, if it ran (its look, in observe mode): one
+    that ended at most LOOK_BACK_S ago (from its end: a long drain is no older attempt)."""
+    attempt = history.last_slept_on(action=action, ended_since=time.time() - LOOK_BACK_S)
     if attempt is not None and attempt.origin == "unit":
         return attempt
     return None
@@ -64,17 +64,20 @@ def pre(config: Config, action: str, log: Logger) -> int:
     history = _open(config, log)
     attempt = unit_attempt(history, action) if history else None
     if attempt is not None and history is not None:
+        result = (f"observe mode: the guard only looked, and it would have said "
+                  f"{attempt.result}" if attempt.dry_run else attempt.result)
         history.record_event("pre", action, f"going down after attempt {attempt.id} "
-                             f"({attempt.result})", attempt.id)
+                             f"({result})", attempt.id)
         history.close()
-        log.info(f"attempt {attempt.id}: system going down for {action}")
+        log.info(f"attempt {attempt.id}: system going down for {action}"
+                 + (" (observe mode: nothing was drained)" if attempt.dry_run else ""))
         return 0
     mode = guard_mode.read(config.state.dir)
     if mode.enforcing:
         note = NO_UNIT.format(action=action)
         log.warning(note)
     else:
-        # Not enforcing: the unit records no attempt of its own, or none that drained.
+        # Off, or observe and the unit's look not found: nothing drained either way.
         note = (f"the veto unit's attempt is not found, and the guard's mode is {mode.name}: "
                 "nothing was drained")
         log.info(note)

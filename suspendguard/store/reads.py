@@ -330,11 +330,11 @@ class Reads:
         ``ended_since``: finished then or later (or still unfinished and started then)."""
         return self._last("dry_run = 0", [], action, since, ended_since)
 
-    def last_slept_on(self, action: str | None = None,
-                      since: float | None = None) -> Attempt | None:
+    def last_slept_on(self, action: str | None = None, since: float | None = None,
+                      ended_since: float | None = None) -> Attempt | None:
         """The newest attempt a sleep may have followed: a real one, or the veto unit's look
         in observe mode, which refuses nothing (a dry run from a shell is no sleep's)."""
-        return self._last("(dry_run = 0 OR origin = ?)", ["unit"], action, since, None)
+        return self._last("(dry_run = 0 OR origin = ?)", ["unit"], action, since, ended_since)
 
     def last_observed(self, action: str, since: float) -> Attempt | None:
         """The newest look of the veto unit in observe mode (a dry run it recorded) at an

@@ -169,6 +169,10 @@ def test_in_observe_mode_post_reads_the_units_look_window_not_an_earlier_sleeps(
                log=Logger(io.StringIO(), {}), history=History.open, record=True)
     run(cfg, dry_run=True, action="suspend", origin="cli", idle_check=None,
         log=Logger(io.StringIO(), {}), history=History.open, record=True)
+    code, err = hook(conf, "pre", "suspend")
+    assert code == 0
+    assert (f"attempt {look.attempt.id}: system going down for suspend (observe mode: "
+            "nothing was drained)") in err, err
     import time
     stamp = time.strftime("%Y-%m-%d-%H:%M:%S.000.000", time.localtime(time.time() + 1))
     (conf.parent / "logs" / "plog-4242_1.log").write_text(
@@ -177,7 +181,12 @@ def test_in_observe_mode_post_reads_the_units_look_window_not_an_earlier_sleeps(
     code, err = hook(conf, "post", "suspend")
     assert code == 0 and f"attempt {look.attempt.id}" in err, err
     with History.open(state(conf), readonly=True) as h:
-        assert [f.rule for f in h.attempt(look.attempt.id).findings] == ["hwts-busy-suspend"]
+        seen = h.attempt(look.attempt.id)
+        assert [f.rule for f in seen.findings] == ["hwts-busy-suspend"]
+        assert [(e.phase, e.note) for e in seen.events] == [
+            ("pre", f"going down after attempt {look.attempt.id} (observe mode: the guard only "
+                    f"looked, and it would have said {look.verdict.kind})"),
+            ("post", "resumed")]
         assert h.attempt(first.attempt.id).findings == ()
 
 
