@@ -21,7 +21,7 @@ import os
 import shlex
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +108,7 @@ class Controller:
             reasons = reasons_of(got) or [Reason("node-unreachable",
                                                  f"{node} gave no reason with its verdict")]
             return self.hold(node, reasons[0])
+        self._said_observed(node, got)
         if by_itself:
             self.say(INFO, f"{node}: the guard allowed; the node suspends itself")
             return True
@@ -117,6 +118,17 @@ class Controller:
                                           f"[slurm] power_off: {off.describe_failure()}"))
         self.say(INFO, f"{node}: the guard allowed; powered off")
         return True
+
+    def _said_observed(self, node: str, got: Mapping[str, Any]) -> None:
+        """A node in observe or off mode (suspendguard mode) allows whatever it holds: said."""
+        mode = got.get("mode")
+        observed = got.get("observed")
+        if mode == "off":
+            self.say(INFO, f"{node}: its guard is off (suspendguard mode): not looked at")
+        elif isinstance(observed, dict) and observed.get("verdict") != "allow":
+            why = "; ".join(str(r) for r in observed.get("reasons") or ()) or "no reason given"
+            self.say(WARNING, f"{node}: observe mode (suspendguard mode): its guard only looked "
+                     f"and would have refused ({observed.get('verdict')}): {why}")
 
     def hold(self, node: str, reason: Reason, reachable: bool = True) -> bool:
         """The node kept up, drained with the guard's reason, out of Slurm's choice."""

@@ -28,6 +28,7 @@ from suspendguard.guard.scan import scan_holders
 from suspendguard.health.resume import check
 from suspendguard.slurm.remote import PREFIX, ours, slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
+from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 from suspendguard.system import runner
 from suspendguard.system.deadline import Deadline, bounded
@@ -48,14 +49,29 @@ def answer(node: str, kind: str, reasons: list[Reason], **more: Any) -> dict[str
 
 
 def prepare(ctx: Caller, suspend: bool) -> dict[str, Any]:
-    """The real drain, recorded; with ``suspend``, an allowed node then asks to sleep."""
+    """The drain as ``suspendguard mode`` says, recorded: real in enforce mode; in observe mode
+    a look that signals nobody and allows, what it found kept under ``observed``; nothing in
+    off mode. With ``suspend``, an allowed node then asks to sleep."""
     config = ctx.config()
     node = this_node(config.slurm, ctx.environ)
-    report = guard_report(ctx, Logger(ctx.err, ctx.environ), False, "suspend", "slurm")
-    verdict = report.verdict
-    doc = answer(node, verdict.kind, list(verdict.reasons), attempt=report.attempt.id,
-                 suspend="not asked")
-    if verdict.kind == "allow" and suspend:
+    log = Logger(ctx.err, ctx.environ)
+    mode = guard_mode.read(config.state.dir)
+    if mode.problem:
+        log.warning(mode.problem)
+    if mode.name == "off":
+        doc = answer(node, "allow", [], mode="off", suspend="not asked")
+    elif mode.name == "observe":
+        report = guard_report(ctx, log, True, "suspend", "slurm", observe=True)
+        looked = report.verdict
+        doc = answer(node, "allow", [], mode="observe", attempt=report.attempt.id,
+                     observed={"verdict": looked.kind, "reasons": list(looked.texts)},
+                     suspend="not asked")
+    else:
+        report = guard_report(ctx, log, False, "suspend", "slurm")
+        verdict = report.verdict
+        doc = answer(node, verdict.kind, list(verdict.reasons), mode="enforce",
+                     attempt=report.attempt.id, suspend="not asked")
+    if doc["verdict"] == "allow" and suspend:
         from suspendguard.system.dbus.bus import system_bus_address
         from suspendguard.system.dbus.logind import ask_sleep
         asked = ask_sleep("suspend", address=system_bus_address(ctx.environ))
@@ -63,7 +79,8 @@ def prepare(ctx: Caller, suspend: bool) -> dict[str, Any]:
             doc["suspend"] = "asked"
         else:
             why = Reason("power-action-failed", f"logind refused the suspend: {asked}")
-            doc = answer(node, "veto", [why], attempt=report.attempt.id, suspend="refused")
+            doc = {**answer(node, "veto", [why], suspend="refused"),
+                   **{k: doc[k] for k in ("mode", "attempt", "observed") if k in doc}}
     return doc
 
 

@@ -1,0 +1,79 @@
+"""A node's ``slurm node prepare`` as ``suspendguard mode`` says, on a real holder of its node.
+
+The SuspendProgram's drain is the node's guard too: in observe mode (a first rollout) it signals
+nobody and refuses nothing, what it would have done said; in off mode it does not look.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from helpers.holders import Holders
+from helpers.runners import cli
+
+from suspendguard.config.load import defaults
+from suspendguard.slurm.controller import Controller
+from suspendguard.store.history import History
+from suspendguard.system.log import Logger
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching the mode needs root")
+
+
+def prepare(conf: Path) -> dict[str, object]:
+    code, out, err = cli("--config", str(conf), "slurm", "node", "prepare")
+    doc: dict[str, object] = json.loads(out)
+    assert code == (0 if doc["verdict"] == "allow" else 1), (code, err)
+    return doc
+
+
+def test_enforced_the_node_drains_its_holder(conf: Path, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    doc = prepare(conf)
+    assert (doc["verdict"], doc["mode"]) == ("allow", "enforce"), doc
+    assert proc.wait(timeout=10) == 0 and holders.signals() == [f"{pid} SIGINT"]
+
+
+def test_in_observe_mode_the_node_signals_nobody_allows_and_says_what_it_would_have_done(
+        conf: Path, node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node, mode="deaf")
+    assert cli("--config", str(conf), "mode", "observe")[0] == 0
+    doc = prepare(conf)
+    assert (doc["verdict"], doc["mode"], doc["reasons"]) == ("allow", "observe", []), doc
+    observed = doc["observed"]
+    assert isinstance(observed, dict) and observed["verdict"] == "veto", doc
+    assert any(f"pid {pid}" in r and "ignores SIGINT" in r for r in observed["reasons"]), doc
+    assert holders.signals() == [] and proc.poll() is None
+    with History.open(str(conf.parent / "state"), readonly=True) as h:
+        [look] = h.attempts(5)
+    assert (look.id, look.origin, look.dry_run, look.result) == (doc["attempt"], "slurm", True,
+                                                                 "veto")
+
+
+def test_off_the_node_does_not_look(conf: Path, node: str, holders: Holders) -> None:
+    proc, _pid = holders.start(node, mode="deaf")
+    assert cli("--config", str(conf), "mode", "off")[0] == 0
+    doc = prepare(conf)
+    assert (doc["verdict"], doc["mode"], "attempt" in doc) == ("allow", "off", False), doc
+    assert holders.signals() == [] and proc.poll() is None
+    assert not (conf.parent / "state" / "history.db").exists()  # nothing looked at, or kept
+
+
+def test_the_controller_says_what_an_observing_node_would_have_refused(tmp_path: Path) -> None:
+    doc = {"verdict": "allow", "reasons": [], "reason_details": [], "mode": "observe",
+           "observed": {"verdict": "veto", "reasons": ["pid 7 python3 ignores SIGINT"]}}
+    seen = tmp_path / "powered-off"
+    config = replace(defaults().slurm, remote=("/usr/bin/env",),
+                     guard=(sys.executable, "-c", f"print({json.dumps(json.dumps(doc))})"),
+                     power_off=(sys.executable, "-c", f"open({str(seen)!r}, 'w').write('{{node}}')"),
+                     scontrol="/nonexistent/scontrol", exclude_file=str(tmp_path / "exclude"))
+    err = io.StringIO()
+    assert Controller(config, Logger(err, {}), local="ctl")._suspend_one("gpu3")
+    assert seen.read_text() == "gpu3"  # observe mode refuses nothing
+    assert ("gpu3: observe mode (suspendguard mode): its guard only looked and would have "
+            "refused (veto): pid 7 python3 ignores SIGINT") in err.getvalue()
