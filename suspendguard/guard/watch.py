@@ -1,44 +1,36 @@
 """The watch: a logind ``block`` inhibitor on sleep held while the guard is certain to veto.
 
-Desktops and ``systemd-inhibit --list`` show logind's inhibitors ("X is
-preventing suspend"); the guard's veto unit only speaks once a suspend has
-begun. So the watch takes the guard's dry run again and again (signals
-nobody, records nothing) and, while it says veto, holds
-``Inhibit("sleep", "suspendguard", <first reason>, "block")``; when the
-reason changes the new lock is taken before the old one is closed (one logind
-refuses leaves the old in place, and the status says both), and the lock goes
-as soon as a look no longer vetoes. Never ``shutdown``. An
-``unknown`` verdict holds nothing: the watch shows certain vetoes only. A
-look that finds another run draining (``guard-busy``) saw no holder and
-changes nothing; the next look comes soon after.
+Desktops and ``systemd-inhibit --list`` show logind's inhibitors; the veto
+unit only speaks once a suspend has begun. So the watch takes the guard's
+dry run again and again (signals nobody, records nothing) and, while it
+says veto and the mode (``suspendguard mode``) is enforce, holds
+``Inhibit("sleep", "suspendguard", <first reason>, "block")``. When the
+reason changes the new lock is taken before the old one is closed (one
+logind refuses leaves the old in place, and the status says both); the lock
+goes as soon as a look no longer vetoes or the mode is switched to observe
+or off. Never ``shutdown``. An ``unknown`` verdict holds nothing.
 
-Why it is cheap: a look is a full dry run (the /proc scan: 0.1-0.2 s of CPU
-on 3,000 processes on a plain host, 1 s where syscalls are slow), so it runs
-only when something may have changed, and on a bound:
+A look is a full dry run (the /proc scan: 0.1-1 s of CPU on 3,000
+processes), so it runs only when something may have changed, and on a bound
+(docs/watch.md has the figures):
 
-- inotify on every accelerator node (``IN_OPEN``, ``IN_CLOSE_*``): a job that
-  opens one, a holder that lets go (the kernel reports the close when the
-  last fd and mapping go, so also when the holder exits);
+- inotify on every accelerator node: a job that opens one, a holder that
+  lets go (the kernel reports the close when the last fd and mapping go);
+  and on the state folder, for the mode file;
 - a pidfd for each holder (at most :data:`MAX_PIDFDS`): readable when it
-  exits, also when it holds the node through a path inotify does not see
-  (a container's own node);
-- a look every ``recheck_s`` (default 60 s) for what neither sees: a job in
-  a container opening its own copy of a node, a holder's SIGINT disposition
-  changing, a new node. Where a look costs more, the bound stretches so
-  that these looks stay under :data:`BOUND_SHARE` of one core (at most
+  exits, also when it holds the node through a path inotify does not see;
+- a look every ``recheck_s`` for what neither sees (a container's own copy
+  of a node, a changed SIGINT disposition, a new node), stretched so that
+  these looks stay under :data:`BOUND_SHARE` of one core (at most
   :data:`MAX_BOUND_S`): the watch measures each look's CPU.
 
-Events wait ``debounce_s`` (a job opens many nodes at once), and two looks
-are at least :data:`MIN_GAP_S` apart. For opens and closes the gap doubles
-while the looks they bring find nothing new (a monitoring agent that opens
-the nodes every second), up to :data:`MAX_GAP_S` or what keeps such looks
-under :data:`STORM_SHARE` of a core, and drops back at the first change or
-after that long without a look. A holder's exit always waits only
-:data:`MIN_GAP_S`: a block ends within about 1.3 s of its holder. Events
-during a look may be its own (an idle backend opens the nodes): outside a
-storm they bring one more look, whose own events are dropped. Between
-looks the process sleeps in poll(2): no timer ticks but the watchdog's,
-when ``WatchdogSec=`` asks for one.
+Events wait ``debounce_s``; looks are at least :data:`MIN_GAP_S` apart. For
+opens and closes the gap doubles while their looks find nothing new (an
+agent that opens the nodes every second), up to :data:`MAX_GAP_S` or
+:data:`STORM_SHARE` of a core, and drops back at the first change. A
+holder's exit or a switched mode waits only :data:`MIN_GAP_S`. Events during
+a look may be its own (an idle backend opens the nodes): they bring one more
+look, whose own events are dropped. Between looks it sleeps in poll(2).
 """
 
 from __future__ import annotations
@@ -58,9 +50,10 @@ from suspendguard.config import Config
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.run import OnDemandOwnerControl
 from suspendguard.model import Unavailable
+from suspendguard.store import mode as guard_mode
 from suspendguard.system.dbus.logind import GUARD_WHO, take_inhibitor
 from suspendguard.system.deadline import Cancel
-from suspendguard.system.inotify import Inotify
+from suspendguard.system.inotify import FOLDER_EVENTS, Inotify
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 from suspendguard.system.sdnotify import Notifier
@@ -71,8 +64,7 @@ RECHECK_S = 60.0
 DEBOUNCE_S = 0.2
 MIN_GAP_S = 1.0
 MAX_GAP_S = 8.0
-# Shares of one core the looks may take: the bounded ones, and those a storm of
-# opens brings; a slow look stretches the bound and the gap to fit (module doc).
+# Shares of one core the bounded looks, and a storm's, may take (module doc).
 BOUND_SHARE = 0.004
 STORM_SHARE = 0.02
 MAX_BOUND_S = 900.0
@@ -147,6 +139,10 @@ class Watch:
     last_end: float = 0.0  # when the last look ended
     unwatched: set[str] = field(default_factory=set)  # nodes inotify refused, and why
     look_cpu: float = 0.0  # CPU seconds the last look took, its forked workers' included
+    # The state folder whose mode file (suspendguard mode) the block obeys; None: enforce.
+    state_dir: str | None = None
+    mode: guard_mode.Mode = guard_mode.ENFORCE
+    switches: Inotify | None = None  # the state folder's changes: the mode switched
 
     @property
     def bound(self) -> float:
@@ -160,6 +156,8 @@ class Watch:
     def start(self) -> None:
         try:
             self.inotify = Inotify()
+            if self.state_dir is not None:
+                self.switches = Inotify(FOLDER_EVENTS)
         except OSError as exc:
             self.log.warning(f"watch: no inotify ({exc.strerror}): looking every "
                              f"{self.recheck_s:g} s and at holders' exits only")
@@ -175,8 +173,7 @@ class Watch:
             now = self.clock()
             wake = min(x for x in (due, pending, ping_at) if x is not None)
             fds = [cancel.fd, *self.pidfds]
-            if self.inotify is not None:
-                fds.append(self.inotify.fd)
+            fds += [i.fd for i in (self.inotify, self.switches) if i is not None]
             poller = select.poll()
             for fd in fds:
                 poller.register(fd, select.POLLIN)
@@ -191,7 +188,8 @@ class Watch:
             if opened or exited:
                 if now - self.last_end >= self.max_gap:
                     self.gap = MIN_GAP_S  # quiet for a while: the storm, if any, is over
-                # A holder's exit is what ends a block: it waits for no grown gap.
+                # A holder's exit, or the mode switched, is what ends a block: it waits for no
+                # grown gap.
                 gap = MIN_GAP_S if exited else self.gap
                 soon = max(now + self.debounce_s, (self.last_end if self.looks else now) + gap)
                 pending = soon if pending is None else min(pending, soon)
@@ -207,11 +205,15 @@ class Watch:
                 self.notifier.send(STATUS=self.status())
 
     def _events(self, ready: set[int] | None) -> tuple[bool, bool]:
-        """Whether a node was opened or closed, and whether a holder exited; ``ready`` None:
-        look without waiting."""
+        """Whether a node was opened or closed, and whether a holder exited or the mode file
+        changed; ``ready`` None: look without waiting."""
         opened = exited = False
         if self.inotify is not None and (ready is None or self.inotify.fd in ready):
             opened = bool(self.inotify.read())
+        if self.switches is not None and (ready is None or self.switches.fd in ready):
+            # The mode file, or the state folder made (by the first switch) where there was none.
+            wanted = {self.state_dir, os.path.join(self.state_dir or "", guard_mode.MODE_NAME)}
+            exited = any(path in wanted for path, _ in self.switches.read())
         for fd in list(self.pidfds):
             if ready is not None and fd not in ready:
                 continue
@@ -236,11 +238,18 @@ class Watch:
         if sight.busy:
             return self.last_end + RETRY_S  # another run is draining: nothing seen, nothing changed
         self.last = sight
-        same = (before is not None and before.why == sight.why and
+        mode = guard_mode.read(self.state_dir) if self.state_dir is not None else self.mode
+        switched, self.mode = mode.name != self.mode.name, mode
+        same = (before is not None and before.why == sight.why and not switched and
                 set(before.holders) == set(sight.holders))
         if by_event:
             self.gap = min(self.gap * 2, self.max_gap) if same else MIN_GAP_S
-        self.hold(sight.why)
+        if switched:
+            self.log.notice(f"watch: the guard's mode is {mode.name} (suspendguard mode): "
+                            + ("a sleep is blocked while it would veto" if mode.enforcing
+                               else "no sleep is blocked"))
+        # Observe and off refuse no suspend: no block in their name either.
+        self.hold(sight.why if mode.enforcing else None)
         self.follow(sight)
         retry = self.failed and sight.why is not None
         return self.last_end + (min(RETRY_S, self.bound) if retry else self.bound)
@@ -271,12 +280,15 @@ class Watch:
         self.log.notice(f"watch: sleep blocked while the guard would veto: {why}")
 
     def follow(self, sight: Sight) -> None:
-        """Watch the nodes and the holders this look found."""
+        """Watch the nodes and the holders this look found, and the state folder."""
         if self.inotify is not None:
             failed = set(self.inotify.watch(sight.nodes))
             for line in sorted(failed - self.unwatched):
                 self.log.info(f"watch: not watched: {line}")
             self.unwatched = failed
+        if self.switches is not None and self.state_dir is not None:
+            there = os.path.isdir(self.state_dir)
+            self.switches.watch([self.state_dir if there else os.path.dirname(self.state_dir)])
         wanted = set(sight.holders[:MAX_PIDFDS])
         for fd, holder in list(self.pidfds.items()):
             if holder not in wanted:
@@ -289,6 +301,10 @@ class Watch:
                 self.pidfds[got] = (pid, start)
 
     def status(self) -> str:
+        if not self.mode.enforcing:
+            would = (f"; enforced, it would block: {self.last.why}"
+                     if self.last is not None and self.last.why is not None else "")
+            return f"no block: the guard's mode is {self.mode.name} (suspendguard mode){would}"
         if self.held is not None and not self.failed:
             return f"blocking sleep: {self.held[1]}"
         if self.failed and self.last is not None and self.last.why is not None:
@@ -304,8 +320,9 @@ class Watch:
 
     def close(self) -> None:
         self.hold(None)
-        if self.inotify is not None:
-            self.inotify.close()
+        for watcher in (self.inotify, self.switches):
+            if watcher is not None:
+                watcher.close()
         for fd in self.pidfds:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -365,7 +382,8 @@ def watch(config: Config, environ: Mapping[str, str], err: TextIO,
     proc = proc or ProcFS()
     cancel = Cancel()
     w = Watch(look or dry_look(config, environ, proc), take, Notifier(environ),
-              Logger(err, environ), proc, recheck_s=recheck_s, debounce_s=debounce_s)
+              Logger(err, environ), proc, recheck_s=recheck_s, debounce_s=debounce_s,
+              state_dir=config.state.dir)
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         cancel.cancel(f"watch received {signal.Signals(signum).name}")

@@ -19,6 +19,10 @@ import struct
 from collections.abc import Iterable
 
 IN_OPEN = 0x00000020
+IN_MOVED_FROM = 0x00000040
+IN_MOVED_TO = 0x00000080
+IN_CREATE = 0x00000100
+IN_DELETE = 0x00000200
 IN_CLOSE_WRITE = 0x00000008
 IN_CLOSE_NOWRITE = 0x00000010
 IN_ATTRIB = 0x00000004
@@ -31,6 +35,8 @@ IN_CLOEXEC = os.O_CLOEXEC
 
 # What a holder does to a node, and the node itself going away.
 NODE_EVENTS = IN_OPEN | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE | IN_DELETE_SELF | IN_MOVE_SELF
+# A file of a watched folder made, written, renamed in or out, or removed.
+FOLDER_EVENTS = IN_CREATE | IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE
 
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
 _libc: ctypes.CDLL | None = None
@@ -77,8 +83,9 @@ class Inotify:
         return failed
 
     def read(self) -> list[tuple[str, int]]:
-        """The events waiting, as (path, mask); [] when none. A watch the kernel dropped
-        (the node deleted) is forgotten, so the next :meth:`watch` adds it again."""
+        """The events waiting, as (path, mask); [] when none. An event of a file in a watched
+        folder names that file's path. A watch the kernel dropped (the node deleted) is
+        forgotten, so the next :meth:`watch` adds it again."""
         events: list[tuple[str, int]] = []
         by_wd = {wd: path for path, wd in self.watches.items()}
         while True:
@@ -91,9 +98,10 @@ class Inotify:
             at = 0
             while at + _EVENT.size <= len(data):
                 wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
+                name = data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0")
                 at += _EVENT.size + length
                 path = by_wd.get(wd, "")
-                events.append((path, mask))
+                events.append((os.path.join(path, os.fsdecode(name)) if name else path, mask))
                 if mask & IN_IGNORED and path:
                     self.watches.pop(path, None)
 

@@ -28,7 +28,14 @@ from helpers.holders import Holders
 from helpers.wait import wait_for
 
 from suspendguard.system.dbus.logind import Inhibitor, logind_info
-from suspendguard.system.inotify import IN_CLOSE_NOWRITE, IN_OPEN, Inotify
+from suspendguard.system.inotify import (
+    FOLDER_EVENTS,
+    IN_CLOSE_NOWRITE,
+    IN_DELETE,
+    IN_MOVED_TO,
+    IN_OPEN,
+    Inotify,
+)
 from suspendguard.system.sdnotify import Notifier
 
 RELEASE_S = 2.0  # a holder gone, the block gone within this
@@ -145,6 +152,40 @@ def test_the_block_follows_the_holders(
     assert "Traceback" not in (tmp_path / "watch.err").read_text()
 
 
+def test_observe_and_off_hold_no_block_and_a_switch_takes_effect_at_once(
+        bus: PrivateBus, fakes: Callable[..., Any], holders: Holders, node: str,
+        conf: Path, tmp_path: Path, systemd: Systemd) -> None:
+    """suspendguard mode off is the guard switched off at once: the watch's block too."""
+    fakes({}, services=("logind",))
+    holders.start(node, mode="deaf")
+
+    def mode(name: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "suspendguard", "--config", str(conf),
+                               "mode", name], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    watch = start_watch(conf, tmp_path, systemd)
+    try:
+        [held] = wait_for(ours, 5, message="no block taken")
+        for name in ("off", "observe"):
+            mode(name)
+            said = (f"no block: the guard's mode is {name} (suspendguard mode); enforced, it "
+                    f"would block: {held.why}")
+            wait_for(lambda: ours() == [], RELEASE_S + 1, interval=0.02,
+                     message=lambda: f"still blocked: {ours()}")
+            wait_for(lambda: systemd.said("STATUS")[-1] == said,  # noqa: B023 (waited here)
+                     5, message=lambda: systemd.messages)
+            mode("enforce")
+            wait_for(lambda: [i.why for i in ours()] == [held.why], RELEASE_S + 1,
+                     interval=0.02, message=lambda: f"not blocked again: {ours()}")
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        rc = watch.wait(10)
+    log = (tmp_path / "watch.err").read_text()
+    assert rc == 0 and "Traceback" not in log, log
+    assert "watch: the guard's mode is off (suspendguard mode): no sleep is blocked" in log, log
+
+
 def test_a_block_that_logind_refuses_is_said_and_tried_again(
         no_bus: str, holders: Holders, node: str, conf: Path, tmp_path: Path,
         systemd: Systemd) -> None:
@@ -204,6 +245,17 @@ def test_inotify_sees_an_open_and_a_close(tmp_path: Path) -> None:
         assert [m & (IN_OPEN | IN_CLOSE_NOWRITE) for p, m in seen] == [IN_OPEN, IN_CLOSE_NOWRITE]
         assert {p for p, _ in seen} == {str(path)}
         assert watcher.read() == []
+        folder = Inotify(FOLDER_EVENTS)  # a folder's events name the file
+        try:
+            folder.watch([str(tmp_path)])
+            (tmp_path / "mode.tmp").write_text("off\n")
+            (tmp_path / "mode.tmp").replace(tmp_path / "mode")
+            (tmp_path / "mode").unlink()
+            mode = str(tmp_path / "mode")
+            assert [(p, m & (IN_MOVED_TO | IN_DELETE)) for p, m in folder.read()
+                    if p == mode] == [(mode, IN_MOVED_TO), (mode, IN_DELETE)]
+        finally:
+            folder.close()
         path.unlink()  # the kernel drops the watch; the next watch() adds it again
         watcher.read()
         assert watcher.watches == {}
