@@ -192,6 +192,13 @@ def health(config: Config, environ: Mapping[str, str], log: Logger) -> dict[str,
 
 def _health(config: Config, node: str, log: Logger) -> dict[str, Any]:
     problems = held_outside_slurm(config)
+    mode = guard_mode.read(config.state.dir)
+    if problems and not mode.enforcing:
+        # Such a drain keeps the node from a suspend its guard would refuse; in observe or
+        # off mode it refuses none, and the drain would only take the node out of use.
+        log.info(f"slurm health: {node}: the guard's mode is {mode.name} (suspendguard mode): "
+                 f"not drained for {problems[0].text}")
+        problems = []
     report = check(config, datetime.now(timezone.utc) - timedelta(minutes=10))
     problems += [Reason("unhealthy-after-resume", f"device {d.describe()} (health check)",
                         device=d.family) for d in report.unhealthy()]

@@ -14,6 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers.fake_slurm import FakeSlurm
+from helpers.fake_slurm import node as slurm_node
 from helpers.holders import Holders
 from helpers.runners import cli
 
@@ -77,3 +79,21 @@ def test_the_controller_says_what_an_observing_node_would_have_refused(tmp_path:
     assert seen.read_text() == "gpu3"  # observe mode refuses nothing
     assert ("gpu3: observe mode (suspendguard mode): its guard only looked and would have "
             "refused (veto): pid 7 python3 ignores SIGINT") in err.getvalue()
+
+
+def test_health_drains_for_a_holder_outside_slurm_only_when_enforced(
+        conf: Path, node: str, holders: Holders, tmp_path: Path) -> None:
+    # The drain keeps the node from a suspend its guard would refuse: observe and off refuse
+    # none, so the node stays in use, and the log says why it was not drained.
+    fake = FakeSlurm(tmp_path, {"node1": slurm_node()})
+    with conf.open("a") as f:
+        f.write(f'[slurm]\nnode_name = "node1"\nscontrol = {json.dumps(str(fake.path))}\n')
+    holders.start(node, mode="deaf")
+    assert cli("--config", str(conf), "mode", "observe")[0] == 0
+    code, out, err = cli("--config", str(conf), "slurm", "health")
+    assert (code, fake.node("node1")) == (0, slurm_node()), (out, err)
+    assert "the guard's mode is observe (suspendguard mode): not drained for pid " in err, err
+    assert cli("--config", str(conf), "mode", "enforce")[0] == 0
+    code, out, err = cli("--config", str(conf), "slurm", "health")
+    assert code == 1 and out.startswith("node1: drain: suspendguard: held-outside-slurm: pid "), err
+    assert fake.node("node1")["reason"].startswith("suspendguard: held-outside-slurm: pid ")
