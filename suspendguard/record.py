@@ -307,8 +307,11 @@ class Attempt:
 
     @property
     def what(self) -> str:
-        """What was attempted, in the operator's words: the sleep action guarded; from a
-        shell, ``drain`` (or a dry run)."""
+        """What was attempted, in the operator's words: the sleep action guarded (only looked
+        at, in observe mode: a dry run recorded with an action); from a shell, ``drain`` (or a
+        dry run)."""
+        if self.action and self.dry_run:
+            return f"{self.action} (observed)"
         return self.action or ("dry run" if self.dry_run else "drain")
 
     def to_json(self) -> dict[str, Any]:

@@ -65,7 +65,10 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
     rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "HOLDERS", "FIRST REASON")]
     for a in attempts:
         started = when(a.started)
-        action = a.what
+        # Observe mode's look: what an enforced run would have said (the attempt says so whole).
+        observed = a.dry_run and a.action is not None
+        action = a.action or a.what
+        verdict = f"would {a.result}" if observed and a.finished is not None else a.result
         seconds = f"{a.duration:.1f}" if a.duration is not None else "-"
         drained = sum(1 for h in a.holders if h.outcome.kind == "exited")
         holders = f"{drained}/{len(a.holders)} drained" if a.holders else "-"
@@ -77,7 +80,7 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
         if held:
             first = ((first + "; " if first else "") +
                      f"{len(held)} jobs held after resume: {held[0].why}")
-        rows.append((str(a.id), started, action, a.result, seconds, holders, first))
+        rows.append((str(a.id), started, action, verdict, seconds, holders, first))
     ctx.out.write("\n".join(table(rows, indent="", width=width, flex=(6, 2))) + "\n")
     return 0
 
@@ -86,8 +89,10 @@ def attempt_lines(a: Attempt, width: int | None) -> list[str]:
     """One attempt whole: every reason and warning, its holders, the jobs stopped through
     their supervisors, the findings after resume and the steps after it."""
     took = f", {a.duration:.1f} s" if a.duration is not None else ""
+    observed = (" (observe mode: what it would have said; it signalled nobody and refused "
+                "nothing)" if a.dry_run and a.action else "")
     lines = [safe(f"attempt {a.id}: {a.what}, {when(a.started)}{took} (from {a.origin})"),
-             f"verdict: {a.result.upper()}"]
+             f"verdict: {a.result.upper()}{observed}"]
     lines += [f"  - {safe(r)}" for r in a.reasons]
     lines += [f"  ! {safe(w)}" for w in a.warnings]
     if a.holders:

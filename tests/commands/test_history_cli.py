@@ -107,3 +107,26 @@ def test_an_attempt_never_recorded_is_one_line_and_exit_2(conf: Path, node: str,
         code, out, err = cli(conf, *argv)
         assert (code, out) == (2, ""), (argv, out)
         assert err.count("\n") == 1 and words in err, err
+
+
+def test_an_observed_look_is_told_from_a_real_veto(conf: Path, node: str,
+                                                   holders: Holders) -> None:
+    # Observe mode's look is recorded with the verdict an enforced run would give: the list and
+    # the attempt say it was only a look, so a veto there is not taken for a refused suspend.
+    _, deaf = holders.start(node, mode="deaf")
+    main(["mode", "observe", "--config", str(conf)], out=io.StringIO(), err=io.StringIO(),
+         environ={})
+    assert main(["pre-sleep", "suspend", "--config", str(conf)], out=io.StringIO(),
+                err=io.StringIO(), environ={}) == 0
+    code, listed, _ = cli(conf)
+    assert code == 0
+    [row] = [line.split() for line in listed.splitlines() if line.startswith("1 ")]
+    assert row[4:7] == ["suspend", "would", "veto"], listed
+    code, out, _ = cli(conf, "1")
+    lines = out.splitlines()
+    assert lines[0].startswith("attempt 1: suspend (observed), ") and lines[0].endswith("(from unit)")
+    assert lines[1] == ("verdict: VETO (observe mode: what it would have said; it signalled "
+                        "nobody and refused nothing)")
+    assert str(deaf) in lines[2]
+    [doc] = json.loads(cli(conf, "--json")[1])["attempts"]
+    assert (doc["action"], doc["dry_run"], doc["verdict"]) == ("suspend", True, "veto")
