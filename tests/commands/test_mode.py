@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -105,6 +106,15 @@ def test_off_lets_a_deaf_holder_through_and_the_hook_does_not_drain(conf: Path, 
     code, out, _ = run_cli(conf, "status")
     assert "the guard is off" in out.splitlines()[0]
     assert "mode: off" in out
+    # check gives the verdict enforce mode would, and says that is not what a suspend meets.
+    code, out, _ = run_cli(conf, "check")
+    assert code == 1 and "VETO" in out
+    assert out.endswith("\nthe guard's mode is off (suspendguard mode): a suspend goes ahead "
+                        "without a look; the verdict above is enforce mode's\n"), out
+    code, out, _ = run_cli(conf, "check", "--json")
+    assert json.loads(out)["verdict"] == "veto"  # the JSON is the verdict's alone
+    assert run_cli(conf, "mode", "enforce")[0] == 0
+    assert "the guard's mode is" not in run_cli(conf, "check")[1]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may switch")
