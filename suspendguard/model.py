@@ -128,7 +128,7 @@ class SignalMasks:
 class HeldNode:
     node: Node
     seen_as: str  # the path as the holder sees it (may differ: containers)
-    via: Literal["fd", "map"]
+    via: Literal["fd", "map", "io_uring"]  # io_uring: a file registered with a ring
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,15 @@ from suspendguard.model import (
     ScanResult,
     SignalMasks,
 )
+from suspendguard.system.io_uring import registered_files
 from suspendguard.system.kcmp import same_files
-from suspendguard.system.procfs import ProcAccessError, ProcFS, unit_and_container, user_name
+from suspendguard.system.procfs import (
+    IO_URING,
+    ProcAccessError,
+    ProcFS,
+    unit_and_container,
+    user_name,
+)
 from suspendguard.system.sigdelivery import Delivery, delivery
 from suspendguard.system.workers import run_shares
 
@@ -105,7 +112,7 @@ class _Scanner:
         return own
 
     def _held_in_table(self, pid: int, at: int, folder: tuple[str, ...]) -> list[HeldNode]:
-        paths = self.proc.open_paths(pid, at, "/".join(folder))
+        paths = self.proc.open_paths(pid, at, "/".join(folder), rings=True)
         if not paths:
             return []
         ns = self.proc.mnt_ns(pid, at)
@@ -114,6 +121,9 @@ class _Scanner:
         known = self.path_cache.setdefault(ns, {}) if ns is not None else {}
         held: list[HeldNode] = []
         for fd, target in paths:
+            if target == IO_URING:
+                held.extend(self._registered(pid, at, ns, (*folder[:-1], "fdinfo", fd)))
+                continue
             try:
                 node = known[target]
             except KeyError:
@@ -143,6 +153,22 @@ class _Scanner:
         if not deleted and st is not None:
             known[target] = node
         return node
+
+    def _registered(self, pid: int, at: int, ns: str | None,
+                    fdinfo: tuple[str, ...]) -> list[HeldNode]:
+        """The nodes an io_uring of ``pid`` holds as registered files (system/io_uring.py)."""
+        held = []
+        for path in registered_files(self.proc.read(pid, "/".join(fdinfo), at) or b""):
+            # Its path is as this process sees the file where it shares the mount namespace.
+            where = path if ns is not None and ns == self.own_ns else self.proc.path(
+                pid, "root") + path
+            try:
+                node = self.nodes.get(identity(os.stat(where)))
+            except OSError:
+                continue
+            if node is not None:
+                held.append(HeldNode(node, path, "io_uring"))
+        return held
 
     # -- mappings ---------------------------------------------------------
 

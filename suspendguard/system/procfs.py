@@ -20,6 +20,7 @@ from suspendguard.model import SignalMasks
 _GONE = (errno.ENOENT, errno.ESRCH)
 _REFUSED = (errno.EACCES, errno.EPERM)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+IO_URING = "anon_inode:[io_uring]"
 
 
 class ProcAccessError(Exception):
@@ -151,17 +152,16 @@ class ProcFS:
             return ()
         return tuple(p.decode("utf-8", "replace") for p in data.rstrip(b"\0").split(b"\0"))
 
-    def open_paths(self, pid: int, at: int | None = None,
-                   folder: str = "fd") -> list[tuple[str, str]]:
-        """(fd, path) for each fd of ``pid`` whose link names a path.
+    def open_paths(self, pid: int, at: int | None = None, folder: str = "fd",
+                   rings: bool = False) -> list[tuple[str, str]]:
+        """(fd, path) for each fd of ``pid`` whose link names a path; with ``rings``, each
+        io_uring's fd too (its link :data:`IO_URING`), whose registered files hold theirs.
 
         ``at``: read through that :meth:`open_dir` fd; ``folder``: another
-        task's fd table (``task/TID/fd``).
-
-        Sockets, pipes and anonymous inodes (links that are not paths) are
-        left out, and so are fds closed meanwhile. This is the scan's hot
-        loop: one readlink per fd, relative to the open fd directory, as
-        fuser does.
+        task's fd table (``task/TID/fd``). Sockets, pipes and other anonymous
+        inodes are left out, and so are fds closed meanwhile. This is the
+        scan's hot loop: one readlink per fd, relative to the open fd
+        directory, as fuser does.
         """
         try:
             if at is None:
@@ -185,7 +185,7 @@ class ProcFS:
                     target = readlink(name, dir_fd=dfd)
                 except OSError:
                     continue
-                if target[0] == "/":
+                if target[0] == "/" or (rings and target == IO_URING):
                     paths.append((name, target))
         finally:
             os.close(dfd)

@@ -43,6 +43,19 @@ def test_graceful_holder_is_drained_and_allowed(make_config: Any, node: str, hol
     assert holders.signals() == [f"{pid} SIGINT"]
 
 
+def test_a_job_holding_its_node_through_an_io_uring_alone_is_drained(
+        make_config: Any, node: str, holders: Holders) -> None:
+    # Its own fd closed, the node registered with its ring: without the ring's fdinfo the
+    # guard saw no holder, signalled nobody and allowed the suspend under a running job.
+    proc, pid = holders.start(node, mode="io_uring", delay=0.3)
+    report = guard(make_config())
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert [h.holder.pid for h in report.holders] == [pid]
+    assert outcome_of(report, pid).kind == "exited"
+    assert proc.wait(timeout=5) == 0
+    assert holders.signals() == [f"{pid} SIGINT"]  # its own handler ran: its checkpoint
+
+
 def test_holder_slower_than_the_timeout_vetoes(make_config: Any, node: str, holders: Holders) -> None:
     proc, pid = holders.start(node, mode="slow")
     report = guard(make_config(drain={"timeout_s": 1}))

@@ -19,6 +19,7 @@ from suspendguard.config import DevicesConfig
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Inventory
+from suspendguard.system.io_uring import registered_files
 from suspendguard.system.procfs import ProcFS, parse_cgroup, parse_status, unit_and_container
 
 
@@ -75,6 +76,29 @@ def test_mapping_only_holder(tmp_path: Path, holders: Holders) -> None:
     _, pid = holders.start(str(path), mode="map")
     h = next(h for h in scan_holders(inventory(str(path))).holders if h.pid == pid)
     assert [hn.via for hn in h.nodes] == ["map"]
+
+
+@needs_root
+def test_a_node_registered_with_an_io_uring_alone_is_held(tmp_path: Path,
+                                                          holders: Holders) -> None:
+    # The job's own fd is closed: neither fd/ nor maps shows the node, the ring's fdinfo does.
+    # A space in the path: fdinfo writes it escaped (\040).
+    path = tmp_path / "npu 0"
+    os.mknod(path, 0o666 | 0o020000, os.makedev(1, 7))
+    _, pid = holders.start(str(path), mode="io_uring")
+    links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    assert str(path) not in links and "anon_inode:[io_uring]" in links
+    h = next(h for h in scan_holders(inventory(str(path))).holders if h.pid == pid)
+    assert [(hn.via, hn.seen_as, hn.node.path) for hn in h.nodes] == [
+        ("io_uring", str(path), str(path))]
+
+
+def test_registered_files_are_read_from_a_rings_fdinfo() -> None:
+    fdinfo = (b"SqMask:\t0x3\nUserFiles:\t4\n    0: /dev/davinci0\n    1: <none>\n"
+              b"    2: /tmp/npu\\0400\n   10: /dev/back\\134slash\nUserBufs:\t0\nPollList:\n")
+    assert registered_files(fdinfo) == ["/dev/davinci0", "/tmp/npu 0", "/dev/back\\slash"]
+    assert registered_files(b"SqMask:\t0x3\nUserFiles:\t0\nUserBufs:\t0\n") == []
+    assert registered_files(b"pos:\t0\nflags:\t02\n") == []  # not a ring
 
 
 def test_management_only_holder_is_scanned_with_its_role(tmp_path: Path, holders: Holders) -> None:

@@ -17,7 +17,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--node", required=True)
 p.add_argument("--mode", default="graceful",
                choices=["graceful", "deaf", "slow", "inherit", "stubborn", "map", "supervisor",
-                        "segv-handler", "faulthandler"])
+                        "segv-handler", "faulthandler", "io_uring"])
 p.add_argument("--delay", type=float, default=0.3)
 p.add_argument("--marker", default="")
 p.add_argument("--exit", type=int, default=0, help="exit status after a graceful SIGINT")
@@ -59,7 +59,18 @@ if args.mode == "map":
     assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
     f.close()
 
-if args.mode in ("graceful", "slow", "map"):
+if args.mode == "io_uring":
+    # The node registered with an io_uring (io_uring_setup, then IORING_REGISTER_FILES), its
+    # own fd closed: only the ring's fdinfo still names it.
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+    ring = libc.syscall(425, 4, params)
+    assert ring >= 0, os.strerror(ctypes.get_errno())
+    registered = (ctypes.c_int * 1)(f.fileno())
+    assert libc.syscall(427, ring, 2, registered, 1) == 0, os.strerror(ctypes.get_errno())
+    f.close()
+
+if args.mode in ("graceful", "slow", "map", "io_uring"):
     # Explicitly: a supervisor that ignores SIGINT must not pass that on.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 elif args.mode == "segv-handler":
