@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 from collections.abc import Collection, Sequence
 from dataclasses import replace
@@ -39,6 +40,7 @@ from suspendguard.system.sigdelivery import Delivery, delivery
 from suspendguard.system.workers import run_shares
 
 _GONE = (errno.ENOENT, errno.ESRCH)
+_FLAGS = re.compile(rb"^flags:\s*([0-7]+)$", re.M)  # an fd's open flags, in its fdinfo
 
 
 class _Scanner:
@@ -121,16 +123,23 @@ class _Scanner:
         known = self.path_cache.setdefault(ns, {}) if ns is not None else {}
         held: list[HeldNode] = []
         for fd, target in paths:
+            info = (*folder[:-1], "fdinfo", fd)
             if target == IO_URING:
-                held.extend(self._registered(pid, at, ns, (*folder[:-1], "fdinfo", fd)))
+                held.extend(self._registered(pid, at, ns, info))
                 continue
             try:
                 node = known[target]
             except KeyError:
                 node = self._node_of(pid, ns, (*folder, fd), target, known)
-            if node is not None:
+            if node is not None and not self._only_a_path(pid, at, info):
                 held.append(HeldNode(node, target, "fd"))
         return held
+
+    def _only_a_path(self, pid: int, at: int, fdinfo: tuple[str, ...]) -> bool:
+        """An O_PATH fd (udevd sets a node's mode through one) names the node but never
+        opened it: the driver holds nothing for it, and its process is no holder."""
+        found = _FLAGS.search(self.proc.read(pid, "/".join(fdinfo), at) or b"")
+        return found is not None and bool(int(found.group(1), 8) & os.O_PATH)
 
     def _node_of(self, pid: int, ns: str | None, link: tuple[str, ...], target: str,
                  known: dict[str, Node | None]) -> Node | None:

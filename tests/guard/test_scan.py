@@ -93,6 +93,16 @@ def test_a_node_registered_with_an_io_uring_alone_is_held(tmp_path: Path,
         ("io_uring", str(path), str(path))]
 
 
+def test_an_o_path_fd_on_a_node_holds_nothing(node: str, holders: Holders) -> None:
+    # The driver never saw an open: the process is no holder, and nothing signals it.
+    _, named = holders.start(node, mode="o_path")
+    _, opened = holders.start(node)
+    links = [os.readlink(f"/proc/{named}/fd/{fd}") for fd in os.listdir(f"/proc/{named}/fd")]
+    assert node in links  # the fd is there, naming the node
+    found = [h.pid for h in scan_holders(inventory(node)).holders]
+    assert opened in found and named not in found
+
+
 def test_registered_files_are_read_from_a_rings_fdinfo() -> None:
     fdinfo = (b"SqMask:\t0x3\nUserFiles:\t4\n    0: /dev/davinci0\n    1: <none>\n"
               b"    2: /tmp/npu\\0400\n   10: /dev/back\\134slash\nUserBufs:\t0\nPollList:\n")

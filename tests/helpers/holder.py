@@ -17,7 +17,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--node", required=True)
 p.add_argument("--mode", default="graceful",
                choices=["graceful", "deaf", "slow", "inherit", "stubborn", "map", "supervisor",
-                        "segv-handler", "faulthandler", "io_uring"])
+                        "segv-handler", "faulthandler", "io_uring", "o_path"])
 p.add_argument("--delay", type=float, default=0.3)
 p.add_argument("--marker", default="")
 p.add_argument("--exit", type=int, default=0, help="exit status after a graceful SIGINT")
@@ -47,7 +47,12 @@ if args.mode == "supervisor":
         child.wait()
         mark("restarted")
 
-f = open(args.node, "rb")  # noqa: SIM115 - held open for the life of the job
+if args.mode == "o_path":
+    # Names the node, never opens it (as udevd sets a node's mode): no holder of it.
+    named = os.open(args.node, os.O_PATH | os.O_CLOEXEC)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+else:
+    f = open(args.node, "rb")  # noqa: SIM115 - held open for the life of the job
 if args.mode == "map":
     # libc mmap directly: Python's mmap object keeps a dup of the fd, and
     # this job must hold the node through the mapping alone.
