@@ -167,6 +167,8 @@ def test_observe_and_off_hold_no_block_and_a_switch_takes_effect_at_once(
     watch = start_watch(conf, tmp_path, systemd)
     try:
         [held] = wait_for(ours, 5, message="no block taken")
+        # No mode was ever set: the state folder the switch makes is not there yet.
+        assert not (conf.parent / "state").exists()
         for name in ("off", "observe"):
             mode(name)
             said = (f"no block: the guard's mode is {name} (suspendguard mode); enforced, it "
