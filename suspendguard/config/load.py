@@ -65,6 +65,9 @@ def load(cli_path: str | None = None, environ: Mapping[str, str] | None = None, 
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise ConfigError(f"{path}: not UTF-8 text") from None
+        if text.startswith("\ufeff"):  # an editor's byte-order mark, which TOML does not allow
+            raise ConfigError(f"{path}: starts with a byte-order mark (BOM), which TOML does "
+                              "not allow: save it as UTF-8 without one")
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:

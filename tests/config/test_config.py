@@ -111,6 +111,16 @@ def test_bad_config_is_one_line_exit_2(tmp_path: Path, text: str, expected: str)
     assert "Traceback" not in err
 
 
+def test_a_byte_order_mark_is_named(tmp_path: Path) -> None:
+    # A Windows editor's BOM: tomllib says only "Invalid statement (at line 1, column 1)".
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf[drain]\ntimeout_s = 5\n")
+    code, out, err = cli("--config", str(path), "config")
+    assert (code, out) == (2, "")
+    assert err == (f"suspendguard: {path}: starts with a byte-order mark (BOM), which TOML does "
+                   "not allow: save it as UTF-8 without one\n")
+
+
 def test_commented_default_says_who_can_forge_each_match_kind() -> None:
     text = commented_default()
     for kind in RULE_FIELDS:
