@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import time
+from dataclasses import dataclass
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
@@ -55,10 +56,21 @@ def _event_time(attempt: Attempt | None, phase: str) -> float | None:
     return times[-1] if times else None
 
 
-def unit_attempt(config: Config, action: str, since: float) -> Attempt | str:
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Observe mode's look at this sleep: no attempt of the guard's, but the sleep hook's
+    records and the findings after resume are kept with it."""
+
+    look: Attempt
+
+    def __str__(self) -> str:
+        return f"observe mode (suspendguard mode): {_observed(self.look)}"
+
+
+def unit_attempt(config: Config, action: str, since: float) -> Attempt | Observed | str:
     """The guard's attempt for this sleep (recorded by the veto unit; an older
     version's sleep hook drained as a fallback), or why there is none to read: in
-    observe mode, what the unit's look found; in off mode, that it did not look."""
+    observe mode, the unit's look; in off mode, that it did not look."""
     looked = None
     try:
         with History.open(config.state.dir, readonly=True) as history:
@@ -76,7 +88,7 @@ def unit_attempt(config: Config, action: str, since: float) -> Attempt | str:
         return (f"the guard is off (suspendguard mode): it did not look at this {action} "
                 "(suspendguard mode enforce turns it on)")
     if mode.name == "observe" and looked is not None:
-        return f"observe mode (suspendguard mode): {_observed(looked)}"
+        return Observed(looked)
     return f"{missing} (is it installed? suspendguard status)"
 
 
@@ -95,16 +107,19 @@ def _observed(looked: Attempt) -> str:
     return f"{found}; it signalled nobody and refused nothing"
 
 
-def _slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
+def _slept(job: SleepJob, found: Attempt | Observed | str, ctx: Context) -> int:
     attempt = found if isinstance(found, Attempt) else None
-    down = _event_time(attempt, "pre")
-    up = _event_time(attempt, "post") or job.ended
+    looked = found.look if isinstance(found, Observed) else attempt
+    down = _event_time(looked, "pre")
+    up = _event_time(looked, "post") or job.ended
     with_date = down is not None and time.localtime(down)[:3] != time.localtime(up)[:3]
     zone = time.strftime(" %Z", time.localtime(up)).rstrip()
     went = f"{SLEPT[job.action]} at {_clock(down, with_date)}" if down else SLEPT[job.action]
     ctx.out.write(f"{went}, resumed at {_clock(up, with_date)}{zone}\n")
     if attempt is None:
         ctx.out.write(f"  ! {found}\n")
+        if looked is not None:
+            _findings(looked, ctx)
         return EXIT_ALLOW
     drained = sum(1 for h in attempt.holders if h.outcome.kind == "exited")
     by = "the guard" if attempt.origin == "unit" else f"the guard ({attempt.origin})"
@@ -115,14 +130,18 @@ def _slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
                       "nothing could have stopped it (suspendguard status)\n")
     for warning in attempt.warnings:
         ctx.out.write(f"  ! {warning}\n")
+    _findings(attempt, ctx)
+    return EXIT_ALLOW
+
+
+def _findings(attempt: Attempt, ctx: Context) -> None:
     rules = sorted({f.rule for f in attempt.findings})
     if rules:
         ctx.out.write(f"  after resume, the device logs show: {', '.join(rules)} "
                       "(suspendguard logs --since last-attempt)\n")
-    return EXIT_ALLOW
 
 
-def _not_slept(job: SleepJob, found: Attempt | str, ctx: Context) -> int:
+def _not_slept(job: SleepJob, found: Attempt | Observed | str, ctx: Context) -> int:
     service = f"systemd-{job.action}.service"
     if isinstance(found, Attempt) and found.result != "allow":
         first, *rest = found.reasons or (f"the guard's attempt ended {found.result}",)

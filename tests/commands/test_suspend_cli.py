@@ -145,7 +145,9 @@ def test_observe_mode_says_the_guard_only_looked_and_what_it_would_have_done(
     [attempt] = unit_attempts(conf)
     assert attempt.dry_run and attempt.result == "veto"
     first, said = out.splitlines()
-    assert first.startswith("suspended"), out
+    # The sleep hook's records are the look's: when it went down is known.
+    assert first.startswith("suspended at ") and ", resumed at " in first, out
+    assert [e.phase for e in attempt.events] == ["pre", "post"]
     assert said.startswith(f"  ! observe mode (suspendguard mode): the guard only looked "
                            f"(attempt {attempt.id}) and would have vetoed it: pid {pid} "), out
     assert said.endswith("; it signalled nobody and refused nothing"), out
