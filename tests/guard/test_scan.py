@@ -137,6 +137,23 @@ def test_container_node_under_another_name_found_by_rdev(node: str, holders: Hol
     assert h.nodes[0].node.path == node
 
 
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare not installed")
+def test_a_containers_own_node_registered_with_an_io_uring_is_found_by_rdev(
+        node: str, holders: Holders) -> None:
+    # The ring's fdinfo names the file as the container sees it: read through its root.
+    script = (
+        "mount -t tmpfs none /dev && mknod /dev/davinci_manager c 1 7 && "
+        f'exec "$0" {HOLDER} --node /dev/davinci_manager --mode io_uring '
+        f"--marker {holders.marker}"
+    )
+    _, pid = holders.start(node, argv_prefix=["unshare", "-m", "--propagation", "private",
+                                               "sh", "-c", script, sys.executable, "--"])
+    h = next(h for h in scan_holders(inventory(node)).holders if h.pid == pid)
+    assert [(n.via, n.seen_as, n.node.path) for n in h.nodes] == [
+        ("io_uring", "/dev/davinci_manager", node)]
+
+
 def test_unreadable_and_vanishing_entries_do_not_abort(tmp_path: Path, node: str,
                                                        holders: Holders) -> None:
     _, pid = holders.start(node)
