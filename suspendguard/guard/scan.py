@@ -122,23 +122,23 @@ class _Scanner:
         # namespace already: the hot loop is one dict lookup per fd.
         known = self.path_cache.setdefault(ns, {}) if ns is not None else {}
         held: list[HeldNode] = []
+        info = "/".join((*folder[:-1], "fdinfo", ""))  # + fd: its fdinfo, read where needed
         for fd, target in paths:
-            info = (*folder[:-1], "fdinfo", fd)
             if target == IO_URING:
-                held.extend(self._registered(pid, at, ns, info))
+                held.extend(self._registered(pid, at, ns, info + fd))
                 continue
             try:
                 node = known[target]
             except KeyError:
                 node = self._node_of(pid, ns, (*folder, fd), target, known)
-            if node is not None and not self._only_a_path(pid, at, info):
+            if node is not None and not self._only_a_path(pid, at, info + fd):
                 held.append(HeldNode(node, target, "fd"))
         return held
 
-    def _only_a_path(self, pid: int, at: int, fdinfo: tuple[str, ...]) -> bool:
+    def _only_a_path(self, pid: int, at: int, fdinfo: str) -> bool:
         """An O_PATH fd (udevd sets a node's mode through one) names the node but never
         opened it: the driver holds nothing for it, and its process is no holder."""
-        found = _FLAGS.search(self.proc.read(pid, "/".join(fdinfo), at) or b"")
+        found = _FLAGS.search(self.proc.read(pid, fdinfo, at) or b"")
         return found is not None and bool(int(found.group(1), 8) & os.O_PATH)
 
     def _node_of(self, pid: int, ns: str | None, link: tuple[str, ...], target: str,
@@ -163,11 +163,10 @@ class _Scanner:
             known[target] = node
         return node
 
-    def _registered(self, pid: int, at: int, ns: str | None,
-                    fdinfo: tuple[str, ...]) -> list[HeldNode]:
+    def _registered(self, pid: int, at: int, ns: str | None, fdinfo: str) -> list[HeldNode]:
         """The nodes an io_uring of ``pid`` holds as registered files (system/io_uring.py)."""
         held = []
-        for path in registered_files(self.proc.read(pid, "/".join(fdinfo), at) or b""):
+        for path in registered_files(self.proc.read(pid, fdinfo, at) or b""):
             # Its path is as this process sees the file where it shares the mount namespace.
             where = path if ns is not None and ns == self.own_ns else self.proc.path(
                 pid, "root") + path
