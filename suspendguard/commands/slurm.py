@@ -13,14 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any, cast
 
 from suspendguard.commands.context import Context
-from suspendguard.errors import EXIT_ERROR, EXIT_UNKNOWN, EXIT_VETO, OperationalError
+from suspendguard.errors import EXIT_ERROR, EXIT_VETO, OperationalError
 from suspendguard.slurm.controller import Controller
 from suspendguard.slurm.remote import slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
 from suspendguard.system.log import ERR, Logger
-from suspendguard.verdict import Reason
+from suspendguard.verdict import VERDICT_EXIT_STATUS, Reason, VerdictKind
 
 
 def command(args: argparse.Namespace, ctx: Context) -> int:
@@ -36,9 +37,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         line = f"{doc['node']}: {doc['action']}" + (
             f": {slurm_reason(details[0])}" if details else ": accelerator free and healthy")
         ctx.out.write(line + "\n")
-        if "error" in doc:
-            return EXIT_ERROR
-        return {"allow": 0, "unknown": EXIT_UNKNOWN}.get(doc["verdict"], EXIT_VETO)
+        return EXIT_ERROR if "error" in doc else _exit_status(doc)
     controller = Controller(config.slurm, log, this_node(config.slurm, ctx.environ))
     if what == "sync":
         return 0 if controller.sync() else EXIT_ERROR
@@ -62,4 +61,9 @@ def _node(args: argparse.Namespace, ctx: Context) -> int:
     else:
         doc = node.rejoin(config, ctx.environ, args.boot)
     ctx.out.write(json.dumps(doc) + "\n")
-    return {"allow": 0, "unknown": EXIT_UNKNOWN}.get(doc["verdict"], EXIT_VETO)
+    return _exit_status(doc)
+
+
+def _exit_status(doc: dict[str, Any]) -> int:
+    """A node's answer's verdict as check's exit status (0 allow, 1 veto, 5 unknown)."""
+    return VERDICT_EXIT_STATUS.get(cast(VerdictKind, doc["verdict"]), EXIT_VETO)

@@ -254,8 +254,9 @@ class Controller:
             return False
         # unknown (a device's health could not be read) holds the node back no more than the
         # check after resume holds a host's jobs: it is said, and the node rejoins.
-        healthy = got.get("verdict") in ("allow", "unknown")
-        if got.get("verdict") == "unknown":
+        unknown = got.get("verdict") == "unknown"
+        healthy = unknown or got.get("verdict") == "allow"
+        if unknown:
             self.say(WARNING, f"{node}: its accelerator's health after the wake is unknown: "
                      + "; ".join(got.get("reasons") or ("no reason given",)))
         text = ""
@@ -284,7 +285,7 @@ class Controller:
         if not healthy:
             self.drain(node, text)  # its reason, forgotten at the registration, given again
             return False
-        health = "its health unknown" if got.get("verdict") == "unknown" else "healthy"
+        health = "its health unknown" if unknown else "healthy"
         self.say(INFO if up else WARNING, f"{node}: awake and {health}; slurmd "
                  + ("registered" if up else f"not registered in {REGISTER_AFTER_RESTART_S:g} s"))
         return up

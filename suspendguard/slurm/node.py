@@ -25,6 +25,7 @@ from suspendguard.errors import HistoryError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.run import Caller, guard_report
 from suspendguard.guard.scan import scan_holders
+from suspendguard.health.model import HealthReport
 from suspendguard.health.resume import check
 from suspendguard.slurm.remote import PREFIX, ours, slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
@@ -34,7 +35,7 @@ from suspendguard.system import runner
 from suspendguard.system.deadline import Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcAccessError, ProcFS
-from suspendguard.verdict import Reason
+from suspendguard.verdict import Reason, ReasonCode
 
 SYSTEMCTL_TIMEOUT_S = 60.0
 HEALTH_BOUND_S = 45.0
@@ -90,13 +91,19 @@ def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str,
     node = this_node(config.slurm, environ)
     report = check(config, datetime.fromtimestamp(since, timezone.utc),
                    before=_words_before(config))
-    bad = [Reason("unhealthy-after-resume", f"device {d.describe()}", device=d.family)
-           for d in report.unhealthy()]
+    bad, unread = _health_reasons(report, "")
     if bad:
         return answer(node, "veto", bad, summary=report.summary())
-    unread = [Reason("health-unknown", f"device {d.describe()}", device=d.family)
-              for d in report.devices if d.state == "unknown"]
     return answer(node, "unknown" if unread else "allow", unread, summary=report.summary())
+
+
+def _health_reasons(report: HealthReport, note: str) -> tuple[list[Reason], list[Reason]]:
+    """The unhealthy devices, and those whose health could not be read, as reasons."""
+    def said(code: ReasonCode, state: str) -> list[Reason]:
+        return [Reason(code, f"device {d.describe()}{note}", device=d.family)
+                for d in report.devices if d.state == state]
+
+    return said("unhealthy-after-resume", "unhealthy"), said("health-unknown", "unknown")
 
 
 def _words_before(config: Config) -> dict[str, str] | None:
@@ -200,10 +207,8 @@ def _health(config: Config, node: str, log: Logger) -> dict[str, Any]:
                  f"not drained for {problems[0].text}")
         problems = []
     report = check(config, datetime.now(timezone.utc) - timedelta(minutes=10))
-    problems += [Reason("unhealthy-after-resume", f"device {d.describe()} (health check)",
-                        device=d.family) for d in report.unhealthy()]
-    unread = [Reason("health-unknown", f"device {d.describe()} (health check)", device=d.family)
-              for d in report.devices if d.state == "unknown"]
+    bad, unread = _health_reasons(report, " (health check)")
+    problems += bad
     scontrol = Scontrol(config.slurm.scontrol)
     try:
         now = scontrol.node(node)

@@ -141,31 +141,30 @@ class Reads:
         except (sqlite3.Error, HistoryError):
             return ()
         return tuple(float(r[0]) for r in rows)
-    def last_health(self) -> list[DeviceHealth]:
-        """The answers of the last health check (none before the first)."""
+    def _rows_if_kept(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """The rows of ``sql``; none from a file older than its table, opened read-only (a
+        writable open adds the table)."""
         with self._reading():
             try:
-                rows = self.conn.execute(
-                    "SELECT device, family, state, reason, time, attempt_id FROM health"
-                    " WHERE time = (SELECT MAX(time) FROM health) ORDER BY id").fetchall()
+                return self.conn.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
                 if "no such table" not in str(exc):
                     raise
-                return []  # a file from before health checks were recorded, opened read-only
+                return []
+
+    def last_health(self) -> list[DeviceHealth]:
+        """The answers of the last health check (none before the first)."""
+        rows = self._rows_if_kept(
+            "SELECT device, family, state, reason, time, attempt_id FROM health"
+            " WHERE time = (SELECT MAX(time) FROM health) ORDER BY id")
         return [DeviceHealth(r[0], r[1], cast(HealthState, r[2]), r[3], time=r[4], attempt_id=r[5])
                 for r in rows]
 
     def health_before(self, attempt_id: int) -> dict[str, str]:
         """The devices' own health words the guard read before the attempt's suspend, by
         device (none from a history older than them)."""
-        with self._reading():
-            try:
-                rows = self.conn.execute("SELECT device, word FROM health_before"
-                                         " WHERE attempt_id = ?", (attempt_id,)).fetchall()
-            except sqlite3.OperationalError as exc:
-                if "no such table" not in str(exc):
-                    raise
-                return {}  # a file from before these words were kept, opened read-only
+        rows = self._rows_if_kept("SELECT device, word FROM health_before WHERE attempt_id = ?",
+                                  (attempt_id,))
         return {str(device): str(word) for device, word in rows}
 
     def pending_stops(self, attempt_id: int | None = None) -> list[Stop]:
