@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from suspendguard import __version__
 from suspendguard.commands import BY_NAME, COMMANDS, Command, exits_text
 from suspendguard.commands.context import Context
-from suspendguard.errors import EXIT_USAGE, SuspendGuardError, UsageError
+from suspendguard.errors import EXIT_ERROR, EXIT_USAGE, SuspendGuardError, UsageError
 
 Handler = Callable[[argparse.Namespace, Context], int]
 
@@ -35,6 +35,13 @@ EXITS = (
     (5, "unknown: the guard cannot tell (check, drain, pre-sleep); never read as allow"),
     (130, "interrupted"),
 )
+# The run-time dependencies, each imported only where a run needs it: a missing one is
+# said by the name it is installed under (pip, then Debian), never as a traceback.
+DEPENDENCIES = {
+    "dbus_next": ("dbus-next", "python3-dbus-next"),
+    "prometheus_client": ("prometheus-client", "python3-prometheus-client"),
+    "tomli": ("tomli", "python3-tomli"),
+}
 
 
 class Parser(argparse.ArgumentParser):
@@ -197,6 +204,13 @@ def main(
     except SuspendGuardError as exc:
         err.write(f"suspendguard: {exc}\n")
         return exc.exit_status
+    except ModuleNotFoundError as exc:
+        missing = DEPENDENCIES.get((exc.name or "").partition(".")[0])
+        if missing is None:
+            raise
+        err.write(f"suspendguard: the Python package {missing[0]} is not installed for "
+                  f"{sys.executable} (Debian: apt install {missing[1]})\n")
+        return EXIT_ERROR
     except KeyboardInterrupt:
         err.write("suspendguard: interrupted\n")
         return 130

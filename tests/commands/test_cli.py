@@ -220,3 +220,20 @@ def test_a_dry_run_among_plain_processes_loads_no_supervisor_and_no_history(
         assert seen["loaded"] == [], seen
     else:  # a unit's or a container's holder: its owner is asked, nothing is recorded
         assert not set(seen["loaded"]) & {"sqlite3", "_hashlib", "psutil"}, seen
+
+
+@pytest.mark.parametrize(("module", "command", "named"), [
+    ("prometheus_client", ["status", "--prometheus"], "prometheus-client"),
+    ("dbus_next", ["drain", "--yes"], "dbus-next"),
+])
+def test_a_missing_dependency_is_one_line_that_names_its_package(
+        conf: Path, module: str, command: list[str], named: str) -> None:
+    # The module as a broken install lacks it: importing it fails as a missing one does.
+    code = (f"import sys\nsys.modules[{module!r}] = None\n"
+            "from suspendguard.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    run = subprocess.run([sys.executable, "-c", code, "--config", str(conf), *command],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 3, run.stderr
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, run.stderr
+    assert f"the Python package {named} is not installed" in run.stderr, run.stderr
