@@ -27,7 +27,7 @@ from suspendguard.model import PLAIN, Action, Decision, Holder, Outcome, Owner
 from suspendguard.verdict import Verdict
 
 # What an attempt came to: a verdict (model.VerdictKind), or, for one the
-# guard did not finish, interrupted (it was killed) or running (it still runs).
+# guard did not finish, interrupted (it was killed, or failed) or running (it still runs).
 AttemptVerdict = Literal["allow", "veto", "unknown", "interrupted", "running"]
 
 
@@ -258,7 +258,7 @@ class Event:
                 "note": self.note}
 
 
-# How an attempt the guard did not finish stands: interrupted (it was killed), running (it runs).
+# How an attempt the guard did not finish stands: interrupted (killed, or failed), running.
 AttemptState = Literal["done", "interrupted", "running"]
 
 

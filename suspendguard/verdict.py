@@ -24,7 +24,7 @@ ReasonCode = Literal[
     "protected", "frozen", "stopped", "sigint-ignored", "sigint-blocked", "supervised",
     "unconfirmed", "jupyter-kernel", "unsignallable", "timeout-after-sigint", "restarted",
     "respawned", "appeared", "device-busy", "device-unknown", "device-hidden-holder",
-    "guard-busy", "guard-stopped", "uninspected", "setup-refused", "interrupted",
+    "guard-busy", "guard-stopped", "guard-failed", "uninspected", "setup-refused", "interrupted",
     "unhealthy-after-resume", "unrecorded",
     # a cluster's node (suspendguard slurm)
     "node-unreachable", "held-outside-slurm", "power-action-failed", "health-unknown",

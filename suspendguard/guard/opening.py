@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from suspendguard.config import Config
-from suspendguard.errors import HistoryError
+from suspendguard.errors import HistoryError, SuspendGuardError
 from suspendguard.guard.held import continue_left
 from suspendguard.guard.ledger import Ledger
 from suspendguard.guard.policy import forgeable_rule_warnings
@@ -60,6 +60,15 @@ class Opening:
         """The history closed, then the lock released: the last thing a run does."""
         self.close_history()
         self.lock.release()
+
+    def failed(self, exc: Exception) -> None:
+        """The attempt ended with the error that ended the run, not read later as a kill."""
+        if self.history is None or self.attempt_id is None:
+            return
+        error = str(exc) if isinstance(exc, SuspendGuardError) else f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(HistoryError):
+            self.history.failed(self.attempt_id, Reason(
+                "guard-failed", f"the guard failed before it gave a verdict: {error}"))
 
     def close_history(self) -> None:
         for h in (self.history, self.past):
@@ -111,7 +120,9 @@ def open_run(config: Config, options: RunOptions, deadline: Deadline,
                 lines = continue_left(state_dir, options.proc)
                 if options.supervisors is not None:
                     lines += options.supervisors.clean_leftovers()
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                opening.failed(exc)
             opening.close()
             raise
         for line in lines:

@@ -108,6 +108,9 @@ def run(
         # for; recording it (a commit, and SQLite's checkpoint on close) follows.
         log_verdict(report, options.log)
         return outcome.record(config.restore, options, opening, report)
+    except Exception as exc:
+        opening.failed(exc)
+        raise
     finally:
         opening.close()
 

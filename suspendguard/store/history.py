@@ -42,6 +42,7 @@ from suspendguard.store.reads import INTERRUPTED, Reads
 from suspendguard.system.boot import boot_id
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.procfs import ProcFS
+from suspendguard.verdict import Reason
 
 DB_NAME = "history.db"
 
@@ -145,6 +146,14 @@ class History(Reads):
         # While there is room: keep some for this attempt's verdict (see .reserve).
         reserve.keep(os.path.dirname(self.path))
         return attempt_id
+
+    def failed(self, attempt_id: int, reason: Reason) -> None:
+        """End an attempt the guard could not finish (an error, not a kill) with no verdict,
+        and why: the next open would read it as killed."""
+        with self._tx() as c:
+            c.execute("UPDATE attempts SET verdict='interrupted', reasons=?, reason_details=?"
+                      " WHERE id=? AND verdict IS NULL",
+                      (json.dumps([reason.text]), json.dumps([reason.to_json()]), attempt_id))
 
     def signalling(self, attempt_id: int, holders: Sequence[HolderRecord]) -> None:
         """Write down who is about to be signalled, before the signal: a guard killed

@@ -9,6 +9,7 @@ import pytest
 from helpers.runners import guard
 
 from suspendguard.store import lock as guard_lock
+from suspendguard.store.history import History
 
 
 class LeftoversBreak:
@@ -34,6 +35,35 @@ def test_a_first_aid_that_breaks_releases_the_guard_lock(make_config: Any) -> No
         assert not again.refused, again.refused
     finally:
         again.release()
+
+
+def _the_attempt(config: Any) -> tuple[str, list[str], list[str]]:
+    with History.open(config.state.dir, readonly=True) as h:
+        [attempt] = h.attempts(5)
+    return (attempt.result, [r.code for r in attempt.verdict.reasons], list(attempt.reasons))
+
+
+def test_a_first_aid_that_breaks_ends_the_attempt_with_its_error_not_as_a_kill(
+        make_config: Any) -> None:
+    config = make_config()
+    with pytest.raises(OSError):
+        guard(config, supervisors=LeftoversBreak())
+    assert _the_attempt(config) == (
+        "interrupted", ["guard-failed"],
+        ["the guard failed before it gave a verdict: OSError: the manager went away"])
+
+
+def test_a_run_that_breaks_after_its_look_ends_the_attempt_with_its_error(
+        make_config: Any) -> None:
+    def broken_backend(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("the backend broke")
+
+    config = make_config()
+    with pytest.raises(RuntimeError):
+        guard(config, idle_check=broken_backend)
+    assert _the_attempt(config) == (
+        "interrupted", ["guard-failed"],
+        ["the guard failed before it gave a verdict: RuntimeError: the backend broke"])
 
 
 def test_a_dry_run_gives_no_first_aid(make_config: Any) -> None:
