@@ -14,6 +14,7 @@ import time
 
 from suspendguard.commands.context import Context
 from suspendguard.errors import EXIT_VETO
+from suspendguard.guard.opening import failure
 from suspendguard.guard.run import run_guard
 from suspendguard.store import mode as guard_mode
 from suspendguard.system.log import Logger
@@ -29,7 +30,12 @@ def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
         log.info(f"the guard is off (suspendguard mode): {args.action} not guarded")
         return 0
     if mode.name == "observe":
-        status = run_guard(ctx, True, args.action, "unit", args.json, observe=True)
+        try:
+            status = run_guard(ctx, True, args.action, "unit", args.json, observe=True)
+        except Exception as exc:  # observe refuses nothing, a look that broke included
+            log.error(f"observe mode (suspendguard mode): {failure(exc).text}; the "
+                      f"{args.action} goes on")
+            return 0
         log.info(f"observe mode (suspendguard mode): signalled nobody; the {args.action} goes on "
                  f"whatever the verdict (exit status {status} when enforced)")
         return 0

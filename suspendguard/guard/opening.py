@@ -65,16 +65,20 @@ class Opening:
         """The attempt ended with the error that ended the run, not read later as a kill."""
         if self.history is None or self.attempt_id is None:
             return
-        error = str(exc) if isinstance(exc, SuspendGuardError) else f"{type(exc).__name__}: {exc}"
         with contextlib.suppress(HistoryError):
-            self.history.failed(self.attempt_id, Reason(
-                "guard-failed", f"the guard failed before it gave a verdict: {error}"))
+            self.history.failed(self.attempt_id, failure(exc))
 
     def close_history(self) -> None:
         for h in (self.history, self.past):
             if h is not None:
                 h.close()
         self.history = self.past = None
+
+
+def failure(exc: Exception) -> Reason:
+    """Why a run that ended with an error gave no verdict: the error in the operator's words."""
+    error = str(exc) if isinstance(exc, SuspendGuardError) else f"{type(exc).__name__}: {exc}"
+    return Reason("guard-failed", f"the guard failed before it gave a verdict: {error}")
 
 
 def open_run(config: Config, options: RunOptions, deadline: Deadline,

@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 from suspendguard.config import Config
+from suspendguard.guard.opening import failure
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
 from suspendguard.guard.report import Report
@@ -157,7 +158,13 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
     # a would-be veto is no error of this command, so nothing goes to stderr.
     log = Logger(ctx.err, ctx.environ, quiet=dry_run and not observe)
     begun = time.monotonic()
-    report = guard_report(ctx, log, dry_run, action, origin, observe, confirmed)
+    try:
+        report = guard_report(ctx, log, dry_run, action, origin, observe, confirmed)
+    except Exception as exc:
+        # The unit fails, so the sleep does not happen: whoever asked for it is told so.
+        if not dry_run and origin == "unit":
+            _tell(config, Verdict("unknown", (failure(exc),)), action or "suspend", log, begun)
+        raise
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
         ctx.out.write("\n")

@@ -1,0 +1,87 @@
+"""A guard that ends with an error: the veto unit fails, so the sleep does not happen in
+enforce mode, and the person who asked for it is told; observe mode lets the sleep go on.
+Either way the attempt ends with the error, never read later as a guard killed.
+
+The error is injected where the look begins; the session is a fake logind's on a private
+bus, its terminal a real pseudo-terminal that the test reads.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.dbus import PrivateBus
+from helpers.runners import cli
+
+from suspendguard.guard import pipeline
+from suspendguard.store import mode as guard_mode
+from suspendguard.store.history import History
+
+INJECTED = "the guard failed before it gave a verdict: RuntimeError: the look broke"
+
+
+@pytest.fixture
+def broken_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    def look(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("the look broke")
+
+    monkeypatch.setattr(pipeline, "look", look)
+
+
+@pytest.fixture
+def terminal_session(bus: PrivateBus, fakes: Callable[..., subprocess.Popen[str]]
+                     ) -> Iterator[int]:
+    """A text session of this user on a real pseudo-terminal (mesg y): its master fd."""
+    master, slave = pty.openpty()
+    name = os.ttyname(slave)
+    os.chmod(name, 0o620)
+    fakes({"sessions": [{"id": "4", "uid": os.getuid(), "name": "alice", "type": "tty",
+                         "tty": name.removeprefix("/dev/")}]}, services=["logind"])
+    try:
+        yield master
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
+def _read(master: int) -> str:
+    os.set_blocking(master, False)
+    try:
+        return os.read(master, 65536).decode()
+    except BlockingIOError:
+        return ""
+
+
+def _attempt(state_dir: Path) -> tuple[str, list[str], list[str]]:
+    with History.open(str(state_dir), readonly=True) as h:
+        [attempt] = h.attempts(5)
+    return attempt.result, [r.code for r in attempt.verdict.reasons], list(attempt.reasons)
+
+
+@pytest.mark.usefixtures("broken_look")
+def test_an_enforced_run_that_breaks_tells_the_user_and_ends_its_attempt_with_the_error(
+        tmp_path: Path, conf: Path, terminal_session: int) -> None:
+    with pytest.raises(RuntimeError, match="the look broke"):
+        cli("--config", str(conf), "pre-sleep", "suspend")
+    told = _read(terminal_session)
+    assert "Message from suspendguard" in told, told
+    assert f"Suspend refused by suspendguard: {INJECTED}" in told, told
+    assert _attempt(tmp_path / "state") == ("interrupted", ["guard-failed"], [INJECTED])
+
+
+@pytest.mark.usefixtures("broken_look")
+def test_an_observed_look_that_breaks_lets_the_sleep_go_on_and_tells_nobody(
+        tmp_path: Path, conf: Path, terminal_session: int) -> None:
+    (tmp_path / "state").mkdir(mode=0o700)
+    guard_mode.write(str(tmp_path / "state"), "observe")
+    status, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
+    assert status == 0, err
+    assert f"observe mode (suspendguard mode): {INJECTED}; the suspend goes on" in err, err
+    assert _read(terminal_session) == ""
+    assert _attempt(tmp_path / "state") == ("interrupted", ["guard-failed"], [INJECTED])
