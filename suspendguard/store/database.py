@@ -23,6 +23,7 @@ import os
 import sqlite3
 import stat
 import time
+import urllib.parse
 from collections.abc import Iterator
 
 from suspendguard.errors import HistoryError, NoHistory
@@ -165,6 +166,11 @@ def _open_writable(path: str, warnings: list[str], wait_s: float) -> sqlite3.Con
         raise HistoryError(f"cannot open {path}: {exc}") from None
 
 
+def _uri(path: str) -> str:
+    """The file's URI: a "#", "?" or "%" in a folder's name is the path's, not the URI's."""
+    return "file:" + urllib.parse.quote(os.path.abspath(path))
+
+
 def open_readonly(path: str) -> sqlite3.Connection:
     try:
         st = os.lstat(path)
@@ -178,7 +184,7 @@ def open_readonly(path: str) -> sqlite3.Connection:
         raise HistoryError(f"cannot read {path}: permission denied (the history is readable "
                            "by its owner only)")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0)
+        conn = sqlite3.connect(f"{_uri(path)}?mode=ro", uri=True, timeout=2.0)
         conn.execute("SELECT count(*) FROM attempts").fetchone()
         return conn
     except sqlite3.Error:
@@ -186,7 +192,7 @@ def open_readonly(path: str) -> sqlite3.Connection:
     try:
         # Without write access to the folder SQLite cannot use the WAL index;
         # immutable=1 reads the last checkpointed state instead.
-        conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, timeout=2.0)
+        conn = sqlite3.connect(f"{_uri(path)}?immutable=1", uri=True, timeout=2.0)
         conn.execute("SELECT count(*) FROM attempts").fetchone()
         return conn
     except sqlite3.Error as exc:

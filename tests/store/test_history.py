@@ -237,3 +237,13 @@ def test_health_words_from_a_history_older_than_them(tmp_path: Path) -> None:
         assert h.health_before(attempt) == {}
         h.record_health_before(attempt, [("npu 0", "ascend", "Alarm")])
         assert h.health_before(attempt) == {"npu 0": "Alarm"}
+
+
+@pytest.mark.parametrize("name", ["st#1", "st?mode=rw", "st%41", "st;a b"])
+def test_a_state_folder_named_with_uri_characters_is_read_where_it_was_written(
+        make_config: Any, tmp_path: Path, name: str) -> None:
+    cfg = make_config(state={"dir": str(tmp_path / name)})
+    report = guard(cfg, action="suspend", origin="unit")
+    with History.open(cfg.state.dir, readonly=True) as h:
+        assert [a.id for a in h.attempts(5)] == [report.attempt.id]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("st")) == [name]
