@@ -31,6 +31,7 @@ from suspendguard.system import runner
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 HELD_FILE = "held-launchers.json"
+PID_MAX_LIMIT = 1 << 22  # the kernel's highest pid_max (include/linux/threads.h)
 # What a launcher read back from the file is known as (its name comes from the file).
 _KIND = LauncherKind("launcher", "hold")
 
@@ -188,12 +189,18 @@ def continue_left(state_dir: str, proc: ProcFS | None = None) -> list[str]:
         return [f"{path}: unreadable ({exc}): continue any launcher left stopped yourself "
                 "(kill -CONT PID)"]
     out = []
-    for entry in entries if isinstance(entries, list) else []:
+    if not isinstance(entries, list):
+        entries = [entries]
+    for entry in entries:
         try:
             pid, start = int(entry["pid"]), int(entry["start_time"])
-        except (KeyError, TypeError, ValueError):
+            if not (0 < pid <= PID_MAX_LIMIT and start >= 0):
+                raise ValueError(f"no process of this kernel: pid {pid}, start time {start}")
+            name = str(entry.get("name", "launcher"))
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            out.append(f"{path}: an entry that names no launcher ({exc!r:.100}): continue any "
+                       "launcher left stopped yourself (kill -CONT PID)")
             continue
-        name = str(entry.get("name", "launcher"))
         fake = Launcher(pid, start, -1, name, "", _KIND, "unknown")
         fd = _pidfd(fake, proc)
         if fd is None:

@@ -105,3 +105,28 @@ def test_a_note_about_another_process_continues_nothing(tmp_path: Path,
     time.sleep(0.1)
     assert state(sleeper.pid) == "T"  # not the process the note is about: left as it is
     sleeper.send_signal(18)
+
+
+def test_a_note_that_names_no_launcher_is_said_and_the_rest_still_continued(
+        tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    launcher = as_launcher(sleeper.pid)
+    sleeper.send_signal(19)
+    wait_state(sleeper.pid, {"T"})
+    (tmp_path / HELD_FILE).write_text(json.dumps([
+        {"pid": 99999999999999999999, "start_time": 1},  # out of any pid's range
+        {"pid": 5},  # no start time
+        "mpirun",
+        {"pid": launcher.pid, "start_time": launcher.start_time, "name": "mpirun"},
+    ]))
+    said = continue_left(str(tmp_path))
+    assert [line.split(" (", 1)[0] for line in said] == (
+        [f"{tmp_path / HELD_FILE}: an entry that names no launcher"] * 3 + ["continued mpirun"])
+    assert all("kill -CONT PID" in line for line in said[:3]), said
+    assert wait_state(sleeper.pid, {"S", "R"}) in ("S", "R")
+    assert not (tmp_path / HELD_FILE).exists()
+
+
+def test_a_note_that_is_no_list_is_said(tmp_path: Path) -> None:
+    (tmp_path / HELD_FILE).write_text('{"pid": 5}')
+    [said] = continue_left(str(tmp_path))
+    assert said.startswith(f"{tmp_path / HELD_FILE}: an entry that names no launcher"), said
