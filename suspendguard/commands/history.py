@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from suspendguard.errors import NoHistory, UsageError
+from suspendguard.errors import HistoryError, NoHistory, UsageError
 from suspendguard.guard.render import short_command
 from suspendguard.record import Attempt
 from suspendguard.store.history import History
@@ -42,12 +42,14 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
             ctx.out.write(f"history: {exc}\n")
         return 0
     # Damaged beyond reading is a HistoryError: one line, exit status 3, from the CLI.
-    for note in notes:
-        ctx.err.write(f"suspendguard: history: {note}\n")
     if args.id is not None and not attempts:
-        # Damaged rows are named above; an ID never recorded is the caller's mistake.
+        if notes:  # recorded, but its row cannot be read
+            raise HistoryError(f"history: {config.state.dir}: {notes[0]}")
+        # An ID never recorded is the caller's mistake.
         raise UsageError(f"history: no attempt {args.id} in {config.state.dir} "
                          "(suspendguard history lists them)")
+    for note in notes:
+        ctx.err.write(f"suspendguard: history: {note}\n")
     if args.json:
         doc: dict[str, object] = {"attempts": [a.to_json() for a in attempts]}
         if notes:
@@ -56,7 +58,8 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
         ctx.out.write("\n")
         return 0
     if not attempts:
-        ctx.out.write("history: no attempts recorded yet\n")
+        ctx.out.write("history: no attempts recorded yet\n" if not notes else
+                      f"history: no attempt could be read ({len(notes)} damaged, named above)\n")
         return 0
     width = None if getattr(args, "wide", False) else terminal_width(ctx.environ, ctx.out)
     if args.id is not None:

@@ -48,11 +48,16 @@ def texts(column: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+LAST_TIME = 32503680000  # 3000-01-01 UTC: shown as a local date in any time zone
+
+
 def _seconds(value: Any, column: str) -> float | None:
     """A time or a duration column's value; SQLite keeps whatever was written (text in a
     REAL column), so a value that is no number is a damaged row (TypeError)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise TypeError(f"{column} is {str(value)[:40]!r}, not a number")
+    if value is not None and not 0 <= value <= LAST_TIME:  # NaN too: no time to show
+        raise ValueError(f"{column} is {value!r}, out of any time's range")
     return value
 
 
@@ -212,7 +217,7 @@ class Reads:
         with a note: the row itself is kept, since it names a job that may still be down."""
         try:
             return _seconds(r[i], column)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             note = (f"stop {r[10]} ({r[2]}) of attempt {r[0]}: {exc}: read as unknown")
             if note not in self.notes:
                 self.notes.append(note)
@@ -353,7 +358,8 @@ class Reads:
             sql += " AND COALESCE(finished, started) >= ?"
             params.append(ended_since)
         with self._reading():
-            row = self.conn.execute(sql + " ORDER BY id DESC LIMIT 1", params).fetchone()
-        return self.attempt(row[0]) if row else None
+            ids = [r[0] for r in self.conn.execute(sql + " ORDER BY id DESC LIMIT 100", params)]
+        # A damaged row (noted) hides none before it.
+        return next((a for a in map(self.attempt, ids) if a is not None), None)
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from suspendguard.guard.pipeline import run
 from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store import database
-from suspendguard.store.history import History
+from suspendguard.store.history import History, last_attempt_start
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.log import Logger
 
@@ -122,18 +123,23 @@ def test_row_with_invalid_json_is_skipped_and_said(make_config: Any, tmp_path: P
     assert ids == ["3", "1"]
 
 
-@pytest.mark.parametrize(("column", "table"), [("started", "attempts"), ("finished", "attempts"),
-                                             ("time", "events")])
-def test_row_with_text_for_a_time_is_skipped_and_said(make_config: Any, tmp_path: Path,
-                                                      column: str, table: str) -> None:
+@pytest.mark.parametrize(("column", "table", "value"), [
+    ("started", "attempts", "yesterday"), ("finished", "attempts", "yesterday"),
+    ("time", "events", "soon"),
+    # A number no time can show: a traceback from the date's formatting before.
+    ("started", "attempts", 1e300), ("finished", "attempts", -1e18), ("time", "events", 1e300),
+])
+def test_row_with_no_time_for_a_time_is_skipped_and_said(
+        make_config: Any, tmp_path: Path, column: str, table: str, value: str | float) -> None:
     # SQLite keeps text written to a REAL column: a damaged row, not a TypeError traceback.
     cfg = make_config()
     db = filled(cfg, 3)
     with sqlite3.connect(db) as c:
         if table == "events":
-            c.execute("INSERT INTO events (attempt_id, time, phase) VALUES (2, 'soon', 'post')")
+            c.execute("INSERT INTO events (attempt_id, time, phase) VALUES (2, ?, 'post')",
+                      (value,))
         else:
-            c.execute(f"UPDATE attempts SET {column} = 'yesterday' WHERE id = 2")
+            c.execute(f"UPDATE attempts SET {column} = ? WHERE id = 2", (value,))
     conf = history_conf(tmp_path, Path(cfg.state.dir))
     for argv in (["history"], ["history", "--json"], ["status"]):
         status, out, err = cli(*argv, "--config", str(conf))
@@ -142,6 +148,37 @@ def test_row_with_text_for_a_time_is_skipped_and_said(make_config: Any, tmp_path
             assert one_line(err) and "attempt 2: damaged row skipped" in err
     status, out, _ = cli("history", "--config", str(conf))
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["3", "1"]
+
+
+def test_an_attempt_recorded_but_damaged_is_unreadable_not_unknown(make_config: Any,
+                                                                    tmp_path: Path) -> None:
+    cfg = make_config()
+    filled(cfg, 1)
+    with sqlite3.connect(Path(cfg.state.dir) / "history.db") as c:
+        c.execute("INSERT INTO events (attempt_id, time, phase) VALUES (1, 'noon', 'post')")
+    conf = history_conf(tmp_path, Path(cfg.state.dir))
+    status, _, err = cli("history", "1", "--config", str(conf))
+    assert status == 3 and one_line(err), err
+    assert "attempt 1: damaged row skipped (event time is 'noon'" in err
+    status, out, err = cli("history", "--config", str(conf))
+    assert status == 0 and one_line(err) and "attempt 1: damaged row skipped" in err
+    assert out == "history: no attempt could be read (1 damaged, named above)\n"
+
+
+def test_a_damaged_newest_attempt_hides_none_before_it(make_config: Any, tmp_path: Path) -> None:
+    cfg = make_config()
+    db = filled(cfg, 3)
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE attempts SET reason_details = 'garbage' WHERE id = 3")
+        started = c.execute("SELECT started FROM attempts WHERE id = 2").fetchone()[0]
+    with History.open(cfg.state.dir, readonly=True) as h:
+        last = h.last_real_attempt()
+        assert last is not None and last.id == 2, last
+        assert [n.split(":")[0] for n in h.notes] == ["attempt 3"]
+    assert last_attempt_start(cfg.state.dir) == datetime.fromtimestamp(started)
+    conf = history_conf(tmp_path, Path(cfg.state.dir))
+    status, _, err = cli("logs", "--since", "last-attempt", "--config", str(conf))
+    assert status == 0 and "no recorded attempt" not in err, err
 
 
 @pytest.mark.parametrize("column", ["stopped", "restored", "issued"])
