@@ -20,8 +20,8 @@ MEANING = {
 
 def command(args: argparse.Namespace, ctx: Context) -> int:
     state_dir = ctx.config().state.dir
+    path = os.path.join(state_dir, guard_mode.MODE_NAME)
     if args.mode is None:
-        path = os.path.join(state_dir, guard_mode.MODE_NAME)
         if guard_mode.hidden(state_dir):
             ctx.err.write(f"suspendguard: mode: {path}: permission denied: only root can read "
                           "the guard's mode (sudo suspendguard mode)\n")
@@ -39,7 +39,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     except OSError as exc:
         # makedirs says "File exists" (EEXIST) of a file where the folder should be.
         why = "not a directory" if isinstance(exc, FileExistsError) else exc.strerror
-        ctx.err.write(f"suspendguard: mode {args.mode}: {state_dir}: {why}\n")
+        where = path if exc.filename2 else (exc.filename or state_dir)  # replace(): the mode's
+        ctx.err.write(f"suspendguard: mode {args.mode}: {where}: {why}\n")
         return EXIT_ERROR
     ctx.out.write(f"{args.mode}: {MEANING[args.mode]}\n")
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from dataclasses import dataclass
 
 MODES = ("enforce", "observe", "off")
@@ -59,13 +60,18 @@ def shown(state_dir: str) -> Mode:
 def read(state_dir: str) -> Mode:
     path = os.path.join(state_dir, MODE_NAME)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # Never waits: a FIFO put there would hold every reader, the sleep hook included.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return ENFORCE
     except OSError as exc:
         return Mode("enforce", f"{path}: {exc.strerror}: enforcing")
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return Mode("enforce", f"{path}: not a regular file: enforcing")
         text = os.read(fd, 64).decode("ascii", "replace").strip()
+    except OSError as exc:
+        return Mode("enforce", f"{path}: {exc.strerror}: enforcing")
     finally:
         os.close(fd)
     if text not in MODES:
@@ -86,8 +92,13 @@ def write(state_dir: str, name: str) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, f"{name}\n".encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.write(fd, f"{name}\n".encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -41,6 +41,27 @@ def test_no_file_is_enforce_and_a_bad_file_enforces(tmp_path: Path) -> None:
     assert guard_mode.read(str(tmp_path)).name == "enforce"  # never followed: O_NOFOLLOW
 
 
+def test_a_mode_that_is_no_file_enforces_and_never_waits(tmp_path: Path) -> None:
+    (tmp_path / "mode").mkdir()
+    assert guard_mode.read(str(tmp_path)) == guard_mode.Mode(
+        "enforce", f"{tmp_path / 'mode'}: not a regular file: enforcing")
+    (tmp_path / "mode").rmdir()
+    os.mkfifo(tmp_path / "mode")  # nobody writes it: an open that waited would wait forever
+    assert guard_mode.read(str(tmp_path)) == guard_mode.Mode(
+        "enforce", f"{tmp_path / 'mode'}: not a regular file: enforcing")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching the mode needs root")
+def test_a_switch_that_fails_names_the_mode_file_and_leaves_nothing_behind(conf: Path) -> None:
+    mode = Path(state(conf), "mode")
+    mode.mkdir(parents=True)
+    code, out, err = run_cli(conf, "mode", "off")
+    assert (code, out, err) == (3, "", f"suspendguard: mode off: {mode}: Is a directory\n")
+    assert os.listdir(state(conf)) == ["mode"]
+    code, out, err = run_cli(conf, "mode")
+    assert (code, err) == (0, f"suspendguard: {mode}: not a regular file: enforcing\n")
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching the mode needs root")
 def test_switch_and_show(conf: Path) -> None:
     assert run_cli(conf, "mode")[1].startswith("enforce: ")
