@@ -54,7 +54,12 @@ def command_install(args: argparse.Namespace, ctx: Context) -> int:
     if root is None:
         check_live_system()
     tree = Tree(root) if root is not None else None
-    python = choose(getattr(args, "python", None), staged=root is not None)
+    given = getattr(args, "python", None)
+    if root is not None and given and not os.path.isabs(given):
+        # The unit runs it from / on the target: a path from here would name nothing there.
+        raise UsageError(f"--python {given}: with --root, give the interpreter's path in the "
+                         "target system, as an absolute path")
+    python = choose(given, staged=root is not None)
     refuse_unsafe(python, getattr(args, "force", False))
     if root is None:
         # A unit whose interpreter cannot run the guard fails every suspend.

@@ -15,7 +15,7 @@ import sys
 from suspendguard.commands.context import Context
 from suspendguard.commands.suspend import FOLLOW_MARGIN_S, unit_attempt
 from suspendguard.config import Config
-from suspendguard.errors import HistoryError, OperationalError
+from suspendguard.errors import HistoryError, OperationalError, UsageError
 from suspendguard.guard.ready import dry_look
 from suspendguard.guard.retry import RETRY_FOR_S, retry, why_not_retried
 from suspendguard.model import Unavailable
@@ -78,6 +78,9 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     action: str = args.action
     address = system_bus_address(ctx.environ)
     log = Logger(ctx.err, ctx.environ)
+    if args.attempt < 1:
+        raise UsageError(f"retry: --attempt {args.attempt}: give an attempt's ID "
+                         "(suspendguard history lists them)")
     try:
         with History.open(config.state.dir, readonly=True) as history:
             attempt = history.attempt(args.attempt)

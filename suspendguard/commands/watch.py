@@ -17,7 +17,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     recheck = float(args.recheck)
     debounce = float(args.debounce)
     if not 1.0 <= recheck <= 3600.0:
-        raise UsageError(f"--recheck {args.recheck}: give seconds from 1 to 3600")
+        raise UsageError(f"watch: --recheck {recheck:g}: give seconds from 1 to 3600")
     if not 0.0 <= debounce <= 10.0:
-        raise UsageError(f"--debounce {args.debounce}: give seconds from 0 to 10")
+        raise UsageError(f"watch: --debounce {debounce:g}: give seconds from 0 to 10")
     return watch(ctx.config(), ctx.environ, ctx.err, recheck_s=recheck, debounce_s=debounce)

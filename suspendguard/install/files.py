@@ -113,6 +113,8 @@ def check_root(root: str | None) -> None:
     if root is not None and not root.strip():
         raise UsageError("--root needs a folder to stage into (an empty one would mean the "
                          "running system: leave --root out for that)")
+    if root is not None and os.path.lexists(root) and not os.path.isdir(root):
+        raise UsageError(f"--root {root}: not a folder")
 
 
 def install(

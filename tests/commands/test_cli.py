@@ -89,6 +89,17 @@ def test_watch_refuses_seconds_that_make_no_bound(conf: Path, option: str, secon
     assert f"argument {option}: expected a finite number of seconds >= 0" in err
 
 
+@pytest.mark.parametrize(("argv", "said"), [
+    (["watch", "--recheck", "0"], "suspendguard: watch: --recheck 0: give seconds from 1 to 3600\n"),
+    (["watch", "--debounce", "11"], "suspendguard: watch: --debounce 11: give seconds from 0 to 10\n"),
+    (["retry", "suspend", "--attempt", "-1"],
+     "suspendguard: retry: --attempt -1: give an attempt's ID (suspendguard history lists them)\n"),
+])
+def test_a_value_out_of_range_names_its_command_as_typed(conf: Path, argv: list[str],
+                                                          said: str) -> None:
+    assert cli(*argv, "--config", str(conf)) == (2, "", said)
+
+
 def test_retry_refuses_a_bound_that_never_passes(conf: Path) -> None:
     for seconds in ("nan", "inf", "-5"):
         code, out, err = cli("retry", "suspend", "--attempt", "1", f"--for={seconds}",

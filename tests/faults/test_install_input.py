@@ -27,6 +27,22 @@ def test_an_empty_root_is_refused_before_anything_is_done(command: str, root: st
     assert err.count("\n") == 1 and "--root needs a folder" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("command", ["install", "uninstall"])
+def test_a_root_that_is_a_file_is_named_so(command: str, tmp_path: Path) -> None:
+    (tmp_path / "root").write_text("")
+    assert run(command, "--root", str(tmp_path / "root")) == (
+        2, "", f"suspendguard: --root {tmp_path / 'root'}: not a folder\n")
+
+
+def test_a_relative_interpreter_is_refused_for_a_staged_install(tmp_path: Path) -> None:
+    stage = tmp_path / "root"
+    status, _, err = run("install", "--root", str(stage), "--python", "venv/bin/python3")
+    assert status == 2 and err == (
+        "suspendguard: --python venv/bin/python3: with --root, give the interpreter's path in "
+        "the target system, as an absolute path\n")
+    assert not stage.exists() or not any(stage.rglob("*.service"))
+
+
 def test_a_relative_config_is_refused_for_a_staged_install(tmp_path: Path) -> None:
     stage = tmp_path / "root"
     status, _, err = run("install", "--root", str(stage), "--config", "srv/sg.toml")
