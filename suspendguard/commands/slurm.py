@@ -16,7 +16,7 @@ import time
 from typing import Any, cast
 
 from suspendguard.commands.context import Context
-from suspendguard.errors import EXIT_ERROR, EXIT_VETO, OperationalError
+from suspendguard.errors import EXIT_ERROR, EXIT_VETO, OperationalError, UsageError
 from suspendguard.slurm.controller import Controller
 from suspendguard.slurm.remote import slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
@@ -41,11 +41,17 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     controller = Controller(config.slurm, log, this_node(config.slurm, ctx.environ))
     if what == "sync":
         return 0 if controller.sync() else EXIT_ERROR
+    nodes: list[str] = []
     try:
-        nodes = Scontrol(config.slurm.scontrol).hostnames(args.hostlist)
+        # scontrol reads $SLURM_JOB_NODELIST for an empty expression: never another list.
+        if args.hostlist.strip(" ,"):
+            nodes = Scontrol(config.slurm.scontrol).hostnames(args.hostlist)
     except SlurmError as exc:
         controller.journal(ERR, f"slurm {what}: {exc}")  # the error below is stderr's one line
         raise OperationalError(f"slurm {what}: {exc}") from None
+    if not nodes:
+        controller.journal(ERR, f"slurm {what}: HOSTLIST {args.hostlist!r} names no node")
+        raise UsageError(f"slurm {what}: HOSTLIST {args.hostlist!r} names no node")
     done = controller.suspend(nodes) if what == "suspend" else controller.resume(nodes)
     return 0 if done else EXIT_VETO
 

@@ -99,7 +99,24 @@ def ask(config: SlurmConfig, node: str, args: Sequence[str], *, local: bool,
         return NoAnswer(node, f"its answer is not JSON ({exc})")
     if not isinstance(doc, dict):
         return NoAnswer(node, "its answer is not a JSON object")
+    wrong = _misshapen(doc) or _misshapen(doc.get("observed") or {"verdict": "allow"})
+    if wrong:  # a login banner's JSON, another program's: never read as a verdict
+        return NoAnswer(node, f"its answer is not a guard's ({wrong})")
     return doc
+
+
+def _misshapen(doc: Any) -> str:
+    """What in a node's answer (or its ``observed``) is not as the guard writes it; "" if none."""
+    if not isinstance(doc, dict):
+        return f"{doc!r:.40} where an object belongs"
+    if doc.get("verdict") not in ("allow", "veto", "unknown"):
+        return f"verdict {doc.get('verdict')!r:.40}"
+    for key in ("reasons", "reason_details"):
+        value = doc.get(key, [])
+        if not isinstance(value, list) or (key == "reasons"
+                                           and not all(isinstance(r, str) for r in value)):
+            return f"{key} {value!r:.40}"
+    return ""
 
 
 def reasons_of(doc: Mapping[str, Any]) -> list[Reason]:

@@ -62,6 +62,19 @@ def test_a_refused_node_is_never_powered_off(tmp_path: Path,
     assert "could not be drained" in err.getvalue()
 
 
+def test_an_answer_no_guard_gives_holds_the_node_up_as_unreachable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controller_module, "SCONTROL_PAUSE_S", 0.0)
+    seen = tmp_path / "powered-off"
+    c, err = controller(tmp_path, "veto", (sys.executable, "-c", f"open({str(seen)!r}, 'a')"))
+    garbled = json.dumps({"verdict": "veto", "reason_details": 5})
+    c.config = replace(c.config, guard=(sys.executable, "-c", f"print({garbled!r})"))
+    assert not c._suspend_one("gpu3")
+    assert not seen.exists()
+    assert ("gpu3: not powered down: suspendguard: node-unreachable: the guard on gpu3 did not "
+            "answer: its answer is not a guard's (reason_details 5)") in err.getvalue()
+
+
 def test_a_failed_power_action_holds_the_node_up(tmp_path: Path) -> None:
     c, err = controller(tmp_path, "allow", (sys.executable, "-c", "import sys; sys.exit(3)"))
     assert not c._suspend_one("gpu3")

@@ -233,6 +233,18 @@ def test_a_node_whose_health_is_unknown_after_its_wake_rejoins_and_it_is_said(
     assert "healthy" not in err, err
 
 
+@pytest.mark.parametrize("program", ["suspend", "resume"])
+@pytest.mark.parametrize("hostlist", ["", " ", ",,"])
+def test_a_hostlist_of_no_node_is_bad_usage_and_scontrol_is_not_asked_to_expand_it(
+        tmp_path: Path, program: str, hostlist: str) -> None:
+    fake = FakeSlurm(tmp_path, {"node1": node()})
+    status, out, err = cli("--config", str(config_file(tmp_path, fake, "allow")), "slurm",
+                           program, hostlist)
+    assert (status, out) == (2, ""), err
+    assert err == f"suspendguard: slurm {program}: HOSTLIST {hostlist!r} names no node\n"
+    assert not [c for c in fake.calls() if c[:2] == ["show", "hostnames"]]
+
+
 @pytest.mark.parametrize("failing", ["show", "reconfigure"])
 def test_a_sync_that_failed_exits_3(tmp_path: Path, failing: str) -> None:
     fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN",), "suspendguard: sigint-ignored: pid 7")})

@@ -10,6 +10,8 @@ import json
 import sys
 from dataclasses import replace
 
+import pytest
+
 from suspendguard.config.cluster import SlurmConfig
 from suspendguard.config.load import defaults
 from suspendguard.slurm import remote
@@ -55,6 +57,23 @@ def test_no_answer_says_why_and_becomes_a_node_unreachable_reason() -> None:
     garbled = slurm(remote=("/usr/bin/env",), guard=(sys.executable, "-c", "print('{not json')"))
     got = remote.ask(garbled, "node7", ["prepare"], local=False)
     assert isinstance(got, remote.NoAnswer) and "not JSON" in got.why
+
+
+@pytest.mark.parametrize(("answer", "said"), [
+    ({"verdict": "veto", "reason_details": 5}, "reason_details 5"),
+    ({"verdict": "unknown", "reasons": [{"a": 1}]}, "reasons [{'a': 1}]"),
+    ({"verdict": "maybe"}, "verdict 'maybe'"),
+    ({"motd": "welcome"}, "verdict None"),
+    ({"verdict": "allow", "observed": {"verdict": "veto", "reasons": 5}}, "reasons 5"),
+    ({"verdict": "allow", "observed": ["veto"]}, "['veto'] where an object belongs"),
+])
+def test_an_answer_not_shaped_as_a_guard_s_is_none(answer: dict[str, object], said: str) -> None:
+    # The last line that starts with "{": a login banner's JSON or another program's may be it.
+    odd = slurm(remote=("/usr/bin/env",),
+                guard=(sys.executable, "-c", f"print({json.dumps(json.dumps(answer))})"))
+    got = remote.ask(odd, "node7", ["prepare"], local=False)
+    assert isinstance(got, remote.NoAnswer), got
+    assert got.why == f"its answer is not a guard's ({said})"
 
 
 def test_a_node_that_does_not_answer_in_time_is_given_up() -> None:
