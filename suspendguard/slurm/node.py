@@ -13,6 +13,7 @@ unhealthy, and resumes only nodes the guard drained itself.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -22,11 +23,14 @@ from typing import Any
 
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
+from suspendguard.guard.identity import vouch
 from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.policy import ancestors, decide
 from suspendguard.guard.run import Caller, guard_report
 from suspendguard.guard.scan import scan_holders
 from suspendguard.health.model import HealthReport
 from suspendguard.health.resume import check
+from suspendguard.model import Holder
 from suspendguard.slurm.remote import PREFIX, ours, slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
 from suspendguard.store import mode as guard_mode
@@ -158,32 +162,47 @@ def _exec_start(unit: str) -> str | None:
 
 
 def held_outside_slurm(config: Config) -> list[Reason]:
-    """The holders of the node's accelerator that no Slurm job started."""
+    """The holders of the node's accelerator that no Slurm job started and that a suspend
+    would meet: what the guard lets a suspend go with (the driver's daemons, management
+    tools, graphics clients, ``[policy] ignore``) holds the node no more here."""
     proc = ProcFS()
     scan = scan_holders(take_inventory(config.devices), proc, exclude=runner.active_children())
+    outside = [h for h in scan.holders if not _in_a_job(proc, h)]
     out = []
-    for h in scan.holders:
-        if not _in_a_job(proc, h.pid):
-            held = ", ".join(n.seen_as for n in h.nodes) or "the accelerator"
-            out.append(Reason("held-outside-slurm",
-                              f"pid {h.pid} {h.comm} (user {h.user}) holds {held}, outside Slurm",
-                              pid=h.pid, comm=h.comm, unit=h.unit))
+    for d in decide(outside, config.policy, config.drain, never_pids=ancestors(os.getpid()),
+                    vouched=vouch(outside, proc, None)):
+        if d.action in ("ignore", "keep"):
+            continue
+        h = d.holder
+        held = ", ".join(n.seen_as for n in h.nodes) or "the accelerator"
+        out.append(Reason("held-outside-slurm",
+                          f"pid {h.pid} {h.comm} (user {h.user}) holds {held}, outside Slurm",
+                          pid=h.pid, comm=h.comm, unit=h.unit))
     return out
 
 
-def _in_a_job(proc: ProcFS, pid: int) -> bool:
-    """Whether ``pid`` descends from a slurmstepd (a task of a Slurm job or step)."""
-    seen = set()
+# slurmstepd's cgroup of a job (cgroup v2: /system.slice/slurmstepd.scope/job_42/step_0/...),
+# made by root: pam_slurm_adopt puts a user's ssh session into it too.
+_JOB_CGROUP = re.compile(r"/slurm[^/]*/(?:.*/)?job_[0-9]+(?:/|$)")
+
+
+def _in_a_job(proc: ProcFS, holder: Holder) -> bool:
+    """Whether ``holder`` is a task of a Slurm job: in a job's cgroup, or (proctrack without
+    cgroups) below a slurmstepd that runs as root, which no user can start."""
+    if holder.cgroup and _JOB_CGROUP.search(holder.cgroup):
+        return True
+    pid, seen = holder.ppid, {holder.pid}
     while pid > 1 and pid not in seen:
         seen.add(pid)
         try:
             st = proc.stat(pid)
+            if st is not None and st.comm == STEPD:
+                status = proc.status(pid)
+                return status is not None and status.uid == 0
         except ProcAccessError:
             return False
         if st is None:
             return False
-        if st.comm == STEPD:
-            return True
         pid = st.ppid
     return False
 
