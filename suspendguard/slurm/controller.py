@@ -48,12 +48,15 @@ T = TypeVar("T")
 RETRY_PAUSE_S = 3.0  # between the questions to a node that is waking
 REGISTER_S = 5.0  # a held node's slurmd registers by itself at the re-read of the config
 REGISTER_AFTER_RESTART_S = 30.0
+AT_ONCE = 128  # nodes asked, woken or waited for at the same time (each a child, its pipes)
 # A held node's reason, read before its drain replaces it, and the drain: asked again when
 # scontrol failed (slurmctld busy with many nodes at once answers late).
 SCONTROL_TRIES, SCONTROL_PAUSE_S = 3, 1.0
 # A held node's reason when the one it had could not be read: not the guard's, so
 # nothing the guard does lifts the drain (it may have replaced a maintenance drain).
 UNREAD = "earlier reason unknown, scontrol show node failed"
+# What slurmctld says of a node by itself, and takes back by itself when the node answers.
+SLURMCTLD_OWN = ("Not responding",)
 
 
 @dataclass
@@ -87,10 +90,14 @@ class Controller:
         return ask(self.config, node, args, local=local, timeout=timeout)
 
     def each(self, nodes: Sequence[str], step: Callable[[str], bool]) -> bool:
-        """``step`` for every node at once (a node's wait is its own); True when all were."""
+        """``step`` for every node at once (a node's wait is its own); True when all were.
+
+        Each node is asked within Slurm's SuspendTimeout or ResumeTimeout, not once
+        others are done: a call names at most SuspendRate or ResumeRate nodes (60 and
+        300 a minute by default), and AT_ONCE bounds only the children (a few fds each)."""
         if not nodes:
             return True
-        with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+        with ThreadPoolExecutor(max_workers=min(AT_ONCE, len(nodes))) as pool:
             return all(list(pool.map(step, nodes)))
 
     # -- SuspendProgram ---------------------------------------------------------
@@ -155,7 +162,9 @@ class Controller:
         """The reason the guard drains ``node`` with, read against the one it has.
 
         Somebody else's drain (maintenance, NHC) is theirs to lift: it is kept, the
-        guard's reason added after it, and health never resumes the node. One that
+        guard's reason added after it, and health never resumes the node. slurmctld's own
+        "Not responding" (Slurm 22.05 suspends a DOWN node too) is nobody's to lift: the
+        guard's replaces it, or the node would stay held after its holder left. One that
         could not be read may be such a drain: the guard's drain replaces it, so the
         node is held as somebody else's, never resumed by the guard.
         """
@@ -167,7 +176,8 @@ class Controller:
                      f"health never resumes it); see sinfo -R and the slurmctld log, and "
                      f"lift it by hand (scontrol update NodeName={node} State=RESUME)")
             return joined(UNREAD, text)
-        return joined(before, text) if before and not ours(before) else text
+        kept = before and not ours(before) and before not in SLURMCTLD_OWN
+        return joined(before, text) if kept else text
 
     def _reason(self, node: str) -> str | None:
         """The node's reason now ("" for none); None when scontrol could not say."""
@@ -233,13 +243,18 @@ class Controller:
     # -- ResumeProgram -----------------------------------------------------------
 
     def resume(self, nodes: Sequence[str]) -> bool:
+        # Every node woken first: a node's boot never waits for another's check.
+        if self.config.power_on:
+            self.each(nodes, self._power_on)
         return self.each(nodes, self._resume_one)
 
+    def _power_on(self, node: str) -> bool:
+        on = runner.run(template(self.config.power_on, node), self.config.timeout_s)
+        if not on.ok:
+            self.say(WARNING, f"{node}: [slurm] power_on: {on.describe_failure()}")
+        return on.ok
+
     def _resume_one(self, node: str) -> bool:
-        if self.config.power_on:
-            on = runner.run(template(self.config.power_on, node), self.config.timeout_s)
-            if not on.ok:
-                self.say(WARNING, f"{node}: [slurm] power_on: {on.describe_failure()}")
         until = time.monotonic() + self.config.resume_wait_s
         while True:
             left = until - time.monotonic()

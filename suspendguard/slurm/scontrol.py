@@ -87,15 +87,26 @@ class Scontrol:
         self.path = path
 
     def _call(self, args: Sequence[str], what: str) -> str:
+        return self._run(args, what).stdout
+
+    def _run(self, args: Sequence[str], what: str) -> runner.RunResult:
         result = runner.run([self.path, *args], CALL_TIMEOUT_S)
         if not result.ok:
             raise SlurmError(f"{what}: {result.describe_failure()}")
-        return result.stdout
+        return result
 
     def hostnames(self, hostlist: str) -> list[str]:
-        """A hostlist expression ("node[1-3],gpu7") as Slurm itself expands it."""
-        names = self._call(["show", "hostnames", hostlist], f"scontrol show hostnames {hostlist}")
-        return [n for n in names.split() if n]
+        """A hostlist expression ("node[1-3],gpu7") as Slurm itself expands it.
+
+        scontrol 22.05 exits 0 on one it cannot read: "Invalid hostlist" on stderr (and
+        nothing expanded), or a name with a bracket left in it ("n[1-2" gives "n]")."""
+        what = f"scontrol show hostnames {hostlist}"
+        result = self._run(["show", "hostnames", hostlist], what)
+        names = [n for n in result.stdout.split() if n]
+        if "Invalid hostlist" in result.stderr or any(set(n) & set("[]") for n in names):
+            said = result.stderr.strip().splitlines()
+            raise SlurmError(f"{what}: {said[-1] if said else 'not a hostlist'}")
+        return names
 
     def nodes(self, name: str | None = None) -> list[Node]:
         args = ["show", "node", "-o", *([name] if name else [])]

@@ -94,6 +94,15 @@ def test_a_maintenance_reason_read_late_is_kept_before_the_guards(
     assert _health_action(True, reason, []) == "leave"  # the admin's drain is theirs to lift
 
 
+def test_slurmctld_s_not_responding_is_replaced_so_the_node_s_check_lifts_the_hold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Slurm 22.05 suspends a DOWN node too: its reason is slurmctld's, nobody's to lift.
+    fake = FakeSlurm(tmp_path, {"node1": node(("POWERING_DOWN",), "Not responding", "DOWN")})
+    reason, _ = suspend_refused(tmp_path, monkeypatch, fake)
+    assert reason == "suspendguard: sigint-ignored: pid 7 ignores SIGINT"
+    assert _health_action(True, reason, []) == "resume"
+
+
 def test_a_long_maintenance_reason_still_keeps_the_held_node_out_of_power_saving(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Their words are cut, not the guard's mark: sync must still find the node held,
@@ -213,6 +222,22 @@ def test_a_node_slurmctld_still_counts_powering_up_is_restarted_with_b(
     status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
     assert status == 1, err  # the fake never registers it
     assert asked.read_text() == "slurm node awake\nslurm node rejoin --boot\n"
+
+
+def test_every_node_is_woken_before_any_is_waited_for(tmp_path: Path) -> None:
+    # More nodes than were once asked at a time: the last one's boot must not wait for the
+    # first ones' checks, or its job misses ResumeTimeout.
+    names = [f"node{i}" for i in range(1, 21)]
+    fake = FakeSlurm(tmp_path, {n: node(state="ALLOCATED") for n in names})
+    path, asked = recording_guard(tmp_path, fake)
+    on = [sys.executable, "-c", f"open({str(asked)!r}, 'a').write('on {{node}}\\n')"]
+    with path.open("a") as f:
+        f.write(f"power_on = {json.dumps(on)}\n")
+    status, _, err = cli("--config", str(path), "slurm", "resume", ",".join(names))
+    assert status == 0, err
+    lines = asked.read_text().splitlines()
+    assert sorted(lines[:20]) == sorted(f"on {n}" for n in names), lines
+    assert lines[20:] == ["slurm node awake"] * 20, lines
 
 
 def test_a_node_whose_health_is_unknown_after_its_wake_rejoins_and_it_is_said(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from suspendguard.slurm.controller import EXCLUDE_HEAD, exclusion_lock, write_if_changed
 from suspendguard.slurm.node import _health_action
-from suspendguard.slurm.scontrol import parse_nodes
+from suspendguard.slurm.scontrol import Scontrol, SlurmError, parse_nodes
 from suspendguard.verdict import Reason
 
 HELD = Reason("held-outside-slurm", "pid 9 python3 holds /dev/davinci0, outside Slurm")
@@ -82,3 +84,31 @@ def test_a_reason_ends_at_its_stamp_when_a_comment_or_reservation_follows() -> N
     assert n2.reason == "disk swap"
     # The stamp ends a reason first, whatever its own words look like.
     assert n3.reason == "set Extra=1 by hand"
+
+
+@pytest.fixture
+def real_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Scontrol:
+    """Debian's scontrol, reading a configuration of the test's own (show hostnames asks no
+    slurmctld)."""
+    path = shutil.which("scontrol")
+    if path is None:
+        pytest.skip("scontrol is not installed")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=n[1-2] CPUs=1\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    return Scontrol(path)
+
+
+def test_a_hostlist_is_expanded_as_slurm_expands_it(real_scontrol: Scontrol) -> None:
+    assert real_scontrol.hostnames("node[01-03,07],gpu5") == [
+        "node01", "node02", "node03", "node07", "gpu5"]
+
+
+@pytest.mark.parametrize(("hostlist", "said"), [
+    ("n[1-2]-ib", "Invalid hostlist: n[1-2]-ib"),  # scontrol exits 0, expands nothing
+    ("n[1-2", "not a hostlist"),  # scontrol exits 0 with "n]"
+])
+def test_a_hostlist_scontrol_cannot_read_is_an_error_though_it_exits_0(
+        real_scontrol: Scontrol, hostlist: str, said: str) -> None:
+    with pytest.raises(SlurmError, match=re.escape(f"scontrol show hostnames {hostlist}: {said}")):
+        real_scontrol.hostnames(hostlist)
