@@ -13,13 +13,15 @@ unhealthy, and resumes only nodes the guard drained itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import select
 import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
@@ -31,12 +33,13 @@ from suspendguard.guard.scan import scan_holders
 from suspendguard.health.model import HealthReport
 from suspendguard.health.resume import check
 from suspendguard.model import Holder
+from suspendguard.record import Stop
 from suspendguard.slurm.remote import PREFIX, ours, slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 from suspendguard.system import runner
-from suspendguard.system.deadline import Deadline, bounded
+from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 from suspendguard.verdict import Reason, ReasonCode
@@ -77,6 +80,13 @@ def prepare(ctx: Caller, suspend: bool) -> dict[str, Any]:
         doc = answer(node, verdict.kind, list(verdict.reasons), mode="enforce",
                      attempt=report.attempt.id, suspend="not asked")
     if doc["verdict"] == "allow" and suspend:
+        if _asker_gone(ctx.out):
+            # The controller held the node as unreachable: a sleep now would leave it
+            # asleep, drained and out of power saving, with nothing to wake it.
+            why = Reason("node-unreachable", "the controller stopped waiting for this answer "
+                         "([slurm] timeout_s): not suspended")
+            log.warning(f"slurm node prepare: {why.text}")
+            return _not_slept(ctx, config, doc, why, log)
         from suspendguard.system.dbus.bus import system_bus_address
         from suspendguard.system.dbus.logind import ask_sleep
         asked = ask_sleep("suspend", address=system_bus_address(ctx.environ))
@@ -84,9 +94,46 @@ def prepare(ctx: Caller, suspend: bool) -> dict[str, Any]:
             doc["suspend"] = "asked"
         else:
             why = Reason("power-action-failed", f"logind refused the suspend: {asked}")
-            doc = {**answer(node, "veto", [why], suspend="refused"),
-                   **{k: doc[k] for k in ("mode", "attempt", "observed") if k in doc}}
+            return _not_slept(ctx, config, doc, why, log)
     return doc
+
+
+def _asker_gone(out: TextIO) -> bool:
+    """Whether whoever reads the answer has gone: the remote's pipe or socket reports an
+    error or a hang-up (ssh killed at the controller's timeout; sshd closes the session's
+    end, and signals no command that runs without a terminal)."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation: an answer kept in memory
+        return False
+    poll = select.poll()
+    poll.register(fd, 0)  # POLLERR and POLLHUP are reported whatever is asked
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+
+
+def _not_slept(ctx: Caller, config: Config, doc: dict[str, Any], why: Reason,
+               log: Logger) -> dict[str, Any]:
+    """The answer when the node does not sleep after all, the jobs its drain stopped through
+    their supervisors started again, as after a veto: no resume will come to do it."""
+    attempt = doc.get("attempt")
+    if isinstance(attempt, int) and attempt:
+        from suspendguard.guard.restore import restore
+        from suspendguard.guard.run import OnDemandOwnerControl
+        try:
+            with History.open(config.state.dir) as history:
+                def note(stop: Stop, result: str, said: str) -> None:
+                    with contextlib.suppress(HistoryError):
+                        history.record_restore(stop.id, result, said)
+
+                stops = history.pending_stops(attempt)
+                with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
+                    restore(stops, OnDemandOwnerControl(ctx.environ, config.state.dir),
+                            config.restore, enabled=config.restore.after_veto, record=note,
+                            log=log.info, warn=log.warning, journal=log.journal)
+        except HistoryError as exc:
+            log.warning(f"slurm node prepare: the jobs stopped were not started again: {exc}")
+    return {**answer(doc["node"], "veto", [why], suspend="refused"),
+            **{k: doc[k] for k in ("mode", "attempt", "observed") if k in doc}}
 
 
 def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str, Any]:

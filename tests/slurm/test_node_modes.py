@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from helpers.fake_slurm import FakeSlurm
 from helpers.fake_slurm import node as slurm_node
 from helpers.holders import Holders
 from helpers.runners import cli
+from helpers.wait import wait_for
 
 from suspendguard.config.load import defaults
 from suspendguard.slurm.controller import Controller
@@ -39,6 +41,26 @@ def test_enforced_the_node_drains_its_holder(conf: Path, node: str, holders: Hol
     doc = prepare(conf)
     assert (doc["verdict"], doc["mode"]) == ("allow", "enforce"), doc
     assert proc.wait(timeout=10) == 0 and holders.signals() == [f"{pid} SIGINT"]
+
+
+def test_a_node_whose_controller_stopped_waiting_does_not_sleep(
+        conf: Path, node: str, holders: Holders, tmp_path: Path, no_bus: str) -> None:
+    # At [slurm] timeout_s the controller kills its ssh and holds the node as unreachable;
+    # sshd closes the session's end and signals nothing, so the guard here goes on.
+    _, pid = holders.start(node, delay=1.5)
+    err = tmp_path / "prepare.err"
+    with err.open("w") as stderr:
+        guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
+                                  "slurm", "node", "prepare", "--suspend"],
+                                 stdout=subprocess.PIPE, stderr=stderr, text=True)
+    assert guard.stdout is not None
+    wait_for(lambda: holders.signals() == [f"{pid} SIGINT"], 30)
+    guard.stdout.close()  # nobody reads the answer any more
+    guard.wait(timeout=60)
+    said = err.read_text()
+    assert ("slurm node prepare: the controller stopped waiting for this answer ([slurm] "
+            "timeout_s): not suspended") in said, said
+    assert "logind" not in said, said  # never asked to sleep
 
 
 def test_in_observe_mode_the_node_signals_nobody_allows_and_says_what_it_would_have_done(

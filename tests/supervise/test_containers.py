@@ -166,6 +166,21 @@ def test_a_veto_starts_the_drained_container_again_at_once(
     assert row["result"] == "started"
 
 
+def test_a_slurm_node_that_does_not_sleep_after_its_drain_starts_the_container_again(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path) -> None:
+    # SuspendProgram's drain allowed, then logind refused the sleep (here: no system bus):
+    # no resume will come to start what the drain stopped.
+    c = engine.create(job(node, holders), restart="always")
+    code, out, err = cli("--config", conf_file(tmp_path, node), "slurm", "node", "prepare",
+                         "--suspend", environ={**env(engine), "DBUS_SYSTEM_BUS_ADDRESS":
+                                               f"unix:path={tmp_path / 'no-bus'}"})
+    doc = json.loads(out)
+    assert (code, doc["verdict"], doc["suspend"]) == (1, "veto", "refused"), (doc, err)
+    assert doc["reason_details"][0]["code"] == "power-action-failed", doc
+    assert engine.wait_running(c) and c.restart == "always"
+    assert [s["result"] for s in stops(tmp_path)] == ["started"]
+
+
 def test_a_container_brought_back_after_its_stop_vetoes(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
     c = engine.create(job(node, holders), restart="always")
