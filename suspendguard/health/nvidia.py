@@ -39,6 +39,7 @@ CHILD = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
 
 # The driver API's names for the answers that matter here (cuda.h).
 CUDA_ERRORS = {
+    2: "CUDA_ERROR_OUT_OF_MEMORY",
     3: "CUDA_ERROR_NOT_INITIALIZED",
     46: "CUDA_ERROR_DEVICES_UNAVAILABLE",
     100: "CUDA_ERROR_NO_DEVICE",
@@ -60,6 +61,9 @@ KERNEL_SIGNS: tuple[tuple[re.Pattern[str], str, bool], ...] = (
     (re.compile(r"nv_pmops_\w+\S* \[nvidia\] returns -\d+"),
      "the driver refused the sleep (see suspendguard doctor)", False),
 )
+# A context refused because a job uses the GPU: exclusive-process mode (46), or its memory
+# taken (2). Nothing is said of the GPU's health (slurm health runs beside jobs).
+IN_USE = (2, 46)
 # cuInit's answer on a host that has the driver's libraries and no GPU (one image for
 # every node of a cluster, the kernel module not loaded): no NVIDIA device to check,
 # unless a GPU's device node says one was there.
@@ -114,6 +118,11 @@ def _devices(answer: dict[str, Any]) -> list[DeviceHealth]:
         ret = int(entry.get("ret", 0))
         if ret == 0:
             out.append(DeviceHealth(ident, FAMILY, "healthy", "", "cuda"))
+        elif ret in IN_USE:
+            out.append(DeviceHealth(ident, FAMILY, "unknown",
+                                    f"{entry.get('call')} error {cuda_error(ret)}: in use by "
+                                    "another process (exclusive compute mode, or its memory "
+                                    "taken), so not probed", "cuda"))
         else:
             out.append(DeviceHealth(ident, FAMILY, "unhealthy",
                                     f"{entry.get('call')} error {cuda_error(ret)}", "cuda",

@@ -54,6 +54,20 @@ def test_a_context_that_fails_names_its_device(gpu: Gpu, monkeypatch: pytest.Mon
         "gpu 0 healthy", "gpu 1 unhealthy: cuCtxCreate error 999 (CUDA_ERROR_UNKNOWN)"]
 
 
+@pytest.mark.parametrize(("mode", "error"), [("exclusive", "46 (CUDA_ERROR_DEVICES_UNAVAILABLE)"),
+                                            ("full", "2 (CUDA_ERROR_OUT_OF_MEMORY)")])
+def test_a_gpu_a_job_uses_is_unknown_not_unhealthy(gpu: Gpu, monkeypatch: pytest.MonkeyPatch,
+                                                   mode: str, error: str) -> None:
+    # slurm health runs beside jobs: an exclusive-process GPU, or one whose memory a job
+    # took, refuses the probe's context; that says nothing of its health.
+    monkeypatch.setenv("FAKE_CUDA_MODE", mode)
+    monkeypatch.setenv("FAKE_CUDA_COUNT", "2")
+    found = nvidia.cuda_check(gpu_config(gpu), 20.0) or []
+    assert [d.describe() for d in found] == [
+        "gpu 0 healthy", f"gpu 1 unknown: cuCtxCreate error {error}: in use by another process "
+        "(exclusive compute mode, or its memory taken), so not probed"]
+
+
 def test_a_hung_cuda_init_is_killed_at_the_timeout(gpu: Gpu,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_CUDA_MODE", "hang")

@@ -8,7 +8,12 @@
  *                       reload) | hang (cuInit never returns) | ctx (the
  *                       context on the last device fails with 999) |
  *                       nodevice (cuInit returns 100, CUDA_ERROR_NO_DEVICE,
- *                       as on a host with the driver's libraries and no GPU)
+ *                       as on a host with the driver's libraries and no GPU) |
+ *                       exclusive (the context on the last device fails with
+ *                       46, CUDA_ERROR_DEVICES_UNAVAILABLE, as on a GPU in
+ *                       exclusive-process mode that a job's process uses) |
+ *                       full (the context on the last device fails with 2,
+ *                       CUDA_ERROR_OUT_OF_MEMORY: a job holds its memory)
  *   FAKE_CUDA_COUNT     how many devices (default 1)
  *   FAKE_CUDA_LOG       each call is appended here
  */
@@ -39,7 +44,7 @@ static int count(void) {
 int cuInit(unsigned int flags) {
     note("cuInit", (int)flags);
     if (mode("hang")) for (;;) pause();
-    if (mode("ok") || mode("ctx")) return 0;
+    if (mode("ok") || mode("ctx") || mode("exclusive") || mode("full")) return 0;
     if (mode("broken")) return 999;
     if (mode("nodevice")) return 100;
     const char *marker = getenv("FAKE_CUDA_RELOADED");
@@ -63,6 +68,8 @@ int cuCtxCreate_v2(void **ctx, unsigned int flags, int device) {
     note("cuCtxCreate_v2", device);
     (void)flags;
     if (mode("ctx") && device == count() - 1) return 999;
+    if (mode("exclusive") && device == count() - 1) return 46;
+    if (mode("full") && device == count() - 1) return 2;
     *ctx = (void *)(long)(0x1000 + device);
     return 0;
 }
