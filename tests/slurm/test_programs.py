@@ -183,6 +183,23 @@ def test_a_node_woken_unhealthy_keeps_an_admin_s_reason_before_the_guards(
     assert _health_action(True, reason, []) == "leave"
 
 
+def test_a_node_woken_unhealthy_that_cannot_be_drained_is_not_let_rejoin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Registered undrained, it would run the job that woke it on the unhealthy device.
+    monkeypatch.setattr(controller, "SCONTROL_PAUSE_S", 0.0)
+    fake = FakeSlurm(tmp_path, {"node1": node(("POWERING_UP",))})
+    fake.fail(DRAIN_NODE1, TIMED_OUT)
+    unhealthy = json.dumps({"verdict": "veto", "reasons": ["gpu 0: CUDA init error 999"],
+                            "reason_details": [{"code": "unhealthy-after-resume",
+                                                "text": "gpu 0: CUDA init error 999"}]})
+    path, asked = recording_guard(tmp_path, fake, unhealthy)
+    status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
+    assert status == 1, err
+    assert asked.read_text() == "slurm node awake\n"  # never: rejoin --boot
+    assert ("node1: unhealthy after its wake and not drained: slurmd not restarted; Slurm "
+            "marks it DOWN at ResumeTimeout") in err
+
+
 def recording_guard(tmp_path: Path, fake: FakeSlurm,
                     doc: str = json.dumps({"verdict": "allow", "reasons": [],
                                            "reason_details": []})) -> tuple[Path, Path]:
