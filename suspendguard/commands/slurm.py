@@ -53,7 +53,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         controller.journal(ERR, f"slurm {what}: HOSTLIST {args.hostlist!r} names no node")
         raise UsageError(f"slurm {what}: HOSTLIST {args.hostlist!r} names no node")
     done = controller.suspend(nodes) if what == "suspend" else controller.resume(nodes)
-    return 0 if done else EXIT_VETO
+    # A held node missing from SuspendExcNodes is powered down again at the next cycle.
+    return EXIT_ERROR if not controller.synced else 0 if done else EXIT_VETO
 
 
 def _node(args: argparse.Namespace, ctx: Context) -> int:

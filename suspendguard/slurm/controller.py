@@ -64,6 +64,7 @@ class Controller:
     config: SlurmConfig
     log: Logger
     local: str  # this host's node name: asked directly
+    synced: bool = True  # False once a sync of the exclusion file failed (said at ERR)
 
     @property
     def scontrol(self) -> Scontrol:
@@ -325,10 +326,12 @@ class Controller:
             # One listing and write at a time: a listing taken before another run's drain
             # must not be written over the file that names the node drained meanwhile.
             with exclusion_lock(path):
-                return self._sync_locked(path, also)
+                done = self._sync_locked(path, also)
         except OSError as exc:
             self.say(ERR, f"{path}: not written: {exc.strerror or exc}")
-            return False
+            done = False
+        self.synced = self.synced and done
+        return done
 
     def _sync_locked(self, path: Path, also: Sequence[str]) -> bool:
         try:

@@ -296,6 +296,19 @@ def test_a_sync_that_failed_exits_3(tmp_path: Path, failing: str) -> None:
     assert "Unable to contact slurm controller" in err
 
 
+def test_a_hold_whose_sync_failed_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Held, but missing from SuspendExcNodes: Slurm powers it down again at the next cycle.
+    monkeypatch.setattr(controller, "REGISTER_S", 0.1)
+    monkeypatch.setattr(controller, "SCONTROL_PAUSE_S", 0.0)
+    fake = FakeSlurm(tmp_path, {"node1": node(("POWERING_DOWN",))})
+    fake.fail("reconfigure", "slurm_reconfigure error: Unable to contact slurm controller")
+    status, _, err = cli("--config", str(config_file(tmp_path, fake, "veto")), "slurm",
+                         "suspend", "node1")
+    assert status == 3, err
+    assert "DRAIN" in fake.node("node1")["flags"]
+    assert "Unable to contact slurm controller" in err
+
+
 def test_a_sync_that_found_nothing_to_change_exits_0(tmp_path: Path) -> None:
     fake = FakeSlurm(tmp_path, {"node1": node()})
     path = config_file(tmp_path, fake, "veto")
