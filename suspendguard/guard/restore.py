@@ -112,9 +112,10 @@ def failed_entry(stop: Stop, why: str) -> dict[str, str]:
 
 
 def earlier_boot(stop: Stop, boot_ids: Collection[str]) -> bool:
-    """Whether ``stop`` was made in another boot than this one, named by ``boot_ids``
-    (unknown either side: no)."""
-    return bool(stop.boot_id and boot_ids and stop.boot_id not in boot_ids)
+    """Whether ``stop`` was made in another boot than this one, named by ``boot_ids``:
+    none of the names it keeps is this boot's (system/boot.py; unknown either side: no)."""
+    names = set(stop.boot_id.split())
+    return bool(names and boot_ids and not names & set(boot_ids))
 
 
 def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,

@@ -22,12 +22,15 @@ from typing import Any
 import pytest
 from fakes.engine.fake_engine import FakeEngine
 
+from suspendguard.guard import restore as restore_module
 from suspendguard.guard.restore import restore
 from suspendguard.model import Owner, OwnerKind
 from suspendguard.record import Stop
 from suspendguard.store.history import History
 from suspendguard.supervise.managers import ManagersAndEngines
+from suspendguard.system.boot import boot_ids
 from suspendguard.system.deadline import Deadline, bounded
+from suspendguard.system.procfs import ProcFS
 
 from .sleep_scenes import (
     SCENES,
@@ -98,11 +101,34 @@ def test_rows_written_ahead_are_completed_or_dropped(make_config: Any) -> None:
         h.stop_issued(taken=[ids[0]], refused=[ids[1]])
         [left] = h.pending_stops()
     assert left.owner.name == "u1.service" and left.issued is not None
-    # The boot as any sandbox of this PID namespace names it: boot time, init's start.
+    # The boot as any sandbox of this PID namespace names it (boot time, init's start), and
+    # as the kernel names it, which no step of the clock moves.
+    assert left.boot_id == f"{btime_start()} {kernel_boot_id()}"
+
+
+def btime_start() -> str:
     btime = next(line.split()[1] for line in Path("/proc/stat").read_text().splitlines()
                  if line.startswith("btime "))
-    init_start = Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()[19]
-    assert left.boot_id == f"{btime}.{init_start}"
+    return f"{btime}.{Path('/proc/1/stat').read_text().rsplit(')', 1)[1].split()[19]}"
+
+
+def kernel_boot_id() -> str:
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+@pytest.mark.parametrize(("kept", "earlier"), [
+    # The clock stepped by 3 s since (timesyncd after a resume): btime moved with it.
+    (lambda: f"{int(btime_start().split('.')[0]) + 3}.1 {kernel_boot_id()}", False),
+    # In a container, a root shell and the unit's sandbox read different kernel ids.
+    (lambda: f"{btime_start()} 00000000-0000-0000-0000-000000000000", False),
+    (lambda: btime_start(), False),  # a stop kept before the kernel's id was
+    (lambda: kernel_boot_id(), False),  # a stop kept before "BTIME.START" was
+    (lambda: "1700000000.1 00000000-0000-0000-0000-000000000000", True),  # a reboot since
+])
+def test_a_stop_is_of_this_boot_when_either_of_its_names_is(
+        kept: Callable[[], str], earlier: bool) -> None:
+    stop = Stop(Owner("systemd", "u1.service"), 1, 1.0, boot_id=kept())
+    assert restore_module.earlier_boot(stop, boot_ids(ProcFS())) is earlier
 
 
 def test_a_guard_killed_before_the_engine_answered_the_update_loses_no_policy(
