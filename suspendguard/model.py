@@ -42,6 +42,7 @@ OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal"
 Disposition = Literal["default", "caught", "ignored", "blocked", "waited", "unknown"]
 
 # Handlers for these may free device resources behind the driver's back.
+UNSTOPPABLE = (signal.SIGKILL, signal.SIGSTOP)
 FATAL_SIGNALS = (signal.SIGILL, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGSEGV)
 
 # Identity of a node: ("char", rdev) for character devices, ("file",
@@ -160,7 +161,17 @@ class Holder:
         """How this process takes ``signum`` (as read when it was scanned)."""
         if self.source != "proc" and self.sig_masks == SignalMasks():
             return "unknown"
-        return self.sig_masks.disposition(signum)
+        taken = self.sig_masks.disposition(signum)
+        if taken == "default" and self.namespace_init and signum not in UNSTOPPABLE:
+            return "ignored"  # the kernel drops it on the way in
+        return taken
+
+    @property
+    def namespace_init(self) -> bool:
+        """PID 1 of a PID namespace below the guard's (a container's init, run without one):
+        a signal it has no handler for, sent from an ancestor namespace, is dropped by the
+        kernel, SIGKILL and SIGSTOP aside (pid_namespaces(7))."""
+        return len(self.nspid) > 1 and self.nspid[-1] == 1
 
     @property
     def roles(self) -> frozenset[str]:

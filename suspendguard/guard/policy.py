@@ -226,6 +226,12 @@ def sigint_ignored_reason(holder: Holder, signame: str, next_step: str = "") -> 
            "script or nohup")
     step = next_step or (f"stop it yourself (kill -TERM {holder.pid}), start it so it takes "
                          f"{signame}, or set [drain] on_sigint_ignored")
+    if holder.namespace_init and not holder.sig_masks.ignored & (1 << (num - 1)):
+        why = ("it is PID 1 of its container's PID namespace and has no handler for it: the "
+               "kernel drops such a signal sent from outside")
+        step = next_step or ("start its container with an init (docker run --init, podman run "
+                             f"--init) or have the program handle {signame}; or stop the "
+                             "container yourself, or set [drain] on_sigint_ignored")
     return (f"pid {holder.pid} {holder.comm} ignores {signame} ({why}): kill -{num} cannot "
             f"stop it; {step}")
 

@@ -343,3 +343,39 @@ def test_without_pidfds_a_holder_whose_main_thread_exited_is_signalled_and_waite
         assert result.outcome.kind == "exited", result.outcome
         assert report.verdict.kind == "allow", report.verdict
         assert job.wait(timeout=5) == 0  # its live thread took the SIGINT
+
+
+@pytest.fixture
+def container_init(node: str) -> Iterator[int]:
+    """A job that is PID 1 of a PID namespace of its own, as a container's program run
+    without an init: it holds the node and leaves SIGINT at its default (sleep)."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare")
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "sh", "-c",
+                             'exec 3<"$1"; echo ready; exec sleep 600', "sh", node],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        [pid] = [int(c) for c in children]
+        yield pid
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_container_s_init_without_a_handler_vetoes_before_anyone_is_signalled(
+        conf: Path, container_init: int) -> None:
+    # The kernel drops a SIGINT from the host to a namespace's init that takes it by default.
+    code, out, err = cli("check", "--json", "--config", str(conf))
+    report = json.loads(out)
+    assert (code, report["verdict"]) == (1, "veto"), err
+    [reason] = report["reasons"]
+    assert reason.startswith(f"pid {container_init} sleep ignores SIGINT (it is PID 1 of its "
+                             "container's PID namespace and has no handler for it: the kernel "
+                             "drops such a signal sent from outside)"), reason
+    assert "docker run --init" in reason
+    code, out, _ = cli("drain", "--yes", "--json", "--config", str(conf))
+    assert code == 1 and json.loads(out)["holders"][0]["outcome"]["kind"] == "not-signalled"
+    assert ProcFS().stat(container_init) is not None  # never signalled: still there
