@@ -253,9 +253,10 @@ COMMANDS: tuple[Command, ...] = (
              (1, "held: a device is unhealthy after resume, the jobs stay stopped "
                  "(restore --force starts them)"),
              USAGE_EXIT,
-             (3, "a job failed to start, a systemd manager was not reloaded once the drain "
-                 "drop-ins went (its units keep the drain's settings), or the history could "
-                 "not be read"), UNTRUSTED_EXIT)),
+             (3, "a job failed to start or was not reached within the restore's time, a "
+                 "systemd manager was not reloaded once the drain drop-ins went (its units "
+                 "keep the drain's settings), or the history could not be read"),
+             UNTRUSTED_EXIT)),
     Command("doctor", "check this host's suspend setup (read-only); each finding with its fix",
             "doctor:command", _doctor,
             ((0, "nothing to fix (notes may be printed)"),

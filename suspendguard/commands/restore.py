@@ -175,4 +175,5 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
         ctx.out.write("nothing to restore\n")
     if held:
         return EXIT_HELD
-    return EXIT_ERROR if warned or any(d.result == "failed" for d in done) else 0
+    # A job the budget did not reach stays down until someone runs restore again.
+    return EXIT_ERROR if warned or any(d.result in ("failed", "pending") for d in done) else 0

@@ -25,6 +25,7 @@ from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT
 from helpers.runners import cli, guard
 
+from suspendguard.commands import restore as restore_command
 from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store import lock as guard_lock
@@ -135,6 +136,21 @@ def test_drained_by_pid_kept_down_by_the_engine_and_restored_after_resume(
     assert cli("--config", conf_file(tmp_path, node), "restore", environ=env(engine))[1] == \
         "nothing to restore\n"
     assert engine.paths("POST").count(f"/containers/{c.id}/start") == 1
+
+
+def test_a_restore_whose_time_ended_before_a_job_s_turn_exits_3(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nobody runs restore again by itself: the job not reached stays down, and it is said.
+    c = engine.create(job(node, holders), restart="always")
+    assert guard(make_config(), supervisors=supervisors(engine, tmp_path)).verdict.kind == "allow"
+    monkeypatch.setattr(restore_command, "RESTORE_AFTER_RESUME_S", 0.0)
+    code, out, err = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                         environ=env(engine))
+    [left] = json.loads(out)["restored"]
+    assert (code, left["result"]) == (3, "pending"), err
+    assert "the restore's budget ended before its turn" in left["why"]
+    assert not c.running and stops(tmp_path)[0]["result"] == "pending"
 
 
 def test_container_without_restart_policy_is_stopped_and_restored(
