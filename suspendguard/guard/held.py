@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from suspendguard.guard.jobs import Launcher, LauncherKind
 from suspendguard.system import runner
@@ -153,10 +154,13 @@ def _pidfd(launcher: Launcher, proc: ProcFS) -> int | None:
 
 
 def _write(state_dir: str, launchers: Sequence[Launcher]) -> None:
+    _write_entries(state_dir, [{"pid": lr.pid, "start_time": lr.start_time,
+                                "name": lr.kind.name, "since": time.time()} for lr in launchers])
+
+
+def _write_entries(state_dir: str, data: list[Any]) -> None:
     path = os.path.join(state_dir, HELD_FILE)
     tmp = path + ".tmp"
-    data = [{"pid": lr.pid, "start_time": lr.start_time, "name": lr.kind.name,
-             "since": time.time()} for lr in launchers]
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
     try:
@@ -188,7 +192,8 @@ def continue_left(state_dir: str, proc: ProcFS | None = None) -> list[str]:
     except (OSError, ValueError) as exc:
         return [f"{path}: unreadable ({exc}): continue any launcher left stopped yourself "
                 "(kill -CONT PID)"]
-    out = []
+    out: list[str] = []
+    kept: list[Any] = []  # what could not be continued: written back
     if not isinstance(entries, list):
         entries = [entries]
     for entry in entries:
@@ -211,11 +216,18 @@ def continue_left(state_dir: str, proc: ProcFS | None = None) -> list[str]:
                 signal.pidfd_send_signal(fd, signal.SIGCONT)
                 out.append(f"continued {name} (pid {pid}), which an earlier guard run had "
                            "stopped while its ranks left and did not continue")
-        except (OSError, ProcAccessError):
+        except ProcAccessError:
             pass
+        except OSError as exc:  # kept for the next run: none may stay stopped unsaid
+            kept.append(entry)
+            out.append(f"could not continue {name} (pid {pid}), which an earlier guard run "
+                       f"stopped: {exc.strerror or exc}; continue it yourself (kill -CONT {pid})")
         finally:
             os.close(fd)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    if kept:
+        _write_entries(state_dir, kept)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     return out
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -130,3 +132,35 @@ def test_a_note_that_is_no_list_is_said(tmp_path: Path) -> None:
     (tmp_path / HELD_FILE).write_text('{"pid": 5}')
     [said] = continue_left(str(tmp_path))
     assert said.startswith(f"{tmp_path / HELD_FILE}: an entry that names no launcher"), said
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_a_launcher_that_could_not_be_continued_is_said_and_kept_for_the_next_run(
+        tmp_path: Path) -> None:
+    # Another user's launcher, and a run without CAP_KILL: the kernel refuses the SIGCONT.
+    theirs = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                               "sleep", "60"], start_new_session=True)
+    try:
+        wait_for(lambda: (st := ProcFS().stat(theirs.pid)) is not None and st.comm == "sleep", 10)
+        launcher = as_launcher(theirs.pid)
+        theirs.send_signal(19)
+        wait_state(theirs.pid, {"T"})
+        note = [{"pid": launcher.pid, "start_time": launcher.start_time, "name": "mpirun"}]
+        (tmp_path / HELD_FILE).write_text(json.dumps(note))
+        code = ("import json, sys; from suspendguard.guard.held import continue_left; "
+                "print(json.dumps(continue_left(sys.argv[1])))")
+        run = subprocess.run(["setpriv", "--bounding-set=-kill", "--inh-caps=-kill",
+                              sys.executable, "-c", code, str(tmp_path)],
+                             capture_output=True, text=True, timeout=60)
+        assert json.loads(run.stdout) == [
+            f"could not continue mpirun (pid {theirs.pid}), which an earlier guard run stopped: "
+            f"Operation not permitted; continue it yourself (kill -CONT {theirs.pid})"], run.stderr
+        assert state(theirs.pid) == "T"
+        assert json.loads((tmp_path / HELD_FILE).read_text()) == note  # kept
+        # The next run that may (the resume unit has CAP_KILL) continues it.
+        assert continue_left(str(tmp_path))[0].startswith(f"continued mpirun (pid {theirs.pid})")
+        assert wait_state(theirs.pid, {"S", "R"}) in ("S", "R")
+        assert not (tmp_path / HELD_FILE).exists()
+    finally:
+        theirs.kill()
+        theirs.wait()

@@ -184,8 +184,10 @@ def test_resume_unit_may_check_and_repair_the_devices() -> None:
         return re.findall(rf"^{key}=(.*)$", text, re.M)
 
     caps = set(values("CapabilityBoundingSet")[0].split())
-    # open the nodes, read every process's fds before a repair, reload nvidia_uvm
-    assert {"CAP_DAC_OVERRIDE", "CAP_SYS_PTRACE", "CAP_SYS_MODULE", "CAP_SETUID"} <= caps
+    # open the nodes, read every process's fds before a repair, reload nvidia_uvm, continue
+    # a user's launcher a killed guard run left stopped
+    assert {"CAP_DAC_OVERRIDE", "CAP_SYS_PTRACE", "CAP_SYS_MODULE", "CAP_SETUID",
+            "CAP_KILL"} <= caps
     assert not values("ProtectKernelModules") and not values("MemoryDenyWriteExecute")
     assert "nvidia-resume.service" in " ".join(values("After"))
     assert int(values("TimeoutStartSec")[0]) >= 300
