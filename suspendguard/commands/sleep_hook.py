@@ -110,14 +110,24 @@ def job_units(attempt: Attempt) -> list[str]:
                    if h.holder.unit and h.action != "never"})
 
 
+def _this_sleeps(history: History, config: Config, action: str) -> Attempt | None:
+    """The attempt this sleep followed: the one the pre hook went down after, however long
+    the sleep (a weekend's); none when it went down after none. Without the pre hook's word,
+    the newest a sleep may have followed within a day."""
+    last = next(iter(history.events(1)), None)
+    if last is not None and last.phase == "pre" and last.action == action:
+        return history.attempt(last.attempt_id) if last.attempt_id else None
+    since = time.time() - (config.drain.deadline_s + 24 * 3600.0)
+    return history.last_slept_on(action=action, since=since)
+
+
 def post(config: Config, action: str, log: Logger) -> int:
     resumed = datetime.now()
     history = _open(config, log)
     if history is None:
         return 0
     try:
-        since = time.time() - (config.drain.deadline_s + 24 * 3600.0)
-        attempt = history.last_slept_on(action=action, since=since)
+        attempt = _this_sleeps(history, config, action)
         # An attempt whose resume is recorded already is an earlier sleep's: this one had
         # none (the veto unit did not run, or was off), and the logs since that one are not
         # this sleep's. In observe mode the unit's look is this sleep's attempt.

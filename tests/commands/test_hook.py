@@ -110,6 +110,31 @@ def test_post_records_hwts_busy_for_the_attempt(conf: Path) -> None:
     assert [e["phase"] for e in attempt["events"]] == ["post"]
 
 
+def test_post_after_a_weekend_s_sleep_reads_the_logs_of_the_attempt_pre_went_down_after(
+        conf: Path) -> None:
+    from suspendguard.config import load
+    report = run(load(str(conf)), dry_run=False, action="suspend", origin="unit",
+                 idle_check=None, log=Logger(io.StringIO(), {}), history=History.open)
+    assert hook(conf, "pre", "suspend")[0] == 0
+    import sqlite3
+    import time
+    days = 3 * 24 * 3600
+    with sqlite3.connect(Path(state(conf)) / "history.db") as db:  # the sleep lasted 3 days
+        db.execute("UPDATE attempts SET started = started - ?, finished = finished - ?",
+                   (days, days))
+        db.execute("UPDATE events SET time = time - ?", (days,))
+    stamp = time.strftime("%Y-%m-%d-%H:%M:%S.000.000", time.localtime(time.time() - days + 2))
+    (conf.parent / "logs" / "plog-4242_1.log").write_text(
+        f"[ERROR] TSCH(-1,null):{stamp} (dieid:0,cpuid:0) task_scheduler_lowpower.c:204 "
+        "suspend_ack: suspend pre check fail, hwts is busy\n")
+    code, err = hook(conf, "post", "suspend")
+    assert code == 0 and "hwts-busy-suspend" in err, err
+    with History.open(state(conf), readonly=True) as h:
+        attempt = h.attempt(report.attempt.id)
+    assert attempt is not None and [f.rule for f in attempt.findings] == ["hwts-busy-suspend"]
+    assert [e.phase for e in attempt.events] == ["pre", "post"]
+
+
 def test_post_says_what_it_could_not_read_as_unknown(conf: Path, tmp_path: Path) -> None:
     """A log left unread is never passed off as a log without failures."""
     from suspendguard.config import load
