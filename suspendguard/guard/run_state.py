@@ -6,8 +6,7 @@ list the operator confirmed), then :meth:`RunState.settle` (those not to
 signal are recorded, their reasons returned) and :meth:`RunState.signal`. The
 rounds of a drain (guard/rounds.py) and the pipeline call these; what the
 run found goes out as :class:`Said` values, never through lists another
-module appends to. What the run was asked to do, and with what, is its
-:class:`RunOptions` (pipeline.run's keywords).
+module appends to. What the run was asked to do is :class:`RunOptions`.
 """
 
 from __future__ import annotations
@@ -107,9 +106,7 @@ class RunState:
         self.transient = transient
         self.state_dir = state_dir
         self.options = options
-        # This run's open guard.lock: another run's probe is its child only if
-        # its parent holds the same file (guard/identity.py).
-        self.token = token
+        self.token = token  # the open guard.lock a probe's parent holds (guard/identity.py)
         self.never = never
         self.deadline = deadline
         self.ledger = ledger
@@ -119,6 +116,7 @@ class RunState:
         self.through: set[HolderId] = set()  # holders whose supervisor keeps them down
         self._kernels: dict[HolderId, jupyter.JupyterKernel | None] = {}
         self._plans: dict[frozenset[HolderId], jobs.Plan] = {}
+        self._forwarded: set[HolderId] = set()  # launchers given the signal: once a run
 
     @property
     def cancelled(self) -> bool:
@@ -201,8 +199,11 @@ class RunState:
             launcher = job.launcher
             if launcher is None:
                 continue
+            if job.forwarded and launcher.id in self._forwarded:
+                continue  # a rank it started since: the guard's own signal, never a second
             if job.forwarded and launcher.sigint not in ("ignored", "blocked"):
                 forward.append((launcher, job.reached))
+                self._forwarded.add(launcher.id)
                 for key in job.reached:
                     quiet[key] = f"after the {signame} {launcher.label} forwarded"
             elif job.forwarded:

@@ -147,6 +147,51 @@ def test_a_launcher_that_holds_a_node_gets_one_signal_and_leaves(
         assert holders.signals() == [f"{rank} SIGINT", f"{pid} launcher SIGINT"]
 
 
+# A launcher that forwards SIGINT to its rank and then starts another (an elastic restart):
+# the new rank holds the node when the drain rescans.
+RESTARTING_LAUNCHER = """# a restarting launcher
+import os, signal, subprocess, sys, time
+node, holder, marker = sys.argv[1:4]
+def start():
+    rank = subprocess.Popen([sys.executable, holder, "--node", node, "--marker", marker,
+                             "--delay", "0.2"], stdout=subprocess.PIPE, text=True)
+    rank.stdout.readline()
+    return rank
+ranks = [start()]
+def forward(signum, _frame):
+    with open(marker, "a") as m:
+        m.write(f"{os.getpid()} launcher SIGINT\\n")
+    for rank in ranks:
+        rank.send_signal(signum)
+    if len(ranks) == 1:
+        ranks.append(start())
+signal.signal(signal.SIGINT, forward)
+print(f"ready {os.getpid()} rank {ranks[0].pid}", flush=True)
+while any(rank.poll() is None for rank in ranks):
+    time.sleep(0.05)
+"""
+
+
+def test_a_launcher_signalled_once_is_not_signalled_again_for_a_rank_it_started_since(
+        make_config: Any, node: str, holders: Holders) -> None:
+    launcher = subprocess.Popen([sys.executable, "-c", RESTARTING_LAUNCHER, node, HOLDER,
+                                 holders.marker], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    holders.procs.append(launcher)
+    assert launcher.stdout is not None
+    _ready, pid, _rank, first = launcher.stdout.readline().split()
+    config = make_config(drain={"rounds": 3, "launchers": [
+        {"cmdline": "a restarting launcher", "stop": "forward", "name": "restarting-launcher"}]})
+    report = guard(config)
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert launcher.wait(timeout=10) == 0
+    signals = holders.signals()
+    assert signals.count(f"{pid} launcher SIGINT") == 1, signals
+    # The first rank got it from the launcher; the new one from the guard: each once.
+    ranks = [s for s in signals if s != f"{pid} launcher SIGINT"]
+    assert f"{first} SIGINT" in ranks and len(ranks) == len(set(ranks)) == 2, signals
+
+
 # A parent whose SIGINT handler saves for longer than the drain waits, and a
 # worker it forked (the node inherited), as a rank and its DataLoader worker.
 SLOW_FAMILY = """
