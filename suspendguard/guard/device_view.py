@@ -23,6 +23,8 @@ from suspendguard.system.deadline import Deadline, nap
 from suspendguard.system.procfs import ProcAccessError
 from suspendguard.verdict import Reason
 
+HZ = os.sysconf("SC_CLK_TCK")  # the unit of a process's start time (/proc/PID/stat)
+
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> IdleReport:
     """The device asked through the built-in backends; its pauses between readings end at
@@ -136,6 +138,8 @@ def device_holders(r: RunState, idle: IdleReport,
             holder = describe_process(pid, [], r.options.proc, source=str(p.source))
         except ProcAccessError:
             holder = None
+        if holder is not None and idle.asked_at and holder.start_time > idle.asked_at * HZ + 1:
+            holder = None  # started after the device was read: the pid is another's now
         if holder is None:
             said += Said.veto(Reason(
                 "device-hidden-holder", f"the device ({p.source}) reports pid {pid} "

@@ -127,6 +127,9 @@ class IdleReport:
     unknown: tuple[tuple[str, str], ...] = ()
     # The backends the deadline (or a stop) came before they were asked at all.
     unasked: tuple[str, ...] = ()
+    # When the first query began (CLOCK_BOOTTIME, s; 0.0: not known): a process the
+    # devices report that started later took a reported one's pid.
+    asked_at: float = 0.0
 
     def process_view(self, family: str) -> str:
         """The backend whose process lists cover every device of ``family`` it reported; "" if none."""

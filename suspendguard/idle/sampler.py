@@ -96,6 +96,7 @@ def check_idle(
         return IdleReport("none", (), (), (), ("no accelerator found",))
     candidates = make_backends(config) if backends is None else list(backends)
     statuses, used = _probe(candidates, wanted)
+    asked_at = time.clock_gettime(time.CLOCK_BOOTTIME)
     start = deadline.clock()
     tracks, failed, unasked = _sample(config, used, start, deadline, sleep)
     _close(tracks, failed, config.samples, deadline.clock() - start)
@@ -104,7 +105,7 @@ def check_idle(
     families_of = {b.name: b.family for b in candidates}
     report = _verdict(config, wanted, families_of, used, tracks, failed,
                       tuple(statuses.values()))
-    return dataclasses.replace(report, unasked=unasked)
+    return dataclasses.replace(report, unasked=unasked, asked_at=asked_at)
 
 
 def _probe(candidates: Sequence[Backend], wanted: tuple[str, ...],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -70,6 +71,31 @@ def test_device_reported_pid_unknown_to_the_scan_is_drained(
     assert hr.outcome.kind == "exited"
     assert report.verdict.kind == "allow", report.verdict.texts
     assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
+
+
+def test_a_pid_the_device_reported_that_a_newer_process_took_is_never_signalled(
+        make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The device listed a process that ended, and its pid went to another before the guard
+    # looked: that one started after the reading, so it cannot be what the device saw.
+    other = tmp_path / "not-a-node"
+    other.write_bytes(b"")
+    reading = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(4242)])
+    late: list[int] = []
+
+    def check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> Any:
+        report = reading(config, families, deadline)
+        time.sleep(0.1)  # a pid is taken again some ticks later, at the soonest
+        _, pid = holders.start(str(other))
+        late.append(pid)
+        return replace(report, devices=tuple(
+            replace(d, processes=tuple(replace(p, pid=pid) for p in d.processes))
+            for d in report.devices))
+
+    report = guard(make_config(), idle_check=check)
+    assert late and holders.signals() == [], holders.signals()
+    assert report.verdict.kind == "veto"
+    assert [r.code for r in report.verdict.reasons] == ["device-hidden-holder"]
+    assert f"reports pid {late[0]}" in report.verdict.texts[0]
 
 
 def test_device_reported_pid_in_dry_run_is_predicted_not_signalled(
