@@ -1,9 +1,8 @@
 """Find every process holding an inventoried node: open fds and live mappings.
 
-Nodes are matched by identity (rdev for character devices), never by name:
-a container that made its own node under another name still holds the
-device. Link targets are read first (one readlink per fd); only absolute
-targets are stat-ed, once per distinct path and mount namespace.
+Nodes are matched by identity (rdev for character devices), never by name: a container's
+own node under another name still holds the device. Links are read first (one readlink
+per fd); only absolute targets are stat-ed, once per path and mount namespace.
 """
 
 from __future__ import annotations
@@ -230,7 +229,8 @@ def describe_process(
     pid: int, held: list[HeldNode], proc: ProcFS | None = None, source: str = "proc",
     start_time: int | None = None,
 ) -> Holder | None:
-    """The holder record of ``pid``; None when it is gone.
+    """The holder record of ``pid``; None when it is gone, or a kernel thread (what a
+    device's pid from another PID namespace may name here).
 
     ``start_time``: the one the scan saw; a process with another one has
     taken the PID over since, and is none of the scan's business.
@@ -238,7 +238,7 @@ def describe_process(
     proc = proc or ProcFS()
     st = proc.stat(pid)
     status = proc.status(pid)
-    if st is None or status is None:
+    if st is None or status is None or _kernel_thread(pid, st.ppid, status.kthread, proc):
         return None
     if start_time is not None and st.start_time != start_time:
         return None
@@ -270,6 +270,11 @@ def describe_process(
         stopped=st.state if st.state in ("T", "t") else "",
         cgroup=cgroup,
     )
+
+
+def _kernel_thread(pid: int, ppid: int, flagged: bool, proc: ProcFS) -> bool:
+    """status's Kthread:, else kthreadd (pid 2) or its child with no command line."""
+    return flagged or ((ppid == 2 or (pid == 2 and ppid == 0)) and not proc.cmdline(pid))
 
 
 # What a SIGINT blocked in the main thread comes to, once every thread was looked at.

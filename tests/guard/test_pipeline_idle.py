@@ -297,3 +297,4 @@ def test_no_health_word_is_kept_for_a_suspend_that_did_not_happen(
         assert history.health_before(observed.attempt.id) == {"npu 0": "Alarm"}
     monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(alarm))
     assert node.awake(awake, {}, time.time())["verdict"] == "allow"
+

@@ -17,7 +17,7 @@ from helpers.isolation import ROOT, needs_root
 
 from suspendguard.config import DevicesConfig
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.scan import scan_holders
+from suspendguard.guard.scan import describe_process, scan_holders
 from suspendguard.model import Inventory
 from suspendguard.system.io_uring import registered_files
 from suspendguard.system.procfs import ProcFS, parse_cgroup, parse_status, unit_and_container
@@ -174,6 +174,24 @@ def test_unreadable_and_vanishing_entries_do_not_abort(tmp_path: Path, node: str
     assert [h.pid for h in result.holders] == [pid]
     if not ROOT:
         assert result.unreadable == 1
+
+
+def test_a_kernel_thread_is_never_described_as_a_holder(tmp_path: Path) -> None:
+    # A device's pid from another PID namespace may name one here (kthreadd is pid 2).
+    fake = tmp_path / "proc" / "2"
+    fake.mkdir(parents=True)
+    (fake / "stat").write_text("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 "
+                               "2 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 1 0 0 "
+                               "0 0 0 0 0 0 0 0 0 0 0 0 0\n")
+    status = "Name:\tkthreadd\nUid:\t0\t0\t0\t0\nNSpid:\t2\nKthread:\t{}\nSigBlk:\t0\n" \
+             "SigIgn:\tffffffffffffffff\nSigCgt:\t0\n"
+    proc = ProcFS(str(tmp_path / "proc"))
+    (fake / "status").write_text(status.format(1))
+    assert describe_process(2, [], proc, source="npu-smi") is None
+    (fake / "status").write_text(status.format(0))  # a kernel before Kthread: was shown
+    assert describe_process(2, [], proc, source="npu-smi") is None
+    (fake / "cmdline").write_bytes(b"/usr/sbin/daemon\0")  # a process of a namespace's own
+    assert describe_process(2, [], proc, source="npu-smi") is not None
 
 
 def test_pid1_refusal_is_counted_not_fatal(node: str) -> None:
