@@ -202,7 +202,7 @@ def _take(tracks: Tracks, name: str, readings: Sequence[DeviceReading], settled:
         _update(tracks, reading, settled, config)
     present = {r.id for r in readings}
     for (source, ident), track in tracks.items():
-        if source == name and ident not in present and not track.decided:
+        if source == name and ident not in present and track.decided in (None, "idle"):
             _fall_silent(track, f"when {name} no longer reported it", f"no longer reported by {name}")
     return all(t.decided for (src, _), t in tracks.items() if src == name)
 
@@ -236,7 +236,9 @@ def _update(tracks: Tracks, reading: DeviceReading,
     track = tracks.setdefault((reading.source, reading.id), _Track(reading))
     for proc in reading.processes:
         track.processes[proc.pid] = proc
-    if track.decided:
+    if track.decided == "idle" and reading.state != "idle":
+        track.decided, track.why = None, ""  # asked on for another device: later words count
+    elif track.decided:
         return
     samples = config.samples
     track.latest = reading

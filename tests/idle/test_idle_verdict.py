@@ -459,3 +459,25 @@ def test_backend_that_falls_silent_while_busy_still_vetoes() -> None:
     assert report.veto_reasons == (
         "npu 0 (npu-smi): AI Core 37% > 0% when npu-smi stopped answering "
         "(npu-smi: no answer within the timeout (killed))",)
+
+
+def test_a_device_called_idle_that_reads_busy_later_is_busy() -> None:
+    # Its backend is asked on while another device of its settles: the newer word counts.
+    clock = Clock()
+    gpus = Scripted(config(), "nvml", "nvidia",
+                    lambda t: {"gpu 0": {"gpu_pct": 0.0 if t < 0.5 else 90.0},
+                               "gpu 1": {"gpu_pct": 50.0 if t < 2.0 else 0.0}}, clock)
+    report = run(config(), ["nvidia"], [gpus], clock)
+    assert report.state == "busy", report
+    [why] = report.veto_reasons
+    assert why.startswith("gpu 0 (nvml): GPU 90% > 0%"), why
+
+
+def test_a_device_called_idle_that_is_no_longer_listed_is_unknown() -> None:
+    clock = Clock()
+    gpus = Scripted(config(), "nvml", "nvidia",
+                    lambda t: {"gpu 0": {"gpu_pct": 0.0}, "gpu 1": {"gpu_pct": 50.0}} if t < 1.0
+                    else {"gpu 1": {"gpu_pct": 50.0 if t < 2.0 else 0.0}}, clock)
+    report = run(config(), ["nvidia"], [gpus], clock)
+    assert report.state == "unknown", report
+    assert any("gpu 0 (nvml): no longer reported by nvml" in w for w in report.warnings), report
