@@ -7,6 +7,7 @@ everything here is plain Python so the sampler and the tests never need one.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import threading
@@ -244,14 +245,25 @@ def find_file(configured: str, defaults: Sequence[str], key: str,
     return None, f"{missing} ({', '.join(defaults)}); set [idle] {key}"
 
 
+# The figures that measure the compute units themselves: without one of them, the others
+# (a vector unit's, a memory controller's) can show work, never its absence.
+MAIN_READINGS = ("aicore_pct", "cube_pct", "gpu_pct")
+
+
 def judge(readings: Mapping[str, float | None], threshold: float) -> tuple[DeviceState, str]:
-    """busy if any load reading is above ``threshold``, unknown if none was read."""
-    loads = [readings[k] for k in LOAD_READINGS if k in readings]
-    numbers = [v for v in loads if v is not None]
-    if not numbers:
-        return "unknown", ("no utilization reading (not supported)" if loads
+    """busy if any load reading is above ``threshold``; idle only with a main figure read;
+    unknown else. A figure that is no finite number is none."""
+    loads = {k: v if v is not None and math.isfinite(v) else None
+             for k, v in readings.items() if k in LOAD_READINGS}
+    numbers = [v for v in loads.values() if v is not None]
+    if numbers and max(numbers) > threshold:
+        return "busy", ""
+    if not any(loads.get(k) is not None for k in MAIN_READINGS):
+        only = ", ".join(LOAD_READINGS[k] for k, v in loads.items() if v is not None)
+        return "unknown", (f"no utilization reading of the compute units ({only} only)" if only
+                           else "no utilization reading (not supported)" if loads
                            else "no utilization reading")
-    return ("busy" if max(numbers) > threshold else "idle"), ""
+    return "idle", ""
 
 
 def ascend_device_id(npu: int, chip: int, chips_on_npu: int) -> str:

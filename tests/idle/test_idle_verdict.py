@@ -19,7 +19,14 @@ from helpers import TESTS
 
 from suspendguard.config import IDLE_BACKENDS, IdleConfig, defaults, trust
 from suspendguard.config.schema import SCHEMA
-from suspendguard.idle.base import Backend, DeviceProcess, DeviceReading, IdleReport, QueryFailed
+from suspendguard.idle.base import (
+    Backend,
+    DeviceProcess,
+    DeviceReading,
+    IdleReport,
+    QueryFailed,
+    judge,
+)
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.idle.sampler import BACKEND_TYPES, check_idle, make_backends
 from suspendguard.system.deadline import Cancel, Deadline
@@ -481,3 +488,18 @@ def test_a_device_called_idle_that_is_no_longer_listed_is_unknown() -> None:
     report = run(config(), ["nvidia"], [gpus], clock)
     assert report.state == "unknown", report
     assert any("gpu 0 (nvml): no longer reported by nvml" in w for w in report.warnings), report
+
+
+@pytest.mark.parametrize(("readings", "state", "why"), [
+    ({"gpu_pct": None, "gpu_memory_pct": 0.0}, "unknown",
+     "no utilization reading of the compute units (GPU memory controller only)"),
+    ({"aicore_pct": None, "vector_pct": 0.0}, "unknown",
+     "no utilization reading of the compute units (AI Core vector only)"),
+    ({"gpu_pct": float("nan")}, "unknown", "no utilization reading (not supported)"),
+    ({"aicore_pct": None, "vector_pct": 12.0}, "busy", ""),  # work shows in any figure
+    ({"cube_pct": 0.0, "vector_pct": 0.0}, "idle", ""),  # pyACL's figures
+    ({"gpu_pct": 0.0, "gpu_memory_pct": None}, "idle", ""),
+])
+def test_idle_needs_a_figure_of_the_compute_units_themselves(
+        readings: dict[str, float | None], state: str, why: str) -> None:
+    assert judge(readings, 0.0) == (state, why)
