@@ -38,6 +38,8 @@ CHILD_SCRIPT = (
 # The directory holding the suspendguard package, so the child imports the
 # same code even when the guard runs from a checkout.
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+# What narrows the devices a process of the CANN runtime sees (a container's, a job's).
+VISIBLE_DEVICES = ("ASCEND_RT_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES")
 
 
 class AclBackend(Backend):
@@ -70,7 +72,8 @@ class AclBackend(Backend):
         script, why = self.env_script()
         if script is None:
             raise QueryFailed(why)
-        env = dict(os.environ)
+        # Every device of the host: a job's view (its visible devices) would hide the others.
+        env = {k: v for k, v in os.environ.items() if k not in VISIBLE_DEVICES}
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
         )

@@ -66,6 +66,15 @@ def test_reads_each_device_and_finalizes(acl_state: Any) -> None:
                                  "rt.get_device_utilization_rate 1", "finalize"]
 
 
+def test_every_device_is_read_whatever_the_guard_s_own_visible_devices(
+        acl_state: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A shell where a job's view was set: the runtime would show the probe that one alone.
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0")
+    acl_state.write(devices=[idle_device(), idle_device(cube_utilization=37)])
+    readings = AclBackend(config()).query(20.0)
+    assert [(r.id, r.state) for r in readings] == [("device 0", "idle"), ("device 1", "busy")]
+
+
 def test_minus_one_is_not_supported_not_busy(acl_state: Any) -> None:
     acl_state.write(devices=[idle_device(cube_utilization=-1, vector_utilization=-1,
                                          aicpu_utilization=-1, memory_utilization=-1)])

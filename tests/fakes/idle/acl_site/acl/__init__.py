@@ -68,7 +68,12 @@ class rt:  # pyACL's own spelling: acl.rt.get_device_count()
     def get_device_count() -> tuple[int, int]:
         _log("rt.get_device_count")
         state = _state()
-        return int(state.get("count", len(state.get("devices", [])))), int(state.get("count_ret", 0))
+        count = int(state.get("count", len(state.get("devices", []))))
+        # As the runtime does: a process sees only the devices the variable names.
+        visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
+        if visible is not None:
+            count = len([d for d in visible.split(",") if d.strip().isdigit()])
+        return count, int(state.get("count_ret", 0))
 
     @staticmethod
     def get_device_utilization_rate(device_id: int) -> tuple[dict[str, int], int]:
