@@ -140,6 +140,10 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
         if still_wants(got, action, vetoed_at) is None:
             stopped.append("no longer")
             return "logind no longer wants to sleep (the lid is open, or someone used the machine)"
+        if got.blockers:  # asked as root, the sleep would pass them
+            stopped.append("blocked")
+            return (f"{got.blockers[0]} holds a lock on sleep, which logind's own {action} "
+                    "obeys")
         return None
 
     def ended(line: str) -> Retried:

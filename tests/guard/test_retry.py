@@ -160,6 +160,24 @@ def test_it_stops_without_asking_when_the_lid_is_opened(
 
 
 @pytestmark_bus
+def test_it_asks_nothing_while_another_user_holds_a_lock_on_sleep(
+        bus: PrivateBus, tmp_path: Path, make_config: Any, node: str, holders: Holders) -> None:
+    # logind's own lid action obeys the lock; asked as root, the sleep would pass it.
+    config = make_config(drain={"timeout_s": 1})
+    proc, _ = holders.start(node, delay=2.0)
+    vetoed = real_veto(config)
+    loop = Loop(bus, config)
+    state = {**lid(tmp_path, "closed"), "inhibitors": [
+        ["sleep:handle-lid-switch", "rsync", "backup running", "block", 1000, 4242],
+        ["sleep", "suspendguard", "a job holds the accelerator", "block", 0, 1]]}
+    with fake_service(bus, state):
+        result = loop(vetoed, 30.0)
+    assert result == Retried(0, "no retry: rsync (backup running), uid 1000 holds a lock on "
+                                "sleep, which logind's own suspend obeys"), loop.said
+    assert loop.asked == [] and proc.wait(timeout=10) == 0
+
+
+@pytestmark_bus
 def test_it_gives_up_after_its_bound(bus: PrivateBus, tmp_path: Path, make_config: Any,
                                      node: str, holders: Holders) -> None:
     config = make_config(drain={"timeout_s": 1})

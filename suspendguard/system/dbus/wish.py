@@ -31,6 +31,9 @@ class LogindWish:
     idle_since_usec: int  # wall clock, µs since the epoch; 0: never idle
     idle_action: str
     preparing_for_sleep: bool
+    # Block locks on sleep of another uid than root's ("WHO (WHY), uid N"): logind's own
+    # lid and idle actions obey them, and so does a sleep the guard asks for again.
+    blockers: tuple[str, ...] = ()
 
     @property
     def lid_action(self) -> str:
@@ -46,6 +49,11 @@ def logind_wish(timeout: float = DEFAULT_TIMEOUT,
                 address: str | None = None) -> LogindWish | Unavailable:
     async def body(session: Session) -> LogindWish:
         props = await session.get_all(LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER)
+        locks = await session.call(LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "ListInhibitors",
+                                   expect="a(ssssuu)")
+        blockers = tuple(f"{who} ({why}), uid {uid}" for what, who, why, mode, uid, _pid
+                         in locks.body[0]
+                         if mode == "block" and "sleep" in str(what).split(":") and uid != 0)
 
         def flag(name: str) -> bool:
             return bool(optional(props, name, bool))
@@ -60,6 +68,7 @@ def logind_wish(timeout: float = DEFAULT_TIMEOUT,
             handle_lid_switch_external_power=word("HandleLidSwitchExternalPower"),
             handle_lid_switch_docked=word("HandleLidSwitchDocked"),
             idle_hint=flag("IdleHint"), idle_since_usec=optional(props, "IdleSinceHint", int) or 0,
-            idle_action=word("IdleAction"), preparing_for_sleep=flag("PreparingForSleep"))
+            idle_action=word("IdleAction"), preparing_for_sleep=flag("PreparingForSleep"),
+            blockers=blockers)
 
     return converse("logind", timeout, body, address)
