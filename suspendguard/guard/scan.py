@@ -63,11 +63,9 @@ class _Scanner:
     def held_by(self, pid: int, maps: bool) -> tuple[int, list[HeldNode]] | None:
         """(start time, nodes held) of the process that has ``pid`` now; None when it holds none.
 
-        Its identity is fixed first: every read goes through one fd on
-        /proc/PID, which keeps naming this process even if it exits and
-        another takes its PID mid-scan, and the start time is read through
-        it last. The drain compares with that start time before it signals.
-        """
+        Every read goes through one fd on /proc/PID, which keeps naming this process even if
+        another takes its PID mid-scan, and the start time is read through it last: the
+        drain compares with it before it signals."""
         at = self.proc.open_dir(pid)
         if at is None:
             return None
@@ -142,11 +140,8 @@ class _Scanner:
 
     def _node_of(self, pid: int, ns: str | None, link: tuple[str, ...], target: str,
                  known: dict[str, Node | None]) -> Node | None:
-        """The inventoried node ``target`` is, stat-ed once per path and namespace.
-
-        A deleted file's path may name another file by now: it is stat-ed
-        through its link every time, and never remembered.
-        """
+        """The inventoried node ``target`` is, stat-ed once per path and namespace (a deleted
+        file's path may name another file by now: stat-ed through its link, never kept)."""
         deleted = target.endswith(" (deleted)")
         # In our own namespace the path names the same file for everyone;
         # elsewhere only the magic link itself reaches the real file.
@@ -230,10 +225,8 @@ def describe_process(
     start_time: int | None = None,
 ) -> Holder | None:
     """The holder record of ``pid``; None when it is gone, or a kernel thread (what a
-    device's pid from another PID namespace may name here).
-
-    ``start_time``: the one the scan saw; a process with another one has
-    taken the PID over since, and is none of the scan's business.
+    device's pid from another PID namespace may name here). ``start_time``: the one the
+    scan saw; a process with another one has taken the PID over, and is none of its business.
     """
     proc = proc or ProcFS()
     st = proc.stat(pid)
@@ -273,8 +266,12 @@ def describe_process(
 
 
 def _kernel_thread(pid: int, ppid: int, flagged: bool, proc: ProcFS) -> bool:
-    """status's Kthread:, else kthreadd (pid 2) or its child with no command line."""
-    return flagged or ((ppid == 2 or (pid == 2 and ppid == 0)) and not proc.cmdline(pid))
+    """status's Kthread:, else PF_KTHREAD in stat's flags (read for kthreadd's children)."""
+    if flagged or not (ppid == 2 or (pid == 2 and ppid == 0)):
+        return flagged
+    stat = proc.read(pid, "stat") or b""
+    fields = stat.rpartition(b")")[2].split()
+    return len(fields) > 6 and fields[6].isdigit() and bool(int(fields[6]) & 0x00200000)
 
 
 # What a SIGINT blocked in the main thread comes to, once every thread was looked at.
