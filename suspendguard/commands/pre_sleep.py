@@ -13,17 +13,25 @@ import argparse
 import time
 
 from suspendguard.commands.context import Context
-from suspendguard.errors import EXIT_VETO
+from suspendguard.config import defaults
+from suspendguard.errors import EXIT_VETO, ConfigError
 from suspendguard.guard.opening import failure
-from suspendguard.guard.run import run_guard
+from suspendguard.guard.run import run_guard, tell_refused
 from suspendguard.store import mode as guard_mode
 from suspendguard.system.log import Logger
+from suspendguard.verdict import Verdict
 
 
 def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
     """The veto unit's run, as ``suspendguard mode`` says: enforce, observe or off."""
-    mode = guard_mode.read(ctx.config().state.dir)
     log = Logger(ctx.err, ctx.environ)
+    try:
+        config = ctx.config()
+    except ConfigError as exc:  # every sleep is refused (the unit fails): said to who asked
+        tell_refused(defaults(), Verdict("unknown", (failure(exc),)), args.action, log,
+                     time.monotonic())
+        raise
+    mode = guard_mode.read(config.state.dir)
     if mode.problem:
         log.warning(mode.problem)
     if mode.name == "off":

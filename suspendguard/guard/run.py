@@ -163,7 +163,7 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
     except Exception as exc:
         # The unit fails, so the sleep does not happen: whoever asked for it is told so.
         if not dry_run and origin == "unit":
-            _tell(config, Verdict("unknown", (failure(exc),)), action or "suspend", log, begun)
+            tell_refused(config, Verdict("unknown", (failure(exc),)), action or "suspend", log, begun)
         raise
     if as_json:
         json.dump(report.to_json(), ctx.out, indent=2)
@@ -172,7 +172,7 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
         render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
                width=None if wide else terminal_width(ctx.environ, ctx.out))
     if not dry_run and origin == "unit" and report.verdict.kind != "allow":
-        _tell(config, report.verdict, action or "suspend", log, begun)
+        tell_refused(config, report.verdict, action or "suspend", log, begun)
     return report.verdict.exit_status
 
 
@@ -188,7 +188,7 @@ def guard_report(ctx: Caller, log: Logger, dry_run: bool, action: str | None, or
                    supervisors=OnDemandOwnerControl(ctx.environ, config.state.dir))
 
 
-def _tell(config: Config, verdict: Verdict, action: str, log: Logger, begun: float) -> None:
+def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger, begun: float) -> None:
     """The refused sleep told to the users (notify/), once its verdict is logged.
 
     The unit's TimeoutStartSec is [drain] deadline_s + 20 s: the verdict came

@@ -85,3 +85,15 @@ def test_an_observed_look_that_breaks_lets_the_sleep_go_on_and_tells_nobody(
     assert f"observe mode (suspendguard mode): {INJECTED}; the suspend goes on" in err, err
     assert _read(terminal_session) == ""
     assert _attempt(tmp_path / "state") == ("interrupted", ["guard-failed"], [INJECTED])
+
+
+def test_a_configuration_that_cannot_be_loaded_is_told_as_the_refusal_it_is(
+        conf: Path, terminal_session: int) -> None:
+    # The unit fails at every sleep while it cannot be loaded: whoever asked is told why.
+    conf.write_text(conf.read_text() + "[drain]\ntimeout_s = 'soon'\n")
+    code, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
+    assert code == 2 and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith(f"suspendguard: {conf}"), err
+    told = _read(terminal_session)
+    assert "Suspend refused by suspendguard: the guard failed before it gave a verdict: " in told
+    assert str(conf) in told, told
