@@ -110,9 +110,19 @@ class NvidiaSmiBackend(Backend):
             raise QueryFailed(f"{self.tool} --query-gpu: no GPU found in its output")
         apps_known, note = True, ""
         try:
-            apps = parse_apps(self._ask("--query-compute-apps=" + ",".join(APP_FIELDS), until))
+            text = self._ask("--query-compute-apps=" + ",".join(APP_FIELDS), until)
+            apps = parse_apps(text)
         except QueryFailed as exc:
             apps, apps_known, note = [], False, f"compute processes: {exc}"
+        else:
+            # A row with no pid ([N/A]), or on no GPU listed here (a MIG instance, a GPU
+            # --query-gpu did not print): the list is not the whole of them.
+            uuids = {uuid for _i, uuid, _r, _s in gpus}
+            unplaced = len(_rows(text, len(APP_FIELDS))) - sum(1 for a in apps if a[0] in uuids)
+            if unplaced:
+                apps_known = False
+                note = (f"compute processes: {unplaced} row(s) name no pid or no GPU listed "
+                        "here: the list is not whole")
         out = []
         for index, uuid, readings, said in gpus:
             ident = f"gpu {index}"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import FAKES
-from helpers.nvidia import IDLE_GPUS, TOOL, FakeNvidiaSmi, busy_gpus
+from helpers.nvidia import APPS_HEADER, BUSY_APPS, IDLE_GPUS, TOOL, FakeNvidiaSmi, busy_gpus
 
 from suspendguard.config import IDLE_BACKENDS, IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
@@ -48,6 +48,18 @@ def test_busy_h200_with_its_three_holders(smi: FakeNvidiaSmi) -> None:
         "--format=csv,noheader,nounits",
         "--query-compute-apps=gpu_uuid,pid,used_gpu_memory,process_name "
         "--format=csv,noheader,nounits"]
+
+
+@pytest.mark.parametrize("row", ["GPU-aaa, [N/A], [N/A], python3",  # no pid
+                                 "MIG-xyz, 434, 648, python3"])  # on no GPU listed here
+def test_a_process_row_it_cannot_place_makes_the_list_not_whole(smi: FakeNvidiaSmi,
+                                                               row: str) -> None:
+    smi.show(busy_gpus(), apps=[APPS_HEADER, BUSY_APPS[1], row])
+    [gpu] = NvidiaSmiBackend(config()).query(5.0)
+    assert [p.pid for p in gpu.processes] == [int(BUSY_APPS[1].split(", ")[1])]
+    assert not gpu.lists_processes
+    assert gpu.reason == ("compute processes: 1 row(s) name no pid or no GPU listed here: the "
+                          "list is not whole")
 
 
 def test_idle_h200_has_no_process(smi: FakeNvidiaSmi) -> None:
