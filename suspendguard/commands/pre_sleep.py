@@ -29,7 +29,7 @@ def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
         config = ctx.config()
     except ConfigError as exc:  # every sleep is refused (the unit fails): said to who asked
         tell_refused(defaults(), Verdict("unknown", (failure(exc),)), args.action, log,
-                     time.monotonic())
+                     time.monotonic(), once=False)  # no state folder known to keep it in
         raise
     mode = guard_mode.read(config.state.dir)
     if mode.problem:

@@ -24,6 +24,7 @@ from suspendguard.guard.render import render
 from suspendguard.guard.report import Report
 from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, HolderId, Owner, Unavailable
 from suspendguard.record import Stop
+from suspendguard.store import told
 from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
 from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Cancel, Deadline, bounded
 from suspendguard.system.log import Logger
@@ -188,16 +189,22 @@ def guard_report(ctx: Caller, log: Logger, dry_run: bool, action: str | None, or
                    supervisors=OnDemandOwnerControl(ctx.environ, config.state.dir))
 
 
-def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger, begun: float) -> None:
+def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger, begun: float,
+                 once: bool = True) -> None:
     """The refused sleep told to the users (notify/), once its verdict is logged.
 
     The unit's TimeoutStartSec is [drain] deadline_s + 20 s: the verdict came
     by deadline_s - ANSWER_MARGIN_S and the restore after a veto took at most
     RESTORE_AFTER_VETO_S, so telling by deadline_s + RESTORE_AFTER_VETO_S
     leaves the unit 5 s to end. The run's signal handlers are gone by now:
-    a SIGTERM to the guard ends it, and the telling, at once.
+    a SIGTERM to the guard ends it, and the telling, at once. ``once``: a refusal told
+    already in the state folder (store/told.py) is not told again.
     """
     from suspendguard.notify.tell import tell
+    if once and not told.first_time(config.state.dir, "\n".join((action, *verdict.texts))):
+        log.info(f"notify: the same refusal of the {action} was told less than "
+                 f"{told.AGAIN_S:g} s ago: not told again")
+        return
     until = begun + config.drain.deadline_s + RESTORE_AFTER_VETO_S
     with bounded(Deadline(until)):
         tell(config.notify, verdict, action, log, until)

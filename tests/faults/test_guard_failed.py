@@ -76,6 +76,23 @@ def test_an_enforced_run_that_breaks_tells_the_user_and_ends_its_attempt_with_th
 
 
 @pytest.mark.usefixtures("broken_look")
+def test_the_same_refusal_asked_again_at_once_is_told_once(
+        tmp_path: Path, conf: Path, terminal_session: int) -> None:
+    # With the lid closed logind asks again by itself about every 30 s: one message, not one
+    # a try; the journal keeps each.
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            cli("--config", str(conf), "pre-sleep", "suspend")
+    assert _read(terminal_session).count("Suspend refused by suspendguard") == 1
+    with History.open(str(tmp_path / "state"), readonly=True) as h:
+        assert [a.result for a in h.attempts(5)] == ["interrupted", "interrupted"]
+    # Another refusal is told at once.
+    with pytest.raises(RuntimeError):
+        cli("--config", str(conf), "pre-sleep", "hibernate")
+    assert "Hibernate refused by suspendguard" in _read(terminal_session)
+
+
+@pytest.mark.usefixtures("broken_look")
 def test_an_observed_look_that_breaks_lets_the_sleep_go_on_and_tells_nobody(
         tmp_path: Path, conf: Path, terminal_session: int) -> None:
     (tmp_path / "state").mkdir(mode=0o700)
