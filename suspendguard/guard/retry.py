@@ -59,9 +59,20 @@ def still_wants(wish: LogindWish, action: str, vetoed_at: float) -> str | None:
     """Why logind still wants ``action`` now, or None when it no longer does."""
     if wish.lid_closed and wish.lid_action == action:
         return f"the lid is closed (logind: {action} on lid close)"
-    if wish.idle_hint and 0 < wish.idle_since_usec <= vetoed_at * 1_000_000:
+    # IdleSinceHint 0 with IdleHint on: idle since logind started (systemd 252 with no
+    # session, the headless node whose IdleAction sleeps).
+    if wish.idle_hint and wish.idle_since_usec <= vetoed_at * 1_000_000:
         return "nobody has used the machine since the veto"
     return None
+
+
+def no_longer(wish: LogindWish, action: str) -> str:
+    """What logind says now, once it no longer wants ``action`` (lid and idle both)."""
+    lid = ("the lid is open" if not wish.lid_closed
+           else f"on the closed lid logind does {wish.lid_action or 'nothing'} now")
+    idle = ("the machine is in use (logind's IdleHint is off)" if not wish.idle_hint
+            else "it was used after the veto (logind's IdleSinceHint)")
+    return f"{lid}, and {idle}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +150,7 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
             return f"logind cannot be asked: {got.reason}"
         if still_wants(got, action, vetoed_at) is None:
             stopped.append("no longer")
-            return "logind no longer wants to sleep (the lid is open, or someone used the machine)"
+            return f"logind no longer wants to sleep: {no_longer(got, action)}"
         if got.blockers:  # asked as root, the sleep would pass them
             stopped.append("blocked")
             return (f"{got.blockers[0]} holds a lock on sleep, which logind's own {action} "

@@ -21,7 +21,7 @@ from helpers.holders import Holders
 
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.ready import dry_look
-from suspendguard.guard.retry import Retried, retry, still_wants, why_not_retried
+from suspendguard.guard.retry import Retried, no_longer, retry, still_wants, why_not_retried
 from suspendguard.model import Unavailable
 from suspendguard.record import Attempt
 from suspendguard.store.history import History
@@ -83,6 +83,16 @@ def test_logind_still_wants_it_while_nobody_used_the_machine_since_the_veto() ->
     assert still_wants(wish(idle_hint=True, idle_since_usec=before), "suspend", NOW) is not None
     assert still_wants(wish(idle_hint=True, idle_since_usec=after), "suspend", NOW) is None
     assert still_wants(wish(idle_hint=False, idle_since_usec=before), "suspend", NOW) is None
+    # systemd 252 with no session at all (a headless node): idle, since no time it names.
+    assert still_wants(wish(idle_hint=True, idle_since_usec=0), "suspend", NOW) is not None
+
+
+def test_what_logind_says_when_it_no_longer_wants_the_sleep_is_what_it_says() -> None:
+    assert no_longer(wish(), "suspend") == (
+        "the lid is open, and the machine is in use (logind's IdleHint is off)")
+    assert no_longer(wish(lid_closed=True, docked=True, idle_hint=True), "suspend") == (
+        "on the closed lid logind does ignore now, and it was used after the veto (logind's "
+        "IdleSinceHint)")
 
 
 # --- the loop, with real holders and the fake logind -------------------------------------
