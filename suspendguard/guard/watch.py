@@ -1,22 +1,19 @@
 """The watch: a logind ``block`` inhibitor on sleep held while the guard is certain to veto.
 
-Desktops and ``systemd-inhibit --list`` show logind's inhibitors; the veto
-unit only speaks once a suspend has begun. So the watch takes the guard's
-dry run again and again (signals nobody, records nothing) and, while it
-says veto and the mode (``suspendguard mode``) is enforce, holds
-``Inhibit("sleep", "suspendguard", <first reason>, "block")``. When the
+Desktops and ``systemd-inhibit --list`` show logind's inhibitors; the veto unit only speaks
+once a suspend has begun. So the watch takes the guard's dry run again and again (signals
+nobody, records nothing) and, while it says veto and the mode (``suspendguard mode``) is
+enforce, holds ``Inhibit("sleep", "suspendguard", <first reason>, "block")``. When the
 reason changes the new lock is taken before the old one is closed (one
 logind refuses leaves the old in place, and the status says both); the lock
 goes as soon as a look no longer vetoes or the mode is switched to observe
 or off. Never ``shutdown``. An ``unknown`` verdict holds nothing.
 
-A look is a full dry run (the /proc scan: 0.1-1 s of CPU on 3,000
-processes), so it runs only when something may have changed, and on a bound
-(docs/watch.md has the figures):
+A look is a full dry run (the /proc scan: 0.1-1 s of CPU on 3,000 processes), so it runs
+only when something may have changed, and on a bound (docs/watch.md has the figures):
 
-- inotify on every accelerator node: a job that opens one, a holder that
-  lets go (the kernel reports the close when the last fd and mapping go);
-  and on the state folder, for the mode file;
+- inotify on every accelerator node: a job that opens one, a holder that lets go (the
+  kernel reports the close when the last fd and mapping go); and on the state folder;
 - a pidfd for each holder (at most :data:`MAX_PIDFDS`): readable when it
   exits, also when it holds the node through a path inotify does not see;
 - a look every ``recheck_s`` for what neither sees (a container's own copy
@@ -226,7 +223,10 @@ class Watch:
         return opened, exited
 
     def step(self, cancel: Cancel, by_event: bool) -> float:
-        """One look and what follows from it; when the next bounded look is due."""
+        """One look and what follows from it; when the next bounded look is due (the watchdog
+        pinged first: a look may take all of its bound, which the watchdog covers once)."""
+        if self.notifier.watchdog_s:
+            self.notifier.send(WATCHDOG="1")
         before = self.last
         cpu = _cpu_s()
         sight = self.look(cancel)

@@ -274,3 +274,29 @@ def test_notifier_speaks_to_abstract_and_path_sockets(tmp_path: Path, systemd: S
     n.close()
     assert Notifier({"WATCHDOG_USEC": "1", "WATCHDOG_PID": "1"}).watchdog_s is None
     assert not Notifier({}).send(READY="1")
+
+
+def test_the_watchdog_is_pinged_before_each_look(
+        bus: PrivateBus, fakes: Callable[..., Any], holders: Holders, node: str,
+        conf: Path, tmp_path: Path, systemd: Systemd) -> None:
+    # A look may take all of its bound, which the watchdog (deadline_s + 20 s) covers once
+    # only if pinged right before it: between looks, at half the watchdog, is too late.
+    fakes({"inhibit_log": str(tmp_path / "inhibit.log")}, services=("logind",))
+    env = {**os.environ, "NOTIFY_SOCKET": systemd.name, "PYTHONUNBUFFERED": "1",
+           "WATCHDOG_USEC": str(600 * 1_000_000)}  # its own pings: 300 s apart
+    with open(tmp_path / "watch.err", "w") as err:
+        watch = subprocess.Popen(
+            ["sh", "-c", 'WATCHDOG_PID=$$ exec "$@"', "sh", sys.executable, "-m",
+             "suspendguard", "--config", str(conf), "watch", "--recheck", "600"],
+            env=env, stderr=err)
+    try:
+        wait_for(lambda: systemd.said("READY"), 30,
+                 message=lambda: (tmp_path / "watch.err").read_text())
+        first = len(systemd.said("WATCHDOG"))
+        assert first >= 1  # the first look's
+        holders.start(node, mode="deaf")  # an open: another look
+        wait_for(lambda: len(systemd.said("WATCHDOG")) > first, 30,
+                 message=lambda: (tmp_path / "watch.err").read_text())
+    finally:
+        watch.terminate()
+        watch.wait(timeout=30)

@@ -93,10 +93,12 @@ def test_sleep_blockers_are_block_locks_on_sleep_held_by_others(fakes: Start) ->
     idle_only: Row = ("idle", "gnome-session", "user active", "block", 1000, 77)
     # the guard's own watch: its block is the guard's veto, shown early, not someone else's
     watch: Row = ("sleep", "suspendguard", "pid 9 python3 ignores SIGINT", "block", 0, 88)
-    fakes({"inhibitors": [NETWORK_MANAGER, BACKUP, idle_only, watch]})
+    # any user may name a lock so: theirs stops other users' suspends all the same
+    named: Row = ("sleep", "suspendguard", "hidden?", "block", 1000, 89)
+    fakes({"inhibitors": [NETWORK_MANAGER, BACKUP, idle_only, watch, named]})
     answer = info()
-    assert sleep_blockers(answer) == (Inhibitor(*BACKUP),)
-    assert sleep_blockers(answer, own_pids=[4242]) == ()
+    assert sleep_blockers(answer) == (Inhibitor(*BACKUP), Inhibitor(*named))
+    assert sleep_blockers(answer, own_pids=[4242]) == (Inhibitor(*named),)
     assert "backup.sh" in Inhibitor(*BACKUP).describe()
 
 

@@ -72,7 +72,8 @@ GUARD_WHO = "suspendguard"  # the "who" of the watch's block (guard/watch.py)
 def sleep_blockers(info: LogindInfo,
                    own_pids: Sequence[int] | None = None) -> tuple[Inhibitor, ...]:
     """The ``block`` locks on sleep held by someone else (by default: not this process, and
-    not the guard's watch, whose block is the guard's own veto shown early).
+    not the guard's watch, whose block is the guard's own veto shown early: root's lock named
+    suspendguard, as any user may name one).
 
     They stop a suspend requested by a user; root's own requests pass them
     unless asked to check inhibitors, so they are warnings, not verdicts.
@@ -80,7 +81,7 @@ def sleep_blockers(info: LogindInfo,
     mine = {os.getpid()} if own_pids is None else set(own_pids)
     return tuple(i for i in info.inhibitors
                  if i.mode == "block" and "sleep" in i.whats and i.pid not in mine
-                 and i.who != GUARD_WHO)
+                 and not (i.who == GUARD_WHO and i.uid == 0))
 
 
 def logind_info(timeout: float = DEFAULT_TIMEOUT,
