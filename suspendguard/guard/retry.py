@@ -36,6 +36,7 @@ TRANSIENT_CODES = frozenset({"timeout-after-sigint", "device-busy"})
 # How long a retry waits for the cause to clear, by default (seconds).
 RETRY_FOR_S = 900.0
 # Sleeps asked for at most, the first veto not counted: never a loop.
+MISSES = 3  # logind's answers missed in a row while waiting, before the retry gives up
 MAX_TRIES = 3
 # How long a sleep in progress (logind's PreparingForSleep) is waited out before asking.
 SETTLE_S = 60.0
@@ -142,8 +143,14 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
     failed: list[str] = []  # logind could not be asked
     stopped: list[str] = []  # logind could not be asked, or no longer wants to sleep
 
+    missed: list[str] = []  # logind's answers missed in a row while waiting
+
     def stop(got: LogindWish | Unavailable | None = None) -> str | None:
-        got = wish() if got is None else got
+        polled, got = got is None, wish() if got is None else got
+        if isinstance(got, Unavailable) and polled and len(missed) + 1 < MISSES:
+            missed.append(got.reason)  # logind busy a moment (another sleep's fan-out)
+            return None
+        missed.clear()
         if isinstance(got, Unavailable):
             failed.append(got.reason)
             stopped.append(got.reason)

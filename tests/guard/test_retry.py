@@ -247,6 +247,28 @@ def test_it_asks_nothing_when_logind_stopped_wanting_the_sleep_before_the_first_
     assert result.line.startswith("no retry: logind no longer wants to sleep"), result
 
 
+def test_one_answer_logind_missed_while_waiting_ends_nothing() -> None:
+    """logind busy a moment (another sleep's PrepareForSleep fan-out) while the cause clears:
+    the retry goes on, and asks once logind answers that it still wants the sleep."""
+    from types import SimpleNamespace
+    busy = Verdict("veto", (Reason("device-busy", "npu 0 (npu-smi): AI Core 37% > 0%"),))
+    looks = iter([busy, busy])
+    answers = iter([Unavailable("logind did not answer within 2 s")])
+    asked: list[str] = []
+
+    def request(action: str) -> SleepJob | Unavailable:
+        asked.append(action)
+        return SleepJob(action, "suspend.target", "done", NOW)
+
+    result = retry(attempt("device-busy"), "suspend", 30.0,
+                   look=lambda: SimpleNamespace(verdict=next(looks, Verdict("allow", ())),  # type: ignore[arg-type,return-value]
+                                                holders=()),
+                   wish=lambda: next(answers, wish(lid_closed=True)), request=request,
+                   latest=lambda since: None, say=lambda line: None, rescan_s=0.05)
+    assert result == Retried(0, "retried: the suspend went ahead (try 1)"), result
+    assert asked == ["suspend"]
+
+
 def test_a_retry_unit_that_gave_up_does_not_block_the_next_retry(
         conf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A retry that gives up exits 1 (or 3): its transient unit fails, and with systemd's
