@@ -197,6 +197,10 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
         why = stop(got)
         if why:
             return ended(f"no retry: {why}")
+        slept = latest(vetoed_at)  # asked by someone else: the machine woke since, for a reason
+        if slept is not None and slept.result == "allow":
+            return ended(f"no retry: attempt {slept.id} let a {slept.action} go ahead since the "
+                         "veto, and the machine woke again")
         since = time.time() - 1.0
         say(f"retry: the cause has cleared; asking logind to {action} again "
             f"(try {tries + 1} of {max_tries})")

@@ -269,6 +269,28 @@ def test_one_answer_logind_missed_while_waiting_ends_nothing() -> None:
     assert asked == ["suspend"]
 
 
+def test_a_sleep_someone_else_asked_for_since_the_veto_ends_the_retry() -> None:
+    """A wake by a timer or Wake-on-LAN touches no session: logind's idle state still predates
+    the veto, and asking again would put the machine back to sleep before its job ran."""
+    from types import SimpleNamespace
+    asked: list[str] = []
+    slept = Attempt(id=8, started=NOW + 60, finished=NOW + 61, action="suspend", origin="unit",
+                    dry_run=False, verdict=Verdict("allow", ()), config_digest="")
+
+    def request(action: str) -> SleepJob | Unavailable:
+        asked.append(action)
+        return SleepJob(action, "suspend.target", "done", NOW)
+
+    result = retry(attempt("device-busy"), "suspend", 30.0,
+                   look=lambda: SimpleNamespace(verdict=Verdict("allow", ())),  # type: ignore[arg-type,return-value]
+                   wish=lambda: wish(idle_hint=True, idle_since_usec=int((NOW - 600) * 1e6)),
+                   request=request, latest=lambda since: slept if since <= slept.started else None,
+                   say=lambda line: None)
+    assert result == Retried(0, "no retry: attempt 8 let a suspend go ahead since the veto, "
+                                "and the machine woke again"), result
+    assert asked == []
+
+
 def test_a_retry_unit_that_gave_up_does_not_block_the_next_retry(
         conf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A retry that gives up exits 1 (or 3): its transient unit fails, and with systemd's
