@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from suspendguard.errors import EXIT_ALLOW, EXIT_ERROR, EXIT_VETO
 from suspendguard.guard.ready import RESCAN_S, Look, wait_for_exits, wait_ready
@@ -128,6 +128,37 @@ def _settled(wish: Wish) -> LogindWish | Unavailable | None:
         time.sleep(0.5)
 
 
+@dataclass
+class _Stop:
+    """Whether the retry stops waiting, from what logind says (``got``, else asked now); why."""
+
+    wish: Wish
+    action: str
+    vetoed_at: float
+    failed: list[str] = field(default_factory=list)  # logind could not be asked
+    stopped: list[str] = field(default_factory=list)  # ... or no longer wants the sleep
+    missed: list[str] = field(default_factory=list)  # answers missed in a row while waiting
+
+    def __call__(self, got: LogindWish | Unavailable | None = None) -> str | None:
+        polled, got = got is None, self.wish() if got is None else got
+        if isinstance(got, Unavailable) and polled and len(self.missed) + 1 < MISSES:
+            self.missed.append(got.reason)  # logind busy a moment (another sleep's fan-out)
+            return None
+        self.missed.clear()
+        if isinstance(got, Unavailable):
+            self.failed.append(got.reason)
+            self.stopped.append(got.reason)
+            return f"logind cannot be asked: {got.reason}"
+        if still_wants(got, self.action, self.vetoed_at) is None:
+            self.stopped.append("no longer")
+            return f"logind no longer wants to sleep: {no_longer(got, self.action)}"
+        if got.blockers:  # asked as root, the sleep would pass them
+            self.stopped.append("blocked")
+            return (f"{got.blockers[0]} holds a lock on sleep, which logind's own "
+                    f"{self.action} obeys")
+        return None
+
+
 def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wish,
           request: Request, latest: Latest, say: Callable[[str], None],
           proc: ProcFS | None = None, rescan_s: float = RESCAN_S,
@@ -140,32 +171,10 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
         return Retried(EXIT_ALLOW, f"no retry: {why}")
     until = time.monotonic() + bound_s
     vetoed_at = attempt.finished or attempt.started
-    failed: list[str] = []  # logind could not be asked
-    stopped: list[str] = []  # logind could not be asked, or no longer wants to sleep
-
-    missed: list[str] = []  # logind's answers missed in a row while waiting
-
-    def stop(got: LogindWish | Unavailable | None = None) -> str | None:
-        polled, got = got is None, wish() if got is None else got
-        if isinstance(got, Unavailable) and polled and len(missed) + 1 < MISSES:
-            missed.append(got.reason)  # logind busy a moment (another sleep's fan-out)
-            return None
-        missed.clear()
-        if isinstance(got, Unavailable):
-            failed.append(got.reason)
-            stopped.append(got.reason)
-            return f"logind cannot be asked: {got.reason}"
-        if still_wants(got, action, vetoed_at) is None:
-            stopped.append("no longer")
-            return f"logind no longer wants to sleep: {no_longer(got, action)}"
-        if got.blockers:  # asked as root, the sleep would pass them
-            stopped.append("blocked")
-            return (f"{got.blockers[0]} holds a lock on sleep, which logind's own {action} "
-                    "obeys")
-        return None
+    stop = _Stop(wish, action, vetoed_at)
 
     def ended(line: str) -> Retried:
-        return Retried(EXIT_ERROR if failed else EXIT_ALLOW, line)
+        return Retried(EXIT_ERROR if stop.failed else EXIT_ALLOW, line)
 
     for tries in range(max_tries):
         running = _left_running(attempt)
@@ -186,7 +195,7 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
         ready = wait_ready(look, max(0.0, until - time.monotonic()), say, proc=proc,
                            rescan_s=rescan_s, stop=stop)
         if not ready.ready:
-            if stopped:
+            if stop.stopped:
                 return ended(f"no retry: {ready.why}")
             return Retried(EXIT_VETO, f"gave up: {ready.why}")
         got = _settled(wish)
@@ -216,5 +225,6 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
         why = why_not_retried(again)
         if why is not None:
             return Retried(EXIT_VETO, f"gave up: {why}")
-        attempt, vetoed_at = again, again.finished or again.started
+        attempt = again
+        vetoed_at = stop.vetoed_at = again.finished or again.started
     return Retried(EXIT_VETO, f"gave up: vetoed again {max_tries} times (attempt {attempt.id})")

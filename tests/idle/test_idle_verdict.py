@@ -225,12 +225,11 @@ def test_backend_answering_unknown_is_not_asked_again() -> None:
 
 def test_only_unsupported_readings_are_unknown_never_busy() -> None:
     clock = Clock()
-    unsupported = Scripted(config(), "dcmi", "ascend", steady(npu_0=None), clock)
-    report = run(config(on_unknown="veto"), ["ascend"], [unsupported], clock)
-    assert report.state == "unknown"
-    assert report.veto_reasons == (
+    report = run(config(on_unknown="veto"), ["ascend"],
+                 [Scripted(config(), "dcmi", "ascend", steady(npu_0=None), clock)], clock)
+    assert (report.state, report.veto_reasons) == ("unknown", (
         "ascend: no idle backend could answer (npu 0 (dcmi): no utilization reading "
-        "(not supported)); vetoed by [idle] on_unknown = veto",)
+        "(not supported)); vetoed by [idle] on_unknown = veto",))
 
 
 def test_device_that_disappears_is_unknown() -> None:
