@@ -24,7 +24,6 @@ from suspendguard.guard.render import render
 from suspendguard.guard.report import Report
 from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, HolderId, Owner, Unavailable
 from suspendguard.record import Stop
-from suspendguard.store import told
 from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
 from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Cancel, Deadline, bounded
 from suspendguard.system.log import Logger
@@ -201,6 +200,7 @@ def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger, beg
     already in the state folder (store/told.py) is not told again.
     """
     from suspendguard.notify.tell import tell
+    from suspendguard.store import told
     if once and not told.first_time(config.state.dir, "\n".join((action, *verdict.texts))):
         log.info(f"notify: the same refusal of the {action} was told less than "
                  f"{told.AGAIN_S:g} s ago: not told again")

@@ -10,7 +10,6 @@ same sleep are told again only after ``AGAIN_S``; the journal keeps every one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import time
@@ -23,16 +22,15 @@ def first_time(state_dir: str, words: str, now: float | None = None) -> bool:
     """Whether ``words`` were not told in the last AGAIN_S seconds; they are kept as told now.
     What cannot be read or written tells (a lost note costs a repeat, never a silence)."""
     now = time.time() if now is None else now
-    digest = hashlib.sha256(words.encode()).hexdigest()
     path = os.path.join(state_dir, TOLD_NAME)
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         with open(path, encoding="utf-8") as f:
             last = json.load(f)
-        if last["digest"] == digest and 0 <= now - float(last["time"]) < AGAIN_S:
+        if last["words"] == words and 0 <= now - float(last["time"]) < AGAIN_S:
             return False
     tmp = f"{path}.tmp{os.getpid()}"
     with contextlib.suppress(OSError):
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"digest": digest, "time": now}, f)
+            json.dump({"words": words, "time": now}, f)
         os.replace(tmp, path)
     return True
