@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from suspendguard.config import RestoreConfig
 from suspendguard.errors import HistoryError
@@ -23,7 +24,12 @@ from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable, holder_id
 from suspendguard.record import Attempt, Stop
 from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Deadline, bounded
+from suspendguard.system.log import Logger
 from suspendguard.verdict import Verdict
+
+if TYPE_CHECKING:
+    from suspendguard.store.history import History
+    from suspendguard.supervise.owner import OwnerControl
 
 
 def attempt(r: RunState, opening: Opening, look: Look, said: Said, unknown_said: Said) -> Attempt:
@@ -82,16 +88,23 @@ def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
             report = replace(report, history=Unavailable(str(exc)),
                              attempt=replace(attempt, verdict=verdict))
     if stops and report.verdict.kind != "allow" and options.supervisors is not None:
-        def note(stop: Stop, result: str, why: str) -> None:
-            if history is not None and stop.id:
-                try:
-                    history.record_restore(stop.id, result, why)
-                except HistoryError as exc:
-                    log.warning(f"history not recorded: {exc}")
-
         # Inside the unit's TimeoutStartSec (deadline_s + 20 s): the verdict
         # came by deadline_s - ANSWER_MARGIN_S.
-        with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
-            restore(stops, options.supervisors, restore_config, enabled=restore_config.after_veto,
-                    record=note, log=log.info, warn=log.warning, journal=log.journal)
+        restore_at_once(stops, options.supervisors, restore_config, history, log)
     return report
+
+
+def restore_at_once(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreConfig,
+                    history: History | None, log: Logger) -> None:
+    """Start again the jobs a run stopped through their supervisors when no sleep follows (a
+    veto; a Slurm node that did not sleep after all), each result into the history."""
+    def note(stop: Stop, result: str, why: str) -> None:
+        if history is not None and stop.id:
+            try:
+                history.record_restore(stop.id, result, why)
+            except HistoryError as exc:
+                log.warning(f"history not recorded: {exc}")
+
+    with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
+        restore(stops, supervisors, config, enabled=config.after_veto, record=note,
+                log=log.info, warn=log.warning, journal=log.journal)

@@ -13,7 +13,6 @@ unhealthy, and resumes only nodes the guard drained itself.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import select
@@ -33,13 +32,12 @@ from suspendguard.guard.scan import scan_holders
 from suspendguard.health.model import HealthReport
 from suspendguard.health.resume import check
 from suspendguard.model import Holder
-from suspendguard.record import Stop
 from suspendguard.slurm.remote import PREFIX, ours, slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 from suspendguard.system import runner
-from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Deadline, bounded
+from suspendguard.system.deadline import Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 from suspendguard.verdict import Reason, ReasonCode
@@ -117,19 +115,13 @@ def _not_slept(ctx: Caller, config: Config, doc: dict[str, Any], why: Reason,
     their supervisors started again, as after a veto: no resume will come to do it."""
     attempt = doc.get("attempt")
     if isinstance(attempt, int) and attempt:
-        from suspendguard.guard.restore import restore
+        from suspendguard.guard.outcome import restore_at_once
         from suspendguard.guard.run import OnDemandOwnerControl
         try:
             with History.open(config.state.dir) as history:
-                def note(stop: Stop, result: str, said: str) -> None:
-                    with contextlib.suppress(HistoryError):
-                        history.record_restore(stop.id, result, said)
-
-                stops = history.pending_stops(attempt)
-                with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
-                    restore(stops, OnDemandOwnerControl(ctx.environ, config.state.dir),
-                            config.restore, enabled=config.restore.after_veto, record=note,
-                            log=log.info, warn=log.warning, journal=log.journal)
+                restore_at_once(history.pending_stops(attempt),
+                                OnDemandOwnerControl(ctx.environ, config.state.dir),
+                                config.restore, history, log)
         except HistoryError as exc:
             log.warning(f"slurm node prepare: the jobs stopped were not started again: {exc}")
     return {**answer(doc["node"], "veto", [why], suspend="refused"),
