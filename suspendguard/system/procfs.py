@@ -2,7 +2,7 @@
 
 Processes vanish mid-read and some entries refuse even root; every reader
 here turns that into ``None`` (gone) or ``ProcAccessError`` (refused) at the
-place it happens, so callers never see ENOENT/ESRCH/EACCES.
+place it happens; any other error (EMFILE, ENOMEM) is raised, never read as "nothing".
 """
 
 from __future__ import annotations
@@ -169,13 +169,13 @@ class ProcFS:
             else:
                 dfd = os.open(folder, _DIR_FLAGS, dir_fd=at)
         except OSError as exc:
-            _refused(exc)
+            _gone_or_refused(exc)
             return []
         try:
             names = os.listdir(dfd)
         except OSError as exc:
             os.close(dfd)
-            _refused(exc)
+            _gone_or_refused(exc)
             return []
         paths = []
         readlink = os.readlink  # a local: this line runs once per fd on the host
@@ -183,7 +183,8 @@ class ProcFS:
             for name in names:
                 try:
                     target = readlink(name, dir_fd=dfd)
-                except OSError:
+                except OSError as exc:
+                    _gone_or_refused(exc)  # closed meanwhile; out of memory is no "nothing"
                     continue
                 if target[0] == "/" or (rings and target == IO_URING):
                     paths.append((name, target))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -174,6 +176,25 @@ def test_unreadable_and_vanishing_entries_do_not_abort(tmp_path: Path, node: str
     assert [h.pid for h in result.holders] == [pid]
     if not ROOT:
         assert result.unreadable == 1
+
+
+def test_an_fd_table_not_read_for_want_of_fds_is_not_an_empty_one() -> None:
+    # EMFILE, ENOMEM: the table may hold a node; "no fds" would let the suspend go on.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler: list[int] = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(fd) for fd in os.listdir("/proc/self/fd")) + 8, hard))
+    try:
+        with pytest.raises(OSError) as failed:
+            while True:
+                filler.append(os.open("/dev/null", os.O_RDONLY))
+        assert failed.value.errno == errno.EMFILE
+        with pytest.raises(OSError) as failed:
+            ProcFS().open_paths(os.getpid())
+        assert failed.value.errno == errno.EMFILE
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_kernel_thread_is_never_described_as_a_holder(tmp_path: Path) -> None:
