@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from suspendguard.config import IdleConfig
 from suspendguard.guard import device_view, rounds
+from suspendguard.guard.inventory import device_families
 from suspendguard.guard.look import Look
 from suspendguard.guard.report import IdleSkipped
 from suspendguard.guard.run_state import NOTHING, RunState, Said
@@ -24,12 +25,12 @@ def confirm_idle(r: RunState, look: Look, certain_veto: bool, config: IdleConfig
     ``refused``: "veto" or "unknown" when the suspend is refused already (before or by
     the drain): a process the device reports now is then not signalled.
     """
-    families = look.inventory.families()
+    families = device_families(look.inventory)
     if not look.inventory.nodes:
         return IdleSkipped("none", "no accelerator nodes found"), NOTHING
     if look.idle_check is None:
         return IdleSkipped("none", "no idle backend for the nodes found ("
-                           + ", ".join(families) + ")"), NOTHING
+                           + ", ".join(dict.fromkeys(families)) + ")"), NOTHING
     if certain_veto and look.first is not None:
         return look.first, NOTHING  # what the device said before the drain, and why it vetoed
     if certain_veto and not r.options.dry_run:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import stat
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -68,6 +69,13 @@ FAMILY_NODES: dict[str, dict[Role, tuple[str, ...]]] = {
     },
 }
 
+# The node each device of a family has one of (an Ascend chip's davinciN, a GPU's nvidiaN):
+# what the device's own view must answer for, one device each.
+DEVICE_NODE: dict[str, re.Pattern[str]] = {
+    "ascend": re.compile(r"davinci[0-9]+"),
+    "nvidia": re.compile(r"nvidia[0-9]+"),
+}
+
 # Driver daemons that hold nodes by design; draining them would break the
 # driver rather than free the device. Reported as "ignore", but only for the
 # daemon itself: its executable has this name, root may trust it, and it runs
@@ -93,6 +101,19 @@ def identity(st: os.stat_result) -> NodeKey:
     if stat.S_ISCHR(st.st_mode):
         return ("char", st.st_rdev)
     return ("file", st.st_dev, st.st_ino)
+
+
+def device_families(inventory: Inventory) -> tuple[str, ...]:
+    """The family of each device found, once per device: once per per-device node, and once
+    for a family found by its other nodes alone."""
+    out: list[str] = []
+    for family in inventory.families():
+        pattern = DEVICE_NODE.get(family)
+        count = 0 if pattern is None else sum(
+            1 for n in inventory.nodes
+            if n.family == family and pattern.fullmatch(os.path.basename(n.path)))
+        out.extend([family] * max(count, 1))
+    return tuple(out)
 
 
 def _expand(patterns: Iterable[str]) -> list[str]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from suspendguard.config import FAMILIES, DevicesConfig, IdleConfig
 from suspendguard.guard import device_view
-from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.inventory import device_families, take_inventory
 from suspendguard.guard.run_state import IdleCheck, RunState, Said
 from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.base import IdleReport
@@ -53,7 +53,7 @@ def look(devices: DevicesConfig, idle: IdleConfig, r: RunState, lock: GuardLock)
     first: IdleReport | None = None
     if (idle_check is not None and inventory.nodes and not lock.refused
             and (refused or any(d.signals for d in decisions))):
-        first, asked = device_view.ask_first(r, idle_check, idle, families)
+        first, asked = device_view.ask_first(r, idle_check, idle, device_families(inventory))
         extra, hidden = device_view.device_holders(r, first, {h.pid for h in scan.holders})
         decisions += extra
         said += asked + hidden

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from suspendguard.config import FAMILIES, IdleConfig
@@ -83,6 +84,9 @@ def check_idle(
 ) -> IdleReport:
     """Sample every device of ``families`` until each is idle, busy or unknown.
 
+    ``families`` names the family of each device found, once per device: a
+    backend that reports fewer devices than that cannot call its family idle
+    (a device it does not list may be the busy one).
     ``deadline`` is the run's: the whole step finishes by it, on its clock,
     each query gets at most what is left of it, and sampling stops when the
     guard is cancelled. ``backends`` defaults to those in
@@ -103,8 +107,8 @@ def check_idle(
     for name, why in failed.items():
         statuses[name] = BackendStatus(name, False, why)
     families_of = {b.name: b.family for b in candidates}
-    report = _verdict(config, wanted, families_of, used, tracks, failed,
-                      tuple(statuses.values()))
+    report = _verdict(config, Counter(f for f in families if f in FAMILIES), families_of,
+                      used, tracks, failed, tuple(statuses.values()))
     return dataclasses.replace(report, unasked=unasked, asked_at=asked_at)
 
 
@@ -278,7 +282,7 @@ def _busy_reason(track: _Track, config: IdleConfig) -> str:
 
 def _verdict(
     config: IdleConfig,
-    families: tuple[str, ...],
+    families: Counter[str],
     families_of: Mapping[str, str],
     used: list[Backend],
     tracks: Tracks,
@@ -297,18 +301,21 @@ def _verdict(
             vetoes.extend(_busy_reason(t, config) for t in busy)
             states.append("busy")
             continue
-        # Idle needs one backend that answered for every device it knows.
-        idle_by = [
+        # Idle needs one backend that answered for every device it knows, and
+        # knows as many as were found.
+        listed = Counter(src for src, _ in mine)
+        all_idle = [
             name for name, fam in sources.items()
-            if fam == family and name not in failed
-            and any(src == name for src, _ in mine)
+            if fam == family and name not in failed and listed[name]
             and all(t.decided == "idle" for (src, _), t in mine.items() if src == name)
         ]
-        if idle_by:
+        if any(listed[name] >= families[family] for name in all_idle):
             states.append("idle")
             continue
         states.append("unknown")
         why = [failed[b.name] for b in used if b.family == family and b.name in failed]
+        why += [f"{name} reports {listed[name]} of the {families[family]} devices found"
+                for name in all_idle]
         why += [f"{t.latest.id} ({t.latest.source}): {t.why}"
                 for t in mine.values() if t.decided == "unknown"]
         if not any(b.family == family for b in used):

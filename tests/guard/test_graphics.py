@@ -176,3 +176,26 @@ def test_a_graphics_process_only_the_device_reports_is_named_not_signalled(
                w.endswith("as a graphics process, which the scan did not see: kept, not "
                           "signalled") for w in report.verdict.warnings), report.verdict.warnings
     assert hold[0].poll() is None
+
+
+def test_a_device_view_that_lists_fewer_gpus_than_the_host_has_is_no_idle(
+        make_config: Any, as_nvidia: dict[str, str], tmp_path: Path,
+        hold: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    # A second GPU's node, which NVML does not list (fallen off the bus, say): the one it
+    # lists reads idle, and says nothing of the other.
+    second = tmp_path / "nvidia1"
+    if ROOT:
+        os.mknod(second, 0o666 | 0o020000, os.makedev(1, 4))
+    else:
+        second.write_bytes(b"\0")
+    job = start(hold, [as_nvidia[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
+    report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}),
+                   idle_check=nvml_check(monkeypatch, []))
+    assert report.verdict.kind == "veto", report.verdict.texts
+    [reason] = report.verdict.reasons
+    assert reason.code == "device-unknown"
+    assert "nvml reports 1 of the 2 devices found" in reason.text, reason.text
+    # Known before anyone was signalled: the job was spared.
+    assert hold[0].poll() is None
+    [hr] = [h for h in report.holders if h.decision.holder.pid == job]
+    assert hr.outcome.kind == "not-signalled", hr.outcome

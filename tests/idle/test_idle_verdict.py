@@ -489,6 +489,22 @@ def test_a_device_called_idle_that_is_no_longer_listed_is_unknown() -> None:
     assert any("gpu 0 (nvml): no longer reported by nvml" in w for w in report.warnings), report
 
 
+@pytest.mark.parametrize(("families", "state"), [
+    (["ascend", "ascend"], "unknown"),  # two chips found, one listed
+    (["ascend"], "idle"),
+])
+def test_a_backend_listing_fewer_devices_than_were_found_cannot_call_them_idle(
+        families: list[str], state: str) -> None:
+    clock = Clock()
+    npu = Scripted(config(), "npu-smi", "ascend", steady(npu_0=0.0), clock)
+    report = run(config(), families, [npu], clock)
+    assert report.state == state, report
+    if state == "unknown":
+        assert report.unknown == (("ascend", "ascend: no idle backend could answer (npu-smi "
+                                   "reports 1 of the 2 devices found); vetoed by [idle] "
+                                   "on_unknown = veto"),)
+
+
 @pytest.mark.parametrize(("readings", "state", "why"), [
     ({"gpu_pct": None, "gpu_memory_pct": 0.0}, "unknown",
      "no utilization reading of the compute units (GPU memory controller only)"),
