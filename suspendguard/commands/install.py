@@ -13,7 +13,7 @@ import argparse
 import os
 
 from suspendguard.commands.context import Context
-from suspendguard.config import Config, load, resolve_path
+from suspendguard.config import Config, defaults, load, resolve_path
 from suspendguard.errors import InstallError, UsageError
 from suspendguard.install.files import check_live_system, check_root, install, uninstall
 from suspendguard.install.interpreter import choose, probe, refuse_unsafe, refuse_untrusted
@@ -46,7 +46,8 @@ def _config_for(ctx: Context, tree: Tree | None) -> tuple[Config, str, bool]:
     staged = tree.at(path)
     if explicit or staged.exists():
         return load(str(staged), {}), path, explicit
-    return load(None, {}), path, explicit
+    # Nothing staged: the target gets the defaults, never this machine's own file.
+    return defaults(), path, explicit
 
 
 def command_install(args: argparse.Namespace, ctx: Context) -> int:

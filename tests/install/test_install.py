@@ -208,6 +208,17 @@ def test_never_overwrites_an_existing_config(root: Path) -> None:
     assert (root / "etc/suspendguard").is_dir()  # the operator made it, not install
 
 
+def test_a_staged_install_never_reads_this_machines_own_config(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A package built on a host whose own file says deadline_s = 30 shipped TimeoutStartSec=50.
+    builders = tmp_path / "builders-config.toml"
+    builders.write_text("[drain]\ntimeout_s = 10\ndeadline_s = 30\n")
+    monkeypatch.setattr(sys.modules["suspendguard.config.load"], "DEFAULT_PATH", str(builders))
+    status, _, err = run("install", "--root", str(root))
+    assert status == 0, err
+    assert "TimeoutStartSec=120\n" in (root / UNIT).read_text()
+
+
 def test_a_number_out_of_range_is_refused_and_nothing_is_written(root: Path) -> None:
     # 1e308 s would have gone into the unit as a TimeoutStartSec of 309 digits.
     (root / "etc/suspendguard").mkdir(parents=True)

@@ -191,6 +191,8 @@ def test_resume_unit_may_check_and_repair_the_devices() -> None:
     assert not values("ProtectKernelModules") and not values("MemoryDenyWriteExecute")
     assert "nvidia-resume.service" in " ".join(values("After"))
     assert int(values("TimeoutStartSec")[0]) >= 300
+    # npu-smi and pyACL write their own logs, after resume as before the sleep
+    assert {"-/var/log/npu", "-/root/ascend"} <= set(values("ReadWritePaths")[0].split())
 RESUME = (SHIPPED / templates.RESUME_UNIT).read_text()
 
 
