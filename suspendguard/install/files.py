@@ -38,7 +38,6 @@ and never calls systemctl. Uninstall stops the watch before its unit goes.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import sys
@@ -49,12 +48,13 @@ from typing import TextIO
 from suspendguard.config import DEFAULT_STATE_DIR, Config, commented_default
 from suspendguard.errors import InstallError, UsageError
 from suspendguard.install.docs import DOCS, DOCS_ROOT, docs_dir
-from suspendguard.install.manifest import MANIFEST_PATH, Manifest, sha256
+from suspendguard.install.manifest import MANIFEST_PATH, Manifest
 from suspendguard.install.templates import (
     HOOK_PATH,
     HOOK_TEMPLATE,
     RESUME_PATH,
     RESUME_UNIT,
+    UNIT_DIR,
     UNIT_PATH,
     UNIT_TEMPLATE,
     WATCH_LINK,
@@ -70,7 +70,7 @@ from suspendguard.install.templates import (
     template_dir,
     timeout_start_s,
 )
-from suspendguard.install.tree import Tree
+from suspendguard.install.tree import Tree, remove
 from suspendguard.model import SLEEP_ACTIONS
 from suspendguard.record import iso
 from suspendguard.store.history import DB_NAME
@@ -309,33 +309,25 @@ def uninstall(
     for link, target in sorted(manifest.links.items()):
         where = tree.at(link)
         if where.is_symlink() and os.readlink(where) == target:
-            _remove(where)
+            remove(where)
             say(out, f"removed {where}")
-    for path, digest in sorted(manifest.files.items()):
-        where = tree.at(path)
-        try:
-            data = where.read_bytes()
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            say(err, f"suspendguard: warning: {where}: left in place ({exc.strerror})")
-            continue
-        if sha256(data) != digest:
-            say(err, f"suspendguard: warning: {where}: changed since install, left in place")
-            continue
-        _remove(where)
-        say(out, f"removed {where}")
+    removed, lines = tree.remove_files(manifest.files, lambda line: say(err, line))
+    # A unit enabled by hand (after install --no-enable) has links the manifest does not
+    # list: a Requires= left on a unit that is gone fails the whole sleep.
+    lines += tree.remove_links_to(UNIT_DIR, {p for p in removed if p.startswith(UNIT_DIR + "/")})
+    for line in lines:
+        say(out, line)
     if purge:
         config = tree.at(manifest.config_path)
         if config.is_file() or config.is_symlink():
-            _remove(config)
+            remove(config)
             say(out, f"removed {config}")
         _purge_state(tree, manifest, out)
     keep = set() if purge else {
         manifest.state_dir, os.path.dirname(manifest.config_path), os.path.dirname(MANIFEST_PATH),
     }
     if purge:
-        _remove(tree.at(MANIFEST_PATH))
+        remove(tree.at(MANIFEST_PATH))
     kept: list[str] = []
     for folder in sorted(manifest.dirs, key=lambda d: d.count("/"), reverse=True):
         if folder in keep or any(k.startswith(folder + "/") for k in keep):
@@ -374,7 +366,7 @@ def _purge_state(tree: Tree, manifest: Manifest, out: TextIO | None) -> None:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
-                _remove(entry)
+                remove(entry)
         say_what = f"emptied {state}"
         if manifest.state_dir_created:
             manifest.dirs.append(manifest.state_dir)
@@ -384,17 +376,6 @@ def _purge_state(tree: Tree, manifest: Manifest, out: TextIO | None) -> None:
         return
     # a folder the operator made and pointed [state] dir at: only our files
     for entry in state.glob(DB_NAME + "*"):
-        _remove(entry)
+        remove(entry)
         if out is not None:
             out.write(f"removed {entry}\n")
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        if exc.errno == errno.EISDIR:
-            return
-        raise InstallError(f"{path}: cannot remove ({exc.strerror})") from None

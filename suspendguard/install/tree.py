@@ -5,8 +5,10 @@ install made."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from suspendguard.errors import InstallError
@@ -91,7 +93,55 @@ class Tree:
         if manifest is not None:
             manifest.files[path] = sha256(text.encode())
 
+    def remove_files(self, files: Mapping[str, str], warn: Callable[[str], None],
+                     ) -> tuple[set[str], list[str]]:
+        """Remove each of ``files`` (path: its digest at install) nobody changed since; warn
+        of the others. (The paths now gone, a line for each file removed.)"""
+        gone: set[str] = set()
+        said: list[str] = []
+        for path, digest in sorted(files.items()):
+            where = self.at(path)
+            try:
+                data = where.read_bytes()
+            except FileNotFoundError:
+                gone.add(path)
+                continue
+            except OSError as exc:
+                warn(f"suspendguard: warning: {where}: left in place ({exc.strerror})")
+                continue
+            if sha256(data) != digest:
+                warn(f"suspendguard: warning: {where}: changed since install, left in place")
+                continue
+            remove(where)
+            gone.add(path)
+            said.append(f"removed {where}")
+        return gone, said
+
+    def remove_links_to(self, unit_dir: str, units: Collection[str]) -> list[str]:
+        """Remove every enable link in ``unit_dir``'s .requires/ and .wants/ folders that
+        leads to one of ``units``; a line for each."""
+        said: list[str] = []
+        for folder in sorted(self.at(unit_dir).glob("*")) if units else ():
+            if not folder.name.endswith((".requires", ".wants")) or not folder.is_dir():
+                continue
+            for link in sorted(folder.iterdir()):
+                if link.is_symlink() and os.readlink(link) in units:
+                    remove(link)
+                    said.append(f"removed {link}")
+        return said
+
     def save_manifest(self, manifest: Manifest) -> None:
         """The manifest, 0600 in a folder kept 0700: root's alone, as the state folder's files."""
         self.private_dir(os.path.dirname(MANIFEST_PATH), manifest)
         self.write(MANIFEST_PATH, manifest.to_json(), 0o600, None)
+
+
+def remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            return
+        raise InstallError(f"{path}: cannot remove ({exc.strerror})") from None

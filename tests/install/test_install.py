@@ -267,6 +267,35 @@ def test_no_enable(root: Path) -> None:
     assert state["unit"]["present"] and state["enabled"] == [] and not state["installed"]
 
 
+def test_uninstall_removes_the_links_of_units_enabled_by_hand(root: Path) -> None:
+    # install --no-enable, then systemctl enable as the unit's header says: links the
+    # manifest does not list. One left to a removed unit fails every suspend.
+    assert run("install", "--root", str(root), "--no-enable")[0] == 0
+    for link, target in links().items():
+        (root / link).parent.mkdir(parents=True, exist_ok=True)
+        (root / link).symlink_to(target)
+    other = root / "etc/systemd/system/systemd-suspend.service.requires/other.service"
+    other.symlink_to("/etc/systemd/system/other.service")
+    status, out, _ = run("uninstall", "--root", str(root))
+    assert status == 0
+    assert not any((root / link).is_symlink() for link in links())
+    assert all(str(root / link) in out for link in links())
+    assert other.is_symlink()  # another unit's link stays
+
+
+def test_a_unit_left_in_place_keeps_the_links_made_by_hand(root: Path) -> None:
+    assert run("install", "--root", str(root), "--no-enable")[0] == 0
+    for link, target in links().items():
+        (root / link).parent.mkdir(parents=True, exist_ok=True)
+        (root / link).symlink_to(target)
+    with (root / UNIT).open("a") as f:
+        f.write("# local change\n")
+    assert run("uninstall", "--root", str(root))[0] == 0
+    # The changed unit stays, and so do its links; the resume unit's go with it.
+    assert all((root / link).is_symlink() for link in links() if "requires" in link)
+    assert not any((root / link).is_symlink() for link in links() if "wants" in link)
+
+
 def test_a_file_changed_since_install_is_left_in_place(root: Path) -> None:
     assert run("install", "--root", str(root))[0] == 0
     with (root / UNIT).open("a") as f:
