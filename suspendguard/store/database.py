@@ -24,7 +24,8 @@ import sqlite3
 import stat
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from suspendguard.errors import HistoryError, NoHistory
 from suspendguard.store.lock import flock_within
@@ -171,6 +172,35 @@ def _uri(path: str) -> str:
     return "file:" + urllib.parse.quote(os.path.abspath(path))
 
 
+class _Connection(sqlite3.Connection):
+    """A connection that makes text encodable before binding it.
+
+    What /proc gives (an executable's path) may hold bytes that are no UTF-8,
+    which Python keeps as lone surrogates and SQLite refuses with a
+    UnicodeEncodeError: a traceback in every run while such a job holds the
+    device. They are bound as ``\\udcXX`` escapes, on write and read alike, so
+    that a job's path still matches itself.
+    """
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        return super().execute(sql, _encodable(parameters))
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
+        return super().executemany(sql, (_encodable(p) for p in parameters))
+
+
+def _encodable(parameters: Any) -> Any:
+    if isinstance(parameters, Mapping):
+        return {k: _text(v) for k, v in parameters.items()}
+    return tuple(_text(v) for v in parameters)
+
+
+def _text(value: object) -> object:
+    if isinstance(value, str) and not value.isascii():
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 def open_readonly(path: str) -> sqlite3.Connection:
     try:
         st = os.lstat(path)
@@ -184,7 +214,8 @@ def open_readonly(path: str) -> sqlite3.Connection:
         raise HistoryError(f"cannot read {path}: permission denied (the history is readable "
                            "by its owner only)")
     try:
-        conn = sqlite3.connect(f"{_uri(path)}?mode=ro", uri=True, timeout=2.0)
+        conn = sqlite3.connect(f"{_uri(path)}?mode=ro", uri=True, timeout=2.0,
+                               factory=_Connection)
         conn.execute("SELECT count(*) FROM attempts").fetchone()
         return conn
     except sqlite3.Error:
@@ -192,7 +223,8 @@ def open_readonly(path: str) -> sqlite3.Connection:
     try:
         # Without write access to the folder SQLite cannot use the WAL index;
         # immutable=1 reads the last checkpointed state instead.
-        conn = sqlite3.connect(f"{_uri(path)}?immutable=1", uri=True, timeout=2.0)
+        conn = sqlite3.connect(f"{_uri(path)}?immutable=1", uri=True, timeout=2.0,
+                               factory=_Connection)
         conn.execute("SELECT count(*) FROM attempts").fetchone()
         return conn
     except sqlite3.Error as exc:
@@ -241,7 +273,8 @@ def _own_files(path: str) -> int:
 
 
 def _connect_rw(path: str, wait_s: float) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=max(0.0, wait_s), isolation_level="DEFERRED")
+    conn = sqlite3.connect(path, timeout=max(0.0, wait_s), isolation_level="DEFERRED",
+                           factory=_Connection)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")

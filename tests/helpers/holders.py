@@ -22,9 +22,11 @@ class Holders:
 
     def start(self, node: str, mode: str = "graceful", delay: float = 0.3,
               argv_prefix: list[str] | None = None,
-              leave_after: float = 0.0) -> tuple[subprocess.Popen[str], int]:
-        """``leave_after``: the job exits 0 by itself after that many seconds (0: never)."""
-        argv = [sys.executable, HOLDER, "--node", node, "--mode", mode, "--delay", str(delay),
+              leave_after: float = 0.0,
+              python: str | None = None) -> tuple[subprocess.Popen[str], int]:
+        """``leave_after``: the job exits 0 by itself after that many seconds (0: never);
+        ``python``: the interpreter it runs under (this one's if None)."""
+        argv = [python or sys.executable, HOLDER, "--node", node, "--mode", mode, "--delay", str(delay),
                 "--marker", self.marker, "--leave-after", str(leave_after)]
         proc = subprocess.Popen((argv_prefix or []) + argv, stdout=subprocess.PIPE, text=True,
                                 start_new_session=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -247,3 +249,29 @@ def test_a_state_folder_named_with_uri_characters_is_read_where_it_was_written(
     with History.open(cfg.state.dir, readonly=True) as h:
         assert [a.id for a in h.attempts(5)] == [report.attempt.id]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("st")) == [name]
+
+
+def test_a_job_whose_executable_path_is_no_utf8_is_drained_and_kept(
+        make_config: Any, node: str, holders: Holders, tmp_path: Path) -> None:
+    # Run from a folder named in Latin-1: the path /proc gives holds bytes that are no
+    # UTF-8, which SQLite refused, a traceback in every run while the job held the device.
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/\xe9t\xe9"))
+    folder.mkdir()
+    python = folder / "python3"
+    shutil.copy2(os.path.realpath(sys.executable), python)
+    _, pid = holders.start(node, python=str(python))
+    cfg = make_config()
+    report = guard(cfg)
+    assert report.verdict.kind == "allow", report.verdict.texts
+    [ran] = report.holders
+    assert ran.holder.pid == pid and ran.holder.exe == str(python)
+    assert holders.signals() == [f"{pid} SIGINT"]  # the job's own word: it had its SIGINT
+    with History.open(cfg.state.dir, readonly=True) as h:
+        [row] = h.attempts(1)[0].holders
+    assert row.outcome.kind == "exited"
+    assert row.holder.exe == str(python).encode("utf-8", "backslashreplace").decode()
+    # The next look asks the history for the job's drain times by its path, escaped alike.
+    _, again = holders.start(node, python=str(python))
+    [seen] = guard(cfg, dry_run=True).holders
+    assert seen.holder.pid == again and seen.outcome.kind == "would-signal"
+    assert "to exit after its signal the last time" in seen.outcome.why, seen.outcome.why
