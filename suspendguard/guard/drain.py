@@ -231,9 +231,9 @@ def _wait(
     left: Callable[[], None] = lambda: None,
 ) -> None:
     poller = select.poll()
-    for key in targets:
-        if key >= 0:
-            poller.register(key, select.POLLIN)
+    polled = {key for key in targets if key >= 0}
+    for key in polled:
+        poller.register(key, select.POLLIN)
     if cancel is not None:
         poller.register(cancel.fd, select.POLLIN)
     next_progress = clock() + progress_every_s
@@ -252,8 +252,6 @@ def _wait(
         ended += [key for key, t in targets.items() if t.watch is not None and t.watch.exited()]
         for key in ended:
             target = targets.pop(key)
-            if key >= 0:
-                poller.unregister(key)
             target.close()
             seconds = round(now - target.signalled_at, 3)
             why = f"after escalation to {target.last_signal}" if target.escalated else target.quiet
@@ -261,6 +259,11 @@ def _wait(
             log(f"pid {target.holder.pid} {target.holder.comm} exited after {seconds:.2f} s")
         if ended:
             left()
+        for key in polled - targets.keys():
+            # Left, or dropped by ``left`` (an ask that failed closed its pidfd): a closed
+            # fd still polled wakes every poll at once, and the wait would spin.
+            poller.unregister(key)
+            polled.discard(key)
         if now >= next_progress and targets:
             waiting = ", ".join(
                 f"pid {t.holder.pid} {t.holder.comm} ({now - t.signalled_at:.0f} s)"

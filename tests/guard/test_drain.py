@@ -6,6 +6,8 @@ import errno
 import io
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,9 +22,11 @@ from helpers.runners import guard
 from suspendguard.config import EscalationStep
 from suspendguard.guard.drain import drain
 from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.job_stop import JobStop
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
-from suspendguard.guard.scan import scan_holders
+from suspendguard.guard.scan import describe_process, scan_holders
+from suspendguard.model import holder_id
 from suspendguard.store.history import History
 from suspendguard.system.deadline import Cancel, Deadline
 from suspendguard.system.log import Logger
@@ -370,3 +374,40 @@ def test_check_and_the_veto_say_what_the_job_took_before(make_config: Any, node:
     reason = next(r for r in report.verdict.texts if f"pid {pid}" in r)
     assert re.search(r"\(it took 0\.[3-9] s to exit after its signal the last time\): ", reason), \
         reason
+
+
+def test_a_deferred_ask_that_fails_leaves_no_stale_fd_to_spin_on(holders: Holders) -> None:
+    # A kernel's shutdown request waits for the job it started (A) to leave; when it then
+    # fails, the kernel is dropped and its pidfd closed. Still registered with the poll,
+    # it woke every poll at once (POLLNVAL): the wait spun on a core while B, still
+    # saving, needed it.
+    code = {"A": "import time; print('ready', flush=True); time.sleep(60)",
+            "B": "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                 "print('ready', flush=True); time.sleep(60)",
+            "K": "import time; print('ready', flush=True); time.sleep(60)"}
+    procs = {}
+    for name, text in code.items():
+        proc = subprocess.Popen([sys.executable, "-c", text], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        holders.procs.append(proc)  # cleaned up with the suite's holders
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        procs[name] = proc
+    found = {name: describe_process(p.pid, []) for name, p in procs.items()}
+    assert all(found.values())
+    ids = {name: holder_id(h) for name, h in found.items() if h is not None}
+    jobs = JobStop(asks={ids["K"]: lambda: "the kernel's control channel refused"},
+                   after={ids["K"]: frozenset({ids["A"]})})
+    ticks = 0
+
+    def clock() -> float:
+        nonlocal ticks
+        ticks += 1
+        return time.monotonic()
+
+    result = drain([h for h in found.values() if h is not None], "SIGINT", 1.0,
+                   Deadline(time.monotonic() + 30, clock=clock), jobs=jobs, progress_every_s=60)
+    assert result.outcomes[ids["A"]].kind == "exited"
+    assert result.outcomes[ids["K"]].kind == "not-signalled"
+    assert result.outcomes[ids["B"]].kind == "timeout"  # the wait ran its whole second
+    assert procs["K"].poll() is None  # never signalled
+    assert ticks < 100, f"{ticks} looks at the clock in one second: the wait spun"
