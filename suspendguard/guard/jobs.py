@@ -103,20 +103,20 @@ def builtin_kind(cmdline: Sequence[str], exe: str) -> LauncherKind | None:
             if target in _MODULES:
                 return BUILTIN[_MODULES[target]]
             if target == "accelerate.commands.launch":
-                return _accelerate(cmdline)
+                return _accelerate(after)
             return None
         if how == "script":
             names.append(os.path.basename(target))
-            if (os.path.basename(target) == "accelerate"
-                    and [a for a in after if not a.startswith("-")][:1] == ["launch"]):
-                return _accelerate(cmdline)
+            words = [a for a in after if not a.startswith("-")]
+            if os.path.basename(target) == "accelerate" and words[:1] == ["launch"]:
+                return _accelerate(after[after.index("launch") + 1:])
     for name in names:
         if name in _SCRIPTS:
             return BUILTIN[_SCRIPTS[name]]
         if name in _MPI:
             return BUILTIN["mpirun"]
     if names[1] == "accelerate" and len(cmdline) > 1 and cmdline[1] == "launch":
-        return _accelerate(cmdline)
+        return _accelerate(cmdline[2:])
     return None
 
 
@@ -125,17 +125,30 @@ _ACCELERATE_MULTI = ("--multi_gpu", "--multi-gpu", "--use_deepspeed", "--use-dee
                      "--num-machines")
 
 
-def _accelerate(cmdline: Sequence[str]) -> LauncherKind:
-    """torchrun's agent in-process for several processes; a bare wait for one."""
-    args = list(cmdline)
-    for i, arg in enumerate(args):
-        if arg.split("=", 1)[0] in _ACCELERATE_MULTI:
+# accelerate launch's options that take no value; any other takes the next word unless
+# given as --key=value. Its first other word is the script, whose own options are its own.
+_ACCELERATE_FLAGS = frozenset((
+    "--cpu", "--tpu", "--ipex", "--use_xpu", "--use-xpu", "-m", "--module", "--no_python",
+    "--no-python", "-q", "--quiet", "--debug", "-h", "--help", "--same_network",
+    "--same-network", "--tpu_use_cluster", "--tpu_use_sudo", "--downcast_bf16",
+    "--enable_cpu_affinity",
+))
+
+
+def _accelerate(args: Sequence[str]) -> LauncherKind:
+    """torchrun's agent in-process for several processes; a bare wait for one. ``args``:
+    those after ``launch``, the script's own included."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        key, eq, value = args[i].partition("=")
+        if key in _ACCELERATE_MULTI:
             return BUILTIN["accelerate"]
-        key, eq, value = arg.partition("=")
-        if key in ("--num_processes", "--num-processes"):
-            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if value.isdigit() and int(value) > 1:
-                return BUILTIN["accelerate"]
+        if not eq and key not in _ACCELERATE_FLAGS:
+            value = args[i + 1] if i + 1 < len(args) else ""
+            i += 1
+        if key in ("--num_processes", "--num-processes") and value.isdigit() and int(value) > 1:
+            return BUILTIN["accelerate"]
+        i += 1
     return BUILTIN["accelerate-single"]
 
 
