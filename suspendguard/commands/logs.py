@@ -98,8 +98,8 @@ def _human(logs: LogsReport, out: TextIO, since: datetime | None, verbose: bool 
         groups.setdefault(f.rule, []).append(f)
     if not groups:
         # Never "none found" about what could not be read: exit status 2 names it.
-        nothing = ("No documented failure found" if report.files_read or logs.journals else
-                   "Nothing was read")
+        read = report.files_read or any(j.unavailable is None for j in logs.journals)
+        nothing = "No documented failure found" if read else "Nothing was read"
         out.write(f"{nothing}.\n")
     for rule_id, found in sorted(groups.items(), key=lambda kv: list(BY_ID).index(kv[0])):
         rule = BY_ID[rule_id]

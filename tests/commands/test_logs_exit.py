@@ -76,3 +76,11 @@ def test_a_file_read_in_part_is_not_an_unread_path(tmp_path: Path) -> None:
     code, out, err = logs(str(partly))
     assert "NUL bytes" in out  # listed under "Not read", but the file itself was read
     assert (code, err) == (0, "")
+
+
+def test_a_journal_that_could_not_be_read_is_no_none_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no journalctl here
+    code, out, _ = logs("--unit", "job", str(tmp_path / "empty"))
+    assert "No documented failure found" not in out and "Nothing was read." in out, out
+    assert code == 2
