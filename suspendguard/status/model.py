@@ -261,8 +261,12 @@ class Status:
     def next_suspend(self) -> str:
         """What will happen to the next suspend, in one line: status leads with it."""
         refusal = self.refusal()
-        unguarded = "suspends are not guarded (the veto unit is not enabled: suspendguard install)"
-        if refusal and not self.installation.enabled:
+        enabled = self.installation.enabled
+        guarded = "suspend" in enabled  # systemctl suspend, the lid's, logind's idle action
+        unguarded = ("suspends are not guarded (the veto unit is not enabled"
+                     + (f" for suspend, only for {', '.join(enabled)}" if enabled else "")
+                     + ": suspendguard install)")
+        if refusal and not guarded:
             return f"{unguarded}; once it is, every suspend will be refused: {refusal}"
         # No backend is the guard's own veto: observe and off let the suspend go all the
         # same. A config or an interpreter the unit cannot run refuses in every mode.
@@ -274,7 +278,7 @@ class Status:
         if self.mode.name == "off":
             return ("suspends are not guarded: the guard is off (suspendguard mode enforce); "
                     f"it would say {v.kind} now")
-        if not self.installation.enabled:
+        if not guarded:
             return f"{unguarded}; the guard would say {v.kind} now"
         if self.mode.name == "unknown":
             return f"the next suspend: unknown: {self.mode.problem}; the dry run says {v.kind} now"

@@ -596,6 +596,24 @@ def test_an_unknown_mode_leads_status_as_unknown(conf: Path, tmp_path: Path,
                                 "mode (sudo suspendguard status); the dry run says allow now")
 
 
+def test_a_unit_enabled_for_hibernate_alone_leaves_suspend_unguarded(conf: Path, tmp_path: Path,
+                                                                   no_bus: str) -> None:
+    from suspendguard.status.collect import collect
+
+    stage = tmp_path / "stage"
+    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
+                environ={}) == 0
+    for by in ("systemd", "nvidia"):
+        (stage / f"etc/systemd/system/{by}-suspend.service.requires/"
+                  "suspendguard@suspend.service").unlink()
+    s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
+    assert "suspend" not in s.installation.enabled and "hibernate" in s.installation.enabled
+    assert s.next_suspend() == (
+        "suspends are not guarded (the veto unit is not enabled for suspend, only for "
+        "hibernate, hybrid-sleep, suspend-then-hibernate: suspendguard install); the guard "
+        "would say allow now")
+
+
 def test_no_backend_for_a_family_leads_status(conf: Path, tmp_path: Path, no_bus: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from helpers.nvidia import Checks, FakeNvidiaSmi
