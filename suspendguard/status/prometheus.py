@@ -14,6 +14,7 @@ Each metric is one line in the function of its part of the report, e.g.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -269,7 +270,11 @@ def _systemd(m: Metrics, s: Status) -> None:
 def _history(m: Metrics, s: Status) -> None:
     h = s.history.recent
     if isinstance(h, Unavailable):
-        h = RecentHistory((), {}, {})  # the part says why; the counters still say 0
+        if os.path.lexists(s.history.path):
+            # Unreadable now (locked, EIO): left out, as a 0 would read as a counter reset,
+            # and the next scrape's whole history as new attempts. The part says why.
+            return
+        h = RecentHistory((), {}, {})  # no history yet: none recorded
     attempts = m.counter("suspendguard_attempts_total",
                          "Suspend attempts the guard recorded (dry runs excluded), by verdict")
     counts = dict.fromkeys(ATTEMPT_VERDICTS, 0)

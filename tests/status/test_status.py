@@ -380,6 +380,19 @@ def test_prometheus_without_bus_or_history(conf: Path, no_bus: str) -> None:
     assert not any(name == "suspendguard_last_attempt_timestamp_seconds" for name, _ in m)
 
 
+def test_a_history_that_cannot_be_read_leaves_its_counters_out(conf: Path, tmp_path: Path,
+                                                                no_bus: str) -> None:
+    # A 0 for one scrape would read as a counter reset: the next scrape's whole history
+    # as new attempts, and alerts on new vetoes firing for nothing.
+    (tmp_path / "state" / "history.db").mkdir(parents=True)  # there, and no database
+    code, out, _ = status("--prometheus", "--config", str(conf))
+    assert code == 0
+    m = metrics(out)
+    assert sample(m, "suspendguard_status_part_available", part="history") == 0
+    assert not any(name.startswith("suspendguard_attempts") for name, _ in m)
+    assert not any(name.startswith("suspendguard_findings") for name, _ in m)
+
+
 def test_prometheus_escapes_label_values() -> None:
     from suspendguard.status.prometheus import Metrics, render
 
