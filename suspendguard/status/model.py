@@ -225,13 +225,25 @@ class Status:
 
     def refusal(self) -> str | None:
         """Why every suspend will be refused whatever runs now, or None."""
+        return self.setup_refusal() or self.no_backend()
+
+    def setup_refusal(self) -> str | None:
+        """Why the guard cannot run as set up (its config, the unit's interpreter), or None."""
         if not self.config.valid:
             return f"the config is invalid: {self.config.error}"
         if isinstance(self.config.config, Config) and self.config.config.trust:
             more = len(self.config.config.trust) - 1
             return (f"the config cannot be trusted: {self.config.config.trust[0]}"
                     + (f" (and {more} more)" if more else ""))
-        return self.no_backend() or self.installation.refusal()
+        return self.installation.refusal()
+
+    def refused_now(self) -> str | None:
+        """Why the next suspend will be refused whatever runs now, where the veto unit guards
+        suspend and its mode refuses (a missing backend refuses in enforce mode alone)."""
+        refusal = self.refusal()
+        if not refusal or "suspend" not in self.installation.enabled:
+            return None
+        return refusal if self.mode.name == "enforce" or refusal != self.no_backend() else None
 
     def no_backend(self) -> str | None:
         """"no backend can answer for FAMILY (install X)" when [idle] on_unknown = veto makes
@@ -248,8 +260,9 @@ class Status:
 
     def verdict(self) -> Verdict | Unavailable:
         """What the guard would answer now: the dry run's verdict, unless the guard
-        cannot run as configured (then unknown, never the defaults' allow)."""
-        refusal = self.refusal()
+        cannot run as configured (then unknown, never the defaults' allow). A missing
+        backend is the dry run's own veto."""
+        refusal = self.setup_refusal()
         if isinstance(self.report, Unavailable):
             return (Verdict("unknown", (Reason("setup-refused", refusal),)) if refusal
                     else self.report)
@@ -270,8 +283,8 @@ class Status:
             return f"{unguarded}; once it is, every suspend will be refused: {refusal}"
         # No backend is the guard's own veto: observe and off let the suspend go all the
         # same. A config or an interpreter the unit cannot run refuses in every mode.
-        if refusal and (self.mode.name == "enforce" or refusal != self.no_backend()):
-            return f"every suspend will be refused: {refusal}"
+        if refused := self.refused_now():
+            return f"every suspend will be refused: {refused}"
         v = self.verdict()
         if isinstance(v, Unavailable):
             return f"the next suspend: unknown: {v.reason}"

@@ -209,7 +209,8 @@ def _installation(m: Metrics, s: Status) -> None:
         _flag(s.config.valid))
     m.gauge("suspendguard_suspend_refused",
             "1 when every suspend will be refused whatever runs now (invalid or untrusted "
-            "config, the unit's interpreter missing), else 0").add(_flag(s.refusal() is not None))
+            "config, the unit's interpreter missing, no idle backend in enforce mode), where "
+            "the veto unit guards suspend; else 0").add(_flag(s.refused_now() is not None))
     m.gauge("suspendguard_state_dir_writable",
             "The state directory is writable by the user running status").add(
         _flag(s.state_dir.writable))

@@ -25,7 +25,7 @@ from helpers.users import nobody_prefix, python_for_nobody
 from prometheus_client.parser import text_string_to_metric_families
 
 from suspendguard.cli import main
-from suspendguard.model import Outcome
+from suspendguard.model import Outcome, Unavailable
 from suspendguard.record import KeptRecord
 from suspendguard.store.history import History
 
@@ -445,7 +445,8 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str,
 
     code, out, _ = status("--prometheus", "--config", str(bad))
     assert code == 0 and sample(metrics(out), "suspendguard_config_valid") == 0
-    assert sample(metrics(out), "suspendguard_suspend_refused") == 1
+    # No unit runs the guard here: nothing is refused yet, whatever the first line warns.
+    assert sample(metrics(out), "suspendguard_suspend_refused") == 0
     # With the unit enabled, the refusal leads as it stands, whatever the mode.
     from suspendguard.config import defaults
     from suspendguard.status import collect as collecting
@@ -464,6 +465,7 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str,
     mode.write(s.state_dir.path, "off")
     s = collect(str(bad), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
     assert s.mode.name == "off" and s.next_suspend() == refusal
+    assert s.refused_now() == refusal.removeprefix("every suspend will be refused: ")
 
 
 def test_missing_explicit_config_is_invalid_not_fatal(tmp_path: Path, no_bus: str) -> None:
@@ -648,6 +650,11 @@ def test_no_backend_for_a_family_leads_status(conf: Path, tmp_path: Path, no_bus
     render(s, out)
     assert out.getvalue().splitlines()[0] == lead
     assert s.to_json()["verdict"]["next_suspend"] == lead
+    assert s.refused_now() == lead.removeprefix("every suspend will be refused: ")
+    # The verdict is the dry run's own veto, with its code; not a setup that cannot run.
+    verdict = s.verdict()
+    assert not isinstance(verdict, Unavailable)
+    assert (verdict.kind, verdict.reasons[0].code) == ("veto", "device-unknown"), verdict
     # Nothing refuses where no unit runs the guard, or where its mode lets every suspend go.
     s = collect(str(conf), env, idle_check=none)
     assert s.next_suspend() == ("suspends are not guarded (the veto unit is not enabled: "
@@ -655,6 +662,7 @@ def test_no_backend_for_a_family_leads_status(conf: Path, tmp_path: Path, no_bus
     mode.write(s.state_dir.path, "observe")
     s = collect(str(conf), env, idle_check=none, root=str(stage))
     assert s.next_suspend().startswith("observe mode: the next suspend goes ahead"), s.next_suspend()
+    assert s.refused_now() is None
     # With a backend that answers, status says what the next suspend gets.
     s = collect(str(conf), env, idle_check=Checks())
     assert s.no_backend() is None
