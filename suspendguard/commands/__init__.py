@@ -147,7 +147,8 @@ def _install(p: argparse.ArgumentParser) -> None:
                    help="the units' interpreter (default: this one; with --root: /usr/bin/python3)")
     p.add_argument("--force", action="store_true",
                    help="accept an interpreter under /tmp, /var/tmp or a home directory, or "
-                        "one others could change (with a warning)")
+                        "one others could change (with a warning), or install beside a "
+                        "package's unit")
 
 
 def _uninstall(p: argparse.ArgumentParser) -> None:

@@ -2,9 +2,10 @@
 
 Exit 0 when done; 3 (one line) when the running system cannot take it:
 not root, or systemd not running, or an interpreter that would not last or
-cannot run the guard; 4 (one line), as for a configuration root may not
-trust, when others could change the interpreter or the guard's code it
-imports (root runs both at every suspend), unless ``--force``.
+cannot run the guard, or a package's unit already there (unless ``--force``);
+4 (one line), as for a configuration root may not trust, when others could
+change the interpreter or the guard's code it imports (root runs both at
+every suspend), unless ``--force``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from suspendguard.config import Config, defaults, load, resolve_path
 from suspendguard.errors import InstallError, UsageError
 from suspendguard.install.files import check_live_system, check_root, install, uninstall
 from suspendguard.install.interpreter import choose, probe, refuse_unsafe, refuse_untrusted
+from suspendguard.install.templates import UNIT_DIRS, UNIT_TEMPLATE, timeout_start_s
 from suspendguard.install.tree import Tree
 
 
@@ -69,12 +71,27 @@ def command_install(args: argparse.Namespace, ctx: Context) -> int:
             raise InstallError(f"the units' interpreter {python} {found.reason}")
         refuse_untrusted(found, getattr(args, "force", False), ctx.err)
     config, config_path, explicit = _config_for(ctx, tree)
+    _refuse_beside_a_package(tree or Tree("/"), config, getattr(args, "force", False))
     install(
         root, config, config_path, explicit,
         enable=not getattr(args, "no_enable", False), python=python, out=ctx.out,
         watch=getattr(args, "watch", False),
     )
     return 0
+
+
+def _refuse_beside_a_package(tree: Tree, config: Config, force: bool) -> None:
+    """A package's unit is changed with a drop-in: an install beside it would outlive the
+    package (its /etc unit and links then require a guard that is gone, and every suspend
+    fails) and write over the hook the package owns."""
+    shipped = next((d for d in UNIT_DIRS[1:] if tree.at(f"{d}/{UNIT_TEMPLATE}").exists()), None)
+    if shipped is None or force:
+        return
+    raise InstallError(
+        f"a package installed {shipped}/{UNIT_TEMPLATE}: change it with systemctl edit "
+        f"{UNIT_TEMPLATE} ([Service] TimeoutStartSec={timeout_start_s(config)} for this "
+        "config), not an install beside it, which would outlive the package (--force to "
+        "install all the same)")
 
 
 def command_uninstall(args: argparse.Namespace, ctx: Context) -> int:

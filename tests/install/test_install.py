@@ -219,6 +219,25 @@ def test_a_staged_install_never_reads_this_machines_own_config(
     assert "TimeoutStartSec=120\n" in (root / UNIT).read_text()
 
 
+def test_an_install_beside_a_packages_unit_is_refused(root: Path) -> None:
+    # It would outlive the package: its /etc unit and links then require a guard that is
+    # gone, and every suspend fails. The package's unit is changed with a drop-in.
+    shipped = root / "usr/lib/systemd/system/suspendguard@.service"
+    shipped.parent.mkdir(parents=True)
+    shipped.write_text("[Service]\nTimeoutStartSec=120\n")
+    before = snapshot(root)
+    status, out, err = run("install", "--root", str(root))
+    assert status == 3 and out == ""
+    assert err == ("suspendguard: a package installed /usr/lib/systemd/system/"
+                   "suspendguard@.service: change it with systemctl edit suspendguard@.service "
+                   "([Service] TimeoutStartSec=120 for this config), not an install beside it, "
+                   "which would outlive the package (--force to install all the same)\n")
+    assert snapshot(root) == before
+    status, _, err = run("install", "--root", str(root), "--force")
+    assert status == 0, err
+    assert (root / UNIT).exists()
+
+
 def test_a_number_out_of_range_is_refused_and_nothing_is_written(root: Path) -> None:
     # 1e308 s would have gone into the unit as a TimeoutStartSec of 309 digits.
     (root / "etc/suspendguard").mkdir(parents=True)
