@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from suspendguard.guard.python_argv import python_runs
 from suspendguard.model import Holder, HolderId, holder_id
 from suspendguard.system import runner
 from suspendguard.system.procfs import ProcAccessError, ProcFS, user_name
@@ -35,8 +36,6 @@ from suspendguard.system.procfs import ProcAccessError, ProcFS, user_name
 # The ways a kernel spec or a launcher starts ipykernel.
 KERNEL_MODULES = ("ipykernel_launcher", "ipykernel", "ipykernel.kernelapp")
 KERNEL_SCRIPTS = ("ipykernel_launcher.py",)
-# Python's own options that take a value as the next argument.
-_OPTIONS_WITH_VALUE = frozenset("WX")
 # A connection file is a few hundred bytes.
 MAX_CONNECTION_FILE = 64 * 1024
 PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
@@ -90,9 +89,7 @@ def kernel_of(holder: Holder, proc: ProcFS) -> JupyterKernel | None:
     path = connection_file_arg(holder.cmdline)
     if path is None:
         return None
-    if holder.ppid > 1 and proc.cmdline(holder.ppid) == holder.cmdline:
-        # A process the kernel forked (multiprocessing, a DataLoader worker) runs its
-        # command line, but it is not the kernel: its worker (guard/jobs.py).
+    if _forked(holder, proc):
         return None
     try:
         status = proc.status(holder.pid)
@@ -133,22 +130,9 @@ def connection_file_arg(cmdline: tuple[str, ...]) -> str | None:
     """The ``-f FILE`` of a command line that runs ipykernel under Python; None otherwise."""
     if len(cmdline) < 2 or "python" not in os.path.basename(cmdline[0]):
         return None
-    rest: list[str] | None = None
-    args = list(cmdline[1:])
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
-            module = arg[2:] or (args[i + 1] if i + 1 < len(args) else "")
-            if module in KERNEL_MODULES:
-                rest = args[i + (1 if arg[2:] else 2):]
-            break
-        if arg in ("-c", "-") or not arg.startswith("-"):
-            if os.path.basename(arg) in KERNEL_SCRIPTS:
-                rest = args[i + 1:]
-            break
-        i += 2 if arg[1:] in _OPTIONS_WITH_VALUE else 1
-    if rest is None:
+    how, target, rest = python_runs(cmdline[1:])
+    if not ((how == "-m" and target in KERNEL_MODULES)
+            or (how == "script" and os.path.basename(target) in KERNEL_SCRIPTS)):
         return None
     for j, arg in enumerate(rest):
         if arg in ("-f", "--f"):
@@ -157,6 +141,23 @@ def connection_file_arg(cmdline: tuple[str, ...]) -> str | None:
             if arg.startswith(prefix) and len(arg) > len(prefix):
                 return arg[len(prefix):]
     return None
+
+
+def unread_kernel(holder: Holder, proc: ProcFS) -> str:
+    """The veto of a process that runs ipykernel, no kernel :func:`kernel_of` could read (its
+    connection file gone or unreadable): SIGINT would interrupt its cell all the same; or ""."""
+    path = connection_file_arg(holder.cmdline)
+    st = proc.stat(holder.pid)
+    if path is None or _forked(holder, proc) or st is None or st.start_time != holder.start_time:
+        return ""
+    return (f"pid {holder.pid} {holder.comm} (user {user_name(holder.uid)}) runs a Jupyter "
+            f"kernel (connection file {path}, which the guard could not read as one): it never "
+            f"exits on SIGINT (SIGINT only interrupts its running cell); {SHUT_DOWN}")
+
+
+def _forked(holder: Holder, proc: ProcFS) -> bool:
+    """A process a kernel forked (a DataLoader worker) runs its command line: its worker."""
+    return holder.ppid > 1 and proc.cmdline(holder.ppid) == holder.cmdline
 
 
 def read_connection_file(path: str, uid: int, gids: set[int]) -> dict[str, Any] | None:
@@ -243,11 +244,8 @@ def _interpreter(holder: Holder, proc: ProcFS) -> str:
 
 
 def _server(proc: ProcFS, ppid: int) -> tuple[int, str] | None:
-    """(pid, name) of the kernel's parent when that is a Jupyter server or kernel manager.
-
-    The name is its comm (``jupyter-lab``), or for an interpreter
-    (``python3 -m jupyterlab``) the word of its command line that names Jupyter.
-    """
+    """(pid, name) of the kernel's parent when that is a Jupyter server or kernel manager: its
+    comm (``jupyter-lab``), or an interpreter's word that names Jupyter (``jupyterlab``)."""
     if ppid <= 1:
         return None
     st = proc.stat(ppid)

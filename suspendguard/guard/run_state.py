@@ -157,9 +157,9 @@ class RunState:
         """
         if not (d.signals or d.kind in ("veto-sigint-ignored", "veto-sigint-blocked")):
             return d
-        kernel = self.kernel(d.holder)
-        if kernel is None:
-            return d
+        if (kernel := self.kernel(d.holder)) is None:
+            unread = jupyter.unread_kernel(d.holder, self.options.proc)
+            return replace(d, kind="veto-jupyter", reason=unread) if unread else d
         if self.drain.jupyter == "shutdown":
             return replace(d, kind="jupyter-shutdown", notes=(*d.notes, (
                 "a Jupyter kernel: asked to shut down on its own control channel "

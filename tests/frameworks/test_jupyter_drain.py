@@ -63,6 +63,28 @@ def test_a_kernel_vetoes_at_once_and_its_cell_runs_on(kernel: Kernel, tmp_path: 
         assert lines == [str(i) for i in range(steps)] + ["done"], lines  # never interrupted
 
 
+def test_a_kernel_whose_connection_file_is_gone_is_still_never_interrupted(
+        kernel: Kernel, tmp_path: Path, node: str) -> None:
+    # The runtime folder was cleaned (a logout's /run/user, a tmp cleaner): no file to read
+    # the kernel by. SIGINT would still abort its running cell, then time out.
+    progress = tmp_path / "progress"
+    steps = 30
+    kernel.command(f"busy {progress} {steps}")
+    Path(kernel.connection_file).unlink()
+    code, out, err = cli("--config", str(config(tmp_path, node)), "drain", "--yes", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["verdict"] == "veto", (report, err)
+    [reason] = report["reason_details"]
+    assert reason["code"] == "jupyter-kernel", reason
+    assert f"pid {kernel.pid} " in reason["text"] and "runs a Jupyter kernel" in reason["text"]
+    assert kernel.connection_file in reason["text"]
+    (held,) = [h for h in report["holders"] if h["pid"] == kernel.pid]
+    assert held["outcome"]["kind"] == "not-signalled"
+    wait_for(lambda: "done" in progress.read_text(), steps * 0.1 + 10, interval=0.1)
+    assert progress.read_text().splitlines() == [str(i) for i in range(steps)] + ["done"]
+    assert kernel.alive()
+
+
 def test_shutdown_ends_the_kernel_and_allows(kernel: Kernel, tmp_path: Path, node: str) -> None:
     conf = config(tmp_path, node, "shutdown")
     _code, out, _err = cli("--config", str(conf), "check", "--json")

@@ -242,6 +242,9 @@ def test_a_connection_file_of_another_user_is_refused(fake_kernel: FakeKernel, t
      "/k.json"),
     (("/usr/bin/python3", "/usr/lib/python3/dist-packages/ipykernel_launcher.py", "-f", "/k.json"),
      "/k.json"),
+    # Python's one-letter options run together, as a kernel spec may write them.
+    (("/usr/bin/python3", "-Im", "ipykernel_launcher", "-f", "/k.json"), "/k.json"),
+    (("/usr/bin/python3", "-IWignore", "-m", "ipykernel_launcher", "-f", "/k.json"), "/k.json"),
     (("/usr/bin/python3", "-m", "ipykernel_launcher"), None),
     (("/usr/bin/python3", "-m", "ipykernel_launcher", "-f"), None),
     (("/usr/bin/python3", "-m", "notebook", "-f", "/k.json"), None),
