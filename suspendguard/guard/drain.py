@@ -125,7 +125,10 @@ class _Drain:
         """The signal to each holder not left quiet; a request to each asked its own way."""
         signum = int(signal.Signals[signame])
         self.jobs = jobs
-        for key, target in list(self.targets.items()):
+        # The signals first, then the asks: an ask runs a child and waits for its answer,
+        # which no holder after it should wait for.
+        for key, target in sorted(self.targets.items(),
+                                  key=lambda kv: holder_id(kv[1].holder) in jobs.asks):
             target.signalled_at = self.clock()
             if target.quiet or target.sent:
                 continue

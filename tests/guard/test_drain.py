@@ -6,12 +6,14 @@ import errno
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -376,6 +378,19 @@ def test_check_and_the_veto_say_what_the_job_took_before(make_config: Any, node:
         reason
 
 
+def started(holders: Holders, code: dict[str, str]) -> dict[str, subprocess.Popen[str]]:
+    """A child running each of ``code``, in order, each once it printed "ready"; cleaned up
+    with the suite's holders."""
+    procs = {}
+    for name, text in code.items():
+        proc = subprocess.Popen([sys.executable, "-c", text], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        holders.procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        procs[name] = proc
+    return procs
+
+
 def test_a_deferred_ask_that_fails_leaves_no_stale_fd_to_spin_on(holders: Holders) -> None:
     # A kernel's shutdown request waits for the job it started (A) to leave; when it then
     # fails, the kernel is dropped and its pidfd closed. Still registered with the poll,
@@ -385,13 +400,7 @@ def test_a_deferred_ask_that_fails_leaves_no_stale_fd_to_spin_on(holders: Holder
             "B": "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
                  "print('ready', flush=True); time.sleep(60)",
             "K": "import time; print('ready', flush=True); time.sleep(60)"}
-    procs = {}
-    for name, text in code.items():
-        proc = subprocess.Popen([sys.executable, "-c", text], stdout=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        holders.procs.append(proc)  # cleaned up with the suite's holders
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        procs[name] = proc
+    procs = started(holders, code)
     found = {name: describe_process(p.pid, []) for name, p in procs.items()}
     assert all(found.values())
     ids = {name: holder_id(h) for name, h in found.items() if h is not None}
@@ -411,3 +420,29 @@ def test_a_deferred_ask_that_fails_leaves_no_stale_fd_to_spin_on(holders: Holder
     assert result.outcomes[ids["B"]].kind == "timeout"  # the wait ran its whole second
     assert procs["K"].poll() is None  # never signalled
     assert ticks < 100, f"{ticks} looks at the clock in one second: the wait spun"
+
+
+def test_every_signal_goes_before_a_kernels_shutdown_request(holders: Holders) -> None:
+    # A request runs a child and waits for its answer (up to 5 s): a job listed after the
+    # kernel waited as long for its SIGINT. J blocks SIGINT, so a SIGINT sent stays pending
+    # where the ask can see it.
+    code = {"K": "import time; print('ready', flush=True); time.sleep(60)",
+            "J": "import signal, time; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}); "
+                 "print('ready', flush=True); time.sleep(60)"}
+    procs = started(holders, code)  # K first: first in the drain's list
+    found = [describe_process(p.pid, []) for p in procs.values()]
+    kernel, job = found
+    assert kernel is not None and job is not None
+    pending_at_ask: list[bool] = []
+
+    def ask() -> str:
+        status = Path(f"/proc/{job.pid}/status").read_text()
+        pending = int(next(line for line in status.splitlines()
+                           if line.startswith("ShdPnd:")).split()[1], 16)
+        pending_at_ask.append(bool(pending & (1 << (signal.SIGINT - 1))))
+        return ""
+
+    result = drain([kernel, job], "SIGINT", 0.3, Deadline(time.monotonic() + 30),
+                   jobs=JobStop(asks={holder_id(kernel): ask}))
+    assert pending_at_ask == [True]  # J had its SIGINT when the kernel was asked
+    assert result.outcomes[holder_id(job)].kind == "timeout"  # it blocks SIGINT, and stays
