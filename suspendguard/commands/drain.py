@@ -1,6 +1,7 @@
 """``suspendguard drain [--yes]``: the real drain from a shell, after saying who will be signalled.
 
-A dry run of the same pipeline lists the processes that would get SIGINT;
+A dry run of the same pipeline lists the processes a real run would stop, each
+with how (its signal, its launcher's, a kernel's shutdown request, none);
 on a terminal the operator confirms (answer ``y``), with ``--yes`` nobody is
 asked. Without a terminal and without ``--yes`` it refuses before doing
 anything: a script must say that it means it. Confirmed, the list is taken
@@ -36,16 +37,18 @@ def to_signal(config: Config, ctx: Context) -> dict[HolderId, HolderRecord]:
 
 
 def _list(holders: list[HolderRecord], ctx: Context) -> None:
-    rows = [("PID", "USER", "SIGINT", "COMMAND")]
+    """Each process with how the drain stops it: its signal, its launcher's, a kernel's
+    shutdown request, or none (a worker that leaves with its parent)."""
+    rows = [("PID", "USER", "HOW", "COMMAND")]
     for hr in holders:
         h = hr.decision.holder
-        rows.append((str(h.pid), h.user, h.sigint, short_command(h.command)))
+        rows.append((str(h.pid), h.user, hr.outcome.why.split("; ")[0], short_command(h.command)))
     ctx.err.write("\n".join(table(rows, width=terminal_width(ctx.environ, ctx.err))) + "\n")
 
 
 def _confirmed(ctx: Context, count: int) -> bool:
-    ctx.err.write(f"Send SIGINT to {'this process' if count == 1 else f'these {count} processes'}"
-                  " now? [y/N] ")
+    ctx.err.write(f"Stop {'this process' if count == 1 else f'these {count} processes'}"
+                  " as listed now? [y/N] ")
     ctx.err.flush()
     answer = ctx.stdin.readline()
     if not answer.endswith("\n"):
@@ -67,7 +70,8 @@ def drain(args: argparse.Namespace, ctx: Context) -> int:
             if not new:
                 break
             what = "also " if shown else ""
-            ctx.err.write(f"drain: SIGINT will {what}be sent to {len(new)} process(es):\n")
+            ctx.err.write(f"drain: {len(new)} process(es) will {what}be stopped, with "
+                          f"{config.drain.signal} unless the list says otherwise:\n")
             _list(list(new.values()), ctx)
             if not _confirmed(ctx, len(new)):
                 ctx.err.write("drain: not confirmed: nobody was signalled\n")

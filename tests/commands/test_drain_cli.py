@@ -135,10 +135,12 @@ def answered(conf: Path, node: str, holders: Holders,
     exit status and what the terminal showed, which listed the holder and asked."""
     proc, pid = holders.start(node)
     code, shown = on_a_terminal(drain_argv(conf), reply)
-    assert "SIGINT will be sent to 1 process(es)" in shown
-    assert any(line.split()[:2] == [str(pid), "root"] or line.split()[:1] == [str(pid)]
-               for line in shown.splitlines()), shown
-    assert "Send SIGINT to this process now? [y/N]" in shown
+    assert "1 process(es) will be stopped, with SIGINT unless the list says otherwise" in shown
+    asked = shown[:shown.index("Stop this process")]
+    [row] = [line for line in asked.splitlines()
+             if line.split()[:2] == [str(pid), "root"] or line.split()[:1] == [str(pid)]]
+    assert "  has a SIGINT handler  " in row, shown  # how it is stopped: its own handler
+    assert "Stop this process as listed now? [y/N]" in shown
     return proc, pid, code, shown
 
 
