@@ -26,6 +26,7 @@ from suspendguard.idle.base import IdleReport
 from suspendguard.install.templates import instance
 from suspendguard.model import SLEEP_ACTIONS, Action, Disposition, Unavailable
 from suspendguard.status.model import RecentHistory, Status
+from suspendguard.store.mode import MODES
 from suspendguard.system.dbus.logind import LogindInfo
 from suspendguard.verdict import Reason
 
@@ -211,6 +212,10 @@ def _installation(m: Metrics, s: Status) -> None:
             "1 when every suspend will be refused whatever runs now (invalid or untrusted "
             "config, the unit's interpreter missing, no idle backend in enforce mode), where "
             "the veto unit guards suspend; else 0").add(_flag(s.refused_now() is not None))
+    m.one_of("suspendguard_mode",
+             "What the veto unit does at a suspend (1 for the mode): enforce, observe (signals "
+             "and refuses nothing), off (no look), or unknown (a user who may not read it)",
+             "mode", s.mode.name, (*MODES, "unknown"))
     m.gauge("suspendguard_state_dir_writable",
             "The state directory is writable by the user running status").add(
         _flag(s.state_dir.writable))

@@ -363,6 +363,8 @@ def test_prometheus_parses_and_carries_every_part(conf: Path, node: str, holders
     assert sample(m, "suspendguard_unit_enabled", action="suspend") in (0, 1)
     assert sample(m, "suspendguard_config_valid") == 1
     assert sample(m, "suspendguard_suspend_refused") == 0
+    assert sample(m, "suspendguard_mode", mode="enforce") == 1
+    assert sample(m, "suspendguard_mode", mode="off") == 0
     for part in ("config", "accelerators", "installation", "logind", "systemd", "history"):
         assert sample(m, "suspendguard_status_part_available", part=part) == 1
 
@@ -663,6 +665,12 @@ def test_no_backend_for_a_family_leads_status(conf: Path, tmp_path: Path, no_bus
     s = collect(str(conf), env, idle_check=none, root=str(stage))
     assert s.next_suspend().startswith("observe mode: the next suspend goes ahead"), s.next_suspend()
     assert s.refused_now() is None
+    from suspendguard.status.prometheus import exposition
+
+    m = metrics(exposition(s))
+    assert sample(m, "suspendguard_mode", mode="observe") == 1
+    assert sample(m, "suspendguard_mode", mode="enforce") == 0
+    assert sample(m, "suspendguard_suspend_refused") == 0
     # With a backend that answers, status says what the next suspend gets.
     s = collect(str(conf), env, idle_check=Checks())
     assert s.no_backend() is None
