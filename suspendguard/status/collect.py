@@ -67,7 +67,7 @@ def _history(state_dir: str, n: int, config_path: str | None) -> HistoryStatus:
         with History.open(state_dir, readonly=True) as h:
             recent = RecentHistory(tuple(h.attempts(n, include_dry_run=False)), h.counts(),
                                    h.finding_counts(), tuple(h.not_restored()),
-                                   tuple(h.last_health()))
+                                   tuple(h.last_health()), tuple(h.notes))
     except HistoryError as exc:
         return HistoryStatus(where, Unavailable(str(exc)), config_path)
     except OSError as exc:  # an unreadable state dir is an answer, not a crash

@@ -99,6 +99,7 @@ class RecentHistory:
     not_restored: tuple[Stop, ...] = ()
     # The last health check after resume, one row per device (none before the first).
     health: tuple[DeviceHealth, ...] = ()
+    notes: tuple[str, ...] = ()  # the damaged rows skipped, each named
 
 
 def restore_command(stop: Stop, config_path: str | None = None) -> str:

@@ -179,10 +179,14 @@ def _history_lines(s: Status, width: int | None) -> list[str]:
     h = s.history.recent
     if isinstance(h, Unavailable):
         return [f"history: {h.reason}"]
+    damaged = [f"  ! {note}" for note in h.notes]  # so an older attempt is not taken for the last
+    if not h.attempts and damaged:
+        return [f"history: no attempt could be read ({len(damaged)} damaged):", *damaged]
     if not h.attempts:
         return [f"history: no suspend attempts recorded yet ({s.history.path})"]
     counts = ", ".join(f"{k} {v}" for k, v in sorted(h.counts.items()))
-    lines = [f"history: {sum(h.counts.values())} attempt(s): {counts}; the last {len(h.attempts)}:"]
+    lines = [f"history: {sum(h.counts.values())} attempt(s): {counts}; the last {len(h.attempts)}:",
+             *damaged]
     rows = [("ID", "STARTED", "ACTION", "VERDICT", "SECONDS", "DRAINED", "FIRST REASON")]
     for a in h.attempts:
         seconds = f"{a.duration:.1f}" if a.duration is not None else "-"

@@ -146,6 +146,8 @@ def test_row_with_no_time_for_a_time_is_skipped_and_said(
         assert status == 0 and "Traceback" not in err, argv
         if argv[0] == "history":
             assert one_line(err) and "attempt 2: damaged row skipped" in err
+        else:  # the skipped row is named, so that attempt 1 is not taken for the last
+            assert "  ! attempt 2: damaged row skipped" in out, out
     status, out, _ = cli("history", "--config", str(conf))
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["3", "1"]
 
