@@ -22,7 +22,7 @@ from suspendguard.system.deadline import Deadline
 # Docker: cgroupfs driver /docker/ID, systemd driver docker-ID.scope.
 _DOCKER = (re.compile(r"/docker/([0-9a-f]{64})(?:/|$)"),
            re.compile(r"/docker-([0-9a-f]{64})\.scope(?:/|$)"))
-# Podman: libpod-ID.scope (systemd manager, rootful or rootless), libpod-ID (cgroupfs).
+# Podman: libpod-ID.scope (systemd manager), libpod-ID (cgroupfs); rootless ones are the user's.
 _PODMAN = re.compile(r"/libpod-([0-9a-f]{64})(?:\.scope)?(?:/|$)")
 # Kubernetes: the pod's slice (systemd driver, dashes of the uid written as
 # underscores) or folder (cgroupfs driver), then the runtime's container.
@@ -69,6 +69,11 @@ def owner_of_cgroup(cgroup: str | None) -> Owner:
     if not cgroup:
         return PLAIN
     path = "/" + cgroup.strip("/")
+    # A user's own manager's tree first: its user may name a cgroup there after any
+    # container (ids are in every /proc/PID/cgroup), and root's engine must not act on
+    # that one for them. A rootless container is run by the user, and drained as a process.
+    if _USER_MANAGER.search(path) and not _machine(path):
+        return _user_owner(path)
     for pattern in _POD:
         m = pattern.search(path)
         if m:
@@ -84,22 +89,32 @@ def owner_of_cgroup(cgroup: str | None) -> Owner:
     if m:
         return Owner("podman", m.group(1))
     parts = path.strip("/").split("/")
-    # Units inside a machine (systemd-nspawn, a VM's scope) belong to that
-    # machine's own manager, not to this one.
-    machine = next((p for p in parts if p.startswith("systemd-nspawn@")
-                    or (p.startswith("machine-") and p.endswith(".scope"))), None)
-    if machine:
+    if machine := _machine(path):
         return Owner("plain", note=f"inside machine {machine}")
-    user = _USER_MANAGER.search(path)
-    if user:
-        inner = parts[parts.index(f"user@{user.group(1)}.service") + 1:]
-        services = [p for p in inner if p.endswith(".service")]
-        if services and not any(p.endswith(".scope") for p in inner):
-            return Owner("user-service", services[-1], uid=int(user.group(1)))
-        return PLAIN
     # The innermost unit decides: a scope (a login session, systemd-run
     # --scope) has no supervisor that would start it again.
     units = [p for p in parts if p.endswith((".service", ".scope"))]
     if units and units[-1].endswith(".service"):
         return Owner("systemd-service", units[-1])
+    return PLAIN
+
+
+def _machine(path: str) -> str | None:
+    """The machine (systemd-nspawn, a VM's scope) whose own manager the units inside belong
+    to, not this one's."""
+    return next((p for p in path.strip("/").split("/") if p.startswith("systemd-nspawn@")
+                 or (p.startswith("machine-") and p.endswith(".scope"))), None)
+
+
+def _user_owner(path: str) -> Owner:
+    """A user service in a user manager's tree, else a plain process (a scope, a container)."""
+    user = _USER_MANAGER.search(path)
+    assert user is not None
+    parts = path.strip("/").split("/")
+    if f"user@{user.group(1)}.service" not in parts:
+        return PLAIN
+    inner = parts[parts.index(f"user@{user.group(1)}.service") + 1:]
+    services = [p for p in inner if p.endswith(".service")]
+    if services and not any(p.endswith(".scope") for p in inner):
+        return Owner("user-service", services[-1], uid=int(user.group(1)))
     return PLAIN

@@ -30,8 +30,17 @@ POD = "1d2c3b4a-5f6e-4788-99aa-bbccddeeff00"
     (f"/docker/{CID}", "docker", CID),
     # Podman: rootful (with its init sub-cgroup), rootless, and the cgroupfs manager
     (f"/machine.slice/libpod-{CID}.scope/container", "podman", CID),
+    # ... but rootless, in a user's own tree, is the user's: drained as a process, never
+    # through root's engine, whose container of that id it is not
     (f"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope",
-     "podman", CID),
+     "plain", ""),
+    (f"/user.slice/user-1000.slice/user@1000.service/app.slice/docker-{CID}.scope",
+     "plain", ""),
+    (f"/user.slice/user-1000.slice/user@1000.service/app.slice/docker/{CID}/x.service",
+     "user-service", "x.service"),
+    # A user manager inside a machine is the machine's
+    ("/machine.slice/systemd-nspawn@box.service/payload/user.slice/user-1000.slice/"
+     "user@1000.service/app.slice/a.service", "plain", ""),
     (f"/libpod_parent/libpod-{CID}", "podman", CID),
     # Kubernetes: containerd and CRI-O, the kubelet's systemd driver (uid with _)
     (f"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{POD.replace('-', '_')}"
