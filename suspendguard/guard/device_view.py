@@ -14,8 +14,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from suspendguard.config import FAMILIES, IdleConfig
+from suspendguard.guard.describe import describe_process
 from suspendguard.guard.run_state import NOTHING, IdleCheck, RunState, Said
-from suspendguard.guard.scan import describe_process
 from suspendguard.idle.base import IdleReport, family_of
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Decision, Holder, ScanResult

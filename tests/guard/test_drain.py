@@ -22,12 +22,13 @@ from helpers.holders import Holders
 from helpers.runners import guard
 
 from suspendguard.config import EscalationStep
+from suspendguard.guard.describe import describe_process
 from suspendguard.guard.drain import drain
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.job_stop import JobStop
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
-from suspendguard.guard.scan import describe_process, scan_holders
+from suspendguard.guard.scan import scan_holders
 from suspendguard.model import holder_id
 from suspendguard.store.history import History
 from suspendguard.system.deadline import Cancel, Deadline

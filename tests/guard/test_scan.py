@@ -18,8 +18,9 @@ from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT, needs_root
 
 from suspendguard.config import DevicesConfig
+from suspendguard.guard.describe import describe_process
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.scan import describe_process, scan_holders
+from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Inventory
 from suspendguard.system.io_uring import registered_files
 from suspendguard.system.procfs import ProcFS, parse_cgroup, parse_status, unit_and_container

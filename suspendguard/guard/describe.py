@@ -1,0 +1,93 @@
+"""A process described as a holder: who runs it, where, and how it takes SIGINT.
+
+Read by pid, after the scan (or the device) named it; None for a process that
+is gone, whose PID another has taken, or that is a kernel thread.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+
+from suspendguard.model import Disposition, HeldNode, Holder, NodeKey, SignalMasks
+from suspendguard.system.procfs import ProcFS, unit_and_container, user_name
+from suspendguard.system.sigdelivery import Delivery, delivery
+
+
+def describe_process(
+    pid: int, held: list[HeldNode], proc: ProcFS | None = None, source: str = "proc",
+    start_time: int | None = None,
+) -> Holder | None:
+    """The holder record of ``pid``; None when it is gone, or a kernel thread (what a
+    device's pid from another PID namespace may name here). ``start_time``: the one the
+    scan saw; a process with another one has taken the PID over, and is none of its business.
+    """
+    proc = proc or ProcFS()
+    st = proc.stat(pid)
+    status = proc.status(pid)
+    if st is None or status is None or _kernel_thread(pid, st.ppid, status.kthread, proc):
+        return None
+    if start_time is not None and st.start_time != start_time:
+        return None
+    cgroup = proc.cgroup(pid)
+    unit, container = unit_and_container(cgroup)
+    thaw = proc.thaw_file(pid, cgroup)
+    unique: dict[tuple[NodeKey, str], HeldNode] = {}
+    for h in held:
+        unique.setdefault((h.node.key, h.via), h)
+    return Holder(
+        pid=pid,
+        start_time=st.start_time,
+        ppid=st.ppid,
+        uid=status.uid,
+        user=user_name(status.uid),
+        comm=st.comm,
+        exe=proc.link(pid, "exe"),
+        cmdline=proc.cmdline(pid),
+        unit=unit,
+        container=container,
+        nspid=status.nspid or (pid,),
+        nodes=tuple(unique.values()),
+        sigint=sigint_disposition(proc, pid, status.masks, leader_gone=st.state in ("Z", "X")),
+        fatal_handlers=status.masks.fatal_handlers(),
+        frozen=bool(thaw),
+        source=source,
+        sig_masks=status.masks,
+        thaw=thaw,
+        stopped=st.state if st.state in ("T", "t") else "",
+        cgroup=cgroup,
+    )
+
+
+def _kernel_thread(pid: int, ppid: int, flagged: bool, proc: ProcFS) -> bool:
+    """status's Kthread:, else PF_KTHREAD in stat's flags (read for kthreadd's children)."""
+    if flagged or not (ppid == 2 or (pid == 2 and ppid == 0)):
+        return flagged
+    stat = proc.read(pid, "stat") or b""
+    fields = stat.rpartition(b")")[2].split()
+    return len(fields) > 6 and fields[6].isdigit() and bool(int(fields[6]) & 0x00200000)
+
+
+# What a SIGINT blocked in the main thread comes to, once every thread was looked at.
+_BLOCKED_SIGINT: dict[Delivery, Disposition] = {"waited": "waited", "never": "blocked",
+                                                "unknown": "unknown"}
+
+
+def sigint_disposition(proc: ProcFS, pid: int, masks: SignalMasks,
+                       leader_gone: bool = False) -> Disposition:
+    """How ``pid`` takes SIGINT: its main thread's masks, and every thread's where that one
+    blocks it or has exited.
+
+    ``blocked`` means that no thread takes it and none waits for it (sigwait,
+    a signalfd): kill -2 can never reach the process. ``leader_gone``: the
+    main thread has exited (pthread_exit) while others live on; the kernel
+    hands it no signal, so its mask (the one /proc/PID/status shows) says
+    nothing of where a SIGINT can go.
+    """
+    disposition = masks.disposition(signal.SIGINT)
+    if disposition != "blocked" and not (leader_gone and disposition != "ignored"):
+        return disposition
+    found = delivery(proc, pid, signal.SIGINT)
+    if found == "deliverable":  # another thread takes it, as the handler says
+        return replace(masks, blocked=0).disposition(signal.SIGINT)
+    return _BLOCKED_SIGINT[found]
