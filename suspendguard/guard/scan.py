@@ -16,7 +16,7 @@ from typing import Any
 from suspendguard.guard.describe import describe_process
 from suspendguard.guard.inventory import identity
 from suspendguard.model import HeldNode, Inventory, Node, NodeKey, ScanResult
-from suspendguard.system.io_uring import registered_files
+from suspendguard.system.io_uring import registered_files, unlisted
 from suspendguard.system.kcmp import same_files
 from suspendguard.system.procfs import IO_URING, ProcAccessError, ProcFS
 from suspendguard.system.workers import run_shares
@@ -30,6 +30,9 @@ class _Scanner:
         self.proc = proc
         self.nodes = inventory.by_key()
         self.by_file = {n.file_id: n for n in inventory.nodes}
+        self.by_name: dict[str, list[Node]] = {}
+        for n in inventory.nodes:
+            self.by_name.setdefault(os.path.basename(n.path), []).append(n)
         self.map_sigs = {
             f" {os.major(dev):02x}:{os.minor(dev):02x} {ino} ".encode(): node
             for (dev, ino), node in self.by_file.items()
@@ -142,8 +145,17 @@ class _Scanner:
 
     def _registered(self, pid: int, at: int, ns: str | None, fdinfo: str) -> list[HeldNode]:
         """The nodes an io_uring of ``pid`` holds as registered files (system/io_uring.py)."""
-        held = []
-        for path in registered_files(self.proc.read(pid, fdinfo, at) or b""):
+        for _ in range(3):  # the list is left out while the ring's lock is taken
+            data = self.proc.read(pid, fdinfo, at) or b""
+            if not unlisted(data):
+                break
+        else:
+            raise ProcAccessError(f"pid {pid}: its io_uring does not list its registered files")
+        held: list[HeldNode] = []
+        for path in registered_files(data):
+            if "/" not in path:  # before Linux 6.14, the file's last name alone
+                held.extend(HeldNode(n, path, "io_uring") for n in self.by_name.get(path, ()))
+                continue
             # Its path is as this process sees the file where it shares the mount namespace.
             where = path if ns is not None and ns == self.own_ns else self.proc.path(
                 pid, "root") + path

@@ -3,9 +3,12 @@
 A process may register a file with its ring (``IORING_REGISTER_FILES``) and
 close the fd it opened it with: the ring keeps the file open, and neither
 /proc/PID/fd nor /proc/PID/maps shows it any more. The ring's fdinfo lists
-each registered file under ``UserFiles:``, one line ``INDEX: PATH`` (``<none>``
-for an empty slot), the path escaped as seq_file_path escapes it (a space,
-tab, newline or backslash as ``\\ooo``).
+each registered file under ``UserFiles: COUNT``, one line ``INDEX: PATH``
+(``<none>`` for an empty slot), the path escaped as seq_file_path escapes it
+(a space, tab, newline or backslash as ``\\ooo``). Before Linux 6.14 the line
+names the file by its last name alone (its dentry's, ``d_iname``: ``0: davinci0``),
+and the list is left out while the ring's lock is taken (a ring at work):
+only the count is there.
 """
 
 from __future__ import annotations
@@ -17,8 +20,24 @@ _SLOT = re.compile(rb"^\s*\d+: (.*)$")
 _ESCAPE = re.compile(rb"\\([0-7]{3})")
 
 
+_COUNT = re.compile(rb"^UserFiles:\s*(\d+)", re.M)
+
+
+def unlisted(fdinfo: bytes) -> bool:
+    """Whether the ring has registered files its fdinfo does not list (its lock was taken)."""
+    m = _COUNT.search(fdinfo)
+    listed = fdinfo[m.end():].split(b"\n")[1:] if m else []
+    slots = 0
+    for line in listed:
+        if _SLOT.match(line) is None:
+            break
+        slots += 1
+    return m is not None and int(m.group(1)) > slots
+
+
 def registered_files(fdinfo: bytes) -> list[str]:
-    """The paths of the files registered with the ring whose fdinfo this is."""
+    """What the ring whose fdinfo this is names of each file registered with it: its path,
+    or before Linux 6.14 its last name alone."""
     out: list[str] = []
     inside = False
     for line in fdinfo.split(b"\n"):

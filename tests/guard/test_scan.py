@@ -22,7 +22,7 @@ from suspendguard.guard.describe import describe_process
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Inventory
-from suspendguard.system.io_uring import registered_files
+from suspendguard.system.io_uring import registered_files, unlisted
 from suspendguard.system.procfs import ProcFS, parse_cgroup, parse_status, unit_and_container
 
 
@@ -112,6 +112,40 @@ def test_registered_files_are_read_from_a_rings_fdinfo() -> None:
     assert registered_files(fdinfo) == ["/dev/davinci0", "/tmp/npu 0", "/dev/back\\slash"]
     assert registered_files(b"SqMask:\t0x3\nUserFiles:\t0\nUserBufs:\t0\n") == []
     assert registered_files(b"pos:\t0\nflags:\t02\n") == []  # not a ring
+    assert not unlisted(fdinfo) and not unlisted(b"pos:\t0\nflags:\t02\n")
+
+
+# Before Linux 6.14 (Ubuntu 22.04's 5.15, openEuler's 5.10 and 6.6): the dentry's own name
+# alone (file_dentry(f)->d_iname), and no list at all while the ring's lock is taken.
+OLD_RING = b"SqThread:\t-1\nSqThreadCpu:\t-1\nUserFiles:\t2\n    0: npu0\n    1: <none>\nUserBufs:\t0\n"
+BUSY_RING = b"SqThread:\t4242\nSqThreadCpu:\t3\nUserFiles:\t2\nUserBufs:\t0\nPollList:\n"
+
+
+def test_a_ring_of_an_older_kernel_names_its_files_by_their_last_name() -> None:
+    assert registered_files(OLD_RING) == ["npu0"] and not unlisted(OLD_RING)
+    assert registered_files(BUSY_RING) == [] and unlisted(BUSY_RING)
+
+
+@pytest.mark.parametrize("fdinfo", [OLD_RING, BUSY_RING], ids=["named", "unlisted"])
+def test_a_ring_of_an_older_kernel_is_a_holder_or_unread_never_nothing(
+        tmp_path: Path, node: str, holders: Holders, fdinfo: bytes) -> None:
+    # A fake /proc as such a kernel shows it: a job whose one hold on the node is a ring.
+    _, pid = holders.start(node)
+    fake = tmp_path / "proc"
+    real = Path("/proc") / str(pid)
+    (fake / str(pid) / "fd").mkdir(parents=True)
+    (fake / str(pid) / "fdinfo").mkdir()
+    os.symlink("anon_inode:[io_uring]", fake / str(pid) / "fd" / "5")
+    (fake / str(pid) / "fdinfo" / "5").write_bytes(fdinfo)
+    for name in ("stat", "status", "cmdline", "cgroup"):
+        (fake / str(pid) / name).write_bytes((real / name).read_bytes())
+    result = scan_holders(inventory(node), ProcFS(str(fake)))
+    if fdinfo is OLD_RING:
+        [held] = result.holders
+        assert held.pid == pid and [(n.node.path, n.via) for n in held.nodes] == [
+            (node, "io_uring")]
+    else:  # its files unlisted: it may hold the node, which the guard cannot tell
+        assert result.holders == () and result.unreadable_pids == (pid,)
 
 
 def test_management_only_holder_is_scanned_with_its_role(tmp_path: Path, holders: Holders) -> None:
