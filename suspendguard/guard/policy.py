@@ -51,7 +51,9 @@ def rule_matches(rule: Rule, holder: Holder) -> bool:
         return False
     if rule.uid is not None and rule.uid != holder.uid:
         return False
-    if rule.exe is not None and not fnmatch.fnmatchcase(holder.exe, rule.exe):
+    # A binary replaced while it runs (an upgrade) reads "PATH (deleted)": still that program.
+    if rule.exe is not None and not fnmatch.fnmatchcase(
+            holder.exe.removesuffix(" (deleted)"), rule.exe):
         return False
     if rule.cmdline is not None and not re.search(rule.cmdline, " ".join(holder.cmdline)):
         return False

@@ -62,6 +62,15 @@ def test_rules_need_every_field() -> None:
     assert action(holder(unit="session-3.scope"), PolicyConfig((rule,), (), "veto", ()))[0] == "drain"
 
 
+def test_an_exe_rule_still_matches_a_binary_upgraded_while_it_runs() -> None:
+    # dpkg or pip replaced it: /proc/PID/exe reads "PATH (deleted)", and a protected job
+    # was sent SIGINT.
+    protect = PolicyConfig((Rule(uid=1000, exe="/opt/sim/bin/solver"),), (), "veto", ())
+    running = holder(exe="/opt/sim/bin/solver (deleted)")
+    assert action(running, protect)[0] == "protect"
+    assert action(holder(exe="/opt/sim/bin/other (deleted)"), protect)[0] == "drain"
+
+
 def test_protect_wins_over_ignore_and_names_the_rule() -> None:
     both = PolicyConfig((Rule(comm="python3"),), (Rule(comm="python3"),), "veto", ())
     assert action(holder(), both) == ("protect", "[policy] protect #1 (comm='python3')")
