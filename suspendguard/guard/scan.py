@@ -129,17 +129,20 @@ class _Scanner:
         """The inventoried node ``target`` is, stat-ed once per path and namespace (a deleted
         file's path may name another file by now: stat-ed through its link, never kept)."""
         deleted = target.endswith(" (deleted)")
-        # In our own namespace the path names the same file for everyone;
-        # elsewhere only the magic link itself reaches the real file.
-        if ns is not None and ns == self.own_ns and not deleted:
+        # In our own namespace the path names the same file for everyone, where it can be
+        # reached: a mount lazily unmounted hides it, and then, as in another namespace, only
+        # the magic link itself reaches the real file (for this fd alone).
+        own, fell_back = ns is not None and ns == self.own_ns and not deleted, False
+        st: os.stat_result | None = None
+        if own:
             try:
-                st: os.stat_result | None = os.stat(target)
+                st = os.stat(target)
             except OSError:
-                st = None
-        else:
+                fell_back = True
+        if not own or fell_back:
             st = self.proc.link_stat(pid, *link)
         node = None if st is None else self.nodes.get(identity(st))
-        if not deleted and st is not None:
+        if not deleted and st is not None and not fell_back:
             known[target] = node
         return node
 

@@ -8,6 +8,7 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -189,6 +190,25 @@ def test_a_containers_own_node_registered_with_an_io_uring_is_found_by_rdev(
     h = next(h for h in scan_holders(inventory(node)).holders if h.pid == pid)
     assert [(n.via, n.seen_as, n.node.path) for n in h.nodes] == [
         ("io_uring", "/dev/davinci_manager", node)]
+
+
+@needs_root
+def test_a_node_on_a_mount_gone_from_view_is_found_through_its_fd(
+        tmp_path: Path, node: str, holders: Holders) -> None:
+    # umount -l: the job keeps its fd, whose path the guard, in the same mount namespace,
+    # can no longer reach (the suite's own private one: the host's mounts are untouched).
+    where = tmp_path / "mnt"
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(where)], check=True)
+    try:
+        other = where / "npu0"
+        os.mknod(other, 0o666 | stat.S_IFCHR, os.stat(node).st_rdev)  # the device, named apart
+        _, pid = holders.start(str(other))
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+    assert not other.exists()
+    found = {h.pid: h for h in scan_holders(inventory(node)).holders}
+    assert pid in found and found[pid].nodes[0].via == "fd"
 
 
 def test_unreadable_and_vanishing_entries_do_not_abort(tmp_path: Path, node: str,
