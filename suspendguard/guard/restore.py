@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from suspendguard.config import Config, RestoreConfig
+from suspendguard.guard.identity import vouch
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors, decide
 from suspendguard.guard.scan import scan_holders
@@ -29,6 +30,7 @@ from suspendguard.model import Inventory, Owner, Unavailable
 from suspendguard.record import Stop
 from suspendguard.supervise.owner import OwnerControl
 from suspendguard.system import deadline, journal_ids, journald
+from suspendguard.system.procfs import ProcFS
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +194,8 @@ class Blocker:
         compute = Inventory(tuple(n for n in inventory.nodes if n.role == "compute"))
         scan = scan_holders(compute)
         decisions = decide(scan.holders, self.config.policy, self.config.drain,
-                           never_pids=ancestors(os.getpid()))
+                           never_pids=ancestors(os.getpid()),
+                           vouched=vouch(scan.holders, ProcFS(), None))
         held = [f"pid {d.holder.pid} {d.holder.comm}" for d in decisions
                 if d.action not in ("ignore", "never")]
         # A process the scan could not read may hold the device: not known

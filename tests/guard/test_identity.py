@@ -35,6 +35,7 @@ from suspendguard.guard.inventory import DAEMON_USERS, FAMILY_DAEMONS, take_inve
 from suspendguard.guard.policy import decide
 from suspendguard.guard.render import render
 from suspendguard.guard.report import Report
+from suspendguard.guard.restore import Blocker
 from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.acl import AclBackend
 from suspendguard.model import Holder, holder_id
@@ -191,6 +192,20 @@ def test_daemon_stand_in_run_by_root_from_a_root_folder_is_ignored(
             ("ignore", f"built-in: {family} driver daemon {name}")
         assert hr.outcome.kind == "not-signalled"
         assert started.alive(pids[name]), name
+
+
+def test_a_driver_daemon_blocks_no_repair_after_resume(
+        make_config: Any, node: str, tmp_path: Path, daemon_binary: Path,
+        started: Started) -> None:
+    # The repair after resume asks who holds the device beside what the guard stopped: the
+    # driver's own daemon, as the drain's decision vouched for it, is not such a holder.
+    sbin = tmp_path / "driver"
+    sbin.mkdir(mode=0o755)
+    shutil.copy(daemon_binary, sbin / "nvidia-persistenced")
+    started.start([str(sbin / "nvidia-persistenced"), node])
+    assert Blocker(make_config())("nvidia") == []
+    job = started.start([sys.executable, "-c", NAMED_JOB, "nvidia-persistenced", node])
+    assert Blocker(make_config())("nvidia") == [f"pid {job} nvidia-persiste"]  # a name alone
 
 
 def test_daemon_binary_in_a_folder_another_user_owns_is_drained(
