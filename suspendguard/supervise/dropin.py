@@ -25,7 +25,11 @@ from __future__ import annotations
 
 import math
 
-DROPIN_NAME = "50-suspendguard-drain.conf"
+# systemd applies a unit's drop-ins in the order of their file names, the last one's value
+# winning: the drain's must sort after an admin's own (systemctl edit writes override.conf,
+# and sites number theirs up to 99-), or their Restart= and KillSignal= win.
+DROPIN_NAME = "zz-suspendguard-drain.conf"
+FORMER_NAMES = ("50-suspendguard-drain.conf",)  # an earlier version's: removed alike
 MARKER_NAME = "suspendguard-stopped"
 
 

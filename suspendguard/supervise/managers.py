@@ -3,7 +3,7 @@
 Every holder gets the drain signal from the guard itself (guard/drain.py),
 whatever runs it: the owner is asked only for what the owner alone can do.
 A systemd service first gets a runtime drop-in
-(``/run/systemd/system/UNIT.d/50-suspendguard-drain.conf``, supervise/dropin.py:
+(``/run/systemd/system/UNIT.d/zz-suspendguard-drain.conf``, supervise/dropin.py:
 ``Restart=no``, the drain signal as ``KillSignal=``, ``TimeoutStopSec=``
 raised to ``[drain] timeout_s``) and one daemon reload for all units, then
 its holders are signalled directly, and the unit sees their exit as any
@@ -29,7 +29,13 @@ from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, Owner, Un
 from suspendguard.record import Stop
 from suspendguard.supervise import leftovers, usermanager
 from suspendguard.supervise.containers import Engines
-from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
+from suspendguard.supervise.dropin import (
+    DROPIN_NAME,
+    FORMER_NAMES,
+    MARKER_NAME,
+    dropin_text,
+    stop_timeout,
+)
 from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
 from suspendguard.supervise.setaside import SetAside
 from suspendguard.supervise.user_services import UserServices, by_uid
@@ -262,15 +268,15 @@ class ManagersAndEngines:
         removed = self.users.remove_dropins([o for o in owners if o.kind == "user-service"])
         for unit in dict.fromkeys(o.name for o in owners if o.kind == "systemd-service"):
             path = self._dropin(unit)
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
-            removed.append(path)
+            folder = os.path.dirname(path)
+            for name in (DROPIN_NAME, *FORMER_NAMES):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(folder, name))
+                    removed.append(os.path.join(folder, name))
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(os.path.dirname(path), MARKER_NAME))
+                os.unlink(os.path.join(folder, MARKER_NAME))
             with contextlib.suppress(OSError):  # other drop-ins live there
-                os.rmdir(os.path.dirname(path))
+                os.rmdir(folder)
         return removed
 
     # -- starting again ----------------------------------------------------

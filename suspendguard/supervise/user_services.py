@@ -17,7 +17,13 @@ from itertools import groupby
 
 from suspendguard.model import Owner, Unavailable
 from suspendguard.supervise import usermanager
-from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME, dropin_text, stop_timeout
+from suspendguard.supervise.dropin import (
+    DROPIN_NAME,
+    FORMER_NAMES,
+    MARKER_NAME,
+    dropin_text,
+    stop_timeout,
+)
 from suspendguard.system.dbus import systemd
 from suspendguard.system.dbus.systemd import AfterStop, ServiceState
 
@@ -99,7 +105,8 @@ class UserServices:
         removed = []
         for uid, group in by_uid(owners):
             dropins = [os.path.join(self._folder(o), DROPIN_NAME) for o in group]
-            markers = [os.path.join(self._folder(o), MARKER_NAME) for o in group]
+            markers = [os.path.join(self._folder(o), name) for o in group
+                       for name in (MARKER_NAME, *FORMER_NAMES)]
             gone = usermanager.remove_files(uid, [*dropins, *markers])
             if not isinstance(gone, Unavailable):
                 removed += [p for p in dropins if p in gone]

@@ -44,6 +44,7 @@ from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store.history import History
 from suspendguard.supervise import usermanager
+from suspendguard.supervise.dropin import DROPIN_NAME
 from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system.boot import boot_ids
 from suspendguard.system.deadline import Cancel
@@ -212,7 +213,7 @@ def unit_state(pid: int, **extra: Any) -> dict[str, Any]:
 
 
 def dropin(root: Path) -> Path:
-    return root / "train.service.d" / "50-suspendguard-drain.conf"
+    return root / "train.service.d" / DROPIN_NAME
 
 
 def unit_supervisors(s: Stage, bus: PrivateBus) -> ManagersAndEngines:
