@@ -93,7 +93,11 @@ class Engines:
             self.policies.put(o.key, [seen.restart, seen.restart_max])
             changed = engine.set_restart(o.name, "no")
             if isinstance(changed, Unavailable) or changed:
-                self.policies.take(o.key)
+                # Kept unless the container is gone: an engine that did not answer in time
+                # may have set it all the same, and putting a policy back that never
+                # changed does no harm.
+                if changed == "gone":
+                    self.policies.take(o.key)
                 why = changed.reason if isinstance(changed, Unavailable) else changed
                 self.warnings.append(
                     f"{o.describe()}: its restart policy could not be set aside ({why}); its "

@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from suspendguard.record import Stop
 from suspendguard.store import lock as guard_lock
 from suspendguard.store.history import History
 from suspendguard.supervise.managers import ManagersAndEngines
+from suspendguard.system.engine import TIMEOUT_S
 
 pytestmark = pytest.mark.skipif(not ROOT or cgroup_root() is None,
                                 reason="the fake engine puts its containers in cgroups: root and "
@@ -324,6 +326,32 @@ def test_a_policy_the_engine_refuses_to_put_back_is_kept_until_it_can_be(
     assert code == 0 and out == "nothing to restore\n"
     assert "put back the restart policy always" in err, err
     assert c.restart == "always"
+
+
+def test_a_policy_set_aside_with_no_answer_in_time_is_still_put_back(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    # The engine takes the update and answers past the guard's wait: the policy is "no" all
+    # the same, and dropping the guard's record of "always" lost it for good.
+    c = engine.create(job(node, holders), restart="always")
+    answered = threading.Event()
+
+    def late(method: str, action: str) -> None:
+        if action == "update" and c.restart == "":  # the fake's "no"
+            answered.wait(TIMEOUT_S + 1)
+
+    engine.after = late
+    try:
+        report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
+    finally:
+        answered.set()
+        engine.after = None
+    assert any("restart policy could not be set aside" in w for w in report.verdict.warnings)
+    time.sleep(SLEEP_S)
+    assert c.restart == ""  # the engine did set it aside
+    code, out, _ = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                       environ=env(engine))
+    assert code == 0, out
+    assert c.restart == "always" and engine.wait_running(c)
 
 
 def test_a_restore_while_a_drain_runs_leaves_that_drain_alone(
