@@ -169,8 +169,11 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> Said:
     assert control is not None
     said = NOTHING
     owners = {}
+    kept = {s.owner.key for s in r.stops}  # down since an earlier round: its record stands
     for h in holders:
         o = r.owner(h)
+        if o.key in kept:
+            continue
         if ((o.kind in ("systemd-service", "user-service")
                 and o.activity in ("active", "activating", "reloading"))
                 or (o.kind in ("docker", "podman") and o.activity == "running")):

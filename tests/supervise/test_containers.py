@@ -25,8 +25,12 @@ from fakes.engine.fake_engine import FakeEngine, cgroup_root
 from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT
 from helpers.runners import cli, guard
+from helpers.wait import wait_for
 
 from suspendguard.commands import restore as restore_command
+from suspendguard.config import DevicesConfig
+from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store import lock as guard_lock
@@ -352,6 +356,25 @@ def test_a_policy_set_aside_with_no_answer_in_time_is_still_put_back(
                        environ=env(engine))
     assert code == 0, out
     assert c.restart == "always" and engine.wait_running(c)
+
+
+def test_a_job_respawned_inside_its_container_is_kept_down_once(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    # Its PID 1 starts the worker again (an elastic agent): the next round signals the new
+    # worker, and must not stop the container a second time, which wrote a second stop for
+    # restore to handle ("still running since the drain") and recorded the set-aside policy.
+    worker = " ".join(job(node, holders))
+    script = f'echo "ready $$"; while :; do {worker} > /dev/null; sleep 0.05; done'
+    c = engine.create(["/bin/sh", "-c", script], restart="always")
+    nodes = take_inventory(DevicesConfig((), (node,), ()))
+    wait_for(lambda: bool(scan_holders(nodes).holders), 10)  # its first worker holds the node
+    report = guard(make_config(drain={"rounds": 2}), supervisors=supervisors(engine, tmp_path))
+    assert len(holders.signals()) >= 2, holders.signals()  # both rounds signalled a worker
+    assert report.verdict.kind == "veto", report.verdict  # it came back each time
+    assert [s["name"] for s in stops(tmp_path)] == [c.id]
+    # Set aside once, and put back once at the veto.
+    assert [b["RestartPolicy"]["Name"] for m, p, _q, b in engine.requests
+            if m == "POST" and p == f"/containers/{c.id}/update"] == ["no", "always"]
 
 
 def test_a_restore_while_a_drain_runs_leaves_that_drain_alone(
