@@ -13,6 +13,7 @@ exception: the history never changes a verdict.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,12 @@ class Ledger:
             return f"history: the jobs about to be stopped were not recorded first: {exc}"
         self._ids.update(zip((s.seq for s in stops), written, strict=True))
         return ""
+
+    def restored(self, stop: Stop, result: str, why: str) -> None:
+        """A stop's result, once the run itself started the job again (its drain broke)."""
+        if self.history is not None and stop.seq in self._ids:
+            with contextlib.suppress(HistoryError):  # the run's own error is what is said
+                self.history.record_restore(self._ids[stop.seq], result, why)
 
     def stopped(self, stops: Sequence[Stop], answers: Mapping[str, str]) -> str:
         """Complete the stops the supervisors took; those they refused never happened."""

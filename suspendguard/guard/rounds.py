@@ -71,7 +71,7 @@ def drain(r: RunState, first: list[Decision], look: ScanResult, inventory: Inven
         # the guard broke; the error itself goes on to the caller.
         if r.stops and r.options.supervisors is not None:
             restore(r.stops, r.options.supervisors, restore_config,
-                    enabled=restore_config.after_veto, record=lambda _s, _r, _w: None,
+                    enabled=restore_config.after_veto, record=r.ledger.restored,
                     log=r.options.log.info, warn=r.options.log.warning,
                     journal=r.options.log.journal)
         raise

@@ -431,3 +431,8 @@ def test_a_drain_that_breaks_half_way_puts_the_owner_back(
         guard(make_config(), supervisors=broken)
     assert updates(engine, c.id) == ["no", "always"]  # set aside, then put back
     assert engine.wait_running(c) and c.restart == "always"
+    # Its result is recorded: a later restore (after any sleep) has nothing of it to do, and
+    # does not start it again after an operator stopped it.
+    assert [s["result"] for s in stops(tmp_path)] == ["started"]
+    code, out, _ = cli("--config", conf_file(tmp_path, node), "restore", environ=env(engine))
+    assert (code, out) == (0, "nothing to restore\n")
