@@ -100,11 +100,9 @@ class ProcFS:
     def open_dir(self, pid: int) -> int | None:
         """An fd on /proc/PID that names this process and no other; None when it is gone.
 
-        Every read through it (``at=`` of the readers here) reaches the
-        process that had the PID when it was opened, or fails once that one
-        has been reaped: a process that takes the PID over is never read
-        through it. This is how the scan fixes a holder's identity before
-        reading its fds.
+        Every read through it (``at=`` of the readers here) reaches the process that had the
+        PID when it was opened, or fails once that one has been reaped: a process that takes
+        the PID over is never read through it (how the scan fixes a holder's identity).
         """
         try:
             return os.open(self.path(pid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -157,11 +155,9 @@ class ProcFS:
         """(fd, path) for each fd of ``pid`` whose link names a path; with ``rings``, each
         io_uring's fd too (its link :data:`IO_URING`), whose registered files hold theirs.
 
-        ``at``: read through that :meth:`open_dir` fd; ``folder``: another
-        task's fd table (``task/TID/fd``). Sockets, pipes and other anonymous
-        inodes are left out, and so are fds closed meanwhile. This is the
-        scan's hot loop: one readlink per fd, relative to the open fd
-        directory, as fuser does.
+        ``at``: read through that :meth:`open_dir` fd; ``folder``: another task's fd table
+        (``task/TID/fd``). Sockets, pipes, other anonymous inodes and fds closed meanwhile are
+        left out. The scan's hot loop: one readlink per fd, relative to the fd folder.
         """
         try:
             if at is None:
@@ -374,19 +370,22 @@ _CONTAINER_PATTERNS = (
 
 
 def unit_and_container(cgroup: str | None) -> tuple[str | None, str | None]:
-    """The innermost systemd unit and the container (kind:id) of a cgroup path."""
+    """The innermost systemd unit of this host's manager, and the container (kind:id), of a
+    cgroup path: a unit a container or machine names inside its own cgroup is its own."""
     if not cgroup:
         return None, None
-    unit = None
-    for part in cgroup.strip("/").split("/"):
-        if part.endswith((".service", ".scope")):
-            unit = part
-    container = None
+    container, upto = None, len(cgroup)
     for pattern, kind in _CONTAINER_PATTERNS:
         m = pattern.search(cgroup)
         if m:
             container = f"{kind}:{m.group(1)}"
+            end = cgroup.find("/", m.end())
+            upto = end if end >= 0 else len(cgroup)
             break
+    unit = None
+    for part in cgroup[:upto].strip("/").split("/"):
+        if part.endswith((".service", ".scope")):
+            unit = part
     if container is None and "/kubepods" in cgroup:
         container = "kubernetes:" + cgroup.rstrip("/").rsplit("/", 1)[-1][:24]
     return unit, container

@@ -299,6 +299,22 @@ def test_status_and_cgroup_parsers() -> None:
     assert unit_and_container("/system.slice/train.service") == ("train.service", None)
 
 
+@pytest.mark.parametrize(("cgroup", "unit"), [
+    # A container or machine running its own systemd names units inside its own cgroup: root
+    # in it may call one nvidia-persistenced.service, and a host's rule on that unit (which
+    # root alone starts on the host) must not match it.
+    (f"/machine.slice/libpod-{'ab' * 32}.scope/container/system.slice/nvidia-persistenced.service",
+     f"libpod-{'ab' * 32}.scope"),
+    (f"/system.slice/docker-{'ab' * 32}.scope/system.slice/train.service",
+     f"docker-{'ab' * 32}.scope"),
+    (f"/docker/{'ab' * 32}/system.slice/train.service", None),
+    ("/machine.slice/systemd-nspawn@box.service/payload/system.slice/infer.service",
+     "systemd-nspawn@box.service"),
+])
+def test_a_unit_inside_a_container_is_the_containers_own(cgroup: str, unit: str | None) -> None:
+    assert unit_and_container(cgroup)[0] == unit
+
+
 def test_fixture_status_of_real_torch_jobs() -> None:
     text = (FIXTURES / "nvidia-h200" / "three-torch-holders.txt").read_text()
     assert "0000000001001006" in text  # the deaf job's SigIgn, as captured
