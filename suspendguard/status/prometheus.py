@@ -133,19 +133,21 @@ def _by_code(gauge: Family, reasons: Sequence[Reason]) -> None:
 
 
 def _accelerators(m: Metrics, s: Status) -> None:
-    report = s.report
+    report, now = s.report, s.verdict()
+    verdict = now if not isinstance(now, Unavailable) else (
+        None if isinstance(report, Unavailable) else report.verdict)
+    if verdict is not None:  # one verdict for every series: status's own
+        m.one_of("suspendguard_verdict", "What check --dry-run would give now (1 for the "
+                 "verdict)", "verdict", verdict.kind, VERDICTS)
+        m.gauge("suspendguard_verdict_reasons", "Reasons a suspend would be refused now").add(
+            len(verdict.reasons))
+        _by_code(m.gauge("suspendguard_verdict_reason",
+                         "Reasons a suspend would be refused now, by reason code"),
+                 verdict.reasons)
+        m.gauge("suspendguard_verdict_warnings", "Warnings the dry run gave now").add(
+            len(verdict.warnings))
     if isinstance(report, Unavailable):
         return
-    now = s.verdict()
-    verdict = now if not isinstance(now, Unavailable) else report.verdict
-    m.one_of("suspendguard_verdict", "What check --dry-run would give now (1 for the verdict)",
-             "verdict", verdict.kind, VERDICTS)
-    m.gauge("suspendguard_verdict_reasons", "Reasons a suspend would be vetoed now").add(
-        len(report.verdict.reasons))
-    _by_code(m.gauge("suspendguard_verdict_reason",
-                     "Reasons a suspend would be refused now, by reason code"), verdict.reasons)
-    m.gauge("suspendguard_verdict_warnings", "Warnings the dry run gave now").add(
-        len(report.verdict.warnings))
     nodes = m.gauge("suspendguard_device_nodes", "Accelerator device nodes found, by family and role")
     counts: dict[tuple[str, str], int] = {}
     for n in report.inventory.nodes:

@@ -449,6 +449,11 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str,
     assert code == 0 and sample(metrics(out), "suspendguard_config_valid") == 0
     # No unit runs the guard here: nothing is refused yet, whatever the first line warns.
     assert sample(metrics(out), "suspendguard_suspend_refused") == 0
+    # Every verdict series tells the one verdict, as the JSON does.
+    m = metrics(out)
+    assert sample(m, "suspendguard_verdict", verdict="unknown") == 1
+    assert sample(m, "suspendguard_verdict_reasons") == len(data["verdict"]["reasons"]) == 1
+    assert sample(m, "suspendguard_verdict_reason", code="setup-refused") == 1
     # With the unit enabled, the refusal leads as it stands, whatever the mode.
     from suspendguard.config import defaults
     from suspendguard.status import collect as collecting
