@@ -174,7 +174,7 @@ def _accelerators(m: Metrics, s: Status) -> None:
 
     idle = report.idle
     m.one_of("suspendguard_idle_state", "The idle check's overall answer now (1 for the state)",
-             "state", idle.state, ("idle", "busy", "unknown", "none"))
+             "state", idle.state, ("idle", "busy", "unknown", "none", "skipped"))
     if not isinstance(idle, IdleReport):
         return
     for dev in idle.devices:

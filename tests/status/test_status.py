@@ -365,6 +365,10 @@ def test_prometheus_parses_and_carries_every_part(conf: Path, node: str, holders
     assert sample(m, "suspendguard_suspend_refused") == 0
     assert sample(m, "suspendguard_mode", mode="enforce") == 1
     assert sample(m, "suspendguard_mode", mode="off") == 0
+    # One series per documented state, whatever the answer: a state appearing only when it
+    # holds reads to an alert as "absent" before.
+    assert {labels[0][1] for name, labels in m if name == "suspendguard_idle_state"} == {
+        "idle", "busy", "unknown", "none", "skipped"}
     for part in ("config", "accelerators", "installation", "logind", "systemd", "history"):
         assert sample(m, "suspendguard_status_part_available", part=part) == 1
 
