@@ -201,21 +201,21 @@ class _Scanner:
             ident = parts[3] + b" " + parts[4]
             if b" " + ident + b" " in self.map_sigs:
                 continue  # a node's own file, matched above
-            if ident not in self.map_cache:
+            if ident in self.map_cache:
+                node = self.map_cache[ident]
+            else:
                 try:
-                    self.map_cache[ident] = self._map_node(pid, parts[0].decode())
+                    st = self.proc.map_file_stat(pid, "map_files", parts[0].decode())
                 except ProcAccessError:
                     self.maps_refused.add(pid)
                     continue
-            node = self.map_cache[ident]
+                node = None if st is None else self.nodes.get(identity(st))
+                if st is not None:  # a mapping gone meanwhile says nothing of the next one
+                    self.map_cache[ident] = node
             if node is not None and node.key not in have:
                 have.add(node.key)
                 out.append(HeldNode(node, path.decode("utf-8", "replace"), "map"))
         return out
-
-    def _map_node(self, pid: int, span: str) -> Node | None:
-        st = self.proc.map_file_stat(pid, "map_files", span)
-        return None if st is None else self.nodes.get(identity(st))
 
 
 def scan_holders(

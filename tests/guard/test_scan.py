@@ -19,6 +19,7 @@ from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT, needs_root
 
 from suspendguard.config import DevicesConfig
+from suspendguard.guard import scan
 from suspendguard.guard.describe import describe_process
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.scan import scan_holders
@@ -250,6 +251,25 @@ def test_an_fd_table_not_read_for_want_of_fds_is_not_an_empty_one() -> None:
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_mapping_gone_mid_scan_does_not_hide_the_same_node_in_the_next_process(
+        tmp_path: Path, node: str) -> None:
+    # Two processes map a node under a container's own name (no fd left). The first one's
+    # mapping goes away as it is read (its map_files entry is gone): that answer was kept
+    # for the node's dev:ino, and the second process, which still maps it, was no holder.
+    fake = tmp_path / "proc"
+    span = "7f0000000000-7f0000001000"
+    for pid in (101, 102):
+        (fake / str(pid) / "fd").mkdir(parents=True)
+        (fake / str(pid) / "map_files").mkdir()
+        (fake / str(pid) / "maps").write_text(f"{span} rw-s 00000000 00:05 999 /dev/npu_ct\n")
+        (fake / str(pid) / "stat").write_bytes(Path("/proc/self/stat").read_bytes())
+    os.symlink(node, fake / "102" / "map_files" / span)
+    scanner = scan._Scanner(inventory(node), ProcFS(str(fake)))
+    found, unreadable, _ = scan._held_in(scanner, [101, 102], frozenset())
+    assert list(found) == [102] and unreadable == []
+    assert [(h.node.path, h.via) for h in found[102][1]] == [(node, "map")]
 
 
 def test_a_kernel_thread_is_never_described_as_a_holder(tmp_path: Path) -> None:
