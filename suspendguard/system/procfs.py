@@ -1,9 +1,8 @@
 """Reading /proc (and the cgroup tree) through one configurable root.
 
-Processes vanish mid-read and some entries refuse even root; every reader
-here turns that into ``None`` (gone) or ``ProcAccessError`` (refused) at the
-place it happens; any other error (EMFILE, ENOMEM) is raised, never read as "nothing".
-"""
+Processes vanish mid-read and some entries refuse even root: every reader turns that into
+``None`` (gone) or ``ProcAccessError`` (refused) where it happens; the guard's own want
+of fds or memory is raised, never read as "nothing"."""
 
 from __future__ import annotations
 
@@ -19,6 +18,7 @@ from suspendguard.model import SignalMasks
 
 _GONE = (errno.ENOENT, errno.ESRCH)
 _REFUSED = (errno.EACCES, errno.EPERM)
+_SCARCE = (errno.EMFILE, errno.ENFILE, errno.ENOMEM)  # this process's want, not the entry's
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 IO_URING = "anon_inode:[io_uring]"
 
@@ -51,6 +51,13 @@ def _refused(exc: OSError) -> None:
         raise ProcAccessError(str(exc)) from None
 
 
+def _scarce_or_refused(exc: OSError) -> None:
+    """Raise a refusal, or this process's want of fds or memory: no answer about the entry."""
+    _refused(exc)
+    if exc.errno in _SCARCE:
+        raise exc
+
+
 def _gone_or_refused(exc: OSError) -> None:
     _refused(exc)
     if exc.errno not in _GONE:
@@ -73,8 +80,7 @@ class ProcFS:
 
     def read(self, pid: int, name: str, at: int | None = None) -> bytes | None:
         """The content of /proc/PID/NAME; through ``at`` (an :meth:`open_dir` fd) when given."""
-        # os.open/os.read: the scan reads thousands of small files, and the
-        # io layers of open() cost more than the read itself.
+        # os.open/os.read: for thousands of small files open()'s io layers cost more.
         try:
             if at is None:
                 fd = os.open(f"{self.root}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
@@ -154,24 +160,22 @@ class ProcFS:
                    rings: bool = False) -> list[tuple[str, str]]:
         """(fd, path) for each fd of ``pid`` whose link names a path; with ``rings``, each
         io_uring's fd too (its link :data:`IO_URING`), whose registered files hold theirs.
-
         ``at``: read through that :meth:`open_dir` fd; ``folder``: another task's fd table
         (``task/TID/fd``). Sockets, pipes, other anonymous inodes and fds closed meanwhile are
-        left out. The scan's hot loop: one readlink per fd, relative to the fd folder.
-        """
+        left out. The scan's hot loop: one readlink per fd, relative to the fd folder."""
         try:
             if at is None:
                 dfd = os.open(self.path(pid, folder), _DIR_FLAGS)
             else:
                 dfd = os.open(folder, _DIR_FLAGS, dir_fd=at)
         except OSError as exc:
-            _gone_or_refused(exc)
+            _scarce_or_refused(exc)
             return []
         try:
             names = os.listdir(dfd)
         except OSError as exc:
             os.close(dfd)
-            _gone_or_refused(exc)
+            _scarce_or_refused(exc)
             return []
         paths = []
         readlink = os.readlink  # a local: this line runs once per fd on the host
@@ -179,8 +183,9 @@ class ProcFS:
             for name in names:
                 try:
                     target = readlink(name, dir_fd=dfd)
-                except OSError as exc:
-                    _gone_or_refused(exc)  # closed meanwhile; out of memory is no "nothing"
+                except OSError as exc:  # closed meanwhile, or a path over PATH_MAX (no node's)
+                    if exc.errno in _SCARCE:
+                        raise
                     continue
                 if target[0] == "/" or (rings and target == IO_URING):
                     paths.append((name, target))
@@ -212,9 +217,8 @@ class ProcFS:
     def map_file_stat(self, pid: int, *parts: str) -> os.stat_result | None:
         """As :meth:`link_stat`, but a refusal raises ProcAccessError instead of reading None.
 
-        Following /proc/PID/map_files/SPAN takes CAP_SYS_ADMIN in the initial
-        user namespace (or CAP_CHECKPOINT_RESTORE, from Linux 5.9): the
-        kernel's checkpoint_restore_ns_capable(). Root without it gets EPERM.
+        Following /proc/PID/map_files/SPAN takes CAP_SYS_ADMIN in the initial user namespace
+        (or CAP_CHECKPOINT_RESTORE, from Linux 5.9): root without it gets EPERM.
         """
         try:
             return os.stat(self.path(pid, *parts))
@@ -254,12 +258,9 @@ class ProcFS:
         return False
 
     def thaw_file(self, pid: int, cgroup: str | None) -> str:
-        """The file that thaws ``pid`` when a freezer holds it (v2 or v1), else "".
-
-        cgroup v2: the frozen cgroup's cgroup.freeze; the v1 freezer
-        hierarchy (hybrid hosts): its freezer.state, FROZEN or FREEZING.
-        Both report the state their ancestors impose too.
-        """
+        """The file that thaws ``pid`` when a freezer holds it, else "": the frozen cgroup's
+        cgroup.freeze (v2), or its freezer.state, FROZEN or FREEZING (v1, hybrid hosts); both
+        report the state their ancestors impose too."""
         root = self.unified_root()
         if self.cgroup_frozen(cgroup) and root is not None and cgroup:
             return os.path.join(root, cgroup.lstrip("/"), "cgroup.freeze")

@@ -9,6 +9,7 @@ answer never depends on a fork having worked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -61,9 +62,16 @@ def run_shares(
         os.close(w)
         children.append((child, r, index))
     forked = {index for _, _, index in children}
-    for index in range(len(shares)):
-        if index not in forked:
-            done[index] = work(shares[index])
+    try:
+        for index in range(len(shares)):
+            if index not in forked:
+                done[index] = work(shares[index])
+    except BaseException:
+        for child, r, _ in children:  # no worker left behind, nor its pipe
+            os.close(r)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child, 0)
+        raise
     for child, r, index in children:
         with os.fdopen(r, "rb") as pipe:
             data = pipe.read()

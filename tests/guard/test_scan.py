@@ -253,6 +253,33 @@ def test_an_fd_table_not_read_for_want_of_fds_is_not_an_empty_one() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+DEEP = """
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for _ in range(20):  # 20 * 251 characters: past PATH_MAX, as any user may make it
+    os.mkdir("d" * 250, dir_fd=fd)
+    deeper = os.open("d" * 250, os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = deeper
+held = os.open("f", os.O_CREAT | os.O_RDWR, 0o600, dir_fd=fd)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_an_fd_whose_path_is_past_path_max_is_no_error(tmp_path: Path, node: str,
+                                                      holders: Holders) -> None:
+    # readlink says ENAMETOOLONG: an answer about that fd (no node's), not the guard's want
+    # of fds; raised, it failed every look, and so every suspend, while the process ran.
+    deep = subprocess.Popen([sys.executable, "-c", DEEP, str(tmp_path)], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    holders.procs.append(deep)
+    assert deep.stdout is not None and deep.stdout.readline().strip() == "ready"
+    _, pid = holders.start(node)
+    found = [h.pid for h in scan_holders(inventory(node)).holders]
+    assert pid in found and deep.pid not in found
+
+
 def test_a_mapping_gone_mid_scan_does_not_hide_the_same_node_in_the_next_process(
         tmp_path: Path, node: str) -> None:
     # Two processes map a node under a container's own name (no fd left). The first one's

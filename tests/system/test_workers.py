@@ -66,3 +66,31 @@ def test_no_fork_from_a_threaded_process() -> None:
     finally:
         stop.set()
         t.join()
+
+
+def test_an_error_in_this_process_s_share_leaves_no_worker_behind() -> None:
+    # The scan's own share raised (the guard out of fds): its forked workers were never
+    # waited for, zombies with their pipes open for the rest of the run.
+    code = """
+import os, time
+from suspendguard.system.workers import can_fork, run_shares
+parent = os.getpid()
+def work(share):
+    if os.getpid() == parent and share == [1]:
+        raise OSError(24, "Too many open files")
+    time.sleep(0.2)
+    return share
+assert can_fork()
+try:
+    run_shares([[1], [2], [3]], work, lambda r: r, lambda w: w)
+except OSError as exc:
+    assert exc.errno == 24
+else:
+    raise AssertionError("no error")
+try:
+    os.waitpid(-1, os.WNOHANG)
+except ChildProcessError:
+    print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.stdout, proc.stderr)
