@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -148,10 +149,11 @@ class _Scanner:
 
     def _registered(self, pid: int, at: int, ns: str | None, fdinfo: str) -> list[HeldNode]:
         """The nodes an io_uring of ``pid`` holds as registered files (system/io_uring.py)."""
-        for _ in range(3):  # the list is left out while the ring's lock is taken
+        for attempt in range(3):  # the list is left out while the ring's lock is taken
             data = self.proc.read(pid, fdinfo, at) or b""
             if not unlisted(data):
                 break
+            time.sleep(0.01 * (attempt + 1))
         else:
             raise ProcAccessError(f"pid {pid}: its io_uring does not list its registered files")
         held: list[HeldNode] = []

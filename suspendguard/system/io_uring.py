@@ -7,8 +7,8 @@ each registered file under ``UserFiles: COUNT``, one line ``INDEX: PATH``
 (``<none>`` for an empty slot), the path escaped as seq_file_path escapes it
 (a space, tab, newline or backslash as ``\\ooo``). Before Linux 6.14 the line
 names the file by its last name alone (its dentry's, ``d_iname``: ``0: davinci0``),
-and the list is left out while the ring's lock is taken (a ring at work):
-only the count is there.
+and the list is left out while the ring's lock is taken (a ring at work): only the
+count is there; from 6.15 such a ring's fdinfo shows nothing of the ring at all.
 """
 
 from __future__ import annotations
@@ -24,15 +24,24 @@ _COUNT = re.compile(rb"^UserFiles:\s*(\d+)", re.M)
 
 
 def unlisted(fdinfo: bytes) -> bool:
-    """Whether the ring has registered files its fdinfo does not list (its lock was taken)."""
+    """Whether a ring's fdinfo may leave out files registered with it: it has no
+    ``UserFiles:`` (from Linux 6.15 a ring whose lock is taken shows nothing), lists none of
+    a count over 0 (the lock taken before that), or lists fewer than it counts where every
+    slot is listed (before 6.14, ``<none>`` for an empty one; from 6.14 those are left out)."""
     m = _COUNT.search(fdinfo)
-    listed = fdinfo[m.end():].split(b"\n")[1:] if m else []
-    slots = 0
-    for line in listed:
+    if m is None:
+        return True
+    listed = []
+    for line in fdinfo[m.end():].split(b"\n")[1:]:
         if _SLOT.match(line) is None:
             break
-        slots += 1
-    return m is not None and int(m.group(1)) > slots
+        listed.append(line)
+    count = int(m.group(1))
+    if count == 0:
+        return False
+    if not listed:
+        return True
+    return not any(b"/" in line for line in listed) and count > len(listed)
 
 
 def registered_files(fdinfo: bytes) -> list[str]:
