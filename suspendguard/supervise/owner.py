@@ -72,7 +72,9 @@ def owner_of_cgroup(cgroup: str | None) -> Owner:
     # A user's own manager's tree first: its user may name a cgroup there after any
     # container (ids are in every /proc/PID/cgroup), and root's engine must not act on
     # that one for them. A rootless container is run by the user, and drained as a process.
-    if _USER_MANAGER.search(path) and not _machine(path):
+    user = _USER_MANAGER.search(path)
+    machine = _machine(path)
+    if user and not (machine and path.index(machine) < user.start()):
         return _user_owner(path)
     for pattern in _POD:
         m = pattern.search(path)

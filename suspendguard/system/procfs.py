@@ -376,13 +376,12 @@ def unit_and_container(cgroup: str | None) -> tuple[str | None, str | None]:
     if not cgroup:
         return None, None
     container, upto = None, len(cgroup)
-    for pattern, kind in _CONTAINER_PATTERNS:
-        m = pattern.search(cgroup)
-        if m:
-            container = f"{kind}:{m.group(1)}"
-            end = cgroup.find("/", m.end())
-            upto = end if end >= 0 else len(cgroup)
-            break
+    found = [(m, kind) for pattern, kind in _CONTAINER_PATTERNS if (m := pattern.search(cgroup))]
+    if found:  # the outermost: what is inside it is its own to name
+        m, kind = min(found, key=lambda f: f[0].start())
+        container = f"{kind}:{m.group(1)}"
+        end = cgroup.find("/", m.end())
+        upto = end if end >= 0 else len(cgroup)
     unit = None
     for part in cgroup[:upto].strip("/").split("/"):
         if part.endswith((".service", ".scope")):

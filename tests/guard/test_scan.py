@@ -362,6 +362,9 @@ def test_status_and_cgroup_parsers() -> None:
     (f"/docker/{'ab' * 32}/system.slice/train.service", None),
     ("/machine.slice/systemd-nspawn@box.service/payload/system.slice/infer.service",
      "systemd-nspawn@box.service"),
+    # ... whatever it nests inside, under another container's name
+    (f"/machine.slice/systemd-nspawn@f.service/payload/nvidia-persistenced.service/docker/"
+     f"{'ab' * 32}", "systemd-nspawn@f.service"),
 ])
 def test_a_unit_inside_a_container_is_the_containers_own(cgroup: str, unit: str | None) -> None:
     assert unit_and_container(cgroup)[0] == unit

@@ -38,6 +38,9 @@ POD = "1d2c3b4a-5f6e-4788-99aa-bbccddeeff00"
      "plain", ""),
     (f"/user.slice/user-1000.slice/user@1000.service/app.slice/docker/{CID}/x.service",
      "user-service", "x.service"),
+    # ... even nested in a scope the user named as a machine's
+    (f"/user.slice/user-1000.slice/user@1000.service/app.slice/machine-x.scope/docker-{CID}.scope",
+     "plain", ""),
     # A user manager inside a machine is the machine's
     ("/machine.slice/systemd-nspawn@box.service/payload/user.slice/user-1000.slice/"
      "user@1000.service/app.slice/a.service", "plain", ""),
