@@ -103,17 +103,47 @@ def identity(st: os.stat_result) -> NodeKey:
     return ("file", st.st_dev, st.st_ino)
 
 
+# One folder per GPU the NVIDIA driver has, its information naming its node's minor: a
+# /dev/nvidiaN is made by nvidia-modprobe or by hand, and outlives a GPU that left the
+# driver (passed through to a VM, drained, fallen off the bus).
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
+
+
 def device_families(inventory: Inventory) -> tuple[str, ...]:
-    """The family of each device found, once per device: once per per-device node, and once
-    for a family found by its other nodes alone."""
+    """The family of each device found, once per device: once per per-device node (of a
+    GPU the driver has, where it says), and once for a family found by its other nodes."""
     out: list[str] = []
+    gpus = _nvidia_minors()
     for family in inventory.families():
         pattern = DEVICE_NODE.get(family)
         count = 0 if pattern is None else sum(
             1 for n in inventory.nodes
-            if n.family == family and pattern.fullmatch(os.path.basename(n.path)))
+            if n.family == family and pattern.fullmatch(os.path.basename(n.path))
+            and (family != "nvidia" or gpus is None
+                 or (n.key[0] == "char" and os.minor(int(n.key[1])) in gpus)))
         out.extend([family] * max(count, 1))
     return tuple(out)
+
+
+def _nvidia_minors() -> set[int] | None:
+    """The minors of the GPUs the NVIDIA driver has and uses; None where it cannot say."""
+    try:
+        buses = os.listdir(NVIDIA_GPUS)
+    except OSError:
+        return None
+    minors = set()
+    for bus in buses:
+        try:
+            with open(os.path.join(NVIDIA_GPUS, bus, "information")) as f:
+                text = f.read()
+        except OSError:
+            return None
+        found = re.search(r"^Device Minor:\s*(\d+)", text, re.M)
+        if found is None:
+            return None
+        if not re.search(r"^GPU Excluded:\s*Yes", text, re.M):
+            minors.add(int(found.group(1)))
+    return minors
 
 
 def _expand(patterns: Iterable[str]) -> list[str]:

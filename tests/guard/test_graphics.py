@@ -23,7 +23,8 @@ from helpers.isolation import NODE_RDEV, ROOT
 from helpers.runners import guard
 
 from suspendguard.config import IdleConfig, defaults
-from suspendguard.guard.inventory import FAMILY_NODES, identity
+from suspendguard.guard import inventory
+from suspendguard.guard.inventory import FAMILY_NODES, device_families, identity
 from suspendguard.guard.policy import decide
 from suspendguard.guard.scan import scan_holders
 from suspendguard.idle.nvml import NvmlBackend
@@ -199,3 +200,19 @@ def test_a_device_view_that_lists_fewer_gpus_than_the_host_has_is_no_idle(
     assert hold[0].poll() is None
     [hr] = [h for h in report.holders if h.decision.holder.pid == job]
     assert hr.outcome.kind == "not-signalled", hr.outcome
+
+
+def test_a_gpu_node_the_driver_no_longer_has_is_no_device_to_answer_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # /dev/nvidia1 made by nvidia-modprobe stays when its GPU is passed through to a VM:
+    # NVML lists one GPU, and counting the node left every suspend refused as unknown.
+    nodes = Inventory(tuple(Node(f"/dev/nvidia{m}", "nvidia", "graphics",
+                                 ("char", os.makedev(195, m))) for m in (0, 1)))
+    monkeypatch.setattr(inventory, "NVIDIA_GPUS", str(tmp_path / "no-driver"))
+    assert device_families(nodes) == ("nvidia", "nvidia")  # the driver cannot say: each node
+    gpu = tmp_path / "gpus" / "0000:01:00.0"
+    gpu.mkdir(parents=True)
+    (gpu / "information").write_text("Model: \t\t NVIDIA H200\nDevice Minor: \t 0\n"
+                                     "GPU Excluded:\t No\n")
+    monkeypatch.setattr(inventory, "NVIDIA_GPUS", str(tmp_path / "gpus"))
+    assert device_families(nodes) == ("nvidia",)
