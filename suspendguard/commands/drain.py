@@ -42,7 +42,8 @@ def _list(holders: list[HolderRecord], ctx: Context) -> None:
     rows = [("PID", "USER", "HOW", "COMMAND")]
     for hr in holders:
         h = hr.decision.holder
-        rows.append((str(h.pid), h.user, hr.outcome.why.split("; ")[0], short_command(h.command)))
+        how = hr.outcome.why.split("; it took ")[0]  # what it took before is the report's
+        rows.append((str(h.pid), h.user, how, short_command(h.command)))
     ctx.err.write("\n".join(table(rows, width=terminal_width(ctx.environ, ctx.err))) + "\n")
 
 

@@ -104,9 +104,9 @@ class UserServices:
     def remove_dropins(self, owners: Sequence[Owner]) -> list[str]:
         removed = []
         for uid, group in by_uid(owners):
-            dropins = [os.path.join(self._folder(o), DROPIN_NAME) for o in group]
-            markers = [os.path.join(self._folder(o), name) for o in group
-                       for name in (MARKER_NAME, *FORMER_NAMES)]
+            dropins = [os.path.join(self._folder(o), name) for o in group
+                       for name in (DROPIN_NAME, *FORMER_NAMES)]
+            markers = [os.path.join(self._folder(o), MARKER_NAME) for o in group]
             gone = usermanager.remove_files(uid, [*dropins, *markers])
             if not isinstance(gone, Unavailable):
                 removed += [p for p in dropins if p in gone]

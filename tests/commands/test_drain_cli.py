@@ -169,3 +169,17 @@ def test_drain_with_nobody_to_signal_asks_nothing(conf: Path) -> None:
     code, shown = on_a_terminal(drain_argv(conf), None)
     assert code == 0, shown
     assert "[y/N]" not in shown and "verdict: ALLOW" in shown
+
+
+def test_the_question_says_what_follows_the_signal(conf: Path, node: str,
+                                                    holders: Holders) -> None:
+    # A job that ignores SIGINT, under on_sigint_ignored = "escalate": the operator is told
+    # that escalation follows before answering, not only that it ignores the signal.
+    conf.write_text(conf.read_text() + 'on_sigint_ignored = "escalate"\nescalate = ["SIGTERM:2"]\n')
+    proc, pid = holders.start(node, mode="deaf")
+    code, shown = on_a_terminal(drain_argv(conf), b"n\n")
+    assert "Stop this process" in shown, shown
+    asked = shown[:shown.index("Stop this process")]
+    [row] = [line for line in asked.splitlines() if line.split()[:1] == [str(pid)]]
+    assert "ignores SIGINT; escalation follows" in row, shown
+    assert code == 1 and proc.poll() is None and holders.signals() == []
