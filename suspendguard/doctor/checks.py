@@ -184,11 +184,13 @@ def guard_units(host: Host, config: Config) -> list[Finding]:
                         f"the guard's unit {templates.UNIT_PATH} is not installed: no suspend "
                         "is guarded", "suspendguard install")]
     out = []
+    packaged = unit_path != templates.UNIT_PATH  # install refuses beside a package's unit
     for action in SLEEP_ACTIONS:
         if not _enabled(host, action):
             out.append(Finding(
                 "guard-unit-missing", "error",
                 f"{templates.instance(action)} is not enabled: {action} is not guarded",
+                f"systemctl enable {templates.instance(action)}" if packaged else
                 "suspendguard install (it enables one instance per sleep kind)"))
     need = templates.timeout_start_s(config)
     for action in SLEEP_ACTIONS:
@@ -213,7 +215,7 @@ def guard_units(host: Host, config: Config) -> list[Finding]:
         out.append(Finding("resume-unit-missing", "warning",
                            f"{templates.RESUME_UNIT} is not installed: nothing checks the "
                            "devices or starts the drained jobs again after resume",
-                           "suspendguard install"))
+                           "reinstall the package" if packaged else "suspendguard install"))
     elif have is not None and have < budget:
         out.append(Finding(
             "resume-timeout-short", "warning",

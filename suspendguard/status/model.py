@@ -277,9 +277,13 @@ class Status:
         refusal = self.refusal()
         enabled = self.installation.enabled
         guarded = "suspend" in enabled  # systemctl suspend, the lid's, logind's idle action
+        unit = self.installation.unit
+        # A package's unit is enabled, never installed beside (install refuses there).
+        fix = ("suspendguard install" if unit is None or unit.path.startswith("/etc/") else
+               "systemctl enable suspendguard@suspend.service")
         unguarded = ("suspends are not guarded (the veto unit is not enabled"
                      + (f" for suspend, only for {', '.join(enabled)}" if enabled else "")
-                     + ": suspendguard install)")
+                     + f": {fix})")
         if refusal and not guarded:
             return f"{unguarded}; once it is, every suspend will be refused: {refusal}"
         # No backend is the guard's own veto: observe and off let the suspend go all the

@@ -222,6 +222,18 @@ def test_a_packaged_guard_with_a_short_timeout_is_fixed_by_a_drop_in(tmp_path: P
     assert "TimeoutStartSec=220" in short.fix
 
 
+def test_a_packaged_guard_not_enabled_is_fixed_by_systemctl_not_install(tmp_path: Path) -> None:
+    """install refuses beside a package's unit: the fix for a disabled instance is to enable
+    it, and a missing resume unit is the package's to put back."""
+    root = packaged(clean_host(tmp_path))
+    for wanting in templates.required_by("hibernate"):
+        (root / f"lib/systemd/system/{wanting}.requires/{templates.instance('hibernate')}").unlink()
+    (root / f"lib/systemd/system/{templates.RESUME_UNIT}").unlink()
+    found = {f.id: f.fix for f in doctor(Host(str(root)), CONFIG, 1.0)}
+    assert found["guard-unit-missing"] == f"systemctl enable {templates.instance('hibernate')}"
+    assert found["resume-unit-missing"] == "reinstall the package"
+
+
 def test_a_drop_in_that_lengthens_the_timeout_is_what_counts(tmp_path: Path) -> None:
     root = clean_host(tmp_path)
     _resume_short_timeout(root)

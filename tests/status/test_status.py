@@ -638,6 +638,13 @@ def test_a_unit_enabled_for_hibernate_alone_leaves_suspend_unguarded(conf: Path,
         "suspends are not guarded (the veto unit is not enabled for suspend, only for "
         "hibernate, hybrid-sleep, suspend-then-hibernate: suspendguard install); the guard "
         "would say allow now")
+    # A package's unit is enabled, not installed beside: install refuses there.
+    packaged = stage / "usr/lib/systemd/system"
+    packaged.mkdir(parents=True)
+    (stage / "etc/systemd/system/suspendguard@.service").rename(packaged / "suspendguard@.service")
+    s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
+    assert ": systemctl enable suspendguard@suspend.service); " in s.next_suspend(), \
+        s.next_suspend()
 
 
 def test_no_backend_for_a_family_leads_status(conf: Path, tmp_path: Path, no_bus: str,
