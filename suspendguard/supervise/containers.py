@@ -20,7 +20,7 @@ from dataclasses import replace
 from suspendguard.model import CONTAINER_KINDS, Owner, Unavailable
 from suspendguard.record import Stop
 from suspendguard.supervise.setaside import SetAside
-from suspendguard.system.engine import Container, Engine, socket_path
+from suspendguard.system.engine import Container, Engine, Refused, socket_path
 
 # Docker restarts an exited container after 100 ms, doubling each time.
 FIRST_RESTART_DELAY_S = 0.1
@@ -93,10 +93,10 @@ class Engines:
             self.policies.put(o.key, [seen.restart, seen.restart_max])
             changed = engine.set_restart(o.name, "no")
             if isinstance(changed, Unavailable) or changed:
-                # Kept unless the container is gone: an engine that did not answer in time
-                # may have set it all the same, and putting a policy back that never
-                # changed does no harm.
-                if changed == "gone":
+                # Kept unless the engine surely did nothing (the container gone, an error
+                # answered, never asked): one that did not answer in time may have set it
+                # all the same, and putting a policy back that never changed does no harm.
+                if changed == "gone" or isinstance(changed, Refused):
                     self.policies.take(o.key)
                 why = changed.reason if isinstance(changed, Unavailable) else changed
                 self.warnings.append(

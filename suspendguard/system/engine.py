@@ -133,7 +133,7 @@ class Engine:
         if deadline.cancelled() or limit <= 0:
             why = (deadline.current().cancel_reason if deadline.cancelled() else
                    "no time was left before the guard's deadline")
-            return Unavailable(f"the engine at {self.path} was not asked {method} {path}: {why}")
+            return Refused(f"the engine at {self.path} was not asked {method} {path}: {why}")
         conn = _UnixConnection(self.path, limit)
         try:
             payload = json.dumps(body).encode() if body is not None else None
@@ -205,6 +205,12 @@ class Engine:
         return answer if isinstance(answer, Unavailable) else post_answer(self.path, path, answer)
 
 
+@dataclass(frozen=True, slots=True)
+class Refused(Unavailable):
+    """The engine did nothing of it: it answered with an error, or was never asked (unlike
+    an answer that never came, after which it may have done it all the same)."""
+
+
 def post_answer(where: str, path: str, answer: tuple[int, Any]) -> str | Unavailable:
     """A POST's answer: "" when done, "already running"/"already stopped" (304), "gone" (404)."""
     status, body = answer
@@ -214,7 +220,7 @@ def post_answer(where: str, path: str, answer: tuple[int, Any]) -> str | Unavail
         return "already running" if path.split("?")[0].endswith("/start") else "already stopped"
     if status == 404:
         return "gone"
-    return Unavailable(_error(where, "POST", path, status, body))
+    return Refused(_error(where, "POST", path, status, body))
 
 
 def _error(where: str, method: str, path: str, status: int, body: Any) -> str:

@@ -35,6 +35,7 @@ from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store import lock as guard_lock
 from suspendguard.store.history import History
+from suspendguard.supervise.containers import POLICIES_FILE
 from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system.engine import TIMEOUT_S
 
@@ -309,6 +310,11 @@ def test_a_policy_the_engine_refuses_to_change_is_said_and_its_return_vetoes(
     assert any("started again during the drain" in r or "respawned" in r
                for r in report.verdict.texts), report.verdict.texts
     assert c.restarts >= 1
+    # Refused, the policy never changed: nothing is kept to put back, and nothing fails at it
+    # (a kept record made every restore report the container failed, and every run warn).
+    assert [s["result"] for s in stops(tmp_path)] != ["failed"], stops(tmp_path)
+    assert not (tmp_path / "state" / POLICIES_FILE).exists() or json.loads(
+        (tmp_path / "state" / POLICIES_FILE).read_text()) == {}
 
 
 def test_a_policy_the_engine_refuses_to_put_back_is_kept_until_it_can_be(
