@@ -18,9 +18,21 @@ import re
 
 _SLOT = re.compile(rb"^\s*\d+: (.*)$")
 _ESCAPE = re.compile(rb"\\([0-7]{3})")
-
-
 _COUNT = re.compile(rb"^UserFiles:\s*(\d+)", re.M)
+
+
+def _user_files(fdinfo: bytes) -> tuple[int | None, list[bytes]]:
+    """The ``UserFiles:`` count (None: no such line) and what each slot line after it says."""
+    m = _COUNT.search(fdinfo)
+    if m is None:
+        return None, []
+    listed = []
+    for line in fdinfo[m.end():].split(b"\n")[1:]:
+        slot = _SLOT.match(line)
+        if slot is None:
+            break
+        listed.append(slot.group(1))
+    return int(m.group(1)), listed
 
 
 def unlisted(fdinfo: bytes) -> bool:
@@ -28,37 +40,18 @@ def unlisted(fdinfo: bytes) -> bool:
     ``UserFiles:`` (from Linux 6.15 a ring whose lock is taken shows nothing), lists none of
     a count over 0 (the lock taken before that), or lists fewer than it counts where every
     slot is listed (before 6.14, ``<none>`` for an empty one; from 6.14 those are left out)."""
-    m = _COUNT.search(fdinfo)
-    if m is None:
+    count, listed = _user_files(fdinfo)
+    if count is None:
         return True
-    listed = []
-    for line in fdinfo[m.end():].split(b"\n")[1:]:
-        if _SLOT.match(line) is None:
-            break
-        listed.append(line)
-    count = int(m.group(1))
     if count == 0:
         return False
     if not listed:
         return True
-    return not any(b"/" in line for line in listed) and count > len(listed)
+    return not any(b"/" in slot for slot in listed) and count > len(listed)
 
 
 def registered_files(fdinfo: bytes) -> list[str]:
     """What the ring whose fdinfo this is names of each file registered with it: its path,
     or before Linux 6.14 its last name alone."""
-    out: list[str] = []
-    inside = False
-    for line in fdinfo.split(b"\n"):
-        if line.startswith(b"UserFiles:"):
-            inside = True
-            continue
-        if not inside:
-            continue
-        m = _SLOT.match(line)
-        if m is None:
-            break
-        if m.group(1) != b"<none>":
-            path = _ESCAPE.sub(lambda e: bytes([int(e.group(1), 8)]), m.group(1))
-            out.append(os.fsdecode(path))
-    return out
+    return [os.fsdecode(_ESCAPE.sub(lambda e: bytes([int(e.group(1), 8)]), slot))
+            for slot in _user_files(fdinfo)[1] if slot != b"<none>"]
