@@ -305,15 +305,19 @@ class Owner:
             return self.restart != "no"
         return self.kind == "kubernetes"
 
+    @property
+    def short_name(self) -> str:
+        """The name as shown to a person: a container's id cut as its engine shows it."""
+        return self.name[:12] if self.kind in CONTAINER_KINDS else self.name
+
     def describe(self) -> str:
         if self.kind == "plain":
             return "plain process"
         what = {"systemd-service": "systemd service", "user-service": f"user {self.uid}'s service",
                 "docker": "Docker container", "podman": "Podman container",
                 "kubernetes": "Kubernetes pod"}[self.kind]
-        name = self.name[:12] if self.kind in ("docker", "podman") else self.name
         tail = f"restart {self.restart}" if self.restart else self.note
-        return f"{what} {name}" + (f" ({tail})" if tail else "")
+        return f"{what} {self.short_name}" + (f" ({tail})" if tail else "")
 
     def to_json(self) -> dict[str, Any]:
         # "state" is the pinned JSON key of ``activity``.

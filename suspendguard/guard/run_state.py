@@ -383,7 +383,7 @@ class RunState:
             return ()
         by = f" (reported by {h.source})" if h.source != "proc" else ""
         if holder_id(h) in self.through:
-            by += (f" ({owner.name[:12] if owner.kind != 'systemd-service' else owner.name}, "
+            by += (f" ({owner.short_name}, "
                    f"kept from restarting by {advice.via(owner)})")
         cut = " (the wait was cut short by the deadline)" if result.shortened else ""
         took = self.took_before(d)

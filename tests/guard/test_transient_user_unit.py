@@ -85,3 +85,16 @@ def test_drained_when_told_so(node: str, holders: Holders, make_config: Any) -> 
     assert report.verdict.kind == "allow", report.verdict
     assert f"{pid} SIGINT" in holders.signals()
     assert sup.kept == [ADHOC.key]
+
+
+def test_a_timeout_names_the_user_service_whole(node: str, holders: Holders, make_config: Any) -> None:
+    """The veto names the unit that keeps the job down as its manager knows it: a user
+    service's name is never cut as a container's id is."""
+    _, pid = holders.start(node, mode="slow")
+    sup = OneOwner()
+    report = guard(make_config(drain={"timeout_s": 1}, restore={"transient": "drain"}),
+                   supervisors=sup)
+    assert report.verdict.kind == "veto"
+    [reason] = [r for r in report.verdict.texts if r.startswith(f"pid {pid} ")]
+    assert "(run-u7.service, kept from restarting by the manager of uid 1000)" in reason, reason
+    assert holders.signals() == [f"{pid} SIGINT"] and sup.kept == [ADHOC.key]
