@@ -93,10 +93,12 @@ def _prediction(d: Decision, plan: jobs.Plan) -> Outcome:
 
 
 def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
-                   running: Collection[HolderId] = ()) -> str:
+                   running: Collection[HolderId] = (),
+                   unforwarded: Collection[HolderId] = ()) -> str:
     """What to do about a holder still running at the timeout, by the shape of its job.
 
-    ``running``: the holders this drain left running (a worker's parent among them).
+    ``running``: the holders this drain left running (a worker's parent among them);
+    ``unforwarded``: ranks signalled by the guard because their launcher could not be.
     """
     h, signame = d.holder, d.signal
     if cells := sorted(k[0] for k in stop.after.get(holder_id(h), frozenset()) & set(running)):
@@ -123,6 +125,11 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
                 f"left it behind; stop it yourself (kill -TERM {h.pid})")
     launcher = job.launcher
     assert launcher is not None
+    if what == "forwarded" and holder_id(h) in unforwarded:
+        return (f"{launcher.label} could not be signalled, so the guard sent {signame} to "
+                f"this rank itself; the rank is still saving or stuck, and the launcher still "
+                f"runs; stop the job yourself (kill -{signame.removeprefix('SIG')} "
+                f"{launcher.pid}), then suspend again")
     if what == "forwarded" and holder_id(h) in stop.quiet:
         if launcher.kind.name == "torchrun" and d.wait_s >= 30:
             return (f"{launcher.label} forwarded {signame} and SIGKILLs its ranks "

@@ -39,6 +39,7 @@ class DrainResult:
     outcomes: dict[HolderId, Outcome]
     wait_s: float = 0.0  # how long the wait after the signal could last
     shortened: bool = False  # the deadline cut that wait below ``timeout_s``
+    unforwarded: frozenset[HolderId] = frozenset()  # ranks signalled here: their launcher was not
 
 
 def drain(
@@ -79,7 +80,7 @@ def drain(
             keep([t.holder for t in watch.targets.values()])
         for target in watch.targets.values():
             target.quiet = jobs.quiet.get(holder_id(target.holder), "")
-        _forward(jobs, watch.targets, signame, proc, opener, log)
+        unforwarded = _forward(jobs, watch.targets, signame, proc, opener, log)
         if jobs.hold and jobs.held is not None:
             for launcher in jobs.held.hold(jobs.hold):
                 log(f"stopped {launcher.label} (SIGSTOP) while its ranks leave: it continues "
@@ -92,7 +93,7 @@ def drain(
         _release(jobs.held, log)
         for target in watch.targets.values():
             target.close()
-    return DrainResult(watch.outcomes, wait_s, shortened)
+    return DrainResult(watch.outcomes, wait_s, shortened, unforwarded)
 
 
 class _Drain:
@@ -277,10 +278,12 @@ def _wait(
 
 
 def _forward(jobs: JobStop, targets: dict[int, Target], signame: str, proc: ProcFS,
-             opener: Callable[[int], int], log: Log) -> None:
-    """The signal to each forwarding launcher; where that fails, its ranks get it from the guard."""
+             opener: Callable[[int], int], log: Log) -> frozenset[HolderId]:
+    """The signal to each forwarding launcher; where that fails, its ranks get it from the guard
+    (returned)."""
     signum = int(signal.Signals[signame])
     by_id = {holder_id(t.holder): t for t in targets.values()}
+    unforwarded: set[HolderId] = set()
     for launcher, ranks in jobs.forward:
         own = by_id.get(launcher.id)
         if own is not None:
@@ -303,3 +306,5 @@ def _forward(jobs: JobStop, targets: dict[int, Target], signame: str, proc: Proc
         for rank in ranks:
             if rank in by_id:
                 by_id[rank].quiet = ""
+                unforwarded.add(rank)
+    return frozenset(unforwarded)

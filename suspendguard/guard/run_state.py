@@ -383,12 +383,11 @@ class RunState:
             return ()
         by = f" (reported by {h.source})" if h.source != "proc" else ""
         if holder_id(h) in self.through:
-            by += (f" ({owner.short_name}, "
-                   f"kept from restarting by {advice.via(owner)})")
+            by += f" ({owner.short_name}, kept from restarting by {advice.via(owner)})"
         cut = " (the wait was cut short by the deadline)" if result.shortened else ""
         took = self.took_before(d)
         remedy = advice.timeout_remedy(d, plan, stop, {
-            key for key, o in result.outcomes.items() if o.kind == "timeout"})
+            key for key, o in result.outcomes.items() if o.kind == "timeout"}, result.unforwarded)
         return (reason_about("timeout-after-sigint", (
             f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}" + (f" ({took})" if took else "")
             + f": {remedy}"), h, owner.key),)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -132,17 +133,24 @@ rank.wait()
 """
 
 
+def _start_launcher(holders: Holders, script: str, node: str,
+                    *args: str) -> tuple[subprocess.Popen[str], str, str]:
+    """One of the launchers above, run on ``node``: it, its pid, and its first rank's pid."""
+    launcher = subprocess.Popen([sys.executable, "-c", script, node, HOLDER, holders.marker,
+                                 *args], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    holders.procs.append(launcher)
+    assert launcher.stdout is not None
+    _ready, pid, _rank, rank = launcher.stdout.readline().split()
+    return launcher, pid, rank
+
+
 @pytest.mark.parametrize("stop", ["forward", "hold"])
 def test_a_launcher_that_holds_a_node_gets_one_signal_and_leaves(
         make_config: Any, node: str, holders: Holders, stop: str) -> None:
     """Forward: the launcher's one signal is both its own and its rank's. Hold: it is
     stopped while its rank leaves, then continued to act on its own signal and leave."""
-    launcher = subprocess.Popen([sys.executable, "-c", HOLDING_LAUNCHER, node, HOLDER,
-                                 holders.marker, stop], stdout=subprocess.PIPE, text=True,
-                                start_new_session=True)
-    holders.procs.append(launcher)
-    assert launcher.stdout is not None
-    _ready, pid, _rank, rank = launcher.stdout.readline().split()
+    launcher, pid, rank = _start_launcher(holders, HOLDING_LAUNCHER, node, stop)
     config = make_config(drain={"launchers": [
         {"cmdline": "import os, signal, subprocess", "stop": stop,
          "name": "holding-launcher"}]})
@@ -182,12 +190,7 @@ while any(rank.poll() is None for rank in ranks):
 
 def test_a_launcher_signalled_once_is_not_signalled_again_for_a_rank_it_started_since(
         make_config: Any, node: str, holders: Holders) -> None:
-    launcher = subprocess.Popen([sys.executable, "-c", RESTARTING_LAUNCHER, node, HOLDER,
-                                 holders.marker], stdout=subprocess.PIPE, text=True,
-                                start_new_session=True)
-    holders.procs.append(launcher)
-    assert launcher.stdout is not None
-    _ready, pid, _rank, first = launcher.stdout.readline().split()
+    launcher, pid, first = _start_launcher(holders, RESTARTING_LAUNCHER, node)
     config = make_config(drain={"rounds": 3, "launchers": [
         {"cmdline": "a restarting launcher", "stop": "forward", "name": "restarting-launcher"}]})
     report = guard(config)
@@ -360,3 +363,46 @@ def test_a_root_below_a_rank_is_signalled_where_the_forward_misses_it(
     assert found[1].launcher.pid == launcher.pid
     assert found[0] == ("forwarded" if reached else "beyond"), p
     assert [h.pid for h in p.signalled()] == ([] if reached else [job])
+
+
+# A launcher that forwards SIGINT to its one rank, which saves for longer than the drain waits.
+FORWARDING_LAUNCHER = """# a forwarding launcher
+import os, signal, subprocess, sys
+node, holder, marker = sys.argv[1:4]
+rank = subprocess.Popen([sys.executable, holder, "--node", node, "--marker", marker,
+                         "--mode", "slow"], stdout=subprocess.PIPE, text=True)
+rank.stdout.readline()
+def forward(signum, _frame):
+    with open(marker, "a") as m:
+        m.write(f"{os.getpid()} launcher SIGINT\\n")
+    rank.send_signal(signum)
+signal.signal(signal.SIGINT, forward)
+print(f"ready {os.getpid()} rank {rank.pid}", flush=True)
+rank.wait()
+"""
+
+
+def test_a_rank_whose_launcher_could_not_be_signalled_is_not_said_forwarded(
+        make_config: Any, node: str, holders: Holders, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher's pidfd cannot be had (the guard's fd table full): the rank gets SIGINT
+    from the guard, and its timeout says so, naming the launcher left running."""
+    launcher, pid, rank = _start_launcher(holders, FORWARDING_LAUNCHER, node)
+    holders.extra_pids.append(int(rank))
+    real_open = os.pidfd_open
+
+    def full_for_the_launcher(target: int, flags: int = 0) -> int:
+        if target == int(pid):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real_open(target, flags)
+
+    monkeypatch.setattr(os, "pidfd_open", full_for_the_launcher)
+    config = make_config(drain={"timeout_s": 1, "launchers": [
+        {"cmdline": "a forwarding launcher", "stop": "forward", "name": "fwd-launcher"}]})
+    report = guard(config)
+    assert report.verdict.kind == "veto"
+    assert holders.signals() == [f"{rank} SIGINT"]  # from the guard; the launcher had none
+    [reason] = [r for r in report.verdict.texts if r.startswith(f"pid {rank} ")]
+    assert "forwarded" not in reason, reason
+    assert (f"fwd-launcher (pid {pid}) could not be signalled, so the guard sent SIGINT to "
+            f"this rank itself") in reason and f"kill -INT {pid}" in reason, reason
+    assert launcher.poll() is None
