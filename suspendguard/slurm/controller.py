@@ -38,7 +38,7 @@ from suspendguard.slurm.remote import (
     slurm_reason,
     template,
 )
-from suspendguard.slurm.scontrol import Scontrol, SlurmError
+from suspendguard.slurm.scontrol import Node, Scontrol, SlurmError
 from suspendguard.system import journald, runner
 from suspendguard.system.log import ERR, INFO, WARNING, Logger
 from suspendguard.verdict import Reason
@@ -55,6 +55,10 @@ SCONTROL_TRIES, SCONTROL_PAUSE_S = 3, 1.0
 # A held node's reason when the one it had could not be read: not the guard's, so
 # nothing the guard does lifts the drain (it may have replaced a maintenance drain).
 UNREAD = "earlier reason unknown, scontrol show node failed"
+# A node drained with no reason: Slurm 22.05 frees the reason of a drained node at a
+# power-save wake and when a powered-down node registers, the DRAIN kept. Whose the drain
+# was is gone with it: it is held as somebody else's, never lifted by the guard.
+UNSAID = "drained already, its reason dropped by Slurm"
 # What slurmctld says of a node by itself, and takes back by itself when the node answers.
 SLURMCTLD_OWN = ("Not responding",)
 
@@ -170,20 +174,21 @@ class Controller:
         node is held as somebody else's, never resumed by the guard.
         """
         text = slurm_reason(reason)
-        before = self._reason(node)
-        if before is None:
+        now = self._node(node)
+        if now is None:
             self.say(ERR, f"{node}: its reason could not be read before the drain, which "
                      "replaces any reason it had: held as not the guard's to lift (slurm "
                      f"health never resumes it); see sinfo -R and the slurmctld log, and "
                      f"lift it by hand (scontrol update NodeName={node} State=RESUME)")
             return joined(UNREAD, text)
+        before = now.reason or (UNSAID if now.drained else "")
         kept = before and not ours(before) and before not in SLURMCTLD_OWN
         return joined(before, text) if kept else text
 
-    def _reason(self, node: str) -> str | None:
-        """The node's reason now ("" for none); None when scontrol could not say."""
+    def _node(self, node: str) -> Node | None:
+        """The node as scontrol shows it now; None when it could not say."""
         try:
-            return self._tried(node, lambda: self.scontrol.node(node).reason)
+            return self._tried(node, lambda: self.scontrol.node(node))
         except SlurmError as exc:
             self.say(ERR, f"{node}: {exc}")
             return None

@@ -279,7 +279,8 @@ def _health(config: Config, node: str, log: Logger) -> dict[str, Any]:
         log.warning(f"slurm health: {exc}")
         return answer(node, "unknown", problems, action="none", error=str(exc))
     if action == "leave" and problems:
-        log.info(f"slurm health: {node} is drained by someone else ({now.reason!r}): left alone")
+        whose = repr(now.reason) if now.reason else "no reason: Slurm dropped it"
+        log.info(f"slurm health: {node} is drained by someone else ({whose}): left alone")
     if problems:
         return answer(node, "veto", problems, action=action)
     return answer(node, "unknown" if unread else "allow", unread, action=action)
@@ -290,8 +291,10 @@ def _health_action(drained: bool, reason: str, problems: list[Reason],
     """drain, resume, keep (our drain stays, its first reason kept) or leave (not ours).
 
     A device whose health is ``unknown`` drains nothing, and lifts no drain of ours either:
-    nothing says that what made the guard drain the node is gone."""
-    if reason and not ours(reason):
+    nothing says that what made the guard drain the node is gone. A drain with no reason
+    is nobody's the guard knows (Slurm 22.05 drops the reason of a drained node woken or
+    registered after a power-down): left alone."""
+    if (reason or drained) and not ours(reason):
         return "leave"
     if problems:
         return "keep" if drained and ours(reason) else "drain"

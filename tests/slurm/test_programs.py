@@ -19,7 +19,7 @@ from slurm.test_controller import answering
 from suspendguard.cli import main
 from suspendguard.config.load import load
 from suspendguard.slurm import controller
-from suspendguard.slurm.controller import Controller
+from suspendguard.slurm.controller import UNSAID, Controller
 from suspendguard.slurm.node import _health_action
 from suspendguard.slurm.remote import held_by_guard, ours
 from suspendguard.slurm.scontrol import Node, Scontrol
@@ -180,6 +180,26 @@ def test_a_node_woken_unhealthy_keeps_an_admin_s_reason_before_the_guards(
     assert status != 0, err
     reason = fake.node("node1")["reason"]
     assert reason == f"{MAINTENANCE} (suspendguard: sigint-ignored: pid 7 ignores SIGINT)"
+    assert _health_action(True, reason, []) == "leave"
+
+
+@pytest.mark.parametrize("flags", [("DRAIN", "POWERING_UP"), ("DRAIN", "POWERING_DOWN")])
+def test_a_drain_whose_reason_slurm_dropped_is_not_taken_for_the_guards(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...]) -> None:
+    # Slurm 22.05 frees a drained node's reason at a power-save wake and when a powered-down
+    # node registers, the DRAIN kept: an admin's maintenance drain reads as a drain with no
+    # reason. Woken unhealthy (ResumeProgram) or held (SuspendProgram), the guard's reason
+    # goes after a mark of it, and health never lifts the drain.
+    fake = FakeSlurm(tmp_path, {"node1": node(flags)})
+    if "POWERING_UP" in flags:
+        status, _, err = cli("--config", str(config_file(tmp_path, fake, "veto")), "slurm",
+                             "resume", "node1")
+        assert status != 0, err
+        reason = fake.node("node1")["reason"]
+    else:
+        reason, _ = suspend_refused(tmp_path, monkeypatch, fake)
+    assert reason == f"{UNSAID} (suspendguard: sigint-ignored: pid 7 ignores SIGINT)", reason
+    assert "DRAIN" in fake.node("node1")["flags"]
     assert _health_action(True, reason, []) == "leave"
 
 
