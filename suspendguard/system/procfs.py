@@ -268,7 +268,7 @@ class ProcFS:
             data = self.read(pid, "cgroup")
         except ProcAccessError:
             return ""
-        for line in (data or b"").decode("utf-8", "replace").splitlines():
+        for line in (data or b"").decode("utf-8", "replace").split("\n"):
             parts = line.split(":", 2)
             if len(parts) == 3 and "freezer" in parts[1].split(","):
                 state = os.path.join(self.cgroup_root, "freezer", parts[2].lstrip("/"),
@@ -317,8 +317,10 @@ def parse_stat(data: bytes) -> Stat | None:
 
 
 def parse_status(text: str) -> Status:
+    # Lines end at "\n" alone: the kernel escapes only that one in Name:, and any user may
+    # name a process "job\x1cKthread:1", which splitlines() would read as a line of its own.
     values: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         key, _, value = line.partition(":")
         values[key] = value.strip()
 
@@ -348,7 +350,7 @@ def parse_status(text: str) -> Status:
 
 def parse_cgroup(text: str) -> str | None:
     fallback = None
-    for line in text.splitlines():
+    for line in text.split("\n"):
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue

@@ -75,7 +75,7 @@ def _blocks(proc: ProcFS, pid: int, tid: int, bit: int, at: int) -> bool | None:
     if data is None:
         return None
     state, blocked = "", 0
-    for line in data.decode("ascii", "replace").splitlines():
+    for line in data.decode("ascii", "replace").split("\n"):
         key, _, value = line.partition(":")
         if key == "State":
             state = value.strip()[:1]
@@ -118,7 +118,7 @@ def _signalfd_takes(proc: ProcFS, pid: int, bit: int, at: int, tids: list[int]) 
 
 def signalfd_mask(fdinfo: bytes) -> int:
     """The signals a signalfd takes, from its fdinfo (``sigmask:``, bit N-1 for signal N)."""
-    for line in fdinfo.decode("ascii", "replace").splitlines():
+    for line in fdinfo.decode("ascii", "replace").split("\n"):
         key, _, value = line.partition(":")
         if key == "sigmask":
             try:

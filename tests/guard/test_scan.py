@@ -332,6 +332,35 @@ def test_pid1_refusal_is_counted_not_fatal(node: str) -> None:
     assert result.scanned > 0
 
 
+# /proc/PID/status as Linux 5.15 (Ubuntu 22.04) writes it, with no Kthread: line, of a
+# process that named itself (prctl PR_SET_NAME) "job\x1cKthread:1": the kernel escapes
+# "\n", "\t" and the like in Name:, never \x1c (checked here with a real process below).
+STATUS_5_15 = ("Name:\tjob\x1cKthread:1\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\n"
+               "Ngid:\t0\nPid:\t4242\nPPid:\t1\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\n"
+               "Gid:\t1000\t1000\t1000\t1000\nFDSize:\t64\nGroups:\t1000 \nNStgid:\t4242\n"
+               "NSpid:\t4242\nNSpgid:\t4242\nNSsid:\t4242\nSigQ:\t0/63432\n"
+               "SigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\n"
+               "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
+               "SigCgt:\t0000000000000002\n")
+
+
+def test_a_process_cannot_name_itself_a_kernel_thread() -> None:
+    """A kernel thread is never a holder: a user's job that could pass for one would be
+    skipped by the scan, and the suspend go ahead under it."""
+    st = parse_status(STATUS_5_15)
+    assert not st.kthread and st.uid == 1000
+    named = subprocess.Popen([sys.executable, "-c",
+                              "import ctypes, sys; ctypes.CDLL(None).prctl(15, b'job\\x1cKthread:1', "
+                              "0, 0, 0); print(flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert named.stdout is not None and named.stdout.readline() == "\n"
+        text = Path(f"/proc/{named.pid}/status").read_text()
+        assert text.startswith("Name:\tjob\x1cKthread:1\n"), text[:40]  # as the kernel wrote it
+    finally:
+        named.communicate("")
+
+
 def test_status_and_cgroup_parsers() -> None:
     st = parse_status("Uid:\t0\t0\t0\t0\nSigBlk:\t0000000000000000\n"
                       "SigIgn:\t0000000001001006\nSigCgt:\t0000000180000000\nNSpid:\t432\t7\n")
