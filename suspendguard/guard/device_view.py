@@ -10,6 +10,7 @@ verdict unknown unless that view answers for every device (``uninspected``).
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
@@ -77,7 +78,8 @@ def uninspected(refused: Sequence[int], first: IdleReport | None,
     warning when they do not).
 
     Any of them may hold a node. As root that stays a warning only when the
-    device's own view answers for every device, process lists included, and
+    device's own view answers for every device (``families``: one entry per device found),
+    process lists included, and
     names none of them.
     """
     if not refused:
@@ -92,7 +94,8 @@ def uninspected(refused: Sequence[int], first: IdleReport | None,
     # check handed in speaks for the families it read.
     wanted: list[str] = ([f for f in dict.fromkeys(families) if f in FAMILIES] or
                          (list(dict.fromkeys(d.family for d in first.devices)) if first is not None else []))
-    views = {f: first.process_view(f) for f in wanted} if first is not None else {}
+    found = Counter(families)
+    views = {f: first.process_view(f, found[f]) for f in wanted} if first is not None else {}
     named = {p.pid for p in first.processes()} & set(refused) if first is not None else set()
     if wanted and all(views.values()) and not named:
         return Said.warn(f"{some} could not be inspected as root (pids {pids}); the devices' "

@@ -57,7 +57,7 @@ def look(devices: DevicesConfig, idle: IdleConfig, r: RunState, lock: GuardLock)
         extra, hidden = device_view.device_holders(r, first, {h.pid for h in scan.holders})
         decisions += extra
         said += asked + hidden
-    unknown = device_view.uninspected(refused, first, families)
+    unknown = device_view.uninspected(refused, first, device_families(inventory))
     return Look(inventory, scan, decisions, first, idle_check,
                 Said((*said.reasons,), (*said.warnings, *unknown.warnings)),
                 Said(unknown.reasons))

@@ -132,13 +132,15 @@ class IdleReport:
     # devices report that started later took a reported one's pid.
     asked_at: float = 0.0
 
-    def process_view(self, family: str) -> str:
-        """The backend whose process lists cover every device of ``family`` it reported; "" if none."""
+    def process_view(self, family: str, found: int = 1) -> str:
+        """The backend whose process lists cover every device of ``family`` it reported, and
+        that reported at least the ``found`` devices the host has; "" if none."""
         by: dict[str, list[DeviceReading]] = {}
         for device in self.devices:
             if device.family == family:
                 by.setdefault(device.source, []).append(device)
-        return next((src for src, devs in by.items() if all(d.lists_processes for d in devs)), "")
+        return next((src for src, devs in by.items()
+                     if len(devs) >= found and all(d.lists_processes for d in devs)), "")
 
     def processes(self) -> tuple[DeviceProcess, ...]:
         """Every process a device reported, once per (source, device, pid)."""

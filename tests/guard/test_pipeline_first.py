@@ -9,6 +9,7 @@ verdict unknown unless the device's own view answers for every device.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -21,7 +22,8 @@ from helpers.nvidia import IDLE_GPUS, Checks, FakeNvidiaSmi, busy_gpus
 from helpers.runners import guard
 
 from suspendguard.config import IdleConfig
-from suspendguard.idle.base import IdleReport
+from suspendguard.guard.device_view import uninspected
+from suspendguard.idle.base import DeviceReading, IdleReport
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
@@ -203,3 +205,25 @@ def test_a_process_the_rescan_could_not_read_leaves_the_verdict_unknown(
     assert why.startswith("1 process could not be inspected as root (pids ")
     assert "no device view answers for every device" in why
     assert [s for s in holders.signals() if s.endswith("SIGINT")] != []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root, an unread process may be vouched for")
+def test_a_process_list_of_fewer_devices_than_the_host_has_vouches_for_none() -> None:
+    """nvidia-smi lists the processes of one GPU of two; NVML reads both idle but lists no
+    process: no view answers for the GPU nvidia-smi left out, so an unread process there
+    leaves the verdict unknown, as the idle state alone would let the suspend go."""
+    def gpu(n: int, source: str, lists: bool) -> DeviceReading:
+        return DeviceReading(f"gpu {n}", "nvidia", "idle", source, {"gpu_util_pct": 0.0},
+                             lists_processes=lists)
+
+    report = IdleReport("idle", (gpu(0, "nvidia-smi", True), gpu(0, "nvml", False),
+                                 gpu(1, "nvml", False)), ())
+    assert report.process_view("nvidia", 1) == "nvidia-smi"
+    assert report.process_view("nvidia", 2) == ""
+    said = uninspected([4242], report, ("nvidia", "nvidia"))
+    [reason] = said.reasons
+    assert reason.code == "uninspected" and "no device view answers for every device" in reason.text
+    assert said.warnings == ()
+    # Both GPUs listed with their processes: the unread process is vouched for.
+    whole = IdleReport("idle", (gpu(0, "nvidia-smi", True), gpu(1, "nvidia-smi", True)), ())
+    assert uninspected([4242], whole, ("nvidia", "nvidia")).reasons == ()
