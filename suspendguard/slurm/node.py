@@ -221,14 +221,16 @@ def held_outside_slurm(config: Config) -> list[Reason]:
 
 
 # slurmstepd's cgroup of a job (cgroup v2: /system.slice/slurmstepd.scope/job_42/step_0/...),
-# made by root: pam_slurm_adopt puts a user's ssh session into it too.
-_JOB_CGROUP = re.compile(r"/slurm[^/]*/(?:.*/)?job_[0-9]+(?:/|$)")
+# made by root: pam_slurm_adopt puts a user's ssh session into it too. Slices alone above
+# it: below a unit (user@UID.service, any Delegate= unit, a container's scope) a user
+# may make cgroups of any name.
+_JOB_CGROUP = re.compile(r"/(?:[^/]+\.slice/)*slurmstepd\.scope/job_[0-9]+(?:/|$)")
 
 
 def _in_a_job(proc: ProcFS, holder: Holder) -> bool:
     """Whether ``holder`` is a task of a Slurm job: in a job's cgroup, or (proctrack without
     cgroups) below a slurmstepd that runs as root, which no user can start."""
-    if holder.cgroup and _JOB_CGROUP.search(holder.cgroup):
+    if holder.cgroup and _JOB_CGROUP.match(holder.cgroup):
         return True
     pid, seen = holder.ppid, {holder.pid}
     while pid > 1 and pid not in seen:

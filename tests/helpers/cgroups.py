@@ -30,10 +30,11 @@ def remove_cgroup(path: str) -> None:
 
 
 @contextlib.contextmanager
-def own_cgroup(root: str, what: str) -> Iterator[str]:
-    """A cgroup of the test's own under ``root``, removed after it (remove_cgroup); the
-    test is skipped where ``what`` (its kind, for the reason) cannot be made."""
-    path = os.path.join(root, f"suspendguard-test-{os.getpid()}")
+def own_cgroup(root: str, what: str, suffix: str = "") -> Iterator[str]:
+    """A cgroup of the test's own under ``root`` (its name ending in ``suffix``: ".slice"),
+    removed after it (remove_cgroup); the test is skipped where ``what`` (its kind, for the
+    reason) cannot be made."""
+    path = os.path.join(root, f"suspendguard-test-{os.getpid()}{suffix}")
     try:
         os.mkdir(path)
     except OSError as exc:

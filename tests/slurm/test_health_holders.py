@@ -71,18 +71,18 @@ def test_a_tool_on_management_nodes_only_drains_nothing(tmp_path: Path, conf: Pa
 
 
 @pytest.fixture
-def job_cgroup() -> Iterator[str]:
-    """A cgroup named as slurmstepd names a job's (…/slurmstepd.scope/job_42)."""
+def slice_cgroup() -> Iterator[str]:
+    """A slice of the test's own, in which a test makes the cgroups a job runs in."""
     root = ProcFS().unified_root()
     if root is None:
         pytest.skip("no cgroup v2 tree here")
-    with own_cgroup(root, "a cgroup") as mine:
-        job = os.path.join(mine, "slurmstepd.scope", "job_42")
-        os.makedirs(job)
+    with own_cgroup(root, "a cgroup", ".slice") as mine:
         try:
-            yield job
+            yield mine
         finally:
-            for path in (job, os.path.dirname(job)):
+            for path, _dirs, _files in sorted(os.walk(mine), key=lambda w: -len(w[0])):
+                if path == mine:
+                    continue
                 with open(os.path.join(path, "cgroup.procs")) as f:
                     for pid in f.read().split():
                         set_control(mine, "cgroup.procs", pid)
@@ -90,11 +90,26 @@ def job_cgroup() -> Iterator[str]:
 
 
 def test_a_task_in_its_job_s_cgroup_drains_nothing(conf: Path, node: str, holders: Holders,
-                                                  fake: FakeSlurm, job_cgroup: str) -> None:
+                                                  fake: FakeSlurm, slice_cgroup: str) -> None:
+    # As slurmstepd names a job's cgroup: /system.slice/slurmstepd.scope/job_42.
+    job = os.path.join(slice_cgroup, "slurmstepd.scope", "job_42")
+    os.makedirs(job)
     _, pid = holders.start(node, mode="deaf")
-    set_control(job_cgroup, "cgroup.procs", str(pid))
+    set_control(job, "cgroup.procs", str(pid))
     code, out = health(conf, fake)
     assert (code, fake.node("node1")) == (0, slurm_node()), out
+
+
+def test_a_job_s_cgroup_name_in_a_delegated_subtree_is_no_job(
+        conf: Path, node: str, holders: Holders, fake: FakeSlurm, slice_cgroup: str) -> None:
+    # Any user may make cgroups below their user@UID.service (Delegate=): named as a
+    # job's, they are the user's all the same, and the holder in them is outside Slurm.
+    job = os.path.join(slice_cgroup, "user@1000.service", "slurmstepd.scope", "job_42")
+    os.makedirs(job)
+    _, pid = holders.start(node, mode="deaf")
+    set_control(job, "cgroup.procs", str(pid))
+    code, out = health(conf, fake)
+    assert code == 1 and out.startswith(f"node1: drain: suspendguard: held-outside-slurm: pid {pid}"), out
 
 
 def test_a_task_below_root_s_slurmstepd_drains_nothing(conf: Path, node: str, holders: Holders,
