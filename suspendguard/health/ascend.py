@@ -36,23 +36,30 @@ def npu_smi_check(config: Config, timeout_s: float,
     """npu-smi's Health per chip, judged against the chip's word before the suspend where
     ``before`` has one; ([], why) when npu-smi is not here."""
     backend = NpuSmiBackend(config.idle)
-    earlier = before or {}
+    earlier = {_chip(ident): (ident, word) for ident, word in (before or {}).items()
+               if ident.startswith("npu ")}
     # By default OK and Warning: a chip that reports something minor (a temperature) works.
     good = {w.lower() for w in config.resume.ascend_healthy}
 
     def chips() -> list[DeviceHealth]:
         out = []
-        for ident, word in backend.health(timeout_s):
+        listed = backend.health(timeout_s)
+        for ident, word in listed:
             said = f"npu-smi health {word or '(blank)'}"
+            then = earlier.get(_chip(ident), ("", None))[1]
             if word.strip().lower() in good:
                 out.append(DeviceHealth(ident, FAMILY, "healthy", "", "npu-smi"))
-            elif _no_worse(word, earlier.get(ident)):
+            elif _no_worse(word, then):
                 out.append(DeviceHealth(ident, FAMILY, "healthy",
                                         f"{said}, as before the suspend", "npu-smi"))
             else:
-                then = earlier.get(ident)
                 out.append(DeviceHealth(ident, FAMILY, "unhealthy", said + (
                     f" (before the suspend: {then})" if then else ""), "npu-smi"))
+        # A chip that did not come back is not listed at all: nothing above judges it.
+        now = {_chip(ident) for ident, _ in listed}
+        out += [DeviceHealth(ident, FAMILY, "unhealthy", "not listed by npu-smi after resume "
+                             f"(before the suspend: {word or 'listed'})", "npu-smi")
+                for key, (ident, word) in earlier.items() if key not in now]
         return out
 
     def failed(exc: QueryFailed) -> Answer:
@@ -61,6 +68,12 @@ def npu_smi_check(config: Config, timeout_s: float,
         return [DeviceHealth(FAMILY, FAMILY, "unhealthy", f"npu-smi: {exc}", "npu-smi")], ""
 
     return ask(backend, "npu-smi", chips, failed)
+
+
+def _chip(ident: str) -> str:
+    """One name for a chip: an NPU's only chip is "npu N", which is chip 0 of "npu N chip 0"
+    once the NPU lists two (idle/base.py's ascend_device_id), or lost its other one."""
+    return ident if " chip " in ident else f"{ident} chip 0"
 
 
 def _no_worse(now: str, then: str | None) -> bool:

@@ -163,6 +163,19 @@ def test_npu_smi_health_is_judged_against_the_word_before_the_suspend(npu: Any) 
     assert [(d.device, d.state) for d in found] == [("npu 0", "healthy"), ("npu 1", "unhealthy")]
 
 
+def test_a_chip_listed_before_the_suspend_and_gone_after_it_is_unhealthy(npu: Any) -> None:
+    # npu-smi lists npu 0 and npu 1 now. Before the suspend npu 0 had two chips, so its
+    # first was "npu 0 chip 0": the same chip, now the NPU's only one, is "npu 0".
+    found, _ = ascend.npu_smi_check(npu_config(npu), 10.0, {
+        "npu 0 chip 0": "OK", "npu 0 chip 1": "OK", "npu 1": "OK", "npu 2": "Warning"})
+    assert [(d.device, d.state, d.reason) for d in found] == [
+        ("npu 0", "healthy", ""), ("npu 1", "healthy", ""),
+        ("npu 0 chip 1", "unhealthy", "not listed by npu-smi after resume (before the "
+                                      "suspend: OK)"),
+        ("npu 2", "unhealthy", "not listed by npu-smi after resume (before the suspend: "
+                               "Warning)")]
+
+
 def test_npu_smi_words_taken_as_healthy_are_the_configs(npu: Any) -> None:
     npu.alarms(1)
     found, _ = ascend.npu_smi_check(npu_config(npu, ascend_healthy=["OK", "Alarm"]), 10.0)
