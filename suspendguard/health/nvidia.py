@@ -88,6 +88,11 @@ def cuda_check(config: Config, timeout_s: float) -> list[DeviceHealth] | None:
         return [DeviceHealth(FAMILY, FAMILY, "unhealthy",
                              f"CUDA initialisation did not answer within {timeout_s:g} s (killed)",
                              "cuda")]
+    if result.returncode is not None and result.returncode < 0 and not result.truncated:
+        # Killed by a signal inside the driver (SIGSEGV, SIGBUS): what a job starting now
+        # would meet, not a probe that could not say.
+        return [DeviceHealth(FAMILY, FAMILY, "unhealthy", "CUDA initialisation crashed "
+                             f"({result.describe_failure()})", "cuda")]
     if not result.ok:
         return [DeviceHealth(FAMILY, FAMILY, "unknown",
                              f"CUDA probe: {result.describe_failure()}", "cuda")]

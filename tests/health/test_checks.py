@@ -78,6 +78,15 @@ def test_a_hung_cuda_init_is_killed_at_the_timeout(gpu: Gpu,
         ("unhealthy", "CUDA initialisation did not answer within 1 s (killed)")]
 
 
+def test_a_cuda_init_that_crashes_is_unhealthy(gpu: Gpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The driver takes the probe down (SIGSEGV): a job started now would meet the same.
+    monkeypatch.setenv("FAKE_CUDA_MODE", "crash")
+    found = nvidia.cuda_check(gpu_config(gpu), 20.0) or []
+    assert [(d.state, d.reason.startswith("CUDA initialisation crashed (")) for d in found] == [
+        ("unhealthy", True)], found
+    assert "killed by SIGSEGV" in found[0].reason
+
+
 def test_no_cuda_driver_is_no_nvidia_device(tmp_path: Path) -> None:
     config = build({"resume": {"cuda_library": str(tmp_path / "no-libcuda.so.1")}})
     assert nvidia.cuda_check(config, 20.0) is None

@@ -13,7 +13,9 @@
  *                       46, CUDA_ERROR_DEVICES_UNAVAILABLE, as on a GPU in
  *                       exclusive-process mode that a job's process uses) |
  *                       full (the context on the last device fails with 2,
- *                       CUDA_ERROR_OUT_OF_MEMORY: a job holds its memory)
+ *                       CUDA_ERROR_OUT_OF_MEMORY: a job holds its memory) |
+ *                       crash (cuInit dies of SIGSEGV, as a driver in a bad
+ *                       state after resume can take its caller down)
  *   FAKE_CUDA_COUNT     how many devices (default 1)
  *   FAKE_CUDA_LOG       each call is appended here
  */
@@ -44,6 +46,7 @@ static int count(void) {
 int cuInit(unsigned int flags) {
     note("cuInit", (int)flags);
     if (mode("hang")) for (;;) pause();
+    if (mode("crash")) { volatile int *nowhere = NULL; return *nowhere; }
     if (mode("ok") || mode("ctx") || mode("exclusive") || mode("full")) return 0;
     if (mode("broken")) return 999;
     if (mode("nodevice")) return 100;
