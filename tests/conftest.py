@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers.isolation import isolation_problem
+from helpers.isolation import NO_HOST_BUS, isolation_problem
 
 from suspendguard.config.schema import DEFAULT_STATE_DIR
 
@@ -38,6 +38,10 @@ def pytest_configure(config: pytest.Config) -> None:
                     f"namespace, so that a guard under test can signal only what they started "
                     f"({problem})", returncode=pytest.ExitCode.USAGE_ERROR)
     _host_state = _state_files()
+    # The host's system bus is never asked: a guard under test that refuses a sleep tells
+    # the users logind knows, who are this machine's real users. A test that wants a bus
+    # makes its own (the bus fixture), or names one in its environ.
+    os.environ.setdefault("DBUS_SYSTEM_BUS_ADDRESS", NO_HOST_BUS)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

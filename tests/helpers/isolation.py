@@ -17,6 +17,9 @@ needs_root = pytest.mark.skipif(not ROOT, reason="needs root (mknod, namespaces)
 # and starts its sentinel (tests/test_isolation.py) on a node with this rdev.
 NODE_RDEV = os.makedev(1, 7)
 
+# The system bus of every test that names none (tests/conftest.py): where nothing listens.
+NO_HOST_BUS = "unix:path=/nonexistent/suspendguard-test-no-host-bus"
+
 
 def isolation_problem() -> str | None:
     """Why this process may not run holder tests as root, or None.

@@ -15,12 +15,15 @@ from typing import Any
 
 import pytest
 from helpers.dbus import PrivateBus, dbus_daemon
+from helpers.isolation import NO_HOST_BUS
 from helpers.wait import wait_for
 
 from suspendguard.model import Unavailable
+from suspendguard.system.dbus.bus import DEFAULT_SYSTEM_BUS, system_bus_address
 from suspendguard.system.dbus.logind import (
     Inhibitor,
     LogindInfo,
+    list_sessions,
     logind_info,
     sleep_blockers,
     take_inhibitor,
@@ -274,3 +277,12 @@ def test_dbus_send_sees_what_we_see(bus: PrivateBus, fakes: Start) -> None:
     assert send("--dest=org.freedesktop.systemd1", path,
                 "org.freedesktop.DBus.Properties.Get", "string:org.freedesktop.systemd1.Unit",
                 "string:ActiveState") == units[VETO_UNIT].active_state
+
+
+def test_the_suite_never_asks_the_host_s_system_bus() -> None:
+    """A refusal under test tells whom logind lists: never the host's logind, whose users
+    are this machine's real ones (tests/conftest.py)."""
+    address = system_bus_address()
+    assert address != DEFAULT_SYSTEM_BUS
+    if address == NO_HOST_BUS:
+        assert isinstance(list_sessions(2.0), Unavailable)
