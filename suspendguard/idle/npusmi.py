@@ -125,6 +125,9 @@ def parse_info(text: str) -> NpuSmiInfo:
 
     for line in text.splitlines():
         if not line.lstrip().startswith("|"):
+            # A chip's two rows are adjacent rows of one block: a first row
+            # left waiting at a separator must not pair with the next chip's.
+            pending = None
             continue
         cells = _cells(line)
         health = _index_of(cells, "Health")
@@ -134,7 +137,10 @@ def parse_info(text: str) -> NpuSmiInfo:
             continue
         if mode == "dev-header2":
             bottom = cells[-1]
-            util_label = _UTIL_LABEL.search(bottom) is not None
+            # The figure is read as the data cell's first token, so only a
+            # label that comes first says where it is; elsewhere it is left
+            # to `-t usages`.
+            util_label = _UTIL_LABEL.match(bottom) is not None
             usage_labels = [m.lower() for m in _USAGE_LABEL.findall(bottom)]
             mode = "dev"
             continue

@@ -234,3 +234,67 @@ def test_process_on_a_chip_the_chip_table_does_not_show_is_kept(
         (124611, "npu 2", "python3.8", 8200.0)]
     assert [p.pid for p in readings["npu 0"].processes] == [124528]
     assert (readings["npu 0"].state, readings["npu 1"].state) == ("idle", "idle")
+
+
+def _utilization_second(tmp_path: Path) -> Path:
+    """The 910B2C capture as a made-up release might print it: AI Core % after the memory
+    pair, chip 0 at 55 % and its memory "used" figure at 0."""
+    text = (RECORDED / "910b2c-hbm-one-process.txt").read_text()
+    text = text.replace("| AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |",
+                        "| Memory-Usage(MB)  AICore(%)   HBM-Usage(MB)        |")
+    text = text.replace("| 0           0    / 0          20701/ 65536         |",
+                        "| 0    / 0          55          20701/ 65536         |")
+    assert "55          20701" in text
+    path = tmp_path / "info.txt"
+    path.write_text(text)
+    return path
+
+
+def test_aicore_column_not_first_is_left_to_usages(
+        tmp_path: Path, tool_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first token is AI Core only when its label comes first: read anywhere else, chip 0
+    would read its memory "used" 0 as an idle AI Core."""
+    info = _utilization_second(tmp_path)
+    chip = parse_info(info.read_text()).chips[0]
+    assert chip.readings.get("aicore_pct") is None
+    assert (chip.readings["memory_used_mb"], chip.readings["hbm_used_mb"]) == (0.0, 20701.0)
+
+    usages = tmp_path / "usages-%i.txt"
+    (tmp_path / "usages-0.txt").write_text("Aicore Usage Rate(%) : 55\n")
+    (tmp_path / "usages-1.txt").write_text("Aicore Usage Rate(%) : 0\n")
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(info))
+    monkeypatch.setenv("FAKE_NPU_SMI_USAGES", str(usages))
+    readings = {r.id: r for r in NpuSmiBackend(config()).query(5.0)}
+    assert calls(tool_log) == ["info", "info -t usages -i 0 -c 0", "info -t usages -i 1 -c 0"]
+    assert (readings["npu 0"].state, readings["npu 0"].readings["aicore_pct"]) == ("busy", 55.0)
+    assert readings["npu 1"].state == "idle"
+
+
+def _without(text: str, needle: str) -> str:
+    lines = text.splitlines(keepends=True)
+    assert sum(needle in line for line in lines) == 1
+    return "".join(line for line in lines if needle not in line)
+
+
+@pytest.mark.parametrize(("fixture", "second_row", "left"), [
+    # NPU 0's second row: its first row then waited for NPU 1's (Power 99.6 read as AI Core).
+    ("910b2c-hbm-one-process.txt", "0000:5A:00.0", {(1, 0): 0.0}),
+    ("310p3-two-chips-blank-process-names.txt", "35846/ 44216", {(0, 1): 41.0, (96, 0): 0.0}),
+])
+def test_chip_missing_its_second_row_is_dropped_not_paired_across_a_separator(
+        fixture: str, second_row: str, left: dict[tuple[int, int], float]) -> None:
+    info = parse_info(_without((RECORDED / fixture).read_text(), second_row))
+    assert {(c.npu, c.chip): c.readings["aicore_pct"] for c in info.chips} == left
+
+
+def test_backend_reads_a_chip_missing_its_second_row_as_unknown(
+        tmp_path: Path, tool_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    info = tmp_path / "info.txt"
+    info.write_text(_without((RECORDED / "910b2c-hbm-one-process.txt").read_text(),
+                             "0000:5A:00.0"))
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(info))
+    readings = {r.id: r for r in NpuSmiBackend(config()).query(5.0)}
+    # NPU 1 is read from its own rows; NPU 0 has only its process row left, so no figure.
+    assert (readings["npu 1"].state, readings["npu 1"].readings["power_w"]) == ("idle", 99.6)
+    assert readings["npu 0"].state == "unknown"
+    assert all(r.readings.get("aicore_pct") != 99.6 for r in readings.values())
