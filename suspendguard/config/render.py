@@ -92,8 +92,14 @@ def _toml_value(value: Any) -> str:
 
 def _toml_str(value: str) -> str:
     out = value.replace("\\", "\\\\").replace('"', '\\"')
-    out = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in out)
+    out = "".join(c if c.isprintable() else _escape(c) for c in out)
     return f'"{out}"'
+
+
+def _escape(c: str) -> str:
+    # TOML's \u takes exactly four hex digits; code points above U+FFFF need \U.
+    code = ord(c)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def _rule_table(rule: Rule) -> str:

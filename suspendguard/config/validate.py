@@ -40,6 +40,7 @@ def validate(spec: Spec, value: Any) -> Any:
     if kind in ("str", "path"):
         if not isinstance(value, str):
             raise Invalid("a string")
+        _check_no_nul(value)
         if kind == "path" and not value.startswith("/"):
             raise Invalid(f"an absolute path, got {value!r}")
         return value
@@ -142,7 +143,15 @@ def _check_glob(pattern: str) -> None:
 def _str_list(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise Invalid("a list of strings")
+    for item in value:
+        _check_no_nul(item)
     return list(value)
+
+
+def _check_no_nul(text: str) -> None:
+    # Paths and names end up in os calls, which raise ValueError on an embedded NUL.
+    if "\0" in text:
+        raise Invalid(f"a string without a NUL character, got {text!r}")
 
 
 def _number(value: Any, kind: str, bounds: Bounds) -> float:
@@ -195,7 +204,8 @@ def _rule(value: Any) -> Rule:
     if "cmdline" in value:
         try:
             re.compile(value["cmdline"])
-        except re.error as exc:
+        # A huge repetition count or deep nesting fails outside re.error.
+        except (re.error, OverflowError, RecursionError) as exc:
             raise Invalid(f"cmdline must be a valid regular expression ({exc})") from None
     return Rule(**value)
 

@@ -42,6 +42,15 @@ def test_effective_config_round_trips(tmp_path: Path) -> None:
     assert [s.signal for s in cfg.drain.escalate] == ["SIGTERM", "SIGKILL"]
 
 
+def test_effective_config_round_trips_characters_above_the_bmp() -> None:
+    # Unprintable code points are escaped; above U+FFFF that takes TOML's \UXXXXXXXX.
+    cmdline = "x\U000e0001y\u0085z\U0010ffff"
+    cfg = build({"policy": {"protect": [{"cmdline": cmdline}]}})
+    again = build(tomllib.loads(to_toml(cfg)))
+    assert again.policy == cfg.policy
+    assert again.policy.protect[0].cmdline == cmdline
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -109,6 +118,43 @@ def test_bad_config_is_one_line_exit_2(tmp_path: Path, text: str, expected: str)
     assert str(path) in err
     assert expected in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Regular expressions that fail with OverflowError or RecursionError, not re.error.
+        ('[[policy.protect]]\ncmdline = "a{4294967296}"\n',
+         "[policy] protect (line 1): entry 1: cmdline must be a valid regular expression"),
+        ('[[policy.drain]]\nuid = 0\ntimeout_s = 5\ncmdline = "' + "(" * 5000 + ")" * 5000
+         + '"\n', "[policy] drain (line 1): entry 1: cmdline must be a valid regular expression"),
+        ('[[drain.launchers]]\ncmdline = "a{4294967296}"\nstop = "hold"\n',
+         "[drain] launchers (line 1): entry 1: cmdline must be a valid regular expression"),
+        # A NUL reaches os calls (realpath, lstat) as a ValueError.
+        ('[idle]\nnpu_smi = "/usr/bin/np\\u0000u"\n',
+         "[idle] npu_smi (line 2): expected a string without a NUL character"),
+        ('[state]\ndir = "/var/x\\u0000y"\n',
+         "[state] dir (line 2): expected a string without a NUL character"),
+        ('[devices]\nnodes = ["/dev/npu\\u0000*"]\n',
+         "[devices] nodes (line 2): expected a string without a NUL character"),
+        ('[devices]\nfamilies = ["ascend\\u0000"]\n',
+         "[devices] families (line 2): expected a string without a NUL character"),
+        ('[logs]\npaths = ["/var/log/x\\u0000/*.log"]\n',
+         "[logs] paths (line 2): expected a string without a NUL character"),
+    ],
+)
+def test_nul_and_regex_limits_are_one_line_exit_2(tmp_path: Path, text: str,
+                                                  expected: str) -> None:
+    path = tmp_path / "bad.toml"
+    code, out, err = config_cli(path, text)
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1, err
+    assert str(path) in err and expected in err, err
+
+
+def test_a_nul_in_state_dir_is_a_config_error_for_any_user() -> None:
+    with pytest.raises(ConfigError, match=r"\[state\] dir: expected a string without a NUL"):
+        build({"state": {"dir": "/var/x\0y"}})
 
 
 def test_a_byte_order_mark_is_named(tmp_path: Path) -> None:
