@@ -49,6 +49,8 @@ def confirm_idle(r: RunState, look: Look, certain_veto: bool, config: IdleConfig
         said += Said.warn(*(f"(expected before the drain) {w}" for w in idle.veto_reasons))
     else:
         unknown = {why: family for family, why in idle.unknown}
+        busy = {why: device for device, why in idle.busy}
         said += Said.veto(*(Reason("device-unknown", why, device=unknown[why]) if why in unknown
-                            else Reason("device-busy", why) for why in idle.veto_reasons))
+                            else Reason("device-busy", why, device=busy.get(why))
+                            for why in idle.veto_reasons))
     return idle, said + Said.warn(*idle.warnings)

@@ -188,6 +188,16 @@ def guard_report(ctx: Caller, log: Logger, dry_run: bool, action: str | None, or
                    supervisors=OnDemandOwnerControl(ctx.environ, config.state.dir))
 
 
+def _told_key(action: str, verdict: Verdict) -> str:
+    """What makes a refusal the same as one told already: each reason's code and what it is
+    about, not its words, whose figures (a busy device's load, a wait's seconds) change at
+    every ask. A reason about nothing in particular is told by its words."""
+    return "\n".join((action, *(
+        f"{r.code} {r.pid} {r.comm} {r.unit} {r.owner} {r.device}"
+        if (r.pid, r.comm, r.unit, r.owner, r.device) != (None,) * 5 else f"{r.code} {r.text}"
+        for r in verdict.reasons)))
+
+
 def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger, begun: float,
                  once: bool = True) -> None:
     """The refused sleep told to the users (notify/), once its verdict is logged.
@@ -201,7 +211,7 @@ def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger, beg
     """
     from suspendguard.notify.tell import tell
     from suspendguard.store import told
-    if once and not told.first_time(config.state.dir, "\n".join((action, *verdict.texts))):
+    if once and not told.first_time(config.state.dir, _told_key(action, verdict)):
         log.info(f"notify: the same refusal of the {action} was told less than "
                  f"{told.AGAIN_S:g} s ago: not told again")
         return

@@ -126,6 +126,8 @@ class IdleReport:
     # (family, the veto it makes under [idle] on_unknown = veto) for each
     # family no backend could answer for; also among veto_reasons or warnings.
     unknown: tuple[tuple[str, str], ...] = ()
+    # (device, the veto it makes) for each device read busy; also among veto_reasons.
+    busy: tuple[tuple[str, str], ...] = ()
     # The backends the deadline (or a stop) came before they were asked at all.
     unasked: tuple[str, ...] = ()
     # When the first query began (CLOCK_BOOTTIME, s; 0.0: not known): a process the

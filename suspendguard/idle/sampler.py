@@ -292,13 +292,16 @@ def _verdict(
     vetoes: list[str] = []
     warnings: list[str] = []
     unknown: list[tuple[str, str]] = []
+    busy_ones: list[tuple[str, str]] = []
     states: list[ReportState] = []
     sources = {b.name: b.family for b in used}
     for family in families:
         mine = {key: t for key, t in tracks.items() if sources.get(key[0]) == family}
         busy = [t for t in mine.values() if t.decided == "busy"]
         if busy:
-            vetoes.extend(_busy_reason(t, config) for t in busy)
+            said = [((t.busy or t.latest).id, _busy_reason(t, config)) for t in busy]
+            busy_ones += said
+            vetoes += [why for _, why in said]
             states.append("busy")
             continue
         # Idle needs one backend that answered for every device it knows, and
@@ -332,4 +335,5 @@ def _verdict(
         "busy" if "busy" in states else "unknown" if "unknown" in states else "idle"
     )
     devices = tuple(t.report() for t in tracks.values())
-    return IdleReport(state, devices, statuses, tuple(vetoes), tuple(warnings), tuple(unknown))
+    return IdleReport(state, devices, statuses, tuple(vetoes), tuple(warnings), tuple(unknown),
+                      busy=tuple(busy_ones))

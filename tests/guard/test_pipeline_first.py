@@ -227,3 +227,23 @@ def test_a_process_list_of_fewer_devices_than_the_host_has_vouches_for_none() ->
     # Both GPUs listed with their processes: the unread process is vouched for.
     whole = IdleReport("idle", (gpu(0, "nvidia-smi", True), gpu(1, "nvidia-smi", True)), ())
     assert uninspected([4242], whole, ("nvidia", "nvidia")).reasons == ()
+
+
+def test_a_device_still_busy_after_the_drain_is_named_in_its_reason(
+        make_config: Any, node: str, holders: Holders, smi: FakeNvidiaSmi) -> None:
+    """The device the reason is about travels with it (reason_details' device), so that a
+    repeat whose figures changed is known for the same refusal."""
+    job, pid = holders.start(node)
+    smi.show(busy_gpus(), [pid])
+    check = Checks()
+
+    def after_drain(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> IdleReport:
+        if check.calls:
+            smi.show(busy_gpus(util="97 %"), [])  # the job left; the GPU still works
+        return check(config, families, deadline)
+
+    report = guard(make_config(), idle_check=after_drain)
+    assert report.verdict.kind == "veto", report.verdict.texts
+    assert job.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
+    [busy] = [r for r in report.verdict.reasons if r.code == "device-busy"]
+    assert busy.device == "gpu 0" and busy.text.startswith("gpu 0 (nvidia-smi): "), busy
