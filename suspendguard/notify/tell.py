@@ -20,6 +20,7 @@ import os
 import pwd
 import sys
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,20 +53,27 @@ class Message:
     def terminal_text(self, when: float) -> str:
         """As wall writes it: a bell, a banner, CR LF line ends (a raw terminal needs the CR)."""
         stamp = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(when))
+        first, *rest = self._lines()
         lines = ["", f"\aMessage from suspendguard ({stamp}):", "",
-                 f"{self.summary}: {_printable(self.body.splitlines()[0])}",
-                 *map(_printable, self.body.splitlines()[1:]), ""]
+                 f"{self.summary}: {first}", *rest, ""]
         return "\r\n".join(lines) + "\r\n"
 
     def desktop_text(self) -> str:
         """The body, its lines kept and control characters '?' like a terminal's: a NUL
         cannot travel as the child's argument nor as a D-Bus string."""
-        return "\n".join(map(_printable, self.body.splitlines()))
+        return "\n".join(self._lines())
+
+    def _lines(self) -> list[str]:
+        # Split on "\n" only: splitlines() would honour \r, \v, \x1c, \x85, \u2028 ... from
+        # a reason's text as line breaks, and a process name could add lines of its own.
+        return [_printable(line) for line in self.body.split("\n")]
 
 
 def message(verdict: Verdict, action: str) -> Message:
     """The summary and body: the first reason's words, and where the rest are."""
-    first = verdict.reasons[0].text if verdict.reasons else "the guard could not tell"
+    # The reason's text made printable before it is joined: its line breaks are not the
+    # body's (a process name is its owner's to choose).
+    first = _printable(verdict.reasons[0].text) if verdict.reasons else "the guard could not tell"
     more = len(verdict.reasons) - 1
     rest = (f"{more} more reason{'s' if more > 1 else ''}: suspendguard status" if more
             else "suspendguard status for the rest")
@@ -198,7 +206,14 @@ def _send(uid: int, msg: Message, end: float, python: str, address: str) -> str 
     return result.describe_failure()
 
 
+# Format characters (bidi overrides such as U+202E, zero-width ones) and the line and
+# paragraph separators U+2028/U+2029: they reorder, hide or break a line on a terminal or
+# desktop that honours them.
+_UNSHOWN = frozenset({"Cf", "Zl", "Zp"})
+
+
 def _printable(text: str) -> str:
     """No control characters from a reason (a process name is its owner's to choose)
-    reach another user's terminal: each becomes '?'."""
-    return "".join("?" if ord(c) < 32 or 0x7f <= ord(c) < 0xa0 else c for c in text)
+    reach another user's terminal: each becomes '?', line breaks of every kind included."""
+    return "".join("?" if ord(c) < 32 or 0x7f <= ord(c) < 0xa0
+                   or unicodedata.category(c) in _UNSHOWN else c for c in text)

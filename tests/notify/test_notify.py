@@ -33,7 +33,7 @@ from suspendguard.config.load import build
 from suspendguard.config.schema import NotifyConfig
 from suspendguard.errors import ConfigError
 from suspendguard.model import Unavailable
-from suspendguard.notify.tell import message, tell, told_sessions
+from suspendguard.notify.tell import Message, message, tell, told_sessions
 from suspendguard.notify.terminals import write_terminal
 from suspendguard.system.dbus.logind import LoginSession, list_sessions
 from suspendguard.system.dbus.notifications import notify
@@ -125,6 +125,18 @@ def test_the_words() -> None:
                    "suspend").terminal_text(0.0)
     assert "\x1b" not in text and "pid 1 (?]0;pwned?) is held" in text
     assert text.startswith("\r\n\aMessage from suspendguard (") and text.endswith("\r\n")
+    # Every line break but the body's own "\n", and what reorders or hides text, is '?' too:
+    # a process name adds no line of its own to another user's terminal or desktop.
+    breaks = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\u202e\u200b"
+    forged = message(Verdict("veto", (Reason("protected", f"pid 9 x{breaks}root: reboot"),)),
+                     "suspend")
+    shown = f"pid 9 x{'?' * len(breaks)}root: reboot"
+    assert forged.body == f"{shown}\nsuspendguard status for the rest"
+    assert forged.desktop_text().split("\n") == [shown, "suspendguard status for the rest"]
+    lines = forged.terminal_text(0.0).split("\r\n")
+    assert lines[3:] == [f"Suspend refused by suspendguard: {shown}",
+                         "suspendguard status for the rest", "", ""], lines
+    assert Message("S", f"a{breaks}b\nc").desktop_text() == f"a{'?' * len(breaks)}b\nc"
 
 
 def _config(**kw: Any) -> NotifyConfig:
