@@ -308,8 +308,9 @@ COMMANDS: tuple[Command, ...] = (
             "retry:command", _retry,
             ((0, "the sleep went ahead, or nothing is left to retry (the lid was opened, "
                  "someone used the machine, the veto's cause is certain)"),
-             (1, "gave up: the cause was still there after --for, or the sleep was vetoed "
-                 "again (3 tries at most)"),
+             (1, "gave up: the cause was still there after --for, the sleep was vetoed "
+                 "again (3 tries at most) or refused as unknown, or logind kept another sleep "
+                 "in progress"),
              USAGE_EXIT, (3, "logind, systemd or the history could not be asked"),
              UNTRUSTED_EXIT)),
     Command("slurm", "a Slurm cluster's power saving through each node's guard: suspend, "

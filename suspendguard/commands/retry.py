@@ -54,8 +54,10 @@ def offer_retry(ctx: Context, action: str, since: float, log: Logger) -> None:
     if why is not None:
         log.info(f"no retry: {why}")
         return
-    argv = (sys.executable, "-m", "suspendguard", "retry", action, "--attempt", str(found.id),
-            "--for", f"{RETRY_FOR_S:g}") + (("--config", config.path) if config.path else ())
+    # -I as every root entry point: no cwd on sys.path, no PYTHON* variables, no user site.
+    argv = (sys.executable, "-I", "-m", "suspendguard", "retry", action, "--attempt",
+            str(found.id), "--for", f"{RETRY_FOR_S:g}") + (
+        ("--config", config.path) if config.path else ())
     # Unloaded even when it gave up (exit 1) or failed: else the next veto's retry is refused
     # by name until someone runs systemctl reset-failed.
     spec = TransientSpec(

@@ -199,8 +199,8 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
                 return ended(f"no retry: {ready.why}")
             return Retried(EXIT_VETO, f"gave up: {ready.why}")
         got = _settled(wish)
-        if got is None:
-            return Retried(EXIT_ERROR, f"gave up: logind kept a sleep in progress for {SETTLE_S:g} s")
+        if got is None:  # logind answered: it is the sleep in progress that never ended
+            return Retried(EXIT_VETO, f"gave up: logind kept a sleep in progress for {SETTLE_S:g} s")
         # The look that allowed may come seconds after the last ask (or be the first look
         # of all): the lid may have been opened meanwhile.
         why = stop(got)
@@ -219,6 +219,12 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
         if job.done:
             return Retried(EXIT_ALLOW, f"retried: the {action} went ahead (try {tries + 1})")
         again = latest(since)
+        if again is not None and again.result in ("unknown", "interrupted"):
+            # The guard refused it, not as a veto that ends by itself: never asked for again.
+            first = (again.verdict.reasons[0].text if again.verdict.reasons
+                     else "no reason recorded")
+            return Retried(EXIT_VETO, f"gave up: attempt {again.id} refused the {action} "
+                                      f"({again.result}): {first}")
         if again is None or again.result != "veto":
             return Retried(EXIT_ERROR, f"gave up: the {action} ended '{job.result}' and the "
                                        "guard recorded no veto for it")

@@ -10,6 +10,7 @@ the sleep through the fake systemd.
 from __future__ import annotations
 
 import io
+import sys
 import threading
 import time
 from pathlib import Path
@@ -310,3 +311,50 @@ def test_a_retry_unit_that_gave_up_does_not_block_the_next_retry(
     props = {key: value.value for key, value in spec.properties()}
     assert name == "suspendguard-retry-suspend.service"
     assert props.get("CollectMode") == "inactive-or-failed", props
+    # Isolated, as every root entry point: not the cwd's modules nor PYTHON* variables.
+    [(path, argv, _)] = props["ExecStart"]
+    assert path == sys.executable and argv[:4] == [sys.executable, "-I", "-m", "suspendguard"]
+    assert argv[4:8] == ["retry", "suspend", "--attempt", "7"], argv
+
+
+def _cleared(request: Any, latest: Any, wishes: Any = None) -> Retried:
+    """A device-busy veto whose cause has cleared at the first look, the lid still closed."""
+    from types import SimpleNamespace
+    return retry(attempt("device-busy"), "suspend", 30.0,
+                 look=lambda: SimpleNamespace(verdict=Verdict("allow", ())),  # type: ignore[arg-type,return-value]
+                 wish=wishes or (lambda: wish(lid_closed=True)), request=request,
+                 latest=latest, say=lambda line: None)
+
+
+@pytest.mark.parametrize("state", ["done", "interrupted"])
+def test_a_sleep_asked_again_and_refused_as_unknown_is_given_up_naming_why(state: str) -> None:
+    """The guard recorded the refusal: an unknown is never retried, and the line says what
+    the guard could not tell rather than that it recorded nothing."""
+    asked: list[str] = []
+    unknown = Attempt(id=8, started=NOW + 60, finished=NOW + 61, action="suspend",
+                      origin="unit", dry_run=False, config_digest="", state=state,  # type: ignore[arg-type]
+                      verdict=Verdict("unknown", (
+                          Reason("uninspected", "pid 77 could not be read"),
+                          Reason("device-busy", "npu 0 is still busy"))))
+
+    def request(action: str) -> SleepJob | Unavailable:
+        asked.append(action)
+        return SleepJob(action, "suspend.target", "dependency", NOW + 61)
+
+    result = _cleared(request, lambda since: unknown)
+    assert result == Retried(1, f"gave up: attempt 8 refused the suspend ({unknown.result}): "
+                                "pid 77 could not be read"), result
+    assert asked == ["suspend"]
+
+
+def test_a_sleep_logind_keeps_in_progress_is_given_up_not_failed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """logind answered all along: the retry gave up (1), it did not fail to ask (3)."""
+    from suspendguard.guard import retry as engine
+    monkeypatch.setattr(engine, "SETTLE_S", 0.0)
+
+    def never(*_: Any) -> Any:
+        raise AssertionError("asked")
+
+    result = _cleared(never, never, lambda: wish(lid_closed=True, preparing_for_sleep=True))
+    assert result == Retried(1, "gave up: logind kept a sleep in progress for 0 s"), result
