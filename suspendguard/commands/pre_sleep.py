@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 from suspendguard.commands.context import Context
-from suspendguard.config import defaults
+from suspendguard.config import DEFAULT_STATE_DIR, defaults
 from suspendguard.errors import EXIT_VETO, ConfigError
 from suspendguard.guard.opening import failure
 from suspendguard.guard.run import run_guard, tell_refused
 from suspendguard.store import mode as guard_mode
 from suspendguard.system.log import Logger
 from suspendguard.verdict import Verdict
+
+# Where a configuration that cannot be loaded has its refusal noted as told: the unit's own
+# StateDirectory=, made before the guard runs. Without it the refusal is told at each ask.
+NOTE_DIR = DEFAULT_STATE_DIR
 
 
 def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
@@ -28,8 +33,9 @@ def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
     try:
         config = ctx.config()
     except ConfigError as exc:  # every sleep is refused (the unit fails): said to who asked
-        tell_refused(defaults(), Verdict("unknown", (failure(exc),)), args.action, log,
-                     time.monotonic(), once=False)  # no state folder known to keep it in
+        fallback = defaults()
+        tell_refused(replace(fallback, state=replace(fallback.state, dir=NOTE_DIR)),
+                     Verdict("unknown", (failure(exc),)), args.action, log, time.monotonic())
         raise
     mode = guard_mode.read(config.state.dir)
     if mode.problem:

@@ -19,6 +19,7 @@ import pytest
 from helpers.dbus import PrivateBus
 from helpers.runners import cli
 
+from suspendguard.commands import pre_sleep
 from suspendguard.guard import pipeline
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
@@ -102,6 +103,22 @@ def test_an_observed_look_that_breaks_lets_the_sleep_go_on_and_tells_nobody(
     assert f"observe mode (suspendguard mode): {INJECTED}; the suspend goes on" in err, err
     assert _read(terminal_session) == ""
     assert _attempt(tmp_path / "state") == ("interrupted", ["guard-failed"], [INJECTED])
+
+
+def test_a_configuration_that_cannot_be_loaded_is_told_once_where_the_unit_keeps_state(
+        conf: Path, tmp_path: Path, terminal_session: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # It refuses every sleep until fixed: logind's asks with the lid closed would tell every
+    # user again every 30 s. The note is kept in the unit's StateDirectory= (here a stand-in).
+    state = tmp_path / "unit-state"
+    state.mkdir()
+    monkeypatch.setattr(pre_sleep, "NOTE_DIR", str(state))
+    conf.write_text(conf.read_text() + "[drain]\ntimeout_s = 'soon'\n")
+    for _ in range(2):
+        code, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
+        assert code == 2, err
+    assert _read(terminal_session).count("Suspend refused by suspendguard") == 1
+    assert (state / "told.json").exists()
 
 
 def test_a_configuration_that_cannot_be_loaded_is_told_as_the_refusal_it_is(
