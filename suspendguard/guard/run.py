@@ -198,20 +198,20 @@ def _told_key(action: str, verdict: Verdict) -> str:
         for r in verdict.reasons)))
 
 
-def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger, begun: float,
-                 once: bool = True) -> None:
+def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger,
+                 begun: float) -> None:
     """The refused sleep told to the users (notify/), once its verdict is logged.
 
     The unit's TimeoutStartSec is [drain] deadline_s + 20 s: the verdict came
     by deadline_s - ANSWER_MARGIN_S and the restore after a veto took at most
     RESTORE_AFTER_VETO_S, so telling by deadline_s + RESTORE_AFTER_VETO_S
     leaves the unit 5 s to end. The run's signal handlers are gone by now:
-    a SIGTERM to the guard ends it, and the telling, at once. ``once``: a refusal told
-    already in the state folder (store/told.py) is not told again.
+    a SIGTERM to the guard ends it, and the telling, at once. A refusal told already
+    in the state folder (store/told.py) is not told again.
     """
     from suspendguard.notify.tell import tell
     from suspendguard.store import told
-    if once and not told.first_time(config.state.dir, _told_key(action, verdict)):
+    if not told.first_time(config.state.dir, _told_key(action, verdict)):
         log.info(f"notify: the same refusal of the {action} was told less than "
                  f"{told.AGAIN_S:g} s ago: not told again")
         return
