@@ -20,11 +20,13 @@ from typing import Any, Literal
 
 from suspendguard.config import Config
 from suspendguard.doctor.host import Host, setting, timespan_s
+from suspendguard.health.resume import plan as resume_plan
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
 from suspendguard.install import templates
 from suspendguard.install.interpreter import Interpreter, probe, program
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
+from suspendguard.system.deadline import RESTORE_AFTER_RESUME_S
 
 Severity = Literal["error", "warning", "note"]
 NVIDIA_UNITS = ("nvidia-suspend.service", "nvidia-resume.service", "nvidia-hibernate.service")
@@ -48,9 +50,10 @@ class Finding:
 
 
 def health_budget_s(config: Config) -> int:
-    """What the resume unit needs at most before any job starts: the Ascend wait and
-    each family's probes (the CUDA child, NVML, the kernel log; npu-smi, pyACL), twice."""
-    return math.ceil(config.resume.ready_timeout_s + 6 * config.resume.health_timeout_s)
+    """What the resume unit needs at most: the check after resume and its repairs, as the
+    check itself plans them (health/resume.py), then the restarts' own budget."""
+    checking = resume_plan(config)[1] if config.resume.health_check else 0.0
+    return math.ceil(checking + RESTORE_AFTER_RESUME_S)
 
 
 def _timeout_start(host: Host, path: str, names: Sequence[str]
@@ -220,8 +223,9 @@ def guard_units(host: Host, config: Config) -> list[Finding]:
         out.append(Finding(
             "resume-timeout-short", "warning",
             f"{templates.RESUME_UNIT} has TimeoutStartSec={have:g} s, less than the health "
-            f"check may take ({budget} s: [resume] ready_timeout_s and health_timeout_s): "
-            "systemd could kill it before the jobs are started again",
+            f"check and the restarts may take ({budget} s: [resume] ready_timeout_s and "
+            f"health_timeout_s, then {RESTORE_AFTER_RESUME_S:g} s of starts): systemd could "
+            "kill it before the jobs are started again, with none of them held",
             f"systemctl edit {templates.RESUME_UNIT}: TimeoutStartSec={budget + 60}"))
     return out
 

@@ -26,7 +26,11 @@ from suspendguard.system import runner
 # The Ascend wait: the first pause, and the longest one (the pause doubles).
 FIRST_PAUSE_S = 0.5
 LONGEST_PAUSE_S = 8.0
+# A probe of the Ascend wait's last check gets what is left of the wait, at least this.
+LAST_PROBE_S = 1.0
 TOOL_TIMEOUT_S = 30.0
+# The NVIDIA repair's tools: modprobe -r, modprobe, systemctl is-active, systemctl restart.
+RELOAD_TOOLS = 4
 PERSISTENCED = "nvidia-persistenced.service"
 
 # family -> what holds its device now, that the guard did not stop ("pid 12 python3")
@@ -70,28 +74,38 @@ class AfterResume:
 
 def plan(config: Config) -> tuple[str, float]:
     """What the check after resume asks, in words, and the longest it can take: each probe's
-    limit, twice (the check and the check again), with the repairs' own limits between."""
+    limit, then each repair's: NVIDIA's reload (its tools' limits) and its check again, the
+    Ascend wait (its checks cut to what is left of it)."""
     families = config.devices.families
     probe = config.resume.health_timeout_s
-    asked, one, repairs = [], 0.0, 0.0
+    repair = config.resume.repair
+    asked, longest = [], 0.0
     if "nvidia" in families:
         asked.append("nvidia (the CUDA probe, NVML, the kernel log)")
-        one += 3 * probe
-        repairs += 2 * TOOL_TIMEOUT_S if config.resume.repair else 0.0
+        longest += 3 * probe
+        if repair:
+            longest += RELOAD_TOOLS * _tool_timeout(config) + 3 * probe
     if "ascend" in families:
         asked.append("ascend (npu-smi, pyACL, the device logs)")
-        one += 2 * probe
-        repairs += config.resume.ready_timeout_s if config.resume.repair else 0.0
-    return "; ".join(asked) or "no device family to check", 2 * one + repairs
+        longest += 2 * probe
+        if repair:
+            longest += config.resume.ready_timeout_s + 2 * LAST_PROBE_S
+    return "; ".join(asked) or "no device family to check", longest
+
+
+def _tool_timeout(config: Config) -> float:
+    return min(TOOL_TIMEOUT_S, config.resume.health_timeout_s * 2)
 
 
 def check(config: Config, since: datetime, findings: Iterable[FindingRecord] = (), *,
           families: Sequence[str] | None = None, tools: Tools = Tools(),
-          before: Mapping[str, str] | None = None) -> HealthReport:
+          before: Mapping[str, str] | None = None,
+          timeout_s: float | None = None) -> HealthReport:
     """Every device of ``families`` (default: ``[devices] families``), each answer typed;
-    ``before``: each device's own health word as the guard read it before the suspend."""
+    ``before``: each device's own health word as the guard read it before the suspend;
+    ``timeout_s``: each probe's limit (default: ``[resume] health_timeout_s``)."""
     wanted = config.devices.families if families is None else families
-    timeout = config.resume.health_timeout_s
+    timeout = config.resume.health_timeout_s if timeout_s is None else timeout_s
     answers: list[DeviceHealth] = []
     notes: list[str] = []
     if "nvidia" in wanted:
@@ -187,8 +201,11 @@ def _wait_for_ascend(config: Config, since: datetime, report: HealthReport, tool
         tools.sleep(min(pause, left))
         pause = min(pause * 2, LONGEST_PAUSE_S)
         tries += 1
+        # Its two probes within what is left of the wait: the last check ends with it.
+        left = deadline - time.monotonic()
+        probe = max(LAST_PROBE_S, min(config.resume.health_timeout_s, left / 2))
         report = _replace(report, "ascend", check(config, since, families=("ascend",),
-                                                  tools=tools, before=before))
+                                                  tools=tools, before=before, timeout_s=probe))
         if not report.unhealthy("ascend"):
             break
     waited = time.monotonic() - started
@@ -199,7 +216,7 @@ def _wait_for_ascend(config: Config, since: datetime, report: HealthReport, tool
 
 def _reload_uvm(config: Config, tools: Tools, say: Step) -> bool:
     """modprobe -r nvidia_uvm, modprobe nvidia_uvm, restart nvidia-persistenced where it runs."""
-    timeout = min(TOOL_TIMEOUT_S, config.resume.health_timeout_s * 2)
+    timeout = _tool_timeout(config)
     for argv in ([tools.modprobe, "-r", "nvidia_uvm"], [tools.modprobe, "nvidia_uvm"]):
         result = runner.run(argv, timeout=timeout)
         if not result.ok:

@@ -141,7 +141,7 @@ ANSWER_MARGIN_S = 2.0
 # TimeoutStartSec, deadline_s + 20 s (install/templates.py): a start job
 # still running then is reported "starting", not waited for.
 RESTORE_AFTER_VETO_S = 15.0
-# The resume unit's restore (its TimeoutStartSec is 300 s, the health check first).
+# The resume unit's restore (its TimeoutStartSec is 480 s, the health check first).
 RESTORE_AFTER_RESUME_S = 100.0
 # Beyond [idle] settle_s and command_timeout_s: the idle check's own start.
 IDLE_MARGIN_S = 1.0

@@ -8,11 +8,16 @@ from typing import Any
 
 import pytest
 from conftest import MODPROBE, Gpu, journalctl
+from helpers import REPO
 from helpers.records import finding
 from test_checks import gpu_config, npu_config
 
+from suspendguard.config import defaults
+from suspendguard.doctor.checks import health_budget_s
+from suspendguard.health import resume
 from suspendguard.health.resume import AfterResume, Tools, after_resume
 from suspendguard.record import FindingRecord
+from suspendguard.system.deadline import RESTORE_AFTER_RESUME_S
 
 SINCE = datetime.fromtimestamp(1_700_000_000)
 
@@ -130,6 +135,33 @@ def test_ascend_never_ready_is_held_after_ready_timeout(npu: Any, tmp_path: Path
     assert not outcome.final.healthy
     assert outcome.held_reason().startswith("device npu 0 unhealthy: npu-smi health Alarm")
     assert outcome.held_reason().endswith("after waiting 0.3 s for the device")
+
+
+def test_the_ascend_wait_s_checks_end_with_it(npu: Any, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check the wait starts near its end gets what is left of it (at least 1 s a probe),
+    never a whole health_timeout_s per probe: the unit's TimeoutStartSec is planned so."""
+    npu.alarms(1000)
+    limits: list[float | None] = []
+    real = resume.check
+
+    def check(*args: Any, **kw: Any) -> Any:
+        limits.append(kw.get("timeout_s"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(resume, "check", check)
+    outcome, _steps = run(npu_config(npu, ready_timeout_s=0.3, health_timeout_s=20), tmp_path)
+    assert not outcome.final.healthy
+    first, *waited = limits
+    assert first is None and waited and all(t == resume.LAST_PROBE_S for t in waited), limits
+
+
+def test_the_resume_unit_as_shipped_has_time_for_the_default_check() -> None:
+    unit = (REPO / "systemd" / "suspendguard-resume.service").read_text()
+    [timeout] = [line.split("=", 1)[1] for line in unit.splitlines()
+                 if line.startswith("TimeoutStartSec=")]
+    assert float(timeout) >= health_budget_s(defaults())
+    assert health_budget_s(defaults()) >= resume.plan(defaults())[1] + RESTORE_AFTER_RESUME_S
 
 
 def test_ascend_alarm_as_before_the_suspend_holds_nothing_back(npu: Any, tmp_path: Path) -> None:
