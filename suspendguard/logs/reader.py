@@ -11,9 +11,8 @@ lines with NUL bytes or bad UTF-8 are skipped and counted.
 
 from __future__ import annotations
 
-import ctypes
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,6 +21,7 @@ from suspendguard.logs.codes import codes_in, table, window_search
 from suspendguard.logs.entries import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, parse_entry, parse_head_time
 from suspendguard.logs.finding import Finding, Skipped, UnknownCode
 from suspendguard.logs.matching import Rule, needles
+from suspendguard.logs.memmem import Data, finder
 from suspendguard.logs.naming import name_record
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.safe_open import describe
@@ -37,58 +37,10 @@ INHERIT_LINES = 64
 INHERIT_BYTES = 256 * 1024
 # Unrecognised vendor codes kept per file: notes for --verbose, not findings.
 MAX_UNKNOWN = 100
-
-# A window: bytes, or the buffer read_file reads into.
-Data = bytes | bytearray
-Find = Callable[[bytes, int, int], int]
-
-
-def _libc_memmem() -> Callable[[int, int, bytes, int], int | None] | None:
-    """The C library's memmem, or None where there is none (then bytes.find serves).
-
-    glibc's shifts by pairs of bytes, where bytes.find shifts by one byte
-    folded into 64 buckets: on log text it skips about twice as far, and each
-    needle pass over a window costs half as much (benchmarks/logs_throughput.py).
-    """
-    try:
-        fn = ctypes.CDLL(None).memmem
-    except (OSError, AttributeError):  # pragma: no cover - a libc without memmem
-        return None
-    fn.restype = ctypes.c_void_p
-    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
-    return fn
-
-
-_MEMMEM = _libc_memmem()
-
-
-def finder(buf: Data) -> Find:
-    """``find(needle, pos, hi)``: the offset of ``needle`` in ``buf[pos:hi]``, or -1.
-
-    The same answer as ``buf.find(needle, pos, hi)``, by memmem where there
-    is one. It reads ``buf`` in place through its address, so the bounds are
-    clamped to the buffer first: memmem never sees a byte outside it.
-    """
-    memmem = _MEMMEM
-    if memmem is None:
-        return buf.find
-    if isinstance(buf, bytearray):
-        # The address holds while ``buf`` lives, unresized: read_file never
-        # resizes its buffer (it makes a new one), and ``find`` keeps ``buf``.
-        base = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
-    else:
-        base = ctypes.cast(ctypes.c_char_p(buf), ctypes.c_void_p).value or 0
-    size = len(buf)
-
-    def find(needle: bytes, pos: int, hi: int) -> int:
-        pos, hi = max(pos, 0), min(hi, size)
-        if not needle or hi - pos < len(needle):
-            return buf.find(needle, pos, hi)
-        at = memmem(base + pos, hi - pos, needle, len(needle))
-        return -1 if at is None else at - base
-
-    return find
-
+# Findings listed per rule and file: a job in a failure loop writes the same line a
+# million times, and each finding is kept in memory and in the history. The first ones
+# and the newest are listed, the rest counted.
+MAX_PER_RULE = 200
 
 @dataclass(frozen=True, slots=True)
 class FileResult:
@@ -162,6 +114,21 @@ class _Window:
         self.bad_lines = 0
         # Failures in lines with no time, and none above: said, never counted.
         self.unplaced: dict[str, int] = {}
+        self.listed: dict[str, int] = {}  # findings listed, by rule
+        self.newest: dict[str, int] = {}  # where each rule's newest finding is in ``findings``
+        self.unlisted: dict[str, int] = {}  # findings past MAX_PER_RULE, by rule
+
+    def keep(self, finding: Finding) -> None:
+        """``finding`` listed while its rule has fewer than MAX_PER_RULE; past that it takes
+        the place of the rule's newest (the file is read in order), which is counted."""
+        rule = finding.rule
+        if self.listed.get(rule, 0) < MAX_PER_RULE:
+            self.listed[rule] = self.listed.get(rule, 0) + 1
+            self.newest[rule] = len(self.findings)
+            self.findings.append(finding)
+        else:
+            self.findings[self.newest[rule]] = finding
+            self.unlisted[rule] = self.unlisted.get(rule, 0) + 1
 
     def account_junk(self, buf: Data, lo: int, hi: int) -> None:
         # The common case, clean text, is decided in one pass at C speed.
@@ -283,10 +250,9 @@ class _Window:
                 self.unknown.extend(UnknownCode(c, self.path, line, text[:MAX_TEXT])
                                     for c in named.unknown[:max(room, 0)])
                 continue
-            self.findings.append(
-                Finding(named.rule.id, named.rule.severity, self.path, line, entry.time,
-                        entry.pid, text[:MAX_TEXT], code=named.code, described=named.described)
-            )
+            self.keep(Finding(named.rule.id, named.rule.severity, self.path, line, entry.time,
+                              entry.pid, text[:MAX_TEXT], code=named.code,
+                              described=named.described))
         return line + buf.count(b"\n", last, hi) if count_all else line
 
 
@@ -394,6 +360,9 @@ def read_file(
         skipped.append(Skipped(path, f"{window.nul_lines} line(s) with NUL bytes (binary) skipped"))
     if window.bad_lines:
         skipped.append(Skipped(path, f"{window.bad_lines} line(s) not UTF-8 text skipped"))
+    for rule_id, count in window.unlisted.items():
+        skipped.append(Skipped(path, f"{count} more line(s) of {rule_id} than the "
+                               f"{MAX_PER_RULE} listed (the newest among them): read, not listed"))
     for rule_id, count in window.unplaced.items():
         skipped.append(Skipped(path, f"{count} line(s) of {rule_id} with no time, and none "
                                "above them, not placed in the time asked: not counted"))

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 
-from suspendguard.logs import reader
+from suspendguard.logs import memmem, reader
 from suspendguard.logs import search as search_module
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.globs import expand, split_glob
+from suspendguard.logs.memmem import finder
 from suspendguard.logs.naming import name_record
-from suspendguard.logs.reader import finder, read_file
+from suspendguard.logs.reader import read_file
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.search import search
 
@@ -261,11 +262,11 @@ def test_read_file_gives_the_same_answer_without_memmem(tmp_path: Path,
     fd = os.open(log, os.O_RDONLY)
     try:
         with_memmem = read_file(fd, "all.log", 1 << 30, chunk=4096)
-        monkeypatch.setattr(reader, "_MEMMEM", None)
+        monkeypatch.setattr(memmem, "_MEMMEM", None)
         without = read_file(fd, "all.log", 1 << 30, chunk=4096)
     finally:
         os.close(fd)
-    assert reader._libc_memmem() is not None  # glibc and musl have one
+    assert memmem._libc_memmem() is not None  # glibc and musl have one
     assert with_memmem == without and len(with_memmem.findings) > 6
 
 
@@ -355,3 +356,27 @@ def test_forked_workers_give_the_serial_answer(tmp_path: Path,
     assert parallel.findings == serial.findings and len(serial.findings) > 6
     assert parallel.skipped == serial.skipped and any("planted" in s.path for s in serial.skipped)
     assert (parallel.files_read, parallel.bytes_read) == (serial.files_read, serial.bytes_read)
+
+
+def test_a_failure_loop_lists_its_first_findings_and_its_newest_and_counts_the_rest(
+        tmp_path: Path) -> None:
+    """A job stuck in a loop writes the same failure at every step: the reader keeps the
+    first ones and the newest, and says how many more it read."""
+    n = reader.MAX_PER_RULE * 5
+    log = tmp_path / "loop.log"
+    log.write_text("".join(HWTS.format(t=stamp(datetime(2026, 12, 1, 10, 0, i % 60, 1000 * i)))
+                           + INFO.format(t=stamp(datetime(2026, 12, 1, 10, 0, 0)))
+                           for i in range(n)))
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        got = read_file(fd, "loop.log", 1 << 30, chunk=4096)
+    finally:
+        os.close(fd)
+    lines = [f.line for f in got.findings]
+    assert len(lines) == reader.MAX_PER_RULE
+    assert lines[:-1] == list(range(1, 2 * reader.MAX_PER_RULE - 2, 2))  # the first ones
+    assert lines[-1] == 2 * n - 1  # the newest
+    [note] = got.skipped
+    assert note.reason == (f"{n - reader.MAX_PER_RULE} more line(s) of hwts-busy-suspend than the "
+                           f"{reader.MAX_PER_RULE} listed (the newest among them): read, "
+                           "not listed")
