@@ -10,6 +10,7 @@ Warning, Alarm, Critical (or a code while the chip is not up).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 
 from suspendguard.config import Config
 from suspendguard.health.model import Answer, ask
@@ -101,8 +102,25 @@ def acl_check(config: Config, timeout_s: float) -> Answer:
     return ask(backend, "pyACL", opened, failed)
 
 
-def catalog_check(findings: Iterable[FindingRecord]) -> list[DeviceHealth]:
-    """The catalog's findings in the logs since the attempt began."""
-    seen = dict.fromkeys(f.rule for f in findings)
+def catalog_check(findings: Iterable[FindingRecord],
+                  since: datetime | None = None) -> list[DeviceHealth]:
+    """The catalog's findings in the logs since the attempt began (``since``). The logs are
+    read from a little before it, for a device clock that runs behind: a line stamped
+    before the attempt is not the suspend's doing."""
+    seen = dict.fromkeys(f.rule for f in findings if since is None or not _before(f, since))
     return [DeviceHealth(FAMILY, FAMILY, "unhealthy", f"{CATALOG[rule]} (the {rule} finding)",
                          "catalog") for rule in seen if rule in CATALOG]
+
+
+def _before(finding: FindingRecord, since: datetime) -> bool:
+    """Whether ``finding``'s own stamp (naive local time, or the journal's) is before ``since``
+    (naive local time); one without a stamp is not."""
+    if finding.time is None:
+        return False
+    try:
+        when = datetime.fromisoformat(finding.time)
+    except ValueError:
+        return False
+    if when.tzinfo is not None:
+        return when < since.astimezone()
+    return when < since

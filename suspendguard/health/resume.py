@@ -126,7 +126,7 @@ def check(config: Config, since: datetime, findings: Iterable[FindingRecord] = (
             live += found
             notes += [note] if note else []
         answers += live
-        catalog = ascend.catalog_check(findings)
+        catalog = ascend.catalog_check(findings, since)
         if catalog and not live:
             # Nothing here can ask the device again: the finding is said, not decided on.
             catalog = [DeviceHealth(d.device, d.family, "unknown",

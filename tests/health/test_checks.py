@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,18 @@ def test_catalog_findings_since_the_attempt() -> None:
     assert [(d.device, d.state, d.source) for d in found] == [("ascend", "unhealthy", "catalog")]
     assert "heartbeat" in found[0].reason
     assert ascend.catalog_check([finding("hwts-busy-suspend")]) == []
+
+
+def test_a_catalog_finding_stamped_before_the_attempt_is_not_the_suspend_s() -> None:
+    # The logs are read from 5 s before the attempt began (a device clock behind the host's):
+    # a lost heartbeat stamped then happened before anyone asked to sleep.
+    began = datetime(2026, 12, 1, 10, 0, 0)
+    early = replace(finding("heartbeat-lost"), time="2026-12-01T09:59:57")
+    late = replace(finding("heartbeat-lost"), time="2026-12-01T10:00:03")
+    assert ascend.catalog_check([early], began) == []
+    assert [d.state for d in ascend.catalog_check([early, late], began)] == ["unhealthy"]
+    assert [d.state for d in ascend.catalog_check([finding("heartbeat-lost")], began)] == [
+        "unhealthy"]  # a masked line, with no stamp of its own: counted as before
 
 
 def test_catalog_alone_is_unknown_when_nothing_can_ask_the_device(tmp_path: Path) -> None:
