@@ -114,6 +114,9 @@ class _Window:
         self.bad_lines = 0
         # Failures in lines with no time, and none above: said, never counted.
         self.unplaced: dict[str, int] = {}
+        # The time of the last line with one in the windows before (for --since/--until):
+        # a masked line at a window's start takes it, as it takes the line above's.
+        self.carried: datetime | None = None
         self.listed: dict[str, int] = {}  # findings listed, by rule
         self.newest: dict[str, int] = {}  # where each rule's newest finding is in ``findings``
         self.unlisted: dict[str, int] = {}  # findings past MAX_PER_RULE, by rule
@@ -202,7 +205,7 @@ class _Window:
         floor = max(lo, head - INHERIT_BYTES)
         for _ in range(INHERIT_LINES):
             if pos <= floor:
-                return None
+                return self.carried if floor == lo else None
             prev = buf.rfind(b"\n", floor, pos - 1) + 1 or floor
             text = _decode(buf[prev:min(pos - 1, prev + HEAD_SPAN)])
             if text is not None:
@@ -253,6 +256,8 @@ class _Window:
             self.keep(Finding(named.rule.id, named.rule.severity, self.path, line, entry.time,
                               entry.pid, text[:MAX_TEXT], code=named.code,
                               described=named.described))
+        if self.since is not None or self.until is not None:
+            self.carried = self.inherited_time(buf, hi, lo)
         return line + buf.count(b"\n", last, hi) if count_all else line
 
 

@@ -117,6 +117,25 @@ def test_since_filters_lines_and_skips_old_files_cheaply(tmp_path: Path) -> None
     assert rules_of(until) == [("hwts-busy-suspend", 1)]
 
 
+@pytest.mark.parametrize("chunk", [150, 300, 1000, reader.CHUNK])
+def test_a_masked_line_at_a_window_s_start_takes_the_time_above_it(tmp_path: Path,
+                                                                   chunk: int) -> None:
+    """However the file is cut into windows, a masked line takes the time of the timed line
+    above it, which may lie in the window before."""
+    masked = "[ERROR] RUNTIME ****** EventIdAlloc:drvEventIdAlloc:errorcode = 7\n"
+    log = tmp_path / "plog.log"
+    log.write_text("".join(INFO.format(t=stamp(datetime(2024, 6, 1, 12, 0, 1, i * 1000)))
+                           + masked for i in range(100)))
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        got = read_file(fd, "plog.log", 1 << 30, since=datetime(2024, 6, 1, 12, 0, 0),
+                        chunk=chunk)
+    finally:
+        os.close(fd)
+    assert [f.line for f in got.findings] == list(range(2, 201, 2))
+    assert got.skipped == ()
+
+
 # --- untrusted files ------------------------------------------------------------
 
 
