@@ -156,7 +156,9 @@ def after_resume(config: Config, since: datetime, findings: Sequence[FindingReco
         if not config.resume.repair:
             say("repair", f"{family}: not repaired: [resume] repair is off")
             continue
-        held = list(blockers(family))
+        # Waiting touches nothing: only a repair that acts on the device (the NVIDIA
+        # reload) waits for a device nobody else holds.
+        held = list(blockers(family)) if family != "ascend" else []
         if held:
             say("repair", f"{family}: not repaired: the device is held by "
                 f"{', '.join(held[:5])}, which the guard did not stop")

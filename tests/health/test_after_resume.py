@@ -129,6 +129,16 @@ def test_ascend_alarm_then_ok_waits_with_a_growing_pause(npu: Any, tmp_path: Pat
     assert steps.taken[1][0] == "repair" and "(3 checks)" in steps.taken[1][1]
 
 
+def test_the_ascend_wait_goes_on_whoever_holds_the_device(npu: Any, tmp_path: Path) -> None:
+    # A job a user started at once after resume holds the device: waiting touches nothing,
+    # and a device that was only slow to come back is healthy after it all the same.
+    npu.alarms(2)
+    outcome, steps = run(npu_config(npu), tmp_path, blockers={"ascend": ["pid 12 python3"]},
+                         pauses=[])
+    assert outcome.first.unhealthy() and outcome.final.healthy, steps.taken
+    assert not any("not repaired" in note for _, note in steps.taken)
+
+
 def test_ascend_never_ready_is_held_after_ready_timeout(npu: Any, tmp_path: Path) -> None:
     npu.alarms(1000)
     outcome, _steps = run(npu_config(npu, ready_timeout_s=0.3), tmp_path)
