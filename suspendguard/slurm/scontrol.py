@@ -16,12 +16,16 @@ CALL_TIMEOUT_S = 20.0
 
 # "NodeName=node1 Arch=x86_64 ... State=IDLE+DRAIN+POWERED_DOWN ... Reason=why [root@2026-...]"
 _FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z_]*)=")
-# The end of the reason: its "[user@time]" stamp, then the end of the line or one of
-# the fields Slurm prints after it (src/api/node_info.c: Comment, Extra, InstanceId,
-# InstanceType, ReservationName).
-_AFTER = r"(?=$| (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=)"
-# The stamp first: a reason's own words may look like one of those fields.
-_REASON_ENDS = (re.compile(r"\s\[[^\]@]+@[^\]]+\]" + _AFTER), re.compile(_AFTER))
+# What Slurm prints after a reason: the end of the line or one of these fields
+# (src/api/node_info.c: Comment, Extra, InstanceId, InstanceType, ReservationName).
+_NEXT = r"$| (?:Comment|Extra|InstanceId|InstanceType|ReservationName)="
+# In one-liner mode each further line of a multi-line reason comes after line_end (" ")
+# and seven spaces (node_info.c, Slurm 22.05); the first one right after the stamp.
+_LINE_BREAK = " " * 8
+# The "[user@time]" stamp Slurm adds after a reason's first line. Looked for first: a
+# reason's own words may look like one of the fields that follow it.
+_STAMP = re.compile(rf"\s\[[^\]@]+@[^\]]+\](?={_LINE_BREAK}|{_NEXT})")
+_END = re.compile(rf"(?={_NEXT})")
 
 
 class SlurmError(RuntimeError):
@@ -35,7 +39,7 @@ class Node:
     name: str
     state: str  # the base state: IDLE, ALLOCATED, MIXED, DOWN, ...
     flags: frozenset[str]  # DRAIN, POWERED_DOWN, POWERING_DOWN, NOT_RESPONDING, ...
-    reason: str  # without scontrol's "[user@time]" stamp; "" when none
+    reason: str  # on one line, without scontrol's "[user@time]" stamp; "" when none
 
     @property
     def drained(self) -> bool:
@@ -61,14 +65,22 @@ def parse_nodes(text: str) -> list[Node]:
 
 
 def _fields(line: str) -> dict[str, str]:
-    """KEY=VALUE pairs. Reason may hold spaces, even words like KEY=VALUE: it runs to
-    the "[user@time]" stamp scontrol adds, or to the fields that may follow it."""
+    """KEY=VALUE pairs. Reason may hold spaces, even words like KEY=VALUE: its first line
+    runs to the "[user@time]" stamp scontrol adds, and its further lines, after the stamp,
+    to the fields that may follow it."""
     head, sep, reason = line.partition(" Reason=")
     tail = ""
     if sep:
-        end = _REASON_ENDS[0].search(reason) or _REASON_ENDS[1].search(reason)
-        assert end is not None  # the second matches at the end of the line, if nowhere before
-        reason, tail = reason[:end.start()], reason[end.end():]
+        stamp = _STAMP.search(reason)
+        first, rest = (reason[:stamp.start()], reason[stamp.end():]) if stamp else ("", reason)
+        end = _END.search(rest)
+        assert end is not None  # it matches at the end of the line, if nowhere before
+        rest, tail = rest[:end.start()], rest[end.end():]
+        # A multi-line reason's further lines are kept, each joined to the one before by
+        # a space: a held node's reason is built on this one, so the admin's words go
+        # there whole, on one line, and never with the stamp.
+        lines = [first, *rest.split(_LINE_BREAK)]
+        reason = " ".join(part.strip() for part in lines if part.strip())
     out: dict[str, str] = {}
     for part in (head, tail):
         marks = list(_FIELD.finditer(part))

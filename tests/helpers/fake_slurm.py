@@ -39,7 +39,12 @@ with open(STATE + ".lock", "a") as lock:
                 if args[3:] and args[3] != name:
                     continue
                 state = "+".join([n["state"], *n["flags"]])
-                reason = (n["reason"] + " [slurm@2026-12-03T17:32:37]") if n["reason"] else "(null)"
+                # As 22.05's one-liner: the stamp after the first line, each further
+                # line after line_end (" ") and seven spaces.
+                first, *more = [part for part in n["reason"].split("\n") if part] or [""]
+                reason = ("".join([first, " [slurm@2026-12-03T17:32:37]",
+                                   *("        " + part for part in more)])
+                          if first else "(null)")
                 print(f"NodeName={{name}} Arch=x86_64 State={{state}} Partitions=main Reason={{reason}}")
         elif verb == "update":
             kv = dict(a.split("=", 1) for a in args[1:])

@@ -94,6 +94,17 @@ def test_a_maintenance_reason_read_late_is_kept_before_the_guards(
     assert _health_action(True, reason, []) == "leave"  # the admin's drain is theirs to lift
 
 
+def test_a_multi_line_maintenance_reason_is_kept_on_one_line_without_its_stamp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # scontrol prints a reason's further lines after its stamp: read as one line, the
+    # stamp dropped, so the hold's reason never carries a stamp of Slurm's in its words.
+    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN", "POWERING_DOWN"),
+                                              "PSU swap\nticket 4411\nback Monday")})
+    reason, _ = suspend_refused(tmp_path, monkeypatch, fake)
+    assert reason == ("PSU swap ticket 4411 back Monday "
+                      "(suspendguard: sigint-ignored: pid 7 ignores SIGINT)")
+
+
 def test_slurmctld_s_not_responding_is_replaced_so_the_node_s_check_lifts_the_hold(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Slurm 22.05 suspends a DOWN node too: its reason is slurmctld's, nobody's to lift.
@@ -216,8 +227,8 @@ def test_a_node_woken_unhealthy_that_cannot_be_drained_is_not_let_rejoin(
     status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
     assert status == 1, err
     assert asked.read_text() == "slurm node awake\n"  # never: rejoin --boot
-    assert ("node1: unhealthy after its wake and not drained: slurmd not restarted; Slurm "
-            "marks it DOWN at ResumeTimeout") in err
+    assert ("node1: unfit after its wake (unhealthy-after-resume) and not drained: slurmd "
+            "not restarted; Slurm marks it DOWN at ResumeTimeout") in err
 
 
 def recording_guard(tmp_path: Path, fake: FakeSlurm,

@@ -90,6 +90,21 @@ def test_a_reason_ends_at_its_stamp_when_a_comment_or_reservation_follows() -> N
     assert n3.reason == "set Extra=1 by hand"
 
 
+def test_a_multi_line_reason_is_read_on_one_line_without_its_stamp() -> None:
+    # In one-liner mode Slurm 22.05 prints a reason's further lines after its stamp, each
+    # after eight spaces (src/api/node_info.c: line_end, then seven spaces). A held node's
+    # reason is built on the one read here: the stamp must never get into it.
+    text = (
+        "NodeName=node1 State=IDLE+DRAIN CurrentWatts=n/a AveWatts=n/a "
+        "Reason=PSU swap [root@2026-12-03T17:32:37]        ticket 4411        rack=4\n"
+        "NodeName=node2 State=IDLE+DRAIN Reason=disk swap [root@2026-12-03T17:32:37]"
+        "        see RMA Comment=RMA 4711 Extra=1\n"
+    )
+    n1, n2 = parse_nodes(text)
+    assert n1.reason == "PSU swap ticket 4411 rack=4"
+    assert n2.reason == "disk swap see RMA" and n2.drained
+
+
 @pytest.fixture
 def real_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Scontrol:
     """Debian's scontrol, reading a configuration of the test's own (show hostnames asks no
