@@ -207,7 +207,8 @@ def _slurm(p: argparse.ArgumentParser) -> None:
     steps = node.add_subparsers(dest="node_command", metavar="STEP", required=True)
     steps.add_parser("prepare", help="drain the holders and give the verdict").add_argument(
         "--suspend", action="store_true", help="then, if allowed, ask logind to suspend")
-    steps.add_parser("awake", help="the accelerators' health after a wake")
+    steps.add_parser("awake", help="after a wake: the accelerators' health, and holders "
+                     "outside Slurm")
     steps.add_parser("rejoin", help="restart slurmd so that the node registers").add_argument(
         "--boot", action="store_true", help="with -b: report a boot (after a sleep)")
 

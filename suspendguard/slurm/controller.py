@@ -286,10 +286,11 @@ class Controller:
             text = self._drain_reason(node, reasons[0])
             # Drained while POWERING_UP: Slurm requeues the job that woke it.
             if not self.drain(node, text):
-                # Registered undrained, the node would run that job on the device: left
-                # to ResumeTimeout instead, which marks it DOWN and requeues the job.
-                self.say(ERR, f"{node}: unhealthy after its wake and not drained: slurmd "
-                         "not restarted; Slurm marks it DOWN at ResumeTimeout")
+                # Registered undrained, the node would run that job on the device (or
+                # beside its holder): left to ResumeTimeout instead, which marks it DOWN
+                # and requeues the job.
+                self.say(ERR, f"{node}: unfit after its wake ({reasons[0].code}) and not "
+                         "drained: slurmd not restarted; Slurm marks it DOWN at ResumeTimeout")
                 return False
             self.say(WARNING, f"{node}: drained after its wake: {text}")
             self.sync(also=(node,))

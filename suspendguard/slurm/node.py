@@ -3,12 +3,13 @@
 ``prepare`` drains the jobs outside Slurm (the controller asks only for an
 idle node, so every holder is outside Slurm) and gives the verdict; with
 ``suspend`` an allowed node then asks logind to sleep, through the veto
-unit like any other suspend. ``awake`` is the check after a wake, and
-``rejoin`` restarts slurmd so that the node registers (with ``-b`` after
-a sleep: a node that only slept keeps its boot time, and slurmctld ignores
-it otherwise). ``health`` is Slurm's HealthCheckProgram: it drains the node
-when a process outside Slurm holds its accelerator or the accelerator is
-unhealthy, and resumes only nodes the guard drained itself.
+unit like any other suspend. ``awake`` is the check after a wake (the
+devices' health, and holders outside Slurm), and ``rejoin`` restarts slurmd
+so that the node registers (with ``-b`` after a sleep: a node that only
+slept keeps its boot time, and slurmctld ignores it otherwise). ``health``
+is Slurm's HealthCheckProgram: it drains the node when a process outside
+Slurm holds its accelerator or the accelerator is unhealthy, and resumes
+only nodes the guard drained itself.
 """
 
 from __future__ import annotations
@@ -129,14 +130,20 @@ def _not_slept(ctx: Caller, config: Config, doc: dict[str, Any], why: Reason,
 
 
 def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str, Any]:
-    """The devices' health after a wake: allow when all are healthy, veto when one is not,
-    unknown when one could not be asked (the controller lets such a node back, and says so)."""
+    """The node after a wake: veto when a process outside Slurm holds its accelerator (in
+    enforce mode, as ``health`` drains for it) or a device is unhealthy, unknown when a
+    device could not be asked (the controller lets such a node back, and says so), else
+    allow. A veto has the controller drain the node before it rejoins."""
     node = this_node(config.slurm, environ)
+    # A node may be awake while Slurm counts it powered down (its veto unit refused the
+    # suspend after the guard allowed, a hold whose drain failed): the job that wakes it
+    # would otherwise start beside that holder. Observe and off mode refuse nothing.
+    held = held_outside_slurm(config) if guard_mode.read(config.state.dir).enforcing else []
     report = check(config, datetime.fromtimestamp(since, timezone.utc),
                    before=_words_before(config))
     bad, unread = _health_reasons(report, "")
-    if bad:
-        return answer(node, "veto", bad, summary=report.summary())
+    if held or bad:
+        return answer(node, "veto", held + bad, summary=report.summary())
     return answer(node, "unknown" if unread else "allow", unread, summary=report.summary())
 
 

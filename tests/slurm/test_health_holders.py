@@ -1,4 +1,5 @@
-"""``slurm health``: which holders of a node's accelerator hold it outside Slurm.
+"""``slurm health``, and ``slurm node awake`` after a wake: which holders of a node's accelerator
+hold it outside Slurm.
 
 Only what a suspend would meet drains the node: what the guard lets a suspend go with (a
 ``[policy] ignore`` rule, a tool on management nodes only) does not, and neither does a task
@@ -13,6 +14,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.cgroups import own_cgroup, set_control
@@ -130,3 +132,54 @@ def test_a_slurmstepd_that_is_not_root_s_is_no_job(conf: Path, node: str, holder
     code, out = health(conf, fake)
     assert code == 1 and out.startswith(f"node1: drain: suspendguard: held-outside-slurm: pid {pid}"), out
     assert fake.node("node1")["reason"].startswith(f"suspendguard: held-outside-slurm: pid {pid}")
+
+
+def awake(conf: Path) -> tuple[int, dict[str, Any], str]:
+    code, out, err = cli("--config", str(conf), "slurm", "node", "awake")
+    assert "Traceback" not in err, err
+    doc: dict[str, Any] = json.loads(out)
+    return code, doc, err
+
+
+def test_a_node_woken_with_a_holder_outside_slurm_is_refused_when_enforced(
+        conf: Path, node: str, holders: Holders) -> None:
+    # Awake while Slurm counts it powered down (its veto unit refused the suspend after the
+    # guard allowed): the job that wakes it must not start beside that holder.
+    _, pid = holders.start(node, mode="deaf")
+    code, doc, err = awake(conf)
+    assert (code, doc["verdict"]) == (1, "veto"), (doc, err)
+    [held] = doc["reason_details"]
+    assert held["code"] == "held-outside-slurm" and held["text"].startswith(f"pid {pid} "), doc
+    # Observe and off mode refuse nothing: the node rejoins as before.
+    for mode in ("observe", "off"):
+        assert cli("--config", str(conf), "mode", mode)[0] == 0
+        code, doc, err = awake(conf)
+        assert (code, doc["verdict"], doc["reasons"]) == (0, "allow", []), (mode, doc, err)
+
+
+def test_a_task_of_a_job_does_not_refuse_a_woken_node(
+        conf: Path, node: str, holders: Holders) -> None:
+    # A node that registered by itself may run the job that woke it by the time it answers.
+    holders.start(node, mode="deaf", argv_prefix=[sys.executable, "-c", STEPD])
+    code, doc, err = awake(conf)
+    assert (code, doc["verdict"]) == (0, "allow"), (doc, err)
+
+
+def test_the_resume_program_drains_a_node_woken_with_a_holder_outside_slurm(
+        conf: Path, node: str, holders: Holders, tmp_path: Path) -> None:
+    # As for a node woken unhealthy: drained before it rejoins, with the holder named, so
+    # the node's own health check lifts the drain once the holder is gone.
+    fake = FakeSlurm(tmp_path, {"node1": slurm_node()})
+    guard = [sys.executable, "-m", "suspendguard", "--config", str(conf)]
+    with conf.open("a") as f:
+        f.write(f'[slurm]\nnode_name = "node1"\nscontrol = {json.dumps(str(fake.path))}\n'
+                f'remote = ["/usr/bin/env"]\nguard = {json.dumps(guard)}\n'
+                f"exclude_file = {json.dumps(str(tmp_path / 'exclude.conf'))}\n")
+    _, pid = holders.start(node, mode="deaf")
+    code, _, err = cli("--config", str(conf), "slurm", "resume", "node1")
+    assert code == 1, err
+    reason = fake.node("node1")["reason"]
+    assert reason.startswith(f"suspendguard: held-outside-slurm: pid {pid} "), reason
+    assert "DRAIN" in fake.node("node1")["flags"]
+    assert f"node1: drained after its wake: {reason}" in err, err
+    assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
