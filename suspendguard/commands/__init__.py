@@ -209,6 +209,9 @@ def _slurm(p: argparse.ArgumentParser) -> None:
         "--suspend", action="store_true", help="then, if allowed, ask logind to suspend")
     steps.add_parser("awake", help="after a wake: the accelerators' health, and holders "
                      "outside Slurm")
+    steps.add_parser("restart", help="start again the jobs an attempt's drain stopped: the "
+                     "node was not powered off").add_argument(
+        "--attempt", type=int, required=True, help="the attempt prepare answered with")
     steps.add_parser("rejoin", help="restart slurmd so that the node registers").add_argument(
         "--boot", action="store_true", help="with -b: report a boot (after a sleep)")
 

@@ -3,7 +3,7 @@
 On the controller, as SlurmUser: ``suspend HOSTLIST`` (SuspendProgram),
 ``resume HOSTLIST`` (ResumeProgram), ``sync`` (the SuspendExcNodes file,
 on a timer). On each node, as root: ``health`` (HealthCheckProgram), and
-``node prepare|awake|rejoin``, which the controller runs through
+``node prepare|awake|restart|rejoin``, which the controller runs through
 ``[slurm] remote`` and which print one JSON object. docs/slurm.md has the
 slurm.conf lines.
 """
@@ -65,6 +65,8 @@ def _node(args: argparse.Namespace, ctx: Context) -> int:
         doc = node.prepare(ctx, args.suspend)
     elif step == "awake":
         doc = node.awake(config, ctx.environ, time.time() - config.slurm.resume_wait_s)
+    elif step == "restart":
+        doc = node.restart(ctx, args.attempt)
     else:
         doc = node.rejoin(config, ctx.environ, args.boot)
     ctx.out.write(json.dumps(doc) + "\n")

@@ -126,10 +126,25 @@ class Controller:
             return True
         off = runner.run(template(self.config.power_off, node), self.config.timeout_s)
         if not off.ok:
+            self._start_again(node, got.get("attempt"))
             return self.hold(node, Reason("power-action-failed",
                                           f"[slurm] power_off: {off.describe_failure()}"))
         self.say(INFO, f"{node}: the guard allowed; powered off")
         return True
+
+    def _start_again(self, node: str, attempt: Any) -> None:
+        """The node stays up after its drain: the jobs it stopped through their supervisors
+        are started again, as after a veto (no resume will come to do it)."""
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt <= 0:
+            return  # observe or off mode: nothing was stopped
+        got = self.ask(node, "restart", "--attempt", str(attempt))
+        if isinstance(got, NoAnswer) or got.get("verdict") != "allow":
+            why = got.why if isinstance(got, NoAnswer) else "its history could not say"
+            self.say(ERR, f"{node}: the jobs its drain stopped were not started again ({why}); "
+                     f"start them on the node: suspendguard restore")
+        elif got.get("started"):
+            self.say(INFO, f"{node}: started again what its drain stopped: "
+                     f"{', '.join(map(str, got['started']))}")
 
     def _said_observed(self, node: str, got: Mapping[str, Any]) -> None:
         """A node in observe or off mode (suspendguard mode) allows whatever it holds: said."""

@@ -78,14 +78,16 @@ def prepare(ctx: Caller, suspend: bool) -> dict[str, Any]:
         verdict = report.verdict
         doc = answer(node, verdict.kind, list(verdict.reasons), mode="enforce",
                      attempt=report.attempt.id, suspend="not asked")
+    if doc["verdict"] == "allow" and _asker_gone(ctx.out):
+        # The controller held the node as unreachable: a sleep now would leave it asleep,
+        # drained and out of power saving, with nothing to wake it; powered off by the
+        # controller ([slurm] power_off), it will not be, and the jobs stopped must come back.
+        why = Reason("node-unreachable", "the controller stopped waiting for this answer "
+                     "([slurm] timeout_s): " + ("not suspended" if suspend
+                                                else "not powered off"))
+        log.warning(f"slurm node prepare: {why.text}")
+        return _not_slept(ctx, config, doc, why, log)
     if doc["verdict"] == "allow" and suspend:
-        if _asker_gone(ctx.out):
-            # The controller held the node as unreachable: a sleep now would leave it
-            # asleep, drained and out of power saving, with nothing to wake it.
-            why = Reason("node-unreachable", "the controller stopped waiting for this answer "
-                         "([slurm] timeout_s): not suspended")
-            log.warning(f"slurm node prepare: {why.text}")
-            return _not_slept(ctx, config, doc, why, log)
         from suspendguard.system.dbus.bus import system_bus_address
         from suspendguard.system.dbus.logind import ask_sleep
         asked = ask_sleep("suspend", address=system_bus_address(ctx.environ))
@@ -116,17 +118,38 @@ def _not_slept(ctx: Caller, config: Config, doc: dict[str, Any], why: Reason,
     their supervisors started again, as after a veto: no resume will come to do it."""
     attempt = doc.get("attempt")
     if isinstance(attempt, int) and attempt:
-        from suspendguard.guard.outcome import restore_at_once
-        from suspendguard.guard.run import OnDemandOwnerControl
-        try:
-            with History.open(config.state.dir) as history:
-                restore_at_once(history.pending_stops(attempt),
-                                OnDemandOwnerControl(ctx.environ, config.state.dir),
-                                config.restore, history, log)
-        except HistoryError as exc:
-            log.warning(f"slurm node prepare: the jobs stopped were not started again: {exc}")
+        _start_again(ctx, config, attempt, log)
     return {**answer(doc["node"], "veto", [why], suspend="refused"),
             **{k: doc[k] for k in ("mode", "attempt", "observed") if k in doc}}
+
+
+def restart(ctx: Caller, attempt: int) -> dict[str, Any]:
+    """The jobs attempt ``attempt``'s drain stopped through their supervisors, started again:
+    the controller did not power the node off after all ([slurm] power_off failed)."""
+    config = ctx.config()
+    log = Logger(ctx.err, ctx.environ)
+    started = _start_again(ctx, config, attempt, log)
+    node = this_node(config.slurm, ctx.environ)
+    if started is None:
+        return answer(node, "unknown", [], attempt=attempt)
+    return answer(node, "allow", [], attempt=attempt, started=started)
+
+
+def _start_again(ctx: Caller, config: Config, attempt: int, log: Logger) -> list[str] | None:
+    """The jobs ``attempt`` stopped through their supervisors, started as after a veto: no
+    resume will come to do it. The owners' names; None when the history could not say."""
+    from suspendguard.guard.outcome import restore_at_once
+    from suspendguard.guard.run import OnDemandOwnerControl
+    try:
+        with History.open(config.state.dir) as history:
+            stops = history.pending_stops(attempt)
+            restore_at_once(stops, OnDemandOwnerControl(ctx.environ, config.state.dir),
+                            config.restore, history, log)
+    except HistoryError as exc:
+        log.warning(f"slurm node: the jobs attempt {attempt} stopped were not started "
+                    f"again: {exc}")
+        return None
+    return [s.owner.name for s in stops]
 
 
 def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str, Any]:

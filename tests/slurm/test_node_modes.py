@@ -43,15 +43,19 @@ def test_enforced_the_node_drains_its_holder(conf: Path, node: str, holders: Hol
     assert proc.wait(timeout=10) == 0 and holders.signals() == [f"{pid} SIGINT"]
 
 
+@pytest.mark.parametrize(("flags", "outcome"), [(["--suspend"], "not suspended"),
+                                                ([], "not powered off")])
 def test_a_node_whose_controller_stopped_waiting_does_not_sleep(
-        conf: Path, node: str, holders: Holders, tmp_path: Path, no_bus: str) -> None:
+        conf: Path, node: str, holders: Holders, tmp_path: Path, no_bus: str,
+        flags: list[str], outcome: str) -> None:
     # At [slurm] timeout_s the controller kills its ssh and holds the node as unreachable;
-    # sshd closes the session's end and signals nothing, so the guard here goes on.
+    # sshd closes the session's end and signals nothing, so the guard here goes on. Powered
+    # off by the controller ([slurm] power_off), the node is not: it starts its jobs again.
     _, pid = holders.start(node, delay=1.5)
     err = tmp_path / "prepare.err"
     with err.open("w") as stderr:
         guard = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
-                                  "slurm", "node", "prepare", "--suspend"],
+                                  "slurm", "node", "prepare", *flags],
                                  stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert guard.stdout is not None
     wait_for(lambda: holders.signals() == [f"{pid} SIGINT"], 30)
@@ -59,7 +63,7 @@ def test_a_node_whose_controller_stopped_waiting_does_not_sleep(
     guard.wait(timeout=60)
     said = err.read_text()
     assert ("slurm node prepare: the controller stopped waiting for this answer ([slurm] "
-            "timeout_s): not suspended") in said, said
+            f"timeout_s): {outcome}") in said, said
     assert "logind" not in said, said  # never asked to sleep
 
 

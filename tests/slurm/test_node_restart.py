@@ -1,0 +1,86 @@
+"""A node held up after its drain ([slurm] power_off failed): the jobs the drain stopped
+through their supervisors are started again (``slurm node restart``), as after a veto.
+
+The fake systemd1 (tests/fakes/dbus/) on a private bus starts the unit; the drain's drop-in
+lies in the test's own folder, not /run/systemd/system.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.dbus import dbus_daemon
+from helpers.records import ended
+from helpers.runners import cli
+
+from slurm.test_controller import controller
+from suspendguard.model import Owner
+from suspendguard.record import Stop
+from suspendguard.slurm import controller as controller_module
+from suspendguard.store.history import History
+from suspendguard.supervise import managers
+from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME
+
+UNIT = "train.service"
+
+
+@pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
+def test_the_jobs_a_drain_stopped_are_started_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any]) -> None:
+    state = tmp_path / "state"
+    now = time.time()
+    with History.open(str(state)) as h:
+        attempt = h.begin("suspend", "slurm", False, "digest", now - 5)
+        h.finish(ended(attempt, "allow", finished=now - 4,
+                       stops=[Stop(Owner("systemd-service", UNIT), 0, now - 4.5)]))
+    dropin = tmp_path / "run" / f"{UNIT}.d"
+    dropin.mkdir(parents=True)
+    (dropin / DROPIN_NAME).write_text("[Service]\nRestart=no\n")
+    (dropin / MARKER_NAME).write_text("")  # not started since the drain
+    monkeypatch.setattr(managers, "ManagersAndEngines", functools.partial(
+        managers.ManagersAndEngines, dropin_root=str(tmp_path / "run")))
+    started = tmp_path / "started"
+    fakes({"units": {UNIT: {"LoadState": "loaded", "ActiveState": "inactive"}},
+           "jobs": {UNIT: [["touch", str(started)]]}, "stop_jobs": {UNIT: []}},
+          services=["systemd"])
+    config = tmp_path / "config.toml"
+    config.write_text(f'[devices]\nfamilies = []\n[state]\ndir = "{state}"\n'
+                      '[idle]\nbackends = []\n[slurm]\nnode_name = "gpu3"\n')
+    code, out, err = cli("--config", str(config), "slurm", "node", "restart", "--attempt",
+                         str(attempt))
+    doc = json.loads(out)
+    assert (code, doc["verdict"], doc["started"]) == (0, "allow", [UNIT]), err
+    assert started.exists() and not (dropin / DROPIN_NAME).exists()
+    with History.open(str(state), readonly=True) as h:
+        assert [s.result for s in h.attempts(1)[0].stops] == ["started"]
+
+
+def test_the_controller_asks_a_node_it_could_not_power_off_to_start_its_jobs_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controller_module, "SCONTROL_PAUSE_S", 0.0)  # no scontrol to wait for
+    monkeypatch.setattr(controller_module, "REGISTER_S", 0.1)
+    asked = tmp_path / "asked"
+    guard = (sys.executable, "-c", f"""
+import json, sys
+open({str(asked)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
+doc = {{"verdict": "allow", "reasons": [], "reason_details": []}}
+if sys.argv[3] == "prepare":
+    doc["attempt"] = 7
+else:
+    doc["started"] = ["train.service"]
+print(json.dumps(doc))""")
+    c, err = controller(tmp_path, "allow", (sys.executable, "-c", "import sys; sys.exit(3)"))
+    c.config = replace(c.config, guard=guard)
+    assert not c._suspend_one("gpu3")
+    assert asked.read_text().splitlines()[:2] == ["slurm node prepare",
+                                                  "slurm node restart --attempt 7"]
+    assert "gpu3: started again what its drain stopped: train.service" in err.getvalue()
+    assert "gpu3: not powered down: suspendguard: power-action-failed" in err.getvalue()
