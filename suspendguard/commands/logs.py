@@ -7,8 +7,10 @@ command line that does not exist or cannot be read (one line on stderr
 names it; the report of what could be read is printed all the same).
 ``--since last-attempt`` reads device logs the way the after-resume check
 does: from ``[logs] clock_slack_s`` before the attempt's start, findings
-stamped before it marked as such. ``--explain CODE`` reads no log: it
-answers from the vendor code table, 0 when the code is in it, 1 when not.
+stamped before it marked as such, and the same sources: ``~`` in the globs
+is each holder's home too, and each holder's unit's journal is read.
+``--explain CODE`` reads no log: it answers from the vendor code table, 0
+when the code is in it, 1 when not.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ from typing import Any, TextIO
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
-from suspendguard.errors import EXIT_USAGE, HistoryError, UsageError
+from suspendguard.errors import EXIT_USAGE, HistoryError, NoHistory, UsageError
 from suspendguard.logs import codes
+from suspendguard.logs.after import holder_homes, job_units
 from suspendguard.logs.finding import Finding, Skipped
 from suspendguard.logs.journal import unit_name
 from suspendguard.logs.report import LogsReport, logs_report
 from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import SearchReport
-from suspendguard.store.history import last_attempt_start
+from suspendguard.record import Attempt
+from suspendguard.store.history import History, last_attempt_start
 from suspendguard.system.terminal import safe
 
 LAST_ATTEMPT = "last-attempt"
@@ -57,15 +61,30 @@ def parse_option_time(value: str, option: str) -> datetime:
     return when
 
 
-def last_attempt(config: Config) -> datetime:
-    """When the last recorded suspend attempt started, from the history."""
+def last_attempt(config: Config) -> tuple[datetime, Attempt | None]:
+    """When the last recorded suspend attempt started, from the history, and that attempt
+    (None if another has begun since): its holders name what the after-resume check read."""
     try:
         start = last_attempt_start(config.state.dir)
+        attempt = _attempt_started(config.state.dir, start) if start else None
     except HistoryError as exc:
         raise HistoryError(f"--since last-attempt: {exc}") from None
     if start is None:
         raise UsageError(f"--since last-attempt: no recorded attempt in {config.state.dir}")
-    return start
+    return start, attempt
+
+
+def _attempt_started(state_dir: str, start: datetime) -> Attempt | None:
+    """The history's last attempt, if it is the one that started at ``start``: holders of an
+    attempt begun since are not those of the attempt whose start bounds the read."""
+    try:
+        with History.open(state_dir, readonly=True) as h:
+            attempt = h.last_slept_on()
+    except NoHistory:
+        return None
+    if attempt is None or datetime.fromtimestamp(attempt.started) != start:
+        return None
+    return attempt
 
 
 def _fmt(when: datetime | None) -> str:
@@ -197,17 +216,22 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     until_arg: str | None = args.until
     since = until = started = None
     units = units_of(args)
+    homes: list[str] = []
     if until_arg is not None:
         until = parse_option_time(until_arg, "--until")
     if since_arg == LAST_ATTEMPT:
-        started = last_attempt(ctx.config())
+        started, attempt = last_attempt(ctx.config())
         since = started - timedelta(seconds=ctx.config().logs.clock_slack_s)
+        if attempt is not None:
+            # What the after-resume check read too: the jobs' own logs and console output.
+            homes = holder_homes(attempt)
+            units = list(dict.fromkeys([*units, *job_units(attempt)]))
     elif since_arg is not None:
         since = parse_option_time(since_arg, "--since")
     if since and until and until < since:
         raise UsageError(f"--until {until_arg} is before --since {since_arg}")
     logs = logs_report(ctx.config(), list(args.paths or ()), units, since, until, started,
-                       ctx.environ)
+                       ctx.environ, homes)
     if args.json:
         doc: dict[str, Any] = logs.to_json()
         doc["since"] = since.isoformat() if since else None

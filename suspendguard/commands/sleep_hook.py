@@ -17,14 +17,13 @@ nothing on this path asks D-Bus.
 from __future__ import annotations
 
 import argparse
-import pwd
 import time
 from datetime import datetime
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
-from suspendguard.logs.after import after_attempt
+from suspendguard.logs.after import after_attempt, holder_homes, job_units
 from suspendguard.record import Attempt
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
@@ -62,16 +61,31 @@ NO_UNIT = ("the veto unit did not run before this {action}: nothing was drained 
 
 def pre(config: Config, action: str, log: Logger) -> int:
     history = _open(config, log)
-    attempt = unit_attempt(history, action) if history else None
-    if attempt is not None and history is not None:
+    if history is None:
+        _unit_not_found(config, action, log)
+        return 0
+    # A history that cannot be read or written (damaged, a full disk, locked) is a warning,
+    # as in post: the hook only records, and the sleep goes on whatever it says.
+    try:
+        attempt = unit_attempt(history, action)
+        if attempt is None:
+            history.record_event("pre", action, _unit_not_found(config, action, log))
+            return 0
         result = (f"observe mode: the guard only looked, and it would have said "
                   f"{attempt.result}" if attempt.dry_run else attempt.result)
         history.record_event("pre", action, f"going down after attempt {attempt.id} "
                              f"({result})", attempt.id)
-        history.close()
         log.info(f"attempt {attempt.id}: system going down for {action}"
                  + (" (observe mode: nothing was drained)" if attempt.dry_run else ""))
-        return 0
+    except HistoryError as exc:
+        log.warning(f"history not recorded: {exc}")
+    finally:
+        history.close()
+    return 0
+
+
+def _unit_not_found(config: Config, action: str, log: Logger) -> str:
+    """Say that the veto unit's attempt of this sleep is not found; the note to record."""
     mode = guard_mode.read(config.state.dir)
     if mode.enforcing:
         note = NO_UNIT.format(action=action)
@@ -81,33 +95,7 @@ def pre(config: Config, action: str, log: Logger) -> int:
         note = (f"the veto unit's attempt is not found, and the guard's mode is {mode.name}: "
                 "nothing was drained")
         log.info(note)
-    if history is not None:
-        try:
-            history.record_event("pre", action, note)
-        except HistoryError as exc:
-            log.warning(f"history not recorded: {exc}")
-        history.close()
-    return 0
-
-
-def _homes(users: set[str]) -> list[str]:
-    homes = []
-    for user in sorted(users):
-        try:
-            homes.append(pwd.getpwnam(user).pw_dir)
-        except KeyError:
-            continue
-    return homes
-
-
-def job_units(attempt: Attempt) -> list[str]:
-    """The units whose journals hold the jobs' own output: every holder's but the guard's own.
-
-    Holders the guard never signals by principle (PID 1, the guard and its
-    ancestors) are left out: their output is not a job's.
-    """
-    return sorted({h.holder.unit for h in attempt.holders
-                   if h.holder.unit and h.action != "never"})
+    return note
 
 
 def _this_sleeps(history: History, config: Config, action: str) -> Attempt | None:
@@ -138,8 +126,8 @@ def post(config: Config, action: str, log: Logger) -> int:
             log.info(f"resumed from {action}; no suspend attempt was recorded before it{last}")
             return 0
         history.record_event("post", action, "resumed", attempt.id)
-        homes = _homes({h.holder.user for h in attempt.holders if h.holder.user})
-        result = after_attempt(config, datetime.fromtimestamp(attempt.started), homes,
+        result = after_attempt(config, datetime.fromtimestamp(attempt.started),
+                               holder_homes(attempt),
                                until=resumed, units=job_units(attempt))
         if result.findings:
             history.record_findings(attempt.id, [f.record() for f in result.findings])

@@ -12,6 +12,7 @@ journal is stamped by the host's journald, so it is read from the start.
 
 from __future__ import annotations
 
+import pwd
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,11 +24,34 @@ from suspendguard.logs.journal import TIMEOUT_S, UnitJournal, read_unit
 from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import search
 from suspendguard.model import Unavailable
+from suspendguard.record import Attempt
 
 # The journals of all units together, inside systemd-sleep's 90 s for every hook.
 JOURNALS_DEADLINE_S = 30.0
 # Paths not read named one a line in the hook's journal; the rest counted.
 MAX_NOTES = 10
+
+
+def holder_homes(attempt: Attempt) -> list[str]:
+    """The home directories of the attempt's holders' users, searched for ``~`` besides
+    root's; a user this host no longer knows has none."""
+    homes = []
+    for user in sorted({h.holder.user for h in attempt.holders if h.holder.user}):
+        try:
+            homes.append(pwd.getpwnam(user).pw_dir)
+        except KeyError:
+            continue
+    return homes
+
+
+def job_units(attempt: Attempt) -> list[str]:
+    """The units whose journals hold the jobs' own output: every holder's but the guard's own.
+
+    Holders the guard never signals by principle (PID 1, the guard and its
+    ancestors) are left out: their output is not a job's.
+    """
+    return sorted({h.holder.unit for h in attempt.holders
+                   if h.holder.unit and h.action != "never"})
 
 
 @dataclass(frozen=True, slots=True)

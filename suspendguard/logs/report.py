@@ -61,11 +61,12 @@ def search_logs(
 def logs_report(config: Config, paths: Sequence[str], units: Sequence[str],
                 since: datetime | None, until: datetime | None,
                 started: datetime | None = None,
-                environ: Mapping[str, str] | None = None) -> LogsReport:
-    """The files (``paths``, or the configured globs) and the units' journals, read from
-    ``since`` to ``until``; with ``started`` (an attempt's start), each finding placed
-    against it."""
-    files = search_logs(config, paths, since, until, environ)
+                environ: Mapping[str, str] | None = None,
+                homes: Sequence[str] = ()) -> LogsReport:
+    """The files (``paths``, or the configured globs, ``~`` in them each of ``homes`` besides
+    root's) and the units' journals, read from ``since`` to ``until``; with ``started`` (an
+    attempt's start), each finding placed against it."""
+    files = search_logs(config, paths, since, until, environ, homes)
     # The journal's times are the host's own: read from the attempt's start itself.
     journals = tuple(read_unit(u, started or since, until) for u in units)
     findings = [*files.findings, *(f for j in journals for f in j.findings)]

@@ -57,6 +57,36 @@ def test_pre_after_the_unit_only_records(conf: Path, node: str, holders: Holders
     assert events[0].phase == "pre" and events[0].attempt_id == report.attempt.id
 
 
+@pytest.mark.parametrize("fails", ["reading", "recording"])
+def test_pre_with_a_history_it_cannot_use_warns_and_still_ends_0(
+        conf: Path, monkeypatch: pytest.MonkeyPatch, fails: str) -> None:
+    """A history that opens but then cannot be read (damaged) or written (a full disk,
+    locked) is one warning: the hook only records, and the database is closed."""
+    from suspendguard.config import load
+    from suspendguard.errors import HistoryError
+    run(load(str(conf)), dry_run=False, action="suspend", origin="unit", idle_check=None,
+        log=Logger(io.StringIO(), {}), history=History.open)
+    if fails == "reading":
+        def damaged(self: History, **_: object) -> None:
+            raise HistoryError("cannot read history.db: database disk image is malformed")
+        monkeypatch.setattr(History, "last_slept_on", damaged)
+    else:
+        import contextlib
+        import sqlite3
+        with contextlib.closing(sqlite3.connect(Path(state(conf)) / "history.db")) as c, c:
+            c.execute("CREATE TRIGGER full BEFORE INSERT ON events "
+                      "BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END")
+    closed: list[History] = []
+    close = History.close
+    monkeypatch.setattr(History, "close", lambda self: closed.append(self) or close(self))
+    code, err = hook(conf, "pre", "suspend")
+    assert code == 0, err
+    [line] = err.splitlines()
+    assert line.startswith("<4>") and "history not recorded: " in line, err
+    assert ("malformed" if fails == "reading" else "database or disk is full") in line, err
+    assert len(closed) == 1
+
+
 def test_pre_without_the_unit_drains_nothing_and_says_so(conf: Path, node: str,
                                                          holders: Holders) -> None:
     proc, _pid = holders.start(node)

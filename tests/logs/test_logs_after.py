@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from suspendguard.commands.sleep_hook import job_units
+import pytest
+from helpers.runners import cli
+
 from suspendguard.config import Config, build
-from suspendguard.logs.after import after_attempt
+from suspendguard.logs.after import after_attempt, job_units
 from suspendguard.logs.journal import MAX_ENTRIES
 from suspendguard.model import Action, Outcome
 from suspendguard.record import Attempt, KeptRecord
+from suspendguard.store.history import History
 from suspendguard.verdict import Verdict
 
 START = datetime(2026, 3, 1, 12, 0, 0, 700000)
@@ -115,8 +121,8 @@ def test_a_journal_read_in_part_is_said_and_never_a_clean_bill(tmp_path: Path) -
         "1 log(s) not read or read only in part (above): what they hold is unknown")
 
 
-def holder(unit: str | None, action: Action) -> KeptRecord:
-    return KeptRecord.of(pid=10, start_time=1, user="root", unit=unit, comm="python3",
+def holder(unit: str | None, action: Action, user: str = "root") -> KeptRecord:
+    return KeptRecord.of(pid=10, start_time=1, user=user, unit=unit, comm="python3",
                              command="python3 train.py", action=action, rule="",
                              outcome=Outcome("exited", 0.5))
 
@@ -129,3 +135,46 @@ def test_units_read_after_resume_are_the_jobs() -> None:
                                holder("suspendguard@suspend.service", "never"),
                                holder(None, "drain")))
     assert job_units(attempt) == ["ascend-dmp.service", "infer.service", "train.service"]
+
+
+def test_logs_since_last_attempt_reads_what_the_check_after_resume_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder's own plog under ~ and its unit's journal: both were skipped, exit 0."""
+    now = time.time()
+    home = tmp_path / "alice"
+    plog = home / "ascend" / "log" / "debug" / "plog" / "plog-4242_20991231.log"
+    plog.parent.mkdir(parents=True)
+    plog.write_text(hwts_line(datetime.fromtimestamp(now - 5)))
+    real_getpwnam = pwd.getpwnam
+
+    def getpwnam(name: str) -> pwd.struct_passwd:
+        if name == "alice":
+            return pwd.struct_passwd(("alice", "x", 4242, 4242, "", str(home), "/bin/sh"))
+        return real_getpwnam(name)
+
+    monkeypatch.setattr(pwd, "getpwnam", getpwnam)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    entry = json.dumps({"MESSAGE": "Device[1] lost heartbeat.[FUNC:SyncTask]", "_PID": "4242",
+                        "__REALTIME_TIMESTAMP": str(int(now * 1e6))})
+    (bin_dir / "journalctl").write_text(
+        f"#!/bin/sh\ncase \"$*\" in *_SYSTEMD_UNIT=train.service*) echo '{entry}';; esac\n")
+    (bin_dir / "journalctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    state = tmp_path / "state"
+    with History.open(str(state)) as h:
+        attempt_id = h.begin("suspend", "unit", False, "", started=now - 10)
+        h.finish(Attempt(attempt_id, now - 10, now - 8, "suspend", "unit", False,
+                         Verdict("allow", ()), "",
+                         holders=(holder("train.service", "drain", user="alice"),)))
+    conf = tmp_path / "config.toml"
+    conf.write_text(f'[state]\ndir = "{state}"\n[logs]\npaths = ["~/ascend/log/**"]\n')
+    code, out, err = cli("logs", "--config", str(conf), "--since", "last-attempt",
+                         "--unit", "extra", "--json")
+    assert code == 1, (out, err)
+    doc = json.loads(out)
+    assert {(f["rule"], f["file"], f["unit"]) for f in doc["findings"]} == {
+        ("hwts-busy-suspend", str(plog), None),
+        ("heartbeat-lost", "journal:train.service", "train.service")}
+    # Units given with --unit are read besides the holders'.
+    assert [j["unit"] for j in doc["journals"]] == ["extra.service", "train.service"]
