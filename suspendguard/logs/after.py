@@ -26,7 +26,10 @@ from suspendguard.logs.search import search
 from suspendguard.model import Unavailable
 from suspendguard.record import Attempt
 
-# The journals of all units together, inside systemd-sleep's 90 s for every hook.
+# The device logs, then the journals of all units, inside systemd-sleep's 90 s for every
+# hook: a log a job filled in a failure loop is read only in part rather than have the hook
+# killed, its findings all lost.
+FILES_DEADLINE_S = 40.0
 JOURNALS_DEADLINE_S = 30.0
 # Paths not read named one a line in the hook's journal; the rest counted.
 MAX_NOTES = 10
@@ -139,6 +142,7 @@ def after_attempt(
         since=since - timedelta(seconds=config.logs.clock_slack_s),
         max_bytes=config.logs.max_bytes,
         environ=environ,
+        stop_at=time.monotonic() + FILES_DEADLINE_S,
     )
     findings = [f.placed(since, until) for f in report.findings]
     # A glob of a variable this host leaves unset names no log, as a folder it lacks does not.

@@ -109,6 +109,10 @@ class Finding:
                    doc["text"], doc.get("unit"), outside, doc.get("code"), doc.get("described"))
 
 
+# Why a log was not read, or read whole, when the time for reading logs was up.
+TIME_RAN_OUT = "the time for reading logs ran out"
+
+
 @dataclass(frozen=True, slots=True)
 class Skipped:
     """A path, or part of a file, that was not read, and why."""

@@ -12,6 +12,7 @@ lines with NUL bytes or bad UTF-8 are skipped and counted.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +20,7 @@ from typing import Any
 
 from suspendguard.logs.codes import codes_in, table, window_search
 from suspendguard.logs.entries import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, parse_entry, parse_head_time
-from suspendguard.logs.finding import Finding, Skipped, UnknownCode
+from suspendguard.logs.finding import TIME_RAN_OUT, Finding, Skipped, UnknownCode
 from suspendguard.logs.matching import Rule, needles
 from suspendguard.logs.memmem import Data, finder
 from suspendguard.logs.naming import name_record
@@ -308,6 +309,8 @@ def read_file(
     since: datetime | None = None,
     until: datetime | None = None,
     chunk: int = CHUNK,
+    *,
+    stop_at: float | None = None,
 ) -> FileResult:
     """Read at most ``max_bytes`` from the end of an open file and classify them.
 
@@ -329,6 +332,9 @@ def read_file(
     # costs its allocation and page faults, about half the cost of the read.
     buf = bytearray(min(chunk, max_bytes, max(size - start, 0)) or 1)
     while offset < stop:
+        if stop_at is not None and time.monotonic() >= stop_at:
+            skipped.append(Skipped(path, f"read only in part, to line {line}: {TIME_RAN_OUT}"))
+            break
         want = min(chunk, stop - offset)
         while True:
             if len(buf) < want:

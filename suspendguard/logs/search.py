@@ -8,12 +8,13 @@ they said, newest files first.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from suspendguard.logs.finding import Finding, Skipped, UnknownCode
+from suspendguard.logs.finding import TIME_RAN_OUT, Finding, Skipped, UnknownCode
 from suspendguard.logs.matching import Rule
 from suspendguard.logs.reader import FileResult, prepare, read_file
 from suspendguard.logs.rules import RULES
@@ -62,15 +63,18 @@ def search(
     max_bytes: int = DEFAULT_MAX_BYTES,
     environ: Mapping[str, str] | None = None,
     rules: Sequence[Rule] = RULES,
+    stop_at: float | None = None,
 ) -> SearchReport:
-    """Search explicit files/folders and/or configured globs, newest files first."""
+    """Search explicit files/folders and/or configured globs, newest files first;
+    ``stop_at`` (time.monotonic): no file is read past it, each said as not read."""
     found = plan(paths, patterns, homes, environ, since)
     findings: list[Finding] = []
     unknown: list[UnknownCode] = []
     skipped = list(found.skipped)
     files, total = found.empty, 0
     try:
-        for result in _read_all(sorted(found.candidates), max_bytes, rules, since, until):
+        for result in _read_all(sorted(found.candidates), max_bytes, rules, since, until,
+                                stop_at):
             if isinstance(result, Skipped):
                 skipped.append(result)
                 continue
@@ -85,25 +89,29 @@ def search(
 
 
 def _read_one(cand: Candidate, max_bytes: int, rules: Sequence[Rule],
-              since: datetime | None, until: datetime | None) -> FileResult | Skipped:
+              since: datetime | None, until: datetime | None,
+              stop_at: float | None = None) -> FileResult | Skipped:
+    if stop_at is not None and time.monotonic() >= stop_at:
+        return Skipped(cand.display, TIME_RAN_OUT)
     try:
         fd = cand.base.fd if not cand.rel else open_relative(cand.base.fd, cand.rel)
     except Refused as exc:
         return Skipped(cand.display, str(exc))
     try:
-        return read_file(fd, cand.display, max_bytes, rules, since, until)
+        return read_file(fd, cand.display, max_bytes, rules, since, until, stop_at=stop_at)
     finally:
         if cand.rel:
             os.close(fd)
 
 
 def _read_all(cands: Sequence[Candidate], max_bytes: int, rules: Sequence[Rule],
-              since: datetime | None, until: datetime | None) -> list[FileResult | Skipped]:
+              since: datetime | None, until: datetime | None,
+              stop_at: float | None = None) -> list[FileResult | Skipped]:
     """Each candidate's result, in the candidates' order."""
     sizes = [min(c.size, max_bytes) for c in cands]
     workers = min(MAX_WORKERS, os.cpu_count() or 1, len(cands))
     if workers <= 1 or sum(sizes) < PARALLEL_BYTES:
-        return [_read_one(c, max_bytes, rules, since, until) for c in cands]
+        return [_read_one(c, max_bytes, rules, since, until, stop_at) for c in cands]
     prepare(rules)
     # Largest files first, each to the least loaded worker.
     shares: list[list[int]] = [[] for _ in range(workers)]
@@ -114,7 +122,7 @@ def _read_all(cands: Sequence[Candidate], max_bytes: int, rules: Sequence[Rule],
         load[w] += sizes[i]
 
     def work(share: list[int]) -> dict[int, FileResult | Skipped]:
-        return {i: _read_one(cands[i], max_bytes, rules, since, until) for i in share}
+        return {i: _read_one(cands[i], max_bytes, rules, since, until, stop_at) for i in share}
 
     def to_wire(results: dict[int, FileResult | Skipped]) -> Any:
         return [[i, _to_wire(r)] for i, r in results.items()]

@@ -13,8 +13,10 @@ import pytest
 from helpers.runners import cli
 
 from suspendguard.config import Config, build
+from suspendguard.logs import after
 from suspendguard.logs.after import after_attempt, job_units
 from suspendguard.logs.journal import MAX_ENTRIES
+from suspendguard.logs.reader import read_file
 from suspendguard.model import Action, Outcome
 from suspendguard.record import Attempt, KeptRecord
 from suspendguard.store.history import History
@@ -80,6 +82,33 @@ def test_the_slack_bounds_what_is_read(tmp_path: Path) -> None:
     [line] = result.journal_lines(8)
     assert line == ("suspend attempt 8: device reported 'hwts is busy' (hwts-busy-suspend): "
                     "AI processes were still running on the NPU")
+
+
+def test_logs_the_time_ran_out_for_are_said_and_never_a_clean_bill(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook runs inside systemd-sleep's 90 s: past its time for device logs it reads no
+    more, says which logs it left, and its answer for them is unknown, never "none found"."""
+    log = device_log(tmp_path, START + timedelta(seconds=1))
+    monkeypatch.setattr(after, "FILES_DEADLINE_S", 0.0)
+    result = after_attempt(config(tmp_path), START, until=RESUMED)
+    assert result.findings == ()
+    assert [(s.path, s.reason) for s in result.skipped] == [
+        (str(log), "the time for reading logs ran out")]
+    assert "what they hold is unknown" in result.nothing_found()
+
+
+def test_a_log_the_time_ran_out_in_is_read_in_part(tmp_path: Path) -> None:
+    log = device_log(tmp_path, *(START + timedelta(seconds=i) for i in range(1, 30)))
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        whole = read_file(fd, str(log), 1 << 20, chunk=256)
+        cut = read_file(fd, str(log), 1 << 20, chunk=256, stop_at=time.monotonic() - 1)
+    finally:
+        os.close(fd)
+    assert len(whole.findings) == 29 and whole.skipped == ()
+    assert cut.findings == ()
+    assert [s.reason for s in cut.skipped] == [
+        "read only in part, to line 1: the time for reading logs ran out"]
 
 
 def test_a_missing_journal_is_a_note_not_a_failure(tmp_path: Path) -> None:
