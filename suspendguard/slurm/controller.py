@@ -299,7 +299,8 @@ class Controller:
         if not healthy:
             reasons = reasons_of(got) or [Reason("unhealthy-after-resume", "device unhealthy")]
             text = self._drain_reason(node, reasons[0])
-            # Drained while POWERING_UP: Slurm requeues the job that woke it.
+            # Drained while POWERING_UP: Slurm requeues the job that woke it (or ends it
+            # as a node failure when it cannot be requeued).
             if not self.drain(node, text):
                 # Registered undrained, the node would run that job on the device (or
                 # beside its holder): left to ResumeTimeout instead, which marks it DOWN
