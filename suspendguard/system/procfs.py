@@ -317,8 +317,7 @@ def parse_stat(data: bytes) -> Stat | None:
 
 
 def parse_status(text: str) -> Status:
-    # Lines end at "\n" alone: the kernel escapes only that one in Name:, and any user may
-    # name a process "job\x1cKthread:1", which splitlines() would read as a line of its own.
+    # At "\n" alone: splitlines() reads a process named "job\x1cKthread:1" as two lines.
     values: dict[str, str] = {}
     for line in text.split("\n"):
         key, _, value = line.partition(":")

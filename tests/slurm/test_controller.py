@@ -22,7 +22,8 @@ from helpers.isolation import needs_root
 
 from suspendguard.config.load import defaults
 from suspendguard.slurm import controller as controller_module
-from suspendguard.slurm.controller import Controller, write_if_changed
+from suspendguard.slurm.controller import Controller
+from suspendguard.slurm.exclusion import write_if_changed
 from suspendguard.system.log import Logger
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from suspendguard.slurm.controller import EXCLUDE_HEAD, exclusion_lock, write_if_changed
+from suspendguard.slurm.exclusion import EXCLUDE_HEAD, exclusion_lock, write_if_changed
 from suspendguard.slurm.node import _health_action
 from suspendguard.slurm.scontrol import Scontrol, SlurmError, parse_nodes
 from suspendguard.verdict import Reason
