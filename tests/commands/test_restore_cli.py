@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.dbus import dbus_daemon
-from helpers.records import ended
+from helpers.records import drained_unit
 from helpers.runners import cli
 
 from suspendguard.commands import restore
-from suspendguard.model import Owner
-from suspendguard.record import Stop
 from suspendguard.store.history import History
-from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME
+from suspendguard.supervise.dropin import DROPIN_NAME
 from suspendguard.supervise.managers import ManagersAndEngines
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
@@ -34,15 +31,8 @@ UNIT = "train.service"
 def drained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A resumed attempt that stopped UNIT through its drop-in, still in place; the config."""
     state = tmp_path / "state"
-    now = time.time()
-    with History.open(str(state)) as h:
-        attempt = h.begin("suspend", "unit", False, "digest", now - 5)
-        h.finish(ended(attempt, "allow", finished=now - 4,
-                       stops=[Stop(Owner("systemd-service", UNIT), 0, now - 4.5)]))
+    drained_unit(tmp_path, UNIT)
     dropins = tmp_path / "run"
-    (dropins / f"{UNIT}.d").mkdir(parents=True)
-    (dropins / f"{UNIT}.d" / DROPIN_NAME).write_text("[Service]\nRestart=no\n")
-    (dropins / f"{UNIT}.d" / MARKER_NAME).write_text("")  # not started since the drain
     monkeypatch.setattr(restore, "ManagersAndEngines",
                         functools.partial(ManagersAndEngines, dropin_root=str(dropins)))
     config = tmp_path / "config.toml"

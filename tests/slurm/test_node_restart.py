@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -18,16 +17,14 @@ from typing import Any
 
 import pytest
 from helpers.dbus import dbus_daemon
-from helpers.records import ended
+from helpers.records import drained_unit
 from helpers.runners import cli
 
 from slurm.test_controller import controller
-from suspendguard.model import Owner
-from suspendguard.record import Stop
 from suspendguard.slurm import controller as controller_module
 from suspendguard.store.history import History
 from suspendguard.supervise import managers
-from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME
+from suspendguard.supervise.dropin import DROPIN_NAME
 
 UNIT = "train.service"
 
@@ -36,15 +33,8 @@ UNIT = "train.service"
 def test_the_jobs_a_drain_stopped_are_started_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any]) -> None:
     state = tmp_path / "state"
-    now = time.time()
-    with History.open(str(state)) as h:
-        attempt = h.begin("suspend", "slurm", False, "digest", now - 5)
-        h.finish(ended(attempt, "allow", finished=now - 4,
-                       stops=[Stop(Owner("systemd-service", UNIT), 0, now - 4.5)]))
+    attempt = drained_unit(tmp_path, UNIT, origin="slurm")
     dropin = tmp_path / "run" / f"{UNIT}.d"
-    dropin.mkdir(parents=True)
-    (dropin / DROPIN_NAME).write_text("[Service]\nRestart=no\n")
-    (dropin / MARKER_NAME).write_text("")  # not started since the drain
     monkeypatch.setattr(managers, "ManagersAndEngines", functools.partial(
         managers.ManagersAndEngines, dropin_root=str(tmp_path / "run")))
     started = tmp_path / "started"
