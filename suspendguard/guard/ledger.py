@@ -30,10 +30,11 @@ class Ledger:
     nothing), ``past`` to read earlier drain times from (the same, or a read-only copy)."""
 
     def __init__(self, history: History | None = None, attempt_id: int | None = None,
-                 past: History | None = None) -> None:
+                 past: History | None = None, unwritable: str = "") -> None:
         self.history = history if attempt_id is not None else None
         self.attempt_id = attempt_id or 0
         self.past = past
+        self.unwritable = unwritable  # why a run that records could not open its history
         self._ids: dict[int, int] = {}  # a stop's seq -> its row
 
     def signalling(self, rows: Sequence[HolderRecord]) -> str:
@@ -47,13 +48,15 @@ class Ledger:
         return ""
 
     def stopping(self, stops: Sequence[Stop]) -> str:
-        """Write down the stops before the supervisors are asked; "" or the warning."""
+        """Write down the stops before the supervisors are asked; "" or why they were not
+        (then no supervisor is asked: a stop restore cannot read is a job left down)."""
         if self.history is None:
-            return ""
+            return f"the history could not be written ({self.unwritable})" if self.unwritable \
+                else ""
         try:
             written = self.history.stopping(self.attempt_id, stops)
         except HistoryError as exc:
-            return f"history: the jobs about to be stopped were not recorded first: {exc}"
+            return f"the history could not be written ({exc})"
         self._ids.update(zip((s.seq for s in stops), written, strict=True))
         return ""
 

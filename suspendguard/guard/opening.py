@@ -51,10 +51,11 @@ class Opening:
     digest: str = ""  # the config's fingerprint, as the history records it
     recorded: Literal["recorded"] | Unavailable = RECORDED
     past: History | None = None  # a dry run's read-only history, for earlier drain times
+    unwritable: str = ""  # why a run that records could not open its history or begin
 
     @property
     def ledger(self) -> Ledger:
-        return Ledger(self.history, self.attempt_id, self.history or self.past)
+        return Ledger(self.history, self.attempt_id, self.history or self.past, self.unwritable)
 
     def close(self) -> None:
         """The history closed, then the lock released: the last thing a run does."""
@@ -115,6 +116,7 @@ def open_run(config: Config, options: RunOptions, deadline: Deadline,
             opening.recorded = Unavailable(str(exc))
             if not options.dry_run:
                 opening.said += Said.warn(f"history not recorded: {exc}")
+                opening.unwritable = str(exc)
             opening.close_history()
     if not (options.dry_run or lock.refused):
         # What a killed run left goes first: it would outlive this run otherwise. A

@@ -188,7 +188,13 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> Said:
         return said
     planned = {o.key: Stop(o, len(r.stops) + i, time.time())
                for i, o in enumerate(owners.values(), 1)}
-    said += Said.warn(r.ledger.stopping(list(planned.values())))
+    unwritten = r.ledger.stopping(list(planned.values()))
+    if unwritten:
+        # A stop restore cannot read would leave the job down after resume, unsaid.
+        return said + Said.warn(*(
+            f"{o.name}: not kept from restarting through {advice.via(o)}: {unwritten}, and "
+            "restore could not start it again; its processes are signalled directly"
+            for o in owners.values()))
     answers = control.stop(list(owners.values()), r.drain.signal, r.drain.timeout_s)
     said += Said.warn(r.ledger.stopped(list(planned.values()), answers))
     ok = set()

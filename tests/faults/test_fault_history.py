@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guard.test_transient_user_unit import OneOwner
+from helpers.holders import Holders
 from helpers.isolation import needs_root
 from helpers.records import ended
 from helpers.users import nobody_prefix
 
 from suspendguard.errors import HistoryError
 from suspendguard.guard.pipeline import run
-from suspendguard.model import Owner
+from suspendguard.model import Holder, Owner
 from suspendguard.record import Stop
 from suspendguard.store import database
 from suspendguard.store.history import History, last_attempt_start
@@ -33,9 +35,9 @@ from suspendguard.system.log import Logger
 from .helpers import cli, one_line, open_dir
 
 
-def guard(config: Any) -> Any:
+def guard(config: Any, **kw: Any) -> Any:
     return run(config, dry_run=False, action="suspend", origin="unit", idle_check=None,
-               log=Logger(io.StringIO(), {}), history=History.open)
+               log=Logger(io.StringIO(), {}), history=History.open, **kw)
 
 
 def history_conf(tmp_path: Path, state: Path) -> Path:
@@ -315,6 +317,31 @@ def test_guard_verdict_in_time_with_a_locked_history(make_config: Any) -> None:
         report = guard(cfg)
         assert report.verdict.kind == "allow"
         assert time.monotonic() - started < 3.0
+
+
+class ServiceOwner(OneOwner):
+    """Every holder runs in train.service (Restart=always); stops are recorded."""
+
+    def owner(self, holder: Holder) -> Owner:
+        return Owner("systemd-service", "train.service", restart="always", activity="active")
+
+
+def test_no_job_is_kept_down_that_the_history_could_not_write_down(
+        make_config: Any, node: str, holders: Holders) -> None:
+    """A stop restore cannot read is a job left down after resume, with nothing to say so:
+    with the history locked past the guard's wait, the supervisor is not asked at all, and
+    the job gets its SIGINT directly."""
+    cfg = make_config(drain={"timeout_s": 2, "deadline_s": 8})
+    db = filled(cfg, 1)
+    _, pid = holders.start(node)
+    control = ServiceOwner()
+    with locked(db):
+        report = guard(cfg, supervisors=control)
+    assert control.kept == []
+    assert holders.signals() == [f"{pid} SIGINT"]
+    assert any(w.startswith("train.service: not kept from restarting through systemd: the "
+                            "history could not be written (") and "restore could not start it "
+               "again" in w for w in report.verdict.warnings), report.verdict.warnings
 
 
 # -- item 7: symlinks and the state folder --------------------------------------
