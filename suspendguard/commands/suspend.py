@@ -34,6 +34,7 @@ from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 from suspendguard.system.dbus.bus import system_bus_address
 from suspendguard.system.dbus.logind import SLEEP_METHODS, SleepJob, can_sleep, request_sleep
+from suspendguard.system.terminal import safe
 
 # Awake time the sleep job may take beyond the guard's own deadline: logind's
 # delay locks, the sleep hooks (systemd-sleep gives them 90 s), the services
@@ -117,7 +118,7 @@ def _slept(job: SleepJob, found: Attempt | Observed | str, ctx: Context) -> int:
     went = f"{SLEPT[job.action]} at {_clock(down, with_date)}" if down else SLEPT[job.action]
     ctx.out.write(f"{went}, resumed at {_clock(up, with_date)}{zone}\n")
     if attempt is None:
-        ctx.out.write(f"  ! {found}\n")
+        ctx.out.write(f"  ! {safe(str(found))}\n")
         if looked is not None:
             _findings(looked, ctx)
         return EXIT_ALLOW
@@ -129,7 +130,7 @@ def _slept(job: SleepJob, found: Attempt | Observed | str, ctx: Context) -> int:
         ctx.out.write("  ! the veto unit did not run for this sleep: nothing was drained and "
                       "nothing could have stopped it (suspendguard status)\n")
     for warning in attempt.warnings:
-        ctx.out.write(f"  ! {warning}\n")
+        ctx.out.write(f"  ! {safe(warning)}\n")
     _findings(attempt, ctx)
     return EXIT_ALLOW
 
@@ -146,9 +147,9 @@ def _not_slept(job: SleepJob, found: Attempt | Observed | str, ctx: Context) -> 
     if isinstance(found, Attempt) and found.result != "allow":
         first, *rest = found.reasons or (f"the guard's attempt ended {found.result}",)
         word = "vetoed" if found.result == "veto" else f"refused ({found.result})"
-        ctx.out.write(f"{word}: {first}\n")
+        ctx.out.write(f"{word}: {safe(first)}\n")
         for reason in rest:
-            ctx.out.write(f"  - {reason}\n")
+            ctx.out.write(f"  - {safe(reason)}\n")
         config = f" --config {shlex.quote(ctx.config_arg)}" if ctx.config_arg else ""
         ctx.out.write(f"  attempt {found.id}; more: suspendguard{config} history {found.id}, "
                       f"journalctl -u suspendguard@{job.action}.service\n")
@@ -202,6 +203,6 @@ def _wait_until_ready(bound_s: float, action: str, ctx: Context) -> int | None:
     verdict = ready.report.verdict
     ctx.out.write(f"gave up waiting to {action}: {ready.why}\n")
     for reason in verdict.texts:
-        ctx.out.write(f"  - {reason}\n")
+        ctx.out.write(f"  - {safe(reason)}\n")
     ctx.out.write(f"  no {action} asked for; more: suspendguard check\n")
     return verdict.exit_status if verdict.kind == "unknown" else EXIT_VETO

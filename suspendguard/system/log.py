@@ -12,6 +12,8 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
+from suspendguard.system.terminal import safe
+
 ERR, WARNING, NOTICE, INFO, DEBUG = 3, 4, 5, 6, 7
 _WORDS = {ERR: "error: ", WARNING: "warning: "}
 
@@ -27,7 +29,9 @@ class Logger:
     def log(self, priority: int, message: str) -> None:
         if self.quiet and priority > NOTICE:
             return
-        line = " ".join(message.splitlines())
+        # One line, its control characters shown as escapes: a process name is its owner's
+        # to choose, and this goes to an operator's terminal.
+        line = safe(" ".join(message.split("\n")))
         if self.journal:
             text = f"<{priority}>{line}\n"
         else:

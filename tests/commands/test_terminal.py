@@ -151,3 +151,20 @@ def test_history_times_carry_their_zone(conf: Path, node: str, holders: Holders)
     code, out, _ = cli("history", "--config", str(conf))
     row = out.splitlines()[1].split()
     assert code == 0 and (row[3] == "UTC" or row[3][:1] in "+-"), row
+
+
+def test_a_process_name_with_escapes_reaches_the_log_lines_escaped(
+        conf: Path, node: str, holders: Holders) -> None:
+    """A process names itself (any 15 bytes, ESC included): the drain's log lines on the
+    operator's terminal show it escaped, never as a terminal command."""
+    named = subprocess.Popen(
+        [sys.executable, "-c", "import ctypes, sys, time; "
+         "ctypes.CDLL(None).prctl(15, b'ev\\x1b[2Jil', 0, 0, 0); f = open(sys.argv[1], 'rb'); "
+         "print('ready', flush=True); time.sleep(60)", node],
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    holders.procs.append(named)
+    assert named.stdout is not None and named.stdout.readline() == "ready\n"
+    code, _out, err = cli("--config", str(conf), "drain", "--yes")
+    assert code == 0, err
+    assert named.wait(timeout=10) != 0  # its SIGINT, as KeyboardInterrupt
+    assert "\x1b" not in err and f"{named.pid} ev\\e[2Jil" in err, err
