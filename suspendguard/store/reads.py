@@ -61,6 +61,14 @@ def _seconds(value: Any, column: str) -> float | None:
     return value
 
 
+def _duration(value: Any) -> bool:
+    """Whether ``value`` is a number of seconds a drain could have taken."""
+    try:
+        return _seconds(value, "seconds") is not None
+    except (TypeError, ValueError):
+        return False
+
+
 def _time(value: Any, column: str) -> float:
     """A time column that may not be NULL (see :func:`_seconds`)."""
     if value is None:
@@ -145,7 +153,9 @@ class Reads:
                 ).fetchall()
         except (sqlite3.Error, HistoryError):
             return ()
-        return tuple(float(r[0]) for r in rows)
+        # A damaged cell (text in the REAL column, NaN) is no earlier time: left out.
+        return tuple(float(r[0]) for r in rows if _duration(r[0]))
+
     def _rows_if_kept(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         """The rows of ``sql``; none from a file older than its table, opened read-only (a
         writable open adds the table)."""

@@ -125,6 +125,26 @@ def test_row_with_invalid_json_is_skipped_and_said(make_config: Any, tmp_path: P
     assert ids == ["3", "1"]
 
 
+def test_a_damaged_drain_time_is_no_earlier_time(make_config: Any, node: str,
+                                                 holders: Holders) -> None:
+    """Text in a holder's seconds: check and the drain's own reasons read the job's earlier
+    drains without it, never a traceback."""
+    cfg = make_config()
+    holders.start(node)
+    [first] = guard(cfg).holders  # one real drain of the job: its time is kept
+    with sqlite3.connect(Path(cfg.state.dir) / "history.db") as c:
+        c.execute("INSERT INTO holders SELECT * FROM holders")
+        c.execute("UPDATE holders SET seconds = 'n/a' WHERE rowid = (SELECT MAX(rowid) "
+                  "FROM holders)")
+    _, pid = holders.start(node)
+    with History.open(cfg.state.dir, readonly=True) as h:
+        times = h.drain_times(first.decision.holder)
+    assert len(times) == 1 and 0 <= times[0] < 5, times
+    report = run(cfg, dry_run=True, action="suspend", origin="test", idle_check=None,
+                 log=Logger(io.StringIO(), {}), history=History.open)
+    assert [h.decision.holder.pid for h in report.holders] == [pid]
+
+
 @pytest.mark.parametrize(("column", "table", "value"), [
     ("started", "attempts", "yesterday"), ("finished", "attempts", "yesterday"),
     ("time", "events", "soon"),
