@@ -118,7 +118,11 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
     for line in continue_left(config.state.dir):
         log.warning(line)
     with history:
-        pending = history.pending_stops()
+        try:
+            pending = history.pending_stops()
+        except HistoryError as exc:
+            log.error(f"restore: cannot read what was stopped: {exc}")
+            return EXIT_ERROR
         for line in history.notes:  # a damaged row: its job is acted on all the same
             log.warning(f"history: {line}")
         outcome = None

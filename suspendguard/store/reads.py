@@ -205,15 +205,16 @@ class Reads:
                            " 'held'))", ())
 
     def _stops(self, where: str, args: Sequence[Any]) -> list[Stop]:
-        columns = ("boot_id, issued" if self._stop_columns() >= {"boot_id", "issued"}
-                   else "'', stopped")
-        try:
+        # A locked or unreadable file is a HistoryError: "no stops" would leave jobs down.
+        with self._reading():
+            have = self._stop_columns()
+            if not have:
+                return []  # a file from before stops were recorded, opened read-only
+            columns = "boot_id, issued" if have >= {"boot_id", "issued"} else "'', stopped"
             rows = self.conn.execute(
                 "SELECT attempt_id, seq, owner, kind, name, uid, stopped,"
                 f" restored, result, why, id, {columns} FROM stops WHERE {where}"
                 " ORDER BY attempt_id, seq", tuple(args)).fetchall()
-        except sqlite3.OperationalError:
-            return []  # a file from before stops were recorded, opened read-only
         # The owner from its kind, name and uid (its key, the owner column, follows from them).
         return [Stop(Owner(cast(OwnerKind, r[3]), r[4], uid=r[5]), seq=r[1],
                      stopped=self._stop_time(r, 6, "stopped"), attempt_id=r[0],
@@ -237,6 +238,7 @@ class Reads:
         if not hasattr(self, "_stops_columns"):
             self._stops_columns = {str(c[1]) for c in self.conn.execute("PRAGMA table_info(stops)")}
         return self._stops_columns
+
     def attempts(self, n: int = 20, include_dry_run: bool = True) -> list[Attempt]:
         where = "" if include_dry_run else "WHERE dry_run = 0"
         with self._reading():

@@ -23,7 +23,7 @@ from helpers.records import ended
 from helpers.runners import guard
 
 from suspendguard.cli import main
-from suspendguard.errors import NoHistory
+from suspendguard.errors import HistoryError, NoHistory
 from suspendguard.model import PLAIN, Owner
 from suspendguard.record import DeviceHealth, KeptRecord, Stop
 from suspendguard.store.history import History, last_attempt_start
@@ -275,3 +275,36 @@ def test_a_job_whose_executable_path_is_no_utf8_is_drained_and_kept(
     [seen] = guard(cfg, dry_run=True).holders
     assert seen.holder.pid == again and seen.outcome.kind == "would-signal"
     assert "to exit after its signal the last time" in seen.outcome.why, seen.outcome.why
+
+
+class LockedStops:
+    """A connection whose reads of the stops table fail as a locked or failing file does."""
+
+    def __init__(self, conn: sqlite3.Connection, error: str) -> None:
+        self.conn, self.error = conn, error
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if "FROM stops" in sql:
+            raise sqlite3.OperationalError(self.error)
+        return self.conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+@pytest.mark.parametrize("error", ["database is locked", "disk I/O error"])
+def test_stops_that_cannot_be_read_are_an_error_never_none(tmp_path: Path, error: str) -> None:
+    """No pending stops is restore's "nothing to restore", and after a veto no job started
+    again: a read that failed must say so."""
+    now = time.time()
+    with History.open(str(tmp_path)) as h:
+        attempt = h.begin("suspend", "unit", False, "digest", now - 5)
+        h.finish(ended(attempt, "veto", finished=now - 4,
+                       stops=[Stop(Owner("systemd-service", "train.service"), 0, now - 4.5)]))
+    with History.open(str(tmp_path), readonly=True) as h:
+        assert [s.owner.name for s in h.pending_stops()] == ["train.service"]
+        h.conn = LockedStops(h.conn, error)  # type: ignore[assignment]
+        with pytest.raises(HistoryError, match=error):
+            h.pending_stops()
+        with pytest.raises(HistoryError, match=error):
+            h.not_restored()
