@@ -54,8 +54,11 @@ def health_step(config: Config, history: History, log: Logger) -> AfterResume:
                                    else time.time() - NO_ATTEMPT_LOOKBACK_S)
 
     def step(name: str, note: str) -> None:
-        history.record_event(name, attempt.action if attempt else None, note, attempt_id)
         log.info(f"after resume: {name}: {note}")
+        try:  # the check goes on, and the jobs after it, whatever the history can keep
+            history.record_event(name, attempt.action if attempt else None, note, attempt_id)
+        except HistoryError as exc:
+            log.warning(f"history: after resume: {name} not recorded: {exc}")
 
     # The logs' findings are what this resume left: they count at its first check. A later
     # restore (the jobs were held) asks the devices alone, as a repair's own check does.
@@ -63,7 +66,10 @@ def health_step(config: Config, history: History, log: Logger) -> AfterResume:
     outcome = after_resume(config, since, attempt.findings if attempt and first else (),
                            blockers=Blocker(config), step=step,
                            before=history.health_before(attempt.id) if attempt else None)
-    history.record_health(attempt_id, outcome.final.devices)
+    try:
+        history.record_health(attempt_id, outcome.final.devices)
+    except HistoryError as exc:
+        log.warning(f"history: the devices' health after resume not recorded: {exc}")
     for note in outcome.final.notes:
         log.info(f"after resume: {note}")
     return outcome
@@ -141,9 +147,6 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
             why = "--force" if args.force else "[resume] restore_on_unhealthy = \"restore\""
             log.warning(f"restoring onto an unhealthy device ({why}): {reason}")
 
-        def note(stop: Stop, result: str, why: str) -> None:
-            history.record_restore(stop.id, result, why)
-
         supervisors = ManagersAndEngines(environ=ctx.environ, state_dir=config.state.dir)
         done = []
         warned: list[str] = []  # a manager not reloaded: its units keep the drain's settings
@@ -151,6 +154,14 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
         def warn(line: str) -> None:
             warned.append(line)
             log.warning(line)
+
+        def note(stop: Stop, result: str, why: str) -> None:
+            # A history that cannot be written (a full disk) stops no job from starting: the
+            # job's result is said instead, and the next restore finds it started.
+            try:
+                history.record_restore(stop.id, result, why)
+            except HistoryError as exc:
+                warn(f"history: {stop.owner.name} {result}, not recorded: {exc}")
 
         # Held jobs keep what keeps them down (their drain drop-ins) until
         # they are started: nothing is put back while they are held.

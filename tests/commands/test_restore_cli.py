@@ -19,6 +19,7 @@ from helpers.records import drained_unit
 from helpers.runners import cli
 
 from suspendguard.commands import restore
+from suspendguard.errors import HistoryError
 from suspendguard.store.history import History
 from suspendguard.supervise.dropin import DROPIN_NAME
 from suspendguard.supervise.managers import ManagersAndEngines
@@ -57,4 +58,29 @@ def test_a_reload_that_fails_is_a_warning_with_its_fix_and_exit_3(
     assert "not enough space" in line
     assert line.endswith("run systemctl daemon-reload")
     assert json.loads(out)["warnings"] == [line.removeprefix("suspendguard: warning: ")]
+    assert code == 3
+
+
+def test_a_history_that_cannot_be_written_starts_every_job_all_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any]) -> None:
+    """The disk full at resume (a job's checkpoint filled it during the drain): every job is
+    started, each result said since it cannot be recorded, and the exit status says so."""
+    config = drained(tmp_path, monkeypatch)
+    other = "infer.service"
+    drained_unit(tmp_path, other)
+    started = {u: tmp_path / f"started-{u}" for u in (UNIT, other)}
+    fakes({"units": {u: {"LoadState": "loaded", "ActiveState": "inactive"} for u in started},
+           "jobs": {u: [["touch", str(p)]] for u, p in started.items()},
+           "stop_jobs": {u: [] for u in started}}, services=["systemd"])
+
+    def full(*_: Any, **__: Any) -> None:
+        raise HistoryError("cannot write history.db: database or disk is full")
+
+    monkeypatch.setattr(History, "record_restore", full)
+    monkeypatch.setattr(History, "record_event", full)
+    code, out, err = cli("--config", str(config), "restore", "--json")
+    assert all(p.exists() for p in started.values()), err
+    assert sorted(r["result"] for r in json.loads(out)["restored"]) == ["started", "started"]
+    assert sum("not recorded: cannot write history.db: database or disk is full" in line
+               for line in err.splitlines()) == 2, err
     assert code == 3
