@@ -48,6 +48,13 @@ class Reason:
     owner: str | None = None
     device: str | None = None
 
+    @property
+    def identity(self) -> tuple[object, ...]:
+        """The reason without its words' figures, which change at every look (a busy device's
+        load): its code and what it is about; its words where it is about nothing in particular."""
+        about = (self.pid, self.comm, self.unit, self.owner, self.device)
+        return (self.code, *about) if about != (None,) * 5 else (self.code, self.text)
+
     def to_json(self) -> dict[str, Any]:
         """One entry of ``reason_details``: every key present, None where it does not apply."""
         return {"code": self.code, "text": self.text, "pid": self.pid, "comm": self.comm,

@@ -189,13 +189,9 @@ def guard_report(ctx: Caller, log: Logger, dry_run: bool, action: str | None, or
 
 
 def _told_key(action: str, verdict: Verdict) -> str:
-    """What makes a refusal the same as one told already: each reason's code and what it is
-    about, not its words, whose figures (a busy device's load, a wait's seconds) change at
-    every ask. A reason about nothing in particular is told by its words."""
-    return "\n".join((action, *(
-        f"{r.code} {r.pid} {r.comm} {r.unit} {r.owner} {r.device}"
-        if (r.pid, r.comm, r.unit, r.owner, r.device) != (None,) * 5 else f"{r.code} {r.text}"
-        for r in verdict.reasons)))
+    """What makes a refusal the same as one told already: its reasons' identities, not their
+    words, whose figures (a busy device's load) change at every ask."""
+    return "\n".join((action, *(" ".join(map(str, r.identity)) for r in verdict.reasons)))
 
 
 def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger,

@@ -1,33 +1,29 @@
 """The watch: a logind ``block`` inhibitor on sleep held while the guard is certain to veto.
 
-Desktops and ``systemd-inhibit --list`` show logind's inhibitors; the veto unit only speaks
-once a suspend has begun. So the watch takes the guard's dry run again and again (signals
-nobody, records nothing) and, while it says veto and the mode (``suspendguard mode``) is
-enforce, holds ``Inhibit("sleep", "suspendguard", <first reason>, "block")``. When the
-reason changes the new lock is taken before the old one is closed (one
-logind refuses leaves the old in place, and the status says both); the lock
-goes as soon as a look no longer vetoes or the mode is switched to observe
-or off. Never ``shutdown``. An ``unknown`` verdict holds nothing.
+Desktops and ``systemd-inhibit --list`` show logind's inhibitors; the veto unit only speaks once a
+suspend has begun. So the watch takes the guard's dry run again and again (signals nobody, records
+nothing) and, while it says veto and the mode (``suspendguard mode``) is enforce, holds
+``Inhibit("sleep", "suspendguard", <first reason>, "block")``. When its cause changes the new lock
+is taken before the old one is closed (one logind refuses leaves the old in place, and the status
+says both); the lock goes as soon as a look no longer vetoes or the mode is switched to observe or
+off. Never ``shutdown``. An ``unknown`` verdict holds nothing.
 
-A look is a full dry run (the /proc scan: 0.1-1 s of CPU on 3,000 processes), so it runs
-only when something may have changed, and on a bound (docs/watch.md has the figures):
+A look is a full dry run (the /proc scan: 0.1-1 s of CPU on 3,000 processes), so it runs only when
+something may have changed, and on a bound (docs/watch.md has the figures):
 
-- inotify on every accelerator node: a job that opens one, a holder that lets go (the
-  kernel reports the close when the last fd and mapping go); and on the state folder;
-- a pidfd for each holder (at most :data:`MAX_PIDFDS`): readable when it
-  exits, also when it holds the node through a path inotify does not see;
-- a look every ``recheck_s`` for what neither sees (a container's own copy
-  of a node, a changed SIGINT disposition, a new node), stretched so that
-  these looks stay under :data:`BOUND_SHARE` of one core (at most
-  :data:`MAX_BOUND_S`): the watch measures each look's CPU.
+- inotify on every accelerator node: a job that opens one, a holder that lets go (the kernel
+  reports the close when the last fd and mapping go); and on the state folder;
+- a pidfd for each holder (at most :data:`MAX_PIDFDS`): readable when it exits, also when it
+  holds the node through a path inotify does not see;
+- a look every ``recheck_s`` for what neither sees (a container's own copy of a node, a changed
+  SIGINT disposition, a new node), stretched so that these looks stay under :data:`BOUND_SHARE`
+  of one core (at most :data:`MAX_BOUND_S`): the watch measures each look's CPU.
 
-Events wait ``debounce_s``; looks are at least :data:`MIN_GAP_S` apart. For
-opens and closes the gap doubles while their looks find nothing new (an
-agent that opens the nodes every second), up to :data:`MAX_GAP_S` or
-:data:`STORM_SHARE` of a core, and drops back at the first change. A
-holder's exit or a switched mode waits only :data:`MIN_GAP_S`. Events during
-a look may be its own (an idle backend opens the nodes): they bring one more
-look, whose own events are dropped. Between looks it sleeps in poll(2).
+Events wait ``debounce_s``; looks are at least :data:`MIN_GAP_S` apart. For opens and closes the
+gap doubles while their looks find nothing new (an agent that opens the nodes every second), up to
+:data:`MAX_GAP_S` or :data:`STORM_SHARE` of a core, and drops back at the first change. A holder's
+exit or a switched mode waits only :data:`MIN_GAP_S`. Events during a look may be its own (an idle
+backend opens the nodes): they bring one more look, whose own events are dropped; poll(2) between.
 """
 
 from __future__ import annotations
@@ -89,6 +85,10 @@ class Sight:
             return None
         return self.verdict.reasons[0].text
 
+    @property
+    def cause(self) -> tuple[object, ...] | None:
+        return self.verdict.reasons[0].identity if self.why is not None else None
+
 
 Look = Callable[[Cancel], Sight]
 Take = Callable[[str], "int | Unavailable"]
@@ -96,7 +96,6 @@ Take = Callable[[str], "int | Unavailable"]
 
 def dry_look(config: Config, environ: Mapping[str, str], proc: ProcFS) -> Look:
     """The guard's dry run as a look (what ``check`` runs, without the history's drain times)."""
-
     # The look's own warnings would repeat at every look: the watch says what changes.
     sink = Logger(open(os.devnull, "w"), environ, quiet=True)  # noqa: SIM115 (lives as long)
 
@@ -126,7 +125,7 @@ class Watch:
     recheck_s: float = RECHECK_S
     debounce_s: float = DEBOUNCE_S
     clock: Callable[[], float] = time.monotonic
-    held: tuple[int, str] | None = None  # the inhibitor's fd and its why
+    held: tuple[int, str, object] | None = None  # the inhibitor's fd, its why and its cause
     failed: str = ""  # why the last Inhibit was refused, "" when it was not
     gap: float = MIN_GAP_S
     inotify: Inotify | None = None
@@ -136,8 +135,7 @@ class Watch:
     last_end: float = 0.0  # when the last look ended
     unwatched: set[str] = field(default_factory=set)  # nodes inotify refused, and why
     look_cpu: float = 0.0  # CPU seconds the last look took, its forked workers' included
-    # The state folder whose mode file (suspendguard mode) the block obeys; None: enforce.
-    state_dir: str | None = None
+    state_dir: str | None = None  # whose mode file (suspendguard mode) it obeys; None: enforce
     mode: guard_mode.Mode = guard_mode.ENFORCE
     switches: Inotify | None = None  # the state folder's changes: the mode switched
 
@@ -240,7 +238,7 @@ class Watch:
         self.last = sight
         mode = guard_mode.read(self.state_dir) if self.state_dir is not None else self.mode
         switched, self.mode = mode.name != self.mode.name, mode
-        same = (before is not None and before.why == sight.why and not switched and
+        same = (before is not None and before.cause == sight.cause and not switched and
                 set(before.holders) == set(sight.holders))
         if by_event:
             self.gap = min(self.gap * 2, self.max_gap) if same else MIN_GAP_S
@@ -249,22 +247,24 @@ class Watch:
                             + ("a sleep is blocked while it would veto" if mode.enforcing
                                else "no sleep is blocked"))
         # Observe and off refuse no suspend: no block in their name either.
-        self.hold(sight.why if mode.enforcing else None)
+        self.hold(sight.why if mode.enforcing else None, sight.cause)
         self.follow(sight)
         retry = self.failed and sight.why is not None
         return self.last_end + (min(RETRY_S, self.bound) if retry else self.bound)
 
-    def hold(self, why: str | None) -> None:
-        """The block held for ``why`` (None: released); a new one before the old goes."""
+    def hold(self, why: str | None, cause: object = None) -> None:
+        """The block held for ``why`` (None: released); a new one before the old goes, only
+        for a new ``cause`` (the same veto, its figures changed, keeps its block)."""
         if why is None:
             if self.held is not None:
-                fd, old = self.held
+                fd, old, _ = self.held
                 self.held = None
                 os.close(fd)
                 self.log.notice(f"watch: sleep block released (was: {old})")
             self.failed = ""
             return
-        if self.held is not None and self.held[1] == why and not self.failed:
+        cause = why if cause is None else cause
+        if self.held is not None and self.held[2] == cause and not self.failed:
             return
         got = self.take(why)
         if isinstance(got, Unavailable):
@@ -274,7 +274,7 @@ class Watch:
                                  + stays)
             self.failed = got.reason
             return
-        old_held, self.held, self.failed = self.held, (got, why), ""
+        old_held, self.held, self.failed = self.held, (got, why, cause), ""
         if old_held is not None:
             os.close(old_held[0])
         self.log.notice(f"watch: sleep blocked while the guard would veto: {why}")

@@ -300,3 +300,42 @@ def test_the_watchdog_is_pinged_before_each_look(
     finally:
         watch.terminate()
         watch.wait(timeout=30)
+
+
+def test_a_busy_device_whose_load_changes_is_the_same_veto(tmp_path: Path) -> None:
+    """The device reads busy at each look, each time with another figure: one block held
+    throughout, and the looks back off as for any veto that does not change."""
+    from suspendguard.guard.watch import MIN_GAP_S, Sight, Watch
+    from suspendguard.system.deadline import Cancel
+    from suspendguard.system.log import Logger
+    from suspendguard.system.procfs import ProcFS
+    from suspendguard.verdict import Reason, Verdict
+
+    loads = iter([37, 41, 12, 55])
+    taken: list[str] = []
+
+    def look(_cancel: Cancel) -> Sight:
+        why = f"npu 0 (npu-smi): aicore {next(loads)}% > 5% after 3.0 s settle"
+        return Sight(Verdict("veto", (Reason("device-busy", why, device="npu 0"),)), (), ())
+
+    def take(why: str) -> int:
+        taken.append(why)
+        return os.open(os.devnull, os.O_RDONLY)
+
+    err = tmp_path / "watch.err"
+    with err.open("w") as stream:
+        watch = Watch(look, take, Notifier({}), Logger(stream, {}), ProcFS())
+        cancel = Cancel()
+        try:
+            for _ in range(4):
+                watch.step(cancel, by_event=True)
+            assert len(taken) == 1 and "aicore 37%" in taken[0], taken
+            assert watch.gap == MIN_GAP_S * 8  # doubled at each look that found nothing new
+            # Another device busy is another veto: its own block.
+            watch.look = lambda _c: Sight(Verdict("veto", (Reason(
+                "device-busy", "npu 1 (npu-smi): aicore 90% > 5%", device="npu 1"),)), (), ())
+            watch.step(cancel, by_event=True)
+            assert len(taken) == 2 and watch.gap == MIN_GAP_S
+        finally:
+            watch.hold(None)
+            cancel.close()
