@@ -158,6 +158,12 @@ def _not_slept(job: SleepJob, found: Attempt | Observed | str, ctx: Context) -> 
         ctx.out.write(f"the {job.action} failed after the guard allowed it (attempt {found.id}): "
                       f"systemd ended the {job.target} job with result '{job.result}'; "
                       f"see journalctl -b -u {service}\n")
+    elif job.result == "dependency":
+        # A unit the sleep needs failed before it: the veto unit, which recorded nothing
+        # (its history could not be written), or one beside it. The sleep's own never ran.
+        ctx.out.write(f"the {job.action} did not happen: a unit it needs failed (systemd ended "
+                      f"the {job.target} job with result 'dependency'); {found}; see "
+                      f"journalctl -b -u suspendguard@{job.action}.service\n")
     else:
         ctx.out.write(f"the {job.action} did not happen: systemd ended the {job.target} job with "
                       f"result '{job.result}'; {found}; see journalctl -b -u {service}\n")

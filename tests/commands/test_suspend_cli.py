@@ -121,6 +121,17 @@ def test_a_sleep_that_fails_after_the_guard_allowed_is_exit_3(bus: PrivateBus,
     assert "result 'dependency'" in out and "journalctl -b -u systemd-suspend.service" in out
 
 
+def test_a_sleep_a_failed_unit_kept_from_happening_names_the_veto_unit(
+        bus: PrivateBus, conf: Path) -> None:
+    # The veto unit failed and recorded nothing (say, its history could not be written):
+    # systemd-suspend.service never ran, so its journal has nothing to say.
+    with fake_service(bus, {"jobs": {"suspend.target": [["false"]]}}):
+        code, out, err = suspend(bus, conf)
+    assert code == 3, out + err
+    assert out.startswith("the suspend did not happen: a unit it needs failed"), out
+    assert out.rstrip().endswith("see journalctl -b -u suspendguard@suspend.service"), out
+
+
 def test_a_sleep_without_the_guard_says_so(bus: PrivateBus, conf: Path) -> None:
     with fake_service(bus, {"jobs": {}}):
         code, out, _ = suspend(bus, conf)
