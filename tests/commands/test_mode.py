@@ -37,8 +37,10 @@ def test_no_file_is_enforce_and_a_bad_file_enforces(tmp_path: Path) -> None:
     bad = guard_mode.read(str(tmp_path))
     assert bad.name == "enforce" and bad.problem is not None and "'of' is not one of" in bad.problem
     (tmp_path / "mode").unlink()
+    (tmp_path / "elsewhere").write_text("off\n")  # followed, it would turn the guard off
     (tmp_path / "mode").symlink_to(tmp_path / "elsewhere")
-    assert guard_mode.read(str(tmp_path)).name == "enforce"  # never followed: O_NOFOLLOW
+    linked = guard_mode.read(str(tmp_path))  # never followed: O_NOFOLLOW
+    assert linked.name == "enforce" and linked.problem is not None, linked
 
 
 def test_a_mode_that_is_no_file_enforces_and_never_waits(tmp_path: Path) -> None:
