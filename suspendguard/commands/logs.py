@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
-from suspendguard.errors import EXIT_USAGE, HistoryError, NoHistory, UsageError
+from suspendguard.errors import EXIT_USAGE, HistoryError, UsageError
 from suspendguard.logs import codes
 from suspendguard.logs.after import holder_homes, job_units
 from suspendguard.logs.finding import Finding, Skipped
@@ -33,7 +33,7 @@ from suspendguard.logs.report import LogsReport, logs_report
 from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import SearchReport
 from suspendguard.record import Attempt
-from suspendguard.store.history import History, last_attempt_start
+from suspendguard.store.history import last_slept
 from suspendguard.system.terminal import safe
 
 LAST_ATTEMPT = "last-attempt"
@@ -61,30 +61,16 @@ def parse_option_time(value: str, option: str) -> datetime:
     return when
 
 
-def last_attempt(config: Config) -> tuple[datetime, Attempt | None]:
-    """When the last recorded suspend attempt started, from the history, and that attempt
-    (None if another has begun since): its holders name what the after-resume check read."""
+def last_attempt(config: Config) -> tuple[datetime, Attempt]:
+    """The last recorded suspend attempt, from the history, and when it started: its holders
+    name what the after-resume check read."""
     try:
-        start = last_attempt_start(config.state.dir)
-        attempt = _attempt_started(config.state.dir, start) if start else None
+        attempt = last_slept(config.state.dir)
     except HistoryError as exc:
         raise HistoryError(f"--since last-attempt: {exc}") from None
-    if start is None:
+    if attempt is None:
         raise UsageError(f"--since last-attempt: no recorded attempt in {config.state.dir}")
-    return start, attempt
-
-
-def _attempt_started(state_dir: str, start: datetime) -> Attempt | None:
-    """The history's last attempt, if it is the one that started at ``start``: holders of an
-    attempt begun since are not those of the attempt whose start bounds the read."""
-    try:
-        with History.open(state_dir, readonly=True) as h:
-            attempt = h.last_slept_on()
-    except NoHistory:
-        return None
-    if attempt is None or datetime.fromtimestamp(attempt.started) != start:
-        return None
-    return attempt
+    return datetime.fromtimestamp(attempt.started), attempt
 
 
 def _fmt(when: datetime | None) -> str:
@@ -222,10 +208,9 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     if since_arg == LAST_ATTEMPT:
         started, attempt = last_attempt(ctx.config())
         since = started - timedelta(seconds=ctx.config().logs.clock_slack_s)
-        if attempt is not None:
-            # What the after-resume check read too: the jobs' own logs and console output.
-            homes = holder_homes(attempt)
-            units = list(dict.fromkeys([*units, *job_units(attempt)]))
+        # What the after-resume check read too: the jobs' own logs and console output.
+        homes = holder_homes(attempt)
+        units = list(dict.fromkeys([*units, *job_units(attempt)]))
     elif since_arg is not None:
         since = parse_option_time(since_arg, "--since")
     if since and until and until < since:

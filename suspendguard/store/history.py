@@ -283,14 +283,19 @@ class History(Reads):
                  for f in findings],
             )
 
-def last_attempt_start(state_dir: str) -> datetime | None:
-    """When the last suspend attempt started (for ``logs --since last-attempt``): a real one,
-    or the veto unit's look in observe mode, as the check after resume reads them; None when
-    there is no history yet. A history that cannot be read raises HistoryError: that is not
-    "no attempt"."""
+def last_slept(state_dir: str) -> Attempt | None:
+    """The last suspend attempt (for ``logs --since last-attempt``): a real one, or the veto
+    unit's look in observe mode, as the check after resume reads them; None when there is no
+    history yet. A history that cannot be read raises HistoryError: that is not "no
+    attempt"."""
     try:
         with History.open(state_dir, readonly=True) as h:
-            attempt = h.last_slept_on()
+            return h.last_slept_on()
     except NoHistory:
         return None
+
+
+def last_attempt_start(state_dir: str) -> datetime | None:
+    """When :func:`last_slept`'s attempt started."""
+    attempt = last_slept(state_dir)
     return datetime.fromtimestamp(attempt.started) if attempt else None

@@ -5,18 +5,21 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 from helpers import REPO
+from helpers.records import ended
 from helpers.runners import cli
 
 from suspendguard.commands import logs as logs_command
 from suspendguard.config import build
 from suspendguard.logs.after import after_attempt
 from suspendguard.logs.finding import Finding
+from suspendguard.record import Attempt
 
 FIXTURES = ALL_FIXTURES / "ascend-logs"
 
@@ -101,16 +104,16 @@ def test_last_attempt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     config.write_text(f'[state]\ndir = "{tmp_path}"\n')
     seen: list[str] = []
 
-    def last_attempt_start(state_dir: str) -> datetime | None:
+    def last_slept(state_dir: str) -> Attempt | None:
         seen.append(state_dir)
         return None
 
-    monkeypatch.setattr(logs_command, "last_attempt_start", last_attempt_start)
+    monkeypatch.setattr(logs_command, "last_slept", last_slept)
     code, _, err = run("--config", str(config), str(FIXTURES), "--since", "last-attempt")
     assert code == 2 and "no recorded attempt" in err and seen == [str(tmp_path)]
 
-    monkeypatch.setattr(logs_command, "last_attempt_start",
-                        lambda d: datetime(2023, 1, 1, 2, 53, 45, 850800))
+    started = datetime(2023, 1, 1, 2, 53, 45, 850800).timestamp()
+    monkeypatch.setattr(logs_command, "last_slept", lambda d: replace(ended(1), started=started))
     known = str(FIXTURES / "known-failures.log")
     code, out, _ = run("--config", str(config), known, "--since", "last-attempt", "--json")
     assert code == 1
