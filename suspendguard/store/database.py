@@ -141,7 +141,12 @@ def _opening(path: str, wait_s: float) -> Iterator[None]:
     except OSError as exc:
         raise HistoryError(f"cannot open {path}: {folder}: {exc.strerror}") from None
     try:
-        if not flock_within(fd, wait_s):
+        try:
+            had = flock_within(fd, wait_s)
+        except OSError as exc:
+            raise HistoryError(f"cannot open {path}: cannot lock {folder}: "
+                               f"{exc.strerror}") from None
+        if not had:
             raise HistoryError(f"cannot open {path}: another run is opening it "
                                f"(waited {wait_s:.1f} s)")
         yield

@@ -79,7 +79,11 @@ def _open(state_dir: str, create: bool) -> int:
 
 
 def flock_within(fd: int, wait_s: float) -> bool:
-    """Take an exclusive flock on ``fd``, waiting at most ``wait_s``; False when not had."""
+    """Take an exclusive flock on ``fd``, waiting at most ``wait_s``; False when not had.
+
+    An OSError other than "held by another" (ENOLCK from an NFS mount with no
+    lock manager, say) is raised: the file cannot be locked at all.
+    """
     until = time.monotonic() + max(0.0, wait_s)
     while True:
         try:
@@ -120,7 +124,13 @@ def take(state_dir: str, wait_s: float) -> GuardLock:
         why = "a symlink; not followed" if exc.errno == errno.ELOOP else exc.strerror
         return GuardLock(unusable=f"no guard lock ({path}: {why}): a second run at the same "
                                   "time would not be kept out")
-    if not flock_within(fd, wait_s):
+    try:
+        had = flock_within(fd, wait_s)
+    except OSError as exc:
+        os.close(fd)
+        return GuardLock(unusable=f"no guard lock ({path}: cannot lock it: {exc.strerror}): "
+                                  "a second run at the same time would not be kept out")
+    if not had:
         pid = holder_pid(fd)
         os.close(fd)
         return GuardLock(refused=busy_reason(pid), busy_pid=pid)
@@ -147,6 +157,8 @@ def peek(state_dir: str) -> GuardLock:
         return GuardLock(fd, busy_pid=pid or 0, path=path, busy=(
             f"another suspendguard run{who} is draining now (or restoring jobs after a "
             "resume): what this dry run shows may change as it does"))
+    except OSError:
+        return GuardLock(fd, path=path)  # not lockable here: nobody we can tell of
     # Never keep the shared lock: a run that drains would wait for it.
     fcntl.flock(fd, fcntl.LOCK_UN)
     return GuardLock(fd, path=path)

@@ -138,6 +138,33 @@ def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path, node: str,
     assert holders.signals() == [f"{pid} SIGINT"] and graceful.wait(timeout=5) == 0
 
 
+def test_a_state_folder_that_cannot_be_locked_costs_no_verdict(
+        tmp_path: Path, node: str, holders: Holders, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flock's ENOLCK (an NFS mount with no lock manager, which this host lacks) is a
+    warning, as an unusable lock file is: not a traceback in the suspend's way."""
+    import errno
+    import fcntl
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    state = tmp_path / "state"
+    graceful, pid = holders.start(node)
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    status, out, err = cli("--config", str(_conf(tmp_path, node, state)), "drain", "--yes",
+                           "--json")
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert status == 0 and report["verdict"] == "allow", report
+    assert any("no guard lock" in w and "cannot lock it" in w for w in report["warnings"])
+    assert any("cannot lock" in w and "history" in w for w in report["warnings"]), report
+    assert holders.signals() == [f"{pid} SIGINT"] and graceful.wait(timeout=5) == 0
+    # A dry run cannot tell who drains then: it says nothing of it, and keeps its token.
+    looking = guard_lock.peek(str(state))
+    assert looking.fd >= 0 and not looking.busy
+    looking.release()
+
+
 def test_a_dry_runs_open_lock_file_never_keeps_a_drain_out(tmp_path: Path) -> None:
     """A peek keeps guard.lock open (its probes' token) but holds no lock on it."""
     state = str(tmp_path / "state")
