@@ -18,20 +18,27 @@ import argparse
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_VETO, UsageError
-from suspendguard.guard.pipeline import run
+from suspendguard.guard.pipeline import default_idle_check, run
 from suspendguard.guard.render import short_command
 from suspendguard.guard.run import run_guard
+from suspendguard.guard.run_state import IdleCheck
 from suspendguard.model import HolderId, holder_id
 from suspendguard.record import HolderRecord
 from suspendguard.system.log import Logger
 from suspendguard.system.terminal import table, terminal_width
 
 
-def to_signal(config: Config, ctx: Context) -> dict[HolderId, HolderRecord]:
-    """Who a real run would signal now, by a dry run that records nothing."""
+def to_signal(config: Config, ctx: Context,
+              idle_check: IdleCheck | None = default_idle_check) -> dict[HolderId, HolderRecord]:
+    """Who a real run would signal now, by a dry run that records nothing.
+
+    The device is asked as the real run asks it: a process it reports that the
+    scan missed (in a container the guard cannot read) is signalled by the real
+    run, so it is listed; left off, the real run would veto it as unconfirmed.
+    """
     log = Logger(ctx.err, ctx.environ, quiet=True)
-    # The idle step cannot change who is signalled: skipped, it costs no time here.
-    report = run(config, dry_run=True, origin="cli", log=log, record=False, idle_check=None)
+    report = run(config, dry_run=True, origin="cli", log=log, record=False,
+                 idle_check=idle_check)
     return {holder_id(hr.decision.holder): hr for hr in report.holders
             if hr.outcome.kind == "would-signal"}
 

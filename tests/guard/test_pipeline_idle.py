@@ -298,3 +298,34 @@ def test_no_health_word_is_kept_for_a_suspend_that_did_not_happen(
     monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(alarm))
     assert node.awake(awake, {}, time.time())["verdict"] == "allow"
 
+
+
+def test_drain_lists_a_holder_only_the_device_reports_and_the_confirmed_run_signals_it(
+        make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # drain's question is a dry run: it asks the device as the real run does, so a job
+    # the scan cannot see is on the list, and the run confirmed with that list stops it
+    # (left off, the real run vetoed it as "appeared after the list was confirmed").
+    import io
+
+    from suspendguard.commands.context import Context
+    from suspendguard.commands.drain import to_signal
+
+    other = tmp_path / "not-a-node"
+    other.write_bytes(b"")
+    proc, pid = holders.start(str(other))
+    reading = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid)])
+
+    def check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> Any:
+        report = reading(config, families, deadline)  # the device lists the job while it runs
+        if proc.poll() is not None:
+            return replace(report, devices=tuple(replace(d, processes=())
+                                                 for d in report.devices))
+        return report
+
+    config = make_config()
+    listed = to_signal(config, Context(None, io.StringIO(), io.StringIO(), {}), idle_check=check)
+    assert [key[0] for key in listed] == [pid]
+    assert holders.signals() == [] and proc.poll() is None
+    report = guard(config, idle_check=check, confirmed=set(listed))
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
