@@ -20,10 +20,10 @@ something may have changed, and on a bound (docs/watch.md has the figures):
   of one core (at most :data:`MAX_BOUND_S`): the watch measures each look's CPU.
 
 Events wait ``debounce_s``; looks are at least :data:`MIN_GAP_S` apart. For opens and closes the
-gap doubles while their looks find nothing new (an agent that opens the nodes every second), up to
-:data:`MAX_GAP_S` or :data:`STORM_SHARE` of a core, and drops back at the first change. A holder's
-exit or a switched mode waits only :data:`MIN_GAP_S`. Events during a look may be its own (an idle
-backend opens the nodes): they bring one more look, whose own events are dropped; poll(2) between.
+gap doubles while their looks find nothing new (an agent opening the nodes every second), up to
+:data:`MAX_GAP_S` or :data:`STORM_SHARE` of a core, back at the first change. An exit or a switched
+mode waits only :data:`MIN_GAP_S`, also one during a look; opens and closes then may be the look's
+own (an idle backend opens the nodes): one more look, whose own are dropped. poll(2) between.
 """
 
 from __future__ import annotations
@@ -192,11 +192,13 @@ class Watch:
                 by_event = pending is not None and now >= pending
                 pending = None
                 due = self.step(cancel, by_event=by_event)
-                # Events during the look: perhaps its own (module doc).
-                if any(self._events(None)) and self.gap == MIN_GAP_S:
-                    follow = self.step(cancel, by_event=True)
-                    self._events(None)
-                    due = min(due, follow)
+                # Opens and closes during the look: perhaps its own (module doc).
+                opened, exited = self._events(None)
+                if opened and self.gap == MIN_GAP_S:
+                    due = min(due, self.step(cancel, by_event=True))
+                    _, exited = self._events(None)
+                if exited:  # never the look's own: looked at as soon as any exit is
+                    pending = max(self.clock() + self.debounce_s, self.last_end + MIN_GAP_S)
                 self.notifier.send(STATUS=self.status())
 
     def _events(self, ready: set[int] | None) -> tuple[bool, bool]:
@@ -212,7 +214,7 @@ class Watch:
         for fd in list(self.pidfds):
             if ready is not None and fd not in ready:
                 continue
-            if ready is None and not _readable(fd):
+            if ready is None and not select.select([fd], [], [], 0)[0]:
                 continue
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -334,10 +336,6 @@ def _cpu_s() -> float:
     """This process's CPU seconds so far, its reaped children's (the scan's workers) included."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
-
-
-def _readable(fd: int) -> bool:
-    return bool(select.select([fd], [], [], 0)[0])
 
 
 def pidfd_of(proc: ProcFS, pid: int, start: int) -> int | None:

@@ -339,3 +339,52 @@ def test_a_busy_device_whose_load_changes_is_the_same_veto(tmp_path: Path) -> No
         finally:
             watch.hold(None)
             cancel.close()
+
+
+def test_a_holder_that_exits_during_a_look_ends_the_block_within_the_gap(
+        tmp_path: Path, holders: Holders, node: str) -> None:
+    """The holder goes while a look (brought by an open) still sees it: its exit, read after
+    that look, brings the next one at once, not the bounded look 600 s later."""
+    import threading
+
+    from suspendguard.guard.watch import Sight, Watch
+    from suspendguard.system.deadline import Cancel
+    from suspendguard.system.log import Logger
+    from suspendguard.system.procfs import ProcFS
+    from suspendguard.verdict import Reason, Verdict
+
+    proc, pid = holders.start(node, mode="deaf")
+    st = ProcFS().stat(pid)
+    assert st is not None
+    seen = Sight(Verdict("veto", (Reason("sigint-ignored", f"pid {pid} ignores SIGINT",
+                                         pid=pid),)), (node,), ((pid, st.start_time),))
+    looks: list[str] = []
+
+    def look(_cancel: Cancel) -> Sight:
+        looks.append("look")
+        if len(looks) == 2:  # the open's look: the holder goes as it looks
+            proc.kill()
+            proc.wait()
+            return seen
+        return seen if proc.poll() is None else Sight(Verdict("allow", ()), (node,), ())
+
+    def take(_why: str) -> int:
+        return os.open(os.devnull, os.O_RDONLY)
+
+    with (tmp_path / "watch.err").open("w") as stream:
+        watch = Watch(look, take, Notifier({}), Logger(stream, {}), ProcFS(), recheck_s=600)
+        cancel = Cancel()
+        loop = threading.Thread(target=watch.run, args=(cancel,))
+        loop.start()
+        try:
+            # Blocked, and the node and the holder followed (after the block is taken).
+            wait_for(lambda: watch.held is not None and watch.pidfds, 30, message="no block")
+            os.close(os.open(node, os.O_RDONLY))  # an open: the second look
+            wait_for(lambda: len(looks) >= 2, 30, message="the open brought no look")
+            wait_for(lambda: watch.held is None, 10, message=lambda: f"{len(looks)} looks")
+            assert len(looks) == 3
+        finally:
+            cancel.cancel("test over")
+            loop.join(timeout=30)
+            watch.close()
+            cancel.close()
