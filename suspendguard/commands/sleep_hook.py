@@ -12,13 +12,20 @@ records the resume and reads the device logs
 written since the attempt began, and the journals of the units of the
 jobs it found (their own console output). It imports neither dbus-next nor asyncio:
 nothing on this path asks D-Bus.
+
+One systemd-sleep runs every step of a suspend-then-hibernate (suspend, a
+wake on its timer, hibernate), the hooks at each; the veto unit runs once,
+before the first. A later step's ``pre`` is kept with the first step's
+attempt, and its ``post`` reads the logs since the step before it resumed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from datetime import datetime
+from pathlib import Path
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
@@ -28,6 +35,7 @@ from suspendguard.record import Attempt
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 from suspendguard.system.log import Logger
+from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 # How long after the veto unit's attempt ended the hook still counts it as
 # this sleep's: the other units ordered before the sleep (nvidia-suspend's
@@ -55,11 +63,47 @@ def unit_attempt(history: History, action: str) -> Attempt | None:
     return None
 
 
+def sleep_run_started(proc: ProcFS) -> float | None:
+    """When the systemd-sleep that runs this hook started (the wall clock's time); None
+    when no systemd-sleep is above it."""
+    pid = os.getppid()
+    for _ in range(8):  # the hook's shell, systemd's executor: a few steps up at most
+        try:
+            st = proc.stat(pid)
+        except ProcAccessError:
+            return None
+        if st is None or pid <= 1:
+            return None
+        if st.comm == "systemd-sleep":
+            try:
+                uptime = float(Path(f"{proc.root}/uptime").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                return None
+            # Both count time asleep (the boot-time clock), so the age spans the steps.
+            return time.time() - (uptime - st.start_time / os.sysconf("SC_CLK_TCK"))
+        pid = st.ppid
+    return None
+
+
+def earlier_step(history: History, action: str, proc: ProcFS) -> Attempt | None:
+    """The attempt a step before this one, of the same systemd-sleep run, went down after:
+    the newest record is that step's resume, and this hook's systemd-sleep began before it."""
+    last = next(iter(history.events(1)), None)
+    if last is None or last.phase != "post" or last.action != action or not last.attempt_id:
+        return None
+    started = sleep_run_started(proc)
+    if started is None or started >= last.time:
+        return None
+    return history.attempt(last.attempt_id)
+
+
 NO_UNIT = ("the veto unit did not run before this {action}: nothing was drained (a sleep "
            "hook cannot stop the sleep; suspendguard install enables the unit)")
 
 
-def pre(config: Config, action: str, log: Logger) -> int:
+def pre(config: Config, action: str, log: Logger, step: str = "",
+        proc: ProcFS | None = None) -> int:
+    """``step``: systemd-sleep's SYSTEMD_SLEEP_ACTION (suspend-then-hibernate's steps)."""
     history = _open(config, log)
     if history is None:
         _unit_not_found(config, action, log)
@@ -68,6 +112,15 @@ def pre(config: Config, action: str, log: Logger) -> int:
     # as in post: the hook only records, and the sleep goes on whatever it says.
     try:
         attempt = unit_attempt(history, action)
+        earlier = None if attempt else earlier_step(history, action, proc or ProcFS())
+        if earlier is not None:
+            rest = (f"the {step or 'next'} step of this {action}; the veto unit runs once, "
+                    "before the first step, so a job started since that step's resume was "
+                    "not drained")
+            history.record_event("pre", action, f"going down again after attempt {earlier.id}: "
+                                 f"{rest}", earlier.id)
+            log.info(f"attempt {earlier.id}: going down again: {rest}")
+            return 0
         if attempt is None:
             history.record_event("pre", action, _unit_not_found(config, action, log))
             return 0
@@ -116,19 +169,25 @@ def post(config: Config, action: str, log: Logger) -> int:
         return 0
     try:
         attempt = _this_sleeps(history, config, action)
-        # An attempt whose resume is recorded already is an earlier sleep's: this one had
-        # none (the veto unit did not run, or was off), and the logs since that one are not
-        # this sleep's. In observe mode the unit's look is this sleep's attempt.
-        earlier = attempt is not None and any(e.phase == "post" for e in attempt.events)
+        # An attempt whose resume is recorded last is an earlier sleep's: this one had none
+        # (the veto unit did not run, or was off), and the logs since that one are not this
+        # sleep's. A later step's pre comes after it. In observe mode the unit's look is
+        # this sleep's attempt.
+        steps = [e for e in attempt.events if e.phase in ("pre", "post")] if attempt else []
+        earlier = bool(steps) and steps[-1].phase == "post"
         if attempt is None or earlier:
             last = f" (the last, {attempt.id}, was resumed from already)" if attempt else ""
             history.record_event("post", action, f"resumed; no attempt recorded before it{last}")
             log.info(f"resumed from {action}; no suspend attempt was recorded before it{last}")
             return 0
         history.record_event("post", action, "resumed", attempt.id)
-        result = after_attempt(config, datetime.fromtimestamp(attempt.started),
-                               holder_homes(attempt),
-                               until=resumed, units=job_units(attempt))
+        # A later step's logs: since the step before it resumed, on the same clock (that
+        # step's post read up to then).
+        resumes = [e.time for e in steps if e.phase == "post"]
+        since = max(resumes) if resumes else attempt.started
+        result = after_attempt(config, datetime.fromtimestamp(since),
+                               holder_homes(attempt), until=resumed,
+                               units=job_units(attempt), slack_s=0.0 if resumes else None)
         if result.findings:
             history.record_findings(attempt.id, [f.record() for f in result.findings])
         for line in result.journal_lines(attempt.id):
@@ -148,5 +207,5 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     log = Logger(ctx.err, ctx.environ)
     config = ctx.config()
     if args.phase == "pre":
-        return pre(config, args.action, log)
+        return pre(config, args.action, log, ctx.environ.get("SYSTEMD_SLEEP_ACTION", ""))
     return post(config, args.action, log)

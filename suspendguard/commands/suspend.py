@@ -50,11 +50,12 @@ def _clock(ts: float, with_date: bool) -> str:
 
 
 def _event_time(attempt: Attempt | None, phase: str) -> float | None:
-    """When the sleep hook recorded ``phase`` for this attempt (the last such record)."""
+    """When the sleep hook recorded ``phase`` for this attempt: the first going down, the
+    last resume (suspend-then-hibernate records both at each of its steps)."""
     if attempt is None:
         return None
     times = [e.time for e in attempt.events if e.phase == phase]
-    return times[-1] if times else None
+    return (times[0] if phase == "pre" else times[-1]) if times else None
 
 
 @dataclass(frozen=True, slots=True)

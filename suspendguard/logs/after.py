@@ -128,10 +128,12 @@ def after_attempt(
     until: datetime | None = None,
     units: Sequence[str] = (),
     journalctl: str = "journalctl",
+    slack_s: float | None = None,
 ) -> AfterResult:
     """Scan the configured logs, and each unit's journal, for lines written since ``since``.
 
-    ``since``/``until``: the attempt's start and end (the resume). ``homes``:
+    ``since``/``until``: the attempt's start and end (the resume). ``slack_s``: how far
+    before ``since`` a line's stamp may be (``[logs] clock_slack_s`` if None). ``homes``:
     the home directories of the holders' users, searched for ``~`` besides
     root's. Never raises for unreadable logs or a missing journal: they are
     reported in ``skipped`` and ``journals``.
@@ -139,7 +141,8 @@ def after_attempt(
     report = search(
         patterns=config.logs.paths,
         homes=homes,
-        since=since - timedelta(seconds=config.logs.clock_slack_s),
+        since=since - timedelta(seconds=config.logs.clock_slack_s if slack_s is None
+                                else slack_s),
         max_bytes=config.logs.max_bytes,
         environ=environ,
         stop_at=time.monotonic() + FILES_DEADLINE_S,

@@ -273,3 +273,78 @@ def test_bad_config_in_the_hook_is_one_line(tmp_path: Path) -> None:
     assert code == 2 and err.getvalue().count("\n") == 1
 
 
+
+
+def test_suspend_then_hibernate_s_later_step_is_kept_with_the_first_steps_attempt(
+        conf: Path, tmp_path: Path) -> None:
+    """One systemd-sleep runs both steps, the hooks at each; the veto unit ran once, hours
+    before the hibernate step. That step's pre is the attempt's, with no "did not run"; its
+    post reads the logs since the first step's resume, and each finding is kept once."""
+    import os
+    import shutil
+    import sqlite3
+    import time
+
+    from suspendguard.config import load
+    action = "suspend-then-hibernate"
+    report = run(load(str(conf)), dry_run=False, action=action, origin="unit",
+                 idle_check=None, log=Logger(io.StringIO(), {}), history=History.open)
+    plog = conf.parent / "logs" / "plog-4242_1.log"
+
+    def busy_line() -> str:
+        stamp = time.strftime("%Y-%m-%d-%H:%M:%S.000.000", time.localtime())
+        return (f"[ERROR] TSCH(-1,null):{stamp} (dieid:0,cpuid:0) task_scheduler_lowpower.c:"
+                "204 suspend_ack: suspend pre check fail, hwts is busy\n")
+
+    plog.write_text(busy_line())  # the first step's failure
+    # systemd-sleep as the hooks' parent: a shell of that name, running both steps.
+    sleeper = tmp_path / "systemd-sleep"
+    shutil.copy("/bin/sh", sleeper)
+    go = tmp_path / "go"
+    hook_cmd = f'"{sys.executable}" -m suspendguard sleep-hook %s {action} --config "{conf}"'
+    script = (f"SYSTEMD_SLEEP_ACTION=suspend {hook_cmd % 'pre'}\n"
+              f"SYSTEMD_SLEEP_ACTION=suspend {hook_cmd % 'post'}\n"
+              f'while [ ! -e "{go}" ]; do sleep 0.05; done\n'
+              f"SYSTEMD_SLEEP_ACTION=hibernate {hook_cmd % 'pre'}\n"
+              f"SYSTEMD_SLEEP_ACTION=hibernate {hook_cmd % 'post'}\nexit 0\n")
+    env = {**os.environ, "JOURNAL_STREAM": "8:1"}
+    steps = subprocess.Popen([str(sleeper), "-c", script], env=env, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        def phases() -> list[str]:
+            with History.open(state(conf), readonly=True) as h:
+                attempt = h.attempt(report.attempt.id)
+            return [e.phase for e in attempt.events] if attempt else []
+
+        deadline = time.monotonic() + 60
+        while phases() != ["pre", "post"]:
+            assert time.monotonic() < deadline and steps.poll() is None, phases()
+            time.sleep(0.05)
+        # The timer's wake, hours on: the unit's attempt is long over.
+        with sqlite3.connect(Path(state(conf)) / "history.db") as db:
+            db.execute("UPDATE attempts SET started = started - 7200, finished = finished - 7200")
+        time.sleep(1.1)  # a second on: the second step's line is stamped after the resume
+        with plog.open("a") as f:
+            f.write(busy_line())  # the hibernate step's failure
+        go.touch()
+        _, err = steps.communicate(timeout=60)
+    finally:
+        if steps.poll() is None:
+            steps.kill()
+            steps.wait()
+    assert steps.returncode == 0, err
+    assert "did not run" not in err, err
+    assert (f"attempt {report.attempt.id}: going down again: the hibernate step of this "
+            "suspend-then-hibernate") in err, err
+    with History.open(state(conf), readonly=True) as h:
+        attempt = h.attempt(report.attempt.id)
+        events = h.events()
+    assert attempt is not None
+    assert [e.phase for e in attempt.events] == ["pre", "post", "pre", "post"]
+    assert all(e.attempt_id == report.attempt.id for e in events)
+    assert [f.rule for f in attempt.findings] == ["hwts-busy-suspend"] * 2  # one per step
+
+    # A new run of systemd-sleep with no attempt of its own is not this one's later step.
+    new = subprocess.run([str(sleeper), "-c", f"{hook_cmd % 'pre'}\nexit 0\n"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert "the veto unit did not run before this suspend-then-hibernate" in new.stderr, new
