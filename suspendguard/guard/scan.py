@@ -183,7 +183,8 @@ class _Scanner:
             data = None if tid is None else self.proc.read(pid, f"task/{tid}/maps", at)
         if not data:
             return []
-        found = [node for sig, node in self.map_sigs.items() if sig in data]
+        found = [node for sig, node in self.map_sigs.items()
+                 if sig in data and _mapped(data, sig)]
         held = [HeldNode(n, n.path, "map") for n in found]
         if b" /dev/" in data:
             held.extend(self._dev_maps(pid, data, {n.key for n in found}))
@@ -316,3 +317,10 @@ def _held_parallel(scanner: _Scanner, pids: list[int], workers: int,
         unreadable.extend(part_unreadable)
         refused.extend(part_refused)
     return found, unreadable, refused
+
+
+def _mapped(data: bytes, sig: bytes) -> bool:
+    """Whether a line of ``maps`` has ``sig`` in its device and inode fields: a file's name,
+    which its owner chooses, may hold the same text."""
+    want = sig.split()
+    return any(sig in line and line.split(None, 5)[3:5] == want for line in data.split(b"\n"))

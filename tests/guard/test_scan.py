@@ -83,6 +83,19 @@ def test_mapping_only_holder(tmp_path: Path, holders: Holders) -> None:
     assert [hn.via for hn in h.nodes] == ["map"]
 
 
+def test_a_file_named_after_a_nodes_device_and_inode_holds_nothing(
+        tmp_path: Path, node: str, holders: Holders) -> None:
+    # The node's dev:inode is anyone's to read (stat); a file whose name carries it, mapped,
+    # must not make its mapper a holder, or any user could veto every suspend.
+    st = os.stat(node)
+    decoy = tmp_path / f"decoy {os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x} {st.st_ino} x"
+    decoy.write_bytes(b"\0" * 4096)
+    _, pid = holders.start(str(decoy), mode="map")
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    assert f" {os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x} {st.st_ino} " in maps
+    assert [h.pid for h in scan_holders(inventory(node)).holders if h.pid == pid] == []
+
+
 @needs_root
 def test_a_node_registered_with_an_io_uring_alone_is_held(tmp_path: Path,
                                                           holders: Holders) -> None:
