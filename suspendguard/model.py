@@ -298,10 +298,8 @@ class Owner:
     @property
     def restarts(self) -> bool:
         """Whether the supervisor starts the job again when it exits after a signal."""
-        if self.kind in ("systemd-service", "user-service"):
-            return self.restart not in ("no", "")
-        if self.kind in ("docker", "podman"):
-            # "" when the engine could not be asked: its policy may well.
+        if self.kind in ("systemd-service", "user-service", "docker", "podman"):
+            # "" when the manager or engine could not be asked: its Restart= may well.
             return self.restart != "no"
         return self.kind == "kubernetes"
 

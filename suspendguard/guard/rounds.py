@@ -42,6 +42,7 @@ RESPAWN_GRACE_S = 0.5
 # for the restarted job to open its nodes.
 MAX_RESTART_WAIT_S = 5.0
 RESTART_MARGIN_S = 0.2
+UNREAD_RESTART_S = 0.1  # systemd's default RestartSec=, for a unit whose own was not read
 
 
 def signal(r: RunState, decisions: Sequence[Decision], reserve: float, round_no: int = 1,
@@ -178,10 +179,12 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> Said:
                 and o.activity in ("active", "activating", "reloading"))
                 or (o.kind in ("docker", "podman") and o.activity == "running")):
             owners[o.key] = o
-        elif o.kind in ("docker", "podman") and not o.activity:
+        elif o.kind != "plain" and not o.activity:
             warning = (f"{o.describe()}: the container engine could not be reached ({o.note}); "
                        "its processes were signalled directly, and the container's restart "
-                       "policy may bring it back")
+                       "policy may bring it back" if o.kind in CONTAINER_KINDS else
+                       f"{o.describe()}: its unit could not be read ({o.note}); its processes "
+                       f"were signalled directly, and its Restart= may start it again")
             if warning not in said.warnings:
                 said += Said.warn(warning)
     if not owners:
@@ -234,7 +237,8 @@ def respawn_grace(r: RunState, drained: Sequence[Decision]) -> None:
         through = holder_id(d.holder) in r.through
         if not owner.restarts or (through and owner.kind not in CONTAINER_KINDS):
             continue
-        wait = max(wait, min(MAX_RESTART_WAIT_S, owner.restart_delay_s) + RESTART_MARGIN_S)
+        delay = owner.restart_delay_s if owner.restart else UNREAD_RESTART_S
+        wait = max(wait, min(MAX_RESTART_WAIT_S, delay) + RESTART_MARGIN_S)
     parents = {d.holder.ppid for d in drained
                if holder_id(d.holder) not in r.through} - r.never - {0, 1}
     if any(r.options.proc.exists(p) for p in parents):

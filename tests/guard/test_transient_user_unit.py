@@ -98,3 +98,43 @@ def test_a_timeout_names_the_user_service_whole(node: str, holders: Holders, mak
     [reason] = [r for r in report.verdict.texts if r.startswith(f"pid {pid} ")]
     assert "(run-u7.service, kept from restarting by the manager of uid 1000)" in reason, reason
     assert holders.signals() == [f"{pid} SIGINT"] and sup.kept == [ADHOC.key]
+
+
+class UnreadUnit(OneOwner):
+    """The holder's unit, its manager not answering: nothing but the note is known of it."""
+
+    def owner(self, holder: Holder) -> Owner:
+        return Owner("systemd-service", "train.service",
+                     note="systemd: unavailable: calling GetAll timed out after 2 s")
+
+
+def test_a_unit_whose_restart_could_not_be_read_may_restart_its_job(
+        node: str, holders: Holders, make_config: Any) -> None:
+    """Its Restart= unknown, the job is taken to come back as systemd's default would
+    (0.1 s after it exits): the rescan waits for it, and the warning says why."""
+    import subprocess
+    import sys
+    import textwrap
+
+    proc, pid = holders.start(node)
+    # systemd's part: 0.1 s after the job exits, it runs again (Restart=always).
+    again = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, select, time
+        fd = os.pidfd_open({pid})
+        select.select([fd], [], [])
+        time.sleep(0.1)
+        node = open({node!r}, "rb")
+        time.sleep(60)
+    """)])
+    try:
+        report = guard(make_config(drain={"rounds": 1}), supervisors=UnreadUnit())
+        assert f"{pid} SIGINT" in holders.signals() and proc.wait(timeout=5) == 0
+        assert report.verdict.kind == "veto", report.verdict
+        assert any(f"pid {again.pid} " in r and "respawn" in r for r in report.verdict.texts), \
+            report.verdict.texts
+        assert any("train.service" in w and "its unit could not be read" in w
+                   and "Restart= may start it again" in w for w in report.verdict.warnings), \
+            report.verdict.warnings
+    finally:
+        again.kill()
+        again.wait()

@@ -80,6 +80,8 @@ def test_pod_container_is_named_in_the_note() -> None:
     (Owner("systemd-service", "a.service", restart="always"), True),
     (Owner("systemd-service", "a.service", restart="on-failure"), True),
     (Owner("systemd-service", "a.service", restart="no"), False),
+    (Owner("systemd-service", "a.service"), True),  # not read: it may
+    (Owner("user-service", "a.service", uid=1000), True),
     (Owner("docker", CID, restart="unless-stopped"), True),
     (Owner("docker", CID, restart="no"), False),
     (Owner("plain"), False),
