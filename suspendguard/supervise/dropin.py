@@ -42,7 +42,8 @@ def dropin_text(signame: str, marker: str, timeout_stop_s: float | None = None) 
     """``timeout_stop_s``: a ``TimeoutStopSec=`` for the drain (None: the unit's own)."""
     timeout = "" if timeout_stop_s is None else f"TimeoutStopSec={math.ceil(timeout_stop_s)}s\n"
     return ("# Written by suspendguard for one drain; removed when the job is started "
-            f"again.\n[Service]\nRestart=no\nKillSignal={signame}\n{timeout}"
+            f"again.\n[Service]\nRestart=no\nRestartForceExitStatus=\nKillSignal={signame}\n"
+            f"{timeout}"
             f"ExecStartPre=-+/bin/rm -f {exec_path(marker)}\n")
 
 

@@ -17,7 +17,8 @@ from suspendguard.supervise.managers import ManagersAndEngines
 def test_the_drop_in_keeps_the_unit_down_and_removes_its_marker_with_full_privileges() -> None:
     text = dropin_text("SIGINT", "/run/systemd/system/a.service.d/suspendguard-stopped")
     assert text.splitlines()[1:] == [
-        "[Service]", "Restart=no", "KillSignal=SIGINT",
+        # An exit status the unit forces restarts on would restart it whatever Restart= says.
+        "[Service]", "Restart=no", "RestartForceExitStatus=", "KillSignal=SIGINT",
         "ExecStartPre=-+/bin/rm -f /run/systemd/system/a.service.d/suspendguard-stopped"]
 
 
