@@ -162,7 +162,7 @@ class Engines:
             return "skipped", f"the container no longer exists{note}"
         if started:
             return "skipped", f"{started} (started meanwhile){note}"
-        return ("failed", note[2:]) if note else ("started", "")
+        return "started", note[2:]  # a policy not put back is said; the container runs
 
     def put_back_policies(self) -> list[str]:
         """Put back the restart policies a killed run set aside, or a restore could not put
