@@ -59,7 +59,7 @@ def health_budget_s(config: Config) -> int:
 def _timeout_start(host: Host, path: str, names: Sequence[str]
                    ) -> tuple[float | None, Finding | None]:
     """The unit's TimeoutStartSec in seconds (None: not set, or infinity), or a note why not."""
-    value = host.unit_setting(path, "TimeoutStartSec", names)
+    value = host.unit_setting(path, ("TimeoutSec", "TimeoutStartSec"), names)
     if not value:
         return None, None
     seconds = timespan_s(value)

@@ -96,8 +96,10 @@ class Host:
                 return text
         return None
 
-    def unit_setting(self, path: str, key: str, names: Sequence[str]) -> str | None:
-        """``key`` as systemd reads it for the unit file at ``path``: the file's last value,
+    def unit_setting(self, path: str, key: str | tuple[str, ...], names: Sequence[str]
+                     ) -> str | None:
+        """``key`` (the last of the keys given, where several set it: ``TimeoutSec=`` sets
+        ``TimeoutStartSec=`` too) as systemd reads it for the unit file at ``path``: the file's last value,
         then each drop-in's (``NAME.d/*.conf`` for each of ``names``, in every unit
         folder; a drop-in's file name in an earlier folder hides it in a later one;
         applied in file-name order). None when the file is absent or nothing sets it."""
@@ -172,12 +174,14 @@ class Host:
         return names
 
 
-def setting(text: str, key: str) -> str | None:
-    """The last ``KEY=value`` of a unit file's text; None when it sets none."""
+def setting(text: str, key: str | tuple[str, ...]) -> str | None:
+    """The last ``KEY=value`` of a unit file's text (of any of the keys given); None when it
+    sets none."""
+    keys = (key,) if isinstance(key, str) else key
     found = None
     for line in text.splitlines():
         name, _, value = line.strip().partition("=")
-        if name.strip() == key:
+        if name.strip() in keys:
             found = value.strip()
     return found
 

@@ -122,6 +122,12 @@ def _guard_dropin_shortens_one_instance(root: Path) -> None:
           "[Service]\nTimeoutStartSec=1min 30s\n")
 
 
+def _guard_dropin_timeout_sec(root: Path) -> None:
+    # TimeoutSec= sets the start timeout too; a later TimeoutStartSec= would win over it.
+    write(root, f"etc/systemd/system/{templates.UNIT_TEMPLATE}.d/30-both.conf",
+          "[Service]\nTimeoutStartSec=900\nTimeoutSec=30\n")
+
+
 def _resume_dropin_overridden_by_a_later_name(root: Path) -> None:
     budget = health_budget_s(CONFIG)
     write(root, f"etc/systemd/system/{templates.RESUME_UNIT}.d/10-long.conf",
@@ -165,6 +171,7 @@ CASES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "guard-timeout-short": (_guard_short_timeout, ["guard-timeout-short"]),
     "resume-timeout-short": (_resume_short_timeout, ["resume-timeout-short"]),
     "guard-dropin-short": (_guard_dropin_shortens_one_instance, ["guard-timeout-short"]),
+    "guard-dropin-timeout-sec": (_guard_dropin_timeout_sec, ["guard-timeout-short"]),
     "resume-dropin-short": (_resume_dropin_overridden_by_a_later_name,
                             ["resume-timeout-short"]),
     "resume-unit-missing": (_no_resume_unit, ["resume-unit-missing"]),
