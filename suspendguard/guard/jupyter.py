@@ -4,16 +4,14 @@ ipykernel ignores SIGINT while idle, and in a busy cell it is a KeyboardInterrup
 never gets the drain signal. The guard vetoes, naming it, or (``[drain] jupyter =
 "shutdown"``) sends it the ``shutdown_request`` jupyter_client sends.
 
-A process is a kernel only when its command line runs ipykernel with a
-connection file AND that file is a JSON object with the kernel's ports and
-key. The command line is the process's own to set; the file is read as its
-user could: owned by that user (or root), readable by them, a regular file,
-the last component not a symbolic link, and small.
+A process is a kernel only when its command line runs ipykernel with a connection file AND that
+file is a JSON object with the kernel's ports and key. The command line is the process's own to
+set; the file is read as its user could: owned by that user (or root), readable by them, a
+regular file, the last component not a symbolic link, and small.
 
-The request is sent by a child that runs the kernel's own interpreter as the
-kernel's user and group (no supplementary groups), with jupyter_client's
-BlockingKernelClient (ipykernel depends on it), framed and signed as a notebook
-server does it. The guard itself needs neither pyzmq nor jupyter_client, and
+The request is sent by a child running the kernel's own interpreter as its user and group (no
+supplementary groups), with jupyter_client's BlockingKernelClient (ipykernel depends on it), as
+a notebook server frames and signs it: the guard needs neither pyzmq nor jupyter_client, and
 never runs a user's interpreter as root. The child is killed at the timeout.
 """
 
@@ -36,8 +34,9 @@ from suspendguard.system.procfs import ProcAccessError, ProcFS, user_name
 # The ways a kernel spec or a launcher starts ipykernel.
 KERNEL_MODULES = ("ipykernel_launcher", "ipykernel", "ipykernel.kernelapp")
 KERNEL_SCRIPTS = ("ipykernel_launcher.py",)
-# A connection file is a few hundred bytes.
-MAX_CONNECTION_FILE = 64 * 1024
+IPYTHON = ("IPython", "ipython", "ipython3")  # its "kernel" subcommand starts ipykernel
+FILE_OPTIONS = ("-f", "--f", "--IPKernelApp.connection_file")  # -f, and the trait it sets
+MAX_CONNECTION_FILE = 64 * 1024  # a connection file is a few hundred bytes
 PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 # A parent whose command line names one of these runs the kernel for a notebook.
 SERVER_WORDS = ("jupyter", "nbclassic", "nbclient", "voila", "papermill")
@@ -131,13 +130,16 @@ def connection_file_arg(cmdline: tuple[str, ...]) -> str | None:
     if len(cmdline) < 2 or "python" not in os.path.basename(cmdline[0]):
         return None
     how, target, rest = python_runs(cmdline[1:])
-    if not ((how == "-m" and target in KERNEL_MODULES)
-            or (how == "script" and os.path.basename(target) in KERNEL_SCRIPTS)):
+    name = target if how == "-m" else os.path.basename(target)
+    if name in IPYTHON and list(rest[:1]) == ["kernel"]:
+        rest = rest[1:]  # ipython kernel -f FILE
+    elif not ((how == "-m" and name in KERNEL_MODULES)
+              or (how == "script" and name in KERNEL_SCRIPTS)):
         return None
     for j, arg in enumerate(rest):
-        if arg in ("-f", "--f"):
+        if arg in FILE_OPTIONS:
             return rest[j + 1] if j + 1 < len(rest) and rest[j + 1] else None
-        for prefix in ("-f=", "--f="):
+        for prefix in (f"{option}=" for option in FILE_OPTIONS):
             if arg.startswith(prefix) and len(arg) > len(prefix):
                 return arg[len(prefix):]
     return None

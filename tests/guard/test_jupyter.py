@@ -245,6 +245,15 @@ def test_a_connection_file_of_another_user_is_refused(fake_kernel: FakeKernel, t
     # Python's one-letter options run together, as a kernel spec may write them.
     (("/usr/bin/python3", "-Im", "ipykernel_launcher", "-f", "/k.json"), "/k.json"),
     (("/usr/bin/python3", "-IWignore", "-m", "ipykernel_launcher", "-f", "/k.json"), "/k.json"),
+    # IPython's own "kernel" subcommand, and the trait -f sets.
+    (("/usr/bin/python3", "-m", "IPython", "kernel", "-f", "/k.json"), "/k.json"),
+    (("/usr/bin/python3", "/usr/bin/ipython3", "kernel", "-f=/k.json"), "/k.json"),
+    (("/usr/bin/python3", "-m", "ipykernel_launcher", "--IPKernelApp.connection_file=/k.json"),
+     "/k.json"),
+    (("/usr/bin/python3", "-m", "ipykernel", "--IPKernelApp.connection_file", "/k.json"),
+     "/k.json"),
+    (("/usr/bin/python3", "-m", "IPython", "-f", "/k.json"), None),  # a terminal IPython
+    (("/usr/bin/python3", "/usr/bin/ipython3", "notebook", "-f", "/k.json"), None),
     (("/usr/bin/python3", "-m", "ipykernel_launcher"), None),
     (("/usr/bin/python3", "-m", "ipykernel_launcher", "-f"), None),
     (("/usr/bin/python3", "-m", "notebook", "-f", "/k.json"), None),
