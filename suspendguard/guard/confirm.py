@@ -2,7 +2,8 @@
 
 A process the device reports but the scan missed (a container the guard
 could not read) goes through the same policy and drain; the device is then
-asked again. A dry run's device is still busy with the jobs a real run
+asked again, and a process it reports only then vetoes, unsignalled (it
+appeared after the drain). A dry run's device is still busy with the jobs a real run
 would drain first: that is said, not vetoed.
 """
 
@@ -15,6 +16,7 @@ from suspendguard.guard.look import Look
 from suspendguard.guard.report import IdleSkipped
 from suspendguard.guard.run_state import NOTHING, RunState, Said
 from suspendguard.idle.base import IdleReport
+from suspendguard.model import Outcome, reason_about
 from suspendguard.verdict import Reason
 
 
@@ -43,7 +45,9 @@ def confirm_idle(r: RunState, look: Look, certain_veto: bool, config: IdleConfig
     if to_drain:
         said += rounds.signal(r, to_drain, reserve=config.settle_s + 1.0)[1]
         if not r.cancelled:
+            drained = idle
             idle = look.idle_check(config, families, r.deadline.at_least(0.5))
+            said += appeared_after(r, idle, drained)
     said += reported
     if r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
         said += Said.warn(*(f"(expected before the drain) {w}" for w in idle.veto_reasons))
@@ -54,3 +58,26 @@ def confirm_idle(r: RunState, look: Look, certain_veto: bool, config: IdleConfig
                             else Reason("device-busy", why, device=busy.get(why))
                             for why in idle.veto_reasons))
     return idle, said + Said.warn(*idle.warnings)
+
+
+def appeared_after(r: RunState, idle: IdleReport, before: IdleReport) -> Said:
+    """What the device's reading after the drain of the holders only it reported makes of
+    its process list: one it reports now that no step handled (nor the reading ``before``
+    named) vetoes, named, and is never signalled: the drain is over, and there is no
+    rescan or respawn grace after it. One the policy leaves alone says so, as in the look.
+    """
+    late, said = device_view.device_holders(r, idle, {int(p.pid) for p in before.processes()})
+    seen = {k[0] for k in r.results}  # left alone for its nodes, listed as compute only now
+    round_no = 1 + max((hr.round for hr in r.results.values()), default=0)
+    to_signal, settled = r.settle(late, round_no)
+    said += settled
+    for d in to_signal:
+        h = d.holder
+        how = ("which it lists as a compute process only after the drain" if h.pid in seen
+               else "which appeared after the drain (a job started or restarted meanwhile)")
+        r.record(d, Outcome("not-signalled", why="appeared after the drain"), round_no)
+        said += Said.veto(reason_about("appeared", (
+            f"the device ({h.source}) reports pid {h.pid} {h.comm}, {how}: not signalled; "
+            "it may hold the device: stop it or let it end, then suspend again"), h,
+            r.owner(h).key))
+    return said

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from suspendguard.config import FAMILIES, IdleConfig
 from suspendguard.guard.describe import describe_process
+from suspendguard.guard.policy import MANAGEMENT_ONLY
 from suspendguard.guard.run_state import NOTHING, IdleCheck, RunState, Said
 from suspendguard.idle.base import IdleReport, family_of
 from suspendguard.idle.sampler import check_idle
@@ -80,7 +81,8 @@ def uninspected(refused: Sequence[int], first: IdleReport | None,
     Any of them may hold a node. As root that stays a warning only when the
     device's own view answers for every device (``families``: one entry per device found),
     process lists included, and
-    names none of them.
+    names none of them. No view answers for nodes given only in ``[devices] nodes``
+    (family "extra"), and none at all when the device was not read (``first`` None).
     """
     if not refused:
         return NOTHING
@@ -90,38 +92,49 @@ def uninspected(refused: Sequence[int], first: IdleReport | None,
     if os.geteuid() != 0:
         return Said.veto(Reason("uninspected", f"run as root: {some} could not be inspected "
                                 "(any of them may hold an accelerator node)"))
-    # Extra nodes alone have no vendor query (the check is then None); a
-    # check handed in speaks for the families it read.
-    wanted: list[str] = ([f for f in dict.fromkeys(families) if f in FAMILIES] or
-                         (list(dict.fromkeys(d.family for d in first.devices)) if first is not None else []))
+    # Nodes given only in [devices] nodes (family "extra") have no vendor
+    # query: no device view answers for them, nor any when none was read.
+    wanted = list(dict.fromkeys(families))
     found = Counter(families)
-    views = {f: first.process_view(f, found[f]) for f in wanted} if first is not None else {}
+    views = {f: first.process_view(f, found[f]) if first is not None and f in FAMILIES else ""
+             for f in wanted}
     named = {p.pid for p in first.processes()} & set(refused) if first is not None else set()
-    if wanted and all(views.values()) and not named:
+    if views and all(views.values()) and not named:
         return Said.warn(f"{some} could not be inspected as root (pids {pids}); the devices' "
                          f"own view ({', '.join(dict.fromkeys(views.values()))}) answers for "
                          "every device and reports no process the guard did not see")
+    unanswered = [f if f in FAMILIES else "[devices] nodes, which no device view covers"
+                  for f in wanted if not views[f]]
     why = (f"the device reports {len(named)} of them" if named else
            "no device view answers for every device, process lists included"
-           + (f" ({', '.join(f for f in wanted if not views.get(f))})" if wanted else
+           + (f" ({', '.join(dict.fromkeys(unanswered))})" if unanswered else
               " (no idle backend for these nodes)"))
     return Said.veto(Reason("uninspected", f"{some} could not be inspected as root (pids "
                             f"{pids}), and {why}: any of them may hold an accelerator node"))
+
+
+def by_its_nodes(d: Decision) -> bool:
+    """Whether the scan's holder was left alone only for the nodes it held: a graphics
+    client kept, or management nodes only; never an operator's rule or a vouched
+    daemon or probe, whose own reasons stand whatever the device lists."""
+    return d.action == "keep" or (d.action == "ignore" and d.rule == MANAGEMENT_ONLY)
 
 
 def device_holders(r: RunState, idle: IdleReport,
                    known: Collection[int] = ()) -> tuple[list[Decision], Said]:
     """Processes the device reports that the scan did not see, as decided holders.
 
-    A holder kept as a graphics client that the device lists as a compute
-    process is decided again, as the device reports it: its nodes said
-    "no CUDA", the device says otherwise (a compute API without UVM). One
+    A holder left alone for its nodes alone (kept as a graphics client, or
+    ignored for holding management nodes only) that the device lists as a
+    compute process is decided again, as the device reports it: its nodes
+    said "no compute work" (no CUDA: a compute API without UVM; a compute
+    node the scan did not know), the device says otherwise. One
     the device lists as a graphics process alone is a graphics client
     wherever it runs: named in a warning, never signalled, never a veto.
     """
     known_pids = {k[0] for k in r.results} | set(known)
     kept = {k[0]: hr.decision.holder for k, hr in r.results.items()
-            if hr.decision.action == "keep"}
+            if by_its_nodes(hr.decision)}
     extra: list[Holder] = []
     said = NOTHING
     for p in idle.processes():

@@ -45,6 +45,10 @@ _REPORT_ONLY_SETS = (frozenset({"SIGSEGV", "SIGFPE", "SIGABRT", "SIGBUS", "SIGIL
 _OPEN_MPI_SET = frozenset({"SIGABRT", "SIGBUS", "SIGFPE", "SIGSEGV"})
 _RUNTIMES_THAT_CATCH_BY_DESIGN = ("java", "node")
 
+# The built-in exemption of a holder of management nodes only: the one "ignore" that a
+# device's own process list may overrule (guard/device_view.py).
+MANAGEMENT_ONLY = "holds management nodes only (monitoring/management tool)"
+
 
 def rule_matches(rule: Rule, holder: Holder) -> bool:
     if rule.comm is not None and rule.comm != holder.comm:
@@ -291,7 +295,7 @@ def _action(
         if "graphics" in holder.roles:
             return "keep", ("graphics client: holds NVIDIA nodes but not /dev/nvidia-uvm (no "
                             "CUDA); the driver's own suspend path keeps its state"), doubt
-        return "ignore", "holds management nodes only (monitoring/management tool)", doubt
+        return "ignore", MANAGEMENT_ONLY, doubt
     return "drain", "holds a compute node", doubt
 
 

@@ -163,6 +163,37 @@ def test_a_kept_process_the_device_lists_as_compute_is_drained(
     assert report.verdict.kind == "allow", report.verdict.texts
 
 
+def test_a_compute_process_the_device_lists_only_after_that_drain_vetoes_unsignalled(
+        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kept Vulkan job is drained for NVML's word; NVML read again then lists another
+    # compute process (a job its loop started again, one that started meanwhile) at 0 %.
+    job = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
+    late = start(hold, [])  # seen by the device only: the scan finds it holding nothing
+    check = nvml_check(monkeypatch, [job])
+    pynvml = sys.modules["pynvml"]
+    calls: list[int] = []
+
+    def reading(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> Any:
+        if calls:
+            pynvml.SCRIPT[0]["compute"] = [(late, None)]
+        calls.append(1)
+        return check(config, families, deadline)
+
+    report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}), idle_check=reading)
+    assert len(calls) == 2
+    by_pid = {h.decision.holder.pid: h for h in report.holders}
+    assert by_pid[job].outcome.kind == "exited", by_pid[job].outcome
+    assert report.verdict.kind == "veto", report.verdict.texts
+    [reason] = report.verdict.reasons
+    assert reason.code == "appeared" and reason.pid == late, reason
+    assert reason.text.startswith(f"the device (nvml) reports pid {late} ") and \
+        "appeared after the drain" in reason.text, reason.text
+    assert (by_pid[late].outcome.kind, by_pid[late].outcome.why) == \
+        ("not-signalled", "appeared after the drain")
+    assert hold[1].poll() is None  # never signalled
+
+
 def test_a_graphics_process_only_the_device_reports_is_named_not_signalled(
         make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
         monkeypatch: pytest.MonkeyPatch) -> None:

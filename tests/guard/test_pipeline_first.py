@@ -23,6 +23,7 @@ from helpers.runners import guard
 
 from suspendguard.config import IdleConfig
 from suspendguard.guard.device_view import uninspected
+from suspendguard.guard.inventory import FAMILY_NODES
 from suspendguard.idle.base import DeviceReading, IdleReport
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.procfs import ProcAccessError, ProcFS
@@ -45,6 +46,14 @@ class RefusingFds(ProcFS):
 @pytest.fixture
 def smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvidiaSmi:
     return FakeNvidiaSmi(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def gpu(node: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The test node under NVIDIA's built-in node list (guard/inventory.py), so that the
+    nvidia-smi view answers for it as for a GPU; the [devices] section that finds it."""
+    monkeypatch.setitem(FAMILY_NODES, "nvidia", {"compute": (node,)})
+    return {"families": ["nvidia"], "nodes": []}
 
 
 def gone_pid() -> int:
@@ -114,14 +123,36 @@ def test_unreadable_process_as_root_without_a_device_view_is_unknown(
 
 
 def test_unreadable_process_as_root_with_a_device_view_is_a_warning(
-        make_config: Any, node: str, holders: Holders, smi: FakeNvidiaSmi) -> None:
+        make_config: Any, node: str, gpu: dict[str, Any], holders: Holders,
+        smi: FakeNvidiaSmi) -> None:
     _job, pid = holders.start(node)
     smi.show(IDLE_GPUS, [])
-    report = guard(make_config(), proc=RefusingFds(pid), idle_check=Checks())
+    report = guard(make_config(devices=gpu), proc=RefusingFds(pid), idle_check=Checks())
     assert report.verdict.kind == "allow", report.verdict.texts
     assert any(w.startswith(f"1 process could not be inspected as root (pids {pid}); the "
                             "devices' own view (nvidia-smi) answers for every device")
                for w in report.verdict.warnings), report.verdict.warnings
+
+
+def test_unreadable_process_with_a_device_view_and_devices_nodes_is_unknown(
+        make_config: Any, node: str, gpu: dict[str, Any], holders: Holders, tmp_path: Path,
+        smi: FakeNvidiaSmi) -> None:
+    """The GPU's view answers for the GPU, not for a node given in [devices] nodes, which no
+    vendor query covers: the process the guard could not read may hold that one."""
+    extra = tmp_path / "accel0"
+    extra.write_bytes(b"")
+    _job, pid = holders.start(node)
+    smi.show(IDLE_GPUS, [])
+    report = guard(make_config(devices={**gpu, "nodes": [str(extra)]}), proc=RefusingFds(pid),
+                   idle_check=Checks())
+    assert report.verdict.kind == "unknown", report.verdict.texts
+    [reason] = report.verdict.reasons
+    assert reason.code == "uninspected"
+    assert reason.text.startswith(
+        f"1 process could not be inspected as root (pids {pid}), and no device view answers "
+        "for every device, process lists included ([devices] nodes, which no device view "
+        "covers)"), reason.text
+    assert not any("answers for every device" in w for w in report.verdict.warnings)
 
 
 def test_unreadable_process_the_device_names_is_unknown(
@@ -134,11 +165,12 @@ def test_unreadable_process_the_device_names_is_unknown(
 
 
 def test_device_without_process_lists_does_not_answer_for_the_unreadable(
-        make_config: Any, node: str, holders: Holders, smi: FakeNvidiaSmi) -> None:
+        make_config: Any, node: str, gpu: dict[str, Any], holders: Holders,
+        smi: FakeNvidiaSmi) -> None:
     _job, pid = holders.start(node)
     # The utilization query answers, the compute-apps one fails: no process list.
     smi.show(IDLE_GPUS, apps=["gpu_uuid, pid"])
-    report = guard(make_config(), proc=RefusingFds(pid), idle_check=Checks())
+    report = guard(make_config(devices=gpu), proc=RefusingFds(pid), idle_check=Checks())
     assert report.verdict.kind == "unknown"
     assert report.verdict.texts[0].startswith(
         f"1 process could not be inspected as root (pids {pid}), and no device view answers "
@@ -227,6 +259,23 @@ def test_a_process_list_of_fewer_devices_than_the_host_has_vouches_for_none() ->
     # Both GPUs listed with their processes: the unread process is vouched for.
     whole = IdleReport("idle", (gpu(0, "nvidia-smi", True), gpu(1, "nvidia-smi", True)), ())
     assert uninspected([4242], whole, ("nvidia", "nvidia")).reasons == ()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root, an unread process may be vouched for")
+def test_no_device_view_or_a_devices_node_vouches_for_none() -> None:
+    """No reading at all (a dry run that asks no device: status with an untrusted config), or
+    a node from [devices] nodes beside the GPUs: nothing answers for the unread process."""
+    gpu = DeviceReading("gpu 0", "nvidia", "idle", "nvml", {"gpu_util_pct": 0.0},
+                        lists_processes=True)
+    whole = IdleReport("idle", (gpu,), ())
+    assert uninspected([4242], whole, ("nvidia",)).reasons == ()
+    for first, families in ((None, ("nvidia",)), (None, ("extra",)), (whole, ("nvidia", "extra")),
+                            (IdleReport("idle", (), ()), ("extra",))):
+        said = uninspected([4242], first, families)
+        [reason] = said.reasons
+        assert reason.code == "uninspected", (first, families)
+        assert "no device view answers for every device" in reason.text
+        assert said.warnings == ()
 
 
 def test_a_device_still_busy_after_the_drain_is_named_in_its_reason(

@@ -329,3 +329,33 @@ def test_drain_lists_a_holder_only_the_device_reports_and_the_confirmed_run_sign
     report = guard(config, idle_check=check, confirmed=set(listed))
     assert report.verdict.kind == "allow", report.verdict.texts
     assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
+
+
+def test_a_management_only_holder_the_device_lists_is_drained_as_it_reports(
+        make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The scan sees the job hold davinci_manager alone (its compute node one the guard does
+    # not know, say); npu-smi lists it with device memory: the device's word decides.
+    manager = tmp_path / "davinci_manager"
+    manager.write_bytes(b"")
+    proc, pid = holders.start(str(manager))
+    check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid), npu_smi_text(None)])
+    report = guard(make_config(devices={"management": [str(manager)]}), idle_check=check)
+    [hr] = [h for h in report.holders if h.decision.holder.pid == pid]
+    assert (hr.decision.action, hr.decision.rule) == ("drain", "reported by the device (npu-smi)")
+    assert hr.outcome.kind == "exited", hr.outcome
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
+
+
+def test_a_holder_an_ignore_rule_names_stays_ignored_whatever_the_device_lists(
+        make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The operator's [policy] ignore rule is no built-in guess from the nodes held: it stands.
+    manager = tmp_path / "davinci_manager"
+    manager.write_bytes(b"")
+    proc, pid = holders.start(str(manager), mode="deaf")
+    check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid)])
+    report = guard(make_config(devices={"management": [str(manager)]},
+                               policy={"ignore": [{"cmdline": "--mode deaf"}]}), idle_check=check)
+    [hr] = [h for h in report.holders if h.decision.holder.pid == pid]
+    assert hr.decision.action == "ignore" and hr.decision.rule.startswith("[policy] ignore #1")
+    assert holders.signals() == [] and proc.poll() is None
