@@ -60,6 +60,10 @@ class Ledger:
         self._ids.update(zip((s.seq for s in stops), written, strict=True))
         return ""
 
+    def row(self, stop: Stop) -> int:
+        """The history's row written ahead for ``stop``; 0 when none was."""
+        return self._ids.get(stop.seq, 0) if self.history is not None else 0
+
     def restored(self, stop: Stop, result: str, why: str) -> None:
         """A stop's result, once the run itself started the job again (its drain broke)."""
         if self.history is not None and stop.seq in self._ids:

@@ -57,9 +57,12 @@ def attempt(r: RunState, opening: Opening, look: Look, said: Said, unknown_said:
         hr.round, order.get(holder_id(hr.decision.holder), 1 << 30))))
     attempt_id = opening.attempt_id or 0
     took = r.deadline.clock() - opening.begun
+    # Each stop with the row written ahead for it: a history that cannot finish the
+    # attempt still gets the results of the restore after a veto there.
     return Attempt(attempt_id, opening.started, opening.started + took, r.options.action,
                    r.options.origin, r.options.dry_run, verdict, opening.digest, holders,
-                   stops=tuple(replace(s, attempt_id=attempt_id) for s in r.stops))
+                   stops=tuple(replace(s, attempt_id=attempt_id, id=r.ledger.row(s))
+                               for s in r.stops))
 
 
 def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,

@@ -14,7 +14,7 @@ signalled all the same, and a container its policy brings back vetoes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from suspendguard.model import CONTAINER_KINDS, Owner, Unavailable
@@ -164,11 +164,11 @@ class Engines:
             return "skipped", f"{started} (started meanwhile){note}"
         return "started", note[2:]  # a policy not put back is said; the container runs
 
-    def put_back_policies(self) -> list[str]:
+    def put_back_policies(self, keep: Collection[str] = ()) -> list[str]:
         """Put back the restart policies a killed run set aside, or a restore could not put
-        back; a line for each."""
+        back, but those of ``keep`` (the next restore's); a line for each."""
         notes = []
-        for key in sorted(self.policies.records()):
+        for key in sorted(set(self.policies.records()) - set(keep)):
             kind, _, cid = key.partition(":")
             engine = self.engine(kind) if kind in CONTAINER_KINDS else None
             if engine is None or isinstance(engine, Unavailable):

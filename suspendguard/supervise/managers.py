@@ -72,6 +72,7 @@ class ManagersAndEngines:
         """``environ``: where the engines' sockets are named (DOCKER_HOST, CONTAINER_HOST);
         ``state_dir``: where restart policies set aside for a drain are kept."""
         self.dropin_root = dropin_root
+        self.state_dir = state_dir
         self.engines = Engines(os.environ if environ is None else environ, state_dir)
         self.bus_address = bus_address
         self.clock = clock
@@ -227,10 +228,17 @@ class ManagersAndEngines:
     # -- drop-ins ----------------------------------------------------------
 
     def clean_leftovers(self) -> list[str]:
-        """Put back what a killed run left (supervise/leftovers.py); a line for each thing put back."""
-        notes = self.engines.put_back_policies()
-        units = [Owner("systemd-service", u) for u in leftovers.system_dropins(self.dropin_root)]
-        users = leftovers.user_dropins()
+        """Put back what a killed run left (supervise/leftovers.py); a line for each thing put back.
+
+        What keeps down the owner of a stop the history has held, or pending after a
+        finished attempt, stays (:func:`leftovers.restores_own`): the next restore puts it
+        back, and needs the marker to tell an operator's start.
+        """
+        keep = leftovers.restores_own(self.state_dir)
+        notes = self.engines.put_back_policies(keep)
+        units = [o for u in leftovers.system_dropins(self.dropin_root)
+                 if (o := Owner("systemd-service", u)).key not in keep]
+        users = [o for o in leftovers.user_dropins() if o.key not in keep]
         if not units and not users:
             return notes
         self.remove_dropins([*units, *users])

@@ -29,6 +29,7 @@ from helpers.wait import wait_for
 
 from suspendguard.commands import restore as restore_command
 from suspendguard.config import DevicesConfig
+from suspendguard.errors import HistoryError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Owner
@@ -187,6 +188,48 @@ def test_a_veto_starts_the_drained_container_again_at_once(
     assert c.restart == "always"
     [row] = stops(tmp_path)
     assert row["result"] == "started"
+
+
+def test_a_veto_whose_history_cannot_finish_still_records_the_start_again(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The row written ahead gets its result: left pending, any later restore (after this or
+    # a later sleep) started the container a second time, after an operator stopped it.
+    c = engine.create(job(node, holders), restart="always")
+    holders.start(node, mode="slow", delay=4)  # exits too late: the veto
+
+    def full(*_: Any, **__: Any) -> None:
+        raise HistoryError("cannot write history.db: database or disk is full")
+
+    monkeypatch.setattr(History, "finish", full)
+    report = guard(make_config(drain={"timeout_s": 1}), supervisors=supervisors(engine, tmp_path))
+    assert report.verdict.kind == "veto"
+    assert any("history not recorded" in w for w in report.verdict.warnings)
+    assert engine.wait_running(c) and c.restart == "always"
+    with sqlite3.connect(tmp_path / "state" / "history.db") as db:
+        assert db.execute("SELECT owner, result FROM stops").fetchall() == [
+            (f"docker:{c.id}", "started")]
+
+
+def test_a_held_container_keeps_its_policy_set_aside_through_the_next_guard_run(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    # Held after resume (its device unhealthy): "always" put back by the next pre-sleep run's
+    # clean-up brought it back at dockerd's next start, onto that device.
+    c = engine.create(job(node, holders), restart="always")
+    assert guard(make_config(), supervisors=supervisors(engine, tmp_path)).verdict.kind == "allow"
+    time.sleep(SLEEP_S)
+    with History.open(str(tmp_path / "state")) as h:
+        [stop] = h.pending_stops()
+        h.record_hold(stop.id, "device nvidia unhealthy")
+    report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
+    assert not any("put back the restart policy" in w for w in report.verdict.warnings), \
+        report.verdict.warnings
+    assert not c.running and c.restart == "" and updates(engine, c.id) == ["no"]
+    # restore --force then puts it back as it starts the container.
+    code, out, err = cli("--config", conf_file(tmp_path, node), "restore", "--force", "--json",
+                         environ=env(engine))
+    assert code == 0 and json.loads(out)["restored"][0]["result"] == "started", (out, err)
+    assert engine.wait_running(c) and c.restart == "always"
 
 
 def test_a_slurm_node_that_does_not_sleep_after_its_drain_starts_the_container_again(
