@@ -6,7 +6,7 @@ import argparse
 import os
 
 from suspendguard.commands.context import Context
-from suspendguard.errors import EXIT_ERROR
+from suspendguard.errors import EXIT_ERROR, ConfigError
 from suspendguard.store import mode as guard_mode
 
 MEANING = {
@@ -19,7 +19,14 @@ MEANING = {
 
 
 def command(args: argparse.Namespace, ctx: Context) -> int:
-    state_dir = ctx.config().state.dir
+    try:
+        state_dir = ctx.config().state.dir
+    except ConfigError as exc:
+        # The off switch works whatever the configuration says: the veto unit reads the
+        # mode in its own folder while the configuration cannot be loaded.
+        state_dir = guard_mode.UNIT_STATE_DIR
+        ctx.err.write(f"suspendguard: {exc}; the mode is {state_dir}'s, which the veto unit "
+                      "reads until the configuration loads again\n")
     path = os.path.join(state_dir, guard_mode.MODE_NAME)
     if args.mode is None:
         if guard_mode.hidden(state_dir):

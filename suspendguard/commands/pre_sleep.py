@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 
 from suspendguard.commands.context import Context
-from suspendguard.config import DEFAULT_STATE_DIR, defaults
+from suspendguard.config import defaults
 from suspendguard.errors import EXIT_VETO, ConfigError
 from suspendguard.guard.opening import failure
 from suspendguard.guard.run import run_guard, tell_refused
@@ -22,19 +22,24 @@ from suspendguard.store import mode as guard_mode
 from suspendguard.system.log import Logger
 from suspendguard.verdict import Verdict
 
-# Where a configuration that cannot be loaded has its refusal noted as told: the unit's own
-# StateDirectory=, made before the guard runs. Without it the refusal is told at each ask.
-NOTE_DIR = DEFAULT_STATE_DIR
-
 
 def pre_sleep(args: argparse.Namespace, ctx: Context) -> int:
     """The veto unit's run, as ``suspendguard mode`` says: enforce, observe or off."""
     log = Logger(ctx.err, ctx.environ)
     try:
         config = ctx.config()
-    except ConfigError as exc:  # every sleep is refused (the unit fails): said to who asked
+    except ConfigError as exc:
+        # Every sleep is refused (the unit fails), said to who asked, unless `mode` switched
+        # the guard off or to observe meanwhile: it keeps the mode in the unit's own folder
+        # then. The refusal is noted as told there too, so it is told once.
+        mode = guard_mode.read(guard_mode.UNIT_STATE_DIR)
+        if mode.name in ("off", "observe"):
+            log.warning(f"{failure(exc).text}; the guard's mode is {mode.name} "
+                        f"(suspendguard mode): the {args.action} goes on, not guarded")
+            return 0
         fallback = defaults()
-        tell_refused(replace(fallback, state=replace(fallback.state, dir=NOTE_DIR)),
+        tell_refused(replace(fallback, state=replace(fallback.state,
+                                                     dir=guard_mode.UNIT_STATE_DIR)),
                      Verdict("unknown", (failure(exc),)), args.action, log, time.monotonic())
         raise
     mode = guard_mode.read(config.state.dir)

@@ -18,8 +18,13 @@ import os
 import stat
 from dataclasses import dataclass
 
+from suspendguard.config import DEFAULT_STATE_DIR
+
 MODES = ("enforce", "observe", "off")
 MODE_NAME = "mode"
+# The veto unit's own StateDirectory=: where the mode is kept, and read, while the
+# configuration (and with it [state] dir) cannot be loaded, so that `mode off` still works.
+UNIT_STATE_DIR = DEFAULT_STATE_DIR
 
 
 @dataclass(frozen=True, slots=True)

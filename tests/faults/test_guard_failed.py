@@ -19,7 +19,6 @@ import pytest
 from helpers.dbus import PrivateBus
 from helpers.runners import cli
 
-from suspendguard.commands import pre_sleep
 from suspendguard.guard import pipeline
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
@@ -112,7 +111,7 @@ def test_a_configuration_that_cannot_be_loaded_is_told_once_where_the_unit_keeps
     # user again every 30 s. The note is kept in the unit's StateDirectory= (here a stand-in).
     state = tmp_path / "unit-state"
     state.mkdir()
-    monkeypatch.setattr(pre_sleep, "NOTE_DIR", str(state))
+    monkeypatch.setattr(guard_mode, "UNIT_STATE_DIR", str(state))
     conf.write_text(conf.read_text() + "[drain]\ntimeout_s = 'soon'\n")
     for _ in range(2):
         code, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
@@ -131,3 +130,28 @@ def test_a_configuration_that_cannot_be_loaded_is_told_as_the_refusal_it_is(
     told = _read(terminal_session)
     assert "Suspend refused by suspendguard: the guard failed before it gave a verdict: " in told
     assert str(conf) in told, told
+
+
+def test_the_off_switch_works_while_the_configuration_cannot_be_loaded(
+        conf: Path, tmp_path: Path, terminal_session: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A typo refuses every sleep; `mode off` is the way out meanwhile, kept in the unit's own
+    # folder (here a stand-in), which the veto unit reads while the file cannot be loaded.
+    state = tmp_path / "unit-state"
+    monkeypatch.setattr(guard_mode, "UNIT_STATE_DIR", str(state))
+    conf.write_text(conf.read_text() + "[drain]\ntimeout_s = 'soon'\n")
+    code, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
+    assert code == 2, err  # enforced: refused
+    code, out, err = cli("--config", str(conf), "mode", "off")
+    assert code == 0 and out.startswith("off: "), err
+    assert f"the mode is {state}'s" in err and str(conf) in err, err
+    assert guard_mode.read(str(state)).name == "off"
+    code, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
+    assert code == 0, err
+    assert "the guard's mode is off (suspendguard mode): the suspend goes on, not guarded" in err
+    assert str(conf) in err
+    code, out, _ = cli("--config", str(conf), "mode")
+    assert code == 0 and out.startswith("off: ")
+    code, _, _ = cli("--config", str(conf), "mode", "enforce")
+    code, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
+    assert code == 2, err
