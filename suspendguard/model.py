@@ -29,6 +29,7 @@ DecisionKind = Literal[
     "veto-supervised",  # its supervisor would start it again whatever the guard does (a pod)
     "veto-unconfirmed",  # drain from a shell: not on the list the operator confirmed
     "veto-jupyter",  # a Jupyter kernel: SIGINT never ends it, only interrupts its cell
+    "veto-never",  # PID 1, or an ancestor of the guard's run, holds a compute node
     "jupyter-shutdown",  # a Jupyter kernel asked to shut down on its control channel ([drain] jupyter)
 ]
 # signalled: the signal was being sent when the history's row was written, and
@@ -351,7 +352,7 @@ DECISION_CODES: dict[DecisionKind, ReasonCode] = {
     "protect": "protected", "veto-frozen": "frozen", "veto-stopped": "stopped",
     "veto-sigint-ignored": "sigint-ignored", "veto-sigint-blocked": "sigint-blocked",
     "veto-supervised": "supervised", "veto-unconfirmed": "unconfirmed",
-    "veto-jupyter": "jupyter-kernel",
+    "veto-jupyter": "jupyter-kernel", "veto-never": "unsignallable",
 }
 
 

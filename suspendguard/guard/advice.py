@@ -31,6 +31,7 @@ def unsignalled(decision: Decision) -> Outcome:
         "veto-supervised": "its supervisor would start it again",
         "veto-unconfirmed": "not on the list that was confirmed",
         "veto-jupyter": "a Jupyter kernel: SIGINT would only interrupt its cell",
+        "veto-never": decision.rule,
         "jupyter-shutdown": "a Jupyter kernel",
     }[decision.kind]
     return Outcome("not-signalled", why=why)

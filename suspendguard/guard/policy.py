@@ -159,6 +159,12 @@ def _kind(holder: Holder, action: Action, rule: str, drain: DrainConfig,
     if action == "protect":
         return "protect", (f"{label} is protected by {rule}: veto while it runs; stop it "
                            "before suspending, or change the rule")
+    if action == "never" and "compute" in holder.roles and holder.pid != os.getpid():
+        # Never signalled, and no drain of this run can end it: it would hold the device
+        # through the sleep (a notebook that runs `suspendguard drain`, say).
+        return "veto-never", (f"{label} holds a compute node but is never signalled ({rule}): "
+                              "this run cannot stop it; stop it yourself, or run the guard "
+                              "from outside it")
     if action in ("ignore", "never", "keep"):
         return "leave", ""
     if holder.frozen:

@@ -447,3 +447,30 @@ def test_every_signal_goes_before_a_kernels_shutdown_request(holders: Holders) -
                    jobs=JobStop(asks={holder_id(kernel): ask}))
     assert pending_at_ask == [True]  # J had its SIGINT when the kernel was asked
     assert result.outcomes[holder_id(job)].kind == "timeout"  # it blocks SIGINT, and stays
+
+
+def test_a_holder_that_runs_the_guard_itself_vetoes_unsignalled(node: str, tmp_path: Path) -> None:
+    """A notebook or a training script that runs `suspendguard drain` holds the device as the
+    guard's ancestor: never signalled, and no drain of that run can end it, so it vetoes."""
+    import json
+    import textwrap
+    conf = tmp_path / "guard.toml"
+    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n[state]\n'
+                    f'dir = "{tmp_path / "state"}"\n[idle]\nbackends = []\n')
+    job = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, subprocess, sys
+        node = open({node!r}, "rb")
+        done = subprocess.run([sys.executable, "-m", "suspendguard", "--config", {str(conf)!r},
+                               "drain", "--yes", "--json"], capture_output=True, text=True)
+        print(os.getpid())
+        print(done.stdout)
+    """)], capture_output=True, text=True, timeout=120)
+    assert job.returncode == 0, job.stderr
+    pid, out = job.stdout.split("\n", 1)
+    report = json.loads(out)
+    assert report["verdict"] == "veto", report
+    [detail] = report["reason_details"]
+    assert detail["code"] == "unsignallable" and detail["pid"] == int(pid), detail
+    assert "never signalled (the guard itself or one of its ancestors)" in detail["text"]
+    [held] = [h for h in report["holders"] if h["pid"] == int(pid)]
+    assert held["outcome"]["kind"] == "not-signalled"

@@ -208,3 +208,14 @@ def test_ancestors_are_the_chain_of_parents_up_to_pid_1() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_never_signalled_holder_of_a_compute_node_vetoes_and_one_of_management_nodes_not() -> None:
+    [d] = decide([holder(pid=777)], NO_RULES, DRAIN, never_pids=frozenset({777}))
+    assert d.kind == "veto-never" and not d.signals and d.veto().code == "unsignallable"
+    [d] = decide([holder(pid=777, nodes=(MANAGER,))], NO_RULES, DRAIN,
+                 never_pids=frozenset({777}))
+    assert d.kind == "leave" and not d.vetoes
+    # The guard's own process (an in-process device query) is never its own veto.
+    [d] = decide([holder(pid=os.getpid())], NO_RULES, DRAIN, never_pids=frozenset({os.getpid()}))
+    assert d.kind == "leave"
