@@ -64,6 +64,12 @@ class Unavailable:
         return {"available": False, "reason": self.reason}
 
 
+@dataclass(frozen=True, slots=True)
+class NoAnswer(Unavailable):
+    """A request that got no answer in time, or whose wait was cut short: the other side
+    may have acted on it all the same (a daemon-reload systemd goes on with)."""
+
+
 # The sleep actions systemd knows, each with its systemd-ACTION.service.
 SLEEP_ACTIONS = ("suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate")
 

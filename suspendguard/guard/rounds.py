@@ -199,7 +199,8 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> Said:
             "restore could not start it again; its processes are signalled directly"
             for o in owners.values()))
     answers = control.stop(list(owners.values()), r.drain.signal, r.drain.timeout_s)
-    said += Said.warn(r.ledger.stopped(list(planned.values()), answers))
+    said += Said.warn(r.ledger.stopped(list(planned.values()), answers),
+                      *control.take_warnings())
     ok = set()
     for key, why in answers.items():
         o = owners[key]

@@ -24,6 +24,9 @@ path is escaped because systemd unescapes command lines (a unit named
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+
+from suspendguard.model import Owner, Unavailable
 
 # systemd applies a unit's drop-ins in the order of their file names, the last one's value
 # winning: the drain's must sort after an admin's own (systemctl edit writes override.conf,
@@ -53,3 +56,13 @@ def stop_timeout(unit_timeout_s: float, timeout_s: float) -> float | None:
     ``unit_timeout_s``: the unit's own, 0 when infinite or unknown (kept).
     """
     return timeout_s + 1.0 if 0 < unit_timeout_s < timeout_s else None
+
+
+def unanswered_reload(manager: str, owners: Sequence[Owner], answer: Unavailable) -> str:
+    """The warning of a daemon-reload sent and not answered in time: the manager may apply
+    it yet, so the drop-ins stay and the stops are kept on record, for restore to undo; a
+    unit started again meanwhile is caught as any is."""
+    names = ", ".join(o.name for o in owners)
+    return (f"the daemon-reload{manager} before the drain did not answer ({answer.reason}): "
+            f"systemd may still apply it, so {names} keep the drain drop-in and are kept on "
+            "record, for restore to start again and undo")

@@ -25,7 +25,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from suspendguard.model import CONTAINER_KINDS, SYSTEMD_KINDS, Holder, Owner, Unavailable
+from suspendguard.model import (
+    CONTAINER_KINDS,
+    SYSTEMD_KINDS,
+    Holder,
+    NoAnswer,
+    Owner,
+    Unavailable,
+)
 from suspendguard.record import Stop
 from suspendguard.supervise import leftovers, usermanager
 from suspendguard.supervise.containers import Engines
@@ -35,6 +42,7 @@ from suspendguard.supervise.dropin import (
     MARKER_NAME,
     dropin_text,
     stop_timeout,
+    unanswered_reload,
 )
 from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
 from suspendguard.supervise.setaside import SetAside
@@ -78,6 +86,7 @@ class ManagersAndEngines:
         self.clock = clock
         self.sleep = sleep
         self.users = UserServices(clock)
+        self.warnings: list[str] = []
         self.transient = SetAside(state_dir, TRANSIENT_FILE, "the transient units' settings")
         self._owners: dict[str, Owner] = {}
 
@@ -131,6 +140,9 @@ class ManagersAndEngines:
         # The reload has a timeout of its own (a large host's takes seconds),
         # inside the run's deadline; when it fails the drop-ins go again.
         reloaded = systemd.reload_manager(address=self.bus_address)
+        if isinstance(reloaded, NoAnswer):
+            self.warnings.append(unanswered_reload("", kept, reloaded))
+            reloaded = None
         if reloaded is not None:
             self.remove_dropins(kept)
         for o in kept:
@@ -330,8 +342,11 @@ class ManagersAndEngines:
 
     def take_warnings(self) -> list[str]:
         """What went wrong on the way that the verdict should say (once)."""
-        out = [*self.engines.warnings, *self.transient.warnings]
-        self.engines.warnings[:], self.transient.warnings[:] = [], []
+        out = [*self.warnings, *self.users.warnings, *self.engines.warnings,
+               *self.transient.warnings]
+        for kept in (self.warnings, self.users.warnings, self.engines.warnings,
+                     self.transient.warnings):
+            kept.clear()
         return out
 
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Sequence
 from itertools import groupby
 
-from suspendguard.model import Owner, Unavailable
+from suspendguard.model import NoAnswer, Owner, Unavailable
 from suspendguard.supervise import usermanager
 from suspendguard.supervise.dropin import (
     DROPIN_NAME,
@@ -23,6 +23,7 @@ from suspendguard.supervise.dropin import (
     MARKER_NAME,
     dropin_text,
     stop_timeout,
+    unanswered_reload,
 )
 from suspendguard.system.dbus import systemd
 from suspendguard.system.dbus.systemd import AfterStop, ServiceState
@@ -43,6 +44,7 @@ def _address(uid: int | None) -> str | Unavailable:
 class UserServices:
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
+        self.warnings: list[str] = []
 
     def _folder(self, owner: Owner) -> str:
         return os.path.join(usermanager.unit_dir(owner.uid or 0), f"{owner.name}.d")
@@ -71,6 +73,9 @@ class UserServices:
             if not queued:
                 continue
             answer = self.reload(uid)
+            if isinstance(answer, NoAnswer):
+                self.warnings.append(unanswered_reload(f" of uid {uid}", queued, answer))
+                answer = None
             if answer is not None:
                 self.remove_dropins(queued)  # a drop-in never outlives a reload that failed
             for o in queued:

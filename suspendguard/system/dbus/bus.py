@@ -42,7 +42,7 @@ from dbus_next.constants import MessageFlag, MessageType
 from dbus_next.message import Message
 from dbus_next.signature import Variant
 
-from suspendguard.model import Unavailable
+from suspendguard.model import NoAnswer, Unavailable
 from suspendguard.system import deadline
 
 DEFAULT_TIMEOUT = 2.0
@@ -286,11 +286,11 @@ def converse(service: str, timeout: float, body: Callable[[Session], Awaitable[T
             return result
         except asyncio.CancelledError:
             why = bound.cancel.reason if bound.cancel is not None else "cancelled"
-            return Unavailable(f"{service}: unavailable: {session.step} was interrupted ({why})")
+            return NoAnswer(f"{service}: unavailable: {session.step} was interrupted ({why})")
         except asyncio.TimeoutError:
             cut = f" (cut from {wanted:g} s by the guard's deadline)" if timeout < wanted else ""
-            return Unavailable(f"{service}: unavailable: {session.step} timed out "
-                               f"after {timeout:g} s{cut}")
+            return NoAnswer(f"{service}: unavailable: {session.step} timed out "
+                            f"after {timeout:g} s{cut}")
         except Failure as e:
             return Unavailable(f"{service}: unavailable: {e.reason}")
         except Exception as e:  # dbus-next raises bare Exception on a lost connection
