@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sleep_scenes import until  # tests/faults, on the path faults.py sets
+from helpers.wait import wait_for  # tests/, on the path faults.py sets
 
 from suspendguard.cli import main
 from suspendguard.store.history import History
@@ -132,7 +132,7 @@ def _killed_mid_drain(how: signal.Signals) -> Callable[[Path], Outcome]:
                                   "drain", "--yes", "--json"], stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, text=True)
         try:
-            until(lambda: bool(_marks(tmp)))
+            wait_for(lambda: bool(_marks(tmp)), 15.0, interval=0.02)
             sent = time.monotonic()
             guard.send_signal(how)
             out, _ = guard.communicate(timeout=20)
@@ -161,7 +161,7 @@ def two_guards(tmp: Path) -> Outcome:
     first = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(first_conf),
                               "drain", "--yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        until(lambda: bool(_marks(tmp)))
+        wait_for(lambda: bool(_marks(tmp)), 15.0, interval=0.02)
         status, report, took = _check(second_conf)
         reasons = report["reasons"]
         assert isinstance(reasons, list)
