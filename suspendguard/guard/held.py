@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from suspendguard.guard.jobs import Launcher, LauncherKind
+from suspendguard.guard.jobs import Launcher
+from suspendguard.guard.launchers import LauncherKind
 from suspendguard.system import runner
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 

@@ -13,9 +13,12 @@ So the holders are grouped into jobs before anyone is signalled:
 
 - a holder whose parent is a holder too, of the same uid and in the
   parent's process group, and that holds a node through the very open file
-  its parent holds (an fd inherited across fork, told by kcmp(2)), is a
-  *worker*: it is waited for, never signalled. A child that opened the node
-  itself (a job started beside another from one shell) is a job of its own;
+  its parent holds (an fd inherited across fork, told by kcmp(2)), or that
+  holds a node its parent holds by a mapping alone (the inherited fd
+  closed, the mapping kept), is a *worker*: it is waited for, never
+  signalled. Where kcmp cannot tell, holding by fd a node its parent holds
+  is enough. A child that opened the node itself (a job started beside
+  another from one shell) is a job of its own;
 - the others are the job's *roots*; each root's nearest ancestor of the
   same uid that is a known launcher is the job's launcher;
 - a launcher that forwards the signal and waits for its ranks (``forward``:
@@ -23,10 +26,13 @@ So the holders are grouped into jobs before anyone is signalled:
   roots get it from the launcher; a root the agent's signal does not reach
   (below a rank, outside the rank's process group) gets it from the guard;
 - one that kills the other ranks when one leaves and needs nothing from
-  them meanwhile (``hold``: DeepSpeed's launcher, msrun) never gets it: its
-  roots get it from the guard while the launcher is stopped (SIGSTOP), so
-  that it cannot kill or restart a rank that is still saving; it is
-  continued once its ranks left (guard/held.py writes that down first);
+  them meanwhile (``hold``: DeepSpeed's launcher, msrun, and
+  ``torch.distributed.launch`` of torch before 1.9, told by its ranks'
+  environment, which lacks the elastic agent's TORCHELASTIC_RUN_ID) never
+  gets it: its roots get it from the guard while the launcher is stopped
+  (SIGSTOP), so that it cannot kill or restart a rank that is still
+  saving; it is continued once its ranks left (guard/held.py writes that
+  down first);
 - mpirun (``ranks``) never gets it either, and is not stopped: its ranks
   get it from the guard. Stopping it deadlocks the ranks, whose
   MPI_Finalize waits for mpirun's daemon (docs/ai-frameworks.md). When a
@@ -40,14 +46,13 @@ user's process by doing so.
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from suspendguard.config import LauncherRule
+from suspendguard.guard.launchers import AGENTS, BUILTIN, LauncherKind, builtin_kind
 from suspendguard.guard.policy import rule_matches
-from suspendguard.guard.python_argv import python_runs
 from suspendguard.model import Disposition, Holder, HolderId, holder_id
 from suspendguard.system import kcmp
 from suspendguard.system.procfs import ProcAccessError, ProcFS
@@ -55,101 +60,6 @@ from suspendguard.system.procfs import ProcAccessError, ProcFS
 # How far up from a holder the launcher is looked for (a shell, a wrapper,
 # ``python -m``, conda's activation wrapper, the launcher).
 MAX_DEPTH = 6
-
-
-@dataclass(frozen=True, slots=True)
-class LauncherKind:
-    name: str  # "torchrun", "mpirun", ... or the rule's name
-    stop: str  # "forward", "hold" or "ranks"
-    restarts: str = ""  # what it does when a rank leaves first, in the reason's words
-
-
-# Each built-in kind: its name, how it is told (argv), how it is stopped.
-_MODULES = {
-    "torch.distributed.run": "torchrun",
-    "torch.distributed.launch": "torchrun",
-    "deepspeed.launcher.launch": "deepspeed",
-    "deepspeed.launcher.runner": "deepspeed",
-    "mindspore.parallel.cluster.run": "msrun",
-}
-_SCRIPTS = {"torchrun": "torchrun", "deepspeed": "deepspeed", "msrun": "msrun"}
-_MPI = {"mpirun", "mpiexec", "orterun", "prterun", "mpirun.openmpi", "mpiexec.openmpi",
-        "mpiexec.hydra", "mpirun.mpich", "mpiexec.mpich"}
-BUILTIN: dict[str, LauncherKind] = {
-    "torchrun": LauncherKind("torchrun", "forward",
-                             "SIGTERMs the other ranks when one fails, SIGKILLs ranks 30 s "
-                             "after it forwarded a signal"),
-    "accelerate": LauncherKind("accelerate", "forward",
-                               "runs torchrun's agent in its own process"),
-    # ``accelerate launch`` of one process is a bare Popen().wait(): nothing
-    # is forwarded, so its one rank gets the signal itself.
-    "accelerate-single": LauncherKind("accelerate", "ranks",
-                                      "waits for its one process and forwards nothing"),
-    "deepspeed": LauncherKind("deepspeed", "hold",
-                              "SIGTERMs every rank on SIGINT, and when one rank exits"),
-    "msrun": LauncherKind("msrun", "hold", "SIGKILLs the other ranks when one exits non-zero"),
-    "mpirun": LauncherKind("mpirun", "ranks", "turns SIGINT into SIGTERM for its ranks"),
-}
-
-
-def builtin_kind(cmdline: Sequence[str], exe: str) -> LauncherKind | None:
-    """The built-in launcher a command line runs, if any."""
-    if not cmdline:
-        return None
-    names = [os.path.basename(exe), os.path.basename(cmdline[0])]
-    if names[0].startswith("python") or names[1].startswith("python"):
-        how, target, after = python_runs(cmdline[1:])
-        if how == "-m":
-            if target in _MODULES:
-                return BUILTIN[_MODULES[target]]
-            if target == "accelerate.commands.launch":
-                return _accelerate(after)
-            return None
-        if how == "script":
-            names.append(os.path.basename(target))
-            words = [a for a in after if not a.startswith("-")]
-            if os.path.basename(target) == "accelerate" and words[:1] == ["launch"]:
-                return _accelerate(after[after.index("launch") + 1:])
-    for name in names:
-        if name in _SCRIPTS:
-            return BUILTIN[_SCRIPTS[name]]
-        if name in _MPI:
-            return BUILTIN["mpirun"]
-    if names[1] == "accelerate" and len(cmdline) > 1 and cmdline[1] == "launch":
-        return _accelerate(cmdline[2:])
-    return None
-
-
-_ACCELERATE_MULTI = ("--multi_gpu", "--multi-gpu", "--use_deepspeed", "--use-deepspeed",
-                     "--use_fsdp", "--use-fsdp", "--use_megatron_lm", "--num_machines",
-                     "--num-machines")
-
-
-# accelerate launch's options that take no value; any other takes the next word unless
-# given as --key=value. Its first other word is the script, whose own options are its own.
-_ACCELERATE_FLAGS = frozenset((
-    "--cpu", "--tpu", "--ipex", "--use_xpu", "--use-xpu", "-m", "--module", "--no_python",
-    "--no-python", "-q", "--quiet", "--debug", "-h", "--help", "--same_network",
-    "--same-network", "--tpu_use_cluster", "--tpu_use_sudo", "--downcast_bf16",
-    "--enable_cpu_affinity",
-))
-
-
-def _accelerate(args: Sequence[str]) -> LauncherKind:
-    """torchrun's agent in-process for several processes; a bare wait for one. ``args``:
-    those after ``launch``, the script's own included."""
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        key, eq, value = args[i].partition("=")
-        if key in _ACCELERATE_MULTI:
-            return BUILTIN["accelerate"]
-        if not eq and key not in _ACCELERATE_FLAGS:
-            value = args[i + 1] if i + 1 < len(args) else ""
-            i += 1
-        if key in ("--num_processes", "--num-processes") and value.isdigit() and int(value) > 1:
-            return BUILTIN["accelerate"]
-        i += 1
-    return BUILTIN["accelerate-single"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +93,9 @@ class Job:
     # Roots a forwarding launcher's signal does not reach (started below a rank, outside its
     # process group): the guard signals them too.
     beyond: frozenset[HolderId] = frozenset()
+    # Workers told without kcmp's word (it could not compare their fds): a child of a holder,
+    # its uid and process group, holding a node its parent holds.
+    unsure: frozenset[HolderId] = frozenset()
 
     @property
     def reached(self) -> list[HolderId]:
@@ -233,8 +146,10 @@ class Plan:
         if what == "worker":
             parent = next((r for r in job.roots if r.pid == holder.ppid), None)
             name = f"pid {holder.ppid} {parent.comm}" if parent else f"pid {holder.ppid}"
-            return (f"a worker of {name} (forked, its process group, the nodes inherited): "
-                    "leaves with it, never signalled beside it")
+            how = ("its process group and uid, a node its parent holds: kcmp could not "
+                   "compare their fds" if holder_id(holder) in job.unsure
+                   else "forked, its process group, the nodes inherited")
+            return f"a worker of {name} ({how}): leaves with it, never signalled beside it"
         assert job.launcher is not None
         if what == "forwarded":
             return (f"a rank of {job.launcher.label}: the signal goes to the launcher, "
@@ -275,13 +190,19 @@ def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] 
     by_pid = {h.pid: h for h in holders}
     groups = {h.pid: _pgrp(proc, h.pid) for h in holders}
     workers: dict[int, list[Holder]] = {}
+    unsure: set[HolderId] = set()
     roots: list[Holder] = []
     for h in holders:
         parent = by_pid.get(h.ppid)
+        how = ""
         if (parent is not None and parent.uid == h.uid and groups[h.pid] is not None
-                and groups[h.pid] == groups[parent.pid] and _inherited(proc, h, parent)):
+                and groups[h.pid] == groups[parent.pid]):
+            how = _inherited(proc, h, parent)
+        if how:
             # A worker of a worker (a DataLoader inside a worker) leaves with its root too.
             workers.setdefault(_root_of(h, by_pid, groups), []).append(h)
+            if how == "unsure":
+                unsure.add(holder_id(h))
         else:
             roots.append(h)
     never = set(never) | {0, 1}
@@ -293,16 +214,21 @@ def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] 
         key: object = launcher.id if launcher is not None else ("alone", root.pid)
         jobs.setdefault(key, []).append(root)
         found[key] = launcher
-    return Plan(tuple(
-        Job(tuple(rs), tuple(w for r in rs for w in workers.get(r.pid, ())), agent,
-            frozenset(holder_id(r) for r in rs if not _reached(proc, agent, r, groups[r.pid])))
-        for key, rs in jobs.items() for agent in [_agent(found[key], rs)]))
+    planned = []
+    for key, rs in jobs.items():
+        agent = _agent(proc, found[key], rs)
+        mine = tuple(w for r in rs for w in workers.get(r.pid, ()))
+        planned.append(Job(
+            tuple(rs), mine, agent,
+            frozenset(holder_id(r) for r in rs if not _reached(proc, agent, r, groups[r.pid])),
+            frozenset(holder_id(w) for w in mine) & unsure))
+    return Plan(tuple(planned))
 
 
 def _reached(proc: ProcFS, launcher: Launcher | None, root: Holder, group: int | None) -> bool:
     """Whether a built-in agent's forwarded signal reaches ``root``: it signals each rank it
     started (torch 1.13), or each rank's process group (newer torch: a session per rank)."""
-    if (launcher is None or launcher.kind not in (BUILTIN["torchrun"], BUILTIN["accelerate"])
+    if (launcher is None or launcher.kind not in AGENTS
             or root.ppid == launcher.pid or group is None):
         return True
     try:
@@ -312,14 +238,40 @@ def _reached(proc: ProcFS, launcher: Launcher | None, root: Holder, group: int |
     return leader is not None and leader.ppid == launcher.pid
 
 
-def _agent(launcher: Launcher | None, roots: Sequence[Holder]) -> Launcher | None:
-    """``accelerate launch`` of one process starts one child; two or more of its own children
+def _agent(proc: ProcFS, launcher: Launcher | None,
+           roots: Sequence[Holder]) -> Launcher | None:
+    """The launcher's kind, its roots seen.
+
+    ``accelerate launch`` of one process starts one child; two or more of its own children
     holding a node are torchrun's agent at work in its process (the processes set by
-    ``accelerate config``'s file, not on the command line): it forwards."""
-    if (launcher is not None and launcher.kind == BUILTIN["accelerate-single"]
+    ``accelerate config``'s file, not on the command line): it forwards.
+    ``python -m torch.distributed.launch`` is torchrun's agent from torch 1.9 on, which sets
+    TORCHELASTIC_RUN_ID in every rank's environment; ranks whose environment was read and
+    lacks it are those of the launcher before 1.9, which does not forward: it is held.
+    Where the environment cannot be read, it stays the agent (Debian 12's torch 1.13).
+    """
+    if launcher is None:
+        return None
+    if (launcher.kind == BUILTIN["accelerate-single"]
             and sum(r.ppid == launcher.pid for r in roots) > 1):
         return replace(launcher, kind=BUILTIN["accelerate"])
+    if launcher.kind == BUILTIN["torch-launch"] and _without_agent(proc, roots):
+        return replace(launcher, kind=BUILTIN["torch-launch-legacy"])
     return launcher
+
+
+def _without_agent(proc: ProcFS, roots: Sequence[Holder]) -> bool:
+    """Whether every root's environment could be read, and none names an elastic run."""
+    for root in roots:
+        try:
+            environ = proc.read(root.pid, "environ")
+        except ProcAccessError:
+            return False
+        if not environ:  # gone, or nothing to read: cannot tell
+            return False
+        if any(var.startswith(b"TORCHELASTIC_RUN_ID=") for var in environ.split(b"\0")):
+            return False
+    return bool(roots)
 
 
 def _node_fds(proc: ProcFS, holder: Holder) -> list[int]:
@@ -331,11 +283,25 @@ def _node_fds(proc: ProcFS, holder: Holder) -> list[int]:
         return []
 
 
-def _inherited(proc: ProcFS, child: Holder, parent: Holder) -> bool:
-    """Whether ``child`` holds a node through an open file it shares with ``parent``."""
-    mine = _node_fds(proc, child)
-    theirs = _node_fds(proc, parent)
-    return any(kcmp.same_file(child.pid, a, parent.pid, b) for a in mine for b in theirs)
+def _inherited(proc: ProcFS, child: Holder, parent: Holder) -> str:
+    """How ``child``, of its parent's uid and process group, holds what ``parent`` holds.
+
+    "fd": through an open file it shares with ``parent`` (inherited across fork, told by
+    kcmp); "map": by a mapping alone, no fd of its own on that node (a DataLoader worker that
+    closed the fd it inherited, its mappings kept: a fork is how it got them); "unsure": kcmp
+    could not tell, and it holds by fd a node its parent holds; "": it opened its own.
+    """
+    held = {n.node.key for n in parent.nodes}
+    by_fd = {n.node.key for n in child.nodes if n.via == "fd"}
+    answers = {kcmp.same_file(child.pid, a, parent.pid, b)
+               for a in _node_fds(proc, child) for b in _node_fds(proc, parent)}
+    if True in answers:
+        return "fd"
+    if held & ({n.node.key for n in child.nodes if n.via == "map"} - by_fd):
+        return "map"
+    if None in answers and held & by_fd:
+        return "unsure"
+    return ""
 
 
 def _root_of(h: Holder, by_pid: dict[int, Holder], groups: dict[int, int | None]) -> int:

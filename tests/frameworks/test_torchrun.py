@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.frameworks import SYSTEM_PYTHON, Job, torchrun, wait_gone
+from helpers.frameworks import HERE, SYSTEM_PYTHON, Job, free_port, need, torchrun, wait_gone
 from helpers.runners import cli
 
 
@@ -30,6 +30,20 @@ def checkpoint_step(out: Path) -> int:
 
 def holders_by_pid(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {h["pid"]: h for h in report["holders"]}
+
+
+def drained_once(job: Job, job_config: Path, ranks: list[int]) -> dict[str, Any]:
+    """``drain --yes``: allowed, one SIGINT for each rank, the checkpoint whole, the agent
+    gone; the report."""
+    code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+    report: dict[str, Any] = json.loads(out)
+    signals = job.signals()
+    assert code == 0 and report["verdict"] == "allow", (report, err, signals)
+    got = [line.split()[1:] for line in signals if line.startswith("sigint")]
+    assert sorted(int(pid) for pid, _role in got) == sorted(ranks), signals
+    assert (job.out / "ckpt.pt").exists() and not (job.out / "ckpt.tmp").exists(), signals
+    assert wait_gone(job.pid, 10)
+    return report
 
 
 @pytest.mark.parametrize("python_options", [(), ("-W", "ignore")], ids=["plain", "warnings"])
@@ -111,11 +125,26 @@ def test_a_rank_run_by_a_shell_gets_one_sigint(tmp_path: Path, node: str, job_co
             by_pid[rank]
         assert any("out of reach of the signal" in n and "end the script with exec" in n
                    for n in by_pid[rank]["notes"]), by_pid[rank]
-    code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
-    report = json.loads(out)
-    signals = job.signals()
-    assert code == 0 and report["verdict"] == "allow", (report, err, signals)
-    got = [line.split()[1:] for line in signals if line.startswith("sigint")]
-    assert sorted(int(pid) for pid, _role in got) == sorted(ranks), signals
-    assert (job.out / "ckpt.pt").exists() and not (job.out / "ckpt.tmp").exists(), signals
-    assert wait_gone(job.pid, 10)
+    drained_once(job, job_config, ranks)
+
+
+def test_torch_distributed_launch_of_torch_1_13_is_the_agent_and_forwards(
+        tmp_path: Path, node: str, job_config: Path, jobs: list[Job]) -> None:
+    """``python -m torch.distributed.launch`` runs torchrun's agent in Debian's torch 1.13:
+    its ranks' environment names the elastic run (TORCHELASTIC_RUN_ID), so the agent gets
+    the one SIGINT and forwards it, as torchrun does; it is not held."""
+    need("torch")
+    out = tmp_path / "job"
+    job = Job([SYSTEM_PYTHON, "-m", "torch.distributed.launch", "--use_env", "--redirects", "1",
+               "--tee", "1", "--nnodes", "1", "--nproc_per_node", "2", "--master_addr",
+               "127.0.0.1", "--master_port", str(free_port()), "--monitor_interval", "0.1",
+               str(HERE / "torch_job.py"), "--node", node, "--out", str(out), "--save-s", "1",
+               "--workers", "1"], out, 2)
+    jobs.append(job)
+    ranks = job.wait_ready()
+    _code, said, _err = cli("--config", str(job_config), "check", "--json")
+    by_pid = holders_by_pid(json.loads(said))
+    for rank in ranks:
+        assert f"from torchrun (pid {job.pid})" in by_pid[rank]["outcome"]["why"], by_pid[rank]
+    drained_once(job, job_config, ranks)
+    assert "Received 2 death signal" in (out / "launcher.log").read_text()

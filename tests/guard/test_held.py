@@ -16,7 +16,8 @@ from helpers.runners import cli
 from helpers.wait import wait_for
 
 from suspendguard.guard.held import HELD_FILE, Held, continue_left
-from suspendguard.guard.jobs import BUILTIN, Launcher
+from suspendguard.guard.jobs import Launcher
+from suspendguard.guard.launchers import BUILTIN
 from suspendguard.system.procfs import ProcFS
 
 
@@ -68,7 +69,8 @@ def test_the_watchdog_continues_when_the_guard_is_gone(tmp_path: Path,
     assert st is not None
     code = (f"import os, sys; sys.path[:0] = {sys.path!r}\n"
             "from suspendguard.guard.held import Held\n"
-            "from suspendguard.guard.jobs import BUILTIN, Launcher\n"
+            "from suspendguard.guard.jobs import Launcher\n"
+            "from suspendguard.guard.launchers import BUILTIN\n"
             f"h = Held({str(tmp_path)!r})\n"
             f"assert h.hold([Launcher({sleeper.pid}, {st.start_time}, 0, 'x', '', "
             "BUILTIN['mpirun'], 'default')])\n"

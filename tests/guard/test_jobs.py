@@ -11,12 +11,16 @@ from typing import Any
 
 import pytest
 from helpers.holders import HOLDER, Holders
+from helpers.isolation import ROOT
 from helpers.runners import guard
+from helpers.wait import wait_for
 
 from suspendguard.config import DevicesConfig
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.jobs import builtin_kind, plan
+from suspendguard.guard.jobs import plan
+from suspendguard.guard.launchers import builtin_kind
 from suspendguard.guard.scan import scan_holders
+from suspendguard.system import kcmp
 from suspendguard.system.procfs import ProcFS
 
 
@@ -109,6 +113,107 @@ def test_a_worker_is_a_child_that_holds_its_parents_open_file(node: str, how: st
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_a_worker_is_told_by_its_parents_node_where_kcmp_cannot_tell(
+        node: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kcmp refused (a kernel without it, a seccomp filter): a forked child of the parent's
+    uid and process group, holding the node its parent holds, is still a worker, and its
+    line says how it was told."""
+    monkeypatch.setattr(kcmp, "same_file", lambda *_: None)
+    proc = subprocess.Popen([sys.executable, "-c", FAMILY, node, "fork"],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        parent, child = map(int, proc.stdout.readline().split())
+        inventory = take_inventory(DevicesConfig((), (node,), ()))
+        holders = [h for h in scan_holders(inventory).holders if h.pid in (parent, child)]
+        p = plan(holders, ProcFS())
+        (c,) = [h for h in holders if h.pid == child]
+        found = p.role(c)
+        assert found is not None and found[0] == "worker", p
+        assert [h.pid for h in p.signalled()] == [parent]
+        assert "kcmp could not compare their fds" in p.note(c), p.note(c)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (gone, or a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return True
+    return data[data.rfind(b")") + 2:][:1] == b"Z"
+
+
+# A rank that maps the node and forks a DataLoader worker, which closes the fd it inherited
+# and keeps the mapping (Megatron-LM#3684's worker_init_fn): the worker holds the node by the
+# mapping alone. The worker leaves once its parent has; every SIGINT either takes is
+# written down.
+MAPPED_FAMILY = """
+import os, signal, sys, time
+node, marker, helpers = sys.argv[1:4]
+sys.path.insert(0, helpers)
+from mapping import map_page
+f = open(node, "rb")
+map_page(f.fileno())
+def mark(what):
+    with open(marker, "a") as m:
+        m.write(f"{os.getpid()} {what}\\n")
+ready_r, ready_w = os.pipe()
+parent = os.getpid()
+child = os.fork()
+if child == 0:
+    f.close()
+    signal.signal(signal.SIGINT, lambda *_: mark("SIGINT"))
+    os.write(ready_w, b"x")
+    while os.getppid() == parent:
+        time.sleep(0.05)
+    os._exit(0)
+os.read(ready_r, 1)  # the worker's fd is closed
+try:
+    print(parent, child, flush=True)
+    while True:
+        time.sleep(3600)
+except KeyboardInterrupt:
+    mark("SIGINT")
+    time.sleep(0.5)  # its save
+"""
+
+
+def test_a_child_that_holds_its_parents_node_by_a_mapping_alone_is_a_worker(
+        make_config: Any, holders: Holders, tmp_path: Any) -> None:
+    if ROOT:  # a node that can be mapped: /dev/zero's
+        node = str(tmp_path / "zero0")
+        os.mknod(node, 0o666 | 0o020000, os.makedev(1, 5))
+    else:
+        node = str(tmp_path / "stand-in")
+        (tmp_path / "stand-in").write_bytes(b"\0" * 4096)
+    proc = subprocess.Popen([sys.executable, "-c", MAPPED_FAMILY, node, holders.marker,
+                             os.path.dirname(HOLDER)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    holders.procs.append(proc)
+    assert proc.stdout is not None
+    parent, child = map(int, proc.stdout.readline().split())
+    holders.extra_pids.append(child)
+    inventory = take_inventory(DevicesConfig((), (node,), ()))
+    found = [h for h in scan_holders(inventory).holders if h.pid in (parent, child)]
+    (c,) = [h for h in found if h.pid == child]
+    assert {n.via for n in c.nodes} == {"map"}, c.nodes
+    p = plan(found, ProcFS())
+    role = p.role(c)
+    assert role is not None and role[0] == "worker", p
+    assert [h.pid for h in p.signalled()] == [parent]
+    report = guard(make_config(devices={"nodes": [node]}))
+    assert holders.signals() == [f"{parent} SIGINT"]  # the worker got none
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert proc.wait(timeout=10) == 0
+    assert wait_for(lambda: _gone(child), 10), "the worker did not leave with its parent"
+    outcomes = {r.decision.holder.pid: r.outcome.kind for r in report.holders}
+    assert outcomes == {parent: "exited", child: "exited"}, outcomes
 
 
 # A forwarding launcher that itself holds the node (a launcher that opened
@@ -406,3 +511,90 @@ def test_a_rank_whose_launcher_could_not_be_signalled_is_not_said_forwarded(
     assert (f"fwd-launcher (pid {pid}) could not be signalled, so the guard sent SIGINT to "
             f"this rank itself") in reason and f"kill -INT {pid}" in reason, reason
     assert launcher.poll() is None
+
+
+# ``python -m torch.distributed.launch`` as torch 1.8 had it, before the elastic agent: it
+# Popens its ranks (no TORCHELASTIC_RUN_ID in their environment), and on SIGINT or SIGTERM,
+# or when a rank exits non-zero, SIGKILLs every rank. Every signal it takes and every
+# SIGKILL it sends is written down.
+LEGACY_LAUNCH = """
+import os, signal, subprocess, sys, time
+node, train, marker, out = sys.argv[1:5]
+processes = []
+for rank in range(2):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    processes.append(subprocess.Popen([sys.executable, train, node, marker, out], env=env,
+                                      stdout=subprocess.PIPE, text=True))
+def sigkill_handler(signum, _frame):
+    with open(marker, "a") as m:
+        if _frame is not None:
+            m.write(f"{os.getpid()} launcher {signal.Signals(signum).name}\\n")
+        for process in processes:
+            m.write(f"{process.pid} SIGKILL\\n")
+            process.kill()
+    sys.exit(1)
+signal.signal(signal.SIGINT, sigkill_handler)
+signal.signal(signal.SIGTERM, sigkill_handler)
+print("ready", os.getpid(), *[p.stdout.readline().split()[1] for p in processes], flush=True)
+alive = set(processes)
+while alive:
+    for process in list(alive):
+        if process.poll() is not None:
+            if process.returncode != 0:
+                sigkill_handler(signal.SIGTERM, None)
+            alive.discard(process)
+    time.sleep(0.1)
+"""
+# Its rank: holds the node; on SIGINT it writes that down, saves for a second, then writes
+# its checkpoint and exits 0.
+LEGACY_RANK = """
+import os, sys, time
+node, marker, out = sys.argv[1:4]
+f = open(node, "rb")
+try:
+    print("ready", os.getpid(), flush=True)
+    while True:
+        time.sleep(3600)
+except KeyboardInterrupt:
+    with open(marker, "a") as m:
+        m.write(f"{os.getpid()} SIGINT\\n")
+    time.sleep(1.0)
+    with open(os.path.join(out, "ckpt-" + os.environ["RANK"]), "w") as c:
+        c.write(str(os.getpid()))
+"""
+
+
+def test_torch_distributed_launch_before_the_elastic_agent_is_held_while_its_ranks_save(
+        make_config: Any, node: str, holders: Holders, tmp_path: Any) -> None:
+    """Its ranks' environment lacks TORCHELASTIC_RUN_ID: it is no torchrun agent and forwards
+    nothing (it SIGKILLs its ranks). It is stopped, never signalled; each rank gets one
+    SIGINT from the guard and saves; continued, the launcher sees them leave and exits."""
+    package = tmp_path / "old-torch" / "torch" / "distributed"
+    package.mkdir(parents=True)
+    (package.parent / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "launch.py").write_text(LEGACY_LAUNCH)
+    train = tmp_path / "train.py"
+    train.write_text(LEGACY_RANK)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    env["PYTHONPATH"] = str(tmp_path / "old-torch")
+    launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.launch", node,
+                                 str(train), holders.marker, str(out)], env=env,
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+    holders.procs.append(launcher)
+    assert launcher.stdout is not None
+    _ready, pid, *ranks = launcher.stdout.readline().split()
+    config = make_config(drain={"timeout_s": 10})
+    said = {str(r.decision.holder.pid): r.outcome.why for r in guard(config, dry_run=True).holders}
+    report = guard(config)
+    signals = holders.signals()
+    # One SIGINT to each rank, from the guard; none to the launcher, and no SIGKILL.
+    assert sorted(signals) == sorted(f"{rank} SIGINT" for rank in ranks), signals
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert launcher.wait(timeout=10) == 0
+    assert sorted((out / f"ckpt-{r}").read_text() for r in range(2)) == sorted(ranks)
+    for rank in ranks:
+        assert f"torch.distributed.launch (pid {pid}) is stopped meanwhile" in said[rank], said

@@ -6,7 +6,6 @@ appended to --marker so tests can prove who was (not) signalled.
 
 import argparse
 import ctypes
-import mmap
 import os
 import signal
 import subprocess
@@ -54,14 +53,9 @@ if args.mode == "o_path":
 else:
     f = open(args.node, "rb")  # noqa: SIM115 - held open for the life of the job
 if args.mode == "map":
-    # libc mmap directly: Python's mmap object keeps a dup of the fd, and
-    # this job must hold the node through the mapping alone.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
-    addr = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_PRIVATE, f.fileno(), 0)
-    assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    from mapping import map_page  # beside this script
+
+    map_page(f.fileno())  # this job holds the node through the mapping alone
     f.close()
 
 if args.mode == "io_uring":
