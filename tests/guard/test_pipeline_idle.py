@@ -36,6 +36,14 @@ def npu_smi_text(pid: int | None, aicore: int = 0) -> str:
     return text.replace("124528", str(pid).ljust(6))
 
 
+def plain_file(tmp_path: Path, name: str = "not-a-node") -> str:
+    """A file a job holds open that is no node the guard knows: what it holds is the device's
+    word alone."""
+    path = tmp_path / name
+    path.write_bytes(b"")
+    return str(path)
+
+
 def idle_via_npu_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, texts: list[str]) -> Any:
     """An idle check that uses the real npu-smi backend; each query prints the next text."""
     files = []
@@ -56,19 +64,21 @@ def idle_via_npu_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, texts: lis
     return check
 
 
+@pytest.mark.parametrize("holds", ["nothing", "management"])
 def test_device_reported_pid_unknown_to_the_scan_is_drained(
-        make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A job the scan cannot see through a node (it holds none here: think of
-    # a container the guard could not read) but the device lists.
-    other = tmp_path / "not-a-node"
-    other.write_bytes(b"")
-    proc, pid = holders.start(str(other))
+        make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        holds: str) -> None:
+    # A job the scan cannot see through a node (it holds none here: think of a container
+    # the guard could not read), or sees hold davinci_manager alone (its compute node one
+    # the guard does not know, say), but the device lists: the device's word decides.
+    held = plain_file(tmp_path, "davinci_manager" if holds == "management" else "not-a-node")
+    proc, pid = holders.start(held)
     check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid), npu_smi_text(None)])
-    report = guard(make_config(), idle_check=check)
+    devices = {"management": [held]} if holds == "management" else {}
+    report = guard(make_config(devices=devices), idle_check=check)
     [hr] = [h for h in report.holders if h.decision.holder.pid == pid]
-    assert hr.decision.holder.source == "npu-smi"
-    assert hr.decision.action == "drain" and "reported by the device" in hr.decision.rule
-    assert hr.outcome.kind == "exited"
+    assert (hr.decision.action, hr.decision.rule) == ("drain", "reported by the device (npu-smi)")
+    assert hr.outcome.kind == "exited", hr.outcome
     assert report.verdict.kind == "allow", report.verdict.texts
     assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
 
@@ -77,15 +87,14 @@ def test_a_pid_the_device_reported_that_a_newer_process_took_is_never_signalled(
         make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The device listed a process that ended, and its pid went to another before the guard
     # looked: that one started after the reading, so it cannot be what the device saw.
-    other = tmp_path / "not-a-node"
-    other.write_bytes(b"")
+    other = plain_file(tmp_path)
     reading = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(4242)])
     late: list[int] = []
 
     def check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> Any:
         report = reading(config, families, deadline)
         time.sleep(0.1)  # a pid is taken again some ticks later, at the soonest
-        _, pid = holders.start(str(other))
+        _, pid = holders.start(other)
         late.append(pid)
         return replace(report, devices=tuple(
             replace(d, processes=tuple(replace(p, pid=pid) for p in d.processes))
@@ -100,9 +109,8 @@ def test_a_pid_the_device_reported_that_a_newer_process_took_is_never_signalled(
 
 def test_device_reported_pid_in_dry_run_is_predicted_not_signalled(
         make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    other = tmp_path / "not-a-node"
-    other.write_bytes(b"")
-    proc, pid = holders.start(str(other))
+    other = plain_file(tmp_path)
+    proc, pid = holders.start(other)
     check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid)])
     report = guard(make_config(), dry_run=True, idle_check=check)
     [hr] = [h for h in report.holders if h.decision.holder.pid == pid]
@@ -310,9 +318,8 @@ def test_drain_lists_a_holder_only_the_device_reports_and_the_confirmed_run_sign
     from suspendguard.commands.context import Context
     from suspendguard.commands.drain import to_signal
 
-    other = tmp_path / "not-a-node"
-    other.write_bytes(b"")
-    proc, pid = holders.start(str(other))
+    other = plain_file(tmp_path)
+    proc, pid = holders.start(other)
     reading = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid)])
 
     def check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> Any:
@@ -331,30 +338,13 @@ def test_drain_lists_a_holder_only_the_device_reports_and_the_confirmed_run_sign
     assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
 
 
-def test_a_management_only_holder_the_device_lists_is_drained_as_it_reports(
-        make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The scan sees the job hold davinci_manager alone (its compute node one the guard does
-    # not know, say); npu-smi lists it with device memory: the device's word decides.
-    manager = tmp_path / "davinci_manager"
-    manager.write_bytes(b"")
-    proc, pid = holders.start(str(manager))
-    check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid), npu_smi_text(None)])
-    report = guard(make_config(devices={"management": [str(manager)]}), idle_check=check)
-    [hr] = [h for h in report.holders if h.decision.holder.pid == pid]
-    assert (hr.decision.action, hr.decision.rule) == ("drain", "reported by the device (npu-smi)")
-    assert hr.outcome.kind == "exited", hr.outcome
-    assert report.verdict.kind == "allow", report.verdict.texts
-    assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
-
-
 def test_a_holder_an_ignore_rule_names_stays_ignored_whatever_the_device_lists(
         make_config: Any, holders: Holders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The operator's [policy] ignore rule is no built-in guess from the nodes held: it stands.
-    manager = tmp_path / "davinci_manager"
-    manager.write_bytes(b"")
-    proc, pid = holders.start(str(manager), mode="deaf")
+    manager = plain_file(tmp_path, "davinci_manager")
+    proc, pid = holders.start(manager, mode="deaf")
     check = idle_via_npu_smi(tmp_path, monkeypatch, [npu_smi_text(pid)])
-    report = guard(make_config(devices={"management": [str(manager)]},
+    report = guard(make_config(devices={"management": [manager]},
                                policy={"ignore": [{"cmdline": "--mode deaf"}]}), idle_check=check)
     [hr] = [h for h in report.holders if h.decision.holder.pid == pid]
     assert hr.decision.action == "ignore" and hr.decision.rule.startswith("[policy] ignore #1")
