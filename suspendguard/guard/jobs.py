@@ -151,6 +151,9 @@ class Plan:
                    else "forked, its process group, the nodes inherited")
             return f"a worker of {name} ({how}): leaves with it, never signalled beside it"
         assert job.launcher is not None
+        if what == "forwarded" and job.launcher.sigint in ("ignored", "blocked"):
+            return (f"a rank of {job.launcher.label}, which does not take the signal (it is "
+                    f"{job.launcher.sigint}): the rank gets it from the guard, the launcher none")
         if what == "forwarded":
             return (f"a rank of {job.launcher.label}: the signal goes to the launcher, "
                     "which forwards it once to each rank and waits")

@@ -513,6 +513,30 @@ def test_a_rank_whose_launcher_could_not_be_signalled_is_not_said_forwarded(
     assert launcher.poll() is None
 
 
+def test_a_forwarding_launcher_that_ignores_sigint_is_said_so_and_its_rank_signalled(
+        make_config: Any, node: str, holders: Holders) -> None:
+    """Started with SIGINT ignored (`&` in a script): it can forward nothing, so its rank
+    gets SIGINT from the guard, and check says so, not that the launcher forwards it."""
+    deaf = FORWARDING_LAUNCHER.replace("signal.signal(signal.SIGINT, forward)",
+                                       "signal.signal(signal.SIGINT, signal.SIG_IGN)")
+    deaf = deaf.replace('"--mode", "slow"', '"--mode", "graceful"')
+    launcher, pid, rank = _start_launcher(holders, deaf, node)
+    holders.extra_pids.append(int(rank))
+    config = make_config(drain={"launchers": [
+        {"cmdline": "a forwarding launcher", "stop": "forward", "name": "fwd-launcher"}]})
+    looked = guard(config, dry_run=True)
+    [hr] = [h for h in looked.holders if h.decision.holder.pid == int(rank)]
+    assert not any("the signal goes to the launcher" in n for n in hr.decision.notes), hr
+    assert any(f"fwd-launcher (pid {pid}), which does not take the signal (it is ignored)" in n
+               for n in hr.decision.notes), hr.decision.notes
+    report = guard(config)
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert holders.signals() == [f"{rank} SIGINT"]
+    assert any(f"fwd-launcher (pid {pid}) ignored SIGINT: its ranks get it from the guard" in w
+               for w in report.verdict.warnings), report.verdict.warnings
+    assert launcher.wait(timeout=10) == 0
+
+
 # ``python -m torch.distributed.launch`` as torch 1.8 had it, before the elastic agent: it
 # Popens its ranks (no TORCHELASTIC_RUN_ID in their environment), and on SIGINT or SIGTERM,
 # or when a rank exits non-zero, SIGKILLs every rank. Every signal it takes and every
