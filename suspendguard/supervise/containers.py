@@ -14,8 +14,10 @@ signalled all the same, and a container its policy brings back vetoes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from suspendguard.model import CONTAINER_KINDS, Owner, Unavailable
 from suspendguard.record import Stop
@@ -27,6 +29,15 @@ FIRST_RESTART_DELAY_S = 0.1
 # Restart policies the guard set to "no" for the drain, by owner key: what
 # restore puts back, across the sleep.
 POLICIES_FILE = "container-restart-policies.json"
+# How long after the end of the drain a PID 1 it left running may still exit on its
+# own, once it noticed its job's end; one that exited later was stopped by someone else.
+LATE_EXIT_S = 5.0
+STOPPED_LATER = ("it stayed up through the drain (only its job was drained) and was stopped "
+                 "by someone else after the drain")
+# The containers the end of a drain saw still running, their PID 1 not the job, by
+# owner key: [the stop's time, when seen]. One stopped after that was stopped by someone
+# else, and restore leaves it down.
+OUTLIVED_FILE = "containers-up-after-drain.json"
 
 
 class Engines:
@@ -37,6 +48,8 @@ class Engines:
         self._engines: dict[str, Engine | Unavailable] = {}
         self.policies = SetAside(state_dir, POLICIES_FILE, "the containers' restart policies")
         self.warnings = self.policies.warnings
+        self.outlived = SetAside(state_dir, OUTLIVED_FILE, "the containers left running")
+        self.outlived.warnings = self.warnings
 
     def engine(self, kind: str) -> Engine | Unavailable:
         if kind not in self._engines:
@@ -122,6 +135,10 @@ class Engines:
                     seen.started_at == 0 or s.stopped is None or seen.started_at >= s.stopped):
                 reasons.append(f"{s.owner.describe()} was started again during the drain: it "
                                "would hold the accelerator while the machine sleeps")
+            elif isinstance(seen, Container) and seen.running:
+                self.outlived.put(s.owner.key, [s.stopped, time.time()])
+            elif isinstance(seen, Container) or seen is None:
+                self.outlived.take(s.owner.key)
         return reasons
 
     # -- starting again ----------------------------------------------------
@@ -135,6 +152,7 @@ class Engines:
         if isinstance(seen, Unavailable):
             return "failed", seen.reason
         policy = self.policies.take(owner.key)
+        outlived = self.outlived.take(owner.key)
         if seen is None:
             return "skipped", "the container no longer exists"
         note = ""
@@ -155,6 +173,8 @@ class Engines:
         if stopped_at is not None and seen.started_at > stopped_at:
             return "skipped", ("started and stopped again by someone else after the guard "
                                f"stopped it{note}")
+        if _stopped_later(outlived, stopped_at, seen):
+            return "skipped", STOPPED_LATER + note
         started = engine.start(owner.name)
         if isinstance(started, Unavailable):
             return "failed", started.reason + note
@@ -187,3 +207,14 @@ class Engines:
                 notes.append(f"{kind} container {cid[:12]}: put back the restart policy "
                              f"{name} a guard run had set aside and not put back")
         return notes
+
+
+def _stopped_later(outlived: Any, stopped_at: float | None, seen: Container) -> bool:
+    """Whether the end of the drain of this stop (``stopped_at``) saw the container running,
+    its PID 1 outliving its job (``outlived``: [the stop's time, when seen]), and it exited
+    later than a launcher noticing its job's end would: someone else stopped it."""
+    if not isinstance(outlived, list) or len(outlived) != 2 or stopped_at is None:
+        return False
+    stop_time, seen_at = outlived
+    return (stop_time == stopped_at and isinstance(seen_at, (int, float)) and
+            seen.finished_at > seen_at + LATE_EXIT_S)

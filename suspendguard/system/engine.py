@@ -50,6 +50,7 @@ class Container:
     restart: str  # HostConfig.RestartPolicy.Name; "" is Docker's "no"
     restart_max: int  # HostConfig.RestartPolicy.MaximumRetryCount
     started_at: float  # State.StartedAt as a Unix time; 0 when never started
+    finished_at: float = 0.0  # State.FinishedAt as a Unix time; 0 when it never exited
 
 
 def socket_path(kind: str, environ: Mapping[str, str]) -> str | Unavailable:
@@ -187,7 +188,8 @@ class Engine:
                          bool(state.get("Running")), int(state.get("Pid") or 0),
                          str(state.get("Status", "")), str(policy.get("Name") or ""),
                          int(policy.get("MaximumRetryCount") or 0),
-                         parse_time(str(state.get("StartedAt") or "")))
+                         parse_time(str(state.get("StartedAt") or "")),
+                         parse_time(str(state.get("FinishedAt") or "")))
 
     def set_restart(self, cid: str, name: str, maximum: int = 0) -> str | Unavailable:
         return self._post(f"/containers/{quote(cid)}/update", {},

@@ -36,7 +36,7 @@ from suspendguard.model import Owner
 from suspendguard.record import Stop
 from suspendguard.store import lock as guard_lock
 from suspendguard.store.history import History
-from suspendguard.supervise.containers import POLICIES_FILE
+from suspendguard.supervise.containers import OUTLIVED_FILE, POLICIES_FILE
 from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system.engine import TIMEOUT_S
 
@@ -426,6 +426,36 @@ def test_a_job_respawned_inside_its_container_is_kept_down_once(
     # Set aside once, and put back once at the veto.
     assert [b["RestartPolicy"]["Name"] for m, p, _q, b in engine.requests
             if m == "POST" and p == f"/containers/{c.id}/update"] == ["no", "always"]
+
+
+def test_a_container_whose_pid_1_outlived_its_job_stopped_by_hand_after_is_left_down(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    # Its PID 1 outlives its job: the drain leaves the container running. An operator's
+    # "docker stop" between the drain and the restore is theirs: restore must not undo it.
+    worker = " ".join(job(node, holders))
+    script = f'echo "ready $$"; {worker} > /dev/null; while :; do sleep 0.05; done'
+    c = engine.create(["/bin/sh", "-c", script], restart="always")
+    nodes = take_inventory(DevicesConfig((), (node,), ()))
+    wait_for(lambda: bool(scan_holders(nodes).holders), 10)  # its job holds the node
+    report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
+    assert report.verdict.kind == "allow", report.verdict
+    assert c.running and holders.signals(), holders.signals()  # only its job was drained
+    # The end of the drain saw it running; the stop below comes a minute after it, not
+    # as the PID 1 of a job just drained would exit.
+    outlived = tmp_path / "state" / OUTLIVED_FILE
+    [(key, [stopped, seen])] = json.loads(outlived.read_text()).items()
+    assert key == f"docker:{c.id}"
+    outlived.write_text(json.dumps({key: [stopped, seen - 60]}))
+    engine.handle("POST", f"/v1.43/containers/{c.id}/stop", b"")
+    wait_for(lambda: not c.running and not c.finished_at.startswith("0001-"), 5)
+    code, out, err = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                         environ=env(engine))
+    assert code == 0, err
+    [done] = json.loads(out)["restored"]
+    assert done["result"] == "skipped" and "stopped by someone else after the drain" in \
+        done["why"], done
+    assert f"/containers/{c.id}/start" not in engine.paths("POST")
+    assert not c.running and c.restart == "always"  # its policy is back all the same
 
 
 def test_a_restore_while_a_drain_runs_leaves_that_drain_alone(

@@ -64,6 +64,7 @@ class Container:
     stopping: bool = False
     stopped_by_user: bool = False
     started_at: str = "0001-01-01T00:00:00Z"
+    finished_at: str = "0001-01-01T00:00:00Z"
     exit_code: int = 0
     restarts: int = 0
     # Something beside the engine (a compose watcher, a watchdog) starts it
@@ -193,7 +194,7 @@ class FakeEngine:
         with c.lock:
             if generation != c.generation:
                 return
-            c.exit_code = code
+            c.exit_code, c.finished_at = code, _now()
             comes_back = c.back_after_stop or (not c.stopped_by_user and (
                 c.restart in ("always", "unless-stopped") or (c.restart == "on-failure" and code != 0)))
         if comes_back:
@@ -281,7 +282,8 @@ class FakeEngine:
             "Id": c.id, "Name": f"/{c.name}", "Path": c.argv[0], "Args": c.argv[1:],
             "State": {"Status": "running" if running else "exited", "Running": running,
                       "Paused": False, "Restarting": False, "Pid": c.pid if running else 0,
-                      "ExitCode": 0 if running else c.exit_code, "StartedAt": c.started_at},
+                      "ExitCode": 0 if running else c.exit_code, "StartedAt": c.started_at,
+                      "FinishedAt": c.finished_at},
             "HostConfig": {"RestartPolicy": {"Name": c.restart or "no",
                                              "MaximumRetryCount": c.restart_max}},
         }
