@@ -409,16 +409,23 @@ def test_a_policy_set_aside_with_no_answer_in_time_is_still_put_back(
     assert c.restart == "always" and engine.wait_running(c)
 
 
+def shell_container(engine: FakeEngine, node: str, holders: Holders, script: str) -> Any:
+    """A container whose PID 1 is a shell running ``script`` ({job}: the job's command line),
+    once its job holds the node."""
+    c = engine.create(["/bin/sh", "-c", script.format(job=" ".join(job(node, holders)))],
+                      restart="always")
+    nodes = take_inventory(DevicesConfig((), (node,), ()))
+    wait_for(lambda: bool(scan_holders(nodes).holders), 10)
+    return c
+
+
 def test_a_job_respawned_inside_its_container_is_kept_down_once(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
     # Its PID 1 starts the worker again (an elastic agent): the next round signals the new
     # worker, and must not stop the container a second time, which wrote a second stop for
     # restore to handle ("still running since the drain") and recorded the set-aside policy.
-    worker = " ".join(job(node, holders))
-    script = f'echo "ready $$"; while :; do {worker} > /dev/null; sleep 0.05; done'
-    c = engine.create(["/bin/sh", "-c", script], restart="always")
-    nodes = take_inventory(DevicesConfig((), (node,), ()))
-    wait_for(lambda: bool(scan_holders(nodes).holders), 10)  # its first worker holds the node
+    c = shell_container(engine, node, holders,
+                        'echo "ready $$"; while :; do {job} > /dev/null; sleep 0.05; done')
     report = guard(make_config(drain={"rounds": 2}), supervisors=supervisors(engine, tmp_path))
     assert len(holders.signals()) >= 2, holders.signals()  # both rounds signalled a worker
     assert report.verdict.kind == "veto", report.verdict  # it came back each time
@@ -432,11 +439,8 @@ def test_a_container_whose_pid_1_outlived_its_job_stopped_by_hand_after_is_left_
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
     # Its PID 1 outlives its job: the drain leaves the container running. An operator's
     # "docker stop" between the drain and the restore is theirs: restore must not undo it.
-    worker = " ".join(job(node, holders))
-    script = f'echo "ready $$"; {worker} > /dev/null; while :; do sleep 0.05; done'
-    c = engine.create(["/bin/sh", "-c", script], restart="always")
-    nodes = take_inventory(DevicesConfig((), (node,), ()))
-    wait_for(lambda: bool(scan_holders(nodes).holders), 10)  # its job holds the node
+    c = shell_container(engine, node, holders,
+                        'echo "ready $$"; {job} > /dev/null; while :; do sleep 0.05; done')
     report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
     assert report.verdict.kind == "allow", report.verdict
     assert c.running and holders.signals(), holders.signals()  # only its job was drained
