@@ -6,8 +6,8 @@ the restore's budget ended), failed (with the reason), skipped (``[restore]
 skip``, the unit is gone or masked, it runs already, or someone started and
 stopped it again since the guard stopped it), or left (stopped in an
 earlier boot, and ``[restore] earlier_boot = "leave"``). A stop whose turn
-comes after the budget ended gets no result: it stays pending, with its
-drain drop-in and marker, for the next ``restore``. The budget is the caller's (system/deadline.py).
+comes after the budget ended gets no result: it stays pending, for the
+next ``restore``. The budget is the caller's (system/deadline.py).
 
 Before a restore after resume, the health check asks :class:`Blocker`
 who holds a device now: a repair that resets it must not run under a
@@ -54,10 +54,8 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
             journal: bool = False) -> list[Restored]:
     """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins.
 
-    Each unit's drop-in goes at its own turn (:func:`_undrain`), its
-    manager reloaded then. ``log``: each stop's result; ``warn``: a manager
-    not reloaded once a drop-in went (its units keep the drain's settings
-    until it is).
+    ``log``: each stop's result; ``warn``: a manager not reloaded once the
+    drop-ins went (its units keep the drain's settings until it is).
     ``boot_ids``: the names of this boot (``ProcFS.boot_ids``); a stop made
     in another is left down unless ``[restore] earlier_boot = "start"``.
     ``journal``: under journald, each failed start also goes there as one
@@ -67,6 +65,13 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
         return []
     units = [s.owner for s in stops if s.owner.kind in UNIT_KINDS]
     meanwhile = {o.key for o in units if supervisors.started_meanwhile(o)}
+    # The drop-ins go first and each manager reloads once (one reload, not one a unit: a
+    # large host's takes seconds, and the restore after a veto has 15 s): the job starts,
+    # and is stopped next time by an operator, with its own KillSignal=.
+    if supervisors.remove_dropins(units):
+        reloaded = supervisors.reload(units)
+        if isinstance(reloaded, Unavailable):
+            warn(reloaded.reason)
     out = []
     for stop in stops:
         if deadline.current().left() <= 0:
@@ -75,7 +80,6 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
             log(f"restore: {done.describe()}")
             out.append(done)
             continue
-        _undrain(stop.owner, supervisors, warn)
         if earlier_boot(stop, boot_ids) and config.earlier_boot == "leave":
             result, why = "left", ("stopped before a reboot; [restore] earlier_boot = \"leave\": "
                                    "start it yourself if it is still wanted")
@@ -90,16 +94,6 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
             journald.send(failed_entry(stop, why))
         out.append(done)
     return out
-
-
-def _undrain(owner: Owner, supervisors: OwnerControl, warn: Callable[[str], None]) -> None:
-    """A unit's drain drop-in and marker go just before its turn, and its manager reloads: the
-    job starts, and is stopped next time by an operator, with its own KillSignal=. A stop
-    the budget does not reach keeps both, for the next restore to tell an operator's start."""
-    if owner.kind in UNIT_KINDS and supervisors.remove_dropins([owner]):
-        reloaded = supervisors.reload([owner])
-        if isinstance(reloaded, Unavailable):
-            warn(reloaded.reason)
 
 
 def failed_entry(stop: Stop, why: str) -> dict[str, str]:

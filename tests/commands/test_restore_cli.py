@@ -21,7 +21,7 @@ from helpers.runners import cli
 from suspendguard.commands import restore
 from suspendguard.errors import HistoryError
 from suspendguard.store.history import History
-from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME
+from suspendguard.supervise.dropin import DROPIN_NAME
 from suspendguard.supervise.managers import ManagersAndEngines
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
@@ -85,25 +85,3 @@ def test_a_history_that_cannot_be_written_starts_every_job_all_the_same(
                for line in err.splitlines()) == 2, err
     assert code == 3
 
-
-def test_a_stop_the_budget_does_not_reach_keeps_its_drop_in_and_marker(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any]) -> None:
-    """The next restore tells by the marker whether an operator started and stopped the unit
-    meanwhile: only the stop whose turn came loses its drop-in (before its start)."""
-    config = drained(tmp_path, monkeypatch)
-    later = "infer.service"
-    drained_unit(tmp_path, later)
-    # The first turn's reload (a large host's) outlasts the budget: the next turn never comes.
-    fakes({"units": {u: {"LoadState": "loaded", "ActiveState": "inactive"}
-                     for u in (UNIT, later)},
-           "stop_jobs": {UNIT: [], later: []}, "reload_s": 2.0}, services=["systemd"])
-    monkeypatch.setattr(restore, "RESTORE_AFTER_RESUME_S", 0.5)
-    code, out, err = cli("--config", str(config), "restore", "--json")
-    restored = json.loads(out)["restored"]
-    assert [d["name"] for d in restored] == [UNIT, later], err
-    assert restored[1]["result"] == "pending", err
-    assert not (tmp_path / "run" / f"{UNIT}.d").exists()
-    kept = tmp_path / "run" / f"{later}.d"
-    assert (kept / DROPIN_NAME).exists() and (kept / MARKER_NAME).exists(), err
-    assert "killed guard run" not in err
-    assert code == 3
