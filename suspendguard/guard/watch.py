@@ -61,7 +61,7 @@ MAX_GAP_S = 8.0
 BOUND_SHARE = 0.004
 STORM_SHARE = 0.02
 MAX_BOUND_S = 900.0
-RETRY_S = 5.0  # a refused Inhibit, or a look that found another run draining, is tried again
+RETRY_S = 5.0  # a refused Inhibit is tried again
 MAX_PIDFDS = 256
 
 
@@ -72,11 +72,6 @@ class Sight:
     verdict: Verdict
     nodes: tuple[str, ...]
     holders: tuple[tuple[int, int], ...]
-
-    @property
-    def busy(self) -> bool:
-        """Another run was draining: this look saw no holder at all."""
-        return any(r.code == "guard-busy" for r in self.verdict.reasons)
 
     @property
     def why(self) -> str | None:
@@ -235,8 +230,6 @@ class Watch:
         self.last_end = self.clock()
         if cancel.cancelled:
             return self.last_end
-        if sight.busy:
-            return self.last_end + RETRY_S  # another run is draining: nothing seen, nothing changed
         self.last = sight
         mode = guard_mode.read(self.state_dir) if self.state_dir is not None else self.mode
         switched, self.mode = mode.name != self.mode.name, mode
