@@ -69,7 +69,11 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
     # large host's takes seconds, and the restore after a veto has 15 s): the job starts,
     # and is stopped next time by an operator, with its own KillSignal=.
     if supervisors.remove_dropins(units):
-        reloaded = supervisors.reload(units)
+        # Half of what is left at most: a hung reload must leave the starts their time (a
+        # start needs no reload; the drain's settings then stay until one, which is said).
+        bound = deadline.current()
+        with deadline.bounded(bound.within(bound.left() / 2)):
+            reloaded = supervisors.reload(units)
         if isinstance(reloaded, Unavailable):
             warn(reloaded.reason)
     out = []
