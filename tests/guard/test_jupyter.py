@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers.isolation import needs_root
-from helpers.kernels import Kernel
+from helpers.kernels import SYSTEM_PYTHON, Kernel, ipykernel_missing
 
 from suspendguard.config import DevicesConfig, build
 from suspendguard.errors import ConfigError
@@ -61,6 +61,27 @@ def test_kernel_of_recognises_a_real_kernel(kernel: Kernel, node: str) -> None:
     assert found.parent == (kernel.manager.pid, "jupyter_manager.py")
     assert found.python and os.path.samefile(found.python, f"/proc/{kernel.pid}/exe")
     assert found.unreachable == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "IPython", "kernel", "-f", "{connection_file}"],
+    ["-m", "ipykernel_launcher", "--IPKernelApp.connection_file={connection_file}"],
+], ids=["ipython-kernel", "connection-file-trait"])
+def test_a_kernel_started_by_another_of_its_command_lines_is_a_kernel(
+        tmp_path: Path, node: str, argv: list[str]) -> None:
+    """IPython's own ``kernel`` subcommand and the trait ``-f`` sets start the same kernel:
+    told as one, it is never sent SIGINT."""
+    if ipykernel_missing() is not None:
+        pytest.skip(str(ipykernel_missing()))
+    kernel = Kernel(tmp_path, argv=[SYSTEM_PYTHON, *argv])
+    try:
+        kernel.command(f"hold {node}")
+        holder = holder_of(node, kernel.pid)
+        assert holder.cmdline[1:3] == tuple(argv[:2]), holder.cmdline
+        found = kernel_of(holder, ProcFS())
+        assert found is not None and found.connection_file == kernel.connection_file
+    finally:
+        kernel.close()
 
 
 def test_describe_names_the_kernel_its_server_and_the_way_out(kernel: Kernel, node: str) -> None:

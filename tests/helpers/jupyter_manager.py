@@ -77,7 +77,9 @@ def say(**event: object) -> None:
     print(json.dumps(event), flush=True)
 
 
-manager = KernelManager(connection_file=sys.argv[1])
+# A kernel spec's name (argv[2]) to start instead of the default one's ipykernel_launcher.
+manager = (KernelManager(connection_file=sys.argv[1], kernel_name=sys.argv[2])
+           if len(sys.argv) > 2 else KernelManager(connection_file=sys.argv[1]))
 manager.start_kernel(stdout=sys.stderr, stderr=sys.stderr)
 client = manager.client()
 client.start_channels()

@@ -32,11 +32,22 @@ def ipykernel_missing() -> str | None:
 class Kernel:
     """One kernel and its manager; ``close`` ends both (the manager ends its own kernel)."""
 
-    def __init__(self, tmp_path: Path, name: str = "kernel-test.json") -> None:
+    def __init__(self, tmp_path: Path, name: str = "kernel-test.json",
+                 argv: list[str] | None = None) -> None:
+        """``argv``: the kernel's command line, as a kernel spec gives it (its
+        ``{connection_file}`` filled in by the manager); ipykernel_launcher's when None."""
         env = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1")
+        spec: list[str] = []
+        if argv is not None:  # a kernel spec of its own, found on JUPYTER_PATH
+            folder = tmp_path / "jupyter" / "kernels" / "own"
+            folder.mkdir(parents=True)
+            (folder / "kernel.json").write_text(json.dumps(
+                {"argv": argv, "display_name": "own", "language": "python"}))
+            env["JUPYTER_PATH"] = str(tmp_path / "jupyter")
+            spec = ["own"]
         self.log = open(tmp_path / "kernel.log", "w")  # noqa: SIM115 - the manager's stderr
         self.manager = subprocess.Popen(
-            [SYSTEM_PYTHON, "-Xfrozen_modules=off", MANAGER, str(tmp_path / name)],
+            [SYSTEM_PYTHON, "-Xfrozen_modules=off", MANAGER, str(tmp_path / name), *spec],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             start_new_session=True, env=env)
         self.exit_status: int | None = None
