@@ -10,7 +10,8 @@ import signal
 from dataclasses import replace
 
 from suspendguard.model import Disposition, HeldNode, Holder, NodeKey, SignalMasks
-from suspendguard.system.procfs import ProcFS, unit_and_container, user_name
+from suspendguard.system.cgroup_path import unit_and_container
+from suspendguard.system.procfs import ProcFS, user_name
 from suspendguard.system.sigdelivery import Delivery, delivery
 
 

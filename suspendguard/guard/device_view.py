@@ -74,7 +74,7 @@ def ask_first(r: RunState, idle_check: IdleCheck, idle: IdleConfig,
 
 
 def uninspected(refused: Sequence[int], first: IdleReport | None,
-                families: Sequence[str]) -> Said:
+                families: Sequence[str], hidden: str = "") -> Said:
     """Why processes the scan could not read leave the verdict unknown (its reasons, or a
     warning when they do not).
 
@@ -83,15 +83,21 @@ def uninspected(refused: Sequence[int], first: IdleReport | None,
     process lists included, and
     names none of them. No view answers for nodes given only in ``[devices] nodes``
     (family "extra"), and none at all when the device was not read (``first`` None).
+    ``hidden``: this /proc's ``hidepid=`` where it hides other users' processes from a
+    caller who is not root, which no view answers for either.
     """
-    if not refused:
-        return NOTHING
     n = len(refused)
     some = f"{n} process{'es' if n != 1 else ''}"
+    if os.geteuid() != 0 and (refused or hidden):
+        what = [f"{some} could not be inspected"] if refused else []
+        if hidden:
+            what.append(f"/proc is mounted with hidepid={hidden}, which hides other users' "
+                        "processes from this user")
+        return Said.veto(Reason("uninspected", f"run as root: {'; '.join(what)} (any of them "
+                                "may hold an accelerator node)"))
+    if not refused:
+        return NOTHING
     pids = ", ".join(str(p) for p in refused[:10]) + (", ..." if n > 10 else "")
-    if os.geteuid() != 0:
-        return Said.veto(Reason("uninspected", f"run as root: {some} could not be inspected "
-                                "(any of them may hold an accelerator node)"))
     # Nodes given only in [devices] nodes (family "extra") have no vendor
     # query: no device view answers for them, nor any when none was read.
     wanted = list(dict.fromkeys(families))

@@ -7,6 +7,7 @@ certain veto found here, before the drain would stop any job.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from suspendguard.config import FAMILIES, DevicesConfig, IdleConfig
@@ -57,7 +58,8 @@ def look(devices: DevicesConfig, idle: IdleConfig, r: RunState, lock: GuardLock)
         extra, hidden = device_view.device_holders(r, first, {h.pid for h in scan.holders})
         decisions += extra
         said += asked + hidden
-    unknown = device_view.uninspected(refused, first, device_families(inventory))
+    hidepid = r.options.proc.hidepid() if os.geteuid() != 0 and inventory.nodes else ""
+    unknown = device_view.uninspected(refused, first, device_families(inventory), hidepid)
     return Look(inventory, scan, decisions, first, idle_check,
                 Said((*said.reasons,), (*said.warnings, *unknown.warnings)),
                 Said(unknown.reasons))

@@ -78,7 +78,7 @@ class ProcFS:
     def pids(self) -> list[int]:
         return [int(name) for name in os.listdir(self.root) if name.isdigit()]
 
-    def read(self, pid: int, name: str, at: int | None = None) -> bytes | None:
+    def read(self, pid: int | str, name: str, at: int | None = None) -> bytes | None:
         """The content of /proc/PID/NAME; through ``at`` (an :meth:`open_dir` fd) when given."""
         # os.open/os.read: for thousands of small files open()'s io layers cost more.
         try:
@@ -291,6 +291,17 @@ class ProcFS:
                     break
         return self._unified
 
+    def hidepid(self) -> str:
+        """This /proc's ``hidepid=`` where it hides other users' processes from this caller
+        (``invisible``, or ``2`` before Linux 5.8), else "": such a process is not even listed.
+        Members of the mount's ``gid=`` group see every process."""
+        try:
+            data = self.read("self", "mountinfo") or b""
+        except ProcAccessError:
+            return ""
+        return parse_hidepid(data.decode("utf-8", "replace"), os.path.realpath(self.root),
+                             {os.getegid(), *os.getgroups()})
+
     def mnt_ns(self, pid: int | str, at: int | None = None) -> str | None:
         """The mount namespace of ``pid`` (``mnt:[INODE]``); through ``at`` when given."""
         try:
@@ -347,6 +358,23 @@ def parse_status(text: str) -> Status:
     )
 
 
+def parse_hidepid(mountinfo: str, mount_point: str, groups: set[int]) -> str:
+    """The hiding ``hidepid=`` of the last proc mount on ``mount_point`` in a mountinfo text."""
+    hidden = ""
+    for line in mountinfo.splitlines():
+        head, sep, tail = line.partition(" - ")
+        fields, after = head.split(" "), tail.split(" ")
+        if not sep or len(fields) < 5 or len(after) < 3 or after[0] != "proc":
+            continue
+        if re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]) != mount_point:
+            continue
+        options = dict(o.partition("=")[::2] for o in after[2].split(","))
+        gid, hides = options.get("gid", ""), options.get("hidepid", "")
+        exempt = gid.isdigit() and int(gid) in groups
+        hidden = hides if hides in ("2", "invisible") and not exempt else ""
+    return hidden
+
+
 def parse_cgroup(text: str) -> str | None:
     fallback = None
     for line in text.split("\n"):
@@ -358,38 +386,6 @@ def parse_cgroup(text: str) -> str | None:
         if parts[1] == "name=systemd":
             fallback = parts[2]
     return fallback
-
-
-_CONTAINER_PATTERNS = (
-    (re.compile(r"docker-([0-9a-f]{12})[0-9a-f]*\.scope"), "docker"),
-    (re.compile(r"/docker/([0-9a-f]{12})"), "docker"),
-    (re.compile(r"libpod-([0-9a-f]{12})[0-9a-f]*\.scope"), "podman"),
-    (re.compile(r"cri-containerd-([0-9a-f]{12})[0-9a-f]*\.scope"), "containerd"),
-    (re.compile(r"crio-([0-9a-f]{12})[0-9a-f]*\.scope"), "cri-o"),
-    (re.compile(r"machine-([^/]+)\.scope"), "machine"),
-    (re.compile(r"systemd-nspawn@([^/]+)\.service"), "nspawn"),
-)
-
-
-def unit_and_container(cgroup: str | None) -> tuple[str | None, str | None]:
-    """The innermost systemd unit of this host's manager, and the container (kind:id), of a
-    cgroup path: a unit a container or machine names inside its own cgroup is its own."""
-    if not cgroup:
-        return None, None
-    container, upto = None, len(cgroup)
-    found = [(m, kind) for pattern, kind in _CONTAINER_PATTERNS if (m := pattern.search(cgroup))]
-    if found:  # the outermost: what is inside it is its own to name
-        m, kind = min(found, key=lambda f: f[0].start())
-        container = f"{kind}:{m.group(1)}"
-        end = cgroup.find("/", m.end())
-        upto = end if end >= 0 else len(cgroup)
-    unit = None
-    for part in cgroup[:upto].strip("/").split("/"):
-        if part.endswith((".service", ".scope")):
-            unit = part
-    if container is None and "/kubepods" in cgroup:
-        container = "kubernetes:" + cgroup.rstrip("/").rsplit("/", 1)[-1][:24]
-    return unit, container
 
 
 @lru_cache(maxsize=256)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pytest
 from helpers import REPO
 from helpers.holders import Holders
 from helpers.runners import cli
-from helpers.users import nobody_prefix, python_for_nobody
+from helpers.users import nobody_prefix, python_for_nobody, shared_with_nobody
 
 from suspendguard.errors import EXIT_UNKNOWN
 from suspendguard.verdict import VERDICT_EXIT_STATUS
@@ -31,20 +29,8 @@ def test_unknown_has_its_own_exit_status() -> None:
 @pytest.fixture
 def shared(node: str, holders: Holders) -> Iterator[tuple[Path, Path, int]]:
     """A node nobody can open, held by a root job; a config nobody can read."""
-    folder = Path(tempfile.mkdtemp(prefix="sg-unknown-"))
-    try:
-        folder.chmod(0o755)
-        shared_node = folder / "npu0"
-        os.mknod(shared_node, 0o666 | 0o020000, os.stat(node).st_rdev)
-        shared_node.chmod(0o666)
-        _, pid = holders.start(str(shared_node))
-        conf = folder / "config.toml"
-        conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{shared_node}"]\n'
-                        f'[state]\ndir = "{folder / "state"}"\n[idle]\nbackends = []\n')
-        conf.chmod(0o644)
-        yield folder, conf, pid
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with shared_with_nobody(node, holders, "sg-unknown-") as made:
+        yield made
 
 
 def as_nobody(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:

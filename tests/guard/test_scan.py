@@ -24,8 +24,9 @@ from suspendguard.guard.describe import describe_process
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Inventory
+from suspendguard.system.cgroup_path import unit_and_container
 from suspendguard.system.io_uring import registered_files, unlisted
-from suspendguard.system.procfs import ProcFS, parse_cgroup, parse_status, unit_and_container
+from suspendguard.system.procfs import ProcFS, parse_cgroup, parse_hidepid, parse_status
 
 
 def inventory(node: str, management: tuple[str, ...] = ()) -> Inventory:
@@ -391,6 +392,23 @@ def test_status_and_cgroup_parsers() -> None:
         ("docker-0123456789abcdef0123.scope", "docker:0123456789ab")
     assert unit_and_container("/user.slice/user-0.slice/session-3.scope") == ("session-3.scope", None)
     assert unit_and_container("/system.slice/train.service") == ("train.service", None)
+
+
+def test_hidepid_is_read_from_the_last_proc_mount_on_its_path() -> None:
+    # As a private mount namespace's mountinfo reads after
+    # `mount -t proc -o hidepid=2,gid=27 proc /proc` (Linux 6.1).
+    text = ("48 46 0:21 / /proc rw,relatime - proc proc rw\n"
+            "66 48 0:40 / /proc rw,relatime - proc proc rw,gid=27,hidepid=invisible\n"
+            "70 48 0:41 / /run/my\\040proc rw - proc proc rw,hidepid=2\n")
+    assert parse_hidepid(text, "/proc", {0}) == "invisible"
+    assert parse_hidepid(text, "/proc", {27}) == ""  # the gid= group sees every process
+    assert parse_hidepid(text, "/run/my proc", set()) == "2"
+    assert parse_hidepid(text.splitlines()[0], "/proc", set()) == ""
+    # hidepid=noaccess lists the folders (each then refuses its reads): nothing is hidden.
+    assert parse_hidepid("1 0 0:5 / /proc rw - proc proc rw,hidepid=noaccess\n", "/proc",
+                         set()) == ""
+    assert parse_hidepid("1 0 0:5 / /proc rw - sysfs sysfs rw,hidepid=2\n", "/proc", set()) == ""
+    assert ProcFS(root="/nonexistent").hidepid() == ""
 
 
 @pytest.mark.parametrize(("cgroup", "unit"), [

@@ -6,6 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from helpers.holders import Holders
 
 
 def nobody_prefix() -> list[str] | None:
@@ -33,3 +39,23 @@ def python_for_nobody(prefix: list[str], env: dict[str, str]) -> str | None:
         if probe.returncode == 0:
             return python
     return None
+
+
+@contextmanager
+def shared_with_nobody(node: str, holders: Holders, prefix: str) -> Iterator[tuple[Path, Path, int]]:
+    """A node anyone may open, held by a root job, and a config anyone may read, in a folder
+    user nobody can enter (pytest's tmp_path is root's, mode 0700): (folder, config, pid)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        folder.chmod(0o755)
+        shared_node = folder / "npu0"
+        os.mknod(shared_node, 0o666 | 0o020000, os.stat(node).st_rdev)
+        shared_node.chmod(0o666)
+        _, pid = holders.start(str(shared_node))
+        conf = folder / "config.toml"
+        conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{shared_node}"]\n'
+                        f'[state]\ndir = "{folder / "state"}"\n[idle]\nbackends = []\n')
+        conf.chmod(0o644)
+        yield folder, conf, pid
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -21,7 +21,7 @@ from helpers import REPO
 from helpers.dbus import dbus_daemon
 from helpers.holders import Holders
 from helpers.records import ended
-from helpers.users import nobody_prefix, python_for_nobody
+from helpers.users import nobody_prefix, python_for_nobody, shared_with_nobody
 from prometheus_client.parser import text_string_to_metric_families
 
 from suspendguard.cli import main
@@ -533,18 +533,7 @@ def nobody_suspendguard(bus: str) -> tuple[list[str], dict[str, str]]:
     return [*prefix, python, "-m", "suspendguard"], env
 
 def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders) -> None:
-    # Somewhere nobody can read: pytest's tmp_path is root's, mode 0700.
-    folder = Path(tempfile.mkdtemp(prefix="sg-status-nobody-"))
-    try:
-        folder.chmod(0o755)
-        shared_node = folder / "npu0"
-        os.mknod(shared_node, 0o666 | 0o020000, os.stat(node).st_rdev)  # as root: a char node
-        shared_node.chmod(0o666)
-        holders.start(str(shared_node))
-        conf = folder / "config.toml"
-        conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{shared_node}"]\n'
-                        f'[state]\ndir = "{folder / "state"}"\n[idle]\nbackends = []\n')
-        conf.chmod(0o644)
+    with shared_with_nobody(node, holders, "sg-status-nobody-") as (folder, conf, _pid):
         (folder / "state").mkdir(mode=0o755)  # root's: readable, not writable, for nobody
         suspendguard, env = nobody_suspendguard(f"unix:path={folder / 'no-bus'}")
         proc = subprocess.run([*suspendguard, "status", "--json",
@@ -574,8 +563,30 @@ def test_non_root_run_reports_what_it_could_not_read(node: str, holders: Holders
             "suspends are not guarded (the veto unit is not enabled: suspendguard install); "
             "the guard would say unknown now")
         assert "not writable by this user" in human.stdout
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare")
+def test_other_users_processes_hidden_by_hidepid_leave_a_non_root_check_unknown(
+        node: str, holders: Holders) -> None:
+    # /proc mounted hidepid=invisible does not even list root's holder to
+    # user nobody: nothing is unreadable, yet the check cannot know.
+    with shared_with_nobody(node, holders, "sg-hidepid-") as (folder, conf, pid):
+        suspendguard, env = nobody_suspendguard(f"unix:path={folder / 'no-bus'}")
+        hiding = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                  'mount -t proc -o hidepid=invisible proc /proc && exec "$@"', "sh"]
+        check = subprocess.run([*hiding, *suspendguard, "--config", str(conf), "check",
+                                "--dry-run", "--json"],
+                               env=env, capture_output=True, text=True, cwd="/", timeout=120)
+        if check.stderr.startswith("mount:") and not check.stdout:
+            pytest.skip(f"cannot mount a proc with hidepid here: {check.stderr.strip()}")
+        report = json.loads(check.stdout)
+        assert pid not in [h["pid"] for h in report["holders"]]
+        assert report["verdict"] == "unknown", report
+        [why] = report["reasons"]
+        assert why == ("run as root: /proc is mounted with hidepid=invisible, which hides other "
+                       "users' processes from this user (any of them may hold an accelerator "
+                       "node)"), why
+        assert holders.signals() == []
 
 
 def test_a_mode_only_root_can_read_is_unknown_not_enforce(no_bus: str) -> None:
