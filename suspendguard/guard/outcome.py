@@ -83,7 +83,7 @@ def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
                           else attempt.verdict.kind == "allow")
             if isinstance(report.idle, IdleReport) and goes_ahead:
                 history.record_health_before(opening.attempt_id, [
-                    (d.id, d.family, d.health) for d in report.idle.devices if d.health])
+                    (d.id, d.family, d.health) for d in report.idle.devices])
         except HistoryError as exc:
             log.warning(f"history not recorded: {exc}")
             verdict = replace(attempt.verdict,

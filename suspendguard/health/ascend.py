@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from suspendguard.config import Config
-from suspendguard.health.model import Answer, ask
+from suspendguard.health.model import Answer, ask, not_listed
 from suspendguard.idle.acl import AclBackend
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
@@ -56,12 +56,8 @@ def npu_smi_check(config: Config, timeout_s: float,
             else:
                 out.append(DeviceHealth(ident, FAMILY, "unhealthy", said + (
                     f" (before the suspend: {then})" if then else ""), "npu-smi"))
-        # A chip that did not come back is not listed at all: nothing above judges it.
-        now = {_chip(ident) for ident, _ in listed}
-        out += [DeviceHealth(ident, FAMILY, "unhealthy", "not listed by npu-smi after resume "
-                             f"(before the suspend: {word or 'listed'})", "npu-smi")
-                for key, (ident, word) in earlier.items() if key not in now]
-        return out
+        return out + not_listed(before, "npu ", (ident for ident, _ in listed), FAMILY,
+                                "npu-smi", key=_chip)
 
     def failed(exc: QueryFailed) -> Answer:
         # npu-smi is here but cannot read the board: after resume, a device
@@ -85,14 +81,18 @@ def _no_worse(now: str, then: str | None) -> bool:
     return SEVERITY.index(words[0]) <= SEVERITY.index(words[1])
 
 
-def acl_check(config: Config, timeout_s: float) -> Answer:
-    """aclrtSetDevice and aclrtResetDevice on each device, in a child; ([], why) without CANN."""
+def acl_check(config: Config, timeout_s: float,
+              before: Mapping[str, str] | None = None) -> Answer:
+    """aclrtSetDevice and aclrtResetDevice on each device, in a child; ([], why) without CANN.
+    A device pyACL read before the suspend (``before``) and does not count now is unhealthy."""
     backend = AclBackend(config.idle)
 
     def opened() -> list[DeviceHealth]:
-        return [DeviceHealth(f"device {dev}", FAMILY, "healthy" if ret == 0 else "unhealthy",
-                             "" if ret == 0 else f"aclrtSetDevice returned {ret}", "acl")
-                for dev, ret in backend.open_devices(timeout_s)]
+        found = [DeviceHealth(f"device {dev}", FAMILY, "healthy" if ret == 0 else "unhealthy",
+                              "" if ret == 0 else f"aclrtSetDevice returned {ret}", "acl")
+                 for dev, ret in backend.open_devices(timeout_s)]
+        return found + not_listed(before, "device ", (d.device for d in found), FAMILY, "acl",
+                                  "pyACL")
 
     def failed(exc: QueryFailed) -> Answer:
         # A child that hung after resume is a device that does not answer.

@@ -6,7 +6,7 @@ history keeps too; this module gathers them into a report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,3 +78,18 @@ def ask(backend: Backend, what: str, query: Callable[[], list[DeviceHealth]],
         return query(), ""
     except QueryFailed as exc:
         return failed(exc)
+
+
+def not_listed(before: Mapping[str, str] | None, prefix: str, listed: Iterable[str],
+               family: str, source: str, what: str = "",
+               key: Callable[[str], str] = str) -> list[DeviceHealth]:
+    """The devices the guard read before the suspend (``before``: by id, their own health word
+    or "") whose id starts with ``prefix`` that ``source`` (in words ``what``) does not list
+    after resume: a device that did not come back is in no answer at all, so nothing else
+    judges it. ``key``: one name for a device that two ids may name."""
+    now = {key(ident) for ident in listed}
+    earlier = {key(ident): (ident, word) for ident, word in (before or {}).items()
+               if ident.startswith(prefix)}
+    return [DeviceHealth(ident, family, "unhealthy", f"not listed by {what or source} after "
+                         f"resume (before the suspend: {word or 'listed'})", source)
+            for k, (ident, word) in earlier.items() if k not in now]

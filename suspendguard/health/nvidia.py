@@ -13,12 +13,13 @@ from __future__ import annotations
 import glob
 import re
 import sys
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from suspendguard.config import Config
-from suspendguard.health.model import UVM_SIGNATURE, Answer, ask
+from suspendguard.health.model import UVM_SIGNATURE, Answer, ask, not_listed
 from suspendguard.idle.acl import parse_probe_output
 from suspendguard.idle.base import Backend, QueryFailed
 from suspendguard.idle.nvidiasmi import NvidiaSmiBackend
@@ -135,23 +136,28 @@ def _devices(answer: dict[str, Any]) -> list[DeviceHealth]:
     return out
 
 
-def nvml_check(config: Config, timeout_s: float) -> Answer:
+def nvml_check(config: Config, timeout_s: float,
+               before: Mapping[str, str] | None = None) -> Answer:
     """NVML's view, else nvidia-smi's (the Debian package has no pynvml): a lost GPU is
-    unhealthy; neither here, or failing otherwise, says nothing."""
+    unhealthy, and so is one read before the suspend (``before``) and not listed now;
+    neither here, or failing otherwise, says nothing."""
     nvml = NvmlBackend(config.idle)
     if nvml.probe()[0]:
-        return _management(nvml, "NVML", timeout_s)
-    return _management(NvidiaSmiBackend(config.idle), "NVML and nvidia-smi", timeout_s)
+        return _management(nvml, "NVML", timeout_s, before)
+    return _management(NvidiaSmiBackend(config.idle), "NVML and nvidia-smi", timeout_s, before)
 
 
-def _management(backend: Backend, what: str, timeout_s: float) -> Answer:
+def _management(backend: Backend, what: str, timeout_s: float,
+                before: Mapping[str, str] | None) -> Answer:
     def gpus() -> list[DeviceHealth]:
         out = []
         for reading in backend.query(timeout_s):
             lost = any(words in reading.reason for words in NVML_LOST)
             out.append(DeviceHealth(reading.id, FAMILY, "unhealthy" if lost else "healthy",
                                     reading.reason if lost else "", backend.name))
-        return out
+        # NVML's and nvidia-smi's GPUs are "gpu INDEX" alike; CUDA's order may differ.
+        return out + not_listed(before, "gpu ", (d.device for d in out), FAMILY, backend.name,
+                                "NVML" if backend.name == "nvml" else backend.name)
 
     def failed(exc: QueryFailed) -> Answer:
         if any(lost in str(exc) for lost in NVML_LOST):

@@ -115,14 +115,14 @@ def check(config: Config, since: datetime, findings: Iterable[FindingRecord] = (
                          "or it sees no GPU): no NVIDIA device checked")
         else:
             answers += cuda
-            for found, note in (nvidia.nvml_check(config, timeout),
+            for found, note in (nvidia.nvml_check(config, timeout, before),
                                 nvidia.kernel_check(since, timeout, tools.journalctl)):
                 answers += found
                 notes += [note] if note else []
     if "ascend" in wanted:
         live: list[DeviceHealth] = []
         for found, note in (ascend.npu_smi_check(config, timeout, before),
-                            ascend.acl_check(config, timeout)):
+                            ascend.acl_check(config, timeout, before)):
             live += found
             notes += [note] if note else []
         answers += live
@@ -174,7 +174,7 @@ def after_resume(config: Config, since: datetime, findings: Sequence[FindingReco
             if _reload_uvm(config, tools, say):
                 repairs.append("reload")
             report = _replace(report, "nvidia", check(config, since, families=("nvidia",),
-                                                      tools=tools))
+                                                      tools=tools, before=before))
             say("health", f"nvidia again: {_family_summary(report, 'nvidia')}")
     return AfterResume(first, report, tuple(repairs), time.monotonic() - clock, tuple(steps))
 

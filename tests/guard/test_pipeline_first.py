@@ -99,6 +99,23 @@ def test_device_reported_visible_process_joins_the_first_drain(
     assert {h.decision.holder.pid: h.round for h in report.holders} == {pid: 1, dpid: 1}
 
 
+def test_every_device_read_before_a_suspend_is_kept_for_the_check_after_resume(
+        make_config: Any, node: str, gpu: dict[str, Any], holders: Holders,
+        smi: FakeNvidiaSmi) -> None:
+    # nvidia-smi reads no health word: the GPU is kept all the same, so that one missing
+    # after resume is said (health/model.py's not_listed).
+    from suspendguard.store.history import History
+
+    job, pid = holders.start(node)
+    smi.show(IDLE_GPUS, [])
+    config = make_config(devices=gpu)
+    report = guard(config, idle_check=Checks())
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert job.wait(timeout=5) is not None and holders.signals() == [f"{pid} SIGINT"]
+    with History.open(config.state.dir) as history:
+        assert history.health_before(report.attempt.id) == {"gpu 0": ""}
+
+
 def test_no_backend_vetoes_before_any_signal(
         make_config: Any, node: str, holders: Holders, smi: FakeNvidiaSmi) -> None:
     job, _pid = holders.start(node)

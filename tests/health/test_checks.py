@@ -216,6 +216,19 @@ def test_acl_opens_and_resets_each_device(npu: Any) -> None:
     assert "rt.reset_device 1" not in calls and calls[-1] == "finalize"
 
 
+def test_a_device_pyacl_counted_before_the_suspend_and_not_now_is_unhealthy(npu: Any) -> None:
+    # aclrtGetDeviceCount answers 1 after resume where the guard read 2 devices before it;
+    # npu-smi's chips ("npu N") are npu-smi's to judge.
+    npu.acl(count=1, open=[0])
+    found, _ = ascend.acl_check(npu_config(npu), 20.0,
+                                {"device 0": "", "device 1": "", "npu 0": "OK"})
+    assert [(d.device, d.state, d.reason, d.source) for d in found] == [
+        ("device 0", "healthy", "", "acl"),
+        ("device 1", "unhealthy", "not listed by pyACL after resume (before the suspend: "
+                                  "listed)", "acl")]
+    assert [d.device for d in ascend.acl_check(npu_config(npu), 20.0)[0]] == ["device 0"]
+
+
 def test_catalog_findings_since_the_attempt() -> None:
     found = ascend.catalog_check([finding("heartbeat-lost"), finding("hwts-busy-suspend"),
                                   finding("heartbeat-lost")])
@@ -255,6 +268,24 @@ def test_nvidia_smi_answers_where_nvml_is_not_installed(
     found, note = nvidia.nvml_check(build({"idle": {"nvidia_smi": str(TOOL)}}), 5.0)
     assert [(d.device, d.state, d.source) for d in found] == [("gpu 0", "healthy", "nvidia-smi")]
     assert not note
+
+
+def test_a_gpu_read_before_the_suspend_and_not_listed_after_it_is_unhealthy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A GPU whose PCI device did not come back is in NVML's count no more: no "lost" answer
+    # names it. The H200 capture lists one GPU; the guard read two before the suspend.
+    import sys
+
+    from helpers.nvidia import TOOL, FakeNvidiaSmi
+    FakeNvidiaSmi(tmp_path, monkeypatch)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    config = build({"idle": {"nvidia_smi": str(TOOL)}})
+    found, _ = nvidia.nvml_check(config, 5.0, {"gpu 0": "", "gpu 1": "", "npu 0": "OK"})
+    assert [(d.device, d.state, d.reason) for d in found] == [
+        ("gpu 0", "healthy", ""),
+        ("gpu 1", "unhealthy", "not listed by nvidia-smi after resume (before the suspend: "
+                               "listed)")]
+    assert [d.state for d in nvidia.nvml_check(config, 5.0, {"gpu 0": ""})[0]] == ["healthy"]
 
 
 def test_nvidia_smi_gpu_that_requires_reset_is_unhealthy(

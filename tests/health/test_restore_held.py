@@ -217,6 +217,22 @@ def test_restore_judges_npu_smi_health_against_the_word_kept_before_the_suspend(
             if d["device"] == "npu 0"] == [("npu 0", reason)], doc
 
 
+def test_restore_holds_jobs_when_a_device_read_before_the_suspend_did_not_come_back(
+        npu: Any, tmp_path: Path, no_bus: str) -> None:
+    npu.acl(count=1, open=[0])  # pyACL counts one device; the guard read two before
+    conf = ascend_conf(tmp_path, npu)
+    attempt = stopped_job(tmp_path / "state")
+    with History.open(str(tmp_path / "state")) as h:
+        h.record_health_before(attempt, [("device 0", "ascend", ""), ("device 1", "ascend", "")])
+    code, out, _ = cli("--config", str(conf), "restore", "--json")
+    doc = json.loads(out)
+    assert code == 1 and [s["name"] for s in doc["held"]] == ["train.service"], doc
+    assert [(d["device"], d["state"], d["reason"]) for d in doc["health"]["final"]["devices"]
+            if d["device"].startswith("device ")] == [
+        ("device 0", "healthy", ""),
+        ("device 1", "unhealthy", "not listed by pyACL after resume (before the suspend: listed)")]
+
+
 def test_after_a_sleep_in_observe_mode_restore_checks_against_its_look_not_an_older_attempt(
         npu: Any, tmp_path: Path, no_bus: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # An older real attempt read OK; the observe mode's look at this sleep read Alarm (the
