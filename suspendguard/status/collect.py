@@ -54,6 +54,12 @@ def _load_config(config_arg: str | None, environ: Mapping[str, str]) -> tuple[Co
     return config, ConfigStatus(config.path or path, explicit, config)
 
 
+def _mode_dir(config: Config, state: ConfigStatus) -> str:
+    """Where pre-sleep reads the mode: the unit's own folder while the configuration cannot
+    be loaded (invalid, or untrusted by root), as `mode` writes it then."""
+    return config.state.dir if state.valid and not config.trust else defaults().state.dir
+
+
 def _state_dir(path: str) -> StateDir:
     exists = os.path.isdir(path)
     return StateDir(path, exists, exists and os.access(path, os.W_OK | os.X_OK),
@@ -125,7 +131,7 @@ def collect(
     findings = tuple(doctor(Host(root), config, _vram_mb(report)))
     return Status(started, os.geteuid(), config_state, report, installation, state_dir,
                   logind, units, history, time.monotonic() - clock, config.devices.families,
-                  guard_mode.shown(config.state.dir), findings,
+                  guard_mode.shown(_mode_dir(config, config_state)), findings,
                   progress.current(config.state.dir, proc))
 
 

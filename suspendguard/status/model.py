@@ -240,11 +240,17 @@ class Status:
 
     def refused_now(self) -> str | None:
         """Why the next suspend will be refused whatever runs now, where the veto unit guards
-        suspend and its mode refuses (a missing backend refuses in enforce mode alone)."""
+        suspend and its mode refuses. An interpreter the unit cannot run refuses in every
+        mode; a config it cannot load, in all but off and observe, which pre-sleep reads in
+        the unit's own folder then; a missing backend, in enforce mode alone."""
         refusal = self.refusal()
         if not refusal or "suspend" not in self.installation.enabled:
             return None
-        return refusal if self.mode.name == "enforce" or refusal != self.no_backend() else None
+        if self.installation.refusal():
+            return refusal
+        if refusal == self.no_backend():
+            return refusal if self.mode.name == "enforce" else None
+        return None if self.mode.name in ("off", "observe") else refusal
 
     def no_backend(self) -> str | None:
         """"no backend can answer for FAMILY (install X)" when [idle] on_unknown = veto makes
@@ -286,23 +292,23 @@ class Status:
                      + f": {fix})")
         if refusal and not guarded:
             return f"{unguarded}; once it is, every suspend will be refused: {refusal}"
-        # No backend is the guard's own veto: observe and off let the suspend go all the
-        # same. A config or an interpreter the unit cannot run refuses in every mode.
         if refused := self.refused_now():
             return f"every suspend will be refused: {refused}"
         v = self.verdict()
         if isinstance(v, Unavailable):
             return f"the next suspend: unknown: {v.reason}"
+        # The guard's mode lets the suspend go: once enforced, this refusal stands.
+        enforced = f"; once enforced, every suspend will be refused: {refusal}" if refusal else ""
         if self.mode.name == "off":
-            return ("suspends are not guarded: the guard is off (suspendguard mode enforce); "
-                    f"it would say {v.kind} now")
+            return ("suspends are not guarded: the guard is off (suspendguard mode enforce)"
+                    + (enforced or f"; it would say {v.kind} now"))
         if not guarded:
             return f"{unguarded}; the guard would say {v.kind} now"
         if self.mode.name == "unknown":
             return f"the next suspend: unknown: {self.mode.problem}; the dry run says {v.kind} now"
         if self.mode.name == "observe":
             return ("observe mode: the next suspend goes ahead whatever the guard finds "
-                    f"(suspendguard mode enforce); it would say {v.kind} now")
+                    "(suspendguard mode enforce)" + (enforced or f"; it would say {v.kind} now"))
         if v.kind == "unknown":
             return f"the next suspend: unknown now: {v.texts[0] if v.texts else ''}"
         if v.kind == "veto":

@@ -217,3 +217,28 @@ def test_a_program_missing_from_a_sticky_folder_is_not_trusted(tmp_path: Path, n
     owned = tmp_path / "opt"
     owned.mkdir(mode=0o755)
     assert trust.problems(str(owned / "ascend" / "npu-smi"), "x") == []
+
+
+@needs_root
+def test_status_reads_the_mode_where_pre_sleep_does_while_the_config_is_untrusted(
+        tmp_path: Path, node: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pre-sleep cannot load a config root may not trust: it reads the mode in the unit's own
+    # folder, where `mode` writes it then. This one stands in for the host's.
+    from dataclasses import replace
+
+    from suspendguard.config import defaults
+    from suspendguard.status import collect as collecting
+    from suspendguard.store import mode
+
+    unit_state = tmp_path / "unit-state"
+    built_in = defaults()
+    monkeypatch.setattr(collecting, "defaults", lambda: replace(
+        built_in, state=replace(built_in.state, dir=str(unit_state))))
+    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state", '[idle]\nbackends = []\n')
+    conf.chmod(0o666)
+    mode.write(str(tmp_path / "state"), "enforce")  # the untrusted file's own folder
+    mode.write(str(unit_state), "off")
+    s = collecting.collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS":
+                                       f"unix:path={tmp_path / 'no-bus'}"})
+    assert s.setup_refusal() is not None and "cannot be trusted" in s.setup_refusal()
+    assert s.mode.name == "off"

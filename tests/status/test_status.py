@@ -458,10 +458,12 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str,
     assert sample(m, "suspendguard_verdict", verdict="unknown") == 1
     assert sample(m, "suspendguard_verdict_reasons") == len(data["verdict"]["reasons"]) == 1
     assert sample(m, "suspendguard_verdict_reason", code="setup-refused") == 1
-    # With the unit enabled, the refusal leads as it stands, whatever the mode.
+    # With the unit enabled, the refusal leads as it stands in enforce mode. Off and observe
+    # let the suspend go unguarded (pre-sleep reads the mode in the unit's own folder).
     from suspendguard.config import defaults
     from suspendguard.status import collect as collecting
     from suspendguard.status.collect import collect
+    from suspendguard.status.prometheus import exposition
     from suspendguard.store import mode
 
     # An invalid file means the built-in state folder: this one stands in for
@@ -473,10 +475,18 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str,
                 environ={}) == 0
     s = collect(str(bad), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
     assert s.state_dir.path == state.dir
-    mode.write(s.state_dir.path, "off")
-    s = collect(str(bad), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
-    assert s.mode.name == "off" and s.next_suspend() == refusal
+    assert s.mode.name == "enforce" and s.next_suspend() == refusal
     assert s.refused_now() == refusal.removeprefix("every suspend will be refused: ")
+    once = refusal.replace("every suspend", "once enforced, every suspend")
+    for name, line in (("off", "suspends are not guarded: the guard is off (suspendguard mode "
+                               f"enforce); {once}"),
+                       ("observe", "observe mode: the next suspend goes ahead whatever the guard "
+                                   f"finds (suspendguard mode enforce); {once}")):
+        mode.write(s.state_dir.path, name)
+        s = collect(str(bad), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
+        assert s.mode.name == name and s.next_suspend() == line
+        assert s.refused_now() is None
+        assert sample(metrics(exposition(s)), "suspendguard_suspend_refused") == 0
 
 
 def test_missing_explicit_config_is_invalid_not_fatal(tmp_path: Path, no_bus: str) -> None:
