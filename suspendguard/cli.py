@@ -16,12 +16,18 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from suspendguard import __version__
 from suspendguard.commands import BY_NAME, COMMANDS, Command, exits_text
 from suspendguard.commands.context import Context
-from suspendguard.errors import EXIT_ERROR, EXIT_USAGE, SuspendGuardError, UsageError
+from suspendguard.errors import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    OutputLost,
+    SuspendGuardError,
+    UsageError,
+)
 
 Handler = Callable[[argparse.Namespace, Context], int]
 
@@ -30,7 +36,8 @@ EXITS = (
     (0, "allow, success"),
     (1, "veto; logs: findings"),
     (2, "bad usage or configuration"),
-    (3, "operational error (not root, no systemd, logind refused, ...)"),
+    (3, "operational error (not root, no systemd, logind refused, the output could not be "
+        "written, ...)"),
     (4, "run as root, the configuration could be changed by others: refused"),
     (5, "unknown: the guard cannot tell (check, drain, pre-sleep); never read as allow"),
     (130, "interrupted"),
@@ -163,6 +170,51 @@ def _parse(argv: list[str], out: TextIO) -> Any:
         return build_parser(_command_in(argv)).parse_args(argv)
 
 
+class _Guarded:
+    """A standard stream whose failed write or flush ends the command (``OutputLost``)."""
+
+    def __init__(self, stream: TextIO, name: str) -> None:
+        self._stream, self._name = stream, name
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise OutputLost(self._name, exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise OutputLost(self._name, exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _say(err: TextIO, line: str) -> None:
+    """The command's last line, where stderr still takes it."""
+    with contextlib.suppress(OSError, ValueError):
+        err.write(line + "\n")
+        err.flush()
+
+
+def _lost(exc: OutputLost, out: TextIO, err: TextIO) -> int:
+    """What a lost output ends in: one line where stderr still takes it (none for a pipe
+    whose reader left), and no second error when the interpreter flushes sys.stdout and
+    sys.stderr at exit (where they are the streams, pointed at /dev/null)."""
+    if not exc.quiet:
+        _say(err, f"suspendguard: {exc}")
+    for stream in {out, err} & {sys.stdout, sys.stderr}:
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, stream.fileno())
+            finally:
+                os.close(devnull)
+    return exc.exit_status
+
+
 def _standard_fds() -> None:
     """0, 1 and 2 on /dev/null where they are closed: a file opened later must never be
     taken for a standard stream, by this process or by a child it starts."""
@@ -182,8 +234,12 @@ def main(
     # A closed stream (slurmctld closes every descriptor before its SuspendProgram and
     # ResumeProgram) is None in sys: what would go there goes nowhere, never a traceback.
     _standard_fds()
-    out = out or sys.stdout or open(os.devnull, "w")  # noqa: SIM115 (lives as long)
-    err = err or sys.stderr or open(os.devnull, "w")  # noqa: SIM115
+    raw_out = out or sys.stdout or open(os.devnull, "w")  # noqa: SIM115 (lives as long)
+    raw_err = err or sys.stderr or open(os.devnull, "w")  # noqa: SIM115
+    # A write that fails (a pipe whose reader left, a full disk) ends the command with exit
+    # status 3: never the 0 of an allow, nor a traceback.
+    out = cast(TextIO, _Guarded(raw_out, "the output"))
+    err = cast(TextIO, _Guarded(raw_err, "standard error"))
     # A closed stdin reads as end of input (no terminal: drain refuses, exit status 2).
     stdin = stdin or sys.stdin or open(os.devnull)  # noqa: SIM115
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -200,19 +256,23 @@ def main(
             raise UsageError("--config: expected a PATH, got an empty string")
         ctx = Context(args.config, out, err, dict(os.environ) if environ is None else environ,
                       stdin=stdin)
-        return handler_of(command)(args, ctx)
+        status = handler_of(command)(args, ctx)
+        out.flush()  # what is still buffered fails here, not unseen at exit
+        return status
+    except OutputLost as exc:
+        return _lost(exc, raw_out, raw_err)
     except SuspendGuardError as exc:
-        err.write(f"suspendguard: {exc}\n")
+        _say(raw_err, f"suspendguard: {exc}")
         return exc.exit_status
     except ModuleNotFoundError as exc:
         missing = DEPENDENCIES.get((exc.name or "").partition(".")[0])
         if missing is None:
             raise
-        err.write(f"suspendguard: the Python package {missing[0]} is not installed for "
-                  f"{sys.executable} (Debian: apt install {missing[1]})\n")
+        _say(raw_err, f"suspendguard: the Python package {missing[0]} is not installed for "
+             f"{sys.executable} (Debian: apt install {missing[1]})")
         return EXIT_ERROR
     except KeyboardInterrupt:
-        err.write("suspendguard: interrupted\n")
+        _say(raw_err, "suspendguard: interrupted")
         return 130
-    except BrokenPipeError:
-        return 0
+    except BrokenPipeError as exc:  # a stream written past the guard (print to sys.stdout)
+        return _lost(OutputLost("the output", exc), raw_out, raw_err)

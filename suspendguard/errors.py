@@ -61,6 +61,15 @@ class OperationalError(SuspendGuardError):
     exit_status = EXIT_ERROR
 
 
+class OutputLost(OperationalError):
+    """The command's output could not be written (a pipe whose reader left, a full disk):
+    exit status 3, never the 0 of a verdict nobody could read."""
+
+    def __init__(self, stream: str, exc: OSError) -> None:
+        self.quiet = isinstance(exc, BrokenPipeError)  # the reader chose to stop
+        super().__init__(f"cannot write to {stream}: {exc.strerror or exc}")
+
+
 class HistoryError(OperationalError):
     """History could not be opened or written; the message is the reason.
 

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
+from suspendguard.errors import OutputLost
 from suspendguard.system.terminal import safe
 
 ERR, WARNING, NOTICE, INFO, DEBUG = 3, 4, 5, 6, 7
@@ -39,7 +40,7 @@ class Logger:
         try:
             self.stream.write(text)
             self.stream.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError, OutputLost):
             pass  # a closed stderr must never change a verdict
 
     def error(self, message: str) -> None:

@@ -63,6 +63,44 @@ def test_check_says_a_protect_rule_on_a_name_alone_lets_anyone_veto(
             "which any user's process can set") in out.splitlines()
 
 
+def test_a_verdict_whose_output_is_lost_never_exits_0(
+        conf: Path, node: str, holders: Holders) -> None:
+    # `suspendguard check | head -c0 && systemctl suspend`: the reader left before the
+    # report; so does a full disk. Exit status 3, never 0, whatever the verdict.
+    _, pid = holders.start(node)
+    comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    conf.write_text(conf.read_text() + f'[[policy.protect]]\ncomm = "{comm}"\nuid = 0\n')
+    argv = [sys.executable, "-m", "suspendguard", "--config", str(conf), "check", "--dry-run"]
+    assert subprocess.run(argv, capture_output=True, timeout=60).returncode == 1  # a veto
+    reader = subprocess.Popen(["head", "-c0"], stdin=subprocess.PIPE)
+    reader.wait(timeout=10)
+    assert reader.stdin is not None
+    closed = subprocess.run(argv, stdout=reader.stdin, stderr=subprocess.PIPE, timeout=60)
+    reader.stdin.close()
+    assert (closed.returncode, closed.stderr) == (3, b"")  # the reader chose to stop
+    # /dev/full opened by the guard's own process: the test node is a /dev/full too.
+    lost = subprocess.run(["sh", "-c", 'exec "$@" >/dev/full', "sh", *argv],
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert lost.returncode == 3
+    assert lost.stderr == "suspendguard: cannot write to the output: No space left on device\n"
+    assert holders.signals() == []
+
+
+def test_pre_sleep_gives_its_verdict_whatever_its_stderr_takes(
+        conf: Path, node: str, holders: Holders) -> None:
+    # The unit's log lines go to the journal's stream; one that breaks never changes a
+    # verdict.
+    job, pid = holders.start(node)
+    reader = subprocess.Popen(["head", "-c0"], stdin=subprocess.PIPE)
+    reader.wait(timeout=10)
+    assert reader.stdin is not None
+    run = subprocess.run([sys.executable, "-m", "suspendguard", "pre-sleep", "--config",
+                          str(conf)], stdout=subprocess.PIPE, stderr=reader.stdin, timeout=60)
+    reader.stdin.close()
+    assert run.returncode == 0
+    assert job.wait(timeout=10) is not None and holders.signals() == [f"{pid} SIGINT"]
+
+
 @pytest.mark.parametrize("mode,status", [("graceful", 0), ("deaf", 1)])
 def test_pre_sleep_exit_status(conf: Path, node: str, holders: Holders, mode: str,
                                status: int) -> None:
