@@ -105,8 +105,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         log.error(f"restore: another suspendguard run{who} is draining: restore started "
                   "nothing; run it again once that run has given its verdict")
         return EXIT_ERROR
-    if lock.unusable:
-        log.warning(lock.unusable)
+    if lock.warning:
+        log.warning(lock.warning)
     try:
         return _restore(args, ctx, config, log)
     finally:

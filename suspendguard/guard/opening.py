@@ -94,7 +94,7 @@ def open_run(config: Config, options: RunOptions, deadline: Deadline,
         lock = guard_lock.take(state_dir, min(guard_lock.LOCK_WAIT_S,
                                               max(0.0, config.drain.deadline_s / 3)))
     said += (Said.veto(Reason("guard-busy", lock.refused)) if lock.refused
-             else Said.warn(lock.unusable or lock.busy))
+             else Said.warn(lock.warning))
     opening = Opening(lock, time.time(), deadline.clock(), said)
     if open_history is not None and not options.record:
         opening.recorded = Unavailable("a dry run records nothing" if options.dry_run

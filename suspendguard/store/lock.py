@@ -44,6 +44,15 @@ class GuardLock:
     path: str = ""
     # A run that does not lock, told that another run drains as it looks.
     busy: str = ""
+    # The lock taken, but its holder's pid not written (a full or failing disk): another
+    # run is kept out all the same, only not told whose run holds it.
+    unnamed: str = ""
+
+    @property
+    def warning(self) -> str:
+        """What a run says of its lock, or "": none to be had, its holder not named in it, or
+        another run draining as this one looks."""
+        return self.unusable or self.unnamed or self.busy
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -134,8 +143,12 @@ def take(state_dir: str, wait_s: float) -> GuardLock:
         pid = holder_pid(fd)
         os.close(fd)
         return GuardLock(refused=busy_reason(pid), busy_pid=pid)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:  # the flock is what keeps another run out; the pid only names it
+        return GuardLock(fd, path=path, unnamed=f"{path}: this run's pid not written "
+                         f"({exc.strerror}): a run kept out by it cannot say whose it is")
     return GuardLock(fd, path=path)
 
 

@@ -165,6 +165,37 @@ def test_a_state_folder_that_cannot_be_locked_costs_no_verdict(
     looking.release()
 
 
+def test_a_lock_whose_pid_cannot_be_written_still_locks_and_costs_no_verdict(
+        tmp_path: Path, node: str, holders: Holders, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full or failing state disk (ENOSPC, EDQUOT, EIO) after the flock was had: the lock
+    holds, a warning says its holder is not named, and the drain and restore go on."""
+    import errno
+
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    state = tmp_path / "state"
+    graceful, pid = holders.start(node)
+    monkeypatch.setattr(os, "pwrite", full)
+    status, out, err = cli("--config", str(_conf(tmp_path, node, state)), "drain", "--yes",
+                           "--json")
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert status == 0 and report["verdict"] == "allow", report
+    assert any("this run's pid not written (No space left on device)" in w
+               for w in report["warnings"]), report["warnings"]
+    assert holders.signals() == [f"{pid} SIGINT"] and graceful.wait(timeout=5) == 0
+    held = guard_lock.take(str(state), 0.0)
+    try:
+        assert held.fd >= 0 and held.unnamed and not held.refused
+        assert guard_lock.take(str(state), 0.0).refused  # another run is kept out
+    finally:
+        held.release()
+    status, _, err = cli("--config", str(_conf(tmp_path, node, state)), "restore")
+    assert "Traceback" not in err and "pid not written" in err
+    assert status == 0, err
+
+
 def test_a_dry_runs_open_lock_file_never_keeps_a_drain_out(tmp_path: Path) -> None:
     """A peek keeps guard.lock open (its probes' token) but holds no lock on it."""
     state = str(tmp_path / "state")
