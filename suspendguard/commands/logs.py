@@ -34,7 +34,7 @@ from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import SearchReport
 from suspendguard.record import Attempt
 from suspendguard.store.history import last_slept
-from suspendguard.system.terminal import safe
+from suspendguard.system.terminal import safe, when
 
 LAST_ATTEMPT = "last-attempt"
 
@@ -45,20 +45,20 @@ def parse_option_time(value: str, option: str) -> datetime:
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"  # fromisoformat learns "Z" only in 3.11
     try:
-        when = datetime.fromisoformat(text)
+        parsed = datetime.fromisoformat(text)
     except ValueError:
         raise UsageError(
             f"{option} {value!r}: expected an ISO 8601 time such as 2026-11-29T00:00:00"
             + (" or last-attempt" if option == "--since" else "")
         ) from None
     try:
-        if when.tzinfo is not None:
-            when = when.astimezone().replace(tzinfo=None)
-        when.timestamp()  # what the reading compares: a time at the calendar's ends has none
+        if parsed.tzinfo is not None:
+            parsed = parsed.astimezone().replace(tzinfo=None)
+        parsed.timestamp()  # what the reading compares: a time at the calendar's ends has none
     except (OverflowError, ValueError, OSError):
         raise UsageError(f"{option} {value!r}: out of range (a time between the years 1 and "
                          "9999, as this host's clock can tell it)") from None
-    return when
+    return parsed
 
 
 def last_attempt(config: Config) -> tuple[datetime, Attempt]:
@@ -73,8 +73,15 @@ def last_attempt(config: Config) -> tuple[datetime, Attempt]:
     return datetime.fromtimestamp(attempt.started), attempt
 
 
-def _fmt(when: datetime | None) -> str:
-    return when.isoformat(sep=" ", timespec="seconds") if when else "no time"
+def _fmt(at: datetime | None) -> str:
+    """A time of the logs (local, as the device writes it) in the form every command shows,
+    its zone with it."""
+    if at is None:
+        return "no time"
+    try:
+        return when(at.timestamp())
+    except (OverflowError, ValueError, OSError):  # a year this host's clock cannot tell
+        return at.isoformat(sep=" ", timespec="seconds")
 
 
 def _unknown_codes(report: SearchReport, out: TextIO) -> None:

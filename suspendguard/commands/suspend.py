@@ -34,7 +34,7 @@ from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
 from suspendguard.system.dbus.bus import system_bus_address
 from suspendguard.system.dbus.logind import SLEEP_METHODS, SleepJob, can_sleep, request_sleep
-from suspendguard.system.terminal import safe
+from suspendguard.system.terminal import safe, when
 
 # Awake time the sleep job may take beyond the guard's own deadline: logind's
 # delay locks, the sleep hooks (systemd-sleep gives them 90 s), the services
@@ -43,10 +43,6 @@ FOLLOW_MARGIN_S = 150.0
 
 SLEPT = {"suspend": "suspended", "hibernate": "hibernated", "hybrid-sleep": "went to hybrid sleep",
          "suspend-then-hibernate": "suspended (then hibernate)"}
-
-
-def _clock(ts: float, with_date: bool) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S", time.localtime(ts))
 
 
 def _event_time(attempt: Attempt | None, phase: str) -> float | None:
@@ -114,10 +110,8 @@ def _slept(job: SleepJob, found: Attempt | Observed | str, ctx: Context) -> int:
     looked = found.look if isinstance(found, Observed) else attempt
     down = _event_time(looked, "pre")
     up = _event_time(looked, "post") or job.ended
-    with_date = down is not None and time.localtime(down)[:3] != time.localtime(up)[:3]
-    zone = time.strftime(" %Z", time.localtime(up)).rstrip()
-    went = f"{SLEPT[job.action]} at {_clock(down, with_date)}" if down else SLEPT[job.action]
-    ctx.out.write(f"{went}, resumed at {_clock(up, with_date)}{zone}\n")
+    went = f"{SLEPT[job.action]} at {when(down)}" if down else SLEPT[job.action]
+    ctx.out.write(f"{went}, resumed at {when(up)}\n")
     if attempt is None:
         ctx.out.write(f"  ! {safe(str(found))}\n")
         if looked is not None:
@@ -163,11 +157,12 @@ def _not_slept(job: SleepJob, found: Attempt | Observed | str, ctx: Context) -> 
         # A unit the sleep needs failed before it: the veto unit, which recorded nothing
         # (its history could not be written), or one beside it. The sleep's own never ran.
         ctx.out.write(f"the {job.action} did not happen: a unit it needs failed (systemd ended "
-                      f"the {job.target} job with result 'dependency'); {found}; see "
+                      f"the {job.target} job with result 'dependency'); {safe(str(found))}; see "
                       f"journalctl -b -u suspendguard@{job.action}.service\n")
     else:
         ctx.out.write(f"the {job.action} did not happen: systemd ended the {job.target} job with "
-                      f"result '{job.result}'; {found}; see journalctl -b -u {service}\n")
+                      f"result '{job.result}'; {safe(str(found))}; see journalctl -b -u "
+                      f"{service}\n")
     return EXIT_ERROR
 
 
@@ -199,7 +194,7 @@ def suspend(args: argparse.Namespace, ctx: Context) -> int:
 def _wait_until_ready(bound_s: float, action: str, ctx: Context) -> int | None:
     """None once the guard would allow; else the exit status, the holders still there said."""
     def say(line: str) -> None:
-        ctx.err.write(f"suspendguard: {line}\n")
+        ctx.err.write(f"suspendguard: {safe(line)}\n")
         ctx.err.flush()
 
     ready = wait_ready(dry_look(ctx.config(), ctx.environ), bound_s, say)
@@ -208,7 +203,7 @@ def _wait_until_ready(bound_s: float, action: str, ctx: Context) -> int | None:
             say(f"ready after {ready.waited_s:.0f} s")
         return None
     verdict = ready.report.verdict
-    ctx.out.write(f"gave up waiting to {action}: {ready.why}\n")
+    ctx.out.write(f"gave up waiting to {action}: {safe(ready.why)}\n")
     for reason in verdict.texts:
         ctx.out.write(f"  - {safe(reason)}\n")
     ctx.out.write(f"  no {action} asked for; more: suspendguard check\n")

@@ -172,7 +172,8 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
         render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
                width=None if wide else terminal_width(ctx.environ, ctx.out))
     if not dry_run and origin == "unit" and report.verdict.kind != "allow":
-        tell_refused(config, report.verdict, action or "suspend", log, begun)
+        tell_refused(config, report.verdict, action or "suspend", log, begun,
+                     report.attempt.id)
     return report.verdict.exit_status
 
 
@@ -195,7 +196,7 @@ def _told_key(action: str, verdict: Verdict) -> str:
 
 
 def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger,
-                 begun: float) -> None:
+                 begun: float, attempt: int | None = None) -> None:
     """The refused sleep told to the users (notify/), once its verdict is logged.
 
     The unit's TimeoutStartSec is [drain] deadline_s + 20 s: the verdict came
@@ -213,5 +214,5 @@ def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger,
         return
     until = begun + config.drain.deadline_s + RESTORE_AFTER_VETO_S
     with bounded(Deadline(until)):
-        tell(config.notify, verdict, action, log, until)
+        tell(config.notify, verdict, action, log, until, attempt=attempt)
 

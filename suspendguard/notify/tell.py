@@ -32,6 +32,7 @@ from suspendguard.system import runner
 from suspendguard.system.dbus.logind import LoginSession, list_sessions
 from suspendguard.system.dbus.notifications import session_bus_address
 from suspendguard.system.log import Logger
+from suspendguard.system.terminal import when
 from suspendguard.verdict import Verdict
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -50,11 +51,11 @@ class Message:
     summary: str
     body: str
 
-    def terminal_text(self, when: float) -> str:
-        """As wall writes it: a bell, a banner, CR LF line ends (a raw terminal needs the CR)."""
-        stamp = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(when))
+    def terminal_text(self, at: float) -> str:
+        """As wall writes it: a bell, a banner (its time with the zone, as every command shows
+        one), CR LF line ends (a raw terminal needs the CR)."""
         first, *rest = self._lines()
-        lines = ["", f"\aMessage from suspendguard ({stamp}):", "",
+        lines = ["", f"\aMessage from suspendguard ({when(at)}):", "",
                  f"{self.summary}: {first}", *rest, ""]
         return "\r\n".join(lines) + "\r\n"
 
@@ -69,14 +70,20 @@ class Message:
         return [_printable(line) for line in self.body.split("\n")]
 
 
-def message(verdict: Verdict, action: str) -> Message:
-    """The summary and body: the first reason's words, and where the rest are."""
+def message(verdict: Verdict, action: str, attempt: int | None = None) -> Message:
+    """The summary and body: the first reason's words, and where the whole refusal is.
+
+    The users told are seldom root, and the history is root's alone: the body
+    names the attempt (``attempt``; None: the history lists it first) for
+    ``sudo``, and the veto unit's journal, whose line has every reason.
+    """
     # The reason's text made printable before it is joined: its line breaks are not the
     # body's (a process name is its owner's to choose).
     first = _printable(verdict.reasons[0].text) if verdict.reasons else "the guard could not tell"
     more = len(verdict.reasons) - 1
-    rest = (f"{more} more reason{'s' if more > 1 else ''}: suspendguard status" if more
-            else "suspendguard status for the rest")
+    one = f" {attempt}" if attempt is not None else ""
+    where = f"sudo suspendguard history{one} (or journalctl -u suspendguard@{action}.service)"
+    rest = f"{more} more reason{'s' if more > 1 else ''}: {where}" if more else f"details: {where}"
     return Message(f"{action.capitalize()} refused by suspendguard", f"{first}\n{rest}")
 
 
@@ -118,21 +125,24 @@ Sessions = Callable[[float], "tuple[LoginSession, ...] | Unavailable"]
 
 
 def tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, until: float, *,
+         attempt: int | None = None,
          sessions: Sessions = lambda timeout: list_sessions(timeout),
          python: str = sys.executable,
          bus_address: Callable[[int], str] = session_bus_address) -> None:
-    """Tell the users of the refused ``action``; never raises, never waits past the bound.
+    """Tell the users of the refused ``action`` (the history's ``attempt``); never raises,
+    never waits past the bound.
 
     ``sessions``, ``python`` and ``bus_address`` (a uid's session bus) are
     logind's sessions, this interpreter and /run/user/UID/bus but in tests.
     """
     try:
-        _tell(config, verdict, action, log, until, sessions, python, bus_address)
+        _tell(config, message(verdict, action, attempt), log, until, sessions, python,
+              bus_address)
     except Exception as exc:  # the telling is never worth a traceback in the sleep path
         log.warning(f"notify: not told: {type(exc).__name__}: {exc}")
 
 
-def _tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, until: float,
+def _tell(config: NotifyConfig, msg: Message, log: Logger, until: float,
           sessions: Sessions, python: str, bus_address: Callable[[int], str]) -> None:
     start = time.monotonic()
     end = min(until, start + config.timeout_s)
@@ -143,7 +153,6 @@ def _tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, unti
         log.warning(f"notify: told no one: {found.reason}")
         return
     terminals, desktops = told_sessions(found, config.users)
-    msg = message(verdict, action)
     told: list[str] = []
     missed: list[str] = []
     if not config.desktop:

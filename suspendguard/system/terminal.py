@@ -7,14 +7,16 @@ lines already shown or forge new ones in `check`, `status`, `history` and
 terminal. (JSON output needs nothing: json escapes them itself.)
 
 Every command's tables are fitted to the terminal (:func:`terminal_width`,
-:func:`table`), their long cells cut with "…"; times are shown with their zone
-(:func:`when`).
+:func:`table`), their long cells cut with "…", each measured in the columns it
+takes (:func:`columns`: a Chinese character takes two); times are shown with
+their zone (:func:`when`).
 """
 
 from __future__ import annotations
 
 import os
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
@@ -58,16 +60,42 @@ def terminal_width(environ: Mapping[str, str], out: TextIO) -> int:
     return DEFAULT_WIDTH
 
 
+# East Asian wide and full-width characters: a terminal shows each in two columns.
+_WIDE = frozenset({"W", "F"})
+
+
+def _char_columns(char: str) -> int:
+    return 2 if unicodedata.east_asian_width(char) in _WIDE else 1
+
+
+def columns(text: str) -> int:
+    """The terminal columns ``text`` takes: two for a wide or full-width character (CJK)."""
+    if text.isascii():
+        return len(text)
+    return sum(_char_columns(c) for c in text)
+
+
 def cut(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters, its end replaced by "…" when cut."""
-    if len(text) <= width:
+    """``text`` in at most ``width`` columns, its end replaced by "…" when cut."""
+    if columns(text) <= width:
         return text
-    return text[: max(width - 1, 0)] + ELLIPSIS
+    room = max(width - 1, 0)
+    kept = 0
+    for end, char in enumerate(text):
+        kept += _char_columns(char)
+        if kept > room:
+            return text[:end] + ELLIPSIS
+    return text + ELLIPSIS
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` filled with spaces to ``width`` columns."""
+    return text + " " * (width - columns(text))
 
 
 def table(rows: Sequence[Sequence[str]], indent: str = "  ", width: int | None = None,
           flex: Sequence[int] = (-1,)) -> list[str]:
-    """Aligned rows (the first is the header), at most ``width`` characters each.
+    """Aligned rows (the first is the header), at most ``width`` columns each.
 
     Only the ``flex`` columns are cut, the widest first; ``width`` None (the
     ``--wide`` option) cuts nothing. Every cell is made safe for a terminal
@@ -77,7 +105,7 @@ def table(rows: Sequence[Sequence[str]], indent: str = "  ", width: int | None =
         return []
     rows = [[safe(c) for c in r] for r in rows]
     n = len(rows[0])
-    widths = [max(len(r[i]) for r in rows) for i in range(n)]
+    widths = [max(columns(r[i]) for r in rows) for i in range(n)]
     if width is not None:
         cols = [i % n for i in flex]
         floor = {i: min(widths[i], MIN_CUT) for i in cols}
@@ -89,7 +117,7 @@ def table(rows: Sequence[Sequence[str]], indent: str = "  ", width: int | None =
             widest = max(can, key=lambda i: widths[i])
             widths[widest] -= 1
             excess -= 1
-    return [indent + "  ".join(cut(c, w).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+    return [indent + "  ".join(pad(cut(c, w), w) for c, w in zip(r, widths, strict=False)).rstrip()
             for r in rows]
 
 

@@ -20,6 +20,7 @@ from suspendguard.config import build
 from suspendguard.logs.after import after_attempt
 from suspendguard.logs.finding import Finding
 from suspendguard.record import Attempt
+from suspendguard.system.terminal import when
 
 FIXTURES = ALL_FIXTURES / "ascend-logs"
 
@@ -32,6 +33,15 @@ def test_human_output_groups_by_rule() -> None:
     assert "known-failures.log:" in out
     assert "pids: 18401" in out
     assert out.index("hwts-busy-suspend") < out.index("event-id-exhausted")
+
+
+def test_times_carry_their_zone() -> None:
+    """The device's times (local) in the form every command shows a time: with the zone."""
+    code, out, err = run(str(FIXTURES), "--since", "2023-01-01T02:53:45")
+    assert code == 1, err
+    at = when(datetime(2023, 1, 1, 2, 53, 45).timestamp())
+    assert out.splitlines()[0].endswith(f" bytes, since {at}."), out
+    assert f"\nhwts-busy-suspend (error): 2 line(s), first {at}, last {at}\n" in out
 
 
 def test_json_output() -> None:

@@ -10,6 +10,7 @@ tests/containers/test_systemd_container.py.
 from __future__ import annotations
 
 import io
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from helpers.holders import Holders
 from suspendguard.cli import main
 from suspendguard.store import mode
 from suspendguard.store.history import History
+from suspendguard.system.terminal import when
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
 
@@ -57,11 +59,13 @@ def test_allowed_sleep_says_when_it_went_down_and_came_back(
         code, out, err = suspend(bus, conf)
     assert code == 0, out + err
     first, *rest = out.splitlines()
-    assert first.startswith("suspended at ") and ", resumed at " in first, out
     [attempt] = unit_attempts(conf)
+    # The hook's records, each time in the one form every command shows, its zone with it.
+    down, up = attempt.events
+    assert [down.phase, up.phase] == ["pre", "post"]
+    assert first == f"suspended at {when(down.time)}, resumed at {when(up.time)}", out
     assert f"  attempt {attempt.id}: the guard allowed it, 1 holder(s) drained" in rest
     assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
-    assert [e.phase for e in attempt.events] == ["pre", "post"]
 
 
 def test_vetoed_sleep_is_exit_1_with_the_reason(bus: PrivateBus, conf: Path, node: str,
@@ -228,6 +232,45 @@ def test_when_ready_does_not_wait_for_holders_the_drain_stops(
         code, out, err = suspend(bus, conf, "--when-ready=30")
     assert code == 0 and "waiting (up to" not in err, out + err
     assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
+
+
+# A process name (any 15 bytes, ESC included) that clears the screen where it is printed.
+HOSTILE = "ev\x1b[2Jil"
+SHOWN = "ev\\e[2Jil"
+
+
+def named(folder: Path, name: str) -> str:
+    """This interpreter under a link called ``name``: the process name of what it runs."""
+    link = folder / "bin" / name
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to(os.path.realpath(sys.executable))
+    return str(link)
+
+
+def test_when_ready_shows_a_process_name_escaped(bus: PrivateBus, conf: Path, node: str,
+                                                 holders: Holders, tmp_path: Path) -> None:
+    _, pid = holders.start(node, mode="deaf", python=named(tmp_path, HOSTILE))
+    with fake_service(bus, sleep_path(conf)):
+        code, out, err = suspend(bus, conf, "--when-ready=1")
+    assert code == 1, out + err
+    assert f"suspendguard: waiting (up to 1 s more) for: pid {pid} {SHOWN} (sigint-ignored)" \
+        in err.splitlines(), err
+    assert out.startswith(f"gave up waiting to suspend: still there after 1 s: pid {pid} "
+                          f"{SHOWN} (sigint-ignored)\n"), out
+    assert "\x1b" not in out + err
+
+
+def test_a_sleep_that_did_not_happen_shows_the_looks_reason_escaped(
+        bus: PrivateBus, conf: Path, node: str, holders: Holders, tmp_path: Path) -> None:
+    _, pid = holders.start(node, mode="deaf", python=named(tmp_path, HOSTILE))
+    mode.write(str(conf.parent / "state"), "observe")
+    # The guard's look lets it go; a unit beside it fails, so the sleep never happens.
+    state = {"jobs": {"suspend.target": [guard(conf, "pre-sleep", "suspend"), ["false"]]}}
+    with fake_service(bus, state):
+        code, out, err = suspend(bus, conf)
+    assert code == 3, out + err
+    assert f"and would have vetoed it: pid {pid} {SHOWN} " in out, out
+    assert "\x1b" not in out
 
 
 @pytest.mark.parametrize("bound", ["nan", "inf", "-5"])

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from helpers.runners import cli
 from helpers.users import nobody_prefix, python_for_nobody, shared_with_nobody
 
 from suspendguard.errors import EXIT_UNKNOWN
+from suspendguard.system.terminal import table
 from suspendguard.verdict import VERDICT_EXIT_STATUS
 
 
@@ -104,6 +106,28 @@ def test_tables_fit_80_columns_and_wide_shows_all(conf: Path, node: str,
                         environ={"COLUMNS": "80"})
     row = next(line for line in wide.splitlines() if line.split()[:1] == [str(a)])
     assert "…" not in row and "--mode deaf" in row
+
+
+def shown(text: str) -> int:
+    """The columns a terminal gives ``text``: two for an East Asian wide or full-width one."""
+    return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
+
+
+def test_a_wide_character_takes_two_columns_in_a_table() -> None:
+    rows = [("PID", "USER", "COMMAND"),
+            ("30641", "张伟", "python3 /dat/模型训练/微调脚本.py --epochs 3"),
+            ("4242", "alice", "python3 /data/train/finetune.py --epochs 3")]
+    head, wide, narrow = table(rows, width=40)
+    assert [shown(line) for line in (head, wide, narrow)] == [23, 39, 40]
+    # Each column starts where its header does, on the row of a Chinese user name too.
+    for line, user in ((wide, "张伟"), (narrow, "alice")):
+        assert shown(line[:line.index(user)]) == head.index("USER"), line
+        assert shown(line[:line.index("python3")]) == head.index("COMMAND"), line
+    # No column is left for half of 微: the cut stops before it.
+    assert wide.endswith("/模型训练/…") and narrow.endswith("/train/fin…")
+    # ASCII is laid out as ever, one column a character.
+    assert table(rows[::2], width=30) == ["  PID   USER   COMMAND",
+                                          "  4242  alice  python3 /data/…"]
 
 
 def test_check_json_dry_run_veto_writes_nothing_to_stderr(conf: Path, node: str,

@@ -132,7 +132,10 @@ def test_a_veto_reaches_the_desktop_and_the_terminal(box: Container) -> None:
     assert shown["summary"]["data"] == "Suspend refused by suspendguard"
     body = shown["body"]["data"]
     assert f"pid {pid} " in body and "SIGINT" in body, body
-    assert body.endswith("suspendguard status for the rest"), body
+    # Where the whole refusal is, for a user who is not root: this attempt's history.
+    attempt = json.loads(box.suspendguard("history", "--json", "-n", "1").stdout)["attempts"][0]
+    assert body.endswith(f": sudo suspendguard history {attempt['id']} (or journalctl -u "
+                         "suspendguard@suspend.service)"), body
     assert shown["timeout"]["data"] == 0  # critical: dunst keeps it until it is closed
     assert "Message from suspendguard" in tty_text, tty_text
     line = next(x for x in tty_text.splitlines() if "Suspend refused by suspendguard: " in x)

@@ -286,8 +286,8 @@ def test_suspend_command_reports_an_allowed_sleep(clean: Container) -> None:
     result = box.suspendguard("suspend", check=False)
     assert result.returncode == 0, result.stdout + result.stderr + box.log_tail()
     assert first_line(box.power_state()) == "mem"
-    assert re.match(r"suspended at \d\d:\d\d:\d\d, resumed at \d\d:\d\d:\d\d", result.stdout), \
-        result.stdout
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (UTC|[+-]\d{4})"
+    assert re.match(f"suspended at {stamp}, resumed at {stamp}", result.stdout), result.stdout
     attempt = newest_unit_attempt(box, "suspend")
     assert f"attempt {attempt['id']}: the guard allowed it, 1 holder(s) drained" in result.stdout
     assert f"{pid} SIGINT" in signals(box)

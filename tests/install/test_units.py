@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO
+from helpers.journal import parse
 
 from suspendguard.config import build, defaults
 from suspendguard.install import templates
 from suspendguard.model import SLEEP_ACTIONS
+from suspendguard.system.journal_ids import MESSAGE_IDS
 
 SHIPPED = REPO / "systemd"
 UNIT = (SHIPPED / templates.UNIT_TEMPLATE).read_text()
@@ -210,3 +212,12 @@ def test_resume_unit_verifies_where_nvidia_resume_does_not_exist(tmp_path: Path)
     result = _verify(tmp_path, templates.RESUME_UNIT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "nvidia-resume" not in result.stderr, result.stderr
+
+
+def test_the_catalog_sends_the_operator_to_the_entrys_own_attempt() -> None:
+    """``history -n 1`` is the newest attempt's row, not this entry's attempt whole: an entry
+    that carries its attempt names ``history ATTEMPT``, and none names ``history -n``."""
+    entries = {e.id: e for e in parse()}
+    assert not [e.id for e in entries.values() if "history -n" in e.body]
+    for name in ("veto", "allow-after-drain", "restore-failed"):
+        assert "suspendguard history @SUSPENDGUARD_ATTEMPT@" in entries[MESSAGE_IDS[name]].body

@@ -38,6 +38,7 @@ from suspendguard.notify.terminals import write_terminal
 from suspendguard.system.dbus.logind import LoginSession, list_sessions
 from suspendguard.system.dbus.notifications import notify
 from suspendguard.system.log import Logger
+from suspendguard.system.terminal import when
 from suspendguard.verdict import Reason, Verdict
 
 VETO = Verdict("veto", (
@@ -113,14 +114,18 @@ def test_who_is_told(logind: PrivateBus) -> None:
 
 
 def test_the_words() -> None:
-    msg = message(VETO, "suspend")
-    assert msg.summary == "Suspend refused by suspendguard"
-    assert msg.body == ("pid 4242 (trainer) ignores SIGINT: the guard cannot stop it\n"
-                        "1 more reason: suspendguard status")
     one = message(Verdict("unknown", (Reason("uninspected", "pid 7 could not be read"),)),
                   "hibernate")
     assert one.summary == "Hibernate refused by suspendguard"
-    assert one.body == "pid 7 could not be read\nsuspendguard status for the rest"
+    # A user told is seldom root, and the history is root's: sudo, or the unit's journal.
+    # No more reasons to point to: the refusal's details (the history lists it first).
+    assert one.body == ("pid 7 could not be read\ndetails: sudo suspendguard history "
+                        "(or journalctl -u suspendguard@hibernate.service)")
+    msg = message(VETO, "suspend", 18)
+    assert msg.summary == "Suspend refused by suspendguard"
+    assert msg.body == ("pid 4242 (trainer) ignores SIGINT: the guard cannot stop it\n"
+                        "1 more reason: sudo suspendguard history 18 "
+                        "(or journalctl -u suspendguard@suspend.service)")
     text = message(Verdict("veto", (Reason("protected", "pid 1 (\x1b]0;pwned\x07) is held"),)),
                    "suspend").terminal_text(0.0)
     assert "\x1b" not in text and "pid 1 (?]0;pwned?) is held" in text
@@ -131,12 +136,18 @@ def test_the_words() -> None:
     forged = message(Verdict("veto", (Reason("protected", f"pid 9 x{breaks}root: reboot"),)),
                      "suspend")
     shown = f"pid 9 x{'?' * len(breaks)}root: reboot"
-    assert forged.body == f"{shown}\nsuspendguard status for the rest"
-    assert forged.desktop_text().split("\n") == [shown, "suspendguard status for the rest"]
+    details = "details: sudo suspendguard history (or journalctl -u suspendguard@suspend.service)"
+    assert forged.body == f"{shown}\n{details}"
+    assert forged.desktop_text().split("\n") == [shown, details]
     lines = forged.terminal_text(0.0).split("\r\n")
-    assert lines[3:] == [f"Suspend refused by suspendguard: {shown}",
-                         "suspendguard status for the rest", "", ""], lines
+    assert lines[3:] == [f"Suspend refused by suspendguard: {shown}", details, "", ""], lines
     assert Message("S", f"a{breaks}b\nc").desktop_text() == f"a{'?' * len(breaks)}b\nc"
+
+
+def test_the_terminal_banner_carries_the_zone() -> None:
+    """Its time in the form every command shows one: a user on another zone reads it right."""
+    text = Message("S", "b").terminal_text(0.0)
+    assert text.split("\r\n")[1] == f"\aMessage from suspendguard ({when(0.0)}):"
 
 
 def _config(**kw: Any) -> NotifyConfig:
@@ -157,7 +168,7 @@ def _tell_desktop(bus: PrivateBus, config: NotifyConfig, until_s: float,
     """alice's desktop told on ``bus``: what the log says, and how long it took."""
     out = io.StringIO()
     began = time.monotonic()
-    tell(config, verdict, "suspend", Logger(out, {}), began + until_s,
+    tell(config, verdict, "suspend", Logger(out, {}), began + until_s, attempt=18,
          sessions=_sessions([_desktop_session()]), bus_address=lambda uid: bus.address)
     return out.getvalue(), time.monotonic() - began
 
@@ -171,7 +182,8 @@ def test_the_desktop_notification_is_sent_by_a_child_as_the_user(
     assert sent == [{
         "app_name": "suspendguard", "summary": "Suspend refused by suspendguard",
         "body": "pid 4242 (trainer) ignores SIGINT: the guard cannot stop it\n"
-                "1 more reason: suspendguard status",
+                "1 more reason: sudo suspendguard history 18 "
+                "(or journalctl -u suspendguard@suspend.service)",
         "hints": {"urgency": 2}, "expire_timeout": -1, "actions": [],
     }]
     assert said == "suspendguard: notify: told alice's desktop\n"
@@ -325,12 +337,13 @@ def test_the_terminal_gets_the_message(terminal: tuple[int, str]) -> None:
     out = io.StringIO()
     tty_session = LoginSession("4", ME, "alice", "tty", "user", True, True, "active", tty, "")
     tell(_config(desktop=False), VETO, "suspend", Logger(out, {}), time.monotonic() + 5,
-         sessions=_sessions([tty_session]))
+         attempt=18, sessions=_sessions([tty_session]))
     assert out.getvalue() == f"suspendguard: notify: told alice on /dev/{tty}\n"
     seen = _read(master)
     assert "Message from suspendguard" in seen
     assert ("Suspend refused by suspendguard: pid 4242 (trainer) ignores SIGINT: the guard "
             "cannot stop it") in seen
+    assert "1 more reason: sudo suspendguard history 18 " in seen
 
 
 def test_mesg_n_another_owner_and_odd_names_are_left_alone(terminal: tuple[int, str]) -> None:
