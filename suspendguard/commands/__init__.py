@@ -269,9 +269,12 @@ COMMANDS: tuple[Command, ...] = (
              USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("mode", "show or switch what the guard does at a suspend: enforce, observe, off",
             "mode:command", _mode,
-            ((0, "shown, or switched"), USAGE_EXIT,
+            ((0, "shown, or switched; also with a configuration that is missing, invalid or "
+                 "untrusted (said on stderr): then /var/lib/suspendguard's mode, the one the "
+                 "veto unit reads"),
+             (2, "bad usage"),
              (3, "not root (to switch it, or to show it when only root may read it), or the "
-                 "state folder cannot be written"), UNTRUSTED_EXIT)),
+                 "state folder cannot be written"))),
     Command("config", "print the effective configuration as TOML",
             "config:command", _nothing, ((0, "printed"), USAGE_EXIT, UNTRUSTED_EXIT)),
     Command("history", "list recorded suspend attempts, newest first; with ID, show one whole",

@@ -8,6 +8,7 @@ import os
 from suspendguard.commands.context import Context
 from suspendguard.errors import EXIT_ERROR, ConfigError
 from suspendguard.store import mode as guard_mode
+from suspendguard.system.terminal import safe
 
 MEANING = {
     "enforce": "each suspend waits until the accelerator's holders are drained; a suspend the guard "
@@ -22,11 +23,12 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     try:
         state_dir = ctx.config().state.dir
     except ConfigError as exc:
-        # The off switch works whatever the configuration says: the veto unit reads the
-        # mode in its own folder while the configuration cannot be loaded.
+        # The off switch works whatever the configuration says (missing, invalid or
+        # untrusted: exit status 0, not 2 or 4): the veto unit reads the mode in its own
+        # folder while the configuration cannot be loaded.
         state_dir = guard_mode.UNIT_STATE_DIR
-        ctx.err.write(f"suspendguard: {exc}; the mode is {state_dir}'s, which the veto unit "
-                      "reads until the configuration loads again\n")
+        ctx.err.write(f"suspendguard: {safe(str(exc))}; the mode is {state_dir}'s, which the "
+                      "veto unit reads until the configuration loads again\n")
     path = os.path.join(state_dir, guard_mode.MODE_NAME)
     if args.mode is None:
         if guard_mode.hidden(state_dir):

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from suspendguard.commands.context import Context
+from suspendguard.commands.history import MAX_N
 from suspendguard.commands.suspend import FOLLOW_MARGIN_S, unit_attempt
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError, OperationalError, UsageError
@@ -80,7 +81,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     action: str = args.action
     address = system_bus_address(ctx.environ)
     log = Logger(ctx.err, ctx.environ)
-    if args.attempt < 1:
+    if not 1 <= args.attempt <= MAX_N:  # past SQLite's INTEGER, its read would overflow
         raise UsageError(f"retry: --attempt {args.attempt}: give an attempt's ID "
                          "(suspendguard history lists them)")
     try:

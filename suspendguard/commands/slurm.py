@@ -16,6 +16,7 @@ import time
 from typing import Any, cast
 
 from suspendguard.commands.context import Context
+from suspendguard.commands.history import MAX_N
 from suspendguard.errors import EXIT_ERROR, EXIT_VETO, OperationalError, UsageError
 from suspendguard.slurm.controller import Controller
 from suspendguard.slurm.remote import slurm_reason, this_node
@@ -66,6 +67,9 @@ def _node(args: argparse.Namespace, ctx: Context) -> int:
     elif step == "awake":
         doc = node.awake(config, ctx.environ, time.time() - config.slurm.resume_wait_s)
     elif step == "restart":
+        if not 1 <= args.attempt <= MAX_N:  # past SQLite's INTEGER, its read would overflow
+            raise UsageError(f"slurm node restart: --attempt {args.attempt}: give the attempt's "
+                             "ID that prepare answered with")
         doc = node.restart(ctx, args.attempt)
     else:
         doc = node.rejoin(config, ctx.environ, args.boot)

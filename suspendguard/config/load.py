@@ -15,6 +15,7 @@ from suspendguard.config.trust import replaced, state_dir_problem, untrusted
 from suspendguard.config.validate import Invalid, InvalidEntry, validate
 from suspendguard.errors import ConfigError
 from suspendguard.system.deadline import ANSWER_MARGIN_S, IDLE_MARGIN_S, needed_s
+from suspendguard.system.terminal import safe
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,6 +75,9 @@ def load(cli_path: str | None = None, environ: Mapping[str, str] | None = None, 
             raise ConfigError(f"{path}: TOML syntax error: {exc}") from None
         except RecursionError:
             raise ConfigError(f"{path}: TOML nested too deeply") from None
+        except ValueError:
+            # A decimal integer past Python's limit on integer text (4300 digits).
+            raise ConfigError(f"{path}: {_too_long(text)}") from None
         config = build(data, path, text)
     if os.geteuid() == 0 if as_root is None else as_root:
         trust = untrusted(config, env)
@@ -124,12 +128,23 @@ def _read(path: str, explicit: bool) -> tuple[bytes, os.stat_result] | None:
         os.close(fd)
 
 
+def _too_long(text: str) -> str:
+    """What is said of a TOML text holding an integer too long to read: its longest one."""
+    longest = max(re.finditer(r"[0-9][0-9_]*", text), key=lambda m: m.end() - m.start(),
+                  default=None)
+    if longest is None:  # pragma: no cover - tomllib reads no integer without a digit
+        return "an integer too long to read"
+    digits = len(longest.group().replace("_", ""))
+    line = text.count("\n", 0, longest.start()) + 1
+    return f"an integer of {digits} digits (line {line}): too long to read, and more than any key takes"
+
+
 def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> Config:
     """Validate a parsed TOML document (possibly empty) into a Config."""
     for section in data:
         if section not in SCHEMA:
             raise ConfigError(
-                f"{path}: unknown section [{section}]; expected one of "
+                f"{path}: unknown section [{safe(section)}]; expected one of "
                 + ", ".join(f"[{s}]" for s in SCHEMA)
             )
         if not isinstance(data[section], dict):
@@ -201,7 +216,8 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
 def _where(path: str, section: str, key: str, text: str) -> str:
     line = _line_of(text, section, key)
     at = f" (line {line})" if line else ""
-    return f"{path}: [{section}] {key}{at}"
+    # A quoted key may hold a newline or ESC: shown escaped, the error stays one line.
+    return f"{path}: [{safe(section)}] {safe(key)}{at}"
 
 
 def _line_of(text: str, section: str, key: str) -> int | None:

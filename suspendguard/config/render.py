@@ -84,7 +84,8 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return _toml_str(value)
     if isinstance(value, EscalationStep):
-        return _toml_str(f"{value.signal}:{value.wait_s:g}")
+        # repr: the shortest text that reads back as the same float (":g" keeps 6 digits).
+        return _toml_str(f"{value.signal}:{repr(value.wait_s).removesuffix('.0')}")
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(type(value))  # pragma: no cover

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 from collections.abc import Callable
@@ -168,8 +169,18 @@ def _number(value: Any, kind: str, bounds: Bounds) -> float:
     return value
 
 
+# An integer of more bits is sized, never turned into text: Python turns none of over
+# 4300 digits (640 at the lowest limit it may be given) into text, and TOML's hexadecimal,
+# octal and binary integers have no such limit.
+SHOWN_BITS = 2000  # 603 digits
+
+
 def shown(value: float) -> str:
     """A number as an error line gives it: an integer of many digits is cut short."""
+    if isinstance(value, int) and value.bit_length() > SHOWN_BITS:
+        # Its digits from its bits: one too many at most, hence "about".
+        digits = math.floor(value.bit_length() * math.log10(2)) + 1
+        return f"{'a negative' if value < 0 else 'an'} integer of about {digits} digits"
     text = str(value)
     if isinstance(value, int) and len(text) > 24:
         return f"{text[:12]}... ({len(text.lstrip('-'))} digits)"

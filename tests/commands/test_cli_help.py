@@ -85,3 +85,17 @@ def imported(argv: list[str], tmp_path: Path) -> set[str]:
 def test_help_imports_neither_dbus_next_nor_asyncio(argv: list[str], tmp_path: Path) -> None:
     names = imported(argv, tmp_path)
     assert not {"dbus_next", "asyncio"} & names
+
+
+@pytest.mark.parametrize("attempt", ["0", str(2**63), "99999999999999999999"])
+def test_retry_refuses_an_attempt_id_no_history_can_hold(tmp_path: Path, attempt: str) -> None:
+    # Past SQLite's INTEGER (2**63 - 1) the history's read overflowed: a traceback, exit 1.
+    config = tmp_path / "config.toml"
+    config.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n')
+    code, out, err = cli("retry", "suspend", "--attempt", attempt, "--config", str(config))
+    assert (code, out) == (2, "")
+    assert err == (f"suspendguard: retry: --attempt {attempt}: give an attempt's ID "
+                   "(suspendguard history lists them)\n")
+    # The largest ID is asked of the history, which has no such attempt.
+    code, _, err = cli("retry", "suspend", "--attempt", str(2**63 - 1), "--config", str(config))
+    assert code == 3 and err.count("\n") == 1, err

@@ -16,6 +16,7 @@ from helpers.holders import Holders
 from helpers.users import nobody_prefix, python_for_nobody
 
 from suspendguard.cli import main
+from suspendguard.commands import BY_NAME
 from suspendguard.errors import HistoryError
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History
@@ -168,3 +169,45 @@ def test_a_user_who_cannot_read_the_mode_is_never_told_enforce() -> None:
         assert run_cli(conf, "mode")[1].startswith("off: ")  # as root, what the guard reads
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_mode_documents_the_status_it_gives_a_config_it_cannot_load() -> None:
+    # The off switch works while the configuration cannot be loaded: never 2 or 4 for it.
+    exits = dict(BY_NAME["mode"].exits)
+    assert sorted(exits) == [0, 2, 3]
+    assert "configuration" not in exits[2]
+    assert "missing, invalid or untrusted" in exits[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root refuses an untrusted configuration")
+def test_an_untrusted_config_switches_the_unit_folders_mode_as_documented(
+        conf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    unit_dir = tmp_path / "unit-state"
+    monkeypatch.setattr(guard_mode, "UNIT_STATE_DIR", str(unit_dir))
+    # Any user may change it, root acts on none of it; its name is shown escaped.
+    untrusted = tmp_path / "config\x1b[2J.toml"
+    untrusted.write_text(conf.read_text())
+    untrusted.chmod(0o666)
+    documented = dict(BY_NAME["mode"].exits)
+    code, out, err = run_cli(untrusted, "mode", "off")
+    assert code in documented and "untrusted" in documented[code], (code, err)
+    assert out.startswith("off: ") and err.count("\n") == 1 and "\x1b" not in err, err
+    assert "config\\e[2J.toml" in err, err
+    assert err.startswith("suspendguard: refusing an untrusted configuration: "), err
+    assert err.endswith(f"; the mode is {unit_dir}'s, which the veto unit reads until the "
+                        "configuration loads again\n"), err
+    assert (unit_dir / "mode").read_text() == "off\n"
+    assert not Path(state(conf)).exists()  # the folder it names is not root's to write
+    code, out, _ = run_cli(untrusted, "mode")
+    assert code in documented and out.startswith("off: ")
+
+
+def test_a_config_error_it_reports_is_one_line_without_control_characters(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guard_mode, "UNIT_STATE_DIR", str(tmp_path / "unit-state"))
+    conf = tmp_path / "config.toml"
+    conf.write_text('[drain]\n"x\\u001b[2J\\nforged line" = 1\n')
+    code, out, err = run_cli(conf, "mode")
+    assert (code, out.split(":")[0]) == (0, "enforce"), err
+    assert err.count("\n") == 1 and "\x1b" not in err, err
+    assert f"{conf}: [drain] x\\e[2J\\nforged line: unknown key" in err, err

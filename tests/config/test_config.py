@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import REPO
@@ -12,6 +13,7 @@ from helpers.runners import cli, config_cli
 from suspendguard.config import SCHEMA, Rule, build, commented_default, defaults, load, to_toml
 from suspendguard.config.schema import RULE_FIELDS, RULE_HELP
 from suspendguard.config.spec import DAY_S, Bounds
+from suspendguard.config.validate import shown
 from suspendguard.errors import ConfigError
 from suspendguard.system.deadline import ANSWER_MARGIN_S
 
@@ -305,3 +307,70 @@ def test_a_wait_inside_a_list_has_the_same_range(tmp_path: Path, text: str, expe
     code, out, err = config_cli(path, text)
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert str(path) in err and expected in err, err
+
+
+HEX_4000 = "0x" + "f" * 4000  # 16000 bits: 4817 digits, which Python turns into no text
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # Python reads no decimal integer of over 4300 digits (tomllib raises ValueError).
+    ("[drain]\nrounds = 1" + "0" * 5000 + "\n",
+     "an integer of 5001 digits (line 2): too long to read"),
+    ("[idle]\n\nsamples = 1_" + "0" * 5000 + "\n", "an integer of 5001 digits (line 3)"),
+    # A hexadecimal one is read, whatever its length, and its error line sizes it.
+    (f"[idle]\nsamples = {HEX_4000}\n",
+     "[idle] samples (line 2): expected an integer from 1 to 1000, got an integer of about "
+     "4817 digits"),
+    (f"[[policy.drain]]\nuid = 0\ntimeout_s = {HEX_4000}\n",
+     "entry 1: timeout_s must be a number > 0 and at most 86400, got an integer of about "
+     "4817 digits"),
+])
+def test_an_integer_too_long_for_text_is_one_line_exit_2(tmp_path: Path, text: str,
+                                                         expected: str) -> None:
+    path = tmp_path / "bad.toml"
+    code, out, err = config_cli(path, text)
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and len(err) < 250, err
+    assert err.startswith(f"suspendguard: {path}: ") and expected in err, err
+    with pytest.raises(ConfigError):
+        load(str(path))
+
+
+def test_an_integer_too_long_for_text_is_sized_from_its_bits() -> None:
+    assert shown(10**700) == "an integer of about 701 digits"
+    assert shown(-(1 << 20000)) == "a negative integer of about 6021 digits"
+    assert shown(10**30) == "100000000000... (31 digits)"  # shown whole up to its 12th digit
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('[drain]\n"x\\u001b[31mRED\\nsecond line" = 1\n',
+     "[drain] x\\e[31mRED\\nsecond line: unknown key; expected one of signal"),
+    ('["sec\\u001b[2J\\nline2"]\n', "unknown section [sec\\e[2J\\nline2]; expected one of"),
+    ('[drain]\n"\\u009b2J\\r" = 1\n', "[drain] \\x9b2J\\r: unknown key"),
+])
+def test_an_unknown_name_with_control_characters_is_shown_escaped(
+        tmp_path: Path, text: str, expected: str) -> None:
+    # A quoted TOML key may hold a newline or ESC: the error line must stay one line, and
+    # must not move the terminal's cursor or forge a second line in the journal.
+    path = tmp_path / "bad.toml"
+    code, out, err = config_cli(path, text)
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert not any(c in err[:-1] for c in "\x1b\r\n\x9b"), err
+    assert expected in err, err
+
+
+@pytest.mark.parametrize("data", [
+    {},
+    # Each wait as written, to the last digit a float keeps.
+    {"drain": {"escalate": ["SIGTERM:10.123456789", "kill:0.1", "SIGHUP:600.5",
+                            "SIGTERM:1e-07", "SIGTERM:0", "SIGTERM:3.3333333333333335"]}},
+    {"drain": {"timeout_s": 12.000001, "signal": "term", "rounds": 3},
+     "idle": {"busy_threshold": 0.123456789, "settle_s": 1.0000001},
+     "policy": {"protect": [{"comm": "trainer", "uid": 1000}],
+                "drain": [{"exe": "/usr/bin/x", "timeout_s": 90.0000001}]}},
+])
+def test_the_effective_config_loads_back_to_the_same_config(data: dict[str, Any]) -> None:
+    data = {**data, "drain": {"deadline_s": DAY_S, **data.get("drain", {})}}
+    config = build(data)
+    assert build(tomllib.loads(to_toml(config))) == config

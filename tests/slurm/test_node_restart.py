@@ -74,3 +74,24 @@ print(json.dumps(doc))""")
                                                   "slurm node restart --attempt 7"]
     assert "gpu3: started again what its drain stopped: train.service" in err.getvalue()
     assert "gpu3: not powered down: suspendguard: power-action-failed" in err.getvalue()
+
+
+@pytest.mark.parametrize("attempt", ["0", "-1", str(2**63), "99999999999999999999"])
+def test_an_attempt_no_history_can_hold_is_a_usage_error(tmp_path: Path, attempt: str) -> None:
+    # An ID past SQLite's INTEGER overflowed its read: a traceback, not the usage error.
+    config = tmp_path / "config.toml"
+    config.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n[slurm]\nnode_name = "gpu3"\n')
+    code, out, err = cli("--config", str(config), "slurm", "node", "restart", "--attempt",
+                         attempt)
+    assert (code, out) == (2, "")
+    assert err == (f"suspendguard: slurm node restart: --attempt {attempt}: give the attempt's "
+                   "ID that prepare answered with\n")
+
+
+def test_the_largest_attempt_id_is_asked_of_the_history(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n[slurm]\nnode_name = "gpu3"\n')
+    code, out, err = cli("--config", str(config), "slurm", "node", "restart", "--attempt",
+                         str(2**63 - 1))
+    doc = json.loads(out)
+    assert (code, doc["verdict"], doc["started"]) == (0, "allow", []), err
