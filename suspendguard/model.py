@@ -249,9 +249,18 @@ class Outcome:
     seconds: float | None = None
     why: str = ""
 
-    def describe(self) -> str:
+    def cell(self) -> str:
+        """The outcome in a table's cell: its kind, with the seconds of an exit; the why, given
+        whole, goes under the table."""
         if self.kind == "exited" and self.seconds is not None:
             return f"exited after {self.seconds:.2f} s"
+        return self.kind
+
+    def describe(self) -> str:
+        """The outcome in words, its why included ("exited after 37.20 s, after escalation to
+        SIGKILL")."""
+        if self.kind == "exited" and self.seconds is not None:
+            return self.cell() + (f", {self.why}" if self.why else "")
         return f"{self.kind}: {self.why}" if self.why else self.kind
 
     def to_json(self) -> dict[str, Any]:
@@ -320,7 +329,7 @@ class Owner:
             return "plain process"
         what = {"systemd-service": "systemd service", "user-service": f"user {self.uid}'s service",
                 "docker": "Docker container", "podman": "Podman container",
-                "kubernetes": "Kubernetes pod"}[self.kind]
+                "kubernetes": "Kubernetes pod"}.get(self.kind, self.kind)  # a newer one's: its word
         tail = f"restart {self.restart}" if self.restart else self.note
         return f"{what} {self.short_name}" + (f" ({tail})" if tail else "")
 

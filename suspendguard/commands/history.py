@@ -102,7 +102,7 @@ def attempt_lines(a: Attempt, width: int | None) -> list[str]:
         rows: list[tuple[str, ...]] = [("PID", "USER", "ACTION", "ROUND", "OUTCOME", "COMMAND")]
         # The outcome's why is given whole below the table: it is what the operator came for.
         rows += [(str(r.holder.pid), r.holder.user, r.action, str(r.round),
-                  r.outcome.kind if r.outcome.why else r.outcome.describe(),
+                  r.outcome.cell(),
                   short_command(r.holder.command)) for r in a.holders]
         lines += ["", f"holders: {len(a.holders)}", *table(rows, width=width, flex=(5,))]
         by_rule: dict[str, list[str]] = {}

@@ -75,7 +75,7 @@ def holder_lines(holders: Sequence[HolderRecord], width: int | None,
     rows = [("PID", "USER", "ACTION", "SIGINT", "OUTCOME", "COMMAND")]
     for hr in holders:
         h = hr.decision.holder
-        rows.append((str(h.pid), h.user, hr.decision.action, h.sigint, hr.outcome.describe(),
+        rows.append((str(h.pid), h.user, hr.decision.action, h.sigint, hr.outcome.cell(),
                      short_command(h.command)))
     lines = [f"{title}: {len(holders)}", *table(rows, width=width, flex=(5, 4, 1))]
     by_rule: dict[str, list[str]] = {}
@@ -85,8 +85,9 @@ def holder_lines(holders: Sequence[HolderRecord], width: int | None,
     lines += [f"    {safe(rule)}: pid {', '.join(pids)}" for rule, pids in by_rule.items()]
     for hr in holders:
         h = hr.decision.holder
+        # The outcome's why whole (a prediction, an escalation): a table's cell cuts it.
         notes = [*hr.decision.notes, *([hr.respawned] if hr.respawned else []),
-                 *owner_notes(hr)]
+                 *owner_notes(hr), *([hr.outcome.why] if hr.outcome.why else [])]
         if notes:
             where = ", ".join(w for w in (h.unit, h.container and f"container {h.container}") if w)
             lines.append(safe(f"  pid {h.pid}" + (f" ({where})" if where else "") + ": "
@@ -203,7 +204,9 @@ def allow_entry(a: Attempt, holders: Sequence[HolderRecord]) -> dict[str, str]:
     def name(hr: HolderRecord) -> str:
         h = hr.decision.holder
         where = h.unit or (f"container {h.container}" if h.container else "")
-        return f"pid {h.pid} {h.comm}" + (f" ({where})" if where else "")
+        # An escalation is said: that job did not leave on its own signal.
+        how = hr.outcome.why if hr.outcome.why.startswith("after escalation") else ""
+        return f"pid {h.pid} {h.comm}" + "".join(f" ({w})" for w in (where, how) if w)
 
     names = ", ".join(name(hr) for hr in gone)
     stopped = ", ".join(s.owner.name for s in a.stops)
@@ -223,10 +226,13 @@ def _log_line(report: Report, log: Logger) -> None:
     attempt = f"attempt {a.id} " if a.id else ""
     would = "would " if a.dry_run else ""
     tail = "; ".join(report.verdict.texts)
+    # A look (a dry run, the unit's in observe mode) refused nothing: not an error.
+    refusal = log.warning if a.dry_run else log.error
     if report.verdict.kind == "unknown":
-        log.error(f"{attempt}({what}): unknown, refused: {tail}")
+        refusal(f"{attempt}({what}): unknown, {would}refuse: {tail}" if a.dry_run
+                else f"{attempt}({what}): unknown, refused: {tail}")
     elif report.verdict.kind == "veto":
-        log.error(f"{attempt}({what}): {would}veto: {tail}")
+        refusal(f"{attempt}({what}): {would}veto: {tail}")
     else:
         count = sum(1 for h in report.holders
                     if h.outcome.kind == ("would-signal" if a.dry_run else "exited"))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -59,8 +62,9 @@ def test_check_says_a_protect_rule_on_a_name_alone_lets_anyone_veto(
                "uid, user, unit or exe")
     assert warning in out.splitlines()
     assert "protect #2" not in out.split("holders:")[0]  # a rule on a uid holds
-    assert (f"  pid {pid}: the rule that protects it matches by name or command line alone, "
-            "which any user's process can set") in out.splitlines()
+    assert any(line.startswith(f"  pid {pid}: the rule that protects it matches by name or "
+                               "command line alone, which any user's process can set")
+               for line in out.splitlines())
 
 
 def test_a_verdict_whose_output_is_lost_never_exits_0(
@@ -196,6 +200,35 @@ def test_journal_priorities(conf: Path, node: str, holders: Holders) -> None:
     assert code == 1
     verdict = [line for line in err.splitlines() if "veto" in line]
     assert verdict and all(line.startswith("<3>") for line in verdict)
+
+
+def test_an_observed_refusal_is_logged_as_a_warning_that_says_would(
+        conf: Path, node: str, holders: Holders) -> None:
+    # Observe mode refuses nothing: a journalctl -p err alert must not fire on its look.
+    from suspendguard.store import mode
+
+    holders.start(node, mode="deaf")
+    mode.write(str(conf.parent / "state"), "observe")
+    code, _, err = cli("pre-sleep", "--config", str(conf), environ={"JOURNAL_STREAM": "8:1234"})
+    assert code == 0
+    [verdict] = [line for line in err.splitlines() if "veto" in line]
+    assert verdict.startswith("<4>") and "would veto: " in verdict, err
+    assert not any(line.startswith("<3>") for line in err.splitlines()), err
+
+
+def test_an_observed_unknown_says_would_refuse() -> None:
+    from helpers.records import ended
+
+    from suspendguard.guard.render import log_verdict
+    from suspendguard.system.log import Logger
+
+    attempt = replace(ended(7, "unknown", ["3 processes could not be inspected"],
+                            code="uninspected"), dry_run=True, action="suspend")
+    report = SimpleNamespace(attempt=attempt, verdict=attempt.verdict, holders=())
+    out = io.StringIO()
+    log_verdict(report, Logger(out, {"JOURNAL_STREAM": "8:1"}))  # type: ignore[arg-type]
+    assert out.getvalue().startswith("<4>attempt 7 (") and "unknown, would refuse: 3 " \
+        "processes could not be inspected" in out.getvalue(), out.getvalue()
 
 
 def test_allow_is_logged_at_info(conf: Path) -> None:

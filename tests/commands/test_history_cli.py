@@ -130,3 +130,16 @@ def test_an_observed_look_is_told_from_a_real_veto(conf: Path, node: str,
     assert str(deaf) in lines[2]
     [doc] = json.loads(cli(conf, "--json")[1])["attempts"]
     assert (doc["action"], doc["dry_run"], doc["verdict"]) == ("suspend", True, "veto")
+
+
+def test_an_owner_kind_a_newer_version_wrote_is_shown_by_its_word(
+        conf: Path, node: str, holders: Holders) -> None:
+    import sqlite3
+
+    holders.start(node)
+    assert drain(conf)["verdict"] == "allow"
+    with sqlite3.connect(conf.parent / "state" / "history.db") as db:
+        assert db.execute("UPDATE holders SET owner = 'lxc:box1'").rowcount == 1
+    code, out, err = cli(conf, "1")
+    assert (code, err) == (0, ""), err
+    assert any(line.endswith("run by lxc box1") for line in out.splitlines()), out

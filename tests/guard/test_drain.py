@@ -180,6 +180,16 @@ def test_escalation_reaches_a_holder_that_ignores_sigint(make_config: Any, node:
     assert out.kind == "exited" and "SIGKILL" in out.why
     assert f"{pid} SIGTERM" in holders.signals()
     assert proc.wait(timeout=5) == -9
+    # Said wherever the drain is told: it did not leave on its own signal.
+    from suspendguard.guard.render import allow_entry, holder_lines
+    lines = holder_lines(report.holders, 80)
+    [row] = [line for line in lines if line.split()[:1] == [str(pid)]]
+    assert f"exited after {out.seconds:.2f} s" in row
+    assert any(line.startswith(f"  pid {pid}: ") and line.endswith("after escalation to SIGKILL")
+               for line in lines), lines
+    entry = allow_entry(report.attempt, report.holders)
+    assert f"pid {pid} " in entry["MESSAGE"] and "(after escalation to SIGKILL)" in entry["MESSAGE"]
+    assert out.describe() == f"exited after {out.seconds:.2f} s, after escalation to SIGKILL"
 
 
 def test_default_never_escalates(make_config: Any, node: str, holders: Holders) -> None:
