@@ -22,7 +22,7 @@ from suspendguard.idle.base import IdleReport, family_of
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Decision, Holder, ScanResult
 from suspendguard.system.deadline import Deadline, nap
-from suspendguard.system.procfs import ProcAccessError
+from suspendguard.system.procfs import ProcAccessError, ProcFS
 from suspendguard.verdict import Reason
 
 HZ = os.sysconf("SC_CLK_TCK")  # the unit of a process's start time (/proc/PID/stat)
@@ -126,6 +126,16 @@ def by_its_nodes(d: Decision) -> bool:
     return d.action == "keep" or (d.action == "ignore" and d.rule == MANAGEMENT_ONLY)
 
 
+def _reused(pid: int, starts: Collection[int], proc: ProcFS) -> bool:
+    """Whether another process than the run's own (``starts``: its start times) has ``pid``
+    now; one gone, or that cannot be read, is not said to be another."""
+    try:
+        st = proc.stat(pid)
+    except ProcAccessError:
+        return False
+    return st is not None and st.start_time not in starts
+
+
 def device_holders(r: RunState, idle: IdleReport,
                    known: Collection[int] = ()) -> tuple[list[Decision], Said]:
     """Processes the device reports that the scan did not see, as decided holders.
@@ -138,9 +148,15 @@ def device_holders(r: RunState, idle: IdleReport,
     the device lists as a graphics process alone is a graphics client
     wherever it runs: named in a warning, never signalled, never a veto.
     """
-    known_pids = {k[0] for k in r.results} | set(known)
-    kept = {k[0]: hr.decision.holder for k, hr in r.results.items()
-            if by_its_nodes(hr.decision)}
+    # A pid the run handled names the process it handled only while its start time is the
+    # same: one that exited and whose pid another took is someone the run never saw.
+    recorded: dict[int, set[int]] = {}
+    for pid, start in r.results:
+        recorded.setdefault(pid, set()).add(start)
+    known_pids = set(known) | {pid for pid, starts in recorded.items()
+                               if not _reused(pid, starts, r.options.proc)}
+    kept = {pid: hr.decision.holder for (pid, start), hr in r.results.items()
+            if by_its_nodes(hr.decision) and not _reused(pid, {start}, r.options.proc)}
     extra: list[Holder] = []
     said = NOTHING
     for p in idle.processes():

@@ -33,6 +33,8 @@ Log = Callable[[str], None]
 # The scan before the drain eats into the deadline too; a cut below this is
 # that, not worth a warning.
 CUT_TOLERANCE_S = 0.1
+# The least wait worth a signal: the floor each round of the drain is given (run_state.py).
+MIN_WAIT_S = 0.5
 
 @dataclass(frozen=True, slots=True)
 class DrainResult:
@@ -78,6 +80,14 @@ def drain(
     try:
         if keep is not None and watch.targets:
             keep([t.holder for t in watch.targets.values()])
+            # The supervisors' keep-down (a daemon-reload, an engine's API) may have taken
+            # the time left, or the guard was stopped meanwhile: a signal with no wait
+            # after it loses the job's work for a veto all the same.
+            if deadline.left() < MIN_WAIT_S:
+                return watch.unsignalled(f"{UNSIGNALLABLE}: no time was left to wait for it "
+                                         "once its supervisor was asked to keep it down")
+        if deadline.cancelled:  # the guard's SIGTERM, SIGINT or SIGHUP: nobody is signalled
+            return watch.unsignalled(deadline.cancel_reason)
         for target in watch.targets.values():
             target.quiet = jobs.quiet.get(holder_id(target.holder), "")
         unforwarded = _forward(jobs, watch.targets, signame, proc, opener, log)
@@ -109,6 +119,12 @@ class _Drain:
         self.outcomes: dict[HolderId, Outcome] = {}
         self.deferred: dict[int, Callable[[], str]] = {}  # asks waiting for others to leave
         self.jobs = NO_JOBS
+
+    def unsignalled(self, why: str) -> DrainResult:
+        """The drain ended before any signal: each holder it watched, not signalled."""
+        for target in self.targets.values():
+            self.outcomes[holder_id(target.holder)] = Outcome("not-signalled", why=why)
+        return DrainResult(self.outcomes, 0.0, False)
 
     def running(self) -> set[HolderId]:
         return {holder_id(t.holder) for t in self.targets.values()}

@@ -29,7 +29,7 @@ from suspendguard.guard.job_stop import JobStop
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
 from suspendguard.guard.scan import scan_holders
-from suspendguard.model import holder_id
+from suspendguard.model import Outcome, holder_id
 from suspendguard.store.history import History
 from suspendguard.system.deadline import Cancel, Deadline
 from suspendguard.system.log import Logger
@@ -329,6 +329,26 @@ def test_without_pidfds_escalation_reaches_a_deaf_holder(node: str, holders: Hol
                    opener=_no_pidfd)
     assert result.outcomes[(pid, holder.start_time)].kind == "exited"
     assert proc.wait(timeout=5) == -9 and f"{pid} SIGTERM" in holders.signals()
+
+
+def test_a_guard_stopped_or_out_of_time_while_jobs_are_kept_down_signals_nobody(
+        node: str, holders: Holders) -> None:
+    # The supervisors' keep-down (a daemon-reload under load) is where a drain can spend its
+    # time, and where the operator's Ctrl-C lands: a signal after it would cost the job its
+    # work for a veto all the same.
+    job, pid = holders.start(node)
+    [holder] = [h for h in scan_holders(take_inventory(make_devices(node))).holders if h.pid == pid]
+    cancel = Cancel()
+    stopped = drain([holder], "SIGINT", 5.0, Deadline(time.monotonic() + 10, cancel),
+                    keep=lambda _hs: cancel.cancel("guard received SIGINT"))
+    assert stopped.outcomes[(pid, holder.start_time)] == Outcome("not-signalled",
+                                                                 why="guard received SIGINT")
+    late = drain([holder], "SIGINT", 5.0, Deadline(time.monotonic() + 0.6),
+                 keep=lambda _hs: time.sleep(0.3))
+    outcome = late.outcomes[(pid, holder.start_time)]
+    assert outcome.kind == "not-signalled" and outcome.why.startswith("could not be signalled: "
+                                                                      "no time was left")
+    assert holders.signals() == [] and job.poll() is None
 
 
 def test_only_the_confirmed_holders_are_signalled(make_config: Any, node: str,

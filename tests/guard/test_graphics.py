@@ -31,6 +31,7 @@ from suspendguard.idle.nvml import NvmlBackend
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Inventory, Node, Role
 from suspendguard.system.deadline import Deadline
+from suspendguard.system.procfs import ProcFS, Stat
 
 # The display server's three nodes, and CUDA's own: name, role, rdev as root.
 NODES: dict[str, tuple[Role, int]] = {
@@ -160,6 +161,46 @@ def test_a_kept_process_the_device_lists_as_compute_is_drained(
     [hr] = [h for h in report.holders if h.decision.holder.pid == job]
     assert (hr.decision.action, hr.decision.rule) == ("drain", "reported by the device (nvml)")
     assert hr.outcome.kind == "exited", hr.outcome
+    assert report.verdict.kind == "allow", report.verdict.texts
+
+
+class Reused(ProcFS):
+    """/proc as it is, but once ``reuse`` is set the process at that pid has another start
+    time: the kept process exited and a new one took its pid (pid reuse inside one run,
+    which no test can bring about on a real host in time)."""
+
+    reuse = 0
+
+    def stat(self, pid: int, at: int | None = None) -> Stat | None:
+        st = super().stat(pid, at)
+        return replace(st, start_time=st.start_time + 1) if st and pid == self.reuse else st
+
+
+def test_a_kept_pid_another_process_took_is_decided_as_that_process(
+        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The display client the look kept is gone; a CUDA job has its pid when NVML lists it
+    # as compute. That job is someone the run never saw: decided and drained as itself, not
+    # taken for the kept client (whose start time its drain would find changed, and skip).
+    job = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
+    proc = Reused()
+    check = nvml_check(monkeypatch, [job])
+
+    pynvml = sys.modules["pynvml"]
+
+    def reading(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> Any:
+        if proc.reuse:  # read again after the drain: the job has left
+            pynvml.SCRIPT[0]["compute"] = []
+        proc.reuse = job
+        return check(config, families, deadline)
+
+    report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}),
+                   idle_check=reading, proc=proc)
+    records = [h for h in report.holders if h.decision.holder.pid == job]
+    assert [(h.decision.action, h.outcome.kind) for h in records] == [
+        ("keep", "not-signalled"), ("drain", "exited")], records
+    assert records[1].decision.holder.start_time == records[0].decision.holder.start_time + 1
+    assert hold[0].wait(timeout=5) != 0  # the process with the pid now got the signal
     assert report.verdict.kind == "allow", report.verdict.texts
 
 
