@@ -56,11 +56,13 @@ def _open(config: Config, log: Logger) -> History | None:
 
 def unit_attempt(history: History, action: str) -> Attempt | None:
     """The veto unit's attempt of this sleep cycle, if it ran (its look, in observe mode): one
-    that ended at most LOOK_BACK_S ago (from its end: a long drain is no older attempt)."""
+    that ended at most LOOK_BACK_S ago (from its end: a long drain is no older attempt).
+    A real attempt that refused is no sleep's: the unit failed, and nothing slept after it;
+    a sleep that follows it soon after (the guard switched off meanwhile) has none."""
     attempt = history.last_slept_on(action=action, ended_since=time.time() - LOOK_BACK_S)
-    if attempt is not None and attempt.origin == "unit":
-        return attempt
-    return None
+    if attempt is None or attempt.origin != "unit":
+        return None
+    return attempt if attempt.dry_run or attempt.result == "allow" else None
 
 
 def sleep_run_started(proc: ProcFS) -> float | None:

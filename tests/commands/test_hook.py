@@ -100,6 +100,27 @@ def test_pre_without_the_unit_drains_nothing_and_says_so(conf: Path, node: str,
     assert event.phase == "pre" and "nothing was drained" in event.note
 
 
+def test_a_sleep_soon_after_a_veto_is_not_filed_under_it(conf: Path, node: str,
+                                                          holders: Holders) -> None:
+    # The unit vetoed (nothing slept); the operator switched the guard off and suspended:
+    # that sleep had no attempt, and its going down and resume are not the veto's.
+    from suspendguard.config import load
+    from suspendguard.store import mode
+
+    holders.start(node, mode="deaf")
+    vetoed = run(load(str(conf)), dry_run=False, action="suspend", origin="unit",
+                 idle_check=None, log=Logger(io.StringIO(), {}), history=History.open)
+    assert vetoed.verdict.kind == "veto"
+    mode.write(state(conf), "off")
+    code, err = hook(conf, "pre", "suspend")
+    assert code == 0 and f"attempt {vetoed.attempt.id}" not in err, err
+    with History.open(state(conf), readonly=True) as h:
+        [event] = [e for e in h.events() if e.phase == "pre"]
+    assert event.attempt_id is None, event
+    assert event.note == ("the veto unit's attempt is not found, and the guard's mode is off: "
+                          "nothing was drained")
+
+
 def test_a_long_attempt_still_counts_from_its_end(conf: Path, node: str) -> None:
     """The look-back runs from the attempt's end: a drain that took longer
     than the look-back itself is still this sleep's attempt."""
