@@ -49,6 +49,10 @@ RESUME_PROGRAM_KEYS = ("modprobe", "cuda_library")
 # The [slurm] keys that name a program root executes: scontrol, run by ``slurm health``
 # (slurmd's HealthCheckProgram, as root on every node) and ``slurm sync`` (root's timer).
 SLURM_PROGRAM_KEYS = ("scontrol",)
+# The [slurm] command lines whose first word root may run on this host: the remote (ssh),
+# the power actions (slurm suspend and resume, as SlurmUser or root), and the node's guard
+# where the node is this host.
+SLURM_ARGV_KEYS = ("remote", "guard", "power_off", "power_on")
 
 
 def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -59,10 +63,12 @@ def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
     programs = [("idle", key) for key in PROGRAM_KEYS]
     programs += [("resume", key) for key in RESUME_PROGRAM_KEYS]
     programs += [("slurm", key) for key in SLURM_PROGRAM_KEYS]
-    for section, key in programs:
-        value: str = getattr(getattr(config, section), key)
-        what = f"[{section}] {key}"
-        if not value or (key == "cuda_library" and "/" not in value):
+    named = [(f"[{section}] {key}", getattr(getattr(config, section), key))
+             for section, key in programs]
+    named += [(f"[slurm] {key}", argv[0]) for key in SLURM_ARGV_KEYS
+              if (argv := getattr(config.slurm, key))]
+    for what, value in named:
+        if not value or (what == "[resume] cuda_library" and "/" not in value):
             # The built-in default places, not the configuration's choice; or a
             # library name, which the loader looks up in the system's own
             # folders, never on PATH.

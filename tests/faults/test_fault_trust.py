@@ -112,6 +112,25 @@ def test_status_leads_with_the_refusal_and_runs_nothing(tmp_path: Path, node: st
 
 
 @needs_root
+@pytest.mark.parametrize("key", ["remote", "guard", "power_off", "power_on"])
+def test_the_slurm_command_lines_root_runs_are_held_to_the_rule(
+        tmp_path: Path, node: str, key: str) -> None:
+    # The remote and the power actions run on the controller (slurm suspend and resume, as
+    # SlurmUser or root), the guard where the node is this host: their first word is a
+    # program root runs.
+    fake, marker = planted(tmp_path, "off.sh")
+    conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
+                      f'[idle]\nbackends = []\n[slurm]\n{key} = ["{fake}", "{{node}}"]\n'
+                      f'exclude_file = "{tmp_path}/exclude.conf"\n')
+    trust = load(str(conf), {"PATH": os.defpath}).trust
+    assert [p for p in trust if p.startswith(f"[slurm] {key} {fake}: ")], trust
+    assert "world-writable" in trust[0]
+    status, _, err = cli("--config", str(conf), "slurm", "suspend", "node1")
+    assert status == EXIT_UNTRUSTED and one_line(err) and f"[slurm] {key}" in err, err
+    assert not marker.exists()
+
+
+@needs_root
 def test_untrusted_program_on_path(tmp_path: Path, node: str) -> None:
     planted = tmp_path / "bin"
     planted.mkdir()
