@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from suspendguard.config import IdleConfig
 from suspendguard.guard import device_view, rounds
-from suspendguard.guard.inventory import device_families
 from suspendguard.guard.look import Look
 from suspendguard.guard.report import IdleSkipped
 from suspendguard.guard.run_state import NOTHING, RunState, Said
@@ -27,7 +26,7 @@ def confirm_idle(r: RunState, look: Look, certain_veto: bool, config: IdleConfig
     ``refused``: "veto" or "unknown" when the suspend is refused already (before or by
     the drain): a process the device reports now is then not signalled.
     """
-    families = device_families(look.inventory)
+    families = look.devices
     if not look.inventory.nodes:
         return IdleSkipped("none", "no accelerator nodes found"), NOTHING
     if look.idle_check is None:

@@ -26,6 +26,7 @@ class Look:
     """What the run found before anyone is signalled."""
 
     inventory: Inventory
+    devices: tuple[str, ...]  # the family of each device found, once per device
     scan: ScanResult
     decisions: list[Decision]
     first: IdleReport | None  # the device's view before the drain, when asked
@@ -38,6 +39,7 @@ def look(devices: DevicesConfig, idle: IdleConfig, r: RunState, lock: GuardLock)
     """The nodes, their holders, the decisions on them, and the device's own view first."""
     inventory = take_inventory(devices)
     families = inventory.families()
+    found = device_families(inventory)  # read once: the driver's GPU list may change
     idle_check = r.options.idle_check
     if idle_check is device_view.default_idle_check and not set(families) & set(FAMILIES):
         idle_check = None
@@ -54,12 +56,12 @@ def look(devices: DevicesConfig, idle: IdleConfig, r: RunState, lock: GuardLock)
     first: IdleReport | None = None
     if (idle_check is not None and inventory.nodes and not lock.refused
             and (refused or any(d.signals for d in decisions))):
-        first, asked = device_view.ask_first(r, idle_check, idle, device_families(inventory))
+        first, asked = device_view.ask_first(r, idle_check, idle, found)
         extra, hidden = device_view.device_holders(r, first, {h.pid for h in scan.holders})
         decisions += extra
         said += asked + hidden
     hidepid = r.options.proc.hidepid() if os.geteuid() != 0 and inventory.nodes else ""
-    unknown = device_view.uninspected(refused, first, device_families(inventory), hidepid)
-    return Look(inventory, scan, decisions, first, idle_check,
+    unknown = device_view.uninspected(refused, first, found, hidepid)
+    return Look(inventory, found, scan, decisions, first, idle_check,
                 Said((*said.reasons,), (*said.warnings, *unknown.warnings)),
                 Said(unknown.reasons))

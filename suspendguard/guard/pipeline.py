@@ -22,7 +22,6 @@ from suspendguard.config import Config
 from suspendguard.guard import outcome, rounds
 from suspendguard.guard.confirm import confirm_idle
 from suspendguard.guard.device_view import default_idle_check, uninspected
-from suspendguard.guard.inventory import device_families
 from suspendguard.guard.look import Look, look
 from suspendguard.guard.opening import HistoryOpener, open_run
 from suspendguard.guard.policy import ancestors
@@ -126,4 +125,4 @@ def _late_unknown(unreadable: Sequence[int], found: Look, idle: IdleReport | Idl
     as one the look could not read, unless the device's view after the drain answers."""
     return uninspected(sorted(set(unreadable) - set(found.scan.unreadable_pids)),
                        idle if isinstance(idle, IdleReport) else None,
-                       device_families(found.inventory))
+                       found.devices)
