@@ -6,12 +6,13 @@ is gone, whose PID another has taken, or that is a kernel thread.
 
 from __future__ import annotations
 
+import os
 import signal
 from dataclasses import replace
 
 from suspendguard.model import Disposition, HeldNode, Holder, NodeKey, SignalMasks
 from suspendguard.system.cgroup_path import unit_and_container
-from suspendguard.system.procfs import ProcFS, user_name
+from suspendguard.system.procfs import ProcFS, Stat, parse_stat, user_name
 from suspendguard.system.sigdelivery import Delivery, delivery
 
 
@@ -49,13 +50,13 @@ def describe_process(
         container=container,
         nspid=status.nspid or (pid,),
         nodes=tuple(unique.values()),
-        sigint=sigint_disposition(proc, pid, status.masks, leader_gone=st.state in ("Z", "X")),
+        sigint=sigint_disposition(proc, pid, status.masks, leader_gone=st.state in _EXITED),
         fatal_handlers=status.masks.fatal_handlers(),
         frozen=bool(thaw),
         source=source,
         sig_masks=status.masks,
         thaw=thaw,
-        stopped=st.state if st.state in ("T", "t") else "",
+        stopped=stopped_state(proc, pid, st),
         cgroup=cgroup,
     )
 
@@ -67,6 +68,36 @@ def _kernel_thread(pid: int, ppid: int, flagged: bool, proc: ProcFS) -> bool:
     stat = proc.read(pid, "stat") or b""
     fields = stat.rpartition(b")")[2].split()
     return len(fields) > 6 and fields[6].isdigit() and bool(int(fields[6]) & 0x00200000)
+
+
+_STOPPED = ("T", "t")  # stopped (SIGSTOP, a job-control stop); stopped by a debugger
+_EXITED = ("Z", "X")
+
+
+def stopped_state(proc: ProcFS, pid: int, st: Stat) -> str:
+    """What makes ``pid`` (``st``: its stat) stopped, "T" or "t"; "" when it is not.
+
+    The main thread's state is the process's while it lives. Once it has
+    exited (pthread_exit) it reads Z as long as the others run on, and a stop
+    shows in theirs alone: the process is stopped when a live thread is.
+    """
+    if st.state not in _EXITED:
+        return st.state if st.state in _STOPPED else ""
+    at = proc.open_dir(pid)
+    if at is None:
+        return ""
+    try:
+        now = proc.stat(pid, at)
+        if now is None or now.start_time != st.start_time:
+            return ""  # another process has the PID by now
+        states = set()
+        for tid in proc.task_ids(at):
+            thread = parse_stat(proc.read(pid, f"task/{tid}/stat", at) or b"")
+            if thread is not None:
+                states.add(thread.state)
+    finally:
+        os.close(at)
+    return next((state for state in _STOPPED if state in states), "")
 
 
 # What a SIGINT blocked in the main thread comes to, once every thread was looked at.

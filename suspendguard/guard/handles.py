@@ -24,6 +24,8 @@ from suspendguard.system.procfs import ProcAccessError, ProcFS
 # reaped by its parent; a zombie leader counts only once its last thread has
 # gone) counts as exited. Nothing is reaped here: the guard's
 # own children keep their exit status for whoever started them.
+# The signal goes through that fd too (pidfd_send_signal, from Linux 5.1); only
+# before 5.1 does it go by PID, right after a look that the process is there.
 NO_PIDFD = -1
 POLL_S = 0.01
 
@@ -99,7 +101,7 @@ def take(holder: Holder, signame: str, proc: ProcFS,
         try:
             at = proc.open_dir(holder.pid)
         except ProcAccessError:
-            at = None
+            return _unconfirmed(holder, "")
         if at is None:
             return GONE
         watch = Watch(proc, holder.pid, at)
@@ -107,7 +109,8 @@ def take(holder: Holder, signame: str, proc: ProcFS,
     try:
         st = proc.stat(holder.pid, None if watch is None else watch.at)
     except ProcAccessError:
-        st = None
+        target.close()
+        return _unconfirmed(holder, "/stat")
     if st is None:
         target.close()
         return GONE
@@ -118,6 +121,14 @@ def take(holder: Holder, signame: str, proc: ProcFS,
             why=f"pid {holder.pid} was reused by another process (start time changed)",
         )
     return target
+
+
+def _unconfirmed(holder: Holder, entry: str) -> Outcome:
+    """A holder still there whose start time was refused to the guard: whether it is still
+    the process scanned cannot be told, so it is not signalled, and it vetoes, named."""
+    return Outcome("not-signalled", why=(
+        f"{UNSIGNALLABLE}: its start time could not be read (/proc/{holder.pid}{entry} "
+        "refused to the guard)"))
 
 
 def close_fd(fd: int) -> None:
@@ -133,7 +144,7 @@ def send(target: Target, signum: int) -> Outcome | None:
         elif target.watch.exited():
             return GONE
         else:
-            os.kill(target.holder.pid, signum)
+            _send_through_dir(target.watch, signum)
     except ProcessLookupError:
         return GONE
     except PermissionError:
@@ -143,3 +154,17 @@ def send(target: Target, signum: int) -> Outcome | None:
                        why=f"{UNSIGNALLABLE}: permission denied (another user's process, "
                            "and the guard lacks CAP_KILL)")
     return None
+
+
+def _send_through_dir(watch: Watch, signum: int) -> None:
+    """The signal through the /proc/PID fd, which pidfd_send_signal takes (Linux 5.1 and
+    later); by PID where the kernel lacks that call (ENOSYS), or takes the fd for no
+    process's (EBADF: a /proc root that is not procfs)."""
+    if hasattr(signal, "pidfd_send_signal"):  # a Python built on older headers lacks it
+        try:
+            signal.pidfd_send_signal(watch.at, signum)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSYS, errno.EBADF):
+                raise
+    os.kill(watch.pid, signum)

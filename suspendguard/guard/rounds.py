@@ -16,6 +16,7 @@ from functools import partial
 
 from suspendguard.config import RestoreConfig
 from suspendguard.guard import advice
+from suspendguard.guard.device_view import refused_pids
 from suspendguard.guard.restore import restore
 from suspendguard.guard.run_state import NO_TAGS, NOTHING, RunState, Said, Tags
 from suspendguard.guard.scan import scan_holders
@@ -120,7 +121,9 @@ def drain_rounds(r: RunState, first: list[Decision], seen: dict[HolderId, frozen
         # step between the last exit and the verdict short.
         rescan = scan_holders(inventory, r.options.proc, exclude=runner.active_children(),
                               maps_known=listed)
-        unreadable.update(p for p in rescan.unreadable_pids if p != 1)
+        refused, warned = refused_pids(rescan)  # as root, a refused map_files read too
+        unreadable.update(refused)
+        said += warned
         new = [h for h in rescan.holders if holder_id(h) not in seen]
         took = [h for h in rescan.holders
                 if holder_id(h) in seen and not compute_nodes(h) <= seen[holder_id(h)]]

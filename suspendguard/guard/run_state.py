@@ -18,6 +18,7 @@ from types import MappingProxyType
 
 from suspendguard.config import DrainConfig, IdleConfig, PolicyConfig
 from suspendguard.guard import advice, jobs, jupyter
+from suspendguard.guard.describe import stopped_state
 from suspendguard.guard.drain import DrainResult, drain
 from suspendguard.guard.handles import UNSIGNALLABLE
 from suspendguard.guard.held import Held
@@ -348,11 +349,11 @@ class RunState:
         for d in decisions:
             try:
                 st = self.options.proc.stat(d.holder.pid)
+                if st is not None and st.start_time == d.holder.start_time:
+                    found[holder_id(d.holder)] = stopped_state(self.options.proc, d.holder.pid, st)
             except ProcAccessError:
                 continue
-            if st is not None and st.start_time == d.holder.start_time and st.state in ("T", "t"):
-                found[holder_id(d.holder)] = st.state
-        return found
+        return {key: state for key, state in found.items() if state}
 
     def _refuse_stopped(self, decisions: Sequence[Decision], stopped: Mapping[HolderId, str],
                         round_no: int, tags: Tags) -> Said:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -12,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.isolation import needs_root
 from helpers.runners import guard
+
+from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 RACER = str(Path(__file__).parents[1] / "helpers" / "drain_race.py")
 
@@ -80,3 +84,38 @@ def test_a_child_forked_during_the_drain_keeping_a_mapping_vetoes(
     assert "ignores SIGINT" in why, report.verdict.texts
     came = {h.decision.holder.pid: (h.outcome.kind, h.round) for h in report.holders}
     assert came == {forker_pid: ("exited", 1), child_pid: ("not-signalled", 2)}
+
+
+class RefusingNewMaps(ProcFS):
+    """As root without CAP_SYS_ADMIN: map_files refused, here to the processes started since
+    this /proc was made (the look's are read)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before = set(self.pids())
+
+    def map_file_stat(self, pid: int, *parts: str) -> os.stat_result | None:
+        if pid not in self.before:
+            raise ProcAccessError(f"/proc/{pid}/map_files: refused")
+        return super().map_file_stat(pid, *parts)
+
+
+@needs_root
+def test_a_child_forked_during_the_drain_whose_mapping_cannot_be_followed_is_unknown(
+        tmp_path: Path, make_config: Any, racers: Start) -> None:
+    """As the child above, but its mapping is of a /dev file that is not the node's own
+    (a container's own node) and map_files refuses the guard: the rescan could not read it,
+    as the look could not, and the verdict is unknown, not allow."""
+    zero = tmp_path / "zero0"  # the node: /dev/zero's rdev, mapped through /dev/zero
+    os.mknod(zero, 0o666 | stat.S_IFCHR, os.makedev(1, 5))
+    forker, forker_pid = racers("map-forker", "/dev/zero")
+    report = guard(make_config(devices={"nodes": [str(zero)]}), proc=RefusingNewMaps())
+    assert forker.stdout is not None
+    child_pid = int(forker.stdout.readline().split()[1])
+    came = {h.decision.holder.pid: (h.outcome.kind, h.round) for h in report.holders}
+    assert came == {forker_pid: ("exited", 1)}
+    assert report.verdict.kind == "unknown", report.verdict.texts
+    [why] = report.verdict.texts
+    assert why.startswith(f"1 process could not be inspected as root (pids {child_pid})"), why
+    assert any(w.startswith("1 process map a device file whose /proc/PID/map_files link")
+               and f"(pids {child_pid})" in w for w in report.verdict.warnings), report.verdict

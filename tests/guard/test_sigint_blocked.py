@@ -16,18 +16,22 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.holders import Holders
+from helpers.nvidia import Checks, FakeNvidiaSmi
 from helpers.runners import cli, guard, quick_veto
+from helpers.wait import wait_for
 
-from suspendguard.config import DevicesConfig
+from suspendguard.config import DevicesConfig, IdleConfig
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.retry import _alive as retry_alive
 from suspendguard.guard.scan import scan_holders
+from suspendguard.idle.base import IdleReport
+from suspendguard.system.deadline import Deadline
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 from suspendguard.system.sigdelivery import delivery
 
@@ -238,6 +242,68 @@ def test_retry_waits_for_a_holder_whose_main_thread_exited(leader_exit: str, nod
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
         assert not retry_alive(proc, job.pid, st.start_time)
+
+
+def stop_live_threads(pid: int) -> None:
+    """SIGSTOP to ``pid``, until its live threads show it (state T): the zombie leader
+    still reads Z."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        tasks = Path(f"/proc/{pid}/task")
+        states = {(tasks / tid / "stat").read_text().rpartition(")")[2].split()[0]
+                  for tid in os.listdir(tasks) if int(tid) != pid}
+        return states == {"T"}
+
+    wait_for(stopped, interval=0.01, message="the live thread never stopped")
+
+
+def continued_lives_on(job: subprocess.Popen[str]) -> bool:
+    """SIGCONT to ``job``: whether it lives on, no SIGINT pending to end it (its thread
+    takes SIGINT and exits)."""
+    assert not pending(job.pid) & SIGINT_BIT
+    os.kill(job.pid, signal.SIGCONT)
+    time.sleep(0.3)
+    return job.poll() is None
+
+
+def test_a_stopped_holder_whose_main_thread_exited_vetoes_unsignalled(
+        leader_exit: str, make_config: Any, node: str) -> None:
+    # Its leader reads Z, its live thread T: the process is stopped all the same.
+    with zombie_leader(leader_exit, node, "open") as job:
+        stop_live_threads(job.pid)
+        report = quick_veto(lambda: guard(make_config(drain={"timeout_s": 5})), 3)
+        [result] = report.holders
+        assert result.decision.kind == "veto-stopped", result.decision
+        assert result.decision.holder.stopped == "T" and result.outcome.kind == "not-signalled"
+        [reason] = report.verdict.texts
+        assert f"pid {job.pid} " in reason and "stopped (SIGSTOP, state T)" in reason
+        assert continued_lives_on(job)
+
+
+def test_a_holder_whose_main_thread_exited_stopped_after_the_scan_is_not_signalled(
+        leader_exit: str, make_config: Any, node: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stopped while the device is read, between the scan and the signal.
+    FakeNvidiaSmi(tmp_path, monkeypatch)
+    check = Checks()
+    with zombie_leader(leader_exit, node, "open") as job:
+
+        def stop_then_ask(config: IdleConfig, families: Sequence[str],
+                          deadline: Deadline) -> IdleReport:
+            if not check.calls:  # the device's view before the drain
+                stop_live_threads(job.pid)
+            return check(config, families, deadline)
+
+        report = quick_veto(lambda: guard(make_config(drain={"timeout_s": 5}),
+                                          idle_check=stop_then_ask), 4)
+        [reason] = report.verdict.reasons
+        assert reason.code == "stopped" and reason.pid == job.pid, reason
+        assert "was stopped (SIGSTOP, state T) when the signal was due" in reason.text
+        [result] = report.holders
+        assert result.decision.holder.stopped == ""  # running when scanned
+        assert result.outcome.why == "stopped (state T) since the scan"
+        assert continued_lives_on(job)
 
 
 # -- what the threads' files say, on a /proc of the test's own ----------------
