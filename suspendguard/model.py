@@ -212,6 +212,9 @@ class ScanResult:
     # follow (/proc/PID/map_files without CAP_SYS_ADMIN): never silent.
     maps_refused: tuple[int, ...] = ()
     listed: frozenset[int] = frozenset()  # every pid the scan looked at
+    # Processes whose scan did not answer by the run's deadline (among the unreadable):
+    # a read of /proc that blocks behind a process stuck in the kernel.
+    late: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

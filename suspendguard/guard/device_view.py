@@ -51,6 +51,12 @@ def refused_pids(scan: ScanResult) -> tuple[list[int], Said]:
             + ", ".join(str(p) for p in scan.maps_refused[:10]) + ")")
         if os.geteuid() == 0:
             refused = sorted({*refused, *scan.maps_refused} - {1})
+    if scan.late:
+        n = len(scan.late)
+        said += Said.warn(
+            f"the scan of {n} process{'es' if n != 1 else ''} did not answer by the run's "
+            "deadline and was ended: a read of /proc waits while a process stuck in the kernel "
+            "(a driver call that hangs) holds its memory's lock; they count as not inspected")
     return refused, said
 
 

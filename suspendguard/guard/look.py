@@ -8,6 +8,7 @@ certain veto found here, before the drain would stop any job.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 from suspendguard.config import FAMILIES, DevicesConfig, IdleConfig
@@ -45,7 +46,8 @@ def look(devices: DevicesConfig, idle: IdleConfig, r: RunState, lock: GuardLock)
         idle_check = None
     # Locked out: another run is draining these very holders; look at none.
     scan = (ScanResult((), 0, (), 0) if lock.refused else
-            scan_holders(inventory, r.options.proc, exclude=runner.active_children()))
+            scan_holders(inventory, r.options.proc, exclude=runner.active_children(),
+                         until=time.monotonic() + r.deadline.left()))
     refused, said = device_view.refused_pids(scan)
     said = Said.warn(*inventory.notes) + said
     decisions = r.decide(scan.holders)

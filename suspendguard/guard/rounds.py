@@ -120,7 +120,7 @@ def drain_rounds(r: RunState, first: list[Decision], seen: dict[HolderId, frozen
         # a mapping without an fd comes later in a job's life. This keeps the
         # step between the last exit and the verdict short.
         rescan = scan_holders(inventory, r.options.proc, exclude=runner.active_children(),
-                              maps_known=listed)
+                              maps_known=listed, until=time.monotonic() + r.deadline.left())
         refused, warned = refused_pids(rescan)  # as root, a refused map_files read too
         unreadable.update(refused)
         said += warned

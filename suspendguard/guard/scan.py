@@ -226,8 +226,10 @@ def scan_holders(
     proc: ProcFS | None = None,
     exclude: Collection[int] = (),
     maps_known: Collection[int] = (),
+    until: float | None = None,
 ) -> ScanResult:
-    """Every process holding a node of ``inventory``, never aborting on a race.
+    """Every process holding a node of ``inventory``, never aborting on a race; by ``until``
+    (a time.monotonic() time) where given, what was not read by then counted unreadable.
 
     ``maps_known``: pids whose mappings are not read (a rescan's: those the
     look listed, and read): such a process shows a node it opened since by
@@ -242,8 +244,9 @@ def scan_holders(
     skip = {os.getpid(), *exclude}
     pids = [pid for pid in proc.pids() if pid not in skip]
     workers = min(MAX_WORKERS, os.cpu_count() or 1, max(1, len(pids) // PIDS_PER_WORKER))
+    late: list[int] = []
     found, unreadable, maps_refused = _held_parallel(scanner, pids, workers,
-                                                     frozenset(maps_known))
+                                                     frozenset(maps_known), until, late)
     holders = []
     for pid in sorted(found):
         start_time, held = found[pid]
@@ -255,14 +258,14 @@ def scan_holders(
         if holder is not None:
             holders.append(holder)
     return ScanResult(tuple(holders), len(unreadable), tuple(sorted(unreadable)), len(pids),
-                      tuple(sorted(maps_refused)), frozenset(pids))
+                      tuple(sorted(maps_refused)), frozenset(pids), tuple(sorted(late)))
 
 
 # Almost all of a scan is kernel time in readlink() on /proc, one call per fd,
 # as for fuser. On a busy host (thousands of processes) disjoint pid ranges
 # are scanned by forked workers: every core works and, unlike threads, the
 # Python side of each call is not serialised by the GIL. A small host is
-# scanned in-process.
+# scanned in one: forked for its bound (``until``) alone, in-process without one.
 MAX_WORKERS = 4
 PIDS_PER_WORKER = 500
 
@@ -291,7 +294,8 @@ def _held_in(scanner: _Scanner, pids: Sequence[int], maps_known: frozenset[int])
 
 
 def _held_parallel(scanner: _Scanner, pids: list[int], workers: int,
-                   maps_known: frozenset[int]) -> _Share:
+                   maps_known: frozenset[int], until: float | None = None,
+                   late: list[int] | None = None) -> _Share:
     nodes = list(scanner.nodes.values())
     index = {n.key: i for i, n in enumerate(nodes)}
 
@@ -311,8 +315,14 @@ def _held_parallel(scanner: _Scanner, pids: list[int], workers: int,
     found: _Found = {}
     unreadable: list[int] = []
     refused: list[int] = []
+    def unanswered(part: list[int]) -> _Share:
+        if late is not None:
+            late.extend(part)
+        return {}, list(part), []
+
     for part_found, part_unreadable, part_refused in run_shares(
-            [pids[i::workers] for i in range(workers)], work, to_wire, from_wire):
+            [pids[i::workers] for i in range(workers)], work, to_wire, from_wire,
+            until=until, late=unanswered):
         found.update(part_found)
         unreadable.extend(part_unreadable)
         refused.extend(part_refused)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
+import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -32,35 +35,28 @@ def run_shares(
     work: Callable[[S], R],
     to_wire: Callable[[R], Any],
     from_wire: Callable[[Any], R],
+    *,
+    until: float | None = None,
+    late: Callable[[S], R] | None = None,
 ) -> list[R]:
-    """``work(share)`` for every share, in order: the first here, the others forked."""
+    """``work(share)`` for every share, in order: the first here, the others forked.
+
+    With ``until`` (a time.monotonic() time) and ``late``, every share is forked and
+    waited for until then at most: a worker that has not answered by then (a read of
+    /proc that blocks, behind a process stuck in a driver with its memory's lock held)
+    is killed, and its share is ``late(share)``.
+    """
+    if until is not None and late is not None and can_fork():
+        return _bounded(shares, work, to_wire, from_wire, until, late)
     if len(shares) <= 1 or not can_fork():
         return [work(share) for share in shares]
     children: list[tuple[int, int, int]] = []  # (pid, read end, share index)
     done: dict[int, R] = {}
     for index in range(1, len(shares)):
-        try:
-            r, w = os.pipe()
-        except OSError:
+        worker = _fork(lambda share=shares[index]: to_wire(work(share)))  # type: ignore[misc]
+        if worker is None:
             break
-        try:
-            child = os.fork()
-        except OSError:
-            os.close(r)
-            os.close(w)
-            break
-        if child == 0:  # pragma: no cover - runs in the forked worker
-            status = 1
-            try:
-                os.close(r)
-                view = memoryview(json.dumps(to_wire(work(shares[index]))).encode())
-                while view:
-                    view = view[os.write(w, view):]
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(w)
-        children.append((child, r, index))
+        children.append((*worker, index))
     forked = {index for _, _, index in children}
     try:
         for index in range(len(shares)):
@@ -76,10 +72,90 @@ def run_shares(
         with os.fdopen(r, "rb") as pipe:
             data = pipe.read()
         _, status = os.waitpid(child, 0)
+        answer = _answer(status, data, from_wire)
+        done[index] = answer if answer is not None else work(shares[index])
+    return [done[i] for i in range(len(shares))]
+
+
+def _answer(status: int, data: bytes, from_wire: Callable[[Any], R]) -> R | None:
+    """A worker's result; None when it failed (its share is then done here)."""
+    if status != 0:
+        return None
+    try:
+        return from_wire(json.loads(data))
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _fork(work: Callable[[], Any], alone: bool = False) -> tuple[int, int] | None:
+    """A worker that writes ``work()``'s JSON into a pipe: (pid, read end), or None.
+    ``alone``: it keeps no other descriptor of the guard's (a worker the kernel will not
+    let die must not hold the guard's lock or its history open)."""
+    try:
+        r, w = os.pipe()
+    except OSError:
+        return None
+    try:
+        child = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return None
+    if child == 0:  # pragma: no cover - runs in the forked worker
+        status = 1
         try:
-            if status != 0:
-                raise ValueError(f"worker exited with status {status}")
-            done[index] = from_wire(json.loads(data))
-        except (ValueError, KeyError, IndexError, TypeError):
-            done[index] = work(shares[index])
+            os.close(r)
+            if alone:
+                os.closerange(3, w)
+                os.closerange(w + 1, os.sysconf("SC_OPEN_MAX"))
+            view = memoryview(json.dumps(work()).encode())
+            while view:
+                view = view[os.write(w, view):]
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(w)
+    return child, r
+
+
+def _bounded(shares: Sequence[S], work: Callable[[S], R], to_wire: Callable[[R], Any],
+             from_wire: Callable[[Any], R], until: float, late: Callable[[S], R]) -> list[R]:
+    """Every share in a worker, each read until ``until``; a late one killed."""
+    done: dict[int, R] = {}
+    running: dict[int, tuple[int, int, list[bytes]]] = {}  # read end: (pid, index, data)
+    for index, share in enumerate(shares):
+        forked = _fork(lambda share=share: to_wire(work(share)), alone=True)  # type: ignore[misc]
+        if forked is None:
+            done[index] = work(share)  # no worker to be had: here, as without a bound
+            continue
+        running[forked[1]] = (forked[0], index, [])
+    poller = select.poll()
+    for r in running:
+        poller.register(r, select.POLLIN)
+    try:
+        while running:
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            for r, _mask in poller.poll(max(1, int(left * 1000))):
+                chunk = os.read(r, 65536)
+                child, index, data = running[r]
+                if chunk:
+                    data.append(chunk)
+                    continue
+                poller.unregister(r)
+                os.close(r)
+                del running[r]
+                _, status = os.waitpid(child, 0)
+                answer = _answer(status, b"".join(data), from_wire)
+                done[index] = answer if answer is not None else work(shares[index])
+    finally:
+        for r, (child, index, _data) in running.items():
+            os.close(r)
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)
+            # Reaped if the kill took; one the kernel holds unkillable is left to init.
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child, os.WNOHANG)
+            done[index] = late(shares[index])
     return [done[i] for i in range(len(shares))]

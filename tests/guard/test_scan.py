@@ -11,12 +11,15 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import FIXTURES
 from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT, needs_root
+from helpers.runners import guard
 
 from suspendguard.config import DevicesConfig
 from suspendguard.guard import scan
@@ -511,3 +514,43 @@ def test_map_files_refusal_is_a_counted_warning(tmp_path: Path, holders: Holders
     # As root that process could not be inspected, and nothing else answers for it.
     assert report["verdict"] == "unknown"
     assert report["reasons"][0].startswith(f"1 process could not be inspected as root (pids {pid})")
+
+
+class StuckMaps(ProcFS):
+    """/proc as it is, but reading one process's maps never returns: what a read does behind
+    a process stuck in a driver call with its memory's lock taken (a hung kernel path no
+    test can bring about safely)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__()
+        self.stuck = pid
+
+    def read(self, pid: int | str, name: str, at: int | None = None) -> bytes | None:
+        if pid == self.stuck and name.endswith("maps"):
+            time.sleep(3600)
+        return super().read(pid, name, at)
+
+
+def test_a_scan_that_blocks_is_ended_by_its_bound_and_counts_as_not_inspected(
+        node: str, holders: Holders) -> None:
+    _, held = holders.start(node)
+    _, stuck = holders.start(node)
+    started = time.monotonic()
+    result = scan_holders(inventory(node), StuckMaps(stuck), until=started + 2.0)
+    assert time.monotonic() - started < 10
+    assert stuck in result.late and stuck in result.unreadable_pids
+    assert set(result.late) <= set(result.unreadable_pids)
+    # The share of the scan that blocked is lost whole; without a bound it never returns.
+    assert held in {h.pid for h in result.holders} | set(result.late)
+    assert scan_holders(inventory(node)).holders  # unbounded, nothing stuck: found
+
+
+def test_a_run_whose_scan_blocks_answers_unknown_by_its_deadline(
+        make_config: Any, node: str, holders: Holders) -> None:
+    _, stuck = holders.start(node)
+    started = time.monotonic()
+    report = guard(make_config(drain={"timeout_s": 2, "deadline_s": 6}), proc=StuckMaps(stuck))
+    assert time.monotonic() - started < 6 + 5
+    assert report.verdict.kind == "unknown", report.verdict
+    assert any("did not answer by the run's deadline" in w for w in report.verdict.warnings)
+    assert holders.signals() == []
