@@ -8,14 +8,13 @@ certain veto found here, before the drain would stop any job.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 
 from suspendguard.config import FAMILIES, DevicesConfig, IdleConfig
 from suspendguard.guard import device_view
 from suspendguard.guard.inventory import device_families, take_inventory
 from suspendguard.guard.run_state import IdleCheck, RunState, Said
-from suspendguard.guard.scan import scan_holders
+from suspendguard.guard.scan import scan_holders, scan_until
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Inventory, ScanResult
 from suspendguard.store.lock import GuardLock
@@ -47,7 +46,7 @@ def look(devices: DevicesConfig, idle: IdleConfig, r: RunState, lock: GuardLock)
     # Locked out: another run is draining these very holders; look at none.
     scan = (ScanResult((), 0, (), 0) if lock.refused else
             scan_holders(inventory, r.options.proc, exclude=runner.active_children(),
-                         until=time.monotonic() + r.deadline.left()))
+                         until=scan_until(r.deadline.left())))
     refused, said = device_view.refused_pids(scan)
     said = Said.warn(*inventory.notes) + said
     decisions = r.decide(scan.holders)

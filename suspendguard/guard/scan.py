@@ -268,6 +268,14 @@ def scan_holders(
 # scanned in one: forked for its bound (``until``) alone, in-process without one.
 MAX_WORKERS = 4
 PIDS_PER_WORKER = 500
+# The least a bounded scan is given, whatever is left of the run (a wait on a locked history
+# may have taken it all): a scan of a busy host takes a fraction of that.
+MIN_SCAN_S = 1.0
+
+
+def scan_until(left_s: float) -> float:
+    """The time.monotonic() time that bounds a scan of a run with ``left_s`` seconds left."""
+    return time.monotonic() + max(left_s, MIN_SCAN_S)
 
 _Found = dict[int, tuple[int, list[HeldNode]]]  # pid: (start time, nodes held)
 # What a share of the scan found: holders, unreadable pids, pids whose map_files refused.
