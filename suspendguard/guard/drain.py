@@ -33,7 +33,8 @@ Log = Callable[[str], None]
 # The scan before the drain eats into the deadline too; a cut below this is
 # that, not worth a warning.
 CUT_TOLERANCE_S = 0.1
-# The least wait worth a signal: the floor each round of the drain is given (run_state.py).
+# The least wait worth a signal: what each round of the drain is given at least, within
+# the run's deadline (run_state.py).
 MIN_WAIT_S = 0.5
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +81,12 @@ def drain(
     try:
         if keep is not None and watch.targets:
             keep([t.holder for t in watch.targets.values()])
-            # The supervisors' keep-down (a daemon-reload, an engine's API) may have taken
-            # the time left, or the guard was stopped meanwhile: a signal with no wait
-            # after it loses the job's work for a veto all the same.
-            if deadline.left() < MIN_WAIT_S:
-                return watch.unsignalled(f"{UNSIGNALLABLE}: no time was left to wait for it "
-                                         "once its supervisor was asked to keep it down")
+        # The run's time spent (the supervisors' keep-down, a daemon-reload, an engine's
+        # API, may take what was left), or the guard stopped meanwhile: a signal with no
+        # wait after it loses the job's work for a veto all the same.
+        if watch.targets and deadline.left() < MIN_WAIT_S:
+            return watch.unsignalled(f"{UNSIGNALLABLE}: no time was left of [drain] "
+                                     "deadline_s to wait for it")
         if deadline.cancelled:  # the guard's SIGTERM, SIGINT or SIGHUP: nobody is signalled
             return watch.unsignalled(deadline.cancel_reason)
         for target in watch.targets.values():

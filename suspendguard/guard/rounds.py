@@ -19,7 +19,7 @@ from suspendguard.guard import advice
 from suspendguard.guard.device_view import refused_pids
 from suspendguard.guard.restore import restore
 from suspendguard.guard.run_state import NO_TAGS, NOTHING, RunState, Said, Tags
-from suspendguard.guard.scan import scan_holders
+from suspendguard.guard.scan import scan_holders, scan_until
 from suspendguard.model import (
     CONTAINER_KINDS,
     Decision,
@@ -120,7 +120,7 @@ def drain_rounds(r: RunState, first: list[Decision], seen: dict[HolderId, frozen
         # a mapping without an fd comes later in a job's life. This keeps the
         # step between the last exit and the verdict short.
         rescan = scan_holders(inventory, r.options.proc, exclude=runner.active_children(),
-                              maps_known=listed, until=time.monotonic() + r.deadline.left())
+                              maps_known=listed, until=scan_until(r.deadline.left()))
         refused, warned = refused_pids(rescan)  # as root, a refused map_files read too
         unreadable.update(refused)
         said += warned
@@ -210,7 +210,7 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> Said:
         if why:
             said += Said.warn(
                 f"{o.name}: could not keep it from restarting through {advice.via(o)} "
-                f"({why}); its processes were signalled directly all the same")
+                f"({why}); the guard signals its processes itself")
             continue
         ok.add(key)
         r.stops.append(planned[key])

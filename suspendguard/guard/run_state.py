@@ -19,7 +19,7 @@ from types import MappingProxyType
 from suspendguard.config import DrainConfig, IdleConfig, PolicyConfig
 from suspendguard.guard import advice, jobs, jupyter
 from suspendguard.guard.describe import stopped_state
-from suspendguard.guard.drain import DrainResult, drain
+from suspendguard.guard.drain import MIN_WAIT_S, DrainResult, drain
 from suspendguard.guard.handles import UNSIGNALLABLE
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
@@ -305,8 +305,8 @@ class RunState:
         if stopped := self._stopped_since(decisions):
             return False, self._refuse_stopped(decisions, stopped, round_no, tags)
         clock = self.deadline.clock
-        until = Deadline(max(clock() + 0.5, self.deadline.at - reserve), self.deadline.cancel,
-                         clock)
+        floor = min(clock() + MIN_WAIT_S, self.deadline.at)  # a wait, not past the run's end
+        until = Deadline(max(floor, self.deadline.at - reserve), self.deadline.cancel, clock)
         cfg = self.drain
         said = Said.warn(self.ledger.signalling([
             HolderRecord(d, Outcome("signalled", why=(

@@ -113,9 +113,8 @@ class Engines:
                     self.policies.take(o.key)
                 why = changed.reason if isinstance(changed, Unavailable) else changed
                 self.warnings.append(
-                    f"{o.describe()}: its restart policy could not be set aside ({why}); its "
-                    "processes were signalled directly all the same, and the policy may bring "
-                    "it back")
+                    f"{o.describe()}: its restart policy could not be set aside ({why}); the "
+                    "guard signals its processes itself, and the policy may bring it back")
         return out
 
     def settle(self, stops: Sequence[Stop]) -> list[str]:

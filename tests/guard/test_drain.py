@@ -348,6 +348,9 @@ def test_a_guard_stopped_or_out_of_time_while_jobs_are_kept_down_signals_nobody(
     outcome = late.outcomes[(pid, holder.start_time)]
     assert outcome.kind == "not-signalled" and outcome.why.startswith("could not be signalled: "
                                                                       "no time was left")
+    # A round begun with less than that left of the run: no keep-down needed to spend it.
+    spent = drain([holder], "SIGINT", 5.0, Deadline(time.monotonic() + 0.2))
+    assert spent.outcomes[(pid, holder.start_time)] == outcome
     assert holders.signals() == [] and job.poll() is None
 
 
