@@ -16,7 +16,8 @@ nothing on this path asks D-Bus.
 One systemd-sleep runs every step of a suspend-then-hibernate (suspend, a
 wake on its timer, hibernate), the hooks at each; the veto unit runs once,
 before the first. A later step's ``pre`` is kept with the first step's
-attempt, and its ``post`` reads the logs since the step before it resumed.
+attempt, and its ``post`` reads the logs since the attempt began, less what a step
+before it recorded.
 """
 
 from __future__ import annotations
@@ -183,13 +184,12 @@ def post(config: Config, action: str, log: Logger) -> int:
             log.info(f"resumed from {action}; no suspend attempt was recorded before it{last}")
             return 0
         history.record_event("post", action, "resumed", attempt.id)
-        # A later step's logs: since the step before it resumed, on the same clock (that
-        # step's post read up to then).
-        resumes = [e.time for e in steps if e.phase == "post"]
-        since = max(resumes) if resumes else attempt.started
-        result = after_attempt(config, datetime.fromtimestamp(since),
+        # A later step reads the logs since the attempt began too: what a step before it
+        # recorded is left out, once each, and what reached the logs after that step's read
+        # is the attempt's all the same.
+        result = after_attempt(config, datetime.fromtimestamp(attempt.started),
                                holder_homes(attempt), until=resumed,
-                               units=job_units(attempt), slack_s=0.0 if resumes else None)
+                               units=job_units(attempt), recorded=attempt.findings)
         if result.findings:
             history.record_findings(attempt.id, [f.record() for f in result.findings])
         for line in result.journal_lines(attempt.id):

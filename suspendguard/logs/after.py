@@ -6,25 +6,29 @@ findings, the journal gets one line per rule found.
 The attempt runs from its start (the guard began) to the resume (the post
 step). Device-side lines are stamped by the device's clock, which can lag
 or lead the host's: lines from ``[logs] clock_slack_s`` before the start
-are read too, and a finding stamped outside the attempt says so. A unit's
-journal is stamped by the host's journald, so it is read from the start.
+are read too, and a finding stamped outside the attempt says so. A line of
+a failure stamped earlier still, in a file written to during the attempt, is
+not counted, and said: older, or a clock further behind, its stamp cannot
+tell. A unit's journal is stamped by the host's journald, so it is read
+from the start.
 """
 
 from __future__ import annotations
 
 import pwd
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from suspendguard.config import Config
-from suspendguard.logs.finding import Finding, Skipped
+from suspendguard.logs.finding import STAMPED_BEFORE, Finding, Skipped
 from suspendguard.logs.journal import TIMEOUT_S, UnitJournal, read_unit
 from suspendguard.logs.rules import BY_ID
 from suspendguard.logs.search import search
 from suspendguard.model import Unavailable
-from suspendguard.record import Attempt
+from suspendguard.record import Attempt, FindingRecord
 
 # The device logs, then the journals of all units, inside systemd-sleep's 90 s for every
 # hook: a log a job filled in a failure loop is read only in part rather than have the hook
@@ -64,6 +68,7 @@ class AfterResult:
     bytes_read: int = 0
     skipped: tuple[Skipped, ...] = ()
     journals: tuple[UnitJournal, ...] = ()
+    known: int = 0  # findings left out: recorded with the attempt already
 
     def rules(self) -> tuple[str, ...]:
         """Rule ids found, in catalog order (causes before consequences)."""
@@ -106,13 +111,20 @@ class AfterResult:
 
     def nothing_found(self) -> str:
         """The line for no finding: what was read, and, where something was not, that for it
-        the answer is unknown."""
+        the answer is unknown; failures stamped before the attempt are no clean bill either."""
         read = f"{self.files_read} device log file(s)"
         read += "".join(f", the journal of {j.unit}" for j in self.journals
                         if j.unavailable is None)
-        unread = len(self.skipped) + sum(j.unavailable is not None or bool(j.notes)
-                                         for j in self.journals)
+        early = sum(STAMPED_BEFORE in s.reason for s in self.skipped)
+        unread = len(self.skipped) - early + sum(j.unavailable is not None or bool(j.notes)
+                                                 for j in self.journals)
         line = f"no documented device failure in {read}"
+        if early:
+            line = (f"documented device failure(s) stamped before the attempt in {early} "
+                    "device log(s) (above), not counted (a device clock behind the host's?); "
+                    f"none inside it in {read}")
+        if self.known:
+            line += f" besides the {self.known} already recorded with the attempt"
         if unread:
             line += (f"; {unread} log(s) not read or read only in part (above): what they hold "
                      "is unknown")
@@ -128,21 +140,21 @@ def after_attempt(
     until: datetime | None = None,
     units: Sequence[str] = (),
     journalctl: str = "journalctl",
-    slack_s: float | None = None,
+    recorded: Sequence[FindingRecord] = (),
 ) -> AfterResult:
     """Scan the configured logs, and each unit's journal, for lines written since ``since``.
 
-    ``since``/``until``: the attempt's start and end (the resume). ``slack_s``: how far
-    before ``since`` a line's stamp may be (``[logs] clock_slack_s`` if None). ``homes``:
-    the home directories of the holders' users, searched for ``~`` besides
-    root's. Never raises for unreadable logs or a missing journal: they are
-    reported in ``skipped`` and ``journals``.
+    ``since``/``until``: the attempt's start and end (the resume); device log lines are
+    read from ``[logs] clock_slack_s`` before ``since``. ``homes``: the home directories
+    of the holders' users, searched for ``~`` besides root's. ``recorded``: the attempt's
+    findings recorded already (an earlier step's): each leaves out one finding equal to
+    it. Never raises for unreadable logs or a missing journal: they are reported in
+    ``skipped`` and ``journals``.
     """
     report = search(
         patterns=config.logs.paths,
         homes=homes,
-        since=since - timedelta(seconds=config.logs.clock_slack_s if slack_s is None
-                                else slack_s),
+        since=since - timedelta(seconds=config.logs.clock_slack_s),
         max_bytes=config.logs.max_bytes,
         environ=environ,
         stop_at=time.monotonic() + FILES_DEADLINE_S,
@@ -162,5 +174,21 @@ def after_attempt(
         journal = read_unit(unit, since, timeout=min(TIMEOUT_S, left), journalctl=journalctl)
         journals.append(journal)
         findings += [f.placed(since, until) for f in journal.findings]
-    return AfterResult(tuple(findings), report.files_read, report.bytes_read, unread,
-                       tuple(journals))
+    new = _not_recorded(findings, recorded)
+    return AfterResult(tuple(new), report.files_read, report.bytes_read, unread,
+                       tuple(journals), len(findings) - len(new))
+
+
+def _not_recorded(findings: Sequence[Finding], recorded: Sequence[FindingRecord]
+                  ) -> list[Finding]:
+    """``findings`` less one equal to each of ``recorded`` (the same rule, file, stamp, pid
+    and text; the line number is left aside: it counts from where the read began)."""
+    left = Counter(replace(r, line=0) for r in recorded)
+    new = []
+    for f in findings:
+        key = replace(f.record(), line=0)
+        if left[key]:
+            left[key] -= 1
+        else:
+            new.append(f)
+    return new

@@ -111,6 +111,8 @@ class Finding:
 
 # Why a log was not read, or read whole, when the time for reading logs was up.
 TIME_RAN_OUT = "the time for reading logs ran out"
+# Lines of a documented failure left out by their stamps, in a file written to since.
+STAMPED_BEFORE = "stamped before the time asked"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 from suspendguard.logs.codes import codes_in, table, window_search
 from suspendguard.logs.entries import HEAD_SPAN, MAX_CONTINUATION, MAX_TEXT, parse_entry, parse_head_time
-from suspendguard.logs.finding import TIME_RAN_OUT, Finding, Skipped, UnknownCode
+from suspendguard.logs.finding import STAMPED_BEFORE, TIME_RAN_OUT, Finding, Skipped, UnknownCode
 from suspendguard.logs.matching import Rule, needles
 from suspendguard.logs.memmem import Data, finder
 from suspendguard.logs.naming import name_record
@@ -115,6 +115,7 @@ class _Window:
         self.bad_lines = 0
         # Failures in lines with no time, and none above: said, never counted.
         self.unplaced: dict[str, int] = {}
+        self.early: dict[str, int] = {}  # failures stamped before ``since``: said, not counted
         # The time of the last line with one in the windows before (for --since/--until):
         # a masked line at a window's start takes it, as it takes the line above's.
         self.carried: datetime | None = None
@@ -246,6 +247,8 @@ class _Window:
                         self.unplaced[named.rule.id] = self.unplaced.get(named.rule.id, 0) + 1
                     continue
                 if self.since is not None and when < self.since:
+                    if named.rule is not None:
+                        self.early[named.rule.id] = self.early.get(named.rule.id, 0) + 1
                     continue
                 if self.until is not None and when > self.until:
                     continue
@@ -263,13 +266,14 @@ class _Window:
 
 
 def _safe_cut(buf: Data, lo: int, hi: int) -> int:
-    """Where to end a window so no entry is split: before its last head line."""
+    """Where to end a window so no entry is split: before its last head line (also when the
+    window ends at a newline: the line after it, not seen, may continue that entry)."""
     pos = hi
-    for _ in range(MAX_CONTINUATION + 1):
+    for _ in range(MAX_CONTINUATION + 2):  # the lines of an entry, and the one not seen
         nl = buf.rfind(b"\n", lo, pos)
         if nl == -1:
             return lo
-        if not _is_blank_start(buf, nl + 1, hi):
+        if nl + 1 < hi and not _is_blank_start(buf, nl + 1, hi):
             return nl + 1
         pos = nl
     return buf.rfind(b"\n", lo, hi) + 1 or lo
@@ -367,14 +371,26 @@ def read_file(
             f"only the last {max_bytes} of {size} bytes read ([logs] max_bytes); "
             "line numbers count from there",
         ))
-    if window.nul_lines:
-        skipped.append(Skipped(path, f"{window.nul_lines} line(s) with NUL bytes (binary) skipped"))
-    if window.bad_lines:
-        skipped.append(Skipped(path, f"{window.bad_lines} line(s) not UTF-8 text skipped"))
-    for rule_id, count in window.unlisted.items():
-        skipped.append(Skipped(path, f"{count} more line(s) of {rule_id} than the "
-                               f"{MAX_PER_RULE} listed (the newest among them): read, not listed"))
-    for rule_id, count in window.unplaced.items():
-        skipped.append(Skipped(path, f"{count} line(s) of {rule_id} with no time, and none "
-                               "above them, not placed in the time asked: not counted"))
+    skipped += _left_out(window, path)
     return FileResult(tuple(window.findings), total, tuple(skipped), tuple(window.unknown))
+
+
+def _left_out(window: _Window, path: str) -> list[Skipped]:
+    """The file's lines read and not counted, or not listed, each kind said."""
+    notes = []
+    if window.nul_lines:
+        notes.append(Skipped(path, f"{window.nul_lines} line(s) with NUL bytes (binary) skipped"))
+    if window.bad_lines:
+        notes.append(Skipped(path, f"{window.bad_lines} line(s) not UTF-8 text skipped"))
+    for rule_id, count in window.unlisted.items():
+        notes.append(Skipped(path, f"{count} more line(s) of {rule_id} than the "
+                             f"{MAX_PER_RULE} listed (the newest among them): read, not listed"))
+    for rule_id, count in window.unplaced.items():
+        notes.append(Skipped(path, f"{count} line(s) of {rule_id} with no time, and none "
+                             "above them, not placed in the time asked: not counted"))
+    # The file was written to since then (the walk reads no other): a line stamped before
+    # may be older, or the device's clock behind the host's; which, its stamp cannot say.
+    for rule_id, count in window.early.items():
+        notes.append(Skipped(path, f"{count} line(s) of {rule_id} {STAMPED_BEFORE}, in a file "
+                             "written to since: not counted (a device clock behind the host's?)"))
+    return notes

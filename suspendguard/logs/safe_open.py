@@ -69,7 +69,10 @@ def open_base(path: str) -> tuple[int, bool]:
                 hops += 1
                 if hops > MAX_SYMLINK_HOPS:
                     raise Refused("too many levels of symbolic links")
-                target = os.readlink(name, dir_fd=fd)
+                try:
+                    target = os.readlink(name, dir_fd=fd)
+                except OSError as exc:  # removed or replaced since its stat
+                    raise Refused(describe(exc)) from None
                 if target.startswith("/"):
                     os.close(fd)
                     fd = os.open("/", _DIR_FLAGS)

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES as ALL_FIXTURES
 from helpers.runners import cli
 
 from suspendguard.config import Config, build
@@ -24,6 +25,7 @@ from suspendguard.verdict import Verdict
 
 START = datetime(2026, 3, 1, 12, 0, 0, 700000)
 RESUMED = START + timedelta(seconds=40)
+FIXTURES = ALL_FIXTURES / "ascend-logs"
 
 
 def stamp(when: datetime) -> str:
@@ -69,10 +71,14 @@ def test_without_slack_that_line_is_not_read(tmp_path: Path) -> None:
     assert result.findings == ()
 
 
+EARLY = ("1 line(s) of hwts-busy-suspend stamped before the time asked, in a file written to "
+         "since: not counted (a device clock behind the host's?)")
+
+
 def test_the_slack_bounds_what_is_read(tmp_path: Path) -> None:
     inside = START + timedelta(seconds=1)
-    device_log(tmp_path, START - timedelta(seconds=5.2), START - timedelta(seconds=4.8), inside,
-               RESUMED + timedelta(seconds=2))
+    log = device_log(tmp_path, START - timedelta(seconds=5.2), START - timedelta(seconds=4.8),
+                     inside, RESUMED + timedelta(seconds=2))
     result = after_attempt(config(tmp_path), START, until=RESUMED)
     assert [f.time for f in result.findings] == [
         START - timedelta(seconds=4.8), inside, RESUMED + timedelta(seconds=2)]
@@ -82,6 +88,43 @@ def test_the_slack_bounds_what_is_read(tmp_path: Path) -> None:
     [line] = result.journal_lines(8)
     assert line == ("suspend attempt 8: device reported 'hwts is busy' (hwts-busy-suspend): "
                     "AI processes were still running on the NPU")
+    # The line from before the slack is not counted, and said: the file was written to in the
+    # attempt, and the stamp alone cannot tell an older line from a device clock behind.
+    assert [(s.path, s.reason) for s in result.skipped] == [(str(log), EARLY)]
+    assert result.notes() == [f"device log {log}: {EARLY}"]
+
+
+def test_a_failure_stamped_before_the_attempt_is_never_a_clean_bill(tmp_path: Path) -> None:
+    """The vendor's own sample line, stamped 2023 by its device's clock, written while the
+    attempt ran: it is not counted for the attempt, and the answer says so."""
+    log = tmp_path / "slog" / "device-0" / "device-0_20260301.log"
+    log.parent.mkdir(parents=True)
+    log.write_text((FIXTURES / "known-failures.log").read_text().splitlines()[4] + "\n")
+    os.utime(log, (RESUMED.timestamp(), RESUMED.timestamp()))
+    result = after_attempt(config(tmp_path), START, until=RESUMED)
+    assert result.findings == ()
+    assert result.notes() == [f"device log {log}: {EARLY}"]
+    assert result.nothing_found() == (
+        "documented device failure(s) stamped before the attempt in 1 device log(s) (above), "
+        "not counted (a device clock behind the host's?); none inside it in 1 device log "
+        "file(s)")
+
+
+def test_findings_recorded_with_the_attempt_already_are_left_out_once_each(
+        tmp_path: Path) -> None:
+    """An earlier step of the attempt read and recorded them; what it did not is kept."""
+    first, second = START + timedelta(seconds=1), START + timedelta(seconds=2)
+    device_log(tmp_path, first, first, second)
+    whole = after_attempt(config(tmp_path), START, until=RESUMED)
+    recorded = [whole.findings[0].record()]
+    result = after_attempt(config(tmp_path), START, until=RESUMED, recorded=recorded)
+    assert [(f.line, f.time) for f in result.findings] == [(2, first), (3, second)]
+    assert result.known == 1
+    again = after_attempt(config(tmp_path), START, until=RESUMED,
+                          recorded=[f.record() for f in whole.findings])
+    assert again.findings == () and again.known == 3
+    assert again.nothing_found() == ("no documented device failure in 1 device log file(s) "
+                                     "besides the 3 already recorded with the attempt")
 
 
 def test_logs_the_time_ran_out_for_are_said_and_never_a_clean_bill(

@@ -14,6 +14,7 @@ from suspendguard.logs.journal import (
     MAX_ENTRIES,
     journal_argv,
     parse_journal,
+    read_kernel,
     read_unit,
     unit_name,
 )
@@ -81,6 +82,23 @@ def test_what_is_not_a_journal_entry_is_counted_and_skipped() -> None:
     [finding], entries, notes = parse_journal(text, UNIT)
     assert entries == 1 and notes == ["3 journal line(s) not understood, skipped"]
     assert finding.time is None and finding.pid is None  # no time, no pid: not guessed
+
+
+def test_an_entry_with_a_unicode_line_separator_is_one_entry() -> None:
+    """journalctl ends an entry with "\\n" alone, and leaves U+2028, U+2029 and U+0085 in
+    its text unescaped: they are part of the entry, not ends of lines."""
+    message = ("EJ0001: Failed to initialize the HCCP process.\u2028Reason: Maybe the last "
+               "training process is running.\u2029\x85")
+    text = json.dumps({"MESSAGE": message, "_PID": "10",
+                       "__REALTIME_TIMESTAMP": "1700000000000000"}, ensure_ascii=False) + "\n"
+    [finding], entries, notes = parse_journal(text, UNIT)
+    assert (finding.rule, finding.text, entries, notes) == (
+        "device-held-by-previous-job", message, 1, [])
+
+    def kernel(argv: Sequence[str], timeout: float, max_output: int) -> RunResult:
+        return RunResult(tuple(argv), 0, text, "")
+
+    assert read_kernel(datetime.now(), run=kernel) == [message]
 
 
 def test_argv_matches_the_units_own_output() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES as ALL_FIXTURES
 
-from suspendguard.logs import memmem, reader
+from suspendguard.logs import memmem, reader, safe_open
 from suspendguard.logs import search as search_module
 from suspendguard.logs.entries import read_text
 from suspendguard.logs.globs import expand, split_glob
@@ -108,10 +108,13 @@ def test_since_filters_lines_and_skips_old_files_cheaply(tmp_path: Path) -> None
     assert rules_of(report) == [("hwts-busy-suspend", 2), ("event-id-exhausted", 3)]
     assert report.findings[1].time is None
     assert report.files_older == 1 and report.files_read == 2
-    # ... and said: a failure left out is never passed off as none
-    assert [(Path(s.path).name, s.reason) for s in report.skipped] == [
+    # ... and said: a failure left out is never passed off as none, nor is one stamped
+    # before --since in a file written to since (an older line, or a device clock behind)
+    assert sorted((Path(s.path).name, s.reason) for s in report.skipped) == [
         ("masked.log", "1 line(s) of event-id-exhausted with no time, and none above them, "
-         "not placed in the time asked: not counted")]
+         "not placed in the time asked: not counted"),
+        ("plog.log", "1 line(s) of hwts-busy-suspend stamped before the time asked, in a "
+         "file written to since: not counted (a device clock behind the host's?)")]
 
     until = search([str(log)], until=datetime(2024, 6, 1, 12, 0, 0))
     assert rules_of(until) == [("hwts-busy-suspend", 1)]
@@ -175,6 +178,31 @@ def test_symlinked_path_component_owned_by_a_user_is_refused(tmp_path: Path) -> 
         assert len(search(patterns=[f"{home}/ascend/**"]).findings) == 1
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a link root owns needs root")
+def test_a_root_owned_link_removed_before_it_is_read_is_said(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An administrator's link in a user's home, removed by that user between its stat and
+    its readlink: the path is not read, and said; the search goes on."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "x.log").write_text(HWTS.format(t="2023-01-01-00:00:00.000.000"))
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "ascend").symlink_to(target, target_is_directory=True)
+    (tmp_path / "real.log").write_text(HWTS.format(t="2023-01-01-00:00:00.000.000"))
+    real_readlink = os.readlink
+
+    def removed_first(name: str, *, dir_fd: int | None = None) -> str:
+        os.unlink(name, dir_fd=dir_fd)
+        return real_readlink(name, dir_fd=dir_fd)
+
+    monkeypatch.setattr(safe_open.os, "readlink", removed_first)
+    report = search(patterns=[f"{home}/ascend/**", f"{tmp_path}/real.log"])
+    assert [Path(f.file).name for f in report.findings] == ["real.log"]
+    assert [(s.path, s.reason) for s in report.skipped] == [
+        (f"{home}/ascend", "No such file or directory")]
+
+
 def test_fifo_and_unreadable_things_do_not_hang(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe.log")
     (tmp_path / "ok.log").write_text(HWTS.format(t="2023-01-01-00:00:00.000.000"))
@@ -230,22 +258,55 @@ def test_pathological_megabyte_line_in_a_file(tmp_path: Path) -> None:
     assert report.findings == () and report.files_read == 1
 
 
-def test_windows_and_truncation_agree_with_the_reader(tmp_path: Path) -> None:
-    """Small windows split blocks and lines everywhere; results must not change."""
-    text = "".join((FIXTURES / n).read_text() for n in sorted(os.listdir(FIXTURES))) * 3
-    log = tmp_path / "all.log"
-    log.write_text(text)
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_windows_and_truncation_agree_with_the_reader(tmp_path: Path, newline: str) -> None:
+    """Small windows split blocks and lines everywhere; results must not change, whatever
+    the line ends and wherever a window ends (a sweep of sizes puts a window's end after
+    every line of the first ones)."""
+    text = "".join((FIXTURES / n).read_text() for n in sorted(os.listdir(FIXTURES)))
     want = [
         (c.id, r.line) for r in read_text(text) if (c := name_record(r.text, RULES).rule)
     ]
+    log = tmp_path / "all.log"
+    log.write_bytes(text.replace("\n", newline).encode())
     fd = os.open(log, os.O_RDONLY)
     try:
-        for window in (97, 256, 1000, 4096, 1 << 20):
+        for window in (97, 256, 1000, 4096, 1 << 20, *range(100, 300)):
             got = read_file(fd, "all.log", 1 << 30, chunk=window)
             assert [(f.rule, f.line) for f in got.findings] == want, window
-            assert got.bytes_read == len(text.encode())
+            assert got.bytes_read == log.stat().st_size
     finally:
         os.close(fd)
+
+
+RECENT_ERR_MSG = (
+    "[ERROR] RecentErrMsg: [PID: 1613532] 2026-03-24-12:14:45.885.234 "
+    "Memory_Allocation_Failure(EL0004): Failed to allocate memory.\n"
+    "        Possible Cause: Available memory is insufficient.\n"
+    "        TraceBack (most recent call last):\n"
+    "        allocate device memory failed.[FUNC:Init][FILE:memory_pool_manager.cc][LINE:50]\n"
+    "        open device 2 failed, runtime result = 507033.[FUNC:ReportCallError]"
+    "[FILE:log_inner.cpp][LINE:148]\n"
+)
+
+
+@pytest.mark.parametrize("since", [None, datetime(2026, 3, 24, 12, 0, 0)])
+def test_a_window_that_ends_on_a_head_line_s_end_keeps_its_block_whole(
+        tmp_path: Path, since: datetime | None) -> None:
+    """The window ended right after the head's newline: its indented lines, not seen yet, began
+    the next window, each a finding of its own, a false device-busy (the 507033 of the
+    traceback) among them, which holds the jobs after resume."""
+    before = INFO.format(t="2026-03-24-12:14:45.000.000") * 3
+    head = RECENT_ERR_MSG.split("\n", 1)[0] + "\n"
+    log = tmp_path / "block.log"
+    log.write_text(before + RECENT_ERR_MSG)
+    fd = os.open(log, os.O_RDONLY)
+    try:  # the first window ends right after the head line
+        got = read_file(fd, "block.log", 1 << 30, since=since, chunk=len(before + head))
+    finally:
+        os.close(fd)
+    assert [(f.rule, f.line, f.text.count("\n") + 1) for f in got.findings] == [
+        ("device-oom", 4, 5)]
 
 
 def test_a_window_that_ends_on_a_line_end_counts_that_line(tmp_path: Path) -> None:
