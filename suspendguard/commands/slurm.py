@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any, cast
 
@@ -21,11 +22,13 @@ from suspendguard.errors import EXIT_ERROR, EXIT_VETO, OperationalError, UsageEr
 from suspendguard.slurm.controller import Controller
 from suspendguard.slurm.remote import slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
+from suspendguard.system import runner
 from suspendguard.system.log import ERR, Logger
 from suspendguard.verdict import VERDICT_EXIT_STATUS, Reason, VerdictKind
 
 
 def command(args: argparse.Namespace, ctx: Context) -> int:
+    _default_path(ctx.environ)
     config = ctx.config()
     log = Logger(ctx.err, ctx.environ)
     what = args.slurm_command
@@ -56,6 +59,17 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     done = controller.suspend(nodes) if what == "suspend" else controller.resume(nodes)
     # A held node missing from SuspendExcNodes is powered down again at the next cycle.
     return EXIT_ERROR if not controller.synced else 0 if done else EXIT_VETO
+
+
+def _default_path(environ: dict[str, str]) -> None:
+    """A PATH where there is none: slurmctld runs its programs, and slurmd its
+    HealthCheckProgram, without one, and a tool named in the configuration (npu-smi,
+    installed in /usr/local/sbin) would be looked for in /bin and /usr/bin alone. Given to
+    this process (its lookups and children) and to ``environ``, by which the
+    configuration's trust rule judges the folders searched."""
+    for env in (os.environ, environ):
+        if not env.get("PATH"):
+            env["PATH"] = runner.DEFAULT_PATH
 
 
 def _node(args: argparse.Namespace, ctx: Context) -> int:

@@ -6,11 +6,17 @@ lists it among the sections like any other.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from suspendguard.config.spec import TIMEOUT, setting
 
 DEFAULT_REMOTE = ["/usr/bin/ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "{node}"]
+# One Slurm hostlist expression: names, each with bracketed ranges ("gpu[01-04,07]"), joined
+# by commas. It goes into slurm.conf's SuspendExcNodes= line as it is: a space, "#", "=" or a
+# newline there is a parse error, and slurmctld exits at its next re-read.
+_NAME = r"(?:[A-Za-z0-9._-]|\[[0-9,-]+\])+"
+HOSTLIST = re.compile(f"{_NAME}(?:,{_NAME})*")
 
 
 @dataclass(frozen=True, slots=True)

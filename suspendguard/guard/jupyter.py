@@ -40,7 +40,6 @@ MAX_CONNECTION_FILE = 64 * 1024  # a connection file is a few hundred bytes
 PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 # A parent whose command line names one of these runs the kernel for a notebook.
 SERVER_WORDS = ("jupyter", "nbclassic", "nbclient", "voila", "papermill")
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The way out of a kernel that holds a device, in a veto's words.
 SHUT_DOWN = "shut the kernel down from its notebook (Kernel > Shut Down Kernel)"
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -343,7 +342,7 @@ def request_shutdown(kernel: JupyterKernel, timeout_s: float) -> str | None:
         home = pwd.getpwuid(kernel.uid).pw_dir
     except KeyError:
         home = "/"
-    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": home}
+    env = {"PATH": runner.DEFAULT_PATH, "LANG": "C.UTF-8", "HOME": home}
     order = {"connection": kernel.connection_info(),
              "until": time.monotonic() + max(timeout_s - CHILD_MARGIN_S, 0.1)}
     # -E: no PYTHON* variable of the guard's reaches the child; "/" is its

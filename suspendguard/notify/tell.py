@@ -35,7 +35,6 @@ from suspendguard.system.log import Logger
 from suspendguard.system.terminal import when
 from suspendguard.verdict import Verdict
 
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # How much sooner than its own kill the child gives up on the server, to say why.
 CHILD_MARGIN_S = 0.3
 # Desktop notifications sent at once, each by its own child.
@@ -204,7 +203,7 @@ def _send(uid: int, msg: Message, end: float, python: str, address: str) -> str 
     if left <= CHILD_MARGIN_S:
         return "no time left within [notify] timeout_s"
     env = {"DBUS_SESSION_BUS_ADDRESS": address, "XDG_RUNTIME_DIR": f"/run/user/{uid}",
-           "PATH": PATH, "LANG": "C.UTF-8"}
+           "PATH": runner.DEFAULT_PATH, "LANG": "C.UTF-8"}
     result = runner.run([python, "-I", "-m", "suspendguard.notify.send", address,
                          f"{left - CHILD_MARGIN_S:.3f}", msg.summary, msg.desktop_text()],
                         left, env=env, as_user=(uid, gid))

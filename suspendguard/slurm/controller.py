@@ -57,6 +57,8 @@ UNREAD = "earlier reason unknown, scontrol show node failed"
 # power-save wake and when a powered-down node registers, the DRAIN kept. Whose the drain
 # was is gone with it: it is held as somebody else's, never lifted by the guard.
 UNSAID = "drained already, its reason dropped by Slurm"
+# The flags of a node whose slurmd has not registered since a power-down (or answers not).
+POWER_SAVING = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "NOT_RESPONDING"})
 # What slurmctld says of a node by itself, and takes back by itself when the node answers.
 SLURMCTLD_OWN = ("Not responding",)
 
@@ -253,7 +255,7 @@ class Controller:
                 flags = self.scontrol.node(node).flags
             except SlurmError:
                 flags = frozenset({"POWERED_DOWN"})
-            if not flags & {"POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "NOT_RESPONDING"}:
+            if not flags & POWER_SAVING:
                 return True
             if time.monotonic() > until:
                 return False
@@ -308,28 +310,43 @@ class Controller:
                 return False
             self.say(WARNING, f"{node}: drained after its wake: {text}")
             self.sync(also=(node,))
-        if self._up_within(node, 0):
-            # Its slurmd registered by itself (a real boot: [slurm] power_on, the BMC; or
-            # this program run again for a node already back). A restart with -b would
-            # report a reboot of a node that may run jobs already, which slurmctld takes
-            # for an unexpected one: the node DOWN, its jobs killed.
-            self.say(INFO, f"{node}: slurmd registered by itself: not restarted")
-            up = True
-        else:
-            back = self.ask(node, "rejoin", "--boot")
-            if isinstance(back, NoAnswer) or back.get("verdict") != "allow":
-                self.say(ERR, f"{node}: slurmd was not restarted with -b: "
-                         + (back.why if isinstance(back, NoAnswer)
-                            else "; ".join(back.get("reasons") or ())))
-                return False
-            up = self._up_within(node, REGISTER_AFTER_RESTART_S)
+        up = self._rejoin(node, until)
+        if up is None:
+            return False
         if not healthy:
             self.drain(node, text)  # its reason, forgotten at the registration, given again
             return False
         health = "its health unknown" if unknown else "healthy"
         self.say(INFO if up else WARNING, f"{node}: awake and {health}; slurmd "
-                 + ("registered" if up else f"not registered in {REGISTER_AFTER_RESTART_S:g} s"))
+                 + ("registered" if up else "not registered in the time given it"))
         return up
+
+    def _rejoin(self, node: str, until: float) -> bool | None:
+        """Whether ``node``'s slurmd registered, restarted with -b where the node only slept;
+        None when it was not restarted. A restart with -b reports a reboot: to a node
+        registered already, which may run jobs, an unexpected one (the node DOWN, its jobs
+        killed). So a node powered off ([slurm] power_off), which boots and registers by
+        itself, and one whose state could not be read are only waited for: the time left of
+        [slurm] resume_wait_s, at least REGISTER_AFTER_RESTART_S."""
+        try:
+            now: Node | None = self._tried(node, lambda: self.scontrol.node(node))
+        except SlurmError as exc:
+            self.say(ERR, f"{node}: its state could not be read ({exc}): slurmd not restarted "
+                     "with -b, which would take a node registered meanwhile for rebooted; "
+                     "waiting for it to register")
+            now = None
+        if now is not None and not now.flags & POWER_SAVING:
+            self.say(INFO, f"{node}: slurmd registered by itself: not restarted")
+            return True
+        if now is not None and not self.config.power_off:
+            back = self.ask(node, "rejoin", "--boot")
+            if isinstance(back, NoAnswer) or back.get("verdict") != "allow":
+                self.say(ERR, f"{node}: slurmd was not restarted with -b: "
+                         + (back.why if isinstance(back, NoAnswer)
+                            else "; ".join(back.get("reasons") or ())))
+                return None
+            return self._up_within(node, REGISTER_AFTER_RESTART_S)
+        return self._up_within(node, max(REGISTER_AFTER_RESTART_S, until - time.monotonic()))
 
     # -- SuspendExcNodes ----------------------------------------------------------
 

@@ -34,7 +34,8 @@ def write_if_changed(path: Path, text: str, owed: Path | None = None) -> bool:
     """``text`` into ``path`` by a rename (the caller holds :func:`exclusion_lock`); False when
     it already held it. ``owed`` is made first, when given."""
     try:
-        if path.read_text() == text:
+        # As bytes: an edit in another encoding (a Latin-1 comment) is a change, rewritten.
+        if path.read_bytes() == text.encode():
             return False
     except FileNotFoundError:
         pass
@@ -42,7 +43,7 @@ def write_if_changed(path: Path, text: str, owed: Path | None = None) -> bool:
         os.close(os.open(owed, _MARK_FLAGS, 0o644))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             # Through the descriptor: in SlurmUser's folder the name may be a link by now.
             os.fchmod(f.fileno(), 0o644)
             f.write(text)

@@ -23,8 +23,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from suspendguard.config import Config
+from suspendguard.config import FAMILIES, Config
 from suspendguard.errors import HistoryError
+from suspendguard.guard.device_view import refused_pids
 from suspendguard.guard.identity import vouch
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.policy import ancestors, decide
@@ -32,7 +33,7 @@ from suspendguard.guard.run import Caller, guard_report
 from suspendguard.guard.scan import scan_holders
 from suspendguard.health.model import HealthReport
 from suspendguard.health.resume import check
-from suspendguard.model import Holder
+from suspendguard.model import Holder, Inventory
 from suspendguard.slurm.remote import PREFIX, ours, slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
 from suspendguard.store import mode as guard_mode
@@ -45,6 +46,9 @@ from suspendguard.verdict import Reason, ReasonCode
 
 SYSTEMCTL_TIMEOUT_S = 60.0
 HEALTH_BOUND_S = 45.0
+# The holder scan's share of it: a read of /proc/PID/maps waits while a process stuck in
+# the driver (likely when the accelerator is unhealthy) holds its memory's lock.
+SCAN_BOUND_S = 20.0
 STEPD = "slurmstepd"  # the parent of every task of a Slurm job
 DROPIN = "suspendguard-boot.conf"
 
@@ -155,28 +159,40 @@ def _start_again(ctx: Caller, config: Config, attempt: int, log: Logger) -> list
 def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str, Any]:
     """The node after a wake: veto when a process outside Slurm holds its accelerator (in
     enforce mode, as ``health`` drains for it) or a device is unhealthy, unknown when a
-    device could not be asked (the controller lets such a node back, and says so), else
-    allow. A veto has the controller drain the node before it rejoins."""
+    device could not be asked or a process inspected (the controller lets such a node
+    back, and says so), else allow. A veto has the controller drain the node before it
+    rejoins."""
     node = this_node(config.slurm, environ)
+    inventory = take_inventory(config.devices)
     # A node may be awake while Slurm counts it powered down (its veto unit refused the
     # suspend after the guard allowed, a hold whose drain failed): the job that wakes it
     # would otherwise start beside that holder. Observe and off mode refuse nothing.
-    held = held_outside_slurm(config) if guard_mode.read(config.state.dir).enforcing else []
+    held, unsure = (held_outside_slurm(config, inventory, time.monotonic() + SCAN_BOUND_S)
+                    if guard_mode.read(config.state.dir).enforcing else ([], []))
     report = check(config, datetime.fromtimestamp(since, timezone.utc),
                    before=_words_before(config))
-    bad, unread = _health_reasons(report, "")
+    bad, unread = _health_reasons(report, "", inventory)
     if held or bad:
         return answer(node, "veto", held + bad, summary=report.summary())
+    unread += unsure
     return answer(node, "unknown" if unread else "allow", unread, summary=report.summary())
 
 
-def _health_reasons(report: HealthReport, note: str) -> tuple[list[Reason], list[Reason]]:
-    """The unhealthy devices, and those whose health could not be read, as reasons."""
+def _health_reasons(report: HealthReport, note: str,
+                    inventory: Inventory) -> tuple[list[Reason], list[Reason]]:
+    """The unhealthy devices, and those whose health could not be read, as reasons: a
+    family whose devices are here and for which no tool answered (none installed, none on
+    PATH) is one whose health could not be read."""
     def said(code: ReasonCode, state: str) -> list[Reason]:
         return [Reason(code, f"device {d.describe()}{note}", device=d.family)
                 for d in report.devices if d.state == state]
 
-    return said("unhealthy-after-resume", "unhealthy"), said("health-unknown", "unknown")
+    why = "; ".join(report.notes) or "no tool answered"
+    unasked = [Reason("health-unknown", f"{family}: no device checked, though its device "
+                      f"nodes are here ({why}){note}", device=family)
+               for family in inventory.families()
+               if family in FAMILIES and family not in report.families()]
+    return said("unhealthy-after-resume", "unhealthy"), said("health-unknown", "unknown") + unasked
 
 
 def _words_before(config: Config) -> dict[str, str] | None:
@@ -230,12 +246,21 @@ def _exec_start(unit: str) -> str | None:
     return m.group(1).strip() if shown.ok and m else None
 
 
-def held_outside_slurm(config: Config) -> list[Reason]:
+def held_outside_slurm(config: Config, inventory: Inventory,
+                       until: float) -> tuple[list[Reason], list[Reason]]:
     """The holders of the node's accelerator that no Slurm job started and that a suspend
     would meet: what the guard lets a suspend go with (the driver's daemons, management
-    tools, graphics clients, ``[policy] ignore``) holds the node no more here."""
+    tools, graphics clients, ``[policy] ignore``) holds the node no more here. Then why
+    that is not known for every process: those the scan could not read, or not by
+    ``until`` (a time.monotonic() time), any of which may hold it."""
     proc = ProcFS()
-    scan = scan_holders(take_inventory(config.devices), proc, exclude=runner.active_children())
+    scan = scan_holders(inventory, proc, exclude=runner.active_children(), until=until)
+    refused, _ = refused_pids(scan)
+    unsure = []
+    if refused:
+        pids = ", ".join(map(str, refused[:10])) + (", ..." if len(refused) > 10 else "")
+        unsure.append(Reason("uninspected", f"{len(refused)} process(es) could not be "
+                             f"inspected (pids {pids}): any of them may hold the accelerator"))
     outside = [h for h in scan.holders if not _in_a_job(proc, h)]
     out = []
     for d in decide(outside, config.policy, config.drain, never_pids=ancestors(os.getpid()),
@@ -247,7 +272,7 @@ def held_outside_slurm(config: Config) -> list[Reason]:
         out.append(Reason("held-outside-slurm",
                           f"pid {h.pid} {h.comm} (user {h.user}) holds {held}, outside Slurm",
                           pid=h.pid, comm=h.comm, unit=h.unit))
-    return out
+    return out, unsure
 
 
 # slurmstepd's cgroup of a job (cgroup v2: /system.slice/slurmstepd.scope/job_42/step_0/...),
@@ -288,17 +313,20 @@ def health(config: Config, environ: Mapping[str, str], log: Logger) -> dict[str,
 
 
 def _health(config: Config, node: str, log: Logger) -> dict[str, Any]:
-    problems = held_outside_slurm(config)
+    inventory = take_inventory(config.devices)
+    problems, unsure = held_outside_slurm(config, inventory, time.monotonic() + SCAN_BOUND_S)
     mode = guard_mode.read(config.state.dir)
-    if problems and not mode.enforcing:
+    if not mode.enforcing:
         # Such a drain keeps the node from a suspend its guard would refuse; in observe or
         # off mode it refuses none, and the drain would only take the node out of use.
-        log.info(f"slurm health: {node}: the guard's mode is {mode.name} (suspendguard mode): "
-                 f"not drained for {problems[0].text}")
-        problems = []
+        if problems:
+            log.info(f"slurm health: {node}: the guard's mode is {mode.name} (suspendguard "
+                     f"mode): not drained for {problems[0].text}")
+        problems, unsure = [], []
     report = check(config, datetime.now(timezone.utc) - timedelta(minutes=10))
-    bad, unread = _health_reasons(report, " (health check)")
+    bad, unread = _health_reasons(report, " (health check)", inventory)
     problems += bad
+    unread += unsure
     scontrol = Scontrol(config.slurm.scontrol)
     try:
         now = scontrol.node(node)

@@ -25,7 +25,6 @@ from suspendguard.model import Unavailable
 from suspendguard.system import runner
 
 TIMEOUT_S = 10.0
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def runtime_dir(uid: int) -> str:
@@ -73,7 +72,7 @@ def run_as(uid: int, argv: Sequence[str], timeout: float = TIMEOUT_S,
     if isinstance(account, Unavailable):
         return account
     gid = account.pw_gid
-    env = {"XDG_RUNTIME_DIR": runtime_dir(uid), "PATH": PATH, "LANG": "C.UTF-8"}
+    env = {"XDG_RUNTIME_DIR": runtime_dir(uid), "PATH": runner.DEFAULT_PATH, "LANG": "C.UTF-8"}
     result = runner.run(argv, timeout, env=env, stdin=stdin, as_user=(uid, gid))
     if not result.ok:
         why = result.describe_failure()

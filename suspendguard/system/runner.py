@@ -20,6 +20,10 @@ from typing import Any
 
 from suspendguard.system import deadline
 
+# The PATH of a child that gets none of the caller's: slurmctld and slurmd run their
+# programs with none, and a child run as a user gets a clean environment.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 # The pids of the children started here, while they run: the scan leaves them out.
 _children_lock = threading.Lock()
 _children: set[int] = set()

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import FAKES, FIXTURES
 from helpers.cgroups import own_cgroup, set_control
 from helpers.fake_slurm import FakeSlurm
 from helpers.fake_slurm import node as slurm_node
@@ -24,6 +27,9 @@ from helpers.holders import Holders
 from helpers.runners import cli
 from helpers.wait import wait_for
 
+from suspendguard.guard.inventory import FAMILY_NODES
+from suspendguard.model import ScanResult
+from suspendguard.slurm import node as slurm_node_side
 from suspendguard.system.procfs import ProcFS
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the health check runs as root")
@@ -134,6 +140,86 @@ def test_a_slurmstepd_that_is_not_root_s_is_no_job(conf: Path, node: str, holder
     assert fake.node("node1")["reason"].startswith(f"suspendguard: held-outside-slurm: pid {pid}")
 
 
+# The guard's own drains: lifted by health alone, and only once their cause is gone.
+UNHEALTHY = "suspendguard: unhealthy-after-resume: device npu 0 unhealthy: npu-smi health Critical"
+HELD = "suspendguard: held-outside-slurm: pid 9 python3 (user ana) holds npu0, outside Slurm"
+
+
+@pytest.fixture
+def ascend_here(node: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test node stands for an Ascend chip's device node: the family is on this host."""
+    monkeypatch.setitem(FAMILY_NODES, "ascend", {"compute": (node,)})
+    return node
+
+
+def with_ascend(conf: Path, npu_smi: str) -> None:
+    """``conf`` with Ascend configured, ``npu_smi`` its npu-smi, and no CANN toolkit."""
+    conf.write_text(conf.read_text().replace("families = []", 'families = ["ascend"]').replace(
+        "[idle]\n", f'[idle]\nnpu_smi = "{npu_smi}"\n'
+        f'ascend_env = "{conf.parent / "set_env.sh"}"\n'))
+
+
+def test_a_family_here_that_no_tool_answers_for_keeps_the_guards_drain(
+        tmp_path: Path, conf: Path, ascend_here: str) -> None:
+    # slurmd runs health with no PATH: npu-smi unfound and no pyACL is no answer at all,
+    # which must not read as healthy and lift the drain an unhealthy wake made.
+    fake = FakeSlurm(tmp_path, {"node1": slurm_node(("DRAIN",), UNHEALTHY)})
+    with_ascend(conf, str(tmp_path / "npu-smi"))  # no tool can ask its chips
+    code, out = health(conf, fake)
+    assert code == 5, out
+    assert out.startswith("node1: keep: suspendguard: health-unknown: ascend: no device "
+                          "checked, though its device nodes are here (npu-smi not asked: "), out
+    assert fake.node("node1") == slurm_node(("DRAIN",), UNHEALTHY)
+    assert not [c for c in fake.calls() if c[0] == "update"]
+
+
+def test_health_run_with_no_path_finds_npu_smi_in_the_system_folders(
+        tmp_path: Path, conf: Path, ascend_here: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # slurmd gives HealthCheckProgram SLURMD_NODENAME alone; the Ascend driver installs
+    # npu-smi in /usr/local/sbin, which a missing PATH (/bin:/usr/bin) never searches.
+    from suspendguard.system import runner
+    default = runner.DEFAULT_PATH
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    shutil.copy(FAKES / "idle" / "npu-smi", sbin / "npu-smi")
+    # This host's /usr/local/sbin is not the test's to fill: a folder of its own stands first.
+    monkeypatch.setattr(runner, "DEFAULT_PATH", f"{sbin}:/usr/sbin:/usr/bin:/sbin:/bin")
+    monkeypatch.delenv("PATH")
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(FIXTURES / "npu-smi" / "910b2c-hbm-one-process.txt"))
+    monkeypatch.setenv("FAKE_NPU_SMI_LOG", str(tmp_path / "npu-smi.log"))
+    fake = FakeSlurm(tmp_path, {"node1": slurm_node(("DRAIN",), UNHEALTHY)})
+    with_ascend(conf, "npu-smi")
+    code, out = health(conf, fake)
+    log = tmp_path / "npu-smi.log"
+    assert log.exists() and "info" in log.read_text().splitlines(), out
+    assert (code, out) == (0, "node1: resume: accelerator free and healthy\n")
+    assert fake.node("node1") == slurm_node()
+    assert default.split(":")[:2] == ["/usr/local/sbin", "/usr/local/bin"]
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_process_the_scan_could_not_read_keeps_the_guards_drain(
+        tmp_path: Path, conf: Path, monkeypatch: pytest.MonkeyPatch, late: bool) -> None:
+    # Any of them may be the holder the drain was made for: health answers unknown, and
+    # the scan ends by its share of health's bound (a read of /proc may block behind a
+    # process stuck in the driver).
+    asked: list[float | None] = []
+
+    def scan(*args: Any, until: float | None = None, **kw: Any) -> ScanResult:
+        asked.append(until)
+        return ScanResult((), 1, (42,), 10, late=(42,) if late else ())
+
+    monkeypatch.setattr(slurm_node_side, "scan_holders", scan)
+    fake = FakeSlurm(tmp_path, {"node1": slurm_node(("DRAIN",), HELD)})
+    start = time.monotonic()
+    code, out = health(conf, fake)
+    assert (code, out) == (5, "node1: keep: suspendguard: uninspected: 1 process(es) could not "
+                              "be inspected (pids 42): any of them may hold the accelerator\n")
+    assert fake.node("node1") == slurm_node(("DRAIN",), HELD)
+    [until] = asked
+    assert until is not None and start < until <= time.monotonic() + slurm_node_side.SCAN_BOUND_S
+
+
 def awake(conf: Path) -> tuple[int, dict[str, Any], str]:
     code, out, err = cli("--config", str(conf), "slurm", "node", "awake")
     assert "Traceback" not in err, err
@@ -155,6 +241,15 @@ def test_a_node_woken_with_a_holder_outside_slurm_is_refused_when_enforced(
         assert cli("--config", str(conf), "mode", mode)[0] == 0
         code, doc, err = awake(conf)
         assert (code, doc["verdict"], doc["reasons"]) == (0, "allow", []), (mode, doc, err)
+
+
+def test_a_family_here_that_no_tool_answers_for_is_unknown_after_a_wake(
+        tmp_path: Path, conf: Path, ascend_here: str) -> None:
+    with_ascend(conf, str(tmp_path / "npu-smi"))  # no tool can ask its chips
+    code, doc, err = awake(conf)
+    assert (code, doc["verdict"]) == (5, "unknown"), (doc, err)
+    [why] = doc["reason_details"]
+    assert (why["code"], why["device"]) == ("health-unknown", "ascend"), doc
 
 
 def test_a_task_of_a_job_does_not_refuse_a_woken_node(

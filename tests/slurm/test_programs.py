@@ -20,6 +20,7 @@ from suspendguard.cli import main
 from suspendguard.config.load import load
 from suspendguard.slurm import controller
 from suspendguard.slurm.controller import UNSAID, Controller
+from suspendguard.slurm.exclusion import EXCLUDE_HEAD
 from suspendguard.slurm.node import _health_action
 from suspendguard.slurm.remote import held_by_guard, ours
 from suspendguard.slurm.scontrol import Node, Scontrol
@@ -261,6 +262,44 @@ def test_a_node_whose_slurmd_registered_by_itself_is_not_restarted_with_b(
     assert "node1: slurmd registered by itself: not restarted" in err
 
 
+def test_a_node_whose_state_read_failed_once_is_not_restarted_with_b(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # slurmctld answers late while many nodes wake at once: a failed read is no sign that
+    # the node has not registered, and -b on a registered node kills its jobs.
+    monkeypatch.setattr(controller, "SCONTROL_PAUSE_S", 0.0)
+    fake = FakeSlurm(tmp_path, {"node1": node(state="ALLOCATED")})
+    fake.fail("show node -o node1", TIMED_OUT, times=1)
+    path, asked = recording_guard(tmp_path, fake)
+    status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
+    assert status == 0, err
+    assert asked.read_text() == "slurm node awake\n"
+    assert "node1: slurmd registered by itself: not restarted" in err
+
+
+@pytest.mark.parametrize(("flags", "state", "setting"), [
+    # slurmctld never answers: whether the node registered by itself is not known.
+    ((), "ALLOCATED", ""),
+    # [slurm] power_off: the node boots, and its slurmd registers by itself, perhaps just
+    # after its guard answered: -b then would land on a node that may run the job.
+    (("POWERING_UP",), "IDLE", 'power_off = ["/bin/true"]\n'),
+])
+def test_a_node_powered_off_or_whose_state_is_unknown_is_waited_for_not_restarted_with_b(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], state: str,
+        setting: str) -> None:
+    monkeypatch.setattr(controller, "SCONTROL_PAUSE_S", 0.0)
+    monkeypatch.setattr(controller, "REGISTER_AFTER_RESTART_S", 0.1)
+    fake = FakeSlurm(tmp_path, {"node1": node(flags, state=state)})
+    if not setting:
+        fake.fail("show node -o node1", TIMED_OUT)
+    path, asked = recording_guard(tmp_path, fake)
+    with path.open("a") as f:
+        f.write(f"{setting}resume_wait_s = 0.5\n")
+    status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
+    assert status == 1, err  # never seen registered
+    assert asked.read_text() == "slurm node awake\n"
+    assert ("node1: its state could not be read (" in err) == (not setting), err
+
+
 def test_a_node_slurmctld_still_counts_powering_up_is_restarted_with_b(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A node that only slept: its slurmd's registrations are ignored (its boot time is old).
@@ -345,6 +384,16 @@ def test_a_sync_that_found_nothing_to_change_exits_0(tmp_path: Path) -> None:
     path = config_file(tmp_path, fake, "veto")
     assert cli("--config", str(path), "slurm", "sync")[0] == 0
     assert cli("--config", str(path), "slurm", "sync")[0] == 0
+    assert fake.calls().count(["reconfigure"]) == 1
+
+
+def test_an_exclusion_file_edited_in_another_encoding_is_written_over(tmp_path: Path) -> None:
+    fake = FakeSlurm(tmp_path, {"node1": node()})
+    path = config_file(tmp_path, fake, "veto")
+    (tmp_path / "exclude.conf").write_bytes(b"# M\xfcller: keep node7 up\nSuspendExcNodes=node7\n")
+    status, _, err = cli("--config", str(path), "slurm", "sync")
+    assert status == 0, err
+    assert (tmp_path / "exclude.conf").read_text() == EXCLUDE_HEAD
     assert fake.calls().count(["reconfigure"]) == 1
 
 

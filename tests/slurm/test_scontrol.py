@@ -73,6 +73,17 @@ def test_the_exclusion_file_is_rewritten_only_when_it_changes(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.name + ".lock"]
 
 
+def test_an_exclusion_file_edited_in_another_encoding_is_rewritten(tmp_path: Path) -> None:
+    # An admin's Latin-1 comment: the file is the guard's, so it is a change like any
+    # edit, written over, never a decode error that stops every hold and sync.
+    path = tmp_path / "suspendguard-exclude.conf"
+    path.write_bytes(EXCLUDE_HEAD.encode() + b"# M\xfcller\n")
+    text = EXCLUDE_HEAD + "SuspendExcNodes=node1\n"
+    with exclusion_lock(path):
+        assert write_if_changed(path, text)
+    assert path.read_bytes() == text.encode()
+
+
 def test_a_reason_ends_at_its_stamp_when_a_comment_or_reservation_follows() -> None:
     # Slurm prints Comment=, Extra=, InstanceId=, InstanceType= and ReservationName=
     # after the reason's stamp (src/api/node_info.c); a held node's reason is built

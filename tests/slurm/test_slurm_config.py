@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,28 @@ def test_a_bad_value_is_one_line_naming_file_and_key(tmp_path: Path, body: str, 
     assert status == 2, err
     assert err.count("\n") == 1 and f"{path}: {said}" in err, err
     assert out == ""
+
+
+@pytest.mark.parametrize("entry", ["login[1-2], gpu1", "login1 login2", "a\nb=c", "a#b",
+                                   "", "a,", "node[1-2"])
+def test_an_exclude_entry_that_is_not_one_hostlist_is_refused(tmp_path: Path, entry: str) -> None:
+    # Written as it is into slurm.conf's SuspendExcNodes= line: a space or a newline there
+    # is a parse error, and slurmctld exits at the guard's own scontrol reconfigure.
+    path = tmp_path / "config.toml"
+    status, out, err = config_cli(path, f"[slurm]\nexclude = [{json.dumps(entry)}]\n")
+    assert (status, out) == (2, ""), err
+    from suspendguard.system.terminal import safe
+    assert err == (f"suspendguard: {path}: [slurm] exclude (line 2): expected one Slurm "
+                   "hostlist expression per entry (names of letters, digits, . _ -, ranges such "
+                   f"as node[01-04,07], joined by commas; no spaces), got {safe(entry)!r}\n")
+
+
+def test_exclude_takes_hostlist_expressions(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    status, out, err = config_cli(
+        path, '[slurm]\nexclude = ["login[1-2],gpu01", "rack4-n[001-016,020]", "ctl.local"]\n')
+    assert status == 0, err
+    assert 'exclude = ["login[1-2],gpu01", "rack4-n[001-016,020]", "ctl.local"]' in out
 
 
 def test_no_exclusion_file_is_allowed_for_slurm_23(tmp_path: Path) -> None:
