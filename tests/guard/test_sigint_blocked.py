@@ -424,6 +424,9 @@ def container_init(node: str) -> Iterator[int]:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         [pid] = [int(c) for c in children]
+        # "ready" comes from the shell before it becomes sleep: look at sleep, not at it.
+        wait_for(lambda: Path(f"/proc/{pid}/comm").read_text().strip() == "sleep", 10,
+                 message="the namespace's init runs sleep")
         yield pid
     finally:
         with contextlib.suppress(OSError):
