@@ -138,6 +138,19 @@ def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path, node: str,
     assert holders.signals() == [f"{pid} SIGINT"] and graceful.wait(timeout=5) == 0
 
 
+def _drained_despite(tmp_path: Path, node: str, holders: Holders) -> dict[str, Any]:
+    """``drain --yes`` of one graceful holder, with the state folder's fault in place: an
+    allow, the holder drained, no traceback; the JSON report."""
+    graceful, pid = holders.start(node)
+    status, out, err = cli("--config", str(_conf(tmp_path, node, tmp_path / "state")), "drain",
+                           "--yes", "--json")
+    assert "Traceback" not in err
+    report: dict[str, Any] = json.loads(out)
+    assert status == 0 and report["verdict"] == "allow", report
+    assert holders.signals() == [f"{pid} SIGINT"] and graceful.wait(timeout=5) == 0
+    return report
+
+
 def test_a_state_folder_that_cannot_be_locked_costs_no_verdict(
         tmp_path: Path, node: str, holders: Holders, monkeypatch: pytest.MonkeyPatch) -> None:
     """flock's ENOLCK (an NFS mount with no lock manager, which this host lacks) is a
@@ -149,16 +162,10 @@ def test_a_state_folder_that_cannot_be_locked_costs_no_verdict(
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
     state = tmp_path / "state"
-    graceful, pid = holders.start(node)
     monkeypatch.setattr(fcntl, "flock", no_locks)
-    status, out, err = cli("--config", str(_conf(tmp_path, node, state)), "drain", "--yes",
-                           "--json")
-    assert "Traceback" not in err
-    report = json.loads(out)
-    assert status == 0 and report["verdict"] == "allow", report
+    report = _drained_despite(tmp_path, node, holders)
     assert any("no guard lock" in w and "cannot lock it" in w for w in report["warnings"])
     assert any("cannot lock" in w and "history" in w for w in report["warnings"]), report
-    assert holders.signals() == [f"{pid} SIGINT"] and graceful.wait(timeout=5) == 0
     # A dry run cannot tell who drains then: it says nothing of it, and keeps its token.
     looking = guard_lock.peek(str(state))
     assert looking.fd >= 0 and not looking.busy
@@ -175,16 +182,10 @@ def test_a_lock_whose_pid_cannot_be_written_still_locks_and_costs_no_verdict(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     state = tmp_path / "state"
-    graceful, pid = holders.start(node)
     monkeypatch.setattr(os, "pwrite", full)
-    status, out, err = cli("--config", str(_conf(tmp_path, node, state)), "drain", "--yes",
-                           "--json")
-    assert "Traceback" not in err
-    report = json.loads(out)
-    assert status == 0 and report["verdict"] == "allow", report
+    report = _drained_despite(tmp_path, node, holders)
     assert any("this run's pid not written (No space left on device)" in w
                for w in report["warnings"]), report["warnings"]
-    assert holders.signals() == [f"{pid} SIGINT"] and graceful.wait(timeout=5) == 0
     held = guard_lock.take(str(state), 0.0)
     try:
         assert held.fd >= 0 and held.unnamed and not held.refused
