@@ -33,9 +33,10 @@ Log = Callable[[str], None]
 # The scan before the drain eats into the deadline too; a cut below this is
 # that, not worth a warning.
 CUT_TOLERANCE_S = 0.1
-# The least wait worth a signal: what each round of the drain is given at least, within
-# the run's deadline (run_state.py).
+# What each round of the drain is given to wait at least, within the run's deadline
+# (run_state.py); with less than NO_WAIT_S of its round left, nobody is signalled.
 MIN_WAIT_S = 0.5
+NO_WAIT_S = 0.1
 
 @dataclass(frozen=True, slots=True)
 class DrainResult:
@@ -84,7 +85,7 @@ def drain(
         # The run's time spent (the supervisors' keep-down, a daemon-reload, an engine's
         # API, may take what was left), or the guard stopped meanwhile: a signal with no
         # wait after it loses the job's work for a veto all the same.
-        if watch.targets and deadline.left() < MIN_WAIT_S:
+        if watch.targets and deadline.left() < NO_WAIT_S:
             return watch.unsignalled(f"{UNSIGNALLABLE}: no time was left of [drain] "
                                      "deadline_s to wait for it")
         if deadline.cancelled:  # the guard's SIGTERM, SIGINT or SIGHUP: nobody is signalled

@@ -23,7 +23,7 @@ from helpers.runners import guard
 
 from suspendguard.config import EscalationStep
 from suspendguard.guard.describe import describe_process
-from suspendguard.guard.drain import drain
+from suspendguard.guard.drain import MIN_WAIT_S, drain
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.job_stop import JobStop
 from suspendguard.guard.pipeline import run
@@ -344,14 +344,18 @@ def test_a_guard_stopped_or_out_of_time_while_jobs_are_kept_down_signals_nobody(
     assert stopped.outcomes[(pid, holder.start_time)] == Outcome("not-signalled",
                                                                  why="guard received SIGINT")
     late = drain([holder], "SIGINT", 5.0, Deadline(time.monotonic() + 0.6),
-                 keep=lambda _hs: time.sleep(0.3))
+                 keep=lambda _hs: time.sleep(0.55))
     outcome = late.outcomes[(pid, holder.start_time)]
     assert outcome.kind == "not-signalled" and outcome.why.startswith("could not be signalled: "
                                                                       "no time was left")
     # A round begun with less than that left of the run: no keep-down needed to spend it.
-    spent = drain([holder], "SIGINT", 5.0, Deadline(time.monotonic() + 0.2))
+    spent = drain([holder], "SIGINT", 5.0, Deadline(time.monotonic() + 0.05))
     assert spent.outcomes[(pid, holder.start_time)] == outcome
     assert holders.signals() == [] and job.poll() is None
+    # A round at its floor (MIN_WAIT_S, all the run's deadline leaves it) signals and waits.
+    done = drain([holder], "SIGINT", 5.0, Deadline(time.monotonic() + MIN_WAIT_S))
+    assert done.outcomes[(pid, holder.start_time)].kind == "exited"
+    assert holders.signals() == [f"{pid} SIGINT"] and job.wait(timeout=5) is not None
 
 
 def test_only_the_confirmed_holders_are_signalled(make_config: Any, node: str,
