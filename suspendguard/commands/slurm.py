@@ -18,7 +18,14 @@ from typing import Any, cast
 
 from suspendguard.commands.context import Context
 from suspendguard.commands.history import MAX_N
-from suspendguard.errors import EXIT_ERROR, EXIT_VETO, OperationalError, UsageError
+from suspendguard.config.trust import slurm_untrusted
+from suspendguard.errors import (
+    EXIT_ERROR,
+    EXIT_VETO,
+    ConfigUntrusted,
+    OperationalError,
+    UsageError,
+)
 from suspendguard.slurm.controller import Controller
 from suspendguard.slurm.remote import slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
@@ -45,6 +52,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     controller = Controller(config.slurm, log, this_node(config.slurm, ctx.environ))
     if what == "sync":
         return 0 if controller.sync() else EXIT_ERROR
+    if os.geteuid() == 0 and (why := slurm_untrusted(config, ctx.environ)):
+        raise ConfigUntrusted(why)  # the remote, the power actions: root runs them here
     nodes: list[str] = []
     try:
         # scontrol reads $SLURM_JOB_NODELIST for an empty expression: never another list.

@@ -13,9 +13,10 @@ from suspendguard.config.spec import TIMEOUT, setting
 
 DEFAULT_REMOTE = ["/usr/bin/ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "{node}"]
 # One Slurm hostlist expression: names, each with bracketed ranges ("gpu[01-04,07]"), joined
-# by commas. It goes into slurm.conf's SuspendExcNodes= line as it is: a space, "#", "=" or a
-# newline there is a parse error, and slurmctld exits at its next re-read.
-_NAME = r"(?:[A-Za-z0-9._-]|\[[0-9,-]+\])+"
+# by commas, each set with the count SuspendExcNodes takes after it ("nid[10-20]:4": keep 4
+# of them up). It goes into slurm.conf's SuspendExcNodes= line as it is: a space, "#", "="
+# or a newline there is a parse error, and slurmctld exits at its next re-read.
+_NAME = r"(?:[A-Za-z0-9._-]|\[[0-9,-]+\])+(?::[0-9]+)?"
 HOSTLIST = re.compile(f"{_NAME}(?:,{_NAME})*")
 
 

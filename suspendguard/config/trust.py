@@ -49,9 +49,10 @@ RESUME_PROGRAM_KEYS = ("modprobe", "cuda_library")
 # The [slurm] keys that name a program root executes: scontrol, run by ``slurm health``
 # (slurmd's HealthCheckProgram, as root on every node) and ``slurm sync`` (root's timer).
 SLURM_PROGRAM_KEYS = ("scontrol",)
-# The [slurm] command lines whose first word root may run on this host: the remote (ssh),
-# the power actions (slurm suspend and resume, as SlurmUser or root), and the node's guard
-# where the node is this host.
+# The [slurm] command lines whose first word `slurm suspend` and `slurm resume` run: the
+# remote (ssh), the power actions, and the node's guard where the node is this host. They
+# run as SlurmUser, whose files they may be, so only a run as root holds them to the rule
+# (slurm_untrusted), and only that run: no other command runs them.
 SLURM_ARGV_KEYS = ("remote", "guard", "power_off", "power_on")
 
 
@@ -63,10 +64,22 @@ def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
     programs = [("idle", key) for key in PROGRAM_KEYS]
     programs += [("resume", key) for key in RESUME_PROGRAM_KEYS]
     programs += [("slurm", key) for key in SLURM_PROGRAM_KEYS]
-    named = [(f"[{section}] {key}", getattr(getattr(config, section), key))
-             for section, key in programs]
-    named += [(f"[slurm] {key}", argv[0]) for key in SLURM_ARGV_KEYS
-              if (argv := getattr(config.slurm, key))]
+    out += _programs([(f"[{section}] {key}", getattr(getattr(config, section), key))
+                      for section, key in programs], environ)
+    out += problems(config.state.dir, "[state] dir")
+    return tuple(dict.fromkeys(out))
+
+
+def slurm_untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """Why root should not run the [slurm] command lines of ``config`` (empty: it may)."""
+    return tuple(dict.fromkeys(_programs([(f"[slurm] {key}", argv[0])
+                                          for key in SLURM_ARGV_KEYS
+                                          if (argv := getattr(config.slurm, key))], environ)))
+
+
+def _programs(named: list[tuple[str, str]], environ: Mapping[str, str]) -> list[str]:
+    """Why root may not run (or load) each (what, program) named."""
+    out: list[str] = []
     for what, value in named:
         if not value or (what == "[resume] cuda_library" and "/" not in value):
             # The built-in default places, not the configuration's choice; or a
@@ -77,8 +90,7 @@ def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
             out += problems(os.path.abspath(value), what)
         else:
             out += _on_path(value, what, environ.get("PATH", os.defpath))
-    out += problems(config.state.dir, "[state] dir")
-    return tuple(dict.fromkeys(out))
+    return out
 
 
 def replaced(path: str, read: os.stat_result, what: str) -> tuple[str, ...]:

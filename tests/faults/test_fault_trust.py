@@ -13,6 +13,7 @@ from helpers.holders import Holders
 from helpers.isolation import ROOT, needs_root
 
 from suspendguard.config import load, trust
+from suspendguard.config.trust import slurm_untrusted
 from suspendguard.errors import EXIT_UNTRUSTED
 from suspendguard.idle.base import find_file
 
@@ -122,12 +123,17 @@ def test_the_slurm_command_lines_root_runs_are_held_to_the_rule(
     conf = write_conf(tmp_path / "c.toml", node, tmp_path / "state",
                       f'[idle]\nbackends = []\n[slurm]\n{key} = ["{fake}", "{{node}}"]\n'
                       f'exclude_file = "{tmp_path}/exclude.conf"\n')
-    trust = load(str(conf), {"PATH": os.defpath}).trust
-    assert [p for p in trust if p.startswith(f"[slurm] {key} {fake}: ")], trust
-    assert "world-writable" in trust[0]
-    status, _, err = cli("--config", str(conf), "slurm", "suspend", "node1")
-    assert status == EXIT_UNTRUSTED and one_line(err) and f"[slurm] {key}" in err, err
+    [why] = slurm_untrusted(load(str(conf)), {"PATH": os.defpath})
+    assert why.startswith(f"[slurm] {key} {fake}: ") and "world-writable" in why, why
+    for step in ("suspend", "resume"):
+        status, _, err = cli("--config", str(conf), "slurm", step, "node1")
+        assert status == EXIT_UNTRUSTED and one_line(err) and f"[slurm] {key}" in err, err
     assert not marker.exists()
+    # Run as SlurmUser, whose files they may be, nothing else runs them: the node's own
+    # commands (pre-sleep on every node) take the configuration.
+    assert load(str(conf)).trust == ()
+    status, _, err = cli("--config", str(conf), "check", "--dry-run")
+    assert status == 0, err
 
 
 @needs_root

@@ -53,9 +53,11 @@ def test_an_exclude_entry_that_is_not_one_hostlist_is_refused(tmp_path: Path, en
 def test_exclude_takes_hostlist_expressions(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     status, out, err = config_cli(
-        path, '[slurm]\nexclude = ["login[1-2],gpu01", "rack4-n[001-016,020]", "ctl.local"]\n')
+        path, '[slurm]\nexclude = ["login[1-2],gpu01", "rack4-n[001-016,020]", "ctl.local", '
+        '"nid[10-20]:4,nid[80-90]:2"]\n')
     assert status == 0, err
-    assert 'exclude = ["login[1-2],gpu01", "rack4-n[001-016,020]", "ctl.local"]' in out
+    assert ('exclude = ["login[1-2],gpu01", "rack4-n[001-016,020]", "ctl.local", '
+            '"nid[10-20]:4,nid[80-90]:2"]') in out
 
 
 def test_no_exclusion_file_is_allowed_for_slurm_23(tmp_path: Path) -> None:
