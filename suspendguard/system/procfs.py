@@ -293,7 +293,7 @@ class ProcFS:
 
     def hidepid(self) -> str:
         """This /proc's ``hidepid=`` where it hides other users' processes from this caller
-        (``invisible``, or ``2`` before Linux 5.8), else "": such a process is not even listed.
+        (``invisible``, ``ptraceable``; ``2`` before 5.8), else "": they are not even listed.
         Members of the mount's ``gid=`` group see every process."""
         try:
             data = self.read("self", "mountinfo") or b""
@@ -358,6 +358,9 @@ def parse_status(text: str) -> Status:
     )
 
 
+_HIDING = ("2", "invisible", "4", "ptraceable")  # ptraceable: no other user's is listed
+
+
 def parse_hidepid(mountinfo: str, mount_point: str, groups: set[int]) -> str:
     """The hiding ``hidepid=`` of the last proc mount on ``mount_point`` in a mountinfo text."""
     hidden = ""
@@ -371,7 +374,7 @@ def parse_hidepid(mountinfo: str, mount_point: str, groups: set[int]) -> str:
         options = dict(o.partition("=")[::2] for o in after[2].split(","))
         gid, hides = options.get("gid", ""), options.get("hidepid", "")
         exempt = gid.isdigit() and int(gid) in groups
-        hidden = hides if hides in ("2", "invisible") and not exempt else ""
+        hidden = hides if hides in _HIDING and not exempt else ""
     return hidden
 
 

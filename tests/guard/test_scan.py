@@ -411,6 +411,9 @@ def test_hidepid_is_read_from_the_last_proc_mount_on_its_path() -> None:
     assert parse_hidepid("1 0 0:5 / /proc rw - proc proc rw,hidepid=noaccess\n", "/proc",
                          set()) == ""
     assert parse_hidepid("1 0 0:5 / /proc rw - sysfs sysfs rw,hidepid=2\n", "/proc", set()) == ""
+    # ptraceable lists only what the caller may ptrace: no other user's process.
+    assert parse_hidepid("1 0 0:5 / /proc rw - proc proc rw,hidepid=ptraceable\n", "/proc",
+                         set()) == "ptraceable"
     assert ProcFS(root="/nonexistent").hidepid() == ""
 
 
