@@ -154,8 +154,27 @@ def _bounded(shares: Sequence[S], work: Callable[[S], R], to_wire: Callable[[R],
             os.close(r)
             with contextlib.suppress(OSError):
                 os.kill(child, signal.SIGKILL)
-            # Reaped if the kill took; one the kernel holds unkillable is left to init.
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(child, os.WNOHANG)
             done[index] = late(shares[index])
+        _reap([child for child, _index, _data in running.values()])
     return [done[i] for i in range(len(shares))]
+
+
+# How long the killed workers are waited for: a SIGKILL ends a wait the kernel lets be
+# killed at once; one it does not (an old kernel's) leaves its worker for this process's end.
+REAP_S = 0.5
+
+
+def _reap(children: list[int]) -> None:
+    """Each killed worker reaped once it has died, waiting REAP_S at most for them all."""
+    until = time.monotonic() + REAP_S
+    left = set(children)
+    while left:
+        for child in list(left):
+            try:
+                if os.waitpid(child, os.WNOHANG)[0]:
+                    left.discard(child)
+            except ChildProcessError:
+                left.discard(child)
+        if not left or time.monotonic() >= until:
+            return
+        time.sleep(0.01)

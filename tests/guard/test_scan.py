@@ -542,6 +542,11 @@ def test_a_scan_that_blocks_is_ended_by_its_bound_and_counts_as_not_inspected(
     result = scan_holders(inventory(node), StuckMaps(stuck), until=started + 2.0)
     assert time.monotonic() - started < 10
     assert stuck in result.late and stuck in result.unreadable_pids
+    # The worker killed at the bound was reaped: no zombie of it is left behind.
+    me = os.getpid()
+    time.sleep(0.3)  # a zombie it would be by now
+    children = {int(c) for c in Path(f"/proc/{me}/task/{me}/children").read_text().split()}
+    assert children <= {p.pid for p in holders.procs}, children
     assert set(result.late) <= set(result.unreadable_pids)
     # The share of the scan that blocked is lost whole; without a bound it never returns.
     assert held in {h.pid for h in result.holders} | set(result.late)
