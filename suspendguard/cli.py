@@ -28,6 +28,7 @@ from suspendguard.errors import (
     SuspendGuardError,
     UsageError,
 )
+from suspendguard.system.terminal import discard
 
 Handler = Callable[[argparse.Namespace, Context], int]
 
@@ -206,12 +207,7 @@ def _lost(exc: OutputLost, out: TextIO, err: TextIO) -> int:
     if not exc.quiet:
         _say(err, f"suspendguard: {exc}")
     for stream in {out, err} & {sys.stdout, sys.stderr}:
-        with contextlib.suppress(OSError, ValueError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, stream.fileno())
-            finally:
-                os.close(devnull)
+        discard(stream)
     return exc.exit_status
 
 

@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 from suspendguard.config import Config
+from suspendguard.errors import OutputLost
 from suspendguard.guard.opening import failure
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.render import render
@@ -27,7 +28,7 @@ from suspendguard.record import Stop
 from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
 from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Cancel, Deadline, bounded
 from suspendguard.system.log import Logger
-from suspendguard.system.terminal import terminal_width
+from suspendguard.system.terminal import discard, terminal_width
 from suspendguard.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -165,12 +166,21 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
         if not dry_run and origin == "unit":
             tell_refused(config, Verdict("unknown", (failure(exc),)), action or "suspend", log, begun)
         raise
-    if as_json:
-        json.dump(report.to_json(), ctx.out, indent=2)
-        ctx.out.write("\n")
-    else:
-        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
-               width=None if wide else terminal_width(ctx.environ, ctx.out))
+    try:
+        if as_json:
+            json.dump(report.to_json(), ctx.out, indent=2)
+            ctx.out.write("\n")
+        else:
+            render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
+                   width=None if wide else terminal_width(ctx.environ, ctx.out))
+        ctx.out.flush()
+    except OutputLost as exc:
+        if origin != "unit":
+            raise
+        # The unit's answer is its exit status, its verdict logged and recorded already:
+        # a report the journal's stream did not take changes nothing of it.
+        log.warning(f"the report was not written ({exc}); the verdict stands")
+        discard(ctx.out)
     if not dry_run and origin == "unit" and report.verdict.kind != "allow":
         tell_refused(config, report.verdict, action or "suspend", log, begun,
                      report.attempt.id)

@@ -14,6 +14,7 @@ their zone (:func:`when`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import unicodedata
@@ -126,3 +127,15 @@ def when(ts: float) -> str:
     local = time.localtime(ts)
     zone = "UTC" if local.tm_gmtoff == 0 else time.strftime("%z", local)
     return time.strftime("%Y-%m-%d %H:%M:%S", local) + " " + zone
+
+
+def discard(stream: TextIO) -> None:
+    """``stream``'s descriptor pointed at /dev/null once writing to it failed: what it still
+    holds, and whatever is written to it after, go nowhere instead of failing again (at the
+    interpreter's exit too). A stream with no descriptor is left as it is."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)

@@ -105,6 +105,26 @@ def test_pre_sleep_gives_its_verdict_whatever_its_stderr_takes(
     assert job.wait(timeout=10) is not None and holders.signals() == [f"{pid} SIGINT"]
 
 
+def test_pre_sleep_keeps_its_verdict_when_its_report_cannot_be_written(
+        conf: Path, node: str, holders: Holders) -> None:
+    # The unit's answer is its exit status: a journal stream that broke before the report
+    # was written must not turn a recorded allow into a refused sleep.
+    job, pid = holders.start(node)
+    reader = subprocess.Popen(["head", "-c0"], stdin=subprocess.PIPE)
+    reader.wait(timeout=10)
+    assert reader.stdin is not None
+    run = subprocess.run([sys.executable, "-m", "suspendguard", "pre-sleep", "--config",
+                          str(conf)], stdout=reader.stdin, stderr=subprocess.PIPE, text=True,
+                         timeout=60)
+    reader.stdin.close()
+    assert run.returncode == 0, run.stderr
+    assert "the report was not written (cannot write to the output: Broken pipe); the " \
+        "verdict stands" in run.stderr, run.stderr
+    assert job.wait(timeout=10) is not None and holders.signals() == [f"{pid} SIGINT"]
+    with History.open(str(conf.parent / "state"), readonly=True) as h:
+        assert h.attempts(1)[0].result == "allow"
+
+
 @pytest.mark.parametrize("mode,status", [("graceful", 0), ("deaf", 1)])
 def test_pre_sleep_exit_status(conf: Path, node: str, holders: Holders, mode: str,
                                status: int) -> None:
