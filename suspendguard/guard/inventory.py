@@ -112,17 +112,28 @@ NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
 def device_families(inventory: Inventory) -> tuple[str, ...]:
     """The family of each device found, once per device: once per per-device node (of a
     GPU the driver has, where it says), and once for a family found by its other nodes."""
-    out: list[str] = []
+    counts = _device_counts(inventory)
+    return tuple(f for family in inventory.families() for f in [family] * max(counts[family], 1))
+
+
+def families_with_devices(inventory: Inventory) -> tuple[str, ...]:
+    """The families of which a device's own node is here (of a GPU the driver has, where it
+    says): not those found by their management nodes alone (a driver with no device)."""
+    counts = _device_counts(inventory)
+    return tuple(family for family in inventory.families() if counts[family])
+
+
+def _device_counts(inventory: Inventory) -> dict[str, int]:
     gpus = _nvidia_minors()
+    counts = {}
     for family in inventory.families():
         pattern = DEVICE_NODE.get(family)
-        count = 0 if pattern is None else sum(
+        counts[family] = 0 if pattern is None else sum(
             1 for n in inventory.nodes
             if n.family == family and pattern.fullmatch(os.path.basename(n.path))
             and (family != "nvidia" or gpus is None
                  or (n.key[0] == "char" and os.minor(int(n.key[1])) in gpus)))
-        out.extend([family] * max(count, 1))
-    return tuple(out)
+    return counts
 
 
 def _nvidia_minors() -> set[int] | None:

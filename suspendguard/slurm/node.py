@@ -27,7 +27,7 @@ from suspendguard.config import FAMILIES, Config
 from suspendguard.errors import HistoryError
 from suspendguard.guard.device_view import refused_pids
 from suspendguard.guard.identity import vouch
-from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.inventory import families_with_devices, take_inventory
 from suspendguard.guard.policy import ancestors, decide
 from suspendguard.guard.run import Caller, guard_report
 from suspendguard.guard.scan import scan_holders
@@ -182,7 +182,8 @@ def _health_reasons(report: HealthReport, note: str,
                     inventory: Inventory) -> tuple[list[Reason], list[Reason]]:
     """The unhealthy devices, and those whose health could not be read, as reasons: a
     family whose devices are here and for which no tool answered (none installed, none on
-    PATH) is one whose health could not be read."""
+    PATH) is one whose health could not be read; one found by its management nodes alone
+    (a driver with no device here) is not."""
     def said(code: ReasonCode, state: str) -> list[Reason]:
         return [Reason(code, f"device {d.describe()}{note}", device=d.family)
                 for d in report.devices if d.state == state]
@@ -190,7 +191,7 @@ def _health_reasons(report: HealthReport, note: str,
     why = "; ".join(report.notes) or "no tool answered"
     unasked = [Reason("health-unknown", f"{family}: no device checked, though its device "
                       f"nodes are here ({why}){note}", device=family)
-               for family in inventory.families()
+               for family in families_with_devices(inventory)
                if family in FAMILIES and family not in report.families()]
     return said("unhealthy-after-resume", "unhealthy"), said("health-unknown", "unknown") + unasked
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -147,9 +148,29 @@ HELD = "suspendguard: held-outside-slurm: pid 9 python3 (user ana) holds npu0, o
 
 @pytest.fixture
 def ascend_here(node: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The test node stands for an Ascend chip's device node: the family is on this host."""
-    monkeypatch.setitem(FAMILY_NODES, "ascend", {"compute": (node,)})
-    return node
+    """The test node, under an Ascend chip's name, stands for its device node: the family's
+    device is on this host (its management nodes alone would not say so)."""
+    chip = Path(node).with_name("davinci0")
+    os.link(node, chip)
+    monkeypatch.setitem(FAMILY_NODES, "ascend", {"compute": (str(chip),)})
+    return str(chip)
+
+
+def test_a_family_found_by_its_management_nodes_alone_is_no_device_left_unasked(
+        tmp_path: Path, conf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A driver with no device here (its GPUs passed to VMs, a login node's image): nothing
+    # to ask, and nothing unknown.
+    manager = tmp_path / "davinci_manager"
+    if os.geteuid() == 0:
+        os.mknod(manager, 0o666 | stat.S_IFCHR, os.makedev(1, 8))  # held by no process here
+    else:
+        manager.write_bytes(b"")
+    monkeypatch.setitem(FAMILY_NODES, "ascend", {"management": (str(manager),)})
+    fake = FakeSlurm(tmp_path, {"node1": slurm_node(("DRAIN",), UNHEALTHY)})
+    with_ascend(conf, str(tmp_path / "npu-smi"))
+    code, out = health(conf, fake)
+    assert "no device checked" not in out, out
+    assert (code, out) == (0, "node1: resume: accelerator free and healthy\n"), out
 
 
 def with_ascend(conf: Path, npu_smi: str) -> None:
