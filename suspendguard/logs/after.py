@@ -115,9 +115,10 @@ class AfterResult:
         read = f"{self.files_read} device log file(s)"
         read += "".join(f", the journal of {j.unit}" for j in self.journals
                         if j.unavailable is None)
-        early = sum(STAMPED_BEFORE in s.reason for s in self.skipped)
-        unread = len(self.skipped) - early + sum(j.unavailable is not None or bool(j.notes)
-                                                 for j in self.journals)
+        notes_early = [s for s in self.skipped if STAMPED_BEFORE in s.reason]
+        early = len({s.path for s in notes_early})  # a note a rule: the files, once each
+        unread = len(self.skipped) - len(notes_early) + sum(
+            j.unavailable is not None or bool(j.notes) for j in self.journals)
         line = f"no documented device failure in {read}"
         if early:
             line = (f"documented device failure(s) stamped before the attempt in {early} "

@@ -108,6 +108,13 @@ def test_a_failure_stamped_before_the_attempt_is_never_a_clean_bill(tmp_path: Pa
         "documented device failure(s) stamped before the attempt in 1 device log(s) (above), "
         "not counted (a device clock behind the host's?); none inside it in 1 device log "
         "file(s)")
+    # Two rules' lines in that one file: two notes, still one log.
+    lines = (FIXTURES / "known-failures.log").read_text().splitlines()
+    log.write_text("\n".join(lines[:5]) + "\n")
+    os.utime(log, (RESUMED.timestamp(), RESUMED.timestamp()))
+    two = after_attempt(config(tmp_path), START, until=RESUMED)
+    assert len(two.notes()) >= 2, two.notes()
+    assert "stamped before the attempt in 1 device log(s)" in two.nothing_found()
 
 
 def test_findings_recorded_with_the_attempt_already_are_left_out_once_each(
