@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from helpers.holders import Holders
@@ -76,11 +78,8 @@ def test_a_verdict_whose_output_is_lost_never_exits_0(
     conf.write_text(conf.read_text() + f'[[policy.protect]]\ncomm = "{comm}"\nuid = 0\n')
     argv = [sys.executable, "-m", "suspendguard", "--config", str(conf), "check", "--dry-run"]
     assert subprocess.run(argv, capture_output=True, timeout=60).returncode == 1  # a veto
-    reader = subprocess.Popen(["head", "-c0"], stdin=subprocess.PIPE)
-    reader.wait(timeout=10)
-    assert reader.stdin is not None
-    closed = subprocess.run(argv, stdout=reader.stdin, stderr=subprocess.PIPE, timeout=60)
-    reader.stdin.close()
+    with reader_gone() as gone:
+        closed = subprocess.run(argv, stdout=gone, stderr=subprocess.PIPE, timeout=60)
     assert (closed.returncode, closed.stderr) == (3, b"")  # the reader chose to stop
     # /dev/full opened by the guard's own process: the test node is a /dev/full too.
     lost = subprocess.run(["sh", "-c", 'exec "$@" >/dev/full', "sh", *argv],
@@ -90,36 +89,34 @@ def test_a_verdict_whose_output_is_lost_never_exits_0(
     assert holders.signals() == []
 
 
-def test_pre_sleep_gives_its_verdict_whatever_its_stderr_takes(
-        conf: Path, node: str, holders: Holders) -> None:
-    # The unit's log lines go to the journal's stream; one that breaks never changes a
-    # verdict.
-    job, pid = holders.start(node)
+@contextlib.contextmanager
+def reader_gone() -> Iterator[IO[bytes]]:
+    """The write end of a pipe whose reader has left (``| head -c0``): writes fail, EPIPE."""
     reader = subprocess.Popen(["head", "-c0"], stdin=subprocess.PIPE)
     reader.wait(timeout=10)
     assert reader.stdin is not None
-    run = subprocess.run([sys.executable, "-m", "suspendguard", "pre-sleep", "--config",
-                          str(conf)], stdout=subprocess.PIPE, stderr=reader.stdin, timeout=60)
-    reader.stdin.close()
-    assert run.returncode == 0
-    assert job.wait(timeout=10) is not None and holders.signals() == [f"{pid} SIGINT"]
+    try:
+        yield reader.stdin
+    finally:
+        reader.stdin.close()
 
 
-def test_pre_sleep_keeps_its_verdict_when_its_report_cannot_be_written(
-        conf: Path, node: str, holders: Holders) -> None:
-    # The unit's answer is its exit status: a journal stream that broke before the report
-    # was written must not turn a recorded allow into a refused sleep.
+@pytest.mark.parametrize("broken", ["stdout", "stderr"])
+def test_pre_sleep_keeps_its_verdict_whatever_its_streams_take(
+        conf: Path, node: str, holders: Holders, broken: str) -> None:
+    # The unit's answer is its exit status, its verdict logged and recorded: a journal
+    # stream that broke (under its log lines, or its report) never turns a recorded allow
+    # into a refused sleep.
     job, pid = holders.start(node)
-    reader = subprocess.Popen(["head", "-c0"], stdin=subprocess.PIPE)
-    reader.wait(timeout=10)
-    assert reader.stdin is not None
-    run = subprocess.run([sys.executable, "-m", "suspendguard", "pre-sleep", "--config",
-                          str(conf)], stdout=reader.stdin, stderr=subprocess.PIPE, text=True,
-                         timeout=60)
-    reader.stdin.close()
+    with reader_gone() as gone:
+        streams: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE,
+                                   broken: gone}
+        run = subprocess.run([sys.executable, "-m", "suspendguard", "pre-sleep", "--config",
+                              str(conf)], text=True, timeout=60, **streams)
     assert run.returncode == 0, run.stderr
-    assert "the report was not written (cannot write to the output: Broken pipe); the " \
-        "verdict stands" in run.stderr, run.stderr
+    if broken == "stdout":
+        assert "the report was not written (cannot write to the output: Broken pipe); the " \
+            "verdict stands" in run.stderr, run.stderr
     assert job.wait(timeout=10) is not None and holders.signals() == [f"{pid} SIGINT"]
     with History.open(str(conf.parent / "state"), readonly=True) as h:
         assert h.attempts(1)[0].result == "allow"
