@@ -34,6 +34,11 @@ def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: De
     return check_idle(config, families, deadline, sleep=nap)
 
 
+def pid_list(pids: Sequence[int], most: int = 10) -> str:
+    """"1, 2, 3" for a reason's text: the first ``most``, then ", ..." where there are more."""
+    return ", ".join(str(p) for p in pids[:most]) + (", ..." if len(pids) > most else "")
+
+
 def refused_pids(scan: ScanResult) -> tuple[list[int], Said]:
     """The processes the scan could not read, PID 1 aside; a refused map_files read is warned of.
 
@@ -48,7 +53,7 @@ def refused_pids(scan: ScanResult) -> tuple[list[int], Said]:
             f"{n} process{'es' if n != 1 else ''} map a device file whose /proc/PID/map_files "
             "link the guard may not follow (that takes CAP_SYS_ADMIN, or CAP_CHECKPOINT_RESTORE "
             "from Linux 5.9): a node held only through a mapping is missed for them (pids "
-            + ", ".join(str(p) for p in scan.maps_refused[:10]) + ")")
+            + pid_list(scan.maps_refused) + ")")
         if os.geteuid() == 0:
             refused = sorted({*refused, *scan.maps_refused} - {1})
     if scan.late:
@@ -103,7 +108,7 @@ def uninspected(refused: Sequence[int], first: IdleReport | None,
                                 "may hold an accelerator node)"))
     if not refused:
         return NOTHING
-    pids = ", ".join(str(p) for p in refused[:10]) + (", ..." if n > 10 else "")
+    pids = pid_list(refused)
     # Nodes given only in [devices] nodes (family "extra") have no vendor
     # query: no device view answers for them, nor any when none was read.
     wanted = list(dict.fromkeys(families))

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from suspendguard.config import FAMILIES, Config
 from suspendguard.errors import HistoryError
-from suspendguard.guard.device_view import refused_pids
+from suspendguard.guard.device_view import pid_list, refused_pids
 from suspendguard.guard.identity import vouch
 from suspendguard.guard.inventory import families_with_devices, take_inventory
 from suspendguard.guard.policy import ancestors, decide
@@ -259,7 +259,7 @@ def held_outside_slurm(config: Config, inventory: Inventory,
     refused, _ = refused_pids(scan)
     unsure = []
     if refused:
-        pids = ", ".join(map(str, refused[:10])) + (", ..." if len(refused) > 10 else "")
+        pids = pid_list(refused)
         unsure.append(Reason("uninspected", f"{len(refused)} process(es) could not be "
                              f"inspected (pids {pids}): any of them may hold the accelerator"))
     outside = [h for h in scan.holders if not _in_a_job(proc, h)]
