@@ -26,13 +26,14 @@ from suspendguard.config import Config
 from suspendguard.logs.finding import STAMPED_BEFORE, Finding, Skipped
 from suspendguard.logs.journal import TIMEOUT_S, UnitJournal, read_unit
 from suspendguard.logs.rules import BY_ID
-from suspendguard.logs.search import search
+from suspendguard.logs.search import search_apart
 from suspendguard.model import Unavailable
 from suspendguard.record import Attempt, FindingRecord
 
 # The device logs, then the journals of all units, inside systemd-sleep's 90 s for every
 # hook: a log a job filled in a failure loop is read only in part rather than have the hook
-# killed, its findings all lost.
+# killed, its findings all lost. A glob whose folder does not answer is given up
+# search.ANSWER_S after the files' time.
 FILES_DEADLINE_S = 40.0
 JOURNALS_DEADLINE_S = 30.0
 # Paths not read named one a line in the hook's journal; the rest counted.
@@ -152,8 +153,8 @@ def after_attempt(
     it. Never raises for unreadable logs or a missing journal: they are reported in
     ``skipped`` and ``journals``.
     """
-    report = search(
-        patterns=config.logs.paths,
+    report = search_apart(
+        config.logs.paths,
         homes=homes,
         since=since - timedelta(seconds=config.logs.clock_slack_s),
         max_bytes=config.logs.max_bytes,

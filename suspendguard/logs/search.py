@@ -15,11 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from suspendguard.logs.finding import TIME_RAN_OUT, Finding, Skipped, UnknownCode
+from suspendguard.logs.globs import expand
 from suspendguard.logs.matching import Rule
 from suspendguard.logs.reader import FileResult, prepare, read_file
 from suspendguard.logs.rules import RULES
 from suspendguard.logs.safe_open import Refused, open_relative
-from suspendguard.logs.walk import Candidate, plan
+from suspendguard.logs.walk import Candidate, Plan, plan
 from suspendguard.system.workers import run_shares
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -52,6 +53,13 @@ class SearchReport:
             "unrecognised_vendor_codes": [u.to_json() for u in self.unknown_codes],
         }
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SearchReport:
+        return cls(tuple(Finding.from_json(f) for f in doc["findings"]), doc["files_read"],
+                   doc["bytes_read"], tuple(Skipped.from_json(s) for s in doc["skipped"]),
+                   doc["files_older_than_since"],
+                   tuple(UnknownCode.from_json(u) for u in doc["unrecognised_vendor_codes"]))
+
 
 def search(
     paths: Sequence[str] = (),
@@ -68,24 +76,111 @@ def search(
     """Search explicit files/folders and/or configured globs, newest files first;
     ``stop_at`` (time.monotonic): no file is read past it, each said as not read."""
     found = plan(paths, patterns, homes, environ, since)
+    return _search(found, since, until, max_bytes, rules, stop_at)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """One file a search read: as it was shown, which file it is, and how much was read."""
+
+    display: str
+    ident: tuple[int, int]  # (st_dev, st_ino)
+    bytes_read: int
+
+
+def _search(found: Plan, since: datetime | None, until: datetime | None, max_bytes: int,
+            rules: Sequence[Rule], stop_at: float | None
+            ) -> tuple[SearchReport, list[_Read]]:
+    """Every file ``found`` read (its bases closed after), and which files they were."""
     findings: list[Finding] = []
     unknown: list[UnknownCode] = []
     skipped = list(found.skipped)
+    reads: list[_Read] = []
     files, total = found.empty, 0
     try:
-        for result in _read_all(sorted(found.candidates), max_bytes, rules, since, until,
-                                stop_at):
+        cands = sorted(found.candidates)
+        for cand, result in zip(cands, _read_all(cands, max_bytes, rules, since, until,
+                                                 stop_at), strict=True):
             if isinstance(result, Skipped):
                 skipped.append(result)
                 continue
             files += 1
             total += result.bytes_read
+            reads.append(_Read(cand.display, cand.ident, result.bytes_read))
             findings.extend(result.findings)
             unknown.extend(result.unknown_codes)
             skipped.extend(result.skipped)
     finally:
         found.close()
-    return SearchReport(tuple(findings), files, total, tuple(skipped), found.older, tuple(unknown))
+    report = SearchReport(tuple(findings), files, total, tuple(skipped), found.older,
+                          tuple(unknown))
+    return report, reads
+
+
+# How long past its reading's stop_at a glob's worker is waited for: the walk's last folder,
+# and its answer crossing back.
+ANSWER_S = 5.0
+
+
+def search_apart(
+    patterns: Sequence[str],
+    *,
+    stop_at: float,
+    homes: Sequence[str] = (),
+    since: datetime | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    environ: Mapping[str, str] | None = None,
+) -> SearchReport:
+    """``search`` of the configured globs, each glob they fill in searched in a worker of its
+    own: files are read until ``stop_at`` (time.monotonic), and each worker is waited for
+    ``ANSWER_S`` longer.
+
+    A folder that does not answer (a home on NFS whose server is gone) holds a walk or a
+    read in the kernel, where no check of the time can end it: its glob's worker is then
+    killed and the glob said as not read, and the other globs' findings stand. A file two
+    globs reach is counted once, as in one search.
+    """
+    globs: list[str] = []
+    skipped: list[Skipped] = []
+    for pattern in patterns:
+        filled, unfilled = expand(pattern, homes, environ)
+        globs += filled
+        skipped += unfilled
+    globs = list(dict.fromkeys(globs))
+    until = stop_at + ANSWER_S
+
+    def work(glob: str) -> tuple[SearchReport, list[_Read]]:
+        found = plan((), (), (), None, since, globs=(glob,))
+        return _search(found, since, None, max_bytes, RULES, stop_at)
+
+    def late(glob: str) -> tuple[SearchReport, list[_Read]]:
+        return SearchReport((), 0, 0, (Skipped(glob, (
+            f"not read: its folder did not answer within {until - started:.0f} s (a network "
+            "mount whose server is gone?)")),)), []
+
+    started = time.monotonic()
+    return _merged(run_shares(globs, work, _searched_to_wire, _searched_from_wire,
+                              until=until, late=late), skipped)
+
+
+def _merged(searched: Sequence[tuple[SearchReport, list[_Read]]],
+            skipped: Sequence[Skipped]) -> SearchReport:
+    """The globs' reports as one, in order; a file an earlier glob read is left out."""
+    seen: set[tuple[int, int]] = set()
+    findings: list[Finding] = []
+    unknown: list[UnknownCode] = []
+    unread = list(skipped)
+    files = total = older = 0
+    for report, reads in searched:
+        again = {r.display for r in reads if r.ident in seen}
+        seen.update(r.ident for r in reads)
+        files += report.files_read - len(again)
+        total += report.bytes_read - sum(r.bytes_read for r in reads if r.display in again)
+        older += report.files_older
+        findings += [f for f in report.findings if f.file not in again]
+        unknown += [u for u in report.unknown_codes if u.file not in again]
+        unread += [s for s in report.skipped if s.path not in again]
+    return SearchReport(tuple(findings), files, total, tuple(unread), older, tuple(unknown))
 
 
 def _read_one(cand: Candidate, max_bytes: int, rules: Sequence[Rule],
@@ -147,3 +242,14 @@ def _from_wire(wire: dict[str, Any]) -> FileResult | Skipped:
     if "refused" in wire:
         return Skipped.from_json(wire["refused"])
     return FileResult.from_json(wire)
+
+
+def _searched_to_wire(searched: tuple[SearchReport, list[_Read]]) -> Any:
+    report, reads = searched
+    return {"report": report.to_json(),
+            "reads": [[r.display, *r.ident, r.bytes_read] for r in reads]}
+
+
+def _searched_from_wire(wire: Any) -> tuple[SearchReport, list[_Read]]:
+    reads = [_Read(display, (dev, ino), size) for display, dev, ino, size in wire["reads"]]
+    return SearchReport.from_json(wire["report"]), reads

@@ -47,6 +47,7 @@ class Candidate:
     rel: tuple[str, ...] = field(compare=False)
     mtime: float = field(compare=False)
     size: int = field(default=0, compare=False)
+    ident: tuple[int, int] = field(default=(0, 0), compare=False)  # (st_dev, st_ino)
 
 
 @dataclass(slots=True)
@@ -82,19 +83,27 @@ def plan(
     homes: Sequence[str],
     environ: Mapping[str, str] | None,
     since: datetime | None,
+    globs: Sequence[str] = (),
 ) -> Plan:
-    """Every file to read; the caller closes the plan's bases once they are read."""
+    """Every file to read; the caller closes the plan's bases once they are read.
+    ``globs``: absolute globs, filled in already (``patterns`` are filled in here)."""
     found = Plan()
     since_ts = since.timestamp() if since is not None else None
     for path in paths:
         _add_base(found, os.path.abspath(path), (), since_ts, explicit=True)
+    for glob in globs:
+        _add_glob(found, glob, since_ts)
     for pattern in patterns:
-        globs, skipped = expand(pattern, homes, environ)
+        filled, skipped = expand(pattern, homes, environ)
         found.skipped.extend(skipped)
-        for g in globs:
-            base, parts = split_glob(g)
-            _add_base(found, base, parts, since_ts, explicit=False)
+        for glob in filled:
+            _add_glob(found, glob, since_ts)
     return found
+
+
+def _add_glob(found: Plan, glob: str, since_ts: float | None) -> None:
+    base, parts = split_glob(glob)
+    _add_base(found, base, parts, since_ts, explicit=False)
 
 
 def _add_base(
@@ -118,7 +127,8 @@ def _add_base(
     st = os.fstat(fd)
     if not found.first_look(st, since_ts):
         return
-    found.candidates.append(Candidate(-st.st_mtime, path, base, (), st.st_mtime, st.st_size))
+    found.candidates.append(Candidate(-st.st_mtime, path, base, (), st.st_mtime, st.st_size,
+                                     (st.st_dev, st.st_ino)))
 
 
 def _walk(found: Plan, base: Base, parts: tuple[str, ...], since_ts: float | None) -> None:
@@ -181,7 +191,8 @@ def _walk(found: Plan, base: Base, parts: tuple[str, ...], since_ts: float | Non
                     continue
                 if not found.first_look(st, since_ts):
                     continue
-                cand = Candidate(-st.st_mtime, shown, base, (*rel, name), st.st_mtime, st.st_size)
+                cand = Candidate(-st.st_mtime, shown, base, (*rel, name), st.st_mtime, st.st_size,
+                                 (st.st_dev, st.st_ino))
                 heapq.heappush(kept, (st.st_mtime, len(found.seen), cand))
                 if len(kept) > MAX_FILES:
                     heapq.heappop(kept)

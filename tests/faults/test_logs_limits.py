@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
+from helpers.isolation import needs_root
 
 from suspendguard.logs import walk
 from suspendguard.logs.search import search
 
 HWTS = ("[ERROR] TSCH(-1,null):2023-01-01-02:53:45.850.781 1 (dieid:0,cpuid:0) "
         "device_management_plat.c:563 suspend_ack: suspend pre check fail, hwts is busy\n")
+HERE = Path(__file__).resolve().parent
 
 
 def many_files(folder: Path, n: int, content: bytes) -> None:
@@ -61,3 +68,23 @@ def test_a_needle_near_the_end_of_a_100mb_single_line_file_is_found(tmp_path: Pa
             f.write(block)
     report = search([str(big)], max_bytes=64 * 1024 * 1024)
     assert [f.rule for f in report.findings] == ["hwts-busy-suspend"], report.skipped
+
+
+@needs_root
+def test_a_log_folder_that_never_answers_costs_only_its_own_glob(tmp_path: Path) -> None:
+    """A home on NFS whose server is gone: its walk waits in the kernel, where no check of
+    the time ends it, and the sleep hook would be killed at systemd-sleep's 90 s with every
+    finding lost. Here a real FUSE mount that never answers: its glob is given up, said as
+    not read, and the other glob's failure is still found."""
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable,
+                           str(HERE / "scene_hung_mount.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(f"no FUSE mount here: {result['skip']}")
+    assert result["rules"] == ["hwts-busy-suspend"], result
+    assert result["skipped"] == [[f"{tmp_path}/hung/log/**", (
+        "not read: its folder did not answer within 2 s (a network mount whose server is "
+        "gone?)")]]
+    assert result["files_read"] == 1

@@ -257,3 +257,12 @@ def test_logs_since_last_attempt_reads_what_the_check_after_resume_reads(
         ("heartbeat-lost", "journal:train.service", "train.service")}
     # Units given with --unit are read besides the holders'.
     assert [j["unit"] for j in doc["journals"]] == ["extra.service", "train.service"]
+
+
+def test_a_log_two_globs_reach_is_read_for_the_attempt_once(tmp_path: Path) -> None:
+    """Each glob is searched in a worker of its own: a file both reach is one file still."""
+    log = device_log(tmp_path, START + timedelta(seconds=1))
+    conf = build({"logs": {"paths": [f"{tmp_path}/slog/**", f"{log.parent}/*.log"]}})
+    result = after_attempt(conf, START, until=RESUMED)
+    assert [(f.rule, f.file) for f in result.findings] == [("hwts-busy-suspend", str(log))]
+    assert (result.files_read, result.bytes_read) == (1, log.stat().st_size)
