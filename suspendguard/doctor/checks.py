@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from suspendguard.config import Config
+from suspendguard.config import DEFAULT_STATE_DIR, Config
 from suspendguard.doctor.host import Host, setting, timespan_s
 from suspendguard.health.resume import plan as resume_plan
 from suspendguard.idle.base import QueryFailed
@@ -230,6 +230,45 @@ def guard_units(host: Host, config: Config) -> list[Finding]:
     return out
 
 
+def state_dir_in_units(host: Host, config: Config) -> list[Finding]:
+    """The units' sandbox (ProtectSystem=strict) leaves writable only their StateDirectory=
+    and ReadWritePaths=: install writes a [state] dir of another place into its units, but
+    a package's are built with the default. There the veto unit records nothing and
+    refuses every suspend of a supervised job (no stop can be written ahead)."""
+    state = os.path.normpath(config.state.dir)
+    if state == DEFAULT_STATE_DIR:
+        return []
+    out = []
+    for unit, names in ((templates.UNIT_TEMPLATE, [(templates.instance(a), templates.UNIT_TEMPLATE)
+                                                   for a in SLEEP_ACTIONS]),
+                        (templates.RESUME_UNIT, [(templates.RESUME_UNIT,)]),
+                        (templates.WATCH_UNIT, [(templates.WATCH_UNIT,)])):
+        path = _unit_path(host, unit)
+        if path is None or not any(_writes_not(host, path, n, state) for n in names):
+            continue
+        out.append(Finding(
+            "state-dir-read-only", "error",
+            f"{unit} cannot write [state] dir {state} (ProtectSystem=strict, and it is not "
+            "among its ReadWritePaths=): its runs record nothing there"
+            + (", and every suspend of a supervised job is refused"
+               if unit == templates.UNIT_TEMPLATE else ""),
+            "suspendguard install (it writes [state] dir into its units)"
+            if path == f"{templates.UNIT_DIR}/{unit}" else
+            f"systemctl edit {unit}: [Service] ReadWritePaths=-{state}"))
+    return out
+
+
+def _writes_not(host: Host, path: str, names: Sequence[str], state: str) -> bool:
+    """Whether the unit at ``path`` (with the drop-ins of ``names``) cannot write ``state``."""
+    if host.unit_setting(path, "ProtectSystem", names) != "strict":
+        return False
+    writable = [os.path.normpath(p.lstrip("-+")) for p in
+                host.unit_list(path, "ReadWritePaths", names)]
+    writable += [os.path.join("/var/lib", d) for d in
+                 host.unit_list(path, "StateDirectory", names)]
+    return not any(state == w or state.startswith(w.rstrip("/") + "/") for w in writable)
+
+
 def guard_interpreter(host: Host) -> list[Finding]:
     """The installed unit's interpreter, run on this host: others could change it, or the
     guard's code it imports. A staged tree's (``--root``) is the target's: not run here."""
@@ -303,6 +342,7 @@ CHECKS: Sequence[tuple[str, Check]] = (
     ("hibernation", lambda h, c, v: hibernation(h, v)),
     ("units", lambda h, c, v: units_before_sleep(h)),
     ("guard", lambda h, c, v: guard_units(h, c)),
+    ("state", lambda h, c, v: state_dir_in_units(h, c)),
     ("interpreter", lambda h, c, v: guard_interpreter(h)),
     ("logind", lambda h, c, v: logind_delay(h)),
     ("systemd", lambda h, c, v: systemd_version(h)),

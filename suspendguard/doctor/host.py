@@ -103,23 +103,42 @@ class Host:
         then each drop-in's (``NAME.d/*.conf`` for each of ``names``, in every unit
         folder; a drop-in's file name in an earlier folder hides it in a later one;
         applied in file-name order). None when the file is absent or nothing sets it."""
+        found = None
+        for text in self._unit_texts(path, names):
+            value = setting(text, key)
+            found = value if value is not None else found
+        return found
+
+    def unit_list(self, path: str, key: str, names: Sequence[str]) -> list[str]:
+        """A list setting (``ReadWritePaths=``) as systemd reads it, the file and its drop-ins
+        as for ``unit_setting``: each assignment adds its words, an empty one empties it."""
+        found: list[str] = []
+        for text in self._unit_texts(path, names):
+            for line in text.splitlines():
+                name, _, value = line.strip().partition("=")
+                if name.strip() == key:
+                    found = found + value.split() if value.strip() else []
+        return found
+
+    def _unit_texts(self, path: str, names: Sequence[str]) -> list[str]:
+        """The unit file's text, then its drop-ins' in the order systemd applies them; none
+        when the file is absent."""
         text = self.read(path)
         if text is None:
-            return None
-        found = setting(text, key)
+            return []
         dropins: dict[str, Path] = {}
         for folder in UNIT_DIRS:
             for name in names:
                 for file in sorted(glob.glob(str(self.path(folder) / f"{glob.escape(name)}.d"
                                                  / "*.conf"))):
                     dropins.setdefault(os.path.basename(file), Path(file))
+        texts = [text]
         for name in sorted(dropins):
             try:
-                value = setting(dropins[name].read_text(errors="replace"), key)
+                texts.append(dropins[name].read_text(errors="replace"))
             except OSError:
                 continue
-            found = value if value is not None else found
-        return found
+        return texts
 
     def logind_settings(self, key: str) -> list[tuple[str, str]]:
         """(file, value) for each file that sets ``key`` in [Login], in the order read."""

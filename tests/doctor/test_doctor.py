@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers.runners import cli
 
-from suspendguard.config import build
+from suspendguard.config import DEFAULT_STATE_DIR, build
 from suspendguard.doctor.checks import doctor, health_budget_s
 from suspendguard.doctor.host import Host, timespan_s
 from suspendguard.install import templates
@@ -347,6 +347,10 @@ def test_status_summarises_the_findings(conf: Path, tmp_path: Path, no_bus: str)
     from suspendguard.status.text import render
 
     stage = tmp_path / "stage"
+    # install renders the units for the configuration under its root: this one's state folder
+    staged_conf = stage / "etc/suspendguard/config.toml"
+    staged_conf.parent.mkdir(parents=True)
+    staged_conf.write_text(conf.read_text())
     assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
                 environ={}) == 0
     s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage), idle_check=None)
@@ -361,3 +365,49 @@ def test_status_summarises_the_findings(conf: Path, tmp_path: Path, no_bus: str)
                              "not guarded")
     assert 'suspendguard_doctor_findings{severity="error"} 1.0' in exposition(s).splitlines()
     assert s.to_json()["doctor"]["to_fix"] == 1
+
+
+def shipped_units(root: Path, unit_dir: str, state_dir: str = DEFAULT_STATE_DIR) -> None:
+    """The veto and resume units as install renders them (a package's from the defaults)."""
+    shipped = templates.template_dir()
+    write(root, f"{unit_dir}/{templates.UNIT_TEMPLATE}", templates.render_unit(
+        (shipped / templates.UNIT_TEMPLATE).read_text(), "/usr/bin/python3",
+        templates.timeout_start_s(CONFIG), state_dir))
+    write(root, f"{unit_dir}/{templates.RESUME_UNIT}", templates.render_resume(
+        (shipped / templates.RESUME_UNIT).read_text(), "/usr/bin/python3", state_dir))
+
+
+def test_a_state_folder_the_packaged_units_cannot_write_is_found(tmp_path: Path) -> None:
+    """A package's units are built with the default folder: under ProtectSystem=strict the
+    veto unit could record nothing in another, and would refuse every supervised job."""
+    root = packaged(clean_host(tmp_path))
+    shipped_units(root, "lib/systemd/system")
+    elsewhere = build({"state": {"dir": "/srv/suspendguard"}})
+
+    def found() -> dict[str, str]:
+        return {f.text.split()[0]: f.fix for f in doctor(Host(str(root)), elsewhere, 1.0)
+                if f.id == "state-dir-read-only"}
+
+    assert found() == {
+        unit: f"systemctl edit {unit}: [Service] ReadWritePaths=-/srv/suspendguard"
+        for unit in (templates.UNIT_TEMPLATE, templates.RESUME_UNIT)}
+    assert [f.id for f in doctor(Host(str(root)), CONFIG, 1.0)] == []  # the default folder
+    # the fix it gives, for the veto unit: what is left is the resume unit's
+    write(root, f"etc/systemd/system/{templates.UNIT_TEMPLATE}.d/override.conf",
+          "[Service]\nReadWritePaths=-/srv/suspendguard\n")
+    assert list(found()) == [templates.RESUME_UNIT]
+    # an empty assignment in a later drop-in empties the list again
+    write(root, f"etc/systemd/system/{templates.UNIT_TEMPLATE}.d/zz.conf",
+          "[Service]\nReadWritePaths=\n")
+    assert list(found()) == [templates.UNIT_TEMPLATE, templates.RESUME_UNIT]
+
+
+def test_units_install_wrote_for_the_state_folder_can_write_it(tmp_path: Path) -> None:
+    root = clean_host(tmp_path)
+    shipped_units(root, "etc/systemd/system", "/srv/suspendguard")
+    assert [f.id for f in doctor(Host(str(root)), build({"state": {"dir": "/srv/suspendguard"}}),
+                                 1.0)] == []
+    # a folder changed since install: install writes it again
+    [one, _] = [f for f in doctor(Host(str(root)), build({"state": {"dir": "/srv/other"}}), 1.0)]
+    assert (one.id, one.fix) == ("state-dir-read-only",
+                                 "suspendguard install (it writes [state] dir into its units)")
