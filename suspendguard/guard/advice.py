@@ -111,6 +111,9 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
         return ("the Jupyter kernel took the shutdown request but is still busy in a cell: "
                 "it exits once the cell ends; interrupt or finish the cell from its "
                 "notebook, then suspend again")
+    if (attempt := stop.earlier.get(holder_id(h))) is not None:
+        return (f"attempt {attempt} sent it {signame}, and none is sent again: it is still "
+                "saving or stuck; wait for it to exit, or stop it yourself, then suspend again")
     found = plan.role(h)
     raise_it = ("or give this job a longer wait ([[policy.drain]] with its uid and exe, and "
                 "timeout_s)")

@@ -13,7 +13,8 @@ from suspendguard.config import IdleConfig
 from suspendguard.guard import device_view, rounds
 from suspendguard.guard.look import Look
 from suspendguard.guard.report import IdleSkipped
-from suspendguard.guard.run_state import NOTHING, RunState, Said
+from suspendguard.guard.run_state import RunState
+from suspendguard.guard.said import NOTHING, Said
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Outcome, reason_about
 from suspendguard.verdict import Reason

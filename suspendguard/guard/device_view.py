@@ -17,7 +17,8 @@ from dataclasses import replace
 from suspendguard.config import FAMILIES, IdleConfig
 from suspendguard.guard.describe import describe_process
 from suspendguard.guard.policy import MANAGEMENT_ONLY
-from suspendguard.guard.run_state import NOTHING, IdleCheck, RunState, Said
+from suspendguard.guard.run_state import IdleCheck, RunState
+from suspendguard.guard.said import NOTHING, Said
 from suspendguard.idle.base import IdleReport, family_of
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Decision, Holder, ScanResult

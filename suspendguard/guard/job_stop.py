@@ -31,6 +31,8 @@ class JobStop:
     # The holders signalled that must leave before an ask is sent: a kernel's shutdown
     # SIGTERMs its process group's children at once, in their save (docs/ai-frameworks.md).
     after: Mapping[HolderId, frozenset[HolderId]] = field(default_factory=dict)
+    # Holders an earlier attempt sent the signal and left running, quiet now: by attempt.
+    earlier: Mapping[HolderId, int] = field(default_factory=dict)
 
     def due(self, key: HolderId, running: Collection[HolderId]) -> bool:
         """Whether the ask of ``key`` may go now: none it waits for is ``running``."""

@@ -14,15 +14,31 @@ exception: the history never changes a verdict.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from suspendguard.errors import HistoryError
-from suspendguard.model import Holder
+from suspendguard.model import Holder, HolderId
 from suspendguard.record import HolderRecord, Stop
 
 if TYPE_CHECKING:
     from suspendguard.store.history import History
+
+
+@dataclass(frozen=True, slots=True)
+class Earlier:
+    """An earlier attempt of this boot that sent a holder the drain signal, and left it
+    running (a timeout, or a guard killed before it recorded the outcome)."""
+
+    attempt_id: int
+    began: float  # time.time()
+
+    def note(self, signame: str) -> str:
+        ago = max(0.0, time.time() - self.began)
+        return (f"attempt {self.attempt_id} (begun {ago:.0f} s ago) sent {signame} already: "
+                "none is sent again, a second one cuts a job's save short")
 
 
 class Ledger:
@@ -82,6 +98,15 @@ class Ledger:
         except HistoryError as exc:
             return f"history: the stops were not completed: {exc}"
         return ""
+
+    def signalled_before(self, holders: Sequence[Holder]) -> dict[HolderId, Earlier]:
+        """Of ``holders``, those an earlier real attempt of this boot sent the drain signal
+        and left running (none without a history, or where it cannot say)."""
+        if self.past is None or not holders:
+            return {}
+        booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+        found = self.past.signalled_since(holders, booted, but=self.attempt_id)
+        return {key: Earlier(*found[key]) for key in found}
 
     def drain_times(self, holder: Holder) -> tuple[float, ...]:
         """The same job's earlier drain times, newest first (none without a history)."""

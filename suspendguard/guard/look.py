@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from suspendguard.config import FAMILIES, DevicesConfig, IdleConfig
 from suspendguard.guard import device_view
 from suspendguard.guard.inventory import device_families, take_inventory
-from suspendguard.guard.run_state import IdleCheck, RunState, Said
+from suspendguard.guard.run_state import IdleCheck, RunState
+from suspendguard.guard.said import Said
 from suspendguard.guard.scan import scan_holders, scan_until
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Inventory, ScanResult

@@ -20,7 +20,8 @@ from suspendguard.guard.held import continue_left
 from suspendguard.guard.ledger import Ledger
 from suspendguard.guard.policy import forgeable_rule_warnings
 from suspendguard.guard.report import RECORDED
-from suspendguard.guard.run_state import RunOptions, Said
+from suspendguard.guard.run_state import RunOptions
+from suspendguard.guard.said import Said
 from suspendguard.model import Unavailable
 from suspendguard.store import lock as guard_lock
 from suspendguard.system.deadline import Deadline, bounded

@@ -19,7 +19,8 @@ from suspendguard.guard.look import Look
 from suspendguard.guard.opening import Opening
 from suspendguard.guard.report import Report
 from suspendguard.guard.restore import restore
-from suspendguard.guard.run_state import RunOptions, RunState, Said
+from suspendguard.guard.run_state import RunOptions, RunState
+from suspendguard.guard.said import Said
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable, holder_id
 from suspendguard.record import Attempt, Stop

@@ -27,7 +27,8 @@ from suspendguard.guard.opening import HistoryOpener, open_run
 from suspendguard.guard.policy import ancestors
 from suspendguard.guard.render import log_verdict
 from suspendguard.guard.report import IdleSkipped, Report
-from suspendguard.guard.run_state import IdleCheck, RunOptions, RunState, Said
+from suspendguard.guard.run_state import IdleCheck, RunOptions, RunState
+from suspendguard.guard.said import Said
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import HolderId
 from suspendguard.supervise.owner import OwnerControl

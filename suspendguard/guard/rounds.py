@@ -18,7 +18,8 @@ from suspendguard.config import RestoreConfig
 from suspendguard.guard import advice
 from suspendguard.guard.device_view import refused_pids
 from suspendguard.guard.restore import restore
-from suspendguard.guard.run_state import NO_TAGS, NOTHING, RunState, Said, Tags
+from suspendguard.guard.run_state import NO_TAGS, RunState, Tags
+from suspendguard.guard.said import NOTHING, Said
 from suspendguard.guard.scan import scan_holders, scan_until
 from suspendguard.model import (
     CONTAINER_KINDS,

@@ -24,8 +24,9 @@ from suspendguard.guard.handles import UNSIGNALLABLE
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.job_stop import JobStop
-from suspendguard.guard.ledger import NO_LEDGER, Ledger
+from suspendguard.guard.ledger import NO_LEDGER, Earlier, Ledger
 from suspendguard.guard.policy import decide, stopped_reason
+from suspendguard.guard.said import NOTHING, Said
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id, reason_about
 from suspendguard.record import HolderRecord, Stop
@@ -44,28 +45,6 @@ IdleCheck = Callable[[IdleConfig, Sequence[str], Deadline], IdleReport]
 # A holder's tag in the report ("respawned"), by holder; most have none.
 Tags = Mapping[HolderId, str]
 NO_TAGS: Tags = MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class Said:
-    """The veto reasons and warnings one step of a run found, in the order found."""
-
-    reasons: tuple[Reason, ...] = ()
-    warnings: tuple[str, ...] = ()
-
-    def __add__(self, other: Said) -> Said:
-        return Said((*self.reasons, *other.reasons), (*self.warnings, *other.warnings))
-
-    @classmethod
-    def warn(cls, *warnings: str) -> Said:
-        return cls((), tuple(w for w in warnings if w))
-
-    @classmethod
-    def veto(cls, *reasons: Reason) -> Said:
-        return cls(tuple(reasons))
-
-
-NOTHING = Said()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +97,8 @@ class RunState:
         self._kernels: dict[HolderId, jupyter.JupyterKernel | None] = {}
         self._plans: dict[frozenset[HolderId], jobs.Plan] = {}
         self._forwarded: set[HolderId] = set()  # launchers given the signal: once a run
+        # Holders an earlier attempt signalled, still saving: never a second signal.
+        self._earlier: dict[HolderId, Earlier] = {}
 
     @property
     def cancelled(self) -> bool:
@@ -138,8 +119,15 @@ class RunState:
                                                                self.token))
         decisions = [self._jupyter(self._confirmed(self._pod(d))) for d in decisions]
         plan = self.plan(decisions)
-        return [replace(d, notes=(*d.notes, note)) if (note := plan.note(d.holder)) else d
+        self._earlier.update(self.ledger.signalled_before([d.holder for d in decisions
+                                                           if d.signals]))
+        return [replace(d, notes=(*d.notes, *notes)) if (notes := self._notes(d, plan)) else d
                 for d in decisions]
+
+    def _notes(self, d: Decision, plan: jobs.Plan) -> list[str]:
+        """The notes the job's plan, and an earlier attempt's signal, add to ``d``."""
+        earlier = self._earlier.get(holder_id(d.holder)) if d.signals else None
+        return [n for n in (plan.note(d.holder), earlier and earlier.note(d.signal)) if n]
 
     def took_before(self, d: Decision) -> str:
         return advice.took_before(self.ledger.drain_times(d.holder), d.wait_s)
@@ -200,7 +188,8 @@ class RunState:
             launcher = job.launcher
             if launcher is None:
                 continue
-            if job.forwarded and launcher.id in self._forwarded:
+            if job.forwarded and (launcher.id in self._forwarded
+                                  or any(key in self._earlier for key in job.reached)):
                 continue  # a rank it started since: the guard's own signal, never a second
             if job.forwarded and launcher.sigint not in ("ignored", "blocked"):
                 forward.append((launcher, job.reached))
@@ -213,11 +202,14 @@ class RunState:
                     "the guard instead, and the launcher may act on them as they leave")
             elif job.held and held is not None:
                 hold.append(launcher)
+        for key, earlier in self._earlier.items():
+            quiet.setdefault(key, earlier.note(signame))
         asks = {holder_id(h): _shutdown(kernel) for h in kernels
                 if (kernel := self.kernel(h)) is not None}
         roots = [r for job in plan.jobs for r in job.roots]
         after = {holder_id(h): jupyter.started_by(h, roots, self.options.proc) for h in kernels}
-        return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request", after), said
+        return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request", after,
+                       {key: e.attempt_id for key, e in self._earlier.items()}), said
 
     def _confirmed(self, d: Decision) -> Decision:
         """From a shell, only the holders the operator was shown and confirmed are signalled."""
