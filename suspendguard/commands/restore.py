@@ -22,10 +22,10 @@ from suspendguard.guard.held import continue_left
 from suspendguard.guard.restore import Blocker, restore
 from suspendguard.health.resume import AfterResume, after_resume
 from suspendguard.health.resume import plan as health_plan
-from suspendguard.record import Stop
+from suspendguard.record import Attempt, Stop
 from suspendguard.store import lock as guard_lock
 from suspendguard.store import progress
-from suspendguard.store.history import History
+from suspendguard.store.history import History, Sleep, newest_sleep
 from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.system import journal_ids, journald
 from suspendguard.system.boot import boot_ids
@@ -46,9 +46,10 @@ UNHEALTHY: ReasonCode = "unhealthy-after-resume"
 NO_ATTEMPT_LOOKBACK_S = 600.0
 
 
-def health_step(config: Config, history: History, log: Logger) -> AfterResume:
-    """Check and repair, each step in the history (as events of the last attempt) and the log."""
-    attempt = history.last_slept_on()
+def health_step(config: Config, history: History, log: Logger,
+                attempt: Attempt | None) -> AfterResume:
+    """Check and repair, each step in the history (as events of ``attempt``, the one this
+    sleep followed, if any) and the log."""
     attempt_id = attempt.id if attempt is not None else None
     since = datetime.fromtimestamp(attempt.started if attempt is not None
                                    else time.time() - NO_ATTEMPT_LOOKBACK_S)
@@ -75,10 +76,33 @@ def health_step(config: Config, history: History, log: Logger) -> AfterResume:
     return outcome
 
 
+def check_devices(config: Config, history: History, log: Logger, sleep: Sleep,
+                  pending: Sequence[Stop]) -> AfterResume | None:
+    """The check after resume, said in ``status`` while it runs; None when it is off, or when
+    no sleep followed the newest attempt (the resume unit runs after a refused one too) and
+    no job is held: a held job waits for a check it passes, whatever came since."""
+    if not config.resume.health_check:
+        return None
+    if not sleep.slept and sleep.attempt is not None:
+        if not any(s.result == "held" for s in pending):
+            log.info(f"after resume: no sleep followed attempt {sleep.attempt.id} "
+                     f"({sleep.attempt.result}): the devices are not checked")
+            return None
+        sleep = Sleep(None)  # the check of held jobs, with no attempt's words
+    what, longest = health_plan(config)
+    since = time.time()
+    with progress.checking(config.state.dir, what, since, since + longest,
+                           [s.owner.name for s in pending]):
+        return health_step(config, history, log, sleep.attempt)
+
+
 def hold(stops: Sequence[Stop], reason: str, history: History, log: Logger) -> str:
     """Keep ``stops`` stopped: each recorded as held, one journal message with its MESSAGE_ID."""
     for stop in stops:
-        history.record_hold(stop.id, reason)
+        try:  # a full disk: the jobs stay stopped all the same, and the journal says so
+            history.record_hold(stop.id, reason)
+        except HistoryError as exc:
+            log.warning(f"history: {stop.owner.name} held, not recorded: {exc}")
     names = ", ".join(s.owner.name for s in stops)
     message = f"{len(stops)} jobs held after resume: {reason}"
     log.warning(f"{message} ({names}); suspendguard restore --force starts them anyway")
@@ -126,18 +150,13 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
     with history:
         try:
             pending = history.pending_stops()
+            sleep = newest_sleep(history, config)
         except HistoryError as exc:
             log.error(f"restore: cannot read what was stopped: {exc}")
             return EXIT_ERROR
         for line in history.notes:  # a damaged row: its job is acted on all the same
             log.warning(f"history: {line}")
-        outcome = None
-        if config.resume.health_check:
-            what, longest = health_plan(config)
-            since = time.time()
-            with progress.checking(config.state.dir, what, since, since + longest,
-                                   [s.owner.name for s in pending]):
-                outcome = health_step(config, history, log)
+        outcome = check_devices(config, history, log, sleep, pending)
         reason = outcome.held_reason() if outcome is not None else ""
         held = (pending if reason and pending and not args.force
                 and config.resume.restore_on_unhealthy == "hold" else [])

@@ -34,7 +34,7 @@ from suspendguard.errors import HistoryError
 from suspendguard.logs.after import after_attempt, holder_homes, job_units
 from suspendguard.record import Attempt
 from suspendguard.store import mode as guard_mode
-from suspendguard.store.history import History
+from suspendguard.store.history import History, newest_sleep
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
@@ -154,24 +154,14 @@ def _unit_not_found(config: Config, action: str, log: Logger) -> str:
     return note
 
 
-def _this_sleeps(history: History, config: Config, action: str) -> Attempt | None:
-    """The attempt this sleep followed: the one the pre hook went down after, however long
-    the sleep (a weekend's); none when it went down after none. Without the pre hook's word,
-    the newest a sleep may have followed within a day."""
-    last = next(iter(history.events(1)), None)
-    if last is not None and last.phase == "pre" and last.action == action:
-        return history.attempt(last.attempt_id) if last.attempt_id else None
-    since = time.time() - (config.drain.deadline_s + 24 * 3600.0)
-    return history.last_slept_on(action=action, since=since)
-
-
 def post(config: Config, action: str, log: Logger) -> int:
     resumed = datetime.now()
     history = _open(config, log)
     if history is None:
         return 0
     try:
-        attempt = _this_sleeps(history, config, action)
+        sleep = newest_sleep(history, config, action)
+        attempt = sleep.attempt if sleep.slept else None
         # An attempt whose resume is recorded last is an earlier sleep's: this one had none
         # (the veto unit did not run, or was off), and the logs since that one are not this
         # sleep's. A later step's pre comes after it. In observe mode the unit's look is

@@ -25,13 +25,16 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from suspendguard.config import Config, to_toml
 from suspendguard.errors import HistoryError, NoHistory
+from suspendguard.model import Holder, HolderId, holder_id
 from suspendguard.record import (
     Attempt,
     DeviceHealth,
+    Event,
     FindingRecord,
     HolderRecord,
     KeptRecord,
@@ -282,6 +285,64 @@ class History(Reads):
                 [(attempt_id, f.rule, f.severity, f.file, f.line, f.time, f.pid, f.text)
                  for f in findings],
             )
+
+    # -- reading what earlier attempts did -----------------------------------
+
+    def signalled_since(self, holders: Sequence[Holder], since: float, but: int = 0
+                        ) -> dict[HolderId, tuple[int, float]]:
+        """Of ``holders``, each that a real attempt begun since ``since`` (``but`` that one)
+        sent the drain signal and last saw running: a timeout, or "signalled" left by a
+        guard killed before it recorded the outcome. Each with the newest such attempt and
+        when it began; empty where the history cannot say."""
+        wanted = {holder_id(h) for h in holders}
+        try:
+            with self._reading():
+                rows = self.conn.execute(
+                    "SELECT h.pid, h.start_time, a.id, a.started FROM holders h"
+                    " JOIN attempts a ON a.id = h.attempt_id WHERE a.dry_run = 0"
+                    " AND a.started >= ? AND a.id != ? AND h.outcome IN ('timeout', 'signalled')"
+                    " ORDER BY a.id", (since, but)).fetchall()
+        except (sqlite3.Error, HistoryError):
+            return {}
+        return {(pid, start): (attempt, began) for pid, start, attempt, began in rows
+                if (pid, start) in wanted}
+
+    # -- reading what the sleep hook wrote ------------------------------------
+
+    def last_event(self, phase: str, action: str | None = None) -> Event | None:
+        """The newest event of ``phase`` (of ``action`` when given), of any attempt or none."""
+        sql = "SELECT time, phase, action, note, attempt_id FROM events WHERE phase = ?"
+        params = [phase] if action is None else [phase, action]
+        with self._reading():
+            row = self.conn.execute(sql + (" AND action = ?" if action is not None else "")
+                                    + " ORDER BY id DESC LIMIT 1", params).fetchone()
+        return Event(row[0], row[1], row[2], row[3] or "", row[4]) if row else None
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """The host's newest sleep, as the history tells it."""
+
+    # The attempt it went down after; None: after none (the guard off, the veto unit not run).
+    attempt: Attempt | None
+    # False: no sleep followed ``attempt``, the newest (it refused, or its guard was killed),
+    # though the resume unit runs after it all the same.
+    slept: bool = True
+
+
+def newest_sleep(history: History, config: Config, action: str | None = None) -> Sleep:
+    """What the newest sleep (of ``action``) went down after: the attempt the sleep hook's
+    ``pre`` names, however long the sleep (a weekend's), or none. An attempt begun after that
+    ``pre`` is newer than its sleep: if it refused, no sleep followed it; if it let the sleep
+    go ahead, the sleep is its own, that sleep's ``pre`` not written. With no ``pre`` at
+    all, the newest attempt a sleep may have followed within a day."""
+    pre = history.last_event("pre", action)
+    since = pre.time if pre else time.time() - (config.drain.deadline_s + 24 * 3600.0)
+    later = history.last_slept_on(action=action, since=since)
+    if later is not None:
+        return Sleep(later, later.dry_run or later.result == "allow")
+    return Sleep(history.attempt(pre.attempt_id) if pre and pre.attempt_id else None)
+
 
 def last_slept(state_dir: str) -> Attempt | None:
     """The last suspend attempt (for ``logs --since last-attempt``): a real one, or the veto

@@ -17,16 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from suspendguard.errors import HistoryError
-from suspendguard.model import (
-    Action,
-    Holder,
-    HolderId,
-    Outcome,
-    OutcomeKind,
-    Owner,
-    OwnerKind,
-    holder_id,
-)
+from suspendguard.model import Action, Holder, Outcome, OutcomeKind, Owner, OwnerKind
 from suspendguard.record import (
     Attempt,
     AttemptState,
@@ -164,25 +155,6 @@ class Reads:
             return ()
         # A damaged cell (text in the REAL column, NaN) is no earlier time: left out.
         return tuple(float(r[0]) for r in rows if _duration(r[0]))
-
-    def signalled_since(self, holders: Sequence[Holder], since: float, but: int = 0
-                        ) -> dict[HolderId, tuple[int, float]]:
-        """Of ``holders``, each that a real attempt begun since ``since`` (``but`` that one)
-        sent the drain signal and last saw running: a timeout, or "signalled" left by a
-        guard killed before it recorded the outcome. Each with the newest such attempt and
-        when it began; empty where the history cannot say."""
-        wanted = {holder_id(h) for h in holders}
-        try:
-            with self._reading():
-                rows = self.conn.execute(
-                    "SELECT h.pid, h.start_time, a.id, a.started FROM holders h"
-                    " JOIN attempts a ON a.id = h.attempt_id WHERE a.dry_run = 0"
-                    " AND a.started >= ? AND a.id != ? AND h.outcome IN ('timeout', 'signalled')"
-                    " ORDER BY a.id", (since, but)).fetchall()
-        except (sqlite3.Error, HistoryError):
-            return {}
-        return {(pid, start): (attempt, began) for pid, start, attempt, began in rows
-                if (pid, start) in wanted}
 
     def _rows_if_kept(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         """The rows of ``sql``; none from a file older than its table, opened read-only (a
