@@ -47,13 +47,13 @@ user's process by doing so.
 from __future__ import annotations
 
 import signal
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from suspendguard.config import LauncherRule
 from suspendguard.guard.launchers import AGENTS, BUILTIN, LauncherKind, builtin_kind
 from suspendguard.guard.policy import rule_matches
-from suspendguard.model import Disposition, Holder, HolderId, holder_id
+from suspendguard.model import Decision, Disposition, Holder, HolderId, holder_id
 from suspendguard.system import kcmp
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
@@ -179,6 +179,30 @@ class Plan:
         """The holders the guard itself signals."""
         return [r for job in self.jobs for r in job.roots
                 if not job.forwarded or holder_id(r) in job.beyond]
+
+
+# The vetoes of a holder the drain signal cannot end: none where it is a worker, never signalled.
+SIGNAL_VETOES = frozenset({"veto-sigint-ignored", "veto-sigint-blocked"})
+
+
+def spare_workers(decisions: Sequence[Decision],
+                  plan_of: Callable[[Sequence[Decision]], Plan]) -> list[Decision]:
+    """``decisions``, each holder vetoed for ignoring or blocking the signal drained instead
+    where it is a worker of a job that is signalled: a DataLoader or pool worker set to
+    ignore SIGINT (so that Ctrl-C reaches the main process alone) is never signalled, and
+    leaves with its parent. Its veto stands where it is a job's root, or its root's is."""
+    spared = {holder_id(d.holder) for d in decisions if d.kind in SIGNAL_VETOES}
+    if not spared:
+        return list(decisions)
+    trial = [replace(d, kind="drain", reason="") if holder_id(d.holder) in spared else d
+             for d in decisions]
+    ways = plan_of(trial)
+    kept = set()
+    for key in spared:
+        found = ways.role(next(d.holder for d in trial if holder_id(d.holder) == key))
+        if found and found[0] == "worker" and not {holder_id(r) for r in found[1].roots} & spared:
+            kept.add(key)
+    return [t if holder_id(t.holder) in kept else d for d, t in zip(decisions, trial, strict=True)]
 
 
 def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] = (),

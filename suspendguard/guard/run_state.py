@@ -117,7 +117,8 @@ class RunState:
         decisions = decide(holders, self.policy, self.drain, never_pids=self.never,
                            respawned=respawned, vouched=vouch(holders, self.options.proc,
                                                                self.token))
-        decisions = [self._jupyter(self._confirmed(self._pod(d))) for d in decisions]
+        decisions = jobs.spare_workers(
+            [self._jupyter(self._confirmed(self._pod(d))) for d in decisions], self.plan)
         plan = self.plan(decisions)
         self._earlier.update(self.ledger.signalled_before([d.holder for d in decisions
                                                            if d.signals]))

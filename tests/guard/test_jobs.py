@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -622,3 +624,56 @@ def test_torch_distributed_launch_before_the_elastic_agent_is_held_while_its_ran
     assert sorted((out / f"ckpt-{r}").read_text() for r in range(2)) == sorted(ranks)
     for rank in ranks:
         assert f"torch.distributed.launch (pid {pid}) is stopped meanwhile" in said[rank], said
+
+
+# A rank that saves on SIGINT, and its forked worker set to ignore SIGINT (so that Ctrl-C
+# reaches the main process alone, as DataLoader and pool workers often are), holding the
+# node it inherited; the worker leaves when its parent is gone.
+IGNORING_WORKER = """
+import os, signal, sys, time
+node, out = open(sys.argv[1], "rb"), sys.argv[2]
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.close(w)
+    os.read(r, 1)  # the parent gone
+    with open(os.path.join(out, "worker"), "w") as f:
+        f.write("left with its parent")
+    os._exit(0)
+os.close(r)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+try:
+    time.sleep(0.3)  # the child's SIG_IGN set before the guard looks
+    print(os.getpid(), child, flush=True)
+    time.sleep(60)
+except KeyboardInterrupt:
+    with open(os.path.join(out, "checkpoint"), "w") as f:
+        f.write("saved")
+"""
+
+
+def test_a_worker_that_ignores_sigint_leaves_with_its_parent_and_vetoes_nothing(
+        make_config: Any, node: str, tmp_path: Path) -> None:
+    """It is never signalled, so its disposition does not matter: it vetoed every suspend
+    while the job ran, and the advice was to SIGTERM it, which crashes the rank."""
+    proc = subprocess.Popen([sys.executable, "-c", IGNORING_WORKER, node, str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        parent, child = map(int, proc.stdout.readline().split())
+        config = make_config()
+        look = guard(config, dry_run=True)
+        assert look.verdict.kind == "allow", look.verdict.texts
+        report = guard(config)
+        assert report.verdict.kind == "allow", report.verdict.texts
+        outcomes = {h.holder.pid: h.outcome for h in report.holders}
+        assert outcomes[parent].kind == outcomes[child].kind == "exited", outcomes
+        assert "left with its parent" in outcomes[child].why
+        assert proc.wait(timeout=5) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the job gone: its group too
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert (tmp_path / "checkpoint").read_text() == "saved"
+    assert wait_for(lambda: (tmp_path / "worker").exists(), 5)
