@@ -23,7 +23,7 @@ VERDICT_EXIT_STATUS: dict[VerdictKind, int] = {"allow": 0, "veto": 1, "unknown":
 ReasonCode = Literal[
     "protected", "frozen", "stopped", "sigint-ignored", "sigint-blocked", "supervised",
     "unconfirmed", "jupyter-kernel", "unsignallable", "timeout-after-sigint", "restarted",
-    "respawned", "appeared", "device-busy", "device-unknown", "device-hidden-holder",
+    "respawned", "launcher-running", "appeared", "device-busy", "device-unknown", "device-hidden-holder",
     "guard-busy", "guard-stopped", "guard-failed", "uninspected", "setup-refused", "interrupted",
     "unhealthy-after-resume", "unrecorded",
     # a cluster's node (suspendguard slurm)

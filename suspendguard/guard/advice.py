@@ -16,6 +16,7 @@ from suspendguard.guard.job_stop import JobStop
 from suspendguard.guard.policy import drain_disposition
 from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id
 from suspendguard.system.procfs import ProcFS
+from suspendguard.verdict import Reason
 
 
 def unsignalled(decision: Decision) -> Outcome:
@@ -145,6 +146,15 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
     return (f"a rank of {launcher.label}; the rank is still saving or stuck (in a "
             f"collective with a rank that left first); {raise_it}, or stop the job "
             "yourself before suspending")
+
+
+def still_launching(launcher: jobs.Launcher) -> Reason:
+    """Why a launcher held while its ranks left, and still running once continued, vetoes."""
+    return Reason("launcher-running", (
+        f"{launcher.label} still ran after its ranks had left and it was continued: it may "
+        "start them again (an elastic launcher restarts its ranks), after the guard looked; "
+        f"stop the job yourself (kill -INT {launcher.pid}), then suspend again"),
+        launcher.pid, launcher.comm)
 
 
 def left_reason(h: Holder, respawned: bool, rounds: int, proc: ProcFS, *,

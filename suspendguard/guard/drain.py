@@ -24,6 +24,7 @@ from suspendguard.guard.handles import (
 )
 from suspendguard.guard.held import Held
 from suspendguard.guard.job_stop import NO_JOBS, JobStop
+from suspendguard.guard.jobs import Launcher
 from suspendguard.model import Holder, HolderId, Outcome, holder_id
 from suspendguard.system.deadline import Cancel, Deadline
 from suspendguard.system.procfs import ProcFS
@@ -44,6 +45,9 @@ class DrainResult:
     wait_s: float = 0.0  # how long the wait after the signal could last
     shortened: bool = False  # the deadline cut that wait below ``timeout_s``
     unforwarded: frozenset[HolderId] = frozenset()  # ranks signalled here: their launcher was not
+    # Launchers held while their ranks left, still running once continued: they may start
+    # them again.
+    lingering: tuple[Launcher, ...] = ()
 
 
 def drain(
@@ -101,11 +105,12 @@ def drain(
         wait_s, shortened = watch.first_wait(signame, timeout_s, jobs.held)
         watch.escalate(escalate, jobs)
         watch.time_out()
+        lingering = watch.continued(jobs.held)
     finally:
         _release(jobs.held, log)
         for target in watch.targets.values():
             target.close()
-    return DrainResult(watch.outcomes, wait_s, shortened, unforwarded)
+    return DrainResult(watch.outcomes, wait_s, shortened, unforwarded, lingering)
 
 
 class _Drain:
@@ -121,6 +126,7 @@ class _Drain:
         self.outcomes: dict[HolderId, Outcome] = {}
         self.deferred: dict[int, Callable[[], str]] = {}  # asks waiting for others to leave
         self.jobs = NO_JOBS
+        self.until = deadline.at  # the end of the wait after the signal
 
     def unsignalled(self, why: str) -> DrainResult:
         """The drain ended before any signal: each holder it watched, not signalled."""
@@ -186,7 +192,7 @@ class _Drain:
         signal pending meanwhile: it is continued as soon as it is all that is left.
         """
         now = self.clock()
-        until = min(now + timeout_s, self.deadline.at)
+        until = self.until = min(now + timeout_s, self.deadline.at)
         wait_s = max(0.0, until - now)
         shortened = until < now + timeout_s - CUT_TOLERANCE_S
         sent = [t for t in self.targets.values() if not t.quiet]
@@ -216,6 +222,16 @@ class _Drain:
             self.log(f"escalating: sent {step.signal} to {len(self.targets)} holder(s) still "
                      "running")
             self.wait(min(self.clock() + step.wait_s, self.deadline.at))
+
+    def continued(self, held: Held | None) -> tuple[Launcher, ...]:
+        """Once every holder left, the held launchers continued and waited for until the
+        wait's end: those still running (none when a holder is left: that vetoes already)."""
+        if held is None or not held.launchers or self.targets:
+            return ()
+        names = ", ".join(lr.label for lr, _fd in held.launchers)
+        running = held.release(self.until, self.clock)
+        self.log(f"continued {names}")
+        return tuple(running)
 
     def time_out(self) -> None:
         """Every holder still watched: a timeout, with what it was last sent."""

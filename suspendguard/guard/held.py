@@ -20,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,11 +105,20 @@ class Held:
         self.launchers += taken
         return [lr for lr, _fd in taken]
 
-    def release(self) -> None:
-        """Continue every launcher stopped here; the watchdog and the state file go."""
+    def release(self, until: float | None = None,
+                clock: Callable[[], float] = time.monotonic) -> list[Launcher]:
+        """Continue every launcher stopped here; the watchdog and the state file go.
+
+        With ``until`` (on ``clock``), each is waited for until then: those still running
+        are returned. Its ranks gone, a launcher that does not exit may start them again
+        (an elastic one restarts them after its monitor's interval, past any rescan).
+        """
         for _launcher, fd in self.launchers:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(fd, signal.SIGCONT)
+        running = [lr for lr, fd in self.launchers
+                   if until is not None and not _exited(fd, until, clock)]
+        for _launcher, fd in self.launchers:
             os.close(fd)
         self.launchers = []
         if self._pipe >= 0:
@@ -119,6 +129,7 @@ class Held:
             self._watchdog = None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.state_dir, HELD_FILE))
+        return running
 
     def _start_watchdog(self, fds: list[int]) -> None:
         if self._pipe >= 0:  # one watchdog per run: the new one covers every launcher
@@ -135,6 +146,16 @@ class Held:
         finally:
             os.close(r)
         self._pipe = w
+
+
+def _exited(pidfd: int, until: float, clock: Callable[[], float]) -> bool:
+    """Whether the process of ``pidfd`` exits by ``until`` (a pidfd polls readable then)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    while (left := until - clock()) > 0:
+        if poller.poll(max(1, int(left * 1000))):
+            return True
+    return bool(poller.poll(0))
 
 
 def _pidfd(launcher: Launcher, proc: ProcFS) -> int | None:

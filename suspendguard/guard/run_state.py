@@ -332,6 +332,7 @@ class RunState:
         for d in decisions:
             self.record(d, result.outcomes[holder_id(d.holder)], round_no, tags)
             said += Said.veto(*self._left_running(d, result, plan, stop))
+        said += Said.veto(*map(advice.still_launching, result.lingering))
         return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
                        for o in result.outcomes.values()), said
 

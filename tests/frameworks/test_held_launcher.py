@@ -10,6 +10,8 @@ which is what makes the hold worth its risk.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +54,32 @@ def test_the_saving_rank_is_not_killed_while_the_launcher_is_held(tmp_path: Path
         assert "stopped msrun-like" in err and "continued msrun-like" in err, err
     else:
         assert codes == "0 -9\n1 1\n", codes  # killed by the launcher mid-save
+
+
+def test_a_held_launcher_that_would_start_its_ranks_again_vetoes(tmp_path: Path,
+                                                                 node: str) -> None:
+    """An elastic launcher restarts its ranks once it notices they left, later than any
+    rescan looks: still running once continued, it is a veto, never an allow with a job
+    coming back onto the device during the sleep."""
+    conf = tmp_path / "config.toml"
+    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+                    f'[state]\ndir = "{tmp_path / "state"}"\n[idle]\nbackends = []\n'
+                    '[drain]\ntimeout_s = 4\n[[drain.launchers]]\ncmdline = "msrun_like[.]py"\n'
+                    'stop = "hold"\nname = "msrun-like"\n')
+    (tmp_path / "state").mkdir(mode=0o700)
+    out = tmp_path / "codes"
+    job = subprocess.Popen([sys.executable, LAUNCHER, "--node", node, "--out", str(out),
+                            "--save-s", "0.5", "--restart-after", "2"],
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline().startswith("ready")
+        _code, text, err = cli("--config", str(conf), "drain", "--yes", "--json")
+        report = json.loads(text)
+        assert report["verdict"] == "veto", (report, err)
+        [reason] = report["reason_details"]
+        assert (reason["code"], reason["pid"]) == ("launcher-running", job.pid), reason
+        assert out.read_text() == "0 0\n1 1\n"  # the save was whole: the hold did its part
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()

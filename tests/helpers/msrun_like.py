@@ -6,6 +6,8 @@ leaves at once with status 1 (a rank that fails on its way out). Like
 msrun's join loop it polls its ranks, and on the first non-zero exit kills
 the rest. It holds nothing, installs no signal handler, and writes each
 rank's exit status to ``--out`` (``RANK STATUS`` lines) once all ended.
+With ``--restart-after`` it then starts a new rank, as an elastic launcher
+does, and writes its pid to ``--out``.restarted.
 Prints "ready PID ranks PID0 PID1" once both ranks hold the node.
 """
 
@@ -20,6 +22,9 @@ p = argparse.ArgumentParser()
 p.add_argument("--node", required=True)
 p.add_argument("--out", required=True)
 p.add_argument("--save-s", type=float, default=2.0)
+p.add_argument("--restart-after", type=float, default=0.0,
+               help="once its ranks ended, start a new rank this many seconds later and run "
+                    "on, as an elastic launcher restarts them (0: exit)")
 args = p.parse_args()
 holder = str(Path(__file__).with_name("holder.py"))
 ranks = [subprocess.Popen([sys.executable, holder, "--node", args.node, "--delay", delay,
@@ -37,3 +42,10 @@ while [r.poll() for r in ranks].count(None):
                 r.kill()
     time.sleep(0.05)
 Path(args.out).write_text("".join(f"{i} {r.returncode}\n" for i, r in enumerate(ranks)))
+if args.restart_after:
+    time.sleep(args.restart_after)
+    again = subprocess.Popen([sys.executable, holder, "--node", args.node], stdout=subprocess.PIPE,
+                             text=True)
+    assert again.stdout is not None
+    Path(args.out + ".restarted").write_text(again.stdout.readline().split()[1])
+    again.wait()
