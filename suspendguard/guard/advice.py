@@ -8,11 +8,12 @@ parent. Pure functions of what the run knows; nothing here signals.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from suspendguard.guard import jobs
 from suspendguard.guard.job_stop import JobStop
+from suspendguard.guard.launchers import AGENT_KILL_S, AGENTS
 from suspendguard.guard.policy import drain_disposition
 from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id
 from suspendguard.system.procfs import ProcFS
@@ -96,11 +97,12 @@ def _prediction(d: Decision, plan: jobs.Plan) -> Outcome:
 
 def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
                    running: Collection[HolderId] = (),
-                   unforwarded: Collection[HolderId] = ()) -> str:
+                   unforwarded: Collection[HolderId] = (), waited: float | None = None) -> str:
     """What to do about a holder still running at the timeout, by the shape of its job.
 
     ``running``: the holders this drain left running (a worker's parent among them);
-    ``unforwarded``: ranks signalled by the guard because their launcher could not be.
+    ``unforwarded``: ranks signalled by the guard because their launcher could not be;
+    ``waited``: the wait the drain made (its holders' own, or less where it was cut).
     """
     h, signame = d.holder, d.signal
     if cells := sorted(k[0] for k in stop.after.get(holder_id(h), frozenset()) & set(running)):
@@ -136,16 +138,41 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
                 f"runs; stop the job yourself (kill -{signame.removeprefix('SIG')} "
                 f"{launcher.pid}), then suspend again")
     if what == "forwarded" and holder_id(h) in stop.quiet:
-        if launcher.kind.name == "torchrun" and d.wait_s >= 30:
+        if launcher.kind in AGENTS and (d.wait_s if waited is None else waited) >= AGENT_KILL_S:
             return (f"{launcher.label} forwarded {signame} and SIGKILLs its ranks "
-                    "30 s later, so a longer wait cannot save this rank: make its "
-                    "checkpoint shorter, or stop the job before suspending")
+                    f"{AGENT_KILL_S:g} s later, so a longer wait cannot save this rank: make "
+                    "its checkpoint shorter, or stop the job before suspending")
+        if launcher.kind in AGENTS:
+            return (f"{launcher.label} forwarded {signame}; the rank is still saving or "
+                    f"stuck, and the launcher SIGKILLs it {AGENT_KILL_S:g} s after forwarding: "
+                    f"a wait of {AGENT_KILL_S:g} s at most can still save it ([[policy.drain]] "
+                    "with its uid and exe, and timeout_s), or stop the job yourself before "
+                    "suspending")
         return (f"{launcher.label} forwarded {signame}; the rank is still saving or "
                 f"stuck (in a collective, a rank that left first); {raise_it}, or stop "
                 "the job yourself before suspending")
     return (f"a rank of {launcher.label}; the rank is still saving or stuck (in a "
             f"collective with a rank that left first); {raise_it}, or stop the job "
             "yourself before suspending")
+
+
+def killed_by_agent(decisions: Sequence[Decision], plan: jobs.Plan,
+                    outcomes: Mapping[HolderId, Outcome]) -> list[str]:
+    """A warning for each rank of an elastic agent that left only when the agent SIGKILLs
+    its ranks, after it forwarded the signal: its save was likely cut short, though the
+    exit lets the suspend go on."""
+    out = []
+    for d in decisions:
+        o = outcomes.get(holder_id(d.holder))
+        found = plan.role(d.holder)
+        if (o is None or o.kind != "exited" or o.seconds is None or found is None
+                or found[0] != "forwarded" or found[1].launcher is None
+                or found[1].launcher.kind not in AGENTS or o.seconds < AGENT_KILL_S - 0.5):
+            continue
+        out.append(f"pid {d.holder.pid} {d.holder.comm} left {o.seconds:.1f} s after "
+                   f"{found[1].launcher.label} forwarded {d.signal}, when it SIGKILLs its ranks: "
+                   "its save was likely cut short")
+    return out
 
 
 def still_launching(launcher: jobs.Launcher) -> Reason:

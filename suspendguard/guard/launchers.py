@@ -27,8 +27,11 @@ class LauncherKind:
     restarts: str = ""  # what it does when a rank leaves first, in the reason's words
 
 
-_TORCHRUN = ("SIGTERMs the other ranks when one fails, SIGKILLs ranks 30 s after it "
-             "forwarded a signal")
+# How long torchrun's elastic agent waits for its ranks after it forwarded a signal before
+# it SIGKILLs them (torch.distributed.elastic's default).
+AGENT_KILL_S = 30.0
+_TORCHRUN = ("SIGTERMs the other ranks when one fails, SIGKILLs ranks "
+             f"{AGENT_KILL_S:g} s after it forwarded a signal")
 
 # Each built-in kind: its name, how it is told (argv), how it is stopped.
 _MODULES = {

@@ -333,6 +333,7 @@ class RunState:
             self.record(d, result.outcomes[holder_id(d.holder)], round_no, tags)
             said += Said.veto(*self._left_running(d, result, plan, stop))
         said += Said.veto(*map(advice.still_launching, result.lingering))
+        said += Said.warn(*advice.killed_by_agent(decisions, plan, result.outcomes))
         return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
                        for o in result.outcomes.values()), said
 
@@ -382,7 +383,8 @@ class RunState:
         cut = " (the wait was cut short by the deadline)" if result.shortened else ""
         took = self.took_before(d)
         remedy = advice.timeout_remedy(d, plan, stop, {
-            key for key, o in result.outcomes.items() if o.kind == "timeout"}, result.unforwarded)
+            key for key, o in result.outcomes.items() if o.kind == "timeout"}, result.unforwarded,
+            result.wait_s)
         return (reason_about("timeout-after-sigint", (
             f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}" + (f" ({took})" if took else "")
             + f": {remedy}"), h, owner.key),)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,16 @@ from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT
 from helpers.runners import guard
 from helpers.wait import wait_for
+from test_policy import holder
 
 from suspendguard.config import DevicesConfig
+from suspendguard.guard.advice import killed_by_agent, timeout_remedy
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.jobs import plan
-from suspendguard.guard.launchers import builtin_kind
+from suspendguard.guard.job_stop import JobStop
+from suspendguard.guard.jobs import Job, Launcher, Plan, plan
+from suspendguard.guard.launchers import BUILTIN, builtin_kind
 from suspendguard.guard.scan import scan_holders
+from suspendguard.model import Decision, Outcome, holder_id
 from suspendguard.system import kcmp
 from suspendguard.system.procfs import ProcFS
 
@@ -677,3 +682,32 @@ def test_a_worker_that_ignores_sigint_leaves_with_its_parent_and_vetoes_nothing(
         proc.wait()
     assert (tmp_path / "checkpoint").read_text() == "saved"
     assert wait_for(lambda: (tmp_path / "worker").exists(), 5)
+
+
+def _agent_rank(kind: str, wait_s: float) -> tuple[Decision, Plan, JobStop]:
+    """A rank of a ``kind`` agent (torchrun's elastic agent, or accelerate's), the signal
+    forwarded to it, and its wait of ``wait_s``."""
+    rank = replace(holder(pid=11), ppid=10)
+    agent = Launcher(10, 1, 1000, kind, kind, BUILTIN[kind], "caught")
+    job = Job((rank,), launcher=agent)
+    decision = Decision(rank, "drain", "holds a compute node", "SIGINT", wait_s)
+    return decision, Plan((job,)), JobStop(quiet={holder_id(rank): "after the forward"})
+
+
+@pytest.mark.parametrize("kind", ["torchrun", "accelerate"])
+def test_an_agents_rank_still_saving_is_told_what_a_wait_can_do(kind: str) -> None:
+    """The agent SIGKILLs its ranks 30 s after it forwarded: past 30 s no wait helps, but a
+    wait cut short by the deadline (a later round) could still have saved it."""
+    d, p, stop = _agent_rank(kind, 60.0)
+    assert "a longer wait cannot save this rank" in timeout_remedy(d, p, stop, waited=60.0)
+    cut = timeout_remedy(d, p, stop, waited=12.0)
+    assert "a longer wait cannot" not in cut
+    assert "a wait of 30 s at most can still save it" in cut, cut
+
+
+def test_a_rank_the_agent_killed_at_its_30_s_is_said_to_have_lost_its_save() -> None:
+    d, p, _stop = _agent_rank("torchrun", 60.0)
+    [line] = killed_by_agent([d], p, {holder_id(d.holder): Outcome("exited", 30.01, "")})
+    assert line == ("pid 11 python3 left 30.0 s after torchrun (pid 10) forwarded SIGINT, "
+                    "when it SIGKILLs its ranks: its save was likely cut short")
+    assert killed_by_agent([d], p, {holder_id(d.holder): Outcome("exited", 12.0, "")}) == []
