@@ -155,6 +155,8 @@ class _Drain:
         for key, target in sorted(self.targets.items(),
                                   key=lambda kv: holder_id(kv[1].holder) in jobs.asks):
             target.signalled_at = self.clock()
+            if holder_id(target.holder) in jobs.earlier:
+                target.last_signal = "this drain began"  # its signal was an earlier attempt's
             if target.quiet or target.sent:
                 continue
             ask = jobs.asks.get(holder_id(target.holder))

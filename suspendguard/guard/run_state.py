@@ -203,14 +203,14 @@ class RunState:
                     "the guard instead, and the launcher may act on them as they leave")
             elif job.held and held is not None:
                 hold.append(launcher)
-        for key, earlier in self._earlier.items():
-            quiet.setdefault(key, earlier.note(signame))
+        again = {key: e for key, e in self._earlier.items() if key not in quiet}  # no worker
+        quiet.update({key: e.note(signame) for key, e in again.items()})
         asks = {holder_id(h): _shutdown(kernel) for h in kernels
                 if (kernel := self.kernel(h)) is not None}
         roots = [r for job in plan.jobs for r in job.roots]
         after = {holder_id(h): jupyter.started_by(h, roots, self.options.proc) for h in kernels}
         return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request", after,
-                       {key: e.attempt_id for key, e in self._earlier.items()}), said
+                       {key: e.attempt_id for key, e in again.items()}), said
 
     def _confirmed(self, d: Decision) -> Decision:
         """From a shell, only the holders the operator was shown and confirmed are signalled."""

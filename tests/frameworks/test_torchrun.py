@@ -148,3 +148,30 @@ def test_torch_distributed_launch_of_torch_1_13_is_the_agent_and_forwards(
         assert f"from torchrun (pid {job.pid})" in by_pid[rank]["outcome"]["why"], by_pid[rank]
     drained_once(job, job_config, ranks)
     assert "Received 2 death signal" in (out / "launcher.log").read_text()
+
+
+def test_a_save_longer_than_the_wait_gets_no_second_sigint_from_the_next_attempt(
+        tmp_path: Path, node: str, job_config: Path, jobs: list[Job]) -> None:
+    """The first attempt vetoes while rank 0 saves on; the next one, asked at once, neither
+    forwards through the agent again nor signals the rank: the save completes."""
+    job_config.write_text(job_config.read_text().replace("timeout_s = 25", "timeout_s = 2"))
+    job = torchrun(node, tmp_path / "job", save_s=6.0)
+    jobs.append(job)
+    ranks = job.wait_ready()
+    reports = []
+    for _attempt in range(2):
+        code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+        reports.append(json.loads(out))
+        assert code == 1 and reports[-1]["verdict"] == "veto", (reports[-1], err)
+    first, second = reports
+    by_pid = {r["pid"]: r["text"] for r in second["reason_details"]}
+    assert f"attempt {first['attempt_id']} sent it SIGINT, and none is sent again" in \
+        by_pid[ranks[0]], by_pid
+    workers = [int(p) for p in (job.out / "pids-0").read_text().split()]
+    for worker in set(workers) & set(by_pid):  # never signalled, by either attempt
+        assert "leaves with its parent, never signalled" in by_pid[worker], by_pid[worker]
+    assert wait_gone(job.pid, 40)
+    got = [line.split()[1:] for line in job.signals() if line.startswith("sigint")]
+    assert sorted(int(pid) for pid, _role in got) == sorted(ranks), job.signals()
+    assert (job.out / "ckpt.pt").exists() and not (job.out / "ckpt.tmp").exists()
+    assert checkpoint_step(job.out) > 0
