@@ -126,8 +126,11 @@ class RunState:
                 for d in decisions]
 
     def _notes(self, d: Decision, plan: jobs.Plan) -> list[str]:
-        """The notes the job's plan, and an earlier attempt's signal, add to ``d``."""
-        earlier = self._earlier.get(holder_id(d.holder)) if d.signals else None
+        """The notes the job's plan, and an earlier attempt's signal, add to ``d`` (a worker
+        was never sent one)."""
+        role = plan.role(d.holder)
+        earlier = (self._earlier.get(holder_id(d.holder))
+                   if d.signals and (role is None or role[0] != "worker") else None)
         return [n for n in (plan.note(d.holder), earlier and earlier.note(d.signal)) if n]
 
     def took_before(self, d: Decision) -> str:
