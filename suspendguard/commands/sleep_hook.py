@@ -8,10 +8,11 @@ nothing: a drain here could not stop the sleep, and, without the owners'
 supervisors (D-Bus is not asked on this path), it would signal services
 around systemd, whose ``Restart=`` starts them again into the sleep. The
 veto unit is enabled for every sleep kind ``install`` knows. ``post``
-records the resume and reads the device logs
-written since the attempt began, and the journals of the units of the
-jobs it found (their own console output). It imports neither dbus-next nor asyncio:
-nothing on this path asks D-Bus.
+records the resume, queues the resume unit's start (``queue_restore``)
+and reads the device logs written since the attempt began, and the
+journals of the units of the jobs it found (their own console output). It
+imports neither dbus-next nor asyncio: nothing on this path asks D-Bus
+(systemctl asks systemd on its private socket).
 
 One systemd-sleep runs every step of a suspend-then-hibernate (suspend, a
 wake on its timer, hibernate), the hooks at each; the veto unit runs once,
@@ -31,10 +32,12 @@ from pathlib import Path
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
+from suspendguard.install.templates import RESUME_UNIT
 from suspendguard.logs.after import after_attempt, holder_homes, job_units
 from suspendguard.record import Attempt
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History, newest_sleep
+from suspendguard.system import runner
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
@@ -154,7 +157,28 @@ def _unit_not_found(config: Config, action: str, log: Logger) -> str:
     return note
 
 
-def post(config: Config, action: str, log: Logger) -> int:
+def queue_restore(log: Logger) -> None:
+    """Queue the resume unit's start, to run once this sleep's service has ended.
+
+    Its ``WantedBy=`` asks for it with the sleep, but systemd merges that start into one
+    already running: a suspend asked while the last restore still ran (a veto's, or an
+    earlier resume's) gets no restore after its own resume, and the jobs it drained stay
+    down. Asked here, the start merges with the sleep's own job while that one waits, and
+    runs once; a resume unit the operator disabled is left alone.
+    """
+    enabled = runner.run(["systemctl", "is-enabled", "--quiet", RESUME_UNIT], 10.0)
+    if not enabled.ok:
+        return
+    queued = runner.run(["systemctl", "start", "--no-block", RESUME_UNIT], 10.0)
+    if not queued.ok:
+        log.warning(f"the start of {RESUME_UNIT} after this resume was not queued: "
+                    f"{queued.stderr.strip() or queued.describe_failure()}")
+
+
+def post(config: Config, action: str, log: Logger, queue: bool = False) -> int:
+    """``queue``: run by systemd-sleep, which starts the resume unit (queue_restore)."""
+    if queue:
+        queue_restore(log)
     resumed = datetime.now()
     history = _open(config, log)
     if history is None:
@@ -200,4 +224,5 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     config = ctx.config()
     if args.phase == "pre":
         return pre(config, args.action, log, ctx.environ.get("SYSTEMD_SLEEP_ACTION", ""))
-    return post(config, args.action, log)
+    # systemd-sleep names the step it runs (systemd 247 on): a hook run by hand queues nothing.
+    return post(config, args.action, log, queue="SYSTEMD_SLEEP_ACTION" in ctx.environ)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -441,3 +442,39 @@ def test_suspend_then_hibernate_s_later_step_is_kept_with_the_first_steps_attemp
     new = subprocess.run([str(sleeper), "-c", f"{hook_cmd % 'pre'}\nexit 0\n"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert "the veto unit did not run before this suspend-then-hibernate" in new.stderr, new
+
+
+# systemctl as the hook calls it: each call's argv into a file beside it; is-enabled answers
+# by IS_ENABLED (0: enabled, 1: disabled), as systemctl's --quiet does.
+FAKE_SYSTEMCTL = """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/calls"
+case "$1" in is-enabled) exit "${IS_ENABLED:-0}";; esac
+"""
+
+
+@pytest.mark.parametrize(("sleep_action", "enabled", "calls"), [
+    ("suspend", "0", ["is-enabled --quiet suspendguard-resume.service",
+                      "start --no-block suspendguard-resume.service"]),
+    ("suspend", "1", ["is-enabled --quiet suspendguard-resume.service"]),
+    (None, "0", []),
+], ids=["by-systemd-sleep", "resume-unit-disabled", "by-hand"])
+def test_post_queues_the_resume_units_start(conf: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           sleep_action: str | None, enabled: str,
+                                           calls: list[str]) -> None:
+    """The sleep's own start of the resume unit is merged by systemd into one already
+    running (the last restore's): queued again after resume, it runs after every sleep."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(FAKE_SYSTEMCTL)
+    (bin_dir / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("IS_ENABLED", enabled)
+    environ = {"JOURNAL_STREAM": "8:1"}
+    if sleep_action:
+        environ["SYSTEMD_SLEEP_ACTION"] = sleep_action
+    code = main(["sleep-hook", "post", "suspend", "--config", str(conf)], out=io.StringIO(),
+                err=io.StringIO(), environ=environ)
+    assert code == 0
+    made = bin_dir / "calls"
+    assert (made.read_text().splitlines() if made.exists() else []) == calls
