@@ -104,7 +104,8 @@ def run(
                                          "before it finished"))
             attempt = outcome.attempt(r, opening, found, said, found.unknown + Said(late.reasons))
         report = Report(attempt, found.inventory, found.scan.unreadable, idle, opening.recorded,
-                        found.scan.unreadable_pids)
+                        found.scan.unreadable_pids,
+                        {key: e.attempt_id for key, e in r.earlier.items()})
         # The verdict line first: it is what the operator and the journal wait
         # for; recording it (a commit, and SQLite's checkpoint on close) follows.
         log_verdict(report, options.log)

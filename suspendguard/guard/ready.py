@@ -9,7 +9,9 @@ shows (a new holder, a changed disposition, the device's own state). A
 veto no wait can clear (no idle backend for a family, with ``[idle]
 on_unknown = "veto"``) and an ``unknown`` verdict end the wait at once.
 Holders the drain would stop are not waited for: the suspend itself drains
-them, as without the wait.
+them, as without the wait. Those an earlier attempt signalled that still run
+(a save longer than that attempt's wait) are: the drain would send them no
+second signal and only wait for them, within its own timeout.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from dataclasses import dataclass
 from suspendguard.config import Config
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
-from suspendguard.guard.run import OnDemandOwnerControl
+from suspendguard.guard.run import OnDemandOwnerControl, open_history
 from suspendguard.guard.watch import pidfd_of as pidfd_on
+from suspendguard.model import holder_id
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
 from suspendguard.verdict import Reason, Verdict
@@ -45,8 +48,9 @@ def dry_look(config: Config, environ: Mapping[str, str], proc: ProcFS | None = N
     control = OnDemandOwnerControl(environ, config.state.dir)
 
     def look() -> Report:
+        # The history read (never written): the holders an earlier attempt signalled.
         return run(config, dry_run=True, record=False, proc=proc, supervisors=control,
-                   log=Logger(quiet=True))
+                   log=Logger(quiet=True), history=open_history)
 
     return look
 
@@ -72,6 +76,17 @@ def still_there(verdict: Verdict) -> str:
     who = [f"pid {r.pid} {r.comm or '?'} ({r.code})" for r in named(verdict.reasons)]
     others = [r.text for r in verdict.reasons if r.pid is None]
     return "; ".join(who + others) or "; ".join(verdict.texts) or verdict.kind
+
+
+def _still_saving(report: Report) -> tuple[Reason, ...]:
+    """The holders an earlier attempt signalled, still running: the suspend's drain would
+    wait for them and send none a second signal, so they are waited for here first."""
+    return tuple(
+        Reason("timeout-after-sigint", (
+            f"pid {h.holder.pid} {h.holder.comm} still runs after the drain of attempt "
+            f"{report.signalled_before[holder_id(h.holder)]} (its save, perhaps): it gets no "
+            "second signal"), h.holder.pid, h.holder.comm)
+        for h in report.holders if holder_id(h.holder) in report.signalled_before)
 
 
 def wait_for_exits(proc: ProcFS, holders: Sequence[tuple[int, int]], timeout: float,
@@ -132,6 +147,8 @@ def wait_ready(look: Look, bound_s: float, say: Callable[[str], None],
     while True:
         report = look()
         verdict = report.verdict
+        if verdict.kind == "allow" and (saving := _still_saving(report)):
+            verdict = Verdict("veto", saving)  # waited for as a veto that may clear
         waited = time.monotonic() - begun
         if verdict.kind == "allow":
             return Ready(True, report, waited, "")

@@ -11,11 +11,12 @@ history took the attempt, and whether this run can veto at all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import Inventory, Unavailable
+from suspendguard.model import HolderId, Inventory, Unavailable
 from suspendguard.record import Attempt, HolderRecord
 from suspendguard.verdict import Verdict
 
@@ -51,6 +52,9 @@ class Report:
     idle: IdleReport | IdleSkipped
     history: Literal["recorded"] | Unavailable = RECORDED
     unreadable_pids: tuple[int, ...] = ()
+    # Holders an earlier attempt sent the drain signal and left running, by that attempt:
+    # a drain waits for them and sends none a second one.
+    signalled_before: Mapping[HolderId, int] = field(default_factory=dict)
 
     @property
     def verdict(self) -> Verdict:

@@ -98,7 +98,7 @@ class RunState:
         self._plans: dict[frozenset[HolderId], jobs.Plan] = {}
         self._forwarded: set[HolderId] = set()  # launchers given the signal: once a run
         # Holders an earlier attempt signalled, still saving: never a second signal.
-        self._earlier: dict[HolderId, Earlier] = {}
+        self.earlier: dict[HolderId, Earlier] = {}
 
     @property
     def cancelled(self) -> bool:
@@ -120,7 +120,7 @@ class RunState:
         decisions = jobs.spare_workers(
             [self._jupyter(self._confirmed(self._pod(d))) for d in decisions], self.plan)
         plan = self.plan(decisions)
-        self._earlier.update(self.ledger.signalled_before([d.holder for d in decisions
+        self.earlier.update(self.ledger.signalled_before([d.holder for d in decisions
                                                            if d.signals]))
         return [replace(d, notes=(*d.notes, *notes)) if (notes := self._notes(d, plan)) else d
                 for d in decisions]
@@ -129,7 +129,7 @@ class RunState:
         """The notes the job's plan, and an earlier attempt's signal, add to ``d`` (a worker
         was never sent one)."""
         role = plan.role(d.holder)
-        earlier = (self._earlier.get(holder_id(d.holder))
+        earlier = (self.earlier.get(holder_id(d.holder))
                    if d.signals and (role is None or role[0] != "worker") else None)
         return [n for n in (plan.note(d.holder), earlier and earlier.note(d.signal)) if n]
 
@@ -193,7 +193,7 @@ class RunState:
             if launcher is None:
                 continue
             if job.forwarded and (launcher.id in self._forwarded
-                                  or any(key in self._earlier for key in job.reached)):
+                                  or any(key in self.earlier for key in job.reached)):
                 continue  # a rank it started since: the guard's own signal, never a second
             if job.forwarded and launcher.sigint not in ("ignored", "blocked"):
                 forward.append((launcher, job.reached))
@@ -206,7 +206,7 @@ class RunState:
                     "the guard instead, and the launcher may act on them as they leave")
             elif job.held and held is not None:
                 hold.append(launcher)
-        again = {key: e for key, e in self._earlier.items() if key not in quiet}  # no worker
+        again = {key: e for key, e in self.earlier.items() if key not in quiet}  # no worker
         quiet.update({key: e.note(signame) for key, e in again.items()})
         asks = {holder_id(h): _shutdown(kernel) for h in kernels
                 if (kernel := self.kernel(h)) is not None}

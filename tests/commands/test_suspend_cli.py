@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from helpers.dbus import PrivateBus, dbus_daemon, fake_service
 from helpers.holders import Holders
+from helpers.runners import cli
 
 from suspendguard.cli import main
 from suspendguard.store import mode
@@ -282,3 +283,20 @@ def test_when_ready_refuses_a_bound_that_never_passes(bus: PrivateBus, conf: Pat
                 environ={"DBUS_SYSTEM_BUS_ADDRESS": bus.address}, stdin=io.StringIO())
     assert code == 2, out.getvalue() + err.getvalue()
     assert not (conf.parent / "state" / "history.db").exists()  # no sleep was asked for
+
+
+def test_when_ready_waits_for_a_job_still_saving_after_an_earlier_attempts_sigint(
+        bus: PrivateBus, conf: Path, node: str, holders: Holders) -> None:
+    """The suspend's drain would send it no second SIGINT, only wait for it within its
+    timeout, and veto: so the wait is here, and the sleep asked once it left."""
+    proc, pid = holders.start(node, delay=4.0)  # on SIGINT, 4 s of saving
+    short = conf.parent / "short.toml"
+    short.write_text(conf.read_text().replace("timeout_s = 5", "timeout_s = 1"))
+    code, out, err = cli("--config", str(short), "drain", "--yes")
+    assert code == 1 and "still running" in out + err, out + err
+    with fake_service(bus, sleep_path(conf)):
+        code, out, err = suspend(bus, conf, "--when-ready=30")
+    assert code == 0, out + err
+    assert f"for: pid {pid} " in err and "(timeout-after-sigint)" in err and " has left (" in err, err
+    assert out.startswith("suspended at "), out
+    assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]

@@ -22,8 +22,9 @@ from helpers.holders import Holders
 
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.ready import dry_look
+from suspendguard.guard.report import IdleSkipped, Report
 from suspendguard.guard.retry import Retried, no_longer, retry, still_wants, why_not_retried
-from suspendguard.model import Unavailable
+from suspendguard.model import Inventory, Unavailable
 from suspendguard.record import Attempt
 from suspendguard.store.history import History
 from suspendguard.system.dbus.logind import SleepJob, request_sleep
@@ -230,10 +231,15 @@ def test_the_veto_unit_offers_a_retry_only_for_a_transient_veto(
     assert code == 1 and said in err.getvalue(), err.getvalue()
 
 
+def looked(verdict: Verdict) -> Report:
+    """A look's report of ``verdict``, with no holder."""
+    return Report(Attempt(0, 0.0, 0.0, None, "watch", True, verdict, ""), Inventory(()), 0,
+                  IdleSkipped("none", "no device"))
+
+
 def test_it_asks_nothing_when_logind_stopped_wanting_the_sleep_before_the_first_look() -> None:
     """A device-busy veto clears at the first look: the lid was opened meanwhile (someone
     came back to the machine that did not sleep), so logind no longer wants it."""
-    from types import SimpleNamespace
     asked: list[str] = []
 
     def request(action: str) -> SleepJob | Unavailable:
@@ -241,7 +247,7 @@ def test_it_asks_nothing_when_logind_stopped_wanting_the_sleep_before_the_first_
         return SleepJob(action, "suspend.target", "done", NOW)
 
     result = retry(attempt("device-busy"), "suspend", 30.0,
-                   look=lambda: SimpleNamespace(verdict=Verdict("allow", ())),  # type: ignore[arg-type,return-value]
+                   look=lambda: looked(Verdict("allow", ())),
                    wish=lambda: wish(lid_closed=False), request=request,
                    latest=lambda since: None, say=lambda line: None)
     assert asked == [] and result.status == 0, result
@@ -251,7 +257,6 @@ def test_it_asks_nothing_when_logind_stopped_wanting_the_sleep_before_the_first_
 def test_one_answer_logind_missed_while_waiting_ends_nothing() -> None:
     """logind busy a moment (another sleep's PrepareForSleep fan-out) while the cause clears:
     the retry goes on, and asks once logind answers that it still wants the sleep."""
-    from types import SimpleNamespace
     busy = Verdict("veto", (Reason("device-busy", "npu 0 (npu-smi): AI Core 37% > 0%"),))
     looks = iter([busy, busy])
     answers = iter([Unavailable("logind did not answer within 2 s")])
@@ -262,8 +267,7 @@ def test_one_answer_logind_missed_while_waiting_ends_nothing() -> None:
         return SleepJob(action, "suspend.target", "done", NOW)
 
     result = retry(attempt("device-busy"), "suspend", 30.0,
-                   look=lambda: SimpleNamespace(verdict=next(looks, Verdict("allow", ())),  # type: ignore[arg-type,return-value]
-                                                holders=()),
+                   look=lambda: looked(next(looks, Verdict("allow", ()))),
                    wish=lambda: next(answers, wish(lid_closed=True)), request=request,
                    latest=lambda since: None, say=lambda line: None, rescan_s=0.05)
     assert result == Retried(0, "retried: the suspend went ahead (try 1)"), result
@@ -273,7 +277,6 @@ def test_one_answer_logind_missed_while_waiting_ends_nothing() -> None:
 def test_a_sleep_someone_else_asked_for_since_the_veto_ends_the_retry() -> None:
     """A wake by a timer or Wake-on-LAN touches no session: logind's idle state still predates
     the veto, and asking again would put the machine back to sleep before its job ran."""
-    from types import SimpleNamespace
     asked: list[str] = []
     slept = Attempt(id=8, started=NOW + 60, finished=NOW + 61, action="suspend", origin="unit",
                     dry_run=False, verdict=Verdict("allow", ()), config_digest="")
@@ -283,7 +286,7 @@ def test_a_sleep_someone_else_asked_for_since_the_veto_ends_the_retry() -> None:
         return SleepJob(action, "suspend.target", "done", NOW)
 
     result = retry(attempt("device-busy"), "suspend", 30.0,
-                   look=lambda: SimpleNamespace(verdict=Verdict("allow", ())),  # type: ignore[arg-type,return-value]
+                   look=lambda: looked(Verdict("allow", ())),
                    wish=lambda: wish(idle_hint=True, idle_since_usec=int((NOW - 600) * 1e6)),
                    request=request, latest=lambda since: slept if since <= slept.started else None,
                    say=lambda line: None)
@@ -319,9 +322,8 @@ def test_a_retry_unit_that_gave_up_does_not_block_the_next_retry(
 
 def _cleared(request: Any, latest: Any, wishes: Any = None) -> Retried:
     """A device-busy veto whose cause has cleared at the first look, the lid still closed."""
-    from types import SimpleNamespace
     return retry(attempt("device-busy"), "suspend", 30.0,
-                 look=lambda: SimpleNamespace(verdict=Verdict("allow", ())),  # type: ignore[arg-type,return-value]
+                 look=lambda: looked(Verdict("allow", ())),
                  wish=wishes or (lambda: wish(lid_closed=True)), request=request,
                  latest=latest, say=lambda line: None)
 
