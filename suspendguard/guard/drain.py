@@ -39,6 +39,12 @@ CUT_TOLERANCE_S = 0.1
 MIN_WAIT_S = 0.5
 NO_WAIT_S = 0.1
 
+# How long a launcher continued once its ranks left has to exit at least, past the wait's
+# end: it was stopped a moment ago, and DeepSpeed's and msrun's poll their ranks about once
+# a second.
+CONTINUED_S = 3.0
+
+
 @dataclass(frozen=True, slots=True)
 class DrainResult:
     outcomes: dict[HolderId, Outcome]
@@ -227,11 +233,14 @@ class _Drain:
 
     def continued(self, held: Held | None) -> tuple[Launcher, ...]:
         """Once every holder left, the held launchers continued and waited for until the
-        wait's end: those still running (none when a holder is left: that vetoes already)."""
+        wait's end, CONTINUED_S at least: those still running (none when a holder is left:
+        that vetoes already)."""
         if held is None or not held.launchers or self.targets:
             return ()
         names = ", ".join(lr.label for lr, _fd in held.launchers)
-        running = held.release(self.until, self.clock)
+        until = max(self.until, min(self.clock() + CONTINUED_S, self.deadline.at))
+        cancel = self.deadline.cancel
+        running = held.release(until, self.clock, cancel.fd if cancel is not None else None)
         self.log(f"continued {names}")
         return tuple(running)
 

@@ -105,19 +105,20 @@ class Held:
         self.launchers += taken
         return [lr for lr, _fd in taken]
 
-    def release(self, until: float | None = None,
-                clock: Callable[[], float] = time.monotonic) -> list[Launcher]:
+    def release(self, until: float | None = None, clock: Callable[[], float] = time.monotonic,
+                cancel: int | None = None) -> list[Launcher]:
         """Continue every launcher stopped here; the watchdog and the state file go.
 
-        With ``until`` (on ``clock``), each is waited for until then: those still running
-        are returned. Its ranks gone, a launcher that does not exit may start them again
-        (an elastic one restarts them after its monitor's interval, past any rescan).
+        With ``until`` (on ``clock``), each is waited for until then, or until ``cancel``
+        (an fd) reads: those still running are returned. Its ranks gone, a launcher that
+        does not exit may start them again (an elastic one restarts them after its
+        monitor's interval, past any rescan).
         """
         for _launcher, fd in self.launchers:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(fd, signal.SIGCONT)
         running = [lr for lr, fd in self.launchers
-                   if until is not None and not _exited(fd, until, clock)]
+                   if until is not None and not _exited(fd, until, clock, cancel)]
         for _launcher, fd in self.launchers:
             os.close(fd)
         self.launchers = []
@@ -148,14 +149,21 @@ class Held:
         self._pipe = w
 
 
-def _exited(pidfd: int, until: float, clock: Callable[[], float]) -> bool:
-    """Whether the process of ``pidfd`` exits by ``until`` (a pidfd polls readable then)."""
+def _exited(pidfd: int, until: float, clock: Callable[[], float],
+            cancel: int | None = None) -> bool:
+    """Whether the process of ``pidfd`` exits by ``until`` (a pidfd polls readable then);
+    a readable ``cancel`` ends the wait."""
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
+    if cancel is not None:
+        poller.register(cancel, select.POLLIN)
     while (left := until - clock()) > 0:
-        if poller.poll(max(1, int(left * 1000))):
+        ready = {fd for fd, _ in poller.poll(max(1, int(left * 1000)))}
+        if pidfd in ready:
             return True
-    return bool(poller.poll(0))
+        if ready:
+            break  # the guard was stopped
+    return bool(select.select([pidfd], [], [], 0)[0])
 
 
 def _pidfd(launcher: Launcher, proc: ProcFS) -> int | None:

@@ -9,6 +9,7 @@ which is what makes the hold worth its risk.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -82,4 +83,31 @@ def test_a_held_launcher_that_would_start_its_ranks_again_vetoes(tmp_path: Path,
         assert out.read_text() == "0 0\n1 1\n"  # the save was whole: the hold did its part
     finally:
         os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
+def test_a_held_launcher_whose_ranks_left_after_escalation_is_given_time_to_exit(
+        tmp_path: Path, node: str) -> None:
+    """Its ranks gone only at the escalation, past the wait after the signal: the launcher,
+    continued a moment ago, still gets its seconds to exit, and the suspend goes on."""
+    conf = tmp_path / "config.toml"
+    conf.write_text(f'[devices]\nfamilies = []\nnodes = ["{node}"]\n'
+                    f'[state]\ndir = "{tmp_path / "state"}"\n[idle]\nbackends = []\n'
+                    '[drain]\ntimeout_s = 1\nescalate = ["SIGTERM:3"]\n'
+                    '[[drain.launchers]]\ncmdline = "msrun_like[.]py"\nstop = "hold"\n'
+                    'name = "msrun-like"\n')
+    (tmp_path / "state").mkdir(mode=0o700)
+    job = subprocess.Popen([sys.executable, LAUNCHER, "--node", node, "--out",
+                            str(tmp_path / "codes"), "--save-s", "30"],
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline().startswith("ready")
+        _code, text, err = cli("--config", str(conf), "drain", "--yes", "--json")
+        report = json.loads(text)
+        assert report["verdict"] == "allow", (report, err)
+        assert wait_gone(job.pid, 10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
         job.wait()
