@@ -163,6 +163,7 @@ class Holder:
     thaw: str = ""  # frozen: the file that thaws it (cgroup.freeze or freezer.state)
     stopped: str = ""  # "T" (SIGSTOP and friends) or "t" (a debugger's stop); "" when not
     cgroup: str | None = None  # the cgroup path, which names the holder's supervisor
+    log_dirs: tuple[str, ...] = ()  # its own CANN log folders, from its environment
 
     def disposition(self, signum: int) -> Disposition:
         """How this process takes ``signum`` (as read when it was scanned)."""

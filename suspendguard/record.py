@@ -73,7 +73,7 @@ class HolderRecord:
         h = self.holder
         return KeptRecord(
             KeptHolder(h.pid, h.start_time, h.user, h.unit, h.comm, h.command, h.source,
-                       h.uid if h.uid >= 0 else None, h.exe or None),
+                       h.uid if h.uid >= 0 else None, h.exe or None, h.log_dirs),
             self.action, self.rule, replace(self.outcome, why=self.why), self.round, self.owner)
 
     def to_json(self) -> dict[str, Any]:
@@ -113,8 +113,9 @@ class HolderRecord:
 
 @dataclass(frozen=True, slots=True)
 class KeptHolder:
-    """What the history keeps of a holder: who it was. ``uid`` and ``exe`` are None where
-    the history does not have them (a file from before they were kept)."""
+    """What the history keeps of a holder: who it was, and its own log folders (read after
+    resume). ``uid`` and ``exe`` are None, ``log_dirs`` empty, where the history does not
+    have them (a file from before they were kept)."""
 
     pid: int
     start_time: int  # field 22 of /proc/PID/stat
@@ -125,6 +126,7 @@ class KeptHolder:
     source: str = "proc"
     uid: int | None = None
     exe: str | None = None
+    log_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_USAGE, HistoryError, UsageError
 from suspendguard.logs import codes
-from suspendguard.logs.after import holder_homes, job_units
+from suspendguard.logs.after import holder_homes, holder_log_dirs, job_units
 from suspendguard.logs.finding import Finding, Skipped
 from suspendguard.logs.journal import unit_name
 from suspendguard.logs.report import LogsReport, logs_report
@@ -210,6 +210,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     since = until = started = None
     units = units_of(args)
     homes: list[str] = []
+    log_dirs: dict[str, tuple[int, ...]] = {}
     if until_arg is not None:
         until = parse_option_time(until_arg, "--until")
     if since_arg == LAST_ATTEMPT:
@@ -217,13 +218,14 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         since = started - timedelta(seconds=ctx.config().logs.clock_slack_s)
         # What the after-resume check read too: the jobs' own logs and console output.
         homes = holder_homes(attempt)
+        log_dirs = holder_log_dirs(attempt)
         units = list(dict.fromkeys([*units, *job_units(attempt)]))
     elif since_arg is not None:
         since = parse_option_time(since_arg, "--since")
     if since and until and until < since:
         raise UsageError(f"--until {until_arg} is before --since {since_arg}")
     logs = logs_report(ctx.config(), list(args.paths or ()), units, since, until, started,
-                       ctx.environ, homes)
+                       ctx.environ, homes, log_dirs)
     if args.json:
         doc: dict[str, Any] = logs.to_json()
         doc["since"] = since.isoformat() if since else None

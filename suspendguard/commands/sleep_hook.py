@@ -33,7 +33,7 @@ from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
 from suspendguard.install.templates import RESUME_UNIT
-from suspendguard.logs.after import after_attempt, holder_homes, job_units
+from suspendguard.logs.after import after_attempt, holder_homes, holder_log_dirs, job_units
 from suspendguard.record import Attempt
 from suspendguard.store import mode as guard_mode
 from suspendguard.store.history import History, newest_sleep
@@ -203,7 +203,8 @@ def post(config: Config, action: str, log: Logger, queue: bool = False) -> int:
         # is the attempt's all the same.
         result = after_attempt(config, datetime.fromtimestamp(attempt.started),
                                holder_homes(attempt), until=resumed,
-                               units=job_units(attempt), recorded=attempt.findings)
+                               units=job_units(attempt), recorded=attempt.findings,
+                               log_dirs=holder_log_dirs(attempt))
         if result.findings:
             history.record_findings(attempt.id, [f.record() for f in result.findings])
         for line in result.journal_lines(attempt.id):

@@ -1,4 +1,4 @@
-"""A process described as a holder: who runs it, where, and how it takes SIGINT.
+"""A process described as a holder: who runs it, where, how it takes SIGINT, where it logs.
 
 Read by pid, after the scan (or the device) named it; None for a process that
 is gone, whose PID another has taken, or that is a kernel thread.
@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from suspendguard.model import Disposition, HeldNode, Holder, NodeKey, SignalMasks
 from suspendguard.system.cgroup_path import unit_and_container
-from suspendguard.system.procfs import ProcFS, Stat, parse_stat, user_name
+from suspendguard.system.procfs import ProcAccessError, ProcFS, Stat, parse_stat, user_name
 from suspendguard.system.sigdelivery import Delivery, delivery
 
 
@@ -58,7 +58,32 @@ def describe_process(
         thaw=thaw,
         stopped=stopped_state(proc, pid, st),
         cgroup=cgroup,
+        # A container's paths are inside its own filesystem, not the host's.
+        log_dirs=() if container else log_dirs(proc, pid),
     )
+
+
+# Where CANN writes a process's host-side logs (plog): the folder itself, and
+# the work folder's log/. Set by the job, so the sleep hook, which reads the
+# logs after resume, does not have them in its own environment.
+_LOG_VARIABLES = ((b"ASCEND_PROCESS_LOG_PATH=", ""), (b"ASCEND_WORK_PATH=", "/log"))
+
+
+def log_dirs(proc: ProcFS, pid: int) -> tuple[str, ...]:
+    """The CANN log folders ``pid``'s environment names, absolute ones only, normalised;
+    none when its environment cannot be read."""
+    try:
+        environ = proc.read(pid, "environ")
+    except ProcAccessError:
+        return ()
+    found = []
+    for var in (environ or b"").split(b"\0"):
+        for prefix, below in _LOG_VARIABLES:
+            if var.startswith(prefix):
+                path = os.fsdecode(var[len(prefix):])
+                if path.startswith("/"):
+                    found.append(os.path.normpath(path + below))
+    return tuple(dict.fromkeys(found))
 
 
 def _kernel_thread(pid: int, ppid: int, flagged: bool, proc: ProcFS) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pwd
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -50,6 +50,18 @@ def holder_homes(attempt: Attempt) -> list[str]:
         except KeyError:
             continue
     return homes
+
+
+def holder_log_dirs(attempt: Attempt) -> dict[str, tuple[int, ...]]:
+    """The holders' own log folders (from their environments when scanned), each with the
+    uids of the holders that named it: one of those users must own it to be read.
+    A holder whose uid the history lacks names none."""
+    folders: dict[str, set[int]] = {}
+    for h in attempt.holders:
+        if h.holder.uid is not None:
+            for folder in h.holder.log_dirs:
+                folders.setdefault(folder, set()).add(h.holder.uid)
+    return {folder: tuple(sorted(uids)) for folder, uids in folders.items()}
 
 
 def job_units(attempt: Attempt) -> list[str]:
@@ -143,12 +155,15 @@ def after_attempt(
     units: Sequence[str] = (),
     journalctl: str = "journalctl",
     recorded: Sequence[FindingRecord] = (),
+    log_dirs: Mapping[str, Collection[int]] | None = None,
 ) -> AfterResult:
-    """Scan the configured logs, and each unit's journal, for lines written since ``since``.
+    """Scan the configured logs, the holders' own log folders, and each unit's journal, for
+    lines written since ``since``.
 
     ``since``/``until``: the attempt's start and end (the resume); device log lines are
     read from ``[logs] clock_slack_s`` before ``since``. ``homes``: the home directories
-    of the holders' users, searched for ``~`` besides root's. ``recorded``: the attempt's
+    of the holders' users, searched for ``~`` besides root's. ``log_dirs``: the holders'
+    own log folders (:func:`holder_log_dirs`), each read whole. ``recorded``: the attempt's
     findings recorded already (an earlier step's): each leaves out one finding equal to
     it. Never raises for unreadable logs or a missing journal: they are reported in
     ``skipped`` and ``journals``.
@@ -160,6 +175,7 @@ def after_attempt(
         max_bytes=config.logs.max_bytes,
         environ=environ,
         stop_at=time.monotonic() + FILES_DEADLINE_S,
+        folders=log_dirs,
     )
     findings = [f.placed(since, until) for f in report.findings]
     # A glob of a variable this host leaves unset names no log, as a folder it lacks does not.

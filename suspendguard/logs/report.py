@@ -9,7 +9,7 @@ journals, stamped by the host, from the attempt's start itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -44,8 +44,10 @@ def search_logs(
     until: datetime | None,
     environ: Mapping[str, str] | None = None,
     homes: Sequence[str] = (),
+    log_dirs: Mapping[str, Collection[int]] | None = None,
 ) -> SearchReport:
-    """Explicit paths, or else the configured globs; [logs] max_bytes either way."""
+    """Explicit paths, or else the configured globs and the holders' own ``log_dirs``
+    (``walk.plan``'s folders); [logs] max_bytes either way."""
     if paths:
         return search(paths, since=since, until=until, max_bytes=config.logs.max_bytes)
     return search(
@@ -55,6 +57,7 @@ def search_logs(
         until=until,
         max_bytes=config.logs.max_bytes,
         environ=environ,
+        folders=log_dirs,
     )
 
 
@@ -62,11 +65,12 @@ def logs_report(config: Config, paths: Sequence[str], units: Sequence[str],
                 since: datetime | None, until: datetime | None,
                 started: datetime | None = None,
                 environ: Mapping[str, str] | None = None,
-                homes: Sequence[str] = ()) -> LogsReport:
+                homes: Sequence[str] = (),
+                log_dirs: Mapping[str, Collection[int]] | None = None) -> LogsReport:
     """The files (``paths``, or the configured globs, ``~`` in them each of ``homes`` besides
-    root's) and the units' journals, read from ``since`` to ``until``; with ``started`` (an
-    attempt's start), each finding placed against it."""
-    files = search_logs(config, paths, since, until, environ, homes)
+    root's, and the holders' ``log_dirs``) and the units' journals, read from ``since`` to
+    ``until``; with ``started`` (an attempt's start), each finding placed against it."""
+    files = search_logs(config, paths, since, until, environ, homes, log_dirs)
     # The journal's times are the host's own: read from the attempt's start itself.
     journals = tuple(read_unit(u, started or since, until) for u in units)
     findings = [*files.findings, *(f for j in journals for f in j.findings)]

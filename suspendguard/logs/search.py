@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -72,10 +72,12 @@ def search(
     environ: Mapping[str, str] | None = None,
     rules: Sequence[Rule] = RULES,
     stop_at: float | None = None,
+    folders: Mapping[str, Collection[int]] | None = None,
 ) -> SearchReport:
-    """Search explicit files/folders and/or configured globs, newest files first;
-    ``stop_at`` (time.monotonic): no file is read past it, each said as not read."""
-    found = plan(paths, patterns, homes, environ, since)
+    """Search explicit files/folders and/or configured globs, and holders' own log
+    ``folders`` (``walk.plan``), newest files first; ``stop_at`` (time.monotonic): no file
+    is read past it, each said as not read."""
+    found = plan(paths, patterns, homes, environ, since, folders=folders)
     return _search(found, since, until, max_bytes, rules, stop_at)[0]
 
 
@@ -130,10 +132,12 @@ def search_apart(
     since: datetime | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     environ: Mapping[str, str] | None = None,
+    folders: Mapping[str, Collection[int]] | None = None,
 ) -> SearchReport:
     """``search`` of the configured globs, each glob they fill in searched in a worker of its
     own: files are read until ``stop_at`` (time.monotonic), and each worker is waited for
-    ``ANSWER_S`` longer.
+    ``ANSWER_S`` longer. ``folders``: holders' own log folders, each with its holders' uids,
+    each walked whole in a worker of its own, if one of them or root owns it (``walk.plan``).
 
     A folder that does not answer (a home on NFS whose server is gone) holds a walk or a
     read in the kernel, where no check of the time can end it: its glob's worker is then
@@ -146,20 +150,24 @@ def search_apart(
         filled, unfilled = expand(pattern, homes, environ)
         globs += filled
         skipped += unfilled
-    globs = list(dict.fromkeys(globs))
+    # Each share: a glob (no owners), or a holder's folder with the uids that may own it.
+    shares: list[tuple[str, Collection[int] | None]] = [
+        *((glob, None) for glob in dict.fromkeys(globs)), *(folders or {}).items()]
     until = stop_at + ANSWER_S
 
-    def work(glob: str) -> tuple[SearchReport, list[_Read]]:
-        found = plan((), (), (), None, since, globs=(glob,))
+    def work(share: tuple[str, Collection[int] | None]) -> tuple[SearchReport, list[_Read]]:
+        path, owners = share
+        found = (plan((), (), (), None, since, globs=(path,)) if owners is None
+                 else plan((), (), (), None, since, folders={path: owners}))
         return _search(found, since, None, max_bytes, RULES, stop_at)
 
-    def late(glob: str) -> tuple[SearchReport, list[_Read]]:
-        return SearchReport((), 0, 0, (Skipped(glob, (
+    def late(share: tuple[str, Collection[int] | None]) -> tuple[SearchReport, list[_Read]]:
+        return SearchReport((), 0, 0, (Skipped(share[0], (
             f"not read: its folder did not answer within {until - started:.0f} s (a network "
             "mount whose server is gone?)")),)), []
 
     started = time.monotonic()
-    return _merged(run_shares(globs, work, _searched_to_wire, _searched_from_wire,
+    return _merged(run_shares(shares, work, _searched_to_wire, _searched_from_wire,
                               until=until, late=late), skipped)
 
 

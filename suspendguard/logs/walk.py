@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -84,15 +84,20 @@ def plan(
     environ: Mapping[str, str] | None,
     since: datetime | None,
     globs: Sequence[str] = (),
+    folders: Mapping[str, Collection[int]] | None = None,
 ) -> Plan:
     """Every file to read; the caller closes the plan's bases once they are read.
-    ``globs``: absolute globs, filled in already (``patterns`` are filled in here)."""
+    ``globs``: absolute globs, filled in already (``patterns`` are filled in here).
+    ``folders``: holders' own log folders, each with its holders' uids: a path (no glob)
+    walked whole, and only when one of those users owns it as opened."""
     found = Plan()
     since_ts = since.timestamp() if since is not None else None
     for path in paths:
         _add_base(found, os.path.abspath(path), (), since_ts, explicit=True)
     for glob in globs:
         _add_glob(found, glob, since_ts)
+    for folder, owners in (folders or {}).items():
+        _add_base(found, folder, ("**",), since_ts, explicit=False, owners=owners)
     for pattern in patterns:
         filled, skipped = expand(pattern, homes, environ)
         found.skipped.extend(skipped)
@@ -107,7 +112,8 @@ def _add_glob(found: Plan, glob: str, since_ts: float | None) -> None:
 
 
 def _add_base(
-    found: Plan, path: str, parts: tuple[str, ...], since_ts: float | None, explicit: bool
+    found: Plan, path: str, parts: tuple[str, ...], since_ts: float | None, explicit: bool,
+    owners: Collection[int] | None = None,
 ) -> None:
     try:
         fd, is_dir = open_base(path)
@@ -117,6 +123,16 @@ def _add_base(
         if explicit or not exc.missing:
             found.skipped.append(Skipped(path, str(exc)))
         return
+    if owners is not None:
+        # A path a user chose, read as root: only a folder of that user's (root's only for
+        # a root holder: "/" or /tmp would have root walk the whole tree), checked on what
+        # was opened, not on a name that may have changed since.
+        uid = os.fstat(fd).st_uid
+        if uid not in owners:
+            os.close(fd)
+            found.skipped.append(Skipped(
+                path, f"not read: owned by uid {uid}, not by the holder's user"))
+            return
     base = Base(path, fd, is_dir)
     found.bases.append(base)
     if is_dir:

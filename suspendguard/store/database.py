@@ -315,6 +315,8 @@ COLUMNS_ADDED = (
     ("holders", "exe", "TEXT"),
     # Each reason's code and what it is about (model.Reason), beside its words in reasons.
     ("attempts", "reason_details", "TEXT"),
+    # A holder's own log folders (model.Holder.log_dirs), a JSON list: read after resume.
+    ("holders", "log_dirs", "TEXT"),
 )
 
 

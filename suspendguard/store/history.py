@@ -231,12 +231,12 @@ class History(Reads):
         kept = [r.kept() if isinstance(r, HolderRecord) else r for r in holders]
         c.executemany(
             "INSERT INTO holders (attempt_id, pid, start_time, user, unit, comm, cmdline,"
-            " action, rule, outcome, seconds, why, source, round, owner, uid, exe)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " action, rule, outcome, seconds, why, source, round, owner, uid, exe, log_dirs)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(attempt_id, r.holder.pid, r.holder.start_time, r.holder.user, r.holder.unit,
               r.holder.comm, r.holder.command, r.action, r.rule, r.outcome.kind,
               r.outcome.seconds, r.outcome.why, r.holder.source, r.round, r.owner.key,
-              r.holder.uid, r.holder.exe)
+              r.holder.uid, r.holder.exe, json.dumps(list(r.holder.log_dirs)))
              for r in kept],
         )
 

@@ -48,6 +48,19 @@ def texts(column: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def _paths(column: Any) -> tuple[str, ...]:
+    """A JSON list of absolute paths column (a holder's log_dirs); () for NULL (a row from
+    before the column) or a damaged cell: the folders are extra places to read, and their
+    loss is no reason to lose the row."""
+    try:
+        value = json.loads(column) if column is not None else []
+    except (ValueError, TypeError):
+        return ()
+    if not isinstance(value, list):
+        return ()
+    return tuple(v for v in value if isinstance(v, str) and v.startswith("/"))
+
+
 LAST_TIME = 32503680000  # 3000-01-01 UTC: shown as a local date in any time zone
 
 
@@ -78,9 +91,9 @@ def _time(value: Any, column: str) -> float:
 
 def _holder(r: Sequence[Any]) -> KeptRecord:
     """A holder's record from its row: pid, start_time, user, unit, comm, cmdline, action, rule,
-    outcome, seconds, why, source, round, owner (its key), uid, exe."""
+    outcome, seconds, why, source, round, owner (its key), uid, exe, log_dirs."""
     holder = KeptHolder(r[0], r[1], r[2] or "", r[3], r[4] or "", r[5] or "", r[11] or "proc",
-                        r[14], r[15])
+                        r[14], r[15], _paths(r[16]))
     return KeptRecord(holder, cast(Action, r[6]), r[7] or "",
                       Outcome(cast(OutcomeKind, r[8]), _seconds(r[9], "holder seconds"),
                               r[10] or ""), r[12],
@@ -275,10 +288,11 @@ class Reads:
         have = self._holder_columns()
         owner = "owner" if "owner" in have else "'plain'"
         who = "uid, exe" if have >= {"uid", "exe"} else "NULL, NULL"
+        dirs = "log_dirs" if "log_dirs" in have else "NULL"
         holders = tuple(
             _holder(h) for h in self.conn.execute(
                 "SELECT pid, start_time, user, unit, comm, cmdline, action, rule, outcome, seconds,"
-                f" why, source, round, {owner}, {who} FROM holders WHERE attempt_id = ?"
+                f" why, source, round, {owner}, {who}, {dirs} FROM holders WHERE attempt_id = ?"
                 " ORDER BY rowid",
                 (r[0],),
             )

@@ -209,6 +209,82 @@ def test_post_says_what_it_could_not_read_as_unknown(conf: Path, tmp_path: Path)
                          "read or read only in part (above): what they hold is unknown"), err
 
 
+def busy_plog(folder: Path) -> Path:
+    """A plog file in ``folder`` with the hwts-busy line, stamped now as the host does."""
+    import time
+    stamp = time.strftime("%Y-%m-%d-%H:%M:%S.000.000", time.localtime(time.time() + 1))
+    log = folder / "debug" / "plog" / "plog-4242_20991231.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(f"[ERROR] TSCH(-1,null):{stamp} (dieid:0,cpuid:0) task_scheduler_lowpower.c:"
+                   "204 suspend_ack: suspend pre check fail, hwts is busy\n")
+    return log
+
+
+def drained_with_log_folders(conf: Path, node: str, holders: Holders, tmp_path: Path
+                             ) -> tuple[int, Path, Path]:
+    """A job that sets both CANN log variables, drained by a recorded run: the attempt's id,
+    its ASCEND_PROCESS_LOG_PATH and its ASCEND_WORK_PATH."""
+    from suspendguard.config import load
+    plog, work = tmp_path / "job" / "plog", tmp_path / "job" / "work"
+    plog.mkdir(parents=True)
+    (work / "log").mkdir(parents=True)
+    # Written as a job script may: a trailing slash, a "." in the path.
+    _, pid = holders.start(node, argv_prefix=[
+        "env", f"ASCEND_PROCESS_LOG_PATH={plog}/", f"ASCEND_WORK_PATH={tmp_path}/job/./work"])
+    report = run(load(str(conf)), dry_run=False, action="suspend", origin="unit",
+                 idle_check=None, log=Logger(io.StringIO(), {}), history=History.open)
+    assert report.verdict.kind == "allow", report.verdict.texts
+    with History.open(state(conf), readonly=True) as h:
+        attempt = h.attempt(report.attempt.id)
+    assert attempt is not None
+    [row] = attempt.holders
+    assert row.holder.pid == pid and row.outcome.kind == "exited"
+    assert row.holder.log_dirs == (str(plog), str(work / "log"))
+    return report.attempt.id, plog, work / "log"
+
+
+def test_post_reads_each_holder_s_own_log_folders(conf: Path, node: str, holders: Holders,
+                                                  tmp_path: Path) -> None:
+    """The folders a job named in its environment, which the hook's own lacks, are read
+    after resume, by the hook and by logs --since last-attempt alike."""
+    attempt_id, plog, work_log = drained_with_log_folders(conf, node, holders, tmp_path)
+    written = [busy_plog(plog), busy_plog(work_log)]
+    code, err = hook(conf, "post", "suspend")
+    assert code == 0
+    assert any(line.startswith("<4>") and "hwts-busy-suspend" in line
+               for line in err.splitlines()), err
+    with History.open(state(conf), readonly=True) as h:
+        attempt = h.attempt(attempt_id)
+    assert attempt is not None
+    assert sorted((f.rule, f.file) for f in attempt.findings) == [
+        ("hwts-busy-suspend", str(log)) for log in written]
+    out = io.StringIO()
+    main(["logs", "--since", "last-attempt", "--json", "--config", str(conf)], out=out,
+         err=io.StringIO(), environ={})
+    assert sorted(f["file"] for f in json.loads(out.getvalue())["findings"]) == [
+        str(log) for log in written]
+
+
+def test_post_leaves_a_holder_s_log_folder_another_user_owns(conf: Path, node: str,
+                                                              holders: Holders,
+                                                              tmp_path: Path) -> None:
+    """Root reads the folder a job chose: one owned by neither the job's user nor root is
+    not read, and said, and no finding is made of what it holds."""
+    attempt_id, plog, _ = drained_with_log_folders(conf, node, holders, tmp_path)
+    busy_plog(plog)
+    os.chown(plog, 65534, 65534)
+    code, err = hook(conf, "post", "suspend")
+    assert code == 0
+    assert (f"attempt {attempt_id}: device log {plog}: not read: owned by uid 65534, not by "
+            "the holder's user") in err, err
+    assert "hwts-busy-suspend" not in err, err
+    assert err.rstrip().endswith("1 log(s) not read or read only in part (above): what they "
+                                 "hold is unknown"), err
+    with History.open(state(conf), readonly=True) as h:
+        attempt = h.attempt(attempt_id)
+    assert attempt is not None and attempt.findings == ()
+
+
 def test_post_says_failures_stamped_before_the_attempt_and_counts_none(conf: Path) -> None:
     """A device clock an hour behind the host's: the line it wrote in this attempt is stamped
     before the attempt began. Not counted, and said: never "no documented device failure"."""

@@ -266,3 +266,14 @@ def test_a_log_two_globs_reach_is_read_for_the_attempt_once(tmp_path: Path) -> N
     result = after_attempt(conf, START, until=RESUMED)
     assert [(f.rule, f.file) for f in result.findings] == [("hwts-busy-suspend", str(log))]
     assert (result.files_read, result.bytes_read) == (1, log.stat().st_size)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a folder of root's needs root to make")
+def test_a_folder_of_root_s_that_a_user_s_job_named_is_not_read(tmp_path: Path) -> None:
+    """ASCEND_PROCESS_LOG_PATH=/ in a user's job: root must not walk the whole tree for it."""
+    log = device_log(tmp_path, START + timedelta(seconds=1))
+    result = after_attempt(config(tmp_path), START, until=RESUMED,
+                           log_dirs={str(log.parent): (1000,)})
+    assert [f.file for f in result.findings] == [str(log)]  # through [logs] paths alone
+    assert [(s.path, s.reason) for s in result.skipped] == [
+        (str(log.parent), "not read: owned by uid 0, not by the holder's user")]

@@ -24,7 +24,7 @@ from helpers.runners import guard
 
 from suspendguard.cli import main
 from suspendguard.errors import HistoryError, NoHistory
-from suspendguard.model import PLAIN, Owner
+from suspendguard.model import PLAIN, Outcome, Owner
 from suspendguard.record import DeviceHealth, KeptRecord, Stop
 from suspendguard.store.history import History, last_attempt_start
 
@@ -239,6 +239,46 @@ def test_health_words_from_a_history_older_than_them(tmp_path: Path) -> None:
         assert h.health_before(attempt) == {}
         h.record_health_before(attempt, [("npu 0", "ascend", "Alarm")])
         assert h.health_before(attempt) == {"npu 0": "Alarm"}
+
+
+def kept_with_log_dirs(folder: Path) -> tuple[int, KeptRecord]:
+    """An attempt written with one holder that named two log folders: its id and the holder."""
+    record = KeptRecord.of(pid=42, start_time=7, user="root", unit=None, comm="python3",
+                           command="python3 train.py", action="drain", rule="",
+                           outcome=Outcome("exited", 1.0))
+    record = replace(record, holder=replace(record.holder, uid=0,
+                                            log_dirs=("/data/job/plog", "/data/job/log")))
+    with History.open(str(folder)) as h:
+        attempt = h.begin("suspend", "unit", False, "digest")
+        h.signalling(attempt, [record])
+    return attempt, record
+
+
+def test_a_holder_s_log_folders_read_back(tmp_path: Path) -> None:
+    attempt, record = kept_with_log_dirs(tmp_path)
+    with History.open(str(tmp_path), readonly=True) as h:
+        [row] = h.attempt(attempt).holders
+    assert row.holder.log_dirs == ("/data/job/plog", "/data/job/log") and row == record
+
+
+def test_a_history_from_before_log_folders_reads_none(tmp_path: Path) -> None:
+    """A file written before the holders' log folders were kept lacks the column: its holders
+    read back with none (read-only, nothing added), and a damaged cell reads as none too."""
+    attempt, _ = kept_with_log_dirs(tmp_path)
+    with sqlite3.connect(tmp_path / "history.db") as c:
+        c.execute("ALTER TABLE holders DROP COLUMN log_dirs")
+    with History.open(str(tmp_path), readonly=True) as h:
+        [row] = h.attempt(attempt).holders
+    assert (row.holder.pid, row.holder.uid, row.holder.log_dirs) == (42, 0, ())
+    with History.open(str(tmp_path)) as h:  # a writable open adds the column
+        [row] = h.attempt(attempt).holders
+        assert row.holder.log_dirs == ()
+    for damaged in ("not json", '{"a": 1}', "[1, null]", 7):
+        with sqlite3.connect(tmp_path / "history.db") as c:
+            c.execute("UPDATE holders SET log_dirs = ?", (damaged,))
+        with History.open(str(tmp_path), readonly=True) as h:
+            [row] = h.attempt(attempt).holders
+        assert row.holder.pid == 42 and row.holder.log_dirs == (), damaged
 
 
 @pytest.mark.parametrize("name", ["st#1", "st?mode=rw", "st%41", "st;a b"])
