@@ -45,6 +45,9 @@ from suspendguard.system.procfs import ProcAccessError, ProcFS
 # this sleep's: the other units ordered before the sleep (nvidia-suspend's
 # VRAM copy among them) run in between.
 LOOK_BACK_S = 120.0
+# Each systemctl call of queue_restore: a local call that answers at once, bounded so that
+# the hook keeps inside systemd-sleep's 90 s with the logs' 45 s and the journals' 30 s.
+SYSTEMCTL_S = 2.0
 
 
 def _open(config: Config, log: Logger) -> History | None:
@@ -166,10 +169,10 @@ def queue_restore(log: Logger) -> None:
     down. Asked here, the start merges with the sleep's own job while that one waits, and
     runs once; a resume unit the operator disabled is left alone.
     """
-    enabled = runner.run(["systemctl", "is-enabled", "--quiet", RESUME_UNIT], 10.0)
+    enabled = runner.run(["systemctl", "is-enabled", "--quiet", RESUME_UNIT], SYSTEMCTL_S)
     if not enabled.ok:
         return
-    queued = runner.run(["systemctl", "start", "--no-block", RESUME_UNIT], 10.0)
+    queued = runner.run(["systemctl", "start", "--no-block", RESUME_UNIT], SYSTEMCTL_S)
     if not queued.ok:
         log.warning(f"the start of {RESUME_UNIT} after this resume was not queued: "
                     f"{queued.stderr.strip() or queued.describe_failure()}")

@@ -240,6 +240,34 @@ def test_hwts_busy_during_the_sleep_is_recorded(clean: Container) -> None:
     assert "hwts" in journal  # the post step says so in the journal too
 
 
+def test_a_suspend_asked_while_the_last_restore_ran_gets_its_own_restore(
+        clean: Container) -> None:
+    """systemd merges the sleep's start of the resume unit into the start job already
+    running, the last restore's: that restore had read no stop yet, so this sleep's drained
+    job stays down unless the hook's post queues the unit again. Here the last restore holds
+    the guard lock 3 s after its run (flock, as a slow check after resume does), and the
+    veto unit waits for it."""
+    box = clean
+    dropin = "/run/systemd/system/suspendguard-resume.service.d/slow.conf"
+    held = "/run/suspendguard-test/restore-holds-the-lock"
+    box.write(dropin, f"[Service]\nExecStartPost=/usr/bin/flock {STATE_DIR}/guard.lock "
+                      f"sh -c 'touch {held}; sleep 3'\n")
+    box.run("systemctl", "daemon-reload")
+    try:
+        start_holder(box, "graceful", "graceful")
+        box.run("systemctl", "start", "--no-block", "suspendguard-resume.service")
+        box.sh(f"for i in $(seq 100); do [ -e {held} ] && exit 0; sleep 0.1; done; exit 1")
+        journal = box.suspend()
+    finally:
+        box.run("rm", "-f", dropin, held)
+        box.run("systemctl", "daemon-reload")
+    assert first_line(box.power_state()) == "mem", journal
+    attempt = newest_unit_attempt(box, "suspend")
+    assert attempt["verdict"] == "allow", attempt
+    assert [(st["name"], st["result"]) for st in attempt["stopped"]] == \
+        [("sg-test-graceful.service", "started")], (attempt["stopped"], journal)
+
+
 def test_hibernate_through_the_same_guard(clean: Container) -> None:
     """``systemctl hibernate`` itself, through logind, not ``systemctl start hibernate.target``.
 
