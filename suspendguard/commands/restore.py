@@ -80,20 +80,33 @@ def check_devices(config: Config, history: History, log: Logger, sleep: Sleep,
                   pending: Sequence[Stop]) -> AfterResume | None:
     """The check after resume, said in ``status`` while it runs; None when it is off, or when
     no sleep followed the newest attempt (the resume unit runs after a refused one too) and
-    no job is held: a held job waits for a check it passes, whatever came since."""
+    no pending job waits for a check: one drained by an attempt a sleep did follow (a
+    suspend refused after that resume, before this restore), or a held one, whatever came
+    since."""
     if not config.resume.health_check:
         return None
     if not sleep.slept and sleep.attempt is not None:
-        if not any(s.result == "held" for s in pending):
+        slept = _slept_after(history, pending)
+        if slept is None and not any(s.result == "held" for s in pending):
             log.info(f"after resume: no sleep followed attempt {sleep.attempt.id} "
                      f"({sleep.attempt.result}): the devices are not checked")
             return None
-        sleep = Sleep(None)  # the check of held jobs, with no attempt's words
+        sleep = Sleep(slept)  # held jobs alone: checked with no attempt's words
     what, longest = health_plan(config)
     since = time.time()
     with progress.checking(config.state.dir, what, since, since + longest,
                            [s.owner.name for s in pending]):
         return health_step(config, history, log, sleep.attempt)
+
+
+def _slept_after(history: History, pending: Sequence[Stop]) -> Attempt | None:
+    """The newest attempt of a pending stop that the host went to sleep after (the hook's
+    ``pre`` names it); None when there is none."""
+    for attempt_id in sorted({s.attempt_id for s in pending if s.attempt_id}, reverse=True):
+        attempt = history.attempt(attempt_id)
+        if attempt is not None and any(e.phase == "pre" for e in attempt.events):
+            return attempt
+    return None
 
 
 def hold(stops: Sequence[Stop], reason: str, history: History, log: Logger) -> str:

@@ -220,6 +220,27 @@ def test_a_job_held_after_a_sleep_is_checked_again_after_a_later_veto(
     assert len(check.asked) == 1 and "the devices are not checked" not in err
 
 
+def test_a_sleeps_jobs_are_checked_though_a_suspend_was_refused_before_the_restore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any],
+        journal: socket.socket) -> None:
+    """Attempt A drained the job and the host slept; after the resume a second suspend was
+    asked and refused before the resume unit ran: A's sleep is still to be checked."""
+    config = configured(tmp_path, monkeypatch, health_check=True)
+    state = tmp_path / "state"
+    slept = drained_unit(tmp_path, UNIT)
+    with History.open(str(state)) as h:
+        h.record_event("pre", "suspend", "going down", slept)
+        h.record_event("post", "suspend", "resumed", slept)
+        refused = h.begin("suspend", "unit", False, "digest")
+        h.finish(ended(refused, "veto", ["pid 7 python3 ignores SIGINT"], code="sigint-ignored"))
+    check = FakeCheck(ALARM)
+    code, _out, err, started = restore_unit(tmp_path, monkeypatch, fakes, config, check)
+    assert code == 1 and not started.exists(), err
+    assert len(check.asked) == 1 and "the devices are not checked" not in err
+    with History.open(str(state), readonly=True) as h:
+        assert [e.attempt_id for e in h.events() if e.phase == "health"] == [slept]
+
+
 def test_a_hold_that_cannot_be_recorded_is_still_announced_and_exits_1(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any],
         journal: socket.socket) -> None:
