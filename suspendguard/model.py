@@ -252,6 +252,9 @@ class Outcome:
     kind: OutcomeKind
     seconds: float | None = None
     why: str = ""
+    # The drain signal (or an escalation's) reached it: from the guard, or forwarded by its
+    # launcher. A later attempt sends such a holder, still running, no second one.
+    signalled: bool = False
 
     def cell(self) -> str:
         """The outcome in a table's cell: its kind, with the seconds of an exit; the why, given

@@ -174,6 +174,8 @@ class _Drain:
                 self._ask(key, target, ask)
             elif (refused := send(target, signum)) is not None:
                 self._drop(key, refused)
+            else:
+                target.reached = True
         self.ask_due()  # those it waited for may have been refused the signal
 
     def _ask(self, key: int, target: Target, ask: Callable[[], str]) -> None:
@@ -226,7 +228,7 @@ class _Drain:
                     continue  # asked its own way: never signalled
                 target.last_signal = step.signal
                 target.escalated = True
-                send(target, stepnum)
+                target.reached |= send(target, stepnum) is None
             self.log(f"escalating: sent {step.signal} to {len(self.targets)} holder(s) still "
                      "running")
             self.wait(min(self.clock() + step.wait_s, self.deadline.at))
@@ -253,7 +255,8 @@ class _Drain:
                 why += f" ({target.quiet})"
             if self.deadline.cancelled:
                 why += f" ({self.deadline.cancel_reason})"
-            self.outcomes[holder_id(target.holder)] = Outcome("timeout", round(waited, 3), why)
+            self.outcomes[holder_id(target.holder)] = Outcome("timeout", round(waited, 3), why,
+                                                              target.reached)
 
     def wait(self, until: float, rest: Collection[HolderId] = ()) -> None:
         """Until every holder left but those in ``rest``, or ``until``."""
@@ -304,7 +307,7 @@ def _wait(
             target.close()
             seconds = round(now - target.signalled_at, 3)
             why = f"after escalation to {target.last_signal}" if target.escalated else target.quiet
-            outcomes[holder_id(target.holder)] = Outcome("exited", seconds, why)
+            outcomes[holder_id(target.holder)] = Outcome("exited", seconds, why, target.reached)
             log(f"pid {target.holder.pid} {target.holder.comm} exited after {seconds:.2f} s")
         if ended:
             left()
@@ -334,7 +337,7 @@ def _forward(jobs: JobStop, targets: dict[int, Target], signame: str, proc: Proc
         if own is not None:
             # The launcher holds a node too: this is its one signal as a holder as well.
             refused = send(own, signum)
-            own.sent = refused is None
+            own.sent = own.reached = refused is None
         else:
             stand_in = Holder(launcher.pid, launcher.start_time, 0, launcher.uid, "",
                               launcher.comm, "", (), None, None, (), (), launcher.sigint)
@@ -345,6 +348,9 @@ def _forward(jobs: JobStop, targets: dict[int, Target], signame: str, proc: Proc
         if refused is None:
             log(f"sent {signame} to {launcher.label}, which forwards it to its "
                 f"{len(ranks)} rank(s)")
+            for rank in ranks:
+                if rank in by_id:
+                    by_id[rank].reached = True
             continue
         log(f"{launcher.label} could not be signalled ({refused.why}): its ranks get "
             f"{signame} from the guard")

@@ -68,6 +68,7 @@ class Target:
     # forwards the signal, or it is a worker that leaves with its parent).
     quiet: str = ""
     sent: bool = False  # signalled already, as the launcher of other holders
+    reached: bool = False  # a signal was sent to it: the guard's, or its launcher's forward
 
     def close(self) -> None:
         close_fd(self.pidfd)

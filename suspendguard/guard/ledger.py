@@ -104,8 +104,7 @@ class Ledger:
         and left running (none without a history, or where it cannot say)."""
         if self.past is None or not holders:
             return {}
-        booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-        found = self.past.signalled_since(holders, booted, but=self.attempt_id)
+        found = self.past.signalled_since(holders, but=self.attempt_id)
         return {key: Earlier(*found[key]) for key in found}
 
     def drain_times(self, holder: Holder) -> tuple[float, ...]:

@@ -317,6 +317,10 @@ COLUMNS_ADDED = (
     ("attempts", "reason_details", "TEXT"),
     # A holder's own log folders (model.Holder.log_dirs), a JSON list: read after resume.
     ("holders", "log_dirs", "TEXT"),
+    # Whether the drain signal reached a holder (model.Outcome.signalled), and the boot an
+    # attempt ran in: a later attempt of the same boot sends it no second one.
+    ("holders", "signalled", "INTEGER"),
+    ("attempts", "boot_id", "TEXT NOT NULL DEFAULT ''"),
 )
 
 

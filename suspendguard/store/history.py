@@ -42,7 +42,7 @@ from suspendguard.record import (
 )
 from suspendguard.store import database, reserve
 from suspendguard.store.reads import INTERRUPTED, Reads
-from suspendguard.system.boot import boot_id
+from suspendguard.system.boot import boot_id, boot_ids
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.procfs import ProcFS
 from suspendguard.verdict import Reason
@@ -141,9 +141,9 @@ class History(Reads):
         with self._tx() as c:
             cur = c.execute(
                 "INSERT INTO attempts (started, action, origin, dry_run, config_digest, guard_pid,"
-                " guard_start) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " guard_start, boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (started or time.time(), action, origin, int(dry_run), digest, os.getpid(),
-                 me.start_time if me else 0),
+                 me.start_time if me else 0, boot_id(self.proc)),
             )
             attempt_id = int(cur.lastrowid or 0)
         # While there is room: keep some for this attempt's verdict (see .reserve).
@@ -231,12 +231,13 @@ class History(Reads):
         kept = [r.kept() if isinstance(r, HolderRecord) else r for r in holders]
         c.executemany(
             "INSERT INTO holders (attempt_id, pid, start_time, user, unit, comm, cmdline,"
-            " action, rule, outcome, seconds, why, source, round, owner, uid, exe, log_dirs)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " action, rule, outcome, seconds, why, source, round, owner, uid, exe, log_dirs,"
+            " signalled) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(attempt_id, r.holder.pid, r.holder.start_time, r.holder.user, r.holder.unit,
               r.holder.comm, r.holder.command, r.action, r.rule, r.outcome.kind,
               r.outcome.seconds, r.outcome.why, r.holder.source, r.round, r.owner.key,
-              r.holder.uid, r.holder.exe, json.dumps(list(r.holder.log_dirs)))
+              r.holder.uid, r.holder.exe, json.dumps(list(r.holder.log_dirs)),
+              int(r.outcome.signalled))
              for r in kept],
         )
 
@@ -288,24 +289,28 @@ class History(Reads):
 
     # -- reading what earlier attempts did -----------------------------------
 
-    def signalled_since(self, holders: Sequence[Holder], since: float, but: int = 0
+    def signalled_since(self, holders: Sequence[Holder], but: int = 0
                         ) -> dict[HolderId, tuple[int, float]]:
-        """Of ``holders``, each that a real attempt begun since ``since`` (``but`` that one)
-        sent the drain signal and last saw running: a timeout, or "signalled" left by a
-        guard killed before it recorded the outcome. Each with the newest such attempt and
-        when it began; empty where the history cannot say."""
+        """Of ``holders``, each that a real attempt of this boot (``but`` that one) sent the
+        drain signal and left running: each with the newest such attempt and when it began;
+        empty where the history cannot say (a file from before it kept who was signalled).
+        An attempt is of this boot by the boot's names kept with it, else (one written
+        before they were kept) by its start on the wall clock."""
         wanted = {holder_id(h) for h in holders}
+        this = boot_ids(self.proc)
+        booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
         try:
             with self._reading():
                 rows = self.conn.execute(
-                    "SELECT h.pid, h.start_time, a.id, a.started FROM holders h"
-                    " JOIN attempts a ON a.id = h.attempt_id WHERE a.dry_run = 0"
-                    " AND a.started >= ? AND a.id != ? AND h.outcome IN ('timeout', 'signalled')"
-                    " ORDER BY a.id", (since, but)).fetchall()
+                    "SELECT h.pid, h.start_time, a.id, a.started, a.boot_id FROM holders h"
+                    " JOIN attempts a ON a.id = h.attempt_id WHERE a.dry_run = 0 AND a.id != ?"
+                    " AND h.outcome = 'timeout' AND h.signalled = 1 ORDER BY a.id",
+                    (but,)).fetchall()
         except (sqlite3.Error, HistoryError):
             return {}
-        return {(pid, start): (attempt, began) for pid, start, attempt, began in rows
-                if (pid, start) in wanted}
+        return {(pid, start): (attempt, began) for pid, start, attempt, began, boot in rows
+                if (pid, start) in wanted
+                and (set(boot.split()) & this if boot and this else began >= booted)}
 
     # -- reading what the sleep hook wrote ------------------------------------
 

@@ -7,12 +7,21 @@ the device: a second SIGINT would raise inside its save and lose the checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from helpers.records import ended
 from helpers.runners import guard
+from test_policy import holder
+
+from suspendguard.model import Decision, Holder, Outcome
+from suspendguard.record import HolderRecord
+from suspendguard.store.history import History
 
 # Counts every SIGINT it gets; the first starts a 3 s save, which a second one interrupts
 # (Python's own KeyboardInterrupt inside it): the checkpoint is then never written.
@@ -66,3 +75,29 @@ def test_a_job_still_saving_after_one_attempt_gets_no_second_sigint_from_the_nex
         job.wait()
     assert (tmp_path / "signals.log").read_text() == "SIGINT\n"
     assert (tmp_path / "checkpoint").read_text().splitlines()[-1] == "step 29"
+
+
+def _timed_out(h: Holder, signalled: bool) -> HolderRecord:
+    return HolderRecord(Decision(h, "drain", "holds a compute node", "SIGINT", 30.0),
+                        Outcome("timeout", 30.0, "still running", signalled))
+
+
+def test_only_a_holder_the_signal_reached_in_this_boot_counts_as_signalled(
+        tmp_path: Path) -> None:
+    """A worker, or a Jupyter kernel whose shutdown_request waited on its cells, ran out the
+    wait without a signal: it is sent one next time. So is a holder of an earlier boot."""
+    rank, worker = replace(holder(pid=11), start_time=5), replace(holder(pid=12), start_time=6)
+    with History.open(str(tmp_path)) as h:
+        attempt = h.begin("suspend", "unit", False, "digest")
+        h.finish(ended(attempt, "veto", ["pid 11 python3 still running"],
+                       holders=[_timed_out(rank, True), _timed_out(worker, False)]))
+        kept = h.attempt(attempt)
+        assert kept is not None
+        assert h.signalled_since([rank, worker], but=attempt + 1) == {
+            (11, 5): (attempt, kept.started)}
+        assert h.signalled_since([rank, worker], but=attempt) == {}  # the run's own attempt
+    with contextlib.closing(sqlite3.connect(tmp_path / "history.db")) as db, db:
+        db.execute("UPDATE attempts SET boot_id = '1700000000.42 "
+                   "d0b3f8a4-0000-4000-8000-000000000000'")
+    with History.open(str(tmp_path)) as h:
+        assert h.signalled_since([rank, worker], but=attempt + 1) == {}
