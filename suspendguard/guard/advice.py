@@ -84,6 +84,9 @@ def _prediction(d: Decision, plan: jobs.Plan) -> Outcome:
         return Outcome("would-signal", why=f"not signalled: leaves with its parent, pid "
                                            f"{d.holder.ppid}")
     assert job.launcher is not None
+    if what == "launcher":
+        return Outcome("would-signal", why="not signalled: the launcher of its ranks, which the "
+                                           "guard signals itself; it leaves once they left")
     if what == "forwarded" and job.launcher.sigint not in ("ignored", "blocked"):
         return Outcome("would-signal", why=f"gets {d.signal} from {job.launcher.label}, "
                                            "which the guard signals")
@@ -123,6 +126,9 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
     if found is None:
         return f"stop it yourself (kill -TERM {h.pid}), or raise [drain] timeout_s"
     what, job = found
+    if what == "launcher":
+        return (f"the launcher of ranks the guard signalled, still running after them: stop it "
+                f"yourself (kill -TERM {h.pid}) once they have saved, then suspend again")
     if what == "worker":
         parent = next((p for p in (*job.roots, *job.workers) if p.pid == h.ppid), None)
         if parent is not None and holder_id(parent) in running:

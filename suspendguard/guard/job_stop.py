@@ -1,13 +1,14 @@
-"""The drain's part of a job plan (guard/jobs.py): who is signalled, who forwards, who is held."""
+"""The drain's part of a job plan (guard/jobs.py): who is signalled, who forwards, who is held,
+and the workers whose own veto a plan lifts (they are never signalled)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from suspendguard.guard.held import Held
-from suspendguard.guard.jobs import Launcher
-from suspendguard.model import HolderId
+from suspendguard.guard.jobs import Launcher, Plan
+from suspendguard.model import Decision, HolderId, holder_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,3 +41,27 @@ class JobStop:
 
 
 NO_JOBS = JobStop()
+
+
+# The vetoes of a holder the drain signal cannot end: none where it is a worker, never signalled.
+SIGNAL_VETOES = frozenset({"veto-sigint-ignored", "veto-sigint-blocked"})
+
+
+def spare_workers(decisions: Sequence[Decision],
+                  plan_of: Callable[[Sequence[Decision]], Plan]) -> list[Decision]:
+    """``decisions``, each holder vetoed for ignoring or blocking the signal drained instead
+    where it is a worker of a job that is signalled: a DataLoader or pool worker set to
+    ignore SIGINT (so that Ctrl-C reaches the main process alone) is never signalled, and
+    leaves with its parent. Its veto stands where it is a job's root, or its root's is."""
+    spared = {holder_id(d.holder) for d in decisions if d.kind in SIGNAL_VETOES}
+    if not spared:
+        return list(decisions)
+    trial = [replace(d, kind="drain", reason="") if holder_id(d.holder) in spared else d
+             for d in decisions]
+    ways = plan_of(trial)
+    kept = set()
+    for key in spared:
+        found = ways.role(next(d.holder for d in trial if holder_id(d.holder) == key))
+        if found and found[0] == "worker" and not {holder_id(r) for r in found[1].roots} & spared:
+            kept.add(key)
+    return [t if holder_id(t.holder) in kept else d for d, t in zip(decisions, trial, strict=True)]

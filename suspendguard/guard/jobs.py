@@ -33,11 +33,11 @@ So the holders are grouped into jobs before anyone is signalled:
   (SIGSTOP), so that it cannot kill or restart a rank that is still
   saving; it is continued once its ranks left (guard/held.py writes that
   down first);
-- mpirun (``ranks``) never gets it either, and is not stopped: its ranks
-  get it from the guard. Stopping it deadlocks the ranks, whose
-  MPI_Finalize waits for mpirun's daemon (docs/ai-frameworks.md). When a
-  rank crashes on its SIGINT, mpirun still SIGTERMs the others: that is the
-  job's own.
+- mpirun (``ranks``) never gets it either, not even where it holds a node
+  itself, and is not stopped: its ranks get it from the guard. Stopping it
+  deadlocks the ranks, whose MPI_Finalize waits for mpirun's daemon
+  (docs/ai-frameworks.md). When a rank crashes on its SIGINT, mpirun still
+  SIGTERMs the others: that is the job's own.
 
 Only an ancestor running as the same uid as the holder counts: a process
 may name itself ``torchrun``, but it cannot make root signal another
@@ -47,13 +47,13 @@ user's process by doing so.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from suspendguard.config import LauncherRule
 from suspendguard.guard.launchers import AGENTS, BUILTIN, LauncherKind, builtin_kind
 from suspendguard.guard.policy import rule_matches
-from suspendguard.model import Decision, Disposition, Holder, HolderId, holder_id
+from suspendguard.model import Disposition, Holder, HolderId, holder_id
 from suspendguard.system import kcmp
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
@@ -122,8 +122,12 @@ class Plan:
     def role(self, holder: Holder) -> tuple[str, Job] | None:
         """("worker", job) or ("forwarded", job) for a holder the guard does not signal itself;
         ("held", job) for a root whose launcher is stopped meanwhile; ("ranks", job) for a
-        root whose launcher is left alone; None otherwise."""
+        root whose launcher is left alone; ("launcher", job) for that launcher, where it
+        holds a node itself (mpirun: never signalled, it would turn the signal into SIGTERM
+        for its ranks); None otherwise."""
         key = holder_id(holder)
+        if (launched := self._launched_by(key)) is not None:
+            return "launcher", launched
         for job in self.jobs:
             if any(holder_id(w) == key for w in job.workers):
                 return "worker", job
@@ -151,6 +155,8 @@ class Plan:
                    else "forked, its process group, the nodes inherited")
             return f"a worker of {name} ({how}): leaves with it, never signalled beside it"
         assert job.launcher is not None
+        if what == "launcher":
+            return self.note_of(holder_id(holder))
         if what == "forwarded" and job.launcher.sigint in ("ignored", "blocked"):
             return (f"a rank of {job.launcher.label}, which does not take the signal (it is "
                     f"{job.launcher.sigint}): the rank gets it from the guard, the launcher none")
@@ -168,6 +174,14 @@ class Plan:
         return (f"a rank of {job.launcher.label}, which {job.launcher.kind.restarts}: the rank "
                 "gets the signal, the launcher is stopped (SIGSTOP) until its ranks left")
 
+    def note_of(self, key: HolderId) -> str:
+        """The note of a launcher left alone that holds a node itself, by its id."""
+        job = self._launched_by(key)
+        if job is None or job.launcher is None:
+            return ""
+        return (f"the launcher of ranks the guard signals itself, which "
+                f"{job.launcher.kind.restarts}: never signalled, it leaves once they left")
+
     def launchers(self, stop: str) -> list[Launcher]:
         seen: dict[HolderId, Launcher] = {}
         for job in self.jobs:
@@ -178,31 +192,13 @@ class Plan:
     def signalled(self) -> list[Holder]:
         """The holders the guard itself signals."""
         return [r for job in self.jobs for r in job.roots
-                if not job.forwarded or holder_id(r) in job.beyond]
+                if (not job.forwarded or holder_id(r) in job.beyond)
+                and self._launched_by(holder_id(r)) is None]
 
-
-# The vetoes of a holder the drain signal cannot end: none where it is a worker, never signalled.
-SIGNAL_VETOES = frozenset({"veto-sigint-ignored", "veto-sigint-blocked"})
-
-
-def spare_workers(decisions: Sequence[Decision],
-                  plan_of: Callable[[Sequence[Decision]], Plan]) -> list[Decision]:
-    """``decisions``, each holder vetoed for ignoring or blocking the signal drained instead
-    where it is a worker of a job that is signalled: a DataLoader or pool worker set to
-    ignore SIGINT (so that Ctrl-C reaches the main process alone) is never signalled, and
-    leaves with its parent. Its veto stands where it is a job's root, or its root's is."""
-    spared = {holder_id(d.holder) for d in decisions if d.kind in SIGNAL_VETOES}
-    if not spared:
-        return list(decisions)
-    trial = [replace(d, kind="drain", reason="") if holder_id(d.holder) in spared else d
-             for d in decisions]
-    ways = plan_of(trial)
-    kept = set()
-    for key in spared:
-        found = ways.role(next(d.holder for d in trial if holder_id(d.holder) == key))
-        if found and found[0] == "worker" and not {holder_id(r) for r in found[1].roots} & spared:
-            kept.add(key)
-    return [t if holder_id(t.holder) in kept else d for d, t in zip(decisions, trial, strict=True)]
+    def _launched_by(self, key: HolderId) -> Job | None:
+        """The job whose launcher, left alone while the guard signals its ranks, is ``key``."""
+        return next((job for job in self.jobs if job.launcher is not None
+                     and job.launcher.id == key and not (job.forwarded or job.held)), None)
 
 
 def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] = (),

@@ -1,12 +1,11 @@
 """The state of one guard run: what each holder came to, and the owners kept down.
 
-Every holder found goes through :meth:`RunState.decide` (the policy, then
-what only the run can tell: a pod, a transient unit, a Jupyter kernel, a
-list the operator confirmed), then :meth:`RunState.settle` (those not to
-signal are recorded, their reasons returned) and :meth:`RunState.signal`. The
-rounds of a drain (guard/rounds.py) and the pipeline call these; what the
-run found goes out as :class:`Said` values, never through lists another
-module appends to. What the run was asked to do is :class:`RunOptions`.
+Every holder found goes through :meth:`RunState.decide` (the policy, then what only
+the run can tell: a pod, a transient unit, a Jupyter kernel, a list the operator
+confirmed), then :meth:`RunState.settle` (those not to signal are recorded, their reasons
+returned) and :meth:`RunState.signal`, called by the rounds (guard/rounds.py) and the
+pipeline; what the run found goes out as :class:`Said` values, never through lists
+another module appends to. What the run was asked to do is :class:`RunOptions`.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from suspendguard.guard.drain import MIN_WAIT_S, DrainResult, drain
 from suspendguard.guard.handles import UNSIGNALLABLE
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
-from suspendguard.guard.job_stop import JobStop
+from suspendguard.guard.job_stop import JobStop, spare_workers
 from suspendguard.guard.ledger import NO_LEDGER, Earlier, Ledger
 from suspendguard.guard.policy import decide, stopped_reason
 from suspendguard.guard.said import NOTHING, Said
@@ -117,7 +116,7 @@ class RunState:
         decisions = decide(holders, self.policy, self.drain, never_pids=self.never,
                            respawned=respawned, vouched=vouch(holders, self.options.proc,
                                                                self.token))
-        decisions = jobs.spare_workers(
+        decisions = spare_workers(
             [self._jupyter(self._confirmed(self._pod(d))) for d in decisions], self.plan)
         plan = self.plan(decisions)
         self.earlier.update(self.ledger.signalled_before([d.holder for d in decisions
@@ -206,6 +205,8 @@ class RunState:
                     "the guard instead, and the launcher may act on them as they leave")
             elif job.held and held is not None:
                 hold.append(launcher)
+            elif not job.held:  # mpirun, holding a node itself: it leaves once its ranks left
+                quiet[launcher.id] = plan.note_of(launcher.id)
         again = {key: e for key, e in self.earlier.items() if key not in quiet}  # no worker
         quiet.update({key: e.note(signame) for key, e in again.items()})
         asks = {holder_id(h): _shutdown(kernel) for h in kernels

@@ -87,3 +87,27 @@ def test_a_guard_killed_mid_drain_leaves_mpirun_running(tmp_path: Path, node: st
     code, _out, err = cli("--config", str(job_config), "restore")
     assert code == 0, err
     assert not (tmp_path / "state" / HELD_FILE).exists()
+
+
+def test_mpirun_holding_a_node_itself_is_never_signalled(tmp_path: Path, node: str,
+                                                         job_config: Path,
+                                                         jobs: list[Job]) -> None:
+    """A job script that opened the device before it ran mpirun (exec 3<NODE; exec mpirun):
+    mpirun is a holder too, and was signalled as one, turning SIGINT into SIGTERM for its
+    ranks in their save. It is the launcher of ranks the guard signals: never signalled."""
+    job = mpirun(node, tmp_path / "job", save_s=2.0, holding=True)
+    jobs.append(job)
+    ranks = job.wait_ready()
+    _code, out, _err = cli("--config", str(job_config), "check", "--json")
+    by_pid = {h["pid"]: h for h in json.loads(out)["holders"]}
+    assert by_pid[job.pid]["outcome"]["why"].startswith("not signalled: the launcher of its "
+                                                        "ranks"), by_pid[job.pid]
+    _code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+    report = json.loads(out)
+    assert report["verdict"] == "allow", (report, err)
+    signals = job.signals()
+    got = sorted(int(line.split()[1]) for line in signals if line.startswith("sigint"))
+    assert got == sorted(ranks), signals
+    assert not any(line.startswith("sigterm") for line in signals), signals
+    assert saved(job) == ["rank-0.ckpt", "rank-1.ckpt"], signals
+    assert wait_gone(job.pid, 10), state(job.pid)

@@ -105,13 +105,16 @@ def torchrun(node: str, out: Path, *, save_s: float = 3.0, workers: int = 2,
     return Job(argv, out, 2)
 
 
-def mpirun(node: str, out: Path, *, save_s: float = 3.0) -> Job:
+def mpirun(node: str, out: Path, *, save_s: float = 3.0, holding: bool = False) -> Job:
+    """``holding``: mpirun holds the node itself, as after a job script's ``exec 3<NODE``."""
     need("mpi4py")
     exe = shutil.which("mpirun", path="/usr/bin:/bin")
     if exe is None:
         pytest.skip("no mpirun (Debian's openmpi-bin; tools/test installs it as root)")
     argv = [exe, "--allow-run-as-root", "--oversubscribe", "-np", "2", SYSTEM_PYTHON,
             str(HERE / "mpi_job.py"), "--node", node, "--out", str(out), "--save-s", str(save_s)]
+    if holding:
+        argv = ["sh", "-c", 'exec 3<"$0"; exec "$@"', node, *argv]
     return Job(argv, out, 2)
 
 
