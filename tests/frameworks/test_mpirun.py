@@ -28,6 +28,19 @@ def saved(job: Job) -> list[str]:
     return sorted(p.name for p in job.out.glob("rank-*.ckpt"))
 
 
+def drained_once(job: Job, job_config: Path, ranks: list[int]) -> None:
+    """``drain --yes``: allowed, one SIGINT for each rank and no SIGTERM, both checkpoints
+    whole."""
+    _code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+    report = json.loads(out)
+    assert report["verdict"] == "allow", (report, err)
+    signals = job.signals()
+    got = sorted(int(line.split()[1]) for line in signals if line.startswith("sigint"))
+    assert got == sorted(ranks), signals
+    assert not any(line.startswith("sigterm") for line in signals), signals
+    assert saved(job) == ["rank-0.ckpt", "rank-1.ckpt"], signals
+
+
 def test_ranks_save_and_mpirun_is_never_signalled(tmp_path: Path, node: str, job_config: Path,
                                                  jobs: list[Job]) -> None:
     job = mpirun(node, tmp_path / "job", save_s=2.0)
@@ -39,14 +52,7 @@ def test_ranks_save_and_mpirun_is_never_signalled(tmp_path: Path, node: str, job
                in by_pid[r]["outcome"]["why"] for r in ranks), by_pid
     # Open MPI's own SIGSEGV, SIGBUS, SIGFPE and SIGABRT handlers print a stack trace: no note.
     assert not any("catches fatal signals" in n for r in ranks for n in by_pid[r]["notes"]), by_pid
-    _code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
-    report = json.loads(out)
-    assert report["verdict"] == "allow", (report, err)
-    signals = job.signals()
-    got = sorted(int(line.split()[1]) for line in signals if line.startswith("sigint"))
-    assert got == sorted(ranks), signals
-    assert not any(line.startswith("sigterm") for line in signals), signals
-    assert saved(job) == ["rank-0.ckpt", "rank-1.ckpt"], signals
+    drained_once(job, job_config, ranks)
     assert wait_gone(job.pid, 10), state(job.pid)  # continued, it saw its ranks leave
     assert not (tmp_path / "state" / HELD_FILE).exists()
 
@@ -102,12 +108,5 @@ def test_mpirun_holding_a_node_itself_is_never_signalled(tmp_path: Path, node: s
     by_pid = {h["pid"]: h for h in json.loads(out)["holders"]}
     assert by_pid[job.pid]["outcome"]["why"].startswith("not signalled: the launcher of its "
                                                         "ranks"), by_pid[job.pid]
-    _code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
-    report = json.loads(out)
-    assert report["verdict"] == "allow", (report, err)
-    signals = job.signals()
-    got = sorted(int(line.split()[1]) for line in signals if line.startswith("sigint"))
-    assert got == sorted(ranks), signals
-    assert not any(line.startswith("sigterm") for line in signals), signals
-    assert saved(job) == ["rank-0.ckpt", "rank-1.ckpt"], signals
+    drained_once(job, job_config, ranks)
     assert wait_gone(job.pid, 10), state(job.pid)
