@@ -48,6 +48,8 @@ LOOK_BACK_S = 120.0
 # Each systemctl call of queue_restore: a local call that answers at once, bounded so that
 # the hook keeps inside systemd-sleep's 90 s with the logs' 45 s and the journals' 30 s.
 SYSTEMCTL_S = 2.0
+# What systemctl is-enabled says of a unit it was told not to start on its own.
+DISABLED = frozenset({"disabled", "masked", "masked-runtime"})
 
 
 def _open(config: Config, log: Logger) -> History | None:
@@ -169,13 +171,16 @@ def queue_restore(log: Logger) -> None:
     down. Asked here, the start merges with the sleep's own job while that one waits, and
     runs once; a resume unit the operator disabled is left alone.
     """
-    enabled = runner.run(["systemctl", "is-enabled", "--quiet", RESUME_UNIT], SYSTEMCTL_S)
-    if not enabled.ok:
-        return
-    queued = runner.run(["systemctl", "start", "--no-block", RESUME_UNIT], SYSTEMCTL_S)
-    if not queued.ok:
+    enabled = runner.run(["systemctl", "is-enabled", RESUME_UNIT], SYSTEMCTL_S)
+    state = enabled.stdout.strip()
+    if not enabled.ok and state in DISABLED:
+        return  # the operator's choice
+    answer = (runner.run(["systemctl", "start", "--no-block", RESUME_UNIT], SYSTEMCTL_S)
+              if enabled.ok else enabled)
+    if not answer.ok:
         log.warning(f"the start of {RESUME_UNIT} after this resume was not queued: "
-                    f"{queued.stderr.strip() or queued.describe_failure()}")
+                    f"{answer.stderr.strip() or answer.describe_failure()}; if a suspend was "
+                    "asked while the last restore ran, run suspendguard restore")
 
 
 def post(config: Config, action: str, log: Logger, queue: bool = False) -> int:

@@ -520,26 +520,32 @@ def test_suspend_then_hibernate_s_later_step_is_kept_with_the_first_steps_attemp
     assert "the veto unit did not run before this suspend-then-hibernate" in new.stderr, new
 
 
-# systemctl as the hook calls it: each call's argv into a file beside it; is-enabled answers
-# by IS_ENABLED (0: enabled, 1: disabled), as systemctl's --quiet does.
+# systemctl as the hook calls it: each call's argv into a file beside it; is-enabled says
+# IS_ENABLED ("enabled", "disabled"...) as systemctl does, exit 0 for enabled alone; "hang":
+# no answer.
 FAKE_SYSTEMCTL = """#!/bin/sh
 echo "$*" >> "$(dirname "$0")/calls"
-case "$1" in is-enabled) exit "${IS_ENABLED:-0}";; esac
+case "$1" in is-enabled)
+    [ "$IS_ENABLED" = hang ] && exec sleep 60
+    echo "$IS_ENABLED"; [ "$IS_ENABLED" = enabled ];;
+esac
 """
 
 
-@pytest.mark.parametrize(("sleep_action", "enabled", "calls"), [
-    ("suspend", "0", ["is-enabled --quiet suspendguard-resume.service",
-                      "start --no-block suspendguard-resume.service"]),
-    ("suspend", "1", ["is-enabled --quiet suspendguard-resume.service"]),
-    (None, "0", []),
-], ids=["by-systemd-sleep", "resume-unit-disabled", "by-hand"])
+@pytest.mark.parametrize(("sleep_action", "enabled", "calls", "warned"), [
+    ("suspend", "enabled", ["is-enabled suspendguard-resume.service",
+                            "start --no-block suspendguard-resume.service"], False),
+    ("suspend", "disabled", ["is-enabled suspendguard-resume.service"], False),
+    ("suspend", "hang", ["is-enabled suspendguard-resume.service"], True),
+    (None, "enabled", [], False),
+], ids=["by-systemd-sleep", "resume-unit-disabled", "systemctl-hangs", "by-hand"])
 def test_post_queues_the_resume_units_start(conf: Path, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch,
                                            sleep_action: str | None, enabled: str,
-                                           calls: list[str]) -> None:
+                                           calls: list[str], warned: bool) -> None:
     """The sleep's own start of the resume unit is merged by systemd into one already
-    running (the last restore's): queued again after resume, it runs after every sleep."""
+    running (the last restore's): queued again after resume, it runs after every sleep. A
+    systemctl that does not answer is said, never taken for a disabled unit."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "systemctl").write_text(FAKE_SYSTEMCTL)
@@ -549,8 +555,11 @@ def test_post_queues_the_resume_units_start(conf: Path, tmp_path: Path,
     environ = {"JOURNAL_STREAM": "8:1"}
     if sleep_action:
         environ["SYSTEMD_SLEEP_ACTION"] = sleep_action
+    err = io.StringIO()
     code = main(["sleep-hook", "post", "suspend", "--config", str(conf)], out=io.StringIO(),
-                err=io.StringIO(), environ=environ)
+                err=err, environ=environ)
     assert code == 0
     made = bin_dir / "calls"
     assert (made.read_text().splitlines() if made.exists() else []) == calls
+    assert ("suspendguard-resume.service after this resume was not queued: systemctl: no answer "
+            "within the timeout" in err.getvalue()) is warned, err.getvalue()
