@@ -70,19 +70,24 @@ _LOG_VARIABLES = ((b"ASCEND_PROCESS_LOG_PATH=", ""), (b"ASCEND_WORK_PATH=", "/lo
 
 
 def log_dirs(proc: ProcFS, pid: int) -> tuple[str, ...]:
-    """The CANN log folders ``pid``'s environment names, absolute ones only, normalised;
-    none when its environment cannot be read."""
+    """The CANN log folders ``pid``'s environment names (the one it was started with),
+    normalised, a relative one from its working folder; none when its environment cannot be
+    read."""
     try:
         environ = proc.read(pid, "environ")
     except ProcAccessError:
         return ()
     found = []
+    cwd: str | None = None
     for var in (environ or b"").split(b"\0"):
         for prefix, below in _LOG_VARIABLES:
-            if var.startswith(prefix):
-                path = os.fsdecode(var[len(prefix):])
-                if path.startswith("/"):
-                    found.append(os.path.normpath(path + below))
+            if var.startswith(prefix) and (path := os.fsdecode(var[len(prefix):])):
+                if not path.startswith("/"):
+                    cwd = proc.link(pid, "cwd") if cwd is None else cwd
+                    if not cwd.startswith("/"):
+                        continue  # its working folder unreadable, or not in this namespace
+                    path = os.path.join(cwd, path)
+                found.append(os.path.normpath(path + below))
     return tuple(dict.fromkeys(found))
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Collection
 
 MAX_SYMLINK_HOPS = 40
 
@@ -45,11 +46,12 @@ def _changed(exc: OSError) -> str:
     return describe(exc)
 
 
-def open_base(path: str) -> tuple[int, bool]:
+def open_base(path: str, links_of: Collection[int] = (0,)) -> tuple[int, bool]:
     """Open a path's fixed start component by component: (fd, is_directory).
 
-    A symlink on the way is followed only when root owns it: users cannot make
-    one, so a link there was put in place by an administrator.
+    A symlink on the way is followed only when one of ``links_of`` owns it: root by
+    default (users cannot make one there, so an administrator put it in place); also the
+    user whose own path it is (a holder's log folder, whose owner is checked once opened).
     """
     queue = [p for p in path.split("/") if p and p != "."]
     queue.reverse()
@@ -64,7 +66,7 @@ def open_base(path: str) -> tuple[int, bool]:
             except OSError as exc:
                 raise Refused(describe(exc), missing=exc.errno == errno.ENOENT) from None
             if stat.S_ISLNK(st.st_mode):
-                if st.st_uid != 0:
+                if st.st_uid not in links_of:
                     raise Refused(f"symbolic link owned by uid {st.st_uid} in the path, not followed")
                 hops += 1
                 if hops > MAX_SYMLINK_HOPS:

@@ -137,7 +137,7 @@ def search_apart(
     """``search`` of the configured globs, each glob they fill in searched in a worker of its
     own: files are read until ``stop_at`` (time.monotonic), and each worker is waited for
     ``ANSWER_S`` longer. ``folders``: holders' own log folders, each with its holders' uids,
-    each walked whole in a worker of its own, if one of them or root owns it (``walk.plan``).
+    each walked whole in a worker of its own, if one of those users owns it (``walk.plan``).
 
     A folder that does not answer (a home on NFS whose server is gone) holds a walk or a
     read in the kernel, where no check of the time can end it: its glob's worker is then

@@ -116,7 +116,7 @@ def _add_base(
     owners: Collection[int] | None = None,
 ) -> None:
     try:
-        fd, is_dir = open_base(path)
+        fd, is_dir = open_base(path, (0,) if owners is None else (0, *owners))
     except Refused as exc:
         # A default glob whose folder this host lacks is normal; a path the
         # operator typed, or a folder there that cannot be opened, is not.

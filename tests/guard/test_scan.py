@@ -20,10 +20,11 @@ from helpers import FIXTURES
 from helpers.holders import HOLDER, Holders
 from helpers.isolation import ROOT, needs_root
 from helpers.runners import guard
+from helpers.wait import wait_for
 
 from suspendguard.config import DevicesConfig
 from suspendguard.guard import scan
-from suspendguard.guard.describe import describe_process
+from suspendguard.guard.describe import describe_process, log_dirs
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Inventory
@@ -562,3 +563,22 @@ def test_a_run_whose_scan_blocks_answers_unknown_by_its_deadline(
     assert report.verdict.kind == "unknown", report.verdict
     assert any("did not answer by the run's deadline" in w for w in report.verdict.warnings)
     assert holders.signals() == []
+
+
+def test_a_jobs_relative_log_folder_is_taken_from_its_working_folder(tmp_path: Path) -> None:
+    """CANN resolves ASCEND_PROCESS_LOG_PATH=plog from the job's working folder, and so
+    does the guard; a job whose environment names none has none."""
+    env = {"PATH": os.environ["PATH"], "ASCEND_PROCESS_LOG_PATH": "plog",
+           "ASCEND_WORK_PATH": str(tmp_path / "work")}
+    named = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env,
+                             cwd=tmp_path)
+    bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                            env={"PATH": os.environ["PATH"]})
+    try:
+        assert wait_for(lambda: log_dirs(ProcFS(), named.pid), 5) == (
+            str(tmp_path / "plog"), str(tmp_path / "work" / "log"))
+        assert log_dirs(ProcFS(), bare.pid) == ()
+    finally:
+        for p in (named, bare):
+            p.kill()
+            p.wait()

@@ -277,3 +277,25 @@ def test_a_folder_of_root_s_that_a_user_s_job_named_is_not_read(tmp_path: Path) 
     assert [f.file for f in result.findings] == [str(log)]  # through [logs] paths alone
     assert [(s.path, s.reason) for s in result.skipped] == [
         (str(log.parent), "not read: owned by uid 0, not by the holder's user")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's folder needs root to make")
+def test_a_users_own_log_folder_is_read_through_the_users_own_link(tmp_path: Path) -> None:
+    """A job of uid 4242 logging to ~/plog, a link of its own to its folder on a data disk:
+    the link is followed (the folder's owner is checked once opened), the folder read."""
+    log = device_log(tmp_path / "disk", START + timedelta(seconds=1))
+    for path in (tmp_path / "disk", tmp_path / "disk" / "slog", log.parent, log):
+        os.chown(path, 4242, 4242)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "plog").symlink_to(tmp_path / "disk" / "slog")
+    os.lchown(home / "plog", 4242, 4242)
+    conf = build({"logs": {"paths": []}})
+    result = after_attempt(conf, START, until=RESUMED, log_dirs={str(home / "plog"): (4242,)})
+    assert [f.rule for f in result.findings] == ["hwts-busy-suspend"], result.skipped
+    # another user's link on the way is not followed
+    os.lchown(home / "plog", 4343, 4343)
+    result = after_attempt(conf, START, until=RESUMED, log_dirs={str(home / "plog"): (4242,)})
+    assert result.findings == ()
+    assert [s.reason for s in result.skipped] == [
+        "symbolic link owned by uid 4343 in the path, not followed"]
