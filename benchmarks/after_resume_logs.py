@@ -15,6 +15,7 @@ whole. Each prints the findings it made, which must agree.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -48,7 +49,9 @@ def corpus() -> list[str]:
 
 
 def main() -> int:
-    mode = sys.argv[1] if len(sys.argv) > 1 else "apart"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=("apart", "together"), nargs="?", default="apart")
+    mode = parser.parse_args().mode
     globs = corpus()
     stop_at = time.monotonic() + 40.0
     if mode == "apart":
