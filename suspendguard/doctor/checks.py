@@ -230,6 +230,29 @@ def guard_units(host: Host, config: Config) -> list[Finding]:
     return out
 
 
+def watch_timeouts(host: Host, config: Config) -> list[Finding]:
+    """The watch unit's start and watchdog, each the longest a look may take: a package's
+    unit is built for the default [drain] deadline_s, and install writes it only when run."""
+    path = _unit_path(host, templates.WATCH_UNIT)
+    if path is None:
+        return []
+    need = templates.timeout_start_s(config)
+    out = []
+    for key in ("TimeoutStartSec", "WatchdogSec"):
+        value = host.unit_setting(path, key, (templates.WATCH_UNIT,))
+        have = timespan_s(value) if value else None
+        if isinstance(have, float) and have < need:
+            out.append(Finding(
+                "watch-timeout-short", "warning",
+                f"{templates.WATCH_UNIT} has {key}={have:g} s, less than [drain] deadline_s "
+                f"plus {templates.TIMEOUT_MARGIN_S} s ({need} s), the longest a look may take: "
+                "systemd could kill the watch in a slow look, and its sleep block with it",
+                "suspendguard install --watch (it writes both from the configuration)"
+                if path == templates.WATCH_PATH else
+                f"systemctl edit {templates.WATCH_UNIT}: [Service] {key}={need}"))
+    return out
+
+
 def state_dir_in_units(host: Host, config: Config) -> list[Finding]:
     """The units' sandbox (ProtectSystem=strict) leaves writable only their StateDirectory=
     and ReadWritePaths=: install writes a [state] dir of another place into its units, but
@@ -343,6 +366,7 @@ CHECKS: Sequence[tuple[str, Check]] = (
     ("units", lambda h, c, v: units_before_sleep(h)),
     ("guard", lambda h, c, v: guard_units(h, c)),
     ("state", lambda h, c, v: state_dir_in_units(h, c)),
+    ("watch", lambda h, c, v: watch_timeouts(h, c)),
     ("interpreter", lambda h, c, v: guard_interpreter(h)),
     ("logind", lambda h, c, v: logind_delay(h)),
     ("systemd", lambda h, c, v: systemd_version(h)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers.runners import cli
 
-from suspendguard.config import DEFAULT_STATE_DIR, build
+from suspendguard.config import DEFAULT_STATE_DIR, Config, build
 from suspendguard.doctor.checks import doctor, health_budget_s
 from suspendguard.doctor.host import Host, timespan_s
 from suspendguard.install import templates
@@ -411,3 +412,26 @@ def test_units_install_wrote_for_the_state_folder_can_write_it(tmp_path: Path) -
     [one, _] = [f for f in doctor(Host(str(root)), build({"state": {"dir": "/srv/other"}}), 1.0)]
     assert (one.id, one.fix) == ("state-dir-read-only",
                                  "suspendguard install (it writes [state] dir into its units)")
+
+
+def test_a_watch_unit_shorter_than_a_look_is_found(tmp_path: Path) -> None:
+    """The watch's start and watchdog are each the longest a look may take; a unit rendered
+    for the default deadline_s is short for a longer one."""
+    root = clean_host(tmp_path)
+    shipped = templates.template_dir()
+    render = functools.partial(templates.render_watch,
+                               (shipped / templates.WATCH_UNIT).read_text(), "/usr/bin/python3")
+    write(root, f"lib/systemd/system/{templates.WATCH_UNIT}",
+          render(templates.timeout_start_s(CONFIG)))
+    longer = build({"drain": {"deadline_s": 200}})
+
+    def watch(config: Config) -> list[tuple[str, str]]:
+        return [(f.id, f.fix) for f in doctor(Host(str(root)), config, 1.0)
+                if f.id == "watch-timeout-short"]
+
+    assert watch(longer) == [
+        ("watch-timeout-short", f"systemctl edit {templates.WATCH_UNIT}: [Service] {key}=220")
+        for key in ("TimeoutStartSec", "WatchdogSec")]
+    assert watch(CONFIG) == []
+    write(root, templates.WATCH_PATH, render(templates.timeout_start_s(longer)))
+    assert watch(longer) == []  # install wrote it
