@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from suspendguard.config.cluster import SlurmConfig
-from suspendguard.slurm.exclusion import EXCLUDE_HEAD, exclusion_lock, write_if_changed
+from suspendguard.slurm.exclusion import exclusion_lock, sync_file
 from suspendguard.slurm.remote import (
     NoAnswer,
     ask,
-    held_by_guard,
     joined,
     ours,
     reasons_of,
@@ -61,6 +60,17 @@ UNSAID = "drained already, its reason dropped by Slurm"
 POWER_SAVING = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "NOT_RESPONDING"})
 # What slurmctld says of a node by itself, and takes back by itself when the node answers.
 SLURMCTLD_OWN = ("Not responding",)
+
+
+def going_down(node: Node) -> bool:
+    """Whether Slurm still counts ``node`` going down: POWERING_DOWN, or POWERED_DOWN with no
+    job placed on it and not being woken."""
+    if "POWERING_UP" in node.flags:
+        return False
+    if "POWERING_DOWN" in node.flags:
+        return True
+    busy = node.state in ("ALLOCATED", "MIXED") or "COMPLETING" in node.flags
+    return "POWERED_DOWN" in node.flags and not busy
 
 
 @dataclass
@@ -124,6 +134,18 @@ class Controller:
         if by_itself:
             self.say(INFO, f"{node}: the guard allowed; the node suspends itself")
             return True
+        # Read again: the sync before the question and the node's drain may have taken
+        # past SuspendTimeout, and a job may have been placed on the node since.
+        now = self._node(node)
+        if now is None or not going_down(now):
+            self._start_again(node, got.get("attempt"))
+            if now is None:
+                return self.hold(node, Reason("power-action-failed", "[slurm] power_off not "
+                                              "run: the node's state could not be read"))
+            self.say(WARNING, f"{node}: not powered off: Slurm no longer counts it going down "
+                     f"({'+'.join([now.state, *sorted(now.flags)])}); left to Slurm, whose "
+                     "ResumeProgram checks a node it wakes")
+            return False
         off = runner.run(template(self.config.power_off, node), self.config.timeout_s)
         if not off.ok:
             self._start_again(node, got.get("attempt"))
@@ -351,11 +373,10 @@ class Controller:
     # -- SuspendExcNodes ----------------------------------------------------------
 
     def sync(self, also: Sequence[str] = ()) -> bool:
-        """The exclusion file made to name the nodes the guard drained (and ``[slurm] exclude``,
-        and ``also``);
-        slurmctld re-reads its configuration when that changed. False when a step failed (said
-        at ERR). With no ``[slurm] exclude_file`` (Slurm 23.02+ with ``SuspendExcStates=DRAIN``)
-        nothing is kept."""
+        """The exclusion file made to name the nodes the guard holds (and ``[slurm] exclude``,
+        and ``also``); slurmctld re-reads its configuration when that changed. False when a
+        step failed (said at ERR). With no ``[slurm] exclude_file`` (Slurm 23.02+ with
+        ``SuspendExcStates=DRAIN``) nothing is kept."""
         if not self.config.exclude_file:
             return True
         path = Path(self.config.exclude_file)
@@ -363,30 +384,9 @@ class Controller:
             # One listing and write at a time: a listing taken before another run's drain
             # must not be written over the file that names the node drained meanwhile.
             with exclusion_lock(path):
-                done = self._sync_locked(path, also)
+                done = sync_file(path, self.config.exclude, also, self.scontrol, self.say)
         except OSError as exc:
             self.say(ERR, f"{path}: not written: {exc.strerror or exc}")
             done = False
         self.synced = self.synced and done
         return done
-
-    def _sync_locked(self, path: Path, also: Sequence[str]) -> bool:
-        try:
-            held = [n.name for n in self.scontrol.nodes() if n.drained and held_by_guard(n.reason)]
-        except SlurmError as exc:
-            self.say(ERR, f"the drained nodes could not be listed: {exc}")
-            return False
-        names = list(dict.fromkeys([*self.config.exclude, *held, *also]))
-        text = EXCLUDE_HEAD + (f"SuspendExcNodes={','.join(names)}\n" if names else "")
-        # Owed until slurmctld re-read the file: a failed or killed re-read is asked again
-        # at the next sync, which finds the file already as it should be.
-        owed = Path(f"{path}.reread")
-        if write_if_changed(path, text, owed) or owed.exists():
-            try:
-                self.scontrol.reconfigure()
-            except SlurmError as exc:
-                self.say(ERR, f"{exc}: SuspendExcNodes stays as slurmctld last read it")
-                return False
-            owed.unlink(missing_ok=True)
-            self.say(INFO, "SuspendExcNodes now " + (",".join(names) or "empty"))
-        return True

@@ -1,17 +1,27 @@
-"""The SuspendExcNodes file slurm.conf includes: its lock, and its writes by a rename.
+"""The SuspendExcNodes file slurm.conf includes: what it names, its lock, its writes by a rename.
 
 Kept in SlurmUser's folder and written by SuspendProgram (SlurmUser) and the sync
 timer (root) alike: every name made there refuses a link planted in its place.
+Beside it the guard keeps its own record of the nodes it holds, each with the
+reason it gave: Slurm 22.05 frees a drained node's reason when the node
+registers after a power-down (every ``scontrol reconfigure`` has each slurmd
+register), the DRAIN kept, and the record is what still says the drain is
+the guard's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+
+from suspendguard.slurm.remote import held_by_guard
+from suspendguard.slurm.scontrol import Node, Scontrol, SlurmError
+from suspendguard.system.log import ERR, INFO, WARNING
 
 # The lock and the re-read mark are made in SlurmUser's folder by root's run too (the
 # timer's): a link planted in their place must not have root create a file elsewhere.
@@ -19,6 +29,8 @@ _MARK_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 EXCLUDE_HEAD = ("# Written by suspendguard slurm: the nodes its guard drained, and [slurm] "
                 "exclude.\n# Included by slurm.conf; edits here are overwritten.\n")
+
+Say = Callable[[int, str], None]
 
 
 @contextlib.contextmanager
@@ -51,4 +63,67 @@ def write_if_changed(path: Path, text: str, owed: Path | None = None) -> bool:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return True
+
+
+def read_record(path: Path) -> dict[str, str]:
+    """The nodes the guard held at the last sync, each with its reason; none when the record
+    is missing or not the guard's (a link is not followed: root's run reads it too)."""
+    try:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {k: v for k, v in doc.items() if isinstance(k, str) and isinstance(v, str) and v}
+
+
+def held_nodes(nodes: Sequence[Node], record: dict[str, str],
+               scontrol: Scontrol, say: Say) -> dict[str, str]:
+    """The nodes the guard holds, each with its reason: drained with the guard's reason, or
+    drained with none while the record holds them (Slurm freed it), their reason given
+    again so that ``sinfo -R`` says why and the node's health check lifts the drain as the
+    guard's. A node drained by anyone else, or no longer drained, is not held."""
+    held = {}
+    for n in nodes:
+        if n.drained and held_by_guard(n.reason):
+            held[n.name] = n.reason
+        elif n.drained and not n.reason and n.name in record:
+            held[n.name] = record[n.name]
+            try:
+                scontrol.update(n.name, "DRAIN", record[n.name])
+            except SlurmError as exc:
+                say(ERR, f"{n.name}: its reason, dropped by Slurm, not given again: {exc}")
+            else:
+                say(WARNING, f"{n.name}: its reason, dropped by Slurm, given again: "
+                    f"{record[n.name]}")
+    return held
+
+
+def sync_file(path: Path, exclude: Sequence[str], also: Sequence[str],
+              scontrol: Scontrol, say: Say) -> bool:
+    """The file made to name ``exclude``, the nodes the guard holds and ``also``, the record
+    kept; slurmctld re-reads its configuration when the file changed. False when a step
+    failed (said at ERR). The caller holds :func:`exclusion_lock`."""
+    record_path = Path(f"{path}.held")
+    try:
+        held = held_nodes(scontrol.nodes(), read_record(record_path), scontrol, say)
+    except SlurmError as exc:
+        say(ERR, f"the drained nodes could not be listed: {exc}")
+        return False
+    write_if_changed(record_path, json.dumps(held, sort_keys=True) + "\n")
+    names = list(dict.fromkeys([*exclude, *held, *also]))
+    text = EXCLUDE_HEAD + (f"SuspendExcNodes={','.join(names)}\n" if names else "")
+    # Owed until slurmctld re-read the file: a failed or killed re-read is asked again
+    # at the next sync, which finds the file already as it should be.
+    owed = Path(f"{path}.reread")
+    if write_if_changed(path, text, owed) or owed.exists():
+        try:
+            scontrol.reconfigure()
+        except SlurmError as exc:
+            say(ERR, f"{exc}: SuspendExcNodes stays as slurmctld last read it")
+            return False
+        owed.unlink(missing_ok=True)
+        say(INFO, "SuspendExcNodes now " + (",".join(names) or "empty"))
     return True

@@ -33,7 +33,9 @@ from suspendguard.guard.run import Caller, guard_report
 from suspendguard.guard.scan import scan_holders
 from suspendguard.health.model import HealthReport
 from suspendguard.health.resume import check
+from suspendguard.logs.after import after_attempt, holder_homes, holder_log_dirs, job_units
 from suspendguard.model import Holder, Inventory
+from suspendguard.record import Attempt
 from suspendguard.slurm.remote import PREFIX, ours, slurm_reason, this_node
 from suspendguard.slurm.scontrol import Scontrol, SlurmError
 from suspendguard.store import mode as guard_mode
@@ -161,16 +163,25 @@ def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str,
     enforce mode, as ``health`` drains for it) or a device is unhealthy, unknown when a
     device could not be asked or a process inspected (the controller lets such a node
     back, and says so), else allow. A veto has the controller drain the node before it
-    rejoins."""
+    rejoins. ``since``: where the logs are read from when no attempt says it."""
     node = this_node(config.slurm, environ)
     inventory = take_inventory(config.devices)
+    mode = guard_mode.read(config.state.dir)
     # A node may be awake while Slurm counts it powered down (its veto unit refused the
     # suspend after the guard allowed, a hold whose drain failed): the job that wakes it
     # would otherwise start beside that holder. Observe and off mode refuse nothing.
     held, unsure = (held_outside_slurm(config, inventory, time.monotonic() + SCAN_BOUND_S)
-                    if guard_mode.read(config.state.dir).enforcing else ([], []))
-    report = check(config, datetime.fromtimestamp(since, timezone.utc),
-                   before=_words_before(config))
+                    if mode.enforcing else ([], []))
+    attempt, words = _slept_after(config)
+    when, findings = datetime.fromtimestamp(since), []
+    if attempt is not None and mode.name != "off":  # off: prepare recorded no attempt
+        # The device logs since the suspend began, as the check after resume counts them:
+        # a chip that reset while asleep (heartbeat-lost) may read healthy to npu-smi.
+        when = datetime.fromtimestamp(attempt.started)
+        found = after_attempt(config, when, holder_homes(attempt), until=datetime.now(),
+                              units=job_units(attempt), log_dirs=holder_log_dirs(attempt))
+        findings = [f.record() for f in found.findings]
+    report = check(config, when, findings, before=words)
     bad, unread = _health_reasons(report, "", inventory)
     if held or bad:
         return answer(node, "veto", held + bad, summary=report.summary())
@@ -196,15 +207,22 @@ def _health_reasons(report: HealthReport, note: str,
     return said("unhealthy-after-resume", "unhealthy"), said("health-unknown", "unknown") + unasked
 
 
-def _words_before(config: Config) -> dict[str, str] | None:
-    """The devices' own health words the guard read before its last suspend (npu-smi's
-    Health), which the check after the wake compares with; None where none can be read."""
+def _slept_after(config: Config) -> tuple[Attempt | None, dict[str, str] | None]:
+    """The attempt the wake follows: the newest, when it is the controller's ``prepare`` and
+    let the node go down (observe mode's look lets it whatever it saw); and the devices'
+    own health words the guard read before its last suspend (npu-smi's Health), which the
+    check after the wake compares with. None for what cannot be read."""
     try:
         with History.open(config.state.dir, readonly=True) as history:
-            attempt = history.last_slept_on()
-            return history.health_before(attempt.id) if attempt else None
+            newest = next(iter(history.attempts(1)), None)
+            last = history.last_slept_on()
+            words = history.health_before(last.id) if last else None
     except HistoryError:
-        return None
+        return None, None
+    if newest is None or newest.origin != "slurm" or not (newest.dry_run
+                                                          or newest.result == "allow"):
+        return None, words
+    return newest, words
 
 
 def rejoin(config: Config, environ: Mapping[str, str], boot: bool) -> dict[str, Any]:

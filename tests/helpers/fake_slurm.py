@@ -2,9 +2,11 @@
 
 ``show hostnames``, ``show node -o [NAME]``, ``update NodeName= State= [Reason=]``
 and ``reconfigure``, as the guard's Slurm programs use them. RESUME takes a
-POWERING_DOWN node to POWERED_DOWN and lifts a drain with its reason, as
-slurmctld 22.05 does; ``fail`` in the file names the calls that fail (a verb, or
-the words a call begins with), ``times`` how many times more where not forever.
+POWERING_DOWN node to POWERED_DOWN and lifts a drain with its reason, and a
+registration (:meth:`FakeSlurm.register`) of a POWERED_DOWN node frees its reason,
+the DRAIN kept, as slurmctld 22.05 does; ``fail`` in the file names the calls that
+fail (a verb, or the words a call begins with), ``times`` how many times more where
+not forever.
 """
 
 from __future__ import annotations
@@ -103,6 +105,17 @@ class FakeSlurm:
         doc = self.read()
         doc["fail"].pop(call, None)
         doc["times"].pop(call, None)
+        self.write(doc)
+
+    def register(self, name: str) -> None:
+        """``name``'s slurmd registers (its start, each ``scontrol reconfigure``): the node is
+        up again, and one slurmctld counted POWERED_DOWN loses its reason, the DRAIN kept
+        (22.05's node_mgr.c, through clusteracct_storage_g_node_up)."""
+        doc = self.read()
+        n = doc["nodes"][name]
+        if "POWERED_DOWN" in n["flags"]:
+            n["reason"] = ""
+        n["flags"] = [f for f in n["flags"] if f not in ("POWERED_DOWN", "POWERING_UP")]
         self.write(doc)
 
     def calls(self) -> list[list[str]]:

@@ -1,8 +1,9 @@
 """SuspendProgram's allow path with a site power action ([slurm] power_off), on real children.
 
 The node's guard is a child printing the answer a node gives; the power
-action is a child too. What needs slurmctld (the hold, the exclusion) is
-tested on the booted cluster (tests/containers/test_slurm_container.py).
+action is a child too, and scontrol the suite's stand-in (fake_slurm). The
+hold and the exclusion against slurmctld itself are tested on the booted
+cluster (tests/containers/test_slurm_container.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.fake_slurm import FakeSlurm
+from helpers.fake_slurm import node as slurm_node
 from helpers.isolation import needs_root
 
 from suspendguard.config.load import defaults
@@ -33,21 +36,61 @@ def answering(verdict: str) -> tuple[str, ...]:
     return (sys.executable, "-c", f"print({json.dumps(json.dumps(doc))})")
 
 
-def controller(tmp_path: Path, verdict: str, power_off: tuple[str, ...]) -> tuple[Controller, io.StringIO]:
+def controller(tmp_path: Path, verdict: str, power_off: tuple[str, ...],
+               scontrol: str = "/nonexistent/scontrol") -> tuple[Controller, io.StringIO]:
     config = replace(defaults().slurm, remote=("/usr/bin/env",), guard=answering(verdict),
-                     power_off=power_off, scontrol="/nonexistent/scontrol",
+                     power_off=power_off, scontrol=scontrol,
                      exclude_file=str(tmp_path / "exclude.conf"))
     err = io.StringIO()
     return Controller(config, Logger(err, {}), local="ctl"), err
 
 
+def going_down(tmp_path: Path) -> FakeSlurm:
+    """slurmctld's stand-in, counting gpu3 going down, as SuspendProgram finds it."""
+    return FakeSlurm(tmp_path, {"gpu3": slurm_node(("POWERING_DOWN",))})
+
+
 def test_an_allowed_node_is_powered_off_by_the_site_command_with_its_name(tmp_path: Path) -> None:
     seen = tmp_path / "powered-off"
     off = (sys.executable, "-c", f"open({str(seen)!r}, 'a').write('{{node}}\\n')")
-    c, err = controller(tmp_path, "allow", off)
+    c, err = controller(tmp_path, "allow", off, str(going_down(tmp_path).path))
     assert c._suspend_one("gpu3")
     assert seen.read_text() == "gpu3\n"
     assert "gpu3: the guard allowed; powered off" in err.getvalue()
+
+
+@pytest.mark.parametrize(("state", "flags"), [
+    ("ALLOCATED", ("POWERED_DOWN",)),  # a job placed on it, past SuspendTimeout
+    ("ALLOCATED", ("POWERING_UP",)),  # and the node being woken for it
+    ("IDLE", ()),  # its slurmd registered (at a reconfigure): up again
+])
+def test_a_node_slurm_took_back_while_its_guard_drained_is_not_powered_off(
+        tmp_path: Path, state: str, flags: tuple[str, ...]) -> None:
+    # The sync before the question and the drain may outlast SuspendTimeout: the node is
+    # POWERED_DOWN to Slurm by then, and a job may be placed on it. Powered off, the node
+    # would take that job down; its jobs outside Slurm are started again instead.
+    fake = going_down(tmp_path)
+    asked, seen = tmp_path / "asked", tmp_path / "powered-off"
+    guard = (sys.executable, "-c", f"""
+import json, sys
+open({str(asked)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
+if sys.argv[3] == "prepare":  # slurmctld places a job while the node drains
+    with open({str(fake.state)!r}) as f:
+        doc = json.load(f)
+    doc["nodes"]["gpu3"].update(state={state!r}, flags={list(flags)!r})
+    with open({str(fake.state)!r}, "w") as f:
+        json.dump(doc, f)
+print(json.dumps({{"verdict": "allow", "reasons": [], "reason_details": [], "attempt": 7}}))""")
+    c, err = controller(tmp_path, "allow", (sys.executable, "-c", f"open({str(seen)!r}, 'a')"),
+                        str(fake.path))
+    c.config = replace(c.config, guard=guard)
+    assert not c._suspend_one("gpu3")
+    assert not seen.exists()
+    assert asked.read_text().splitlines() == ["slurm node prepare",
+                                              "slurm node restart --attempt 7"]
+    assert ("gpu3: not powered off: Slurm no longer counts it going down "
+            f"({'+'.join([state, *flags])}); left to Slurm") in err.getvalue(), err.getvalue()
+    assert fake.node("gpu3") == slurm_node(flags, state=state)  # not drained: no hold
 
 
 def test_a_refused_node_is_never_powered_off(tmp_path: Path,
@@ -76,8 +119,12 @@ def test_an_answer_no_guard_gives_holds_the_node_up_as_unreachable(
             "answer: its answer is not a guard's (reason_details 5)") in err.getvalue()
 
 
-def test_a_failed_power_action_holds_the_node_up(tmp_path: Path) -> None:
-    c, err = controller(tmp_path, "allow", (sys.executable, "-c", "import sys; sys.exit(3)"))
+def test_a_failed_power_action_holds_the_node_up(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controller_module, "REGISTER_S", 0.1)
+    monkeypatch.setattr(controller_module, "REGISTER_AFTER_RESTART_S", 0.1)
+    c, err = controller(tmp_path, "allow", (sys.executable, "-c", "import sys; sys.exit(3)"),
+                        str(going_down(tmp_path).path))
     assert not c._suspend_one("gpu3")
     assert "gpu3: not powered down: suspendguard: power-action-failed: [slurm] power_off:" \
         in err.getvalue()

@@ -299,3 +299,28 @@ def test_the_resume_program_drains_a_node_woken_with_a_holder_outside_slurm(
     assert "DRAIN" in fake.node("node1")["flags"]
     assert f"node1: drained after its wake: {reason}" in err, err
     assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
+
+
+def test_a_chip_that_reset_while_asleep_is_refused_after_the_wake(
+        tmp_path: Path, conf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # npu-smi reads the chip healthy; the device log since the suspend began says it lost its
+    # heartbeat (it reset): the check after the wake counts it, as the check after resume does.
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with_ascend(conf, str(FAKES / "idle" / "npu-smi"))
+    with conf.open("a") as f:
+        f.write(f'[logs]\npaths = ["{logs}/**"]\n')
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(FIXTURES / "npu-smi" / "910b2c-hbm-one-process.txt"))
+    code, out, err = cli("--config", str(conf), "slurm", "node", "prepare")
+    assert (code, json.loads(out)["verdict"]) == (0, "allow"), err  # the controller's question
+    code, doc, err = awake(conf)
+    assert (code, doc["verdict"]) == (0, "allow"), (doc, err)
+    # Stamped within the attempt: a line stamped before it is not the suspend's doing.
+    stamp = time.strftime("%Y-%m-%d-%H:%M:%S.000.000", time.localtime(time.time() + 1))
+    (logs / "plog-4242_1.log").write_text(
+        f"[ERROR] RUNTIME(4242,python3):{stamp} Device[0] lost heartbeat\n")
+    code, doc, err = awake(conf)
+    assert (code, doc["verdict"]) == (1, "veto"), (doc, err)
+    [why] = doc["reason_details"]
+    assert (why["code"], why["device"]) == ("unhealthy-after-resume", "ascend"), doc
+    assert "the heartbeat-lost finding" in why["text"], why

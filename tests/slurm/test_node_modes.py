@@ -21,6 +21,7 @@ from helpers.holders import Holders
 from helpers.runners import cli
 from helpers.wait import wait_for
 
+from slurm.test_controller import going_down
 from suspendguard.config.load import defaults
 from suspendguard.slurm.controller import Controller
 from suspendguard.store.history import History
@@ -99,7 +100,8 @@ def test_the_controller_says_what_an_observing_node_would_have_refused(tmp_path:
     config = replace(defaults().slurm, remote=("/usr/bin/env",),
                      guard=(sys.executable, "-c", f"print({json.dumps(json.dumps(doc))})"),
                      power_off=(sys.executable, "-c", f"open({str(seen)!r}, 'w').write('{{node}}')"),
-                     scontrol="/nonexistent/scontrol", exclude_file=str(tmp_path / "exclude"))
+                     scontrol=str(going_down(tmp_path).path),
+                     exclude_file=str(tmp_path / "exclude"))
     err = io.StringIO()
     assert Controller(config, Logger(err, {}), local="ctl")._suspend_one("gpu3")
     assert seen.read_text() == "gpu3"  # observe mode refuses nothing

@@ -20,7 +20,7 @@ from helpers.dbus import dbus_daemon
 from helpers.records import drained_unit
 from helpers.runners import cli
 
-from slurm.test_controller import controller
+from slurm.test_controller import controller, going_down
 from suspendguard.slurm import controller as controller_module
 from suspendguard.store.history import History
 from suspendguard.supervise import managers
@@ -55,8 +55,8 @@ def test_the_jobs_a_drain_stopped_are_started_again(
 
 def test_the_controller_asks_a_node_it_could_not_power_off_to_start_its_jobs_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(controller_module, "SCONTROL_PAUSE_S", 0.0)  # no scontrol to wait for
     monkeypatch.setattr(controller_module, "REGISTER_S", 0.1)
+    monkeypatch.setattr(controller_module, "REGISTER_AFTER_RESTART_S", 0.1)
     asked = tmp_path / "asked"
     guard = (sys.executable, "-c", f"""
 import json, sys
@@ -67,7 +67,8 @@ if sys.argv[3] == "prepare":
 else:
     doc["started"] = ["train.service"]
 print(json.dumps(doc))""")
-    c, err = controller(tmp_path, "allow", (sys.executable, "-c", "import sys; sys.exit(3)"))
+    c, err = controller(tmp_path, "allow", (sys.executable, "-c", "import sys; sys.exit(3)"),
+                        str(going_down(tmp_path).path))
     c.config = replace(c.config, guard=guard)
     assert not c._suspend_one("gpu3")
     assert asked.read_text().splitlines()[:2] == ["slurm node prepare",

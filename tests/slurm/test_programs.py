@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -17,14 +15,10 @@ from helpers.runners import cli
 
 from slurm.test_controller import answering
 from suspendguard.cli import main
-from suspendguard.config.load import load
 from suspendguard.slurm import controller
-from suspendguard.slurm.controller import UNSAID, Controller
-from suspendguard.slurm.exclusion import EXCLUDE_HEAD
+from suspendguard.slurm.controller import UNSAID
 from suspendguard.slurm.node import _health_action
 from suspendguard.slurm.remote import held_by_guard, ours
-from suspendguard.slurm.scontrol import Node, Scontrol
-from suspendguard.system.log import Logger
 
 
 def config_file(tmp_path: Path, fake: FakeSlurm, verdict: str) -> Path:
@@ -145,15 +139,20 @@ def test_a_reason_never_read_is_held_as_not_the_guards_to_lift(
     # healthy, and the sync timer's pass both leave the drain as it is.
     fake.heal("show node -o node1")
     before = len(fake.calls())
-    on_node = tmp_path / "node.toml"
-    on_node.write_text((tmp_path / "config.toml").read_text() + 'node_name = "node1"\n'
-                       "[devices]\nfamilies = []\nnodes = []\n[idle]\nbackends = []\n")
-    assert cli("--config", str(on_node), "slurm", "health")[:2] == (
+    assert cli("--config", str(on_node(tmp_path)), "slurm", "health")[:2] == (
         0, "node1: leave: accelerator free and healthy\n")
-    assert cli("--config", str(on_node), "slurm", "sync")[0] == 0
+    assert cli("--config", str(tmp_path / "node.toml"), "slurm", "sync")[0] == 0
     assert fake.node("node1") == node(("POWERED_DOWN", "DRAIN"), reason)
     assert ["update", "NodeName=node1", "State=RESUME"] not in fake.calls()[before:]
     assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node1\n")
+
+
+def on_node(tmp_path: Path) -> Path:
+    """node1's own configuration: its accelerator free and healthy (no device to look at)."""
+    path = tmp_path / "node.toml"
+    path.write_text((tmp_path / "config.toml").read_text() + 'node_name = "node1"\n'
+                    "[devices]\nfamilies = []\nnodes = []\n[idle]\nbackends = []\n")
+    return path
 
 
 DRAIN_NODE1 = "update NodeName=node1 State=DRAIN"
@@ -355,106 +354,3 @@ def test_a_hostlist_of_no_node_is_bad_usage_and_scontrol_is_not_asked_to_expand_
     assert (status, out) == (2, ""), err
     assert err == f"suspendguard: slurm {program}: HOSTLIST {hostlist!r} names no node\n"
     assert not [c for c in fake.calls() if c[:2] == ["show", "hostnames"]]
-
-
-@pytest.mark.parametrize("failing", ["show", "reconfigure"])
-def test_a_sync_that_failed_exits_3(tmp_path: Path, failing: str) -> None:
-    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN",), "suspendguard: sigint-ignored: pid 7")})
-    fake.fail(failing, "slurm_load_node error: Unable to contact slurm controller")
-    status, _, err = cli("--config", str(config_file(tmp_path, fake, "veto")), "slurm", "sync")
-    assert status == 3, err
-    assert "Unable to contact slurm controller" in err
-
-
-def test_a_hold_whose_sync_failed_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Held, but missing from SuspendExcNodes: Slurm powers it down again at the next cycle.
-    monkeypatch.setattr(controller, "REGISTER_S", 0.1)
-    monkeypatch.setattr(controller, "SCONTROL_PAUSE_S", 0.0)
-    fake = FakeSlurm(tmp_path, {"node1": node(("POWERING_DOWN",))})
-    fake.fail("reconfigure", "slurm_reconfigure error: Unable to contact slurm controller")
-    status, _, err = cli("--config", str(config_file(tmp_path, fake, "veto")), "slurm",
-                         "suspend", "node1")
-    assert status == 3, err
-    assert "DRAIN" in fake.node("node1")["flags"]
-    assert "Unable to contact slurm controller" in err
-
-
-def test_a_sync_that_found_nothing_to_change_exits_0(tmp_path: Path) -> None:
-    fake = FakeSlurm(tmp_path, {"node1": node()})
-    path = config_file(tmp_path, fake, "veto")
-    assert cli("--config", str(path), "slurm", "sync")[0] == 0
-    assert cli("--config", str(path), "slurm", "sync")[0] == 0
-    assert fake.calls().count(["reconfigure"]) == 1
-
-
-def test_an_exclusion_file_edited_in_another_encoding_is_written_over(tmp_path: Path) -> None:
-    fake = FakeSlurm(tmp_path, {"node1": node()})
-    path = config_file(tmp_path, fake, "veto")
-    (tmp_path / "exclude.conf").write_bytes(b"# M\xfcller: keep node7 up\nSuspendExcNodes=node7\n")
-    status, _, err = cli("--config", str(path), "slurm", "sync")
-    assert status == 0, err
-    assert (tmp_path / "exclude.conf").read_text() == EXCLUDE_HEAD
-    assert fake.calls().count(["reconfigure"]) == 1
-
-
-def test_two_syncs_at_once_lose_neither_held_node(tmp_path: Path) -> None:
-    # Two SuspendPrograms, or one and the timer's sync: each lists the drained nodes,
-    # then writes the file. A listing taken before the other's drain must not be
-    # written over the file that names the node drained meanwhile.
-    held = "suspendguard: sigint-ignored: pid 7 ignores SIGINT"
-    fake = FakeSlurm(tmp_path, {"nodeA": node(("DRAIN",), held), "nodeB": node()})
-    config = load(str(config_file(tmp_path, fake, "veto")), {}).slurm
-    second = Controller(config, Logger(io.StringIO(), {}), local="ctl")
-    other = threading.Thread(target=second.sync, kwargs={"also": ("nodeB",)})
-
-    class Slow(Scontrol):
-        def nodes(self, name: str | None = None) -> list[Node]:
-            seen = super().nodes(name)  # nodeB not drained yet
-            doc = fake.read()
-            doc["nodes"]["nodeB"] = node(("DRAIN",), held)
-            fake.write(doc)
-            other.start()  # the second drains nodeB and syncs while this one lists
-            other.join(timeout=2)
-            return seen
-
-    class First(Controller):
-        @property
-        def scontrol(self) -> Scontrol:
-            return Slow(self.config.scontrol)
-
-    First(config, Logger(io.StringIO(), {}), local="ctl").sync(also=("nodeA",))
-    other.join()
-    assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=nodeA,nodeB\n")
-
-
-def test_a_re_read_that_failed_is_asked_again_at_the_next_sync(tmp_path: Path) -> None:
-    # The file was written but slurmctld did not re-read it: the next sync finds the
-    # file as it should be, and must still have slurmctld read it.
-    held = "suspendguard: sigint-ignored: pid 7 ignores SIGINT"
-    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN",), held)})
-    path = config_file(tmp_path, fake, "veto")
-    fake.fail("reconfigure", "slurm_reconfigure error: Socket timed out on send/recv operation")
-    assert cli("--config", str(path), "slurm", "sync")[0] == 3
-    fake.heal("reconfigure")
-    assert cli("--config", str(path), "slurm", "sync")[0] == 0
-    assert fake.calls().count(["reconfigure"]) == 2
-    assert cli("--config", str(path), "slurm", "sync")[0] == 0
-    assert fake.calls().count(["reconfigure"]) == 2  # read once it succeeded
-    assert sorted(p.name for p in tmp_path.iterdir() if "exclude" in p.name) == \
-        ["exclude.conf", "exclude.conf.lock"]
-
-
-def test_under_systemd_a_failure_is_one_line_in_the_journal(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # suspendguard-slurm-sync.service: stderr is the journal (JOURNAL_STREAM), so the
-    # line is not sent a second time through journald's socket.
-    fake = FakeSlurm(tmp_path, {"node1": node()})
-    fake.fail("show", "slurm_load_node error: Unable to contact slurm controller")
-    path = config_file(tmp_path, fake, "veto")
-    with standing_in(tmp_path, monkeypatch) as journal:
-        status, _, err = cli("--config", str(path), "slurm", "sync",
-                             environ={"JOURNAL_STREAM": "8:12345"})
-        said = entries(journal)
-    assert status == 3
-    assert err.count("\n") == 1 and err.startswith("<3>the drained nodes could not be listed")
-    assert said == []
