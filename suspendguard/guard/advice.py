@@ -14,6 +14,7 @@ from dataclasses import replace
 from suspendguard.guard import jobs
 from suspendguard.guard.job_stop import JobStop
 from suspendguard.guard.launchers import AGENT_KILL_S, AGENTS
+from suspendguard.guard.ledger import Earlier
 from suspendguard.guard.policy import drain_disposition
 from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id
 from suspendguard.system.procfs import ProcFS
@@ -66,9 +67,15 @@ def took_before(times: Sequence[float], wait: float) -> str:
             f"{len(times)} drains{over}")
 
 
-def prediction(d: Decision, plan: jobs.Plan, took: str) -> Outcome:
-    """What the drain would do to ``d``'s holder, its job weighed, and what it took before."""
+def prediction(d: Decision, plan: jobs.Plan, took: str, earlier: Earlier | None = None
+               ) -> Outcome:
+    """What the drain would do to ``d``'s holder, its job weighed, and what it took before;
+    ``earlier``: the attempt that signalled it already (a worker it never reached)."""
     outcome = _prediction(d, plan)
+    if earlier is not None and not outcome.why.startswith("not signalled"):
+        outcome = Outcome("would-signal", why=(
+            f"not signalled again: attempt {earlier.attempt_id} sent it {d.signal}; waited "
+            "for, and a veto if it still runs at the end of the wait"))
     return replace(outcome, why=f"{outcome.why}; {took}") if took else outcome
 
 

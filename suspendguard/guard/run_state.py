@@ -96,8 +96,7 @@ class RunState:
         self._kernels: dict[HolderId, jupyter.JupyterKernel | None] = {}
         self._plans: dict[frozenset[HolderId], jobs.Plan] = {}
         self._forwarded: set[HolderId] = set()  # launchers given the signal: once a run
-        # Holders an earlier attempt signalled, still saving: never a second signal.
-        self.earlier: dict[HolderId, Earlier] = {}
+        self.earlier: dict[HolderId, Earlier] = {}  # signalled before, still saving: never again
 
     @property
     def cancelled(self) -> bool:
@@ -286,8 +285,8 @@ class RunState:
         why = ("veto anyway: nobody is signalled" if refused == "veto" else
                "the verdict is unknown anyway: nobody is signalled")
         for d in to_signal:
-            self.record(d, Outcome("not-signalled", why=why) if refused
-                        else advice.prediction(d, plan, self.took_before(d)), 1)
+            self.record(d, Outcome("not-signalled", why=why) if refused else advice.prediction(
+                d, plan, self.took_before(d), self.earlier.get(holder_id(d.holder))), 1)
         return [], said
 
     def signal(self, decisions: Sequence[Decision], reserve: float, round_no: int = 1,

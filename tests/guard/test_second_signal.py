@@ -65,6 +65,8 @@ def test_a_job_still_saving_after_one_attempt_gets_no_second_sigint_from_the_nex
         [seen] = [h for h in look.holders if h.holder.pid == job.pid]
         assert any(f"attempt {first.attempt.id} (begun " in n and "sent SIGINT already" in n
                    for n in seen.decision.notes), seen.decision.notes
+        assert seen.outcome.why.startswith(
+            f"not signalled again: attempt {first.attempt.id} sent it SIGINT"), seen.outcome
         second = guard(config)
         [reason] = second.verdict.reasons
         assert reason.code == "timeout-after-sigint"
