@@ -163,7 +163,7 @@ def _exited(pidfd: int, until: float, clock: Callable[[], float],
             return True
         if ready:
             break  # the guard was stopped
-    return bool(select.select([pidfd], [], [], 0)[0])
+    return any(fd == pidfd for fd, _ in poller.poll(0))
 
 
 def _pidfd(launcher: Launcher, proc: ProcFS) -> int | None:

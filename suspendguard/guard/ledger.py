@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Earlier:
-    """An earlier attempt of this boot that sent a holder the drain signal, and left it
-    running (a timeout, or a guard killed before it recorded the outcome)."""
+    """An earlier attempt of this boot whose drain signal reached a holder (the guard's, a
+    launcher's forward, an escalation's) and that still ran when its wait ended."""
 
     attempt_id: int
     began: float  # time.time()
