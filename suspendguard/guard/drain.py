@@ -54,7 +54,7 @@ class DrainResult:
     # Launchers held while their ranks left, still running once continued: they may start
     # them again.
     lingering: tuple[Launcher, ...] = ()
-
+    warnings: tuple[str, ...] = ()  # what ``reached`` answered: the signal not written down
 
 def drain(
     holders: Sequence[Holder],
@@ -69,6 +69,7 @@ def drain(
     opener: Callable[[int], int] = pidfd_open,
     keep: Callable[[Sequence[Holder]], None] | None = None,
     jobs: JobStop = NO_JOBS,
+    reached: Callable[[Sequence[Holder]], str] = lambda _holders: "",
 ) -> DrainResult:
     """Signal every holder at once, then wait until all exit or time runs out.
 
@@ -79,10 +80,13 @@ def drain(
     the same). ``jobs``: who of them gets the signal from their launcher
     instead, or leaves with a parent, and which launchers are stopped
     meanwhile; each process is signalled once at most, and every holder is
-    waited for.
+    waited for. ``reached`` is handed the holders each signal reached before
+    the wait after it (the history's note: a guard killed in that wait leaves
+    who got the signal, and the next attempt sends none again); it answers a
+    warning, or "".
     """
     proc = proc or ProcFS()
-    watch = _Drain(deadline, log, progress_every_s)
+    watch = _Drain(deadline, log, progress_every_s, reached)
     for holder in holders:
         taken = take(holder, signame, proc, opener)
         if isinstance(taken, Outcome):
@@ -108,6 +112,7 @@ def drain(
                 log(f"stopped {launcher.label} (SIGSTOP) while its ranks leave: it continues "
                     "once they left")
         watch.send_all(signame, jobs)
+        watch.note_reached()
         wait_s, shortened = watch.first_wait(signame, timeout_s, jobs.held)
         watch.escalate(escalate, jobs)
         watch.time_out()
@@ -116,15 +121,20 @@ def drain(
         _release(jobs.held, log)
         for target in watch.targets.values():
             target.close()
-    return DrainResult(watch.outcomes, wait_s, shortened, unforwarded, lingering)
+    return DrainResult(watch.outcomes, wait_s, shortened, unforwarded, lingering,
+                       tuple(watch.warnings))
 
 
 class _Drain:
     """The holders being drained, keyed by pidfd (negative keys for those without one),
     and the outcomes of those that left the watch."""
 
-    def __init__(self, deadline: Deadline, log: Log, progress_every_s: float) -> None:
+    def __init__(self, deadline: Deadline, log: Log, progress_every_s: float,
+                 reached: Callable[[Sequence[Holder]], str] = lambda _holders: "") -> None:
         self.deadline = deadline
+        self.reached = reached
+        self.noted: set[HolderId] = set()  # those handed to ``reached`` already
+        self.warnings: list[str] = []
         self.clock = deadline.clock
         self.log = log
         self.progress_every_s = progress_every_s
@@ -178,6 +188,15 @@ class _Drain:
                 target.reached = True
         self.ask_due()  # those it waited for may have been refused the signal
 
+    def note_reached(self) -> None:
+        """Hand ``reached`` the holders a signal reached since it was last asked."""
+        new = [t.holder for t in self.targets.values()
+               if t.reached and holder_id(t.holder) not in self.noted]
+        if new:
+            self.noted.update(map(holder_id, new))
+            if warning := self.reached(new):
+                self.warnings.append(warning)
+
     def _ask(self, key: int, target: Target, ask: Callable[[], str]) -> None:
         asked_as = self.jobs.asked_as
         error = ask()
@@ -229,6 +248,7 @@ class _Drain:
                 target.last_signal = step.signal
                 target.escalated = True
                 target.reached |= send(target, stepnum) is None
+            self.note_reached()
             self.log(f"escalating: sent {step.signal} to {len(self.targets)} holder(s) still "
                      "running")
             self.wait(min(self.clock() + step.wait_s, self.deadline.at))

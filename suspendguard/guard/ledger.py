@@ -63,6 +63,17 @@ class Ledger:
             return f"history: the holders about to be signalled were not recorded: {exc}"
         return ""
 
+    def reached(self, holders: Sequence[Holder]) -> str:
+        """Write down that the signal reached ``holders``; "" or the warning that it was not."""
+        if self.history is None:
+            return ""
+        try:
+            self.history.reached(self.attempt_id, holders)
+        except HistoryError as exc:
+            return (f"history: the holders the signal reached were not recorded ({exc}): "
+                    "an attempt after a guard killed now would signal them again")
+        return ""
+
     def stopping(self, stops: Sequence[Stop]) -> str:
         """Write down the stops before the supervisors are asked; "" or why they were not
         (then no supervisor is asked: a stop restore cannot read is a job left down)."""

@@ -324,8 +324,9 @@ class RunState:
         timeout_s = max(d.wait_s for d in decisions)
         result = drain([d.holder for d in decisions], cfg.signal, timeout_s, until,
                        cfg.escalate, proc=opts.proc, log=opts.log.info,
-                       keep=keep_down if keep is not None else None, jobs=stop)
-        said += kept
+                       keep=keep_down if keep is not None else None, jobs=stop,
+                       reached=self.ledger.reached)
+        said += kept + Said.warn(*result.warnings)
         if stop.held is not None:
             said += Said.warn(*stop.held.warnings)
         if result.shortened:

@@ -164,6 +164,14 @@ class History(Reads):
         with self._tx() as c:
             self._insert_holders(c, attempt_id, holders)
 
+    def reached(self, attempt_id: int, holders: Sequence[Holder]) -> None:
+        """Mark the rows :meth:`signalling` wrote for ``holders``: the signal reached them. A
+        guard killed in the wait after it leaves them so, and the next attempt sends none again."""
+        with self._tx() as c:
+            c.executemany("UPDATE holders SET signalled = 1"
+                          " WHERE attempt_id = ? AND pid = ? AND start_time = ?",
+                          [(attempt_id, h.pid, h.start_time) for h in holders])
+
     def finish(self, attempt: Attempt) -> None:
         """Write the attempt as the guard ended it: its verdict, reasons, warnings, end,
         holders, and the stops whose rows are not in yet (:meth:`stopping` wrote the others)."""
@@ -292,7 +300,8 @@ class History(Reads):
     def signalled_since(self, holders: Sequence[Holder], but: int = 0
                         ) -> dict[HolderId, tuple[int, float]]:
         """Of ``holders``, each that a real attempt of this boot (``but`` that one) sent the
-        drain signal and left running: each with the newest such attempt and when it began;
+        drain signal and left running (its wait ran out, or the guard was killed in it): each
+        with the newest such attempt and when it began;
         empty where the history cannot say (a file from before it kept who was signalled).
         An attempt is of this boot by the boot's names kept with it, else (one written
         before they were kept) by its start on the wall clock."""
@@ -304,7 +313,8 @@ class History(Reads):
                 rows = self.conn.execute(
                     "SELECT h.pid, h.start_time, a.id, a.started, a.boot_id FROM holders h"
                     " JOIN attempts a ON a.id = h.attempt_id WHERE a.dry_run = 0 AND a.id != ?"
-                    " AND h.outcome = 'timeout' AND h.signalled = 1 ORDER BY a.id",
+                    " AND h.outcome IN ('timeout', 'signalled') AND h.signalled = 1"
+                    " ORDER BY a.id",
                     (but,)).fetchall()
         except (sqlite3.Error, HistoryError):
             return {}

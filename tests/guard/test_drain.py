@@ -298,6 +298,31 @@ def test_progress_is_logged_while_waiting(node: str, holders: Holders) -> None:
     assert len(waiting) >= 2 and f"pid {pid} python" in waiting[0]
 
 
+
+def test_the_holders_a_signal_reached_are_handed_on_before_the_wait_the_recycled_one_not(
+        node: str, holders: Holders) -> None:
+    """What the history writes down so that an attempt after a guard killed in the wait sends
+    no second SIGINT: each holder once, while it still runs, and never one not signalled."""
+    _slow, spid = holders.start(node, mode="slow")
+    _stubborn, tpid = holders.start(node, mode="stubborn")
+    _other, opid = holders.start(node, mode="slow")
+    found = {h.pid: h for h in scan_holders(take_inventory(make_devices(node))).holders}
+    stale = replace(found[opid], start_time=found[opid].start_time + 1)
+    handed: list[tuple[list[int], bool]] = []
+
+    def reached(hs: Any) -> str:
+        handed.append((sorted(h.pid for h in hs), _slow.poll() is None))
+        return "history: not written"
+
+    result = drain([found[spid], found[tpid], stale], "SIGINT", 0.3,
+                   Deadline(time.monotonic() + 10), (EscalationStep("SIGTERM", 0.3),),
+                   reached=reached)
+    # The stubborn one ignores SIGINT and is reached all the same; SIGTERM reaches no one new.
+    assert handed == [(sorted([spid, tpid]), True)]
+    assert result.warnings == ("history: not written",)
+    assert result.outcomes[(opid, stale.start_time)].kind == "not-signalled"
+
+
 def _no_pidfd(pid: int) -> int:
     """A kernel before 5.3, as Ascend's older supported distributions ship."""
     raise OSError(errno.ENOSYS, "Function not implemented")

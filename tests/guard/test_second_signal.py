@@ -8,6 +8,7 @@ the device: a second SIGINT would raise inside its save and lose the checkpoint.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -75,6 +76,40 @@ def test_a_job_still_saving_after_one_attempt_gets_no_second_sigint_from_the_nex
     finally:
         job.kill()
         job.wait()
+    assert (tmp_path / "signals.log").read_text() == "SIGINT\n"
+    assert (tmp_path / "checkpoint").read_text().splitlines()[-1] == "step 29"
+
+
+
+def test_a_guard_killed_in_its_wait_leaves_the_signal_written_down_and_no_second_one_follows(
+        conf: Path, make_config: Any, node: str, tmp_path: Path) -> None:
+    """TimeoutStartSec, an OOM kill or an operator's SIGKILL ends the guard after its SIGINT:
+    the next attempt waits for the job's save instead of cutting it short."""
+    job = subprocess.Popen([sys.executable, "-c", SAVER, node, str(tmp_path)],
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    killed = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
+                               "drain", "--yes"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None and job.stdout.readline() == "ready\n"
+        assert killed.stderr is not None
+        for line in killed.stderr:  # the guard says it, the wait about to begin
+            if "sent SIGINT to 1 holder(s)" in line:
+                break
+        else:
+            raise AssertionError(f"the guard ended without the signal: {killed.wait()}")
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        second = guard(make_config(drain={"timeout_s": 10}))
+        assert second.verdict.kind == "allow", second.verdict
+        [row] = second.holders
+        assert row.outcome.kind == "exited" and not row.outcome.signalled, row.outcome
+        assert any("sent SIGINT already" in n for n in row.decision.notes), row.decision.notes
+        assert job.wait(timeout=10) == 0
+    finally:
+        for proc in (killed, job):
+            proc.kill()
+            proc.wait()
     assert (tmp_path / "signals.log").read_text() == "SIGINT\n"
     assert (tmp_path / "checkpoint").read_text().splitlines()[-1] == "step 29"
 
