@@ -107,6 +107,7 @@ def drain(
         for target in watch.targets.values():
             target.quiet = jobs.quiet.get(holder_id(target.holder), "")
         unforwarded = _forward(jobs, watch.targets, signame, proc, opener, log)
+        watch.note_reached()
         if jobs.hold and jobs.held is not None:
             for launcher in jobs.held.hold(jobs.hold):
                 log(f"stopped {launcher.label} (SIGSTOP) while its ranks leave: it continues "
@@ -176,6 +177,8 @@ class _Drain:
             if target.quiet or target.sent:
                 continue
             ask = jobs.asks.get(holder_id(target.holder))
+            if ask is not None:  # the signals sent are written down before an ask's wait
+                self.note_reached()
             if ask is not None and not jobs.due(holder_id(target.holder), self.running()):
                 target.quiet = f"{jobs.asked_as} once the processes it started left"
                 target.last_signal = "the drain began"  # nothing sent to it yet

@@ -306,19 +306,27 @@ def test_the_holders_a_signal_reached_are_handed_on_before_the_wait_the_recycled
     _slow, spid = holders.start(node, mode="slow")
     _stubborn, tpid = holders.start(node, mode="stubborn")
     _other, opid = holders.start(node, mode="slow")
+    _kernel, kpid = holders.start(node, mode="slow")
     found = {h.pid: h for h in scan_holders(take_inventory(make_devices(node))).holders}
     stale = replace(found[opid], start_time=found[opid].start_time + 1)
     handed: list[tuple[list[int], bool]] = []
+    seen_by_the_ask: list[list[tuple[list[int], bool]]] = []
 
     def reached(hs: Any) -> str:
         handed.append((sorted(h.pid for h in hs), _slow.poll() is None))
         return "history: not written"
 
-    result = drain([found[spid], found[tpid], stale], "SIGINT", 0.3,
+    def ask() -> str:  # a kernel's shutdown request, which may wait seconds for its answer
+        seen_by_the_ask.append(list(handed))
+        return ""
+
+    result = drain([found[spid], found[tpid], stale, found[kpid]], "SIGINT", 0.3,
                    Deadline(time.monotonic() + 10), (EscalationStep("SIGTERM", 0.3),),
-                   reached=reached)
-    # The stubborn one ignores SIGINT and is reached all the same; SIGTERM reaches no one new.
+                   reached=reached, jobs=JobStop(asks={holder_id(found[kpid]): ask}))
+    # The stubborn one ignores SIGINT and is reached all the same; SIGTERM reaches no one new,
+    # and the kernel asked its own way is never handed on.
     assert handed == [(sorted([spid, tpid]), True)]
+    assert seen_by_the_ask == [handed]  # written down before the ask was sent
     assert result.warnings == ("history: not written",)
     assert result.outcomes[(opid, stale.start_time)].kind == "not-signalled"
 
