@@ -5,7 +5,8 @@ go into the history before the signal or the stop: a guard killed
 mid-drain (TimeoutStartSec, an OOM kill, an operator's SIGKILL) leaves rows
 that an interrupted attempt shows and that ``restore`` and ``status`` act
 on; the verdict's own rows replace them. A job's earlier drain times come
-from the same history, or, for a dry run, from a copy opened read-only.
+from the same history, or, for a dry run or a run that cannot write it (a full
+disk), from a copy opened read-only.
 A run without a history has the empty ledger: nothing written ahead, no
 earlier times. Each write that fails answers with a warning, never an
 exception: the history never changes a verdict.

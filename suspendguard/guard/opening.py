@@ -51,7 +51,7 @@ class Opening:
     attempt_id: int | None = None
     digest: str = ""  # the config's fingerprint, as the history records it
     recorded: Literal["recorded"] | Unavailable = RECORDED
-    past: History | None = None  # a dry run's read-only history, for earlier drain times
+    past: History | None = None  # read-only: a dry run's, or a run's that could not write it
     unwritable: str = ""  # why a run that records could not open its history or begin
 
     @property
@@ -77,6 +77,20 @@ class Opening:
         self.history = self.past = None
 
 
+def _db(state_dir: str) -> str:
+    return os.path.join(state_dir, "history.db")
+
+
+def _read_only(open_history: HistoryOpener, state_dir: str, proc: ProcFS) -> History | None:
+    """The history opened to read, without writing: None where there is none or it cannot be."""
+    if not os.path.exists(_db(state_dir)):
+        return None
+    try:
+        return open_history(state_dir, True, proc=proc)
+    except HistoryError:
+        return None
+
+
 def failure(exc: Exception) -> Reason:
     """Why a run that ended with an error gave no verdict: the error in the operator's words."""
     error = str(exc) if isinstance(exc, SuspendGuardError) else f"{type(exc).__name__}: {exc}"
@@ -100,10 +114,8 @@ def open_run(config: Config, options: RunOptions, deadline: Deadline,
     if open_history is not None and not options.record:
         opening.recorded = Unavailable("a dry run records nothing" if options.dry_run
                                        else "not asked to")
-        # A job's earlier drain times, for check's word: read without writing.
-        if options.dry_run and os.path.exists(os.path.join(state_dir, "history.db")):
-            with contextlib.suppress(HistoryError):
-                opening.past = open_history(state_dir, True, proc=options.proc)
+        if options.dry_run:  # a job's earlier drain and signal, for check's word
+            opening.past = _read_only(open_history, state_dir, options.proc)
     elif open_history is not None:
         try:
             # The lock wait too ends inside the deadline.
@@ -115,10 +127,17 @@ def open_run(config: Config, options: RunOptions, deadline: Deadline,
                                                        opening.started)
         except HistoryError as exc:
             opening.recorded = Unavailable(str(exc))
+            opening.close_history()
             if not options.dry_run:
                 opening.said += Said.warn(f"history not recorded: {exc}")
                 opening.unwritable = str(exc)
-            opening.close_history()
+                # Read all the same (a full disk): whom an earlier attempt signalled is
+                # not signalled again.
+                opening.past = _read_only(open_history, state_dir, options.proc)
+                if opening.past is None and os.path.exists(_db(state_dir)):
+                    opening.said += Said.warn(
+                        "history unreadable too: a holder an earlier attempt signalled, "
+                        "still saving, gets the signal again")
     if not (options.dry_run or lock.refused):
         # What a killed run left goes first: it would outlive this run otherwise. A
         # launcher left stopped goes on; drain drop-ins and restart policies set aside go.

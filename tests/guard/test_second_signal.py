@@ -20,6 +20,7 @@ from helpers.records import ended
 from helpers.runners import guard
 from test_policy import holder
 
+from suspendguard.errors import HistoryError
 from suspendguard.model import Decision, Holder, Outcome
 from suspendguard.record import HolderRecord
 from suspendguard.store.history import History
@@ -79,6 +80,36 @@ def test_a_job_still_saving_after_one_attempt_gets_no_second_sigint_from_the_nex
     assert (tmp_path / "signals.log").read_text() == "SIGINT\n"
     assert (tmp_path / "checkpoint").read_text().splitlines()[-1] == "step 29"
 
+
+
+
+def test_a_run_that_cannot_write_its_history_still_reads_whom_an_earlier_attempt_signalled(
+        make_config: Any, node: str, tmp_path: Path) -> None:
+    """A full disk refuses the attempt's row: the run reads the history all the same, and the
+    job still saving gets no second SIGINT."""
+    job = subprocess.Popen([sys.executable, "-c", SAVER, node, str(tmp_path)],
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+    def full_disk(state_dir: str, readonly: bool = False, **kw: Any) -> History:
+        if not readonly:
+            raise HistoryError(f"cannot write {state_dir}/history.db: database or disk is full")
+        return History.open(state_dir, True, **kw)
+
+    try:
+        assert job.stdout is not None and job.stdout.readline() == "ready\n"
+        first = guard(make_config(drain={"timeout_s": 1}))
+        assert [r.code for r in first.verdict.reasons] == ["timeout-after-sigint"]
+        second = guard(make_config(drain={"timeout_s": 10}), history=full_disk)
+        assert second.verdict.kind == "allow", second.verdict
+        assert any(w.startswith("history not recorded") for w in second.verdict.warnings)
+        [row] = second.holders
+        assert any(f"attempt {first.attempt.id} (begun " in n for n in row.decision.notes)
+        assert job.wait(timeout=10) == 0
+    finally:
+        job.kill()
+        job.wait()
+    assert (tmp_path / "signals.log").read_text() == "SIGINT\n"
+    assert (tmp_path / "checkpoint").read_text().splitlines()[-1] == "step 29"
 
 
 def test_a_guard_killed_in_its_wait_leaves_the_signal_written_down_and_no_second_one_follows(
