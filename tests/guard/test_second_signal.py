@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,12 +54,26 @@ os.rename(part, os.path.join(out, "checkpoint"))
 '''
 
 
-def test_a_job_still_saving_after_one_attempt_gets_no_second_sigint_from_the_next(
-        make_config: Any, node: str, tmp_path: Path) -> None:
-    job = subprocess.Popen([sys.executable, "-c", SAVER, node, str(tmp_path)],
+@contextlib.contextmanager
+def saving_job(node: str, out: Path) -> Iterator[subprocess.Popen[str]]:
+    """SAVER started and ready; at the end, its own result: it exited 0 after one SIGINT, its
+    checkpoint whole."""
+    job = subprocess.Popen([sys.executable, "-c", SAVER, node, str(out)],
                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert job.stdout is not None and job.stdout.readline() == "ready\n"
+        yield job
+        assert job.wait(timeout=10) == 0
+    finally:
+        job.kill()
+        job.wait()
+    assert (out / "signals.log").read_text() == "SIGINT\n"
+    assert (out / "checkpoint").read_text().splitlines()[-1] == "step 29"
+
+
+def test_a_job_still_saving_after_one_attempt_gets_no_second_sigint_from_the_next(
+        make_config: Any, node: str, tmp_path: Path) -> None:
+    with saving_job(node, tmp_path) as job:
         config = make_config(drain={"timeout_s": 1})
         first = guard(config)
         assert [r.code for r in first.verdict.reasons] == ["timeout-after-sigint"]
@@ -73,30 +88,18 @@ def test_a_job_still_saving_after_one_attempt_gets_no_second_sigint_from_the_nex
         [reason] = second.verdict.reasons
         assert reason.code == "timeout-after-sigint"
         assert f"attempt {first.attempt.id} sent it SIGINT, and none is sent again" in reason.text
-        assert job.wait(timeout=10) == 0
-    finally:
-        job.kill()
-        job.wait()
-    assert (tmp_path / "signals.log").read_text() == "SIGINT\n"
-    assert (tmp_path / "checkpoint").read_text().splitlines()[-1] == "step 29"
-
-
 
 
 def test_a_run_that_cannot_write_its_history_still_reads_whom_an_earlier_attempt_signalled(
         make_config: Any, node: str, tmp_path: Path) -> None:
     """A full disk refuses the attempt's row: the run reads the history all the same, and the
     job still saving gets no second SIGINT."""
-    job = subprocess.Popen([sys.executable, "-c", SAVER, node, str(tmp_path)],
-                           stdout=subprocess.PIPE, text=True, start_new_session=True)
-
     def full_disk(state_dir: str, readonly: bool = False, **kw: Any) -> History:
         if not readonly:
             raise HistoryError(f"cannot write {state_dir}/history.db: database or disk is full")
         return History.open(state_dir, True, **kw)
 
-    try:
-        assert job.stdout is not None and job.stdout.readline() == "ready\n"
+    with saving_job(node, tmp_path):
         first = guard(make_config(drain={"timeout_s": 1}))
         assert [r.code for r in first.verdict.reasons] == ["timeout-after-sigint"]
         second = guard(make_config(drain={"timeout_s": 10}), history=full_disk)
@@ -104,25 +107,15 @@ def test_a_run_that_cannot_write_its_history_still_reads_whom_an_earlier_attempt
         assert any(w.startswith("history not recorded") for w in second.verdict.warnings)
         [row] = second.holders
         assert any(f"attempt {first.attempt.id} (begun " in n for n in row.decision.notes)
-        assert job.wait(timeout=10) == 0
-    finally:
-        job.kill()
-        job.wait()
-    assert (tmp_path / "signals.log").read_text() == "SIGINT\n"
-    assert (tmp_path / "checkpoint").read_text().splitlines()[-1] == "step 29"
 
 
 def test_a_guard_killed_in_its_wait_leaves_the_signal_written_down_and_no_second_one_follows(
         conf: Path, make_config: Any, node: str, tmp_path: Path) -> None:
     """TimeoutStartSec, an OOM kill or an operator's SIGKILL ends the guard after its SIGINT:
     the next attempt waits for the job's save instead of cutting it short."""
-    job = subprocess.Popen([sys.executable, "-c", SAVER, node, str(tmp_path)],
-                           stdout=subprocess.PIPE, text=True, start_new_session=True)
-    killed = subprocess.Popen([sys.executable, "-m", "suspendguard", "--config", str(conf),
-                               "drain", "--yes"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        assert job.stdout is not None and job.stdout.readline() == "ready\n"
+    with saving_job(node, tmp_path), subprocess.Popen(
+            [sys.executable, "-m", "suspendguard", "--config", str(conf), "drain", "--yes"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as killed:
         assert killed.stderr is not None
         for line in killed.stderr:  # the guard says it, the wait about to begin
             if "sent SIGINT to 1 holder(s)" in line:
@@ -136,13 +129,6 @@ def test_a_guard_killed_in_its_wait_leaves_the_signal_written_down_and_no_second
         [row] = second.holders
         assert row.outcome.kind == "exited" and not row.outcome.signalled, row.outcome
         assert any("sent SIGINT already" in n for n in row.decision.notes), row.decision.notes
-        assert job.wait(timeout=10) == 0
-    finally:
-        for proc in (killed, job):
-            proc.kill()
-            proc.wait()
-    assert (tmp_path / "signals.log").read_text() == "SIGINT\n"
-    assert (tmp_path / "checkpoint").read_text().splitlines()[-1] == "step 29"
 
 
 def _timed_out(h: Holder, signalled: bool) -> HolderRecord:
