@@ -91,6 +91,9 @@ def _prediction(d: Decision, plan: jobs.Plan) -> Outcome:
         return Outcome("would-signal", why=f"not signalled: leaves with its parent, pid "
                                            f"{d.holder.ppid}")
     assert job.launcher is not None
+    if what == "launcher" and job.held:
+        return Outcome("would-signal", why=f"stopped (SIGSTOP) while its ranks leave, then sent "
+                                           f"{d.signal} and continued")
     if what == "launcher":
         return Outcome("would-signal", why="not signalled: the launcher of its ranks, which the "
                                            "guard signals itself; it leaves once they left")

@@ -236,9 +236,24 @@ class _Drain:
         launchers = {lr.id for lr, _fd in held.launchers} if held is not None else set()
         self.wait(until, launchers)
         if self.targets and {holder_id(t.holder) for t in self.targets.values()} <= launchers:
-            _release(held, self.log)
-            self.wait(until)
+            self._signal_held(signame)
+            _release(held, self.log)  # continued a moment ago: CONTINUED_S to leave, at least
+            self.wait(max(until, min(self.clock() + CONTINUED_S, self.deadline.at)))
         return wait_s, shortened
+
+    def _signal_held(self, signame: str) -> None:
+        """Each stopped launcher left, that holds a node itself, its ranks gone: its own
+        signal now, which it acts on once continued (never while a rank still saves)."""
+        signum = int(signal.Signals[signame])
+        for key, target in list(self.targets.items()):
+            if holder_id(target.holder) in self.jobs.earlier:
+                continue  # its signal was an earlier attempt's
+            if (refused := send(target, signum)) is not None:
+                self._drop(key, refused)
+                continue
+            target.quiet, target.last_signal, target.reached = "", signame, True
+            target.signalled_at = self.clock()
+        self.note_reached()
 
     def escalate(self, steps: Sequence[EscalationStep], jobs: JobStop) -> None:
         for step in steps:

@@ -122,9 +122,11 @@ class Plan:
     def role(self, holder: Holder) -> tuple[str, Job] | None:
         """("worker", job) or ("forwarded", job) for a holder the guard does not signal itself;
         ("held", job) for a root whose launcher is stopped meanwhile; ("ranks", job) for a
-        root whose launcher is left alone; ("launcher", job) for that launcher, where it
-        holds a node itself (mpirun: never signalled, it would turn the signal into SIGTERM
-        for its ranks); None otherwise."""
+        root whose launcher is left alone; ("launcher", job) for that launcher, or the one
+        stopped, where it holds a node itself: not signalled beside its ranks (mpirun would
+        turn the signal into SIGTERM for them, never signalled; a stopped one would act on it
+        when continued, a rank still saving or not: signalled once they left); None
+        otherwise."""
         key = holder_id(holder)
         if (launched := self._launched_by(key)) is not None:
             return "launcher", launched
@@ -179,6 +181,10 @@ class Plan:
         job = self._launched_by(key)
         if job is None or job.launcher is None:
             return ""
+        if job.held:
+            return (f"the launcher of ranks the guard signals itself, which "
+                    f"{job.launcher.kind.restarts}: stopped (SIGSTOP) until they left, then "
+                    "signalled and continued")
         return (f"the launcher of ranks the guard signals itself, which "
                 f"{job.launcher.kind.restarts}: never signalled, it leaves once they left")
 
@@ -196,9 +202,10 @@ class Plan:
                 and self._launched_by(holder_id(r)) is None]
 
     def _launched_by(self, key: HolderId) -> Job | None:
-        """The job whose launcher, left alone while the guard signals its ranks, is ``key``."""
+        """The job whose launcher, left alone or stopped while the guard signals its ranks,
+        is ``key``."""
         return next((job for job in self.jobs if job.launcher is not None
-                     and job.launcher.id == key and not (job.forwarded or job.held)), None)
+                     and job.launcher.id == key and not job.forwarded), None)
 
 
 def plan(holders: Sequence[Holder], proc: ProcFS, rules: Sequence[LauncherRule] = (),

@@ -202,9 +202,8 @@ class RunState:
                 said += Said.warn(
                     f"{launcher.label} {launcher.sigint} {signame}: its ranks get it from "
                     "the guard instead, and the launcher may act on them as they leave")
-            elif job.held and held is not None:
-                hold.append(launcher)
-            elif not job.held:  # mpirun, holding a node itself: it leaves once its ranks left
+            else:  # one holding a node itself (mpirun; one stopped) leaves after its ranks
+                hold += [launcher] if job.held and held is not None else []
                 quiet[launcher.id] = plan.note_of(launcher.id)
         again = {key: e for key, e in self.earlier.items() if key not in quiet}  # no worker
         quiet.update({key: e.note(signame) for key, e in again.items()})

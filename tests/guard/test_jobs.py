@@ -226,22 +226,27 @@ def test_a_child_that_holds_its_parents_node_by_a_mapping_alone_is_a_worker(
 # A forwarding launcher that itself holds the node (a launcher that opened
 # the device before it started its rank, e.g. to count the GPUs): it is a
 # holder and the rank's launcher at once. Every SIGINT it gets is written
-# down; it passes each on to its rank, then waits for it.
+# down; it passes each on to its rank (forward), or SIGTERMs it as DeepSpeed's
+# sigkill_handler does (terminate: it then writes down how its rank ended),
+# then waits for it. Its rank saves for argv[5] seconds (0.5 by default).
 HOLDING_LAUNCHER = """
 import os, signal, subprocess, sys
-node, holder, marker = sys.argv[1:4]
+node, holder, marker, mode = sys.argv[1:5]
 f = open(node, "rb")
 rank = subprocess.Popen([sys.executable, holder, "--node", node, "--marker", marker,
-                         "--delay", "0.5"], stdout=subprocess.PIPE, text=True)
+                         "--delay", (sys.argv[5:] or ["0.5"])[0]], stdout=subprocess.PIPE, text=True)
 def forward(signum, _frame):
     with open(marker, "a") as m:
         m.write(f"{os.getpid()} launcher SIGINT\\n")
-    if sys.argv[4] == "forward":
-        rank.send_signal(signum)
+    if mode != "hold":
+        rank.send_signal(signum if mode == "forward" else signal.SIGTERM)
 signal.signal(signal.SIGINT, forward)
 line = rank.stdout.readline()
 print(f"ready {os.getpid()} rank {line.split()[1]}", flush=True)
-rank.wait()
+code = rank.wait()
+if mode == "terminate":
+    with open(marker, "a") as m:
+        m.write(f"{rank.pid} exited {code}\\n")
 """
 
 
@@ -273,6 +278,24 @@ def test_a_launcher_that_holds_a_node_gets_one_signal_and_leaves(
     assert sorted(holders.signals()) == sorted([f"{pid} launcher SIGINT", f"{rank} SIGINT"])
     if stop == "hold":  # stopped, the launcher acted on its signal only after its rank left
         assert holders.signals() == [f"{rank} SIGINT", f"{pid} launcher SIGINT"]
+
+
+def test_a_stopped_launcher_holding_a_node_is_continued_unsignalled_while_its_rank_saves(
+        make_config: Any, node: str, holders: Holders) -> None:
+    """DeepSpeed's or msrun's shape, its rank still saving at the wait's end (a veto): the
+    launcher is continued; a SIGINT sent to it beside its rank would have been acted on then,
+    and SIGTERMed the save."""
+    launcher, pid, rank = _start_launcher(holders, HOLDING_LAUNCHER, node, "terminate", "2")
+    config = make_config(drain={"timeout_s": 0.5, "launchers": [
+        {"cmdline": "import os, signal, subprocess", "stop": "hold",
+         "name": "terminating-launcher"}]})
+    look = guard(config, dry_run=True)
+    [seen] = [h for h in look.holders if str(h.holder.pid) == pid]
+    assert "stopped (SIGSTOP) while its ranks leave" in seen.outcome.why, seen.outcome
+    report = guard(config)
+    assert report.verdict.kind == "veto", report.verdict.texts
+    assert launcher.wait(timeout=10) == 0
+    assert holders.signals() == [f"{rank} SIGINT", f"{rank} exited 0"]
 
 
 # A launcher that forwards SIGINT to its rank and then starts another (an elastic restart):
