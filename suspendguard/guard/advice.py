@@ -173,13 +173,18 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
 
 
 def killed_by_agent(decisions: Sequence[Decision], plan: jobs.Plan,
-                    outcomes: Mapping[HolderId, Outcome]) -> list[str]:
+                    outcomes: Mapping[HolderId, Outcome], stop: JobStop,
+                    unforwarded: Collection[HolderId] = ()) -> list[str]:
     """A warning for each rank of an elastic agent that left only when the agent SIGKILLs
     its ranks, after it forwarded the signal: its save was likely cut short, though the
-    exit lets the suspend go on."""
+    exit lets the suspend go on. Only a rank whose signal was that forward (in ``stop.quiet``,
+    not ``unforwarded``, nor an earlier attempt's)."""
     out = []
     for d in decisions:
-        o = outcomes.get(holder_id(d.holder))
+        key = holder_id(d.holder)
+        if key not in stop.quiet or key in unforwarded or key in stop.earlier:
+            continue
+        o = outcomes.get(key)
         found = plan.role(d.holder)
         if (o is None or o.kind != "exited" or o.seconds is None or found is None
                 or found[0] != "forwarded" or found[1].launcher is None

@@ -336,7 +336,8 @@ class RunState:
             self.record(d, result.outcomes[holder_id(d.holder)], round_no, tags)
             said += Said.veto(*self._left_running(d, result, plan, stop))
         said += Said.veto(*map(advice.still_launching, result.lingering))
-        said += Said.warn(*advice.killed_by_agent(decisions, plan, result.outcomes))
+        said += Said.warn(*advice.killed_by_agent(decisions, plan, result.outcomes, stop,
+                                                   result.unforwarded))
         return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
                        for o in result.outcomes.values()), said
 

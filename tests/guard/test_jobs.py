@@ -729,8 +729,14 @@ def test_an_agents_rank_still_saving_is_told_what_a_wait_can_do(kind: str) -> No
 
 
 def test_a_rank_the_agent_killed_at_its_30_s_is_said_to_have_lost_its_save() -> None:
-    d, p, _stop = _agent_rank("torchrun", 60.0)
-    [line] = killed_by_agent([d], p, {holder_id(d.holder): Outcome("exited", 30.01, "")})
+    d, p, stop = _agent_rank("torchrun", 60.0)
+    killed = {holder_id(d.holder): Outcome("exited", 30.01, "")}
+    [line] = killed_by_agent([d], p, killed, stop)
     assert line == ("pid 11 python3 left 30.0 s after torchrun (pid 10) forwarded SIGINT, "
                     "when it SIGKILLs its ranks: its save was likely cut short")
-    assert killed_by_agent([d], p, {holder_id(d.holder): Outcome("exited", 12.0, "")}) == []
+    assert killed_by_agent([d], p, {holder_id(d.holder): Outcome("exited", 12.0, "")}, stop) == []
+    # The guard's own signal, not the agent's forward (the agent ignores SIGINT, could not be
+    # signalled, or forwarded in an earlier attempt): the agent never began its 30 s.
+    assert killed_by_agent([d], p, killed, JobStop()) == []
+    assert killed_by_agent([d], p, killed, stop, unforwarded={holder_id(d.holder)}) == []
+    assert killed_by_agent([d], p, killed, replace(stop, earlier={holder_id(d.holder): 4})) == []
