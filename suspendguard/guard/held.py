@@ -80,6 +80,10 @@ class Held:
         """
         taken = []
         for launcher in launchers:
+            if launcher.stopped:  # by its user, or a debugger: left so, never continued here
+                self.warnings.append(f"{launcher.label} was stopped already (state "
+                                     f"{launcher.stopped}): left stopped, not continued")
+                continue
             fd = _pidfd(launcher, self.proc)
             if fd is None:
                 self.warnings.append(f"{launcher.label} was not stopped while its ranks left "

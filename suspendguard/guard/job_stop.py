@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from suspendguard.guard.held import Held
 from suspendguard.guard.jobs import Launcher, Plan
+from suspendguard.guard.policy import stopped_reason
 from suspendguard.model import Decision, HolderId, holder_id
 
 
@@ -45,6 +46,25 @@ NO_JOBS = JobStop()
 
 # The vetoes of a holder the drain signal cannot end: none where it is a worker, never signalled.
 SIGNAL_VETOES = frozenset({"veto-sigint-ignored", "veto-sigint-blocked"})
+
+
+def launcher_stopped(decisions: Sequence[Decision],
+                     plan_of: Callable[[Sequence[Decision]], Plan]) -> list[Decision]:
+    """``decisions``, each rank whose launcher forwards the signal and is stopped (SIGSTOP,
+    a debugger) vetoed before anyone is signalled: the signal sent it would stay pending
+    and end the job when it continues, after this suspend was refused."""
+    plan = plan_of(decisions)
+    out = []
+    for d in decisions:
+        found = plan.role(d.holder)
+        launcher = found[1].launcher if found and found[0] == "forwarded" else None
+        if launcher is None or not launcher.stopped:
+            out.append(d)
+            continue
+        out.append(replace(d, kind="veto-stopped", reason=stopped_reason(
+            f"pid {d.holder.pid} {d.holder.comm} is a rank of {launcher.label}, which",
+            launcher.pid, launcher.stopped)))
+    return out
 
 
 def spare_workers(decisions: Sequence[Decision],

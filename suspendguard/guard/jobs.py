@@ -51,6 +51,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from suspendguard.config import LauncherRule
+from suspendguard.guard.describe import stopped_state
 from suspendguard.guard.launchers import AGENTS, BUILTIN, LauncherKind, builtin_kind
 from suspendguard.guard.policy import rule_matches
 from suspendguard.model import Disposition, Holder, HolderId, holder_id
@@ -73,6 +74,7 @@ class Launcher:
     command: str
     kind: LauncherKind
     sigint: Disposition  # how it takes the drain signal, as read now
+    stopped: str = ""  # "T" or "t" where it was stopped when read (describe.stopped_state)
 
     @property
     def id(self) -> HolderId:
@@ -375,7 +377,7 @@ def _launcher_of(root: Holder, proc: ProcFS, rules: Sequence[LauncherRule],
         if kind is not None:
             return Launcher(pid, st.start_time, status.uid, st.comm,
                             " ".join(" ".join(a.split()) for a in cmdline) or f"[{st.comm}]",
-                            kind, status.masks.disposition(signum))
+                            kind, status.masks.disposition(signum), stopped_state(proc, pid, st))
         pid, below = st.ppid, st.start_time
     return None
 

@@ -22,7 +22,7 @@ from suspendguard.guard.drain import MIN_WAIT_S, DrainResult, drain
 from suspendguard.guard.handles import UNSIGNALLABLE
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
-from suspendguard.guard.job_stop import JobStop, spare_workers
+from suspendguard.guard.job_stop import JobStop, launcher_stopped, spare_workers
 from suspendguard.guard.ledger import NO_LEDGER, Earlier, Ledger
 from suspendguard.guard.policy import decide, stopped_reason
 from suspendguard.guard.said import NOTHING, Said
@@ -115,8 +115,8 @@ class RunState:
         decisions = decide(holders, self.policy, self.drain, never_pids=self.never,
                            respawned=respawned, vouched=vouch(holders, self.options.proc,
                                                                self.token))
-        decisions = spare_workers(
-            [self._jupyter(self._confirmed(self._pod(d))) for d in decisions], self.plan)
+        decisions = [self._jupyter(self._confirmed(self._pod(d))) for d in decisions]
+        decisions = launcher_stopped(spare_workers(decisions, self.plan), self.plan)
         plan = self.plan(decisions)
         self.earlier.update(self.ledger.signalled_before([d.holder for d in decisions
                                                            if d.signals]))

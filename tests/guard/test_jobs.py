@@ -543,6 +543,37 @@ def test_a_rank_whose_launcher_could_not_be_signalled_is_not_said_forwarded(
     assert launcher.poll() is None
 
 
+
+@pytest.mark.parametrize("stop", ["forward", "hold"])
+def test_a_launcher_its_user_stopped_is_never_signalled_nor_continued(
+        make_config: Any, node: str, holders: Holders, stop: str) -> None:
+    """Ctrl-Z'd, or under a debugger. Forward: its rank vetoes before anyone is signalled (a
+    forward would stay pending and end the job when it is continued, after the veto). Hold:
+    its rank is drained, and the launcher is left stopped as its user left it."""
+    graceful = FORWARDING_LAUNCHER.replace('"--mode", "slow"', '"--mode", "graceful"')
+    launcher, pid, rank = _start_launcher(holders, graceful, node)
+    holders.extra_pids.append(int(rank))
+    launcher.send_signal(signal.SIGSTOP)
+    assert wait_for(lambda: Path(f"/proc/{pid}/stat").read_text().split()[2] == "T", 5)
+    config = make_config(drain={"launchers": [
+        {"cmdline": "a forwarding launcher", "stop": stop, "name": "fwd-launcher"}]})
+    report = guard(config)
+    if stop == "forward":
+        assert [r.code for r in report.verdict.reasons] == ["stopped"], report.verdict.texts
+        [reason] = report.verdict.texts
+        assert reason.startswith(f"pid {rank} python")
+        assert (f"is a rank of fwd-launcher (pid {pid}), which is stopped (SIGSTOP, state T)"
+                in reason and f"kill -CONT {pid}" in reason), reason
+        assert holders.signals() == []
+    else:
+        assert report.verdict.kind == "allow", report.verdict.texts
+        assert holders.signals() == [f"{rank} SIGINT"]
+        assert (f"fwd-launcher (pid {pid}) was stopped already (state T): left stopped, not "
+                "continued") in report.verdict.warnings
+    assert Path(f"/proc/{pid}/stat").read_text().split()[2] == "T"
+    launcher.send_signal(signal.SIGCONT)
+
+
 def test_a_forwarding_launcher_that_ignores_sigint_is_said_so_and_its_rank_signalled(
         make_config: Any, node: str, holders: Holders) -> None:
     """Started with SIGINT ignored (`&` in a script): it can forward nothing, so its rank
