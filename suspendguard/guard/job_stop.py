@@ -48,6 +48,16 @@ NO_JOBS = JobStop()
 SIGNAL_VETOES = frozenset({"veto-sigint-ignored", "veto-sigint-blocked"})
 
 
+def still_saving(decisions: Sequence[Decision],
+                 earlier: Collection[HolderId]) -> list[Decision]:
+    """``decisions``, each holder vetoed for ignoring or blocking the signal drained instead
+    where an earlier attempt of this boot reached it with the signal (``earlier``): its
+    handler set the signal aside for its save. It gets none again, and is waited for."""
+    return [replace(d, kind="drain", reason="")
+            if d.kind in SIGNAL_VETOES and holder_id(d.holder) in earlier else d
+            for d in decisions]
+
+
 def launcher_stopped(decisions: Sequence[Decision],
                      plan_of: Callable[[Sequence[Decision]], Plan]) -> list[Decision]:
     """``decisions``, each rank whose launcher forwards the signal and is stopped (SIGSTOP,

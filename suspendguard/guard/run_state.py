@@ -22,7 +22,7 @@ from suspendguard.guard.drain import MIN_WAIT_S, DrainResult, drain
 from suspendguard.guard.handles import UNSIGNALLABLE
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
-from suspendguard.guard.job_stop import JobStop, launcher_stopped, spare_workers
+from suspendguard.guard.job_stop import SIGNAL_VETOES, JobStop, launcher_stopped, spare_workers, still_saving
 from suspendguard.guard.ledger import NO_LEDGER, Earlier, Ledger
 from suspendguard.guard.policy import decide, stopped_reason
 from suspendguard.guard.said import NOTHING, Said
@@ -65,15 +65,14 @@ class RunOptions:
 
 
 class RunState:
-    """One guard run's state: what each holder came to and the owners kept down
-    (``stops``); and the signal that changes them. What each step finds (veto reasons,
-    warnings) it returns as a :class:`Said`; the state holds none.
+    """One guard run's state: what each holder came to and the owners kept down (``stops``);
+    and the signal that changes them. What each step finds (veto reasons, warnings) it returns
+    as a :class:`Said`; the state holds none.
 
-    It holds the sections it decides and drains by, and no other: ``policy``,
-    ``drain``, ``[restore] transient`` and the state folder (where a stopped
-    launcher is written down). ``deadline``: the run's one clock, its end and
-    the guard's own cancel. ``ledger``: the history the run writes ahead in
-    and reads earlier drain times from.
+    It holds the sections it decides and drains by, and no other: ``policy``, ``drain``,
+    ``[restore] transient`` and the state folder (where a stopped launcher is written down).
+    ``deadline``: the run's one clock, its end and the guard's own cancel. ``ledger``: the
+    history the run writes ahead in and reads earlier drain times and signals from.
     """
 
     def __init__(self, policy: PolicyConfig, drain: DrainConfig, options: RunOptions, *,
@@ -117,9 +116,10 @@ class RunState:
                                                                self.token))
         decisions = [self._jupyter(self._confirmed(self._pod(d))) for d in decisions]
         decisions = launcher_stopped(spare_workers(decisions, self.plan), self.plan)
+        self.earlier.update(self.ledger.signalled_before(
+            [d.holder for d in decisions if d.signals or d.kind in SIGNAL_VETOES]))
+        decisions = still_saving(decisions, self.earlier)
         plan = self.plan(decisions)
-        self.earlier.update(self.ledger.signalled_before([d.holder for d in decisions
-                                                           if d.signals]))
         return [replace(d, notes=(*d.notes, *notes)) if (notes := self._notes(d, plan)) else d
                 for d in decisions]
 

@@ -55,10 +55,10 @@ os.rename(part, os.path.join(out, "checkpoint"))
 
 
 @contextlib.contextmanager
-def saving_job(node: str, out: Path) -> Iterator[subprocess.Popen[str]]:
-    """SAVER started and ready; at the end, its own result: it exited 0 after one SIGINT, its
-    checkpoint whole."""
-    job = subprocess.Popen([sys.executable, "-c", SAVER, node, str(out)],
+def saving_job(node: str, out: Path, script: str = SAVER) -> Iterator[subprocess.Popen[str]]:
+    """SAVER (or ``script``) started and ready; at the end, its own result: it exited 0 after
+    one SIGINT, its checkpoint whole."""
+    job = subprocess.Popen([sys.executable, "-c", script, node, str(out)],
                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert job.stdout is not None and job.stdout.readline() == "ready\n"
@@ -88,6 +88,24 @@ def test_a_job_still_saving_after_one_attempt_gets_no_second_sigint_from_the_nex
         [reason] = second.verdict.reasons
         assert reason.code == "timeout-after-sigint"
         assert f"attempt {first.attempt.id} sent it SIGINT, and none is sent again" in reason.text
+
+
+
+def test_a_job_that_sets_sigint_aside_for_its_save_is_waited_for_not_vetoed_as_deaf(
+        make_config: Any, node: str, tmp_path: Path) -> None:
+    """Its handler ignores SIGINT while it saves ("so that a second Ctrl-C cannot cut it"): the
+    next attempt reads it as ignoring SIGINT, which an earlier attempt's signal explains."""
+    aside = SAVER.replace("    raise KeyboardInterrupt",
+                          "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                          "    raise KeyboardInterrupt")
+    with saving_job(node, tmp_path, aside):
+        first = guard(make_config(drain={"timeout_s": 1}))
+        assert [r.code for r in first.verdict.reasons] == ["timeout-after-sigint"]
+        second = guard(make_config(drain={"timeout_s": 10}))
+        assert second.verdict.kind == "allow", second.verdict
+        [row] = second.holders
+        assert row.outcome.kind == "exited", row.outcome
+        assert any(f"attempt {first.attempt.id} (begun " in n for n in row.decision.notes)
 
 
 def test_a_run_that_cannot_write_its_history_still_reads_whom_an_earlier_attempt_signalled(
