@@ -110,3 +110,22 @@ def test_mpirun_holding_a_node_itself_is_never_signalled(tmp_path: Path, node: s
                                                         "ranks"), by_pid[job.pid]
     drained_once(job, job_config, ranks)
     assert wait_gone(job.pid, 10), state(job.pid)
+
+
+def test_a_rank_that_fails_on_its_sigint_makes_mpirun_end_the_other(
+        tmp_path: Path, node: str, job_config: Path, jobs: list[Job]) -> None:
+    """Open MPI's own behaviour, measured here: a rank that leaves with an error and no
+    MPI_Finalize makes mpirun SIGTERM the others, in their save. The guard still sends one
+    SIGINT per rank and none to mpirun; the SIGTERM is mpirun's (docs/ai-frameworks.md)."""
+    job = mpirun(node, tmp_path / "job", save_s=3.0, fail_rank=1)
+    jobs.append(job)
+    ranks = job.wait_ready()
+    _code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+    assert json.loads(out)["verdict"] == "allow", err
+    signals = job.signals()
+    assert sorted(int(s.split()[1]) for s in signals if s.startswith("sigint")) == sorted(ranks)
+    failed = next(int(s.split()[1]) for s in signals if s.startswith("failed"))
+    [ended] = [int(s.split()[1]) for s in signals if s.startswith("sigterm")]
+    assert {failed, ended} == set(ranks), signals
+    assert saved(job) == [], signals  # rank 0's save was cut: rank-0.tmp is all there is
+    assert wait_gone(job.pid, 10), state(job.pid)

@@ -105,14 +105,17 @@ def torchrun(node: str, out: Path, *, save_s: float = 3.0, workers: int = 2,
     return Job(argv, out, 2)
 
 
-def mpirun(node: str, out: Path, *, save_s: float = 3.0, holding: bool = False) -> Job:
-    """``holding``: mpirun holds the node itself, as after a job script's ``exec 3<NODE``."""
+def mpirun(node: str, out: Path, *, save_s: float = 3.0, holding: bool = False,
+           fail_rank: int = -1) -> Job:
+    """``holding``: mpirun holds the node itself, as after a job script's ``exec 3<NODE``;
+    ``fail_rank``: that rank leaves at once on SIGINT, with an error (helpers/mpi_job.py)."""
     need("mpi4py")
     exe = shutil.which("mpirun", path="/usr/bin:/bin")
     if exe is None:
         pytest.skip("no mpirun (Debian's openmpi-bin; tools/test installs it as root)")
     argv = [exe, "--allow-run-as-root", "--oversubscribe", "-np", "2", SYSTEM_PYTHON,
-            str(HERE / "mpi_job.py"), "--node", node, "--out", str(out), "--save-s", str(save_s)]
+            str(HERE / "mpi_job.py"), "--node", node, "--out", str(out), "--save-s", str(save_s),
+            "--fail-rank", str(fail_rank)]
     if holding:
         argv = ["sh", "-c", 'exec 3<"$0"; exec "$@"', node, *argv]
     return Job(argv, out, 2)
