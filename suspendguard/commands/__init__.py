@@ -258,7 +258,8 @@ COMMANDS: tuple[Command, ...] = (
              (1, "held: a device is unhealthy after resume, the jobs stay stopped "
                  "(restore --force starts them)"),
              USAGE_EXIT,
-             (3, "a job failed to start or was not reached within the restore's time, a "
+             (3, "a job failed to start, was not reached within the restore's time, or "
+                 "still drains after the guard's signal (started once it stopped), a "
                  "systemd manager was not reloaded once the drain drop-ins went (its units "
                  "keep the drain's settings), or the history could not be read"),
              UNTRUSTED_EXIT)),

@@ -128,8 +128,10 @@ def hold(stops: Sequence[Stop], reason: str, history: History, log: Logger) -> s
 
 def command(args: argparse.Namespace, ctx: Context) -> int:
     """0 when every job was started, is starting, was skipped or left down; 1 when they are
-    held (a device is unhealthy); 3 when one failed to start, a manager was not reloaded
-    once the drain drop-ins went, history failed, or another run was draining.
+    held (a device is unhealthy); 3 when one failed to start or stays pending (its turn came
+    after the budget, or its job still drains after the guard's signal: run restore again
+    once it has stopped), a manager was not reloaded once the drain drop-ins went, history
+    failed, or another run was draining.
 
     Under the guard lock, as every run that signals: a drain in progress has written its
     stops ahead and set its owners aside, and they are that run's to put back.
@@ -203,7 +205,8 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
             with bounded(Deadline(time.monotonic() + RESTORE_AFTER_RESUME_S)):
                 done = restore(pending, supervisors, config.restore,
                                enabled=config.restore.after_resume, record=note, log=log.info,
-                               warn=warn, boot_ids=boot_ids(ProcFS()), journal=log.journal)
+                               warn=warn, boot_ids=boot_ids(ProcFS()), journal=log.journal,
+                               draining=history.still_draining)
                 # Whatever is still set aside (a killed run's drop-in, the restart
                 # policy of a container left down) goes back now.
                 for line in supervisors.clean_leftovers():

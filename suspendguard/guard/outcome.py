@@ -18,12 +18,13 @@ from suspendguard.errors import HistoryError
 from suspendguard.guard.look import Look
 from suspendguard.guard.opening import Opening
 from suspendguard.guard.report import Report
-from suspendguard.guard.restore import restore
+from suspendguard.guard.restore import STILL_DRAINING, earlier_boot, restore
 from suspendguard.guard.run_state import RunOptions, RunState
 from suspendguard.guard.said import Said
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable, holder_id
 from suspendguard.record import Attempt, Stop
+from suspendguard.system.boot import boot_ids
 from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Deadline, bounded
 from suspendguard.system.log import Logger
 from suspendguard.verdict import Verdict
@@ -91,7 +92,8 @@ def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
                               warnings=(*attempt.verdict.warnings, f"history not recorded: {exc}"))
             report = replace(report, history=Unavailable(str(exc)),
                              attempt=replace(attempt, verdict=verdict))
-    if stops and report.verdict.kind != "allow" and options.supervisors is not None:
+    if ((stops or history is not None) and report.verdict.kind != "allow"
+            and options.supervisors is not None and not options.dry_run):
         # Inside the unit's TimeoutStartSec (deadline_s + 20 s): the verdict
         # came by deadline_s - ANSWER_MARGIN_S.
         restore_at_once(stops, options.supervisors, restore_config, history, log)
@@ -101,7 +103,10 @@ def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
 def restore_at_once(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreConfig,
                     history: History | None, log: Logger) -> None:
     """Start again the jobs a run stopped through their supervisors when no sleep follows (a
-    veto; a Slurm node that did not sleep after all), each result into the history."""
+    veto; a Slurm node that did not sleep after all), each result into the history; and,
+    before them, those an earlier restore of this boot left pending while their job still
+    drained (:data:`STILL_DRAINING`). A unit whose job still drains is not started: its stop
+    stays pending."""
     def note(stop: Stop, result: str, why: str) -> None:
         if history is not None and stop.id:
             try:
@@ -109,6 +114,23 @@ def restore_at_once(stops: Sequence[Stop], supervisors: OwnerControl, config: Re
             except HistoryError as exc:
                 log.warning(f"history not recorded: {exc}")
 
+    if history is not None and config.after_veto:  # else it would record them skipped
+        stops = [*_left_draining(history, stops, log), *stops]
     with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
         restore(stops, supervisors, config, enabled=config.after_veto, record=note,
-                log=log.info, warn=log.warning, journal=log.journal)
+                log=log.info, warn=log.warning, journal=log.journal,
+                draining=history.still_draining if history is not None else None)
+
+
+def _left_draining(history: History, stops: Sequence[Stop], log: Logger) -> list[Stop]:
+    """The stops of this boot, but ``stops``, that an earlier restore left pending because
+    their job still drained (a veto's, or the resume unit's after a killed attempt)."""
+    ours = {s.id for s in stops}
+    this = boot_ids(history.proc)
+    try:
+        pending = history.pending_stops()
+    except HistoryError as exc:
+        log.warning(f"history: the jobs left pending while they drained were not read: {exc}")
+        return []
+    return [s for s in pending if s.id not in ours and s.result is None
+            and s.why == STILL_DRAINING and not earlier_boot(s, this)]

@@ -7,7 +7,11 @@ skip``, the unit is gone or masked, it runs already, or someone started and
 stopped it again since the guard stopped it), or left (stopped in an
 earlier boot, and ``[restore] earlier_boot = "leave"``). A stop whose turn
 comes after the budget ended gets no result: it stays pending, for the
-next ``restore``. The budget is the caller's (system/deadline.py).
+next ``restore``. So does a unit whose job the drain signalled and did not
+see exit, and which still runs (its save outlived ``[drain] timeout_s``, or
+the guard was killed in its wait): it is started by the first restore that
+finds that job gone, never beside it. The budget is the caller's
+(system/deadline.py).
 
 Before a restore after resume, the health check asks :class:`Blocker`
 who holds a device now: a repair that resets it must not run under a
@@ -36,7 +40,8 @@ from suspendguard.system.procfs import ProcFS
 @dataclass(frozen=True, slots=True)
 class Restored:
     stop: Stop
-    result: str  # started | starting | failed | skipped | left | pending (not tried)
+    # started | starting | failed | skipped | left | pending (not tried, or its job still drains)
+    result: str
     why: str
 
     def describe(self) -> str:
@@ -44,6 +49,12 @@ class Restored:
 
 
 Record = Callable[[Stop, str, str], None]
+# Whether a job the stop's attempt signalled, and did not see exit, still runs (its save).
+Draining = Callable[[Stop], bool]
+# The why of a stop left pending while its job still drains (the history keeps it with no
+# result): the next restore, whichever runs it, starts the unit once that job has gone.
+STILL_DRAINING = ("still draining after the guard's signal: the next restore starts it once "
+                  "its job has stopped")
 # Stopped through a systemd manager: the system's, or a user's (user@UID.service).
 UNIT_KINDS = ("systemd-service", "user-service")
 
@@ -51,7 +62,7 @@ UNIT_KINDS = ("systemd-service", "user-service")
 def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreConfig, *,
             enabled: bool, record: Record, log: Callable[[str], None],
             warn: Callable[[str], None], boot_ids: Collection[str] = (),
-            journal: bool = False) -> list[Restored]:
+            journal: bool = False, draining: Draining | None = None) -> list[Restored]:
     """Bring back ``stops`` (in their order); ``enabled`` False only removes the drain drop-ins.
 
     ``log``: each stop's result; ``warn``: a manager not reloaded once the
@@ -60,6 +71,10 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
     in another is left down unless ``[restore] earlier_boot = "start"``.
     ``journal``: under journald, each failed start also goes there as one
     structured entry (:func:`failed_entry`).
+    ``draining``: whether a stop's job still drains (``History.still_draining``): such a unit
+    is not started, and its stop stays pending (recorded with result ``pending``, which the
+    history keeps as none, and :data:`STILL_DRAINING`); None: no job is known to.
+    An owner stopped again by a later stop in ``stops`` is brought back by that one.
     """
     if not stops:
         return []
@@ -76,8 +91,10 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
             reloaded = supervisors.reload(units)
         if isinstance(reloaded, Unavailable):
             warn(reloaded.reason)
+    newest = {s.owner.key: s for s in stops}  # the last stop of each owner decides
     out = []
     for stop in stops:
+        later = newest[stop.owner.key]
         if deadline.current().left() <= 0:
             done = Restored(stop, "pending", "the restore's budget ended before its turn: "
                             "suspendguard restore starts it")
@@ -87,10 +104,14 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
         if earlier_boot(stop, boot_ids) and config.earlier_boot == "leave":
             result, why = "left", ("stopped before a reboot; [restore] earlier_boot = \"leave\": "
                                    "start it yourself if it is still wanted")
+        elif later is not stop:
+            result, why = "skipped", (f"stopped again by attempt {later.attempt_id}: that stop "
+                                      "brings it back")
         elif not enabled:
             result, why = "skipped", "[restore] is off for this case"
         else:
-            result, why = _one(stop, supervisors, config, stop.owner.key in meanwhile)
+            result, why = _one(stop, supervisors, config, stop.owner.key in meanwhile,
+                               draining or _never)
         record(stop, result, why)
         done = Restored(stop, result, why)
         log(f"restore: {done.describe()}")
@@ -125,8 +146,12 @@ def earlier_boot(stop: Stop, boot_ids: Collection[str]) -> bool:
     return bool(names and boot_ids and not names & set(boot_ids))
 
 
+def _never(_stop: Stop) -> bool:
+    return False
+
+
 def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,
-         started_meanwhile: bool) -> tuple[str, str]:
+         started_meanwhile: bool, draining: Draining) -> tuple[str, str]:
     if any(fnmatch.fnmatchcase(stop.owner.key, glob) for glob in config.skip):
         return "skipped", "matches [restore] skip"
     owner = stop.owner
@@ -137,16 +162,21 @@ def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,
     now = supervisors.unit_now(owner)
     if isinstance(now, Unavailable):
         return "failed", now.reason
-    if now.load_state in ("not-found", ""):
-        return _recreate(owner, supervisors)
     if now.load_state == "masked":
         return "skipped", "the unit was masked meanwhile"
+    up = now.active_state in ("active", "activating", "reloading")
+    if not (up and started_meanwhile) and draining(stop):
+        # Its job still saves: whatever the unit's state (active, or inactive with the job
+        # left in its cgroup), a start now would run a second job beside it.
+        return "pending", STILL_DRAINING
+    if now.load_state in ("not-found", ""):
+        return _recreate(owner, supervisors)
     if now.active_state == "active" and not started_meanwhile:
         # Never started again since the drain: its main process (a launcher
         # such as cron) held nothing and outlived the job.
         return "skipped", ("still running since the drain: its main process was not the job, "
                            "or outlived [drain] timeout_s")
-    if now.active_state in ("active", "activating", "reloading"):
+    if up:
         return "skipped", f"already {now.active_state} (started meanwhile)"
     if now.active_state == "deactivating" or now.job == "stop":
         # Still stopping (it outlived [drain] timeout_s): systemd starts it

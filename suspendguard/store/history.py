@@ -251,9 +251,28 @@ class History(Reads):
 
     def record_restore(self, stop_id: int, result: str, why: str,
                        when: float | None = None) -> None:
+        """A stop's result; ``pending`` (its job still drains) is kept as none, with why: the
+        stop stays pending for the next restore."""
+        pending = result == "pending"
         with self._tx() as c:
             c.execute("UPDATE stops SET restored=?, result=?, why=? WHERE id=?",
-                      (when or time.time(), result, why, stop_id))
+                      (None if pending else when or time.time(), None if pending else result,
+                       why, stop_id))
+
+    def still_draining(self, stop: Stop) -> bool:
+        """Whether a holder of ``stop``'s owner that its attempt signalled and did not see exit
+        still runs (same pid and start): its outcome ``timeout``, or a row written ahead that
+        the signal reached (the guard killed in its wait). A launcher (cron) whose job left:
+        False; and where the history cannot say (a file from before those columns)."""
+        try:
+            with self._reading():
+                rows = self.conn.execute(
+                    "SELECT pid, start_time FROM holders WHERE attempt_id = ? AND owner = ? AND"
+                    " (outcome = 'timeout' OR (outcome = 'signalled' AND signalled = 1))",
+                    (stop.attempt_id, stop.owner.key)).fetchall()
+        except HistoryError:
+            return False
+        return any(self._alive(pid, start) for pid, start in rows)
 
     def record_hold(self, stop_id: int, why: str) -> None:
         """Keep a job stopped after resume (its device is unhealthy): the next restore retries it."""

@@ -1,5 +1,6 @@
 """``suspendguard restore`` when the manager cannot be reloaded once the drain drop-ins went,
-after a sleep that followed no attempt or a veto, and when a hold cannot be recorded.
+after a sleep that followed no attempt or a veto, when a hold cannot be recorded, and when
+the job of a unit it would start still saves after the guard's signal.
 
 The fake systemd1 (tests/fakes/dbus/) on a private bus starts the unit and
 refuses the reload as systemd does when /run/systemd is full; the drop-ins
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import socket
 import sqlite3
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,13 +29,18 @@ from helpers.records import drained_unit, ended
 from helpers.runners import cli
 
 from suspendguard.commands import restore
+from suspendguard.config import defaults
 from suspendguard.errors import HistoryError
+from suspendguard.guard.outcome import restore_at_once
 from suspendguard.health.model import HealthReport
 from suspendguard.health.resume import AfterResume
-from suspendguard.record import DeviceHealth
+from suspendguard.model import Outcome, Owner
+from suspendguard.record import DeviceHealth, KeptRecord, Stop
 from suspendguard.store.history import History
-from suspendguard.supervise.dropin import DROPIN_NAME
+from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME
 from suspendguard.supervise.managers import ManagersAndEngines
+from suspendguard.system.log import Logger
+from suspendguard.system.procfs import ProcFS
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
 
@@ -267,3 +275,186 @@ def test_a_hold_that_cannot_be_recorded_is_still_announced_and_exits_1(
     [sent] = entries(journal)
     assert sent["MESSAGE_ID"] == restore.HELD_MESSAGE_ID
     assert (sent["SUSPENDGUARD_HELD"], sent["SUSPENDGUARD_REASON"]) == ("1", reason)
+
+
+SERVICE = Owner("systemd-service", UNIT)
+
+
+@pytest.fixture
+def saving() -> Iterator[subprocess.Popen[bytes]]:
+    """The unit's job, still saving after the guard's signal (its main process: the fake
+    systemd reads the unit active while it runs, inactive once it is gone)."""
+    job = subprocess.Popen(["sleep", "60"])
+    try:
+        yield job
+    finally:
+        job.kill()
+        job.wait()
+
+
+def _row(job: subprocess.Popen[bytes], kind: str, signalled: bool = True) -> KeptRecord:
+    st = ProcFS().stat(job.pid)
+    assert st is not None
+    return KeptRecord.of(pid=job.pid, start_time=st.start_time, user="root", unit=UNIT,
+                         comm="sleep", command="sleep 60", action="drain",
+                         rule="holds a compute node",
+                         outcome=Outcome(kind, 30.0, "still running", signalled),  # type: ignore[arg-type]
+                         owner=SERVICE)
+
+
+def _dropin(tmp_path: Path) -> None:
+    folder = tmp_path / "run" / f"{UNIT}.d"
+    folder.mkdir(parents=True)
+    (folder / DROPIN_NAME).write_text("[Service]\nRestart=no\n")
+    (folder / MARKER_NAME).write_text("")
+
+
+def _unit(fakes: Callable[..., Any], tmp_path: Path, main: int) -> Path:
+    """UNIT in the fake systemd, active while pid ``main`` runs; the file its start makes
+    (one line a start)."""
+    started = tmp_path / "started"
+    fakes({"units": {UNIT: {"LoadState": "loaded", "ActiveState": "active", "MainPID": main}},
+           "jobs": {UNIT: [["sh", "-c", f"echo >> {started}"]]}, "stop_jobs": {UNIT: []}},
+          services=["systemd"])
+    return started
+
+
+def _pending(state: Path, config: Path) -> tuple[list[Stop], list[dict[str, Any]]]:
+    """UNIT's stops as the history has them pending, and what ``status --json`` lists as
+    stopped by the guard and not started again."""
+    with History.open(str(state), readonly=True) as h:
+        pending = h.pending_stops()
+    _code, out, err = cli("--config", str(config), "status", "--json")
+    assert out, err
+    return pending, json.loads(out)["history"]["not_restored"]
+
+
+def _gone(job: subprocess.Popen[bytes]) -> None:
+    """The save ended: the job exits (as one that saves on SIGINT does: 0)."""
+    job.terminate()
+    job.wait()
+
+
+def test_a_unit_still_saving_at_the_veto_stays_pending_and_starts_once_it_stopped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any],
+        saving: subprocess.Popen[bytes]) -> None:
+    """The job's save outlived [drain] timeout_s: the veto's restore must not start the unit
+    under it, nor leave it down for good once the save ends (Restart=on-failure does not
+    start a job that exits 0): the next refused attempt's restore starts it."""
+    config = configured(tmp_path, monkeypatch)
+    state = tmp_path / "state"
+    started = _unit(fakes, tmp_path, saving.pid)
+    _dropin(tmp_path)
+    supervisors = ManagersAndEngines(environ={}, state_dir=str(state),
+                                     dropin_root=str(tmp_path / "run"))
+    said = io.StringIO()
+    with History.open(str(state)) as h:
+        vetoed = h.begin("suspend", "unit", False, "digest")
+        h.finish(ended(vetoed, "veto", [f"pid {saving.pid} sleep still running"],
+                       holders=[_row(saving, "timeout")],  # type: ignore[list-item]
+                       stops=[Stop(SERVICE, 0, time.time())]))
+        restore_at_once(h.pending_stops(vetoed), supervisors, defaults().restore, h,
+                        Logger(said, {}))
+    assert not started.exists(), said.getvalue()
+    assert not (tmp_path / "run" / f"{UNIT}.d" / DROPIN_NAME).exists()  # the host as found
+    pending, listed = _pending(state, config)
+    assert [(s.attempt_id, s.result) for s in pending] == [(vetoed, None)], said.getvalue()
+    assert "still draining" in pending[0].why
+    assert [(p["owner"], p["result"], p["attempt"]) for p in listed] == [
+        (SERVICE.key, "pending", vetoed)]
+
+    _gone(saving)
+    with History.open(str(state)) as h:  # the next attempt, refused: no sleep follows it
+        later = h.begin("suspend", "unit", False, "digest")
+        h.finish(ended(later, "veto", ["pid 9 python3 ignores SIGINT"], code="sigint-ignored"))
+        restore_at_once(h.pending_stops(later), supervisors, defaults().restore, h,
+                        Logger(said, {}))
+    assert started.read_text() == "\n", said.getvalue()
+    pending, listed = _pending(state, config)
+    assert pending == [] and listed == []
+    with History.open(str(state), readonly=True) as h:
+        attempt = h.attempt(vetoed)
+        assert attempt is not None and [s.result for s in attempt.stops] == ["started"]
+
+
+def test_a_guard_killed_in_its_wait_leaves_a_saving_unit_to_the_next_restore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any],
+        saving: subprocess.Popen[bytes]) -> None:
+    """The resume unit runs right after the failed sleep of a killed attempt, while the job
+    it signalled still saves: nothing starts beside it; ``restore`` once it has gone does."""
+    config = configured(tmp_path, monkeypatch)
+    state = tmp_path / "state"
+    started = _unit(fakes, tmp_path, saving.pid)
+    _dropin(tmp_path)
+    row = _row(saving, "signalled", signalled=False)
+    with History.open(str(state)) as h:
+        killed = h.begin("suspend", "unit", False, "digest")
+        h.signalling(killed, [row])  # type: ignore[list-item]
+        h.reached(killed, [row.holder])  # type: ignore[list-item]
+        h.stop_issued(h.stopping(killed, [Stop(SERVICE, 0, time.time())]), [])
+    with contextlib.closing(sqlite3.connect(state / "history.db")) as db, db:
+        db.execute("UPDATE attempts SET guard_pid = 0 WHERE id = ?", (killed,))  # it died
+
+    code, out, err = cli("--config", str(config), "restore", "--json")
+    assert not started.exists(), err
+    assert [(r["result"], "still draining" in r["why"]) for r in json.loads(out)["restored"]] \
+        == [("pending", True)], err
+    assert code == 3  # a job stays down until a restore runs again: said
+    pending, listed = _pending(state, config)
+    assert [s.attempt_id for s in pending] == [killed]
+    assert [(p["owner"], p["result"]) for p in listed] == [(SERVICE.key, "pending")]
+
+    _gone(saving)
+    code, out, err = cli("--config", str(config), "restore", "--json")
+    assert (code, started.read_text()) == (0, "\n"), err
+    assert [r["result"] for r in json.loads(out)["restored"]] == ["started"]
+    assert _pending(state, config) == ([], [])
+
+
+@pytest.mark.parametrize("kind", ["exited", "signalled"])
+def test_a_launcher_left_running_is_skipped_as_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any],
+        saving: subprocess.Popen[bytes], kind: str) -> None:
+    """The unit's main process is no job the drain left running (a cron whose job exited,
+    or a job a killed guard wrote ahead and never signalled): its stop is done, not left
+    pending for ever while the launcher runs on."""
+    config = configured(tmp_path, monkeypatch)
+    state = tmp_path / "state"
+    started = _unit(fakes, tmp_path, saving.pid)
+    _dropin(tmp_path)
+    with History.open(str(state)) as h:
+        attempt = h.begin("suspend", "unit", False, "digest")
+        h.finish(ended(attempt, "veto", ["pid 9 python3 still running"],
+                       holders=[_row(saving, kind, signalled=False)],  # type: ignore[list-item]
+                       stops=[Stop(SERVICE, 0, time.time())]))
+    code, out, err = cli("--config", str(config), "restore", "--json")
+    assert code == 0 and not started.exists(), err
+    [done] = json.loads(out)["restored"]
+    assert (done["result"], done["why"].startswith("still running since the drain")) == (
+        "skipped", True)
+    assert _pending(state, config) == ([], [])
+
+
+def test_an_owner_stopped_again_by_a_later_attempt_is_started_once_by_that_stop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any]) -> None:
+    """Two stops of UNIT pending (the first left while its job drained, the second a later
+    attempt's): the newest brings it back, and the older says so."""
+    config = configured(tmp_path, monkeypatch)
+    state = tmp_path / "state"
+    first = drained_unit(tmp_path, UNIT)
+    with History.open(str(state)) as h:
+        second = h.begin("suspend", "unit", False, "digest")
+        h.finish(ended(second, "allow", stops=[Stop(SERVICE, 0, time.time())]))
+    started = tmp_path / "started"
+    fakes({"units": {UNIT: {"LoadState": "loaded", "ActiveState": "inactive"}},
+           "jobs": {UNIT: [["sh", "-c", f"echo >> {started}"]]}, "stop_jobs": {UNIT: []}},
+          services=["systemd"])
+    code, out, err = cli("--config", str(config), "restore", "--json")
+    assert (code, started.read_text()) == (0, "\n"), err
+    assert [r["result"] for r in json.loads(out)["restored"]] == ["skipped", "started"]
+    with History.open(str(state), readonly=True) as h:
+        older, newer = h.attempt(first), h.attempt(second)
+        assert older is not None and newer is not None
+        assert [(s.result, s.why) for s in older.stops] == [
+            ("skipped", f"stopped again by attempt {second}: that stop brings it back")]
+        assert [s.result for s in newer.stops] == ["started"]
