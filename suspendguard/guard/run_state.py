@@ -305,8 +305,8 @@ class RunState:
         cfg = self.drain
         said = Said.warn(self.ledger.signalling([
             HolderRecord(d, Outcome("signalled", why=(
-                f"was being sent {d.signal} when this was written; the guard ended "
-                "before it recorded the outcome")), round_no, owner=self.owner(d.holder))
+                f"not yet sent {d.signal} when this was written; the guard ended before it "
+                "recorded the outcome")), round_no, owner=self.owner(d.holder))
             for d in decisions]))
         opts = self.options
         plan = self.plan(decisions)

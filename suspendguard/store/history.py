@@ -50,6 +50,12 @@ from suspendguard.verdict import Reason
 DB_NAME = "history.db"
 
 
+# The why of a row written ahead once the signal reached its holder; :meth:`History.finish`
+# replaces it with the outcome, so it stays only where the guard was killed in its wait.
+REACHED = ("the signal reached it (the guard's, or its launcher's forward); the guard ended "
+           "before it recorded the outcome")
+
+
 def _left(deadline: Deadline) -> float:
     """Seconds a lock may still be waited for before ``deadline``."""
     return deadline.cap(database.LOCK_WAIT_S)
@@ -168,9 +174,9 @@ class History(Reads):
         """Mark the rows :meth:`signalling` wrote for ``holders``: the signal reached them. A
         guard killed in the wait after it leaves them so, and the next attempt sends none again."""
         with self._tx() as c:
-            c.executemany("UPDATE holders SET signalled = 1"
+            c.executemany("UPDATE holders SET signalled = 1, why = ?"
                           " WHERE attempt_id = ? AND pid = ? AND start_time = ?",
-                          [(attempt_id, h.pid, h.start_time) for h in holders])
+                          [(REACHED, attempt_id, h.pid, h.start_time) for h in holders])
 
     def finish(self, attempt: Attempt) -> None:
         """Write the attempt as the guard ended it: its verdict, reasons, warnings, end,

@@ -91,12 +91,12 @@ def _time(value: Any, column: str) -> float:
 
 def _holder(r: Sequence[Any]) -> KeptRecord:
     """A holder's record from its row: pid, start_time, user, unit, comm, cmdline, action, rule,
-    outcome, seconds, why, source, round, owner (its key), uid, exe, log_dirs."""
+    outcome, seconds, why, source, round, owner (its key), uid, exe, log_dirs, signalled."""
     holder = KeptHolder(r[0], r[1], r[2] or "", r[3], r[4] or "", r[5] or "", r[11] or "proc",
                         r[14], r[15], _paths(r[16]))
     return KeptRecord(holder, cast(Action, r[6]), r[7] or "",
                       Outcome(cast(OutcomeKind, r[8]), _seconds(r[9], "holder seconds"),
-                              r[10] or ""), r[12],
+                              r[10] or "", bool(r[17])), r[12],
                       Owner.from_key(r[13]))
 
 def _verdict(kind: str | None, reasons: Any, warnings: Any, details: Any,
@@ -289,10 +289,12 @@ class Reads:
         owner = "owner" if "owner" in have else "'plain'"
         who = "uid, exe" if have >= {"uid", "exe"} else "NULL, NULL"
         dirs = "log_dirs" if "log_dirs" in have else "NULL"
+        signalled = "signalled" if "signalled" in have else "0"
         holders = tuple(
             _holder(h) for h in self.conn.execute(
                 "SELECT pid, start_time, user, unit, comm, cmdline, action, rule, outcome, seconds,"
-                f" why, source, round, {owner}, {who}, {dirs} FROM holders WHERE attempt_id = ?"
+                f" why, source, round, {owner}, {who}, {dirs}, {signalled} FROM holders"
+                " WHERE attempt_id = ?"
                 " ORDER BY rowid",
                 (r[0],),
             )

@@ -40,6 +40,10 @@ def test_a_guard_killed_mid_drain_leaves_whom_it_signalled(
     guard, pid, state = guard_mid_drain(tmp_path, node, holders)
     try:
         assert holders.signals() == [f"{pid} SIGINT"]
+        assert guard.stderr is not None
+        for line in guard.stderr:  # said once the signal is written down, the wait to begin
+            if "sent SIGINT to 1 holder(s)" in line:
+                break
     finally:
         guard.send_signal(signal.SIGKILL)
         guard.wait()
@@ -47,5 +51,6 @@ def test_a_guard_killed_mid_drain_leaves_whom_it_signalled(
         [attempt] = h.attempts()
     assert attempt.result == "interrupted"
     [row] = attempt.holders
-    assert (row.holder.pid, row.outcome.kind) == (pid, "signalled")
-    assert "SIGINT" in row.outcome.why and "ended before it recorded the outcome" in row.outcome.why
+    assert (row.holder.pid, row.outcome.kind, row.outcome.signalled) == (pid, "signalled", True)
+    assert row.outcome.why == ("the signal reached it (the guard's, or its launcher's forward); "
+                               "the guard ended before it recorded the outcome")

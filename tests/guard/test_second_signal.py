@@ -173,3 +173,23 @@ def test_only_a_holder_the_signal_reached_in_this_boot_counts_as_signalled(
                    "d0b3f8a4-0000-4000-8000-000000000000'")
     with History.open(str(tmp_path)) as h:
         assert h.signalled_since([rank, worker], but=attempt + 1) == {}
+
+
+def test_a_killed_attempts_rows_say_whom_the_signal_reached(tmp_path: Path) -> None:
+    """Written ahead, one reached and one not (a worker, a rank whose launcher forwards): read
+    back from the history of an attempt whose guard was killed, they say which is which."""
+    rank, worker = replace(holder(pid=11), start_time=5), replace(holder(pid=12), start_time=6)
+    ahead = Outcome("signalled", why="not yet sent SIGINT when this was written; the guard "
+                                     "ended before it recorded the outcome")
+    with History.open(str(tmp_path)) as h:
+        attempt = h.begin("suspend", "unit", False, "digest")
+        h.signalling(attempt, [
+            HolderRecord(Decision(x, "drain", "holds a compute node", "SIGINT", 30.0), ahead)
+            for x in (rank, worker)])
+        h.reached(attempt, [rank])
+        kept = h.attempt(attempt)
+        assert kept is not None
+    by_pid = {r.holder.pid: r.outcome for r in kept.holders}
+    assert (by_pid[11].signalled, by_pid[12].signalled) == (True, False)
+    assert by_pid[11].why.startswith("the signal reached it")
+    assert by_pid[12].why.startswith("not yet sent SIGINT")
