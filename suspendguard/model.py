@@ -32,8 +32,9 @@ DecisionKind = Literal[
     "veto-never",  # PID 1, or an ancestor of the guard's run, holds a compute node
     "jupyter-shutdown",  # a Jupyter kernel asked to shut down on its control channel ([drain] jupyter)
 ]
-# signalled: the signal was being sent when the history's row was written, and
-# the guard ended before it recorded the outcome (an interrupted attempt's holders).
+# signalled: the history's row written ahead of the signal, the guard ended before it
+# recorded the outcome (an interrupted attempt's holders); Outcome.signalled says whether
+# the signal had reached the holder by then.
 OutcomeKind = Literal["exited", "timeout", "not-signalled", "gone-before-signal", "would-signal",
                       "signalled"]
 # How a process takes SIGINT. blocked: in every thread, and nothing waits for it
