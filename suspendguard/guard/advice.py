@@ -123,10 +123,10 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
                 f"started (pid {', '.join(map(str, cells))}) did not leave, and its shutdown "
                 "would SIGTERM them; stop them, or shut the kernel down from its notebook, "
                 "then suspend again")
-    if holder_id(h) in stop.asks:
-        return ("the Jupyter kernel took the shutdown request but is still busy in a cell: "
-                "it exits once the cell ends; interrupt or finish the cell from its "
-                "notebook, then suspend again")
+    if holder_id(h) in stop.asks:  # one not asked for want of time left is no timeout (drain.py)
+        return ("the Jupyter kernel took the shutdown request but had not exited by the end of "
+                "the wait: a kernel busy in a cell exits only once the cell ends; interrupt or "
+                "finish the cell from its notebook, then suspend again")
     if (attempt := stop.earlier.get(holder_id(h))) is not None:
         return (f"attempt {attempt} sent it {signame}, and none is sent again: it is still "
                 "saving or stuck; wait for it to exit, or stop it yourself, then suspend again")

@@ -23,7 +23,7 @@ from suspendguard.guard.handles import (
     take,
 )
 from suspendguard.guard.held import Held
-from suspendguard.guard.job_stop import NO_JOBS, JobStop
+from suspendguard.guard.job_stop import ASK_MIN_S, NO_JOBS, JobStop
 from suspendguard.guard.jobs import Launcher
 from suspendguard.model import Holder, HolderId, Outcome, holder_id
 from suspendguard.system.deadline import Cancel, Deadline
@@ -141,7 +141,7 @@ class _Drain:
         self.progress_every_s = progress_every_s
         self.targets: dict[int, Target] = {}
         self.outcomes: dict[HolderId, Outcome] = {}
-        self.deferred: dict[int, Callable[[], str]] = {}  # asks waiting for others to leave
+        self.deferred: dict[int, Callable[[float], str]] = {}  # asks waiting for others to leave
         self.jobs = NO_JOBS
         self.until = deadline.at  # the end of the wait after the signal
 
@@ -154,14 +154,14 @@ class _Drain:
     def running(self) -> set[HolderId]:
         return {holder_id(t.holder) for t in self.targets.values()}
 
-    def ask_due(self) -> None:
-        """Each deferred ask whose holders have left, sent now."""
+    def ask_due(self, until: float) -> None:
+        """Each deferred ask whose holders have left, sent now, within the wait ending at ``until``."""
         for key, ask in list(self.deferred.items()):
             target = self.targets.get(key)
             if target is None or self.jobs.due(holder_id(target.holder), self.running()):
                 del self.deferred[key]
                 if target is not None:
-                    self._ask(key, target, ask)
+                    self._ask(key, target, ask, until)
 
     def send_all(self, signame: str, jobs: JobStop) -> None:
         """The signal to each holder not left quiet; a request to each asked its own way."""
@@ -184,12 +184,12 @@ class _Drain:
                 target.last_signal = "the drain began"  # nothing sent to it yet
                 self.deferred[key] = ask
             elif ask is not None:
-                self._ask(key, target, ask)
+                self._ask(key, target, ask, self.until)
             elif (refused := send(target, signum)) is not None:
                 self._drop(key, refused)
             else:
                 target.reached = True
-        self.ask_due()  # those it waited for may have been refused the signal
+        self.ask_due(self.until)  # those it waited for may have been refused the signal
 
     def note_reached(self) -> None:
         """Hand ``reached`` the holders a signal reached since it was last asked."""
@@ -200,12 +200,12 @@ class _Drain:
             if warning := self.reached(new):
                 self.warnings.append(warning)
 
-    def _ask(self, key: int, target: Target, ask: Callable[[], str]) -> None:
-        asked_as = self.jobs.asked_as
-        error = ask()
-        if error:
-            self._drop(key, Outcome("not-signalled",
-                                    why=f"{UNSIGNALLABLE}: {asked_as} failed: {error}"))
+    def _ask(self, key: int, target: Target, ask: Callable[[float], str], until: float) -> None:
+        asked_as, left = self.jobs.asked_as, until - self.clock()  # bounds the ask (job_stop.py)
+        why = (f"not asked: no time was left of the wait for {asked_as}" if left < ASK_MIN_S
+               else (error := ask(left)) and f"{asked_as} failed: {error}")
+        if why:
+            self._drop(key, Outcome("not-signalled", why=f"{UNSIGNALLABLE}: {why}"))
             return
         target.quiet = f"after {asked_as}"
         target.last_signal = asked_as
@@ -299,7 +299,7 @@ class _Drain:
     def wait(self, until: float, rest: Collection[HolderId] = ()) -> None:
         """Until every holder left but those in ``rest``, or ``until``."""
         _wait(self.targets, self.outcomes, until, self.deadline.cancel, self.log,
-              self.progress_every_s, self.clock, rest, self.ask_due)
+              self.progress_every_s, self.clock, rest, lambda: self.ask_due(until))
 
 
 def _release(held: Held | None, log: Log) -> None:

@@ -26,9 +26,10 @@ class JobStop:
     forward: Sequence[tuple[Launcher, Sequence[HolderId]]] = ()
     hold: Sequence[Launcher] = ()
     held: Held | None = None
-    # Holders asked to stop their own way instead of a signal (a Jupyter
-    # kernel's shutdown_request): each call returns "" once asked, else why not.
-    asks: Mapping[HolderId, Callable[[], str]] = field(default_factory=dict)
+    # Holders asked to stop their own way instead of a signal (a Jupyter kernel's
+    # shutdown_request): each call, given the seconds left of the wait (ASK_MIN_S at least:
+    # the ask takes no longer), returns "" once asked, else why not.
+    asks: Mapping[HolderId, Callable[[float], str]] = field(default_factory=dict)
     asked_as: str = "a shutdown request"
     # The holders signalled that must leave before an ask is sent: a kernel's shutdown
     # SIGTERMs its process group's children at once, in their save (docs/ai-frameworks.md).
@@ -42,6 +43,10 @@ class JobStop:
 
 
 NO_JOBS = JobStop()
+
+# What an ask needs of the wait at least (a child started, the kernel's answer waited for): with
+# less left it is not sent, since it would hold the wait past its end; its holder is not asked.
+ASK_MIN_S = 1.0
 
 
 # The vetoes of a holder the drain signal cannot end: none where it is a worker, never signalled.

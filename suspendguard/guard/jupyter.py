@@ -17,6 +17,7 @@ never runs a user's interpreter as root. The child is killed at the timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -49,12 +50,11 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_C
 class JupyterKernel:
     """An ipykernel kernel holding a node, as its connection file describes it.
 
-    ``python``: the interpreter that runs the kernel, to run the shutdown
-    request with (its command line's first word when that is the file
-    /proc/PID/exe names, so a virtual environment's own path is kept; "" when
-    that file was deleted). ``unreachable``: why the guard cannot talk to it
-    (another network or mount namespace), "" when it can. ``parent``: (pid,
-    name) of the Jupyter server or kernel manager that started it.
+    ``python``: the interpreter that runs the kernel, to run the shutdown request with (its
+    command line's first word when that is the file /proc/PID/exe names, so a virtual
+    environment's own path is kept; "" when that file was deleted). ``unreachable``: why the
+    guard cannot talk to it (it sees other files at the kernel's paths, or another network
+    namespace), "" when it can. ``parent``: (pid, name) of the Jupyter server that started it.
     """
 
     pid: int
@@ -81,13 +81,10 @@ class JupyterKernel:
 def kernel_of(holder: Holder, proc: ProcFS) -> JupyterKernel | None:
     """The kernel ``holder`` is, or None when it is not an ipykernel kernel with a valid connection file.
 
-    Everything of /proc/PID is read before the check that PID is still the
-    holder (its start time), so nothing kept is another process's.
-    """
+    Everything of /proc/PID is read before the check that PID is still the holder (its start
+    time), so nothing kept is another process's."""
     path = connection_file_arg(holder.cmdline)
-    if path is None:
-        return None
-    if _forked(holder, proc):
+    if path is None or _forked(holder, proc):
         return None
     try:
         status = proc.status(holder.pid)
@@ -111,7 +108,9 @@ def kernel_of(holder: Holder, proc: ProcFS) -> JupyterKernel | None:
             return None
         ip = os.path.join(cwd, ip)
     python = _interpreter(holder, proc)
-    unreachable = _unreachable(proc, holder.pid)
+    unreachable = _unreachable(proc, holder.pid, transport, {
+        "connection file": path, "control socket": f"{ip}-{info['control_port']}"
+        if transport == "ipc" else "", "interpreter": python})
     st = proc.stat(holder.pid)
     if st is None or st.start_time != holder.start_time:
         return None  # another process took the pid over: what was read is not this holder's
@@ -164,10 +163,9 @@ def _forked(holder: Holder, proc: ProcFS) -> bool:
 def read_connection_file(path: str, uid: int, gids: set[int]) -> dict[str, Any] | None:
     """The connection info at ``path`` when user ``uid`` (groups ``gids``) could read it; else None.
 
-    Refused: a file not owned by ``uid`` or root (no one may point the guard
-    at a file of another's choosing), a file its user could not read, a
-    symbolic link, anything but a regular file, a file over
-    MAX_CONNECTION_FILE bytes, and text that is not a connection file.
+    Refused: a file not owned by ``uid`` or root (no one may point the guard at a file of
+    another's choosing), a file its user could not read, a symbolic link, anything but a
+    regular file, a file over MAX_CONNECTION_FILE bytes, and text that is not a connection file.
     """
     try:
         fd = os.open(path, _FILE_FLAGS)
@@ -183,25 +181,17 @@ def read_connection_file(path: str, uid: int, gids: set[int]) -> dict[str, Any] 
         return None
     finally:
         os.close(fd)
-    if len(data) > MAX_CONNECTION_FILE:
-        return None
     try:
-        value = json.loads(data)
+        return _connection_info(json.loads(data)) if len(data) <= MAX_CONNECTION_FILE else None
     except ValueError:
         return None
-    return _connection_info(value)
 
 
 def _readable_by(st: os.stat_result, uid: int, gids: set[int]) -> bool:
     if st.st_uid not in (uid, 0):
         return False
-    if uid == 0:
-        return True
-    if st.st_uid == uid:
-        return bool(st.st_mode & stat.S_IRUSR)
-    if st.st_gid in gids:
-        return bool(st.st_mode & stat.S_IRGRP)
-    return bool(st.st_mode & stat.S_IROTH)
+    bit = stat.S_IRUSR if st.st_uid == uid else stat.S_IRGRP if st.st_gid in gids else stat.S_IROTH
+    return uid == 0 or bool(st.st_mode & bit)
 
 
 def _connection_info(value: Any) -> dict[str, Any] | None:
@@ -226,20 +216,16 @@ def _connection_info(value: Any) -> dict[str, Any] | None:
 def _interpreter(holder: Holder, proc: ProcFS) -> str:
     """The kernel's interpreter: argv[0] when it is the very file of /proc/PID/exe, else that file.
 
-    /proc/PID/exe has the symbolic links resolved: a virtual environment's
-    bin/python reads as the base interpreter, which would not find the
-    environment's packages. ``holder.exe`` is the link as the scan read it.
+    /proc/PID/exe has the symbolic links resolved: a virtual environment's bin/python reads as
+    the base interpreter, which would not find the environment's packages. ``holder.exe`` is
+    the link as the scan read it.
     """
     if not holder.exe or holder.exe.endswith(" (deleted)"):
         return ""
     first = holder.cmdline[0] if holder.cmdline else ""
-    if first.startswith("/"):
-        try:
-            exe = os.stat(proc.path(holder.pid, "exe"))
-            named = os.stat(first)
-        except OSError:
-            return holder.exe
-        if (exe.st_dev, exe.st_ino) == (named.st_dev, named.st_ino):
+    with contextlib.suppress(OSError):
+        if first.startswith("/") and os.path.samestat(os.stat(proc.path(holder.pid, "exe")),
+                                                      os.stat(first)):
             return first
     return holder.exe
 
@@ -266,27 +252,51 @@ def _names_jupyter(word: str) -> bool:
     return any(s in word.lower() for s in SERVER_WORDS)
 
 
-def _unreachable(proc: ProcFS, pid: int) -> str:
-    """Why a child of the guard could not reach the kernel, "" when it can."""
-    for ns, what in (("mnt", "mount"), ("net", "network")):
-        try:
-            theirs = os.readlink(proc.path(pid, "ns", ns))
-            ours = os.readlink(proc.path("self", "ns", ns))
-        except OSError:
-            return f"its {what} namespace cannot be read"
-        if theirs != ours:
-            return f"it runs in another {what} namespace (a container?)"
-    return ""
+def _unreachable(proc: ProcFS, pid: int, transport: str, files: dict[str, str]) -> str:
+    """Why a child of the guard could not reach the kernel, "" when it can: the guard sees the
+    kernel's ``files`` (what: the path the kernel has it at, or "") as those very files (a mount
+    namespace of the same files, as the unit's ProtectSystem= makes, is fine); tcp: its netns."""
+    for what, path in ((w, p) for w, p in files.items() if p):
+        theirs = proc.path(pid, "exe") if what == "interpreter" else proc.path(pid, "root") + path
+        if not _same_file(theirs, path):
+            return (f"the guard does not see its {what} {path} as the kernel does (it runs in "
+                    "another mount namespace: a container?)")
+    if transport != "tcp":
+        return ""
+    try:
+        ours, theirs = (os.readlink(proc.path(p, "ns", "net")) for p in ("self", pid))
+    except OSError:
+        return "its network namespace cannot be read"
+    return "it runs in another network namespace (a container?)" if theirs != ours else ""
 
 
-def describe(kernel: JupyterKernel) -> str:
-    """The veto's reason: which kernel, why the drain signal cannot stop it, what to do."""
-    where = [f"connection file {kernel.connection_file}"]
-    if kernel.parent is not None:
-        where.append(f"server pid {kernel.parent[0]} {kernel.parent[1]}")
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samestat(os.stat(a), os.stat(b))
+    except OSError:
+        return False
+
+
+def describe(kernel: JupyterKernel, cannot: str = "") -> str:
+    """The veto's reason: which kernel, why the drain signal cannot stop it, what to do;
+    ``cannot``: why ``[drain] jupyter = "shutdown"`` cannot ask it either (:func:`cannot_ask`)."""
+    server = f", server pid {kernel.parent[0]} {kernel.parent[1]}" if kernel.parent else ""
+    way = (f'and the guard cannot ask it to shut down ([drain] jupyter = "shutdown"): {cannot}; '
+           f"{SHUT_DOWN}" if cannot else f'{SHUT_DOWN}, or set [drain] jupyter = "shutdown"')
     return (f"pid {kernel.pid} {kernel.comm} (user {user_name(kernel.uid)}) is a Jupyter kernel "
-            f"({', '.join(where)}): it never exits on SIGINT (SIGINT only interrupts its running "
-            f'cell); {SHUT_DOWN}, or set [drain] jupyter = "shutdown"')
+            f"(connection file {kernel.connection_file}{server}): it never exits on SIGINT "
+            f"(SIGINT only interrupts its running cell){',' if cannot else ';'} {way}")
+
+
+def cannot_ask(kernel: JupyterKernel) -> str:
+    """Why the guard cannot ask ``kernel`` to shut down, known before anyone is signalled; or ""."""
+    if kernel.unreachable:
+        return kernel.unreachable
+    if not kernel.python:
+        return "its interpreter was deleted (upgraded?)"
+    if os.geteuid() not in (0, kernel.uid):
+        return f"it runs as uid {kernel.uid}; only root or that user can ask it to shut down"
+    return ""
 
 
 # Run by the kernel's own interpreter, as the kernel's user, from /: reads
@@ -323,21 +333,14 @@ CHILD_MARGIN_S = 0.5
 def request_shutdown(kernel: JupyterKernel, timeout_s: float) -> str | None:
     """Ask ``kernel`` to shut down (``shutdown_request``, restart false) on its control channel.
 
-    None once the kernel acknowledged it (its ``shutdown_reply``); else one
-    line saying why not. The kernel is never signalled: a kernel busy in a
-    cell acknowledges at once but exits only when the cell ends, which the
-    caller waits for.
+    None once the kernel acknowledged it (its ``shutdown_reply``); else one line saying why not.
+    The kernel is never signalled: a kernel busy in a cell acknowledges at once but exits only
+    when the cell ends, which the caller waits for.
     """
     label = f"Jupyter kernel pid {kernel.pid}"
-    if kernel.unreachable:
-        return f"{label}: {kernel.unreachable}"
-    if not kernel.python:
-        return f"{label}: its interpreter was deleted (upgraded?)"
-    as_user: tuple[int, int] | None = (kernel.uid, kernel.gid)
-    if os.geteuid() != 0:
-        if os.geteuid() != kernel.uid:
-            return f"{label}: runs as uid {kernel.uid}; only root or that user can ask it to shut down"
-        as_user = None
+    if cannot := cannot_ask(kernel):
+        return f"{label}: {cannot}"
+    as_user = (kernel.uid, kernel.gid) if os.geteuid() == 0 else None
     try:
         home = pwd.getpwuid(kernel.uid).pw_dir
     except KeyError:
@@ -366,14 +369,12 @@ def request_shutdown(kernel: JupyterKernel, timeout_s: float) -> str | None:
 
 
 def _answer(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                return None
-            return value if isinstance(value, dict) else None
-    return None
+    try:
+        value = json.loads(next((ln for ln in reversed(stdout.splitlines()) if ln.startswith("{")),
+                                ""))
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def started_by(kernel: Holder, holders: Iterable[Holder], proc: ProcFS,

@@ -141,21 +141,20 @@ class RunState:
         return self._kernels[key]
 
     def _jupyter(self, d: Decision) -> Decision:
-        """A Jupyter kernel is never sent SIGINT: veto naming it, or ask it to shut down.
-
-        An idle kernel ignores SIGINT by design: it is a kernel, not a job
-        started wrong, and the advice is the kernel's.
-        """
+        """A Jupyter kernel is never sent SIGINT: veto naming it, or ask it to shut down; a veto
+        too, before anyone is signalled, where the ask is certain to fail. An idle kernel
+        ignores SIGINT by design: a kernel, not a job started wrong; the advice is its own."""
         if not (d.signals or d.kind in ("veto-sigint-ignored", "veto-sigint-blocked")):
             return d
         if (kernel := self.kernel(d.holder)) is None:
             unread = jupyter.unread_kernel(d.holder, self.options.proc)
             return replace(d, kind="veto-jupyter", reason=unread) if unread else d
-        if self.drain.jupyter == "shutdown":
+        cannot = jupyter.cannot_ask(kernel) if self.drain.jupyter == "shutdown" else None
+        if cannot == "":
             return replace(d, kind="jupyter-shutdown", notes=(*d.notes, (
                 "a Jupyter kernel: asked to shut down on its own control channel "
                 "([drain] jupyter = \"shutdown\"), never signalled")))
-        return replace(d, kind="veto-jupyter", reason=jupyter.describe(kernel))
+        return replace(d, kind="veto-jupyter", reason=jupyter.describe(kernel, cannot or ""))
 
     def plan(self, decisions: Sequence[Decision]) -> jobs.Plan:
         """The jobs behind the holders these decisions signal (guard/jobs.py).
@@ -394,7 +393,7 @@ class RunState:
             + f": {remedy}"), h, owner.key),)
 
 
-def _shutdown(kernel: jupyter.JupyterKernel) -> Callable[[], str]:
-    def ask() -> str:
-        return jupyter.request_shutdown(kernel, SHUTDOWN_ASK_S) or ""
+def _shutdown(kernel: jupyter.JupyterKernel) -> Callable[[float], str]:
+    def ask(left_s: float) -> str:  # what is left of the wait: the ask is bounded by it too
+        return jupyter.request_shutdown(kernel, min(SHUTDOWN_ASK_S, left_s)) or ""
     return ask

@@ -25,7 +25,7 @@ from suspendguard.config import EscalationStep
 from suspendguard.guard.describe import describe_process
 from suspendguard.guard.drain import MIN_WAIT_S, drain
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.job_stop import JobStop
+from suspendguard.guard.job_stop import ASK_MIN_S, JobStop
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.report import Report
 from suspendguard.guard.scan import scan_holders
@@ -316,7 +316,7 @@ def test_the_holders_a_signal_reached_are_handed_on_before_the_wait_the_recycled
         handed.append((sorted(h.pid for h in hs), _slow.poll() is None))
         return "history: not written"
 
-    def ask() -> str:  # a kernel's shutdown request, which may wait seconds for its answer
+    def ask(_left_s: float) -> str:  # a kernel's shutdown request, which may wait seconds for its answer
         seen_by_the_ask.append(list(handed))
         return ""
 
@@ -475,7 +475,7 @@ def test_a_deferred_ask_that_fails_leaves_no_stale_fd_to_spin_on(holders: Holder
     found = {name: describe_process(p.pid, []) for name, p in procs.items()}
     assert all(found.values())
     ids = {name: holder_id(h) for name, h in found.items() if h is not None}
-    jobs = JobStop(asks={ids["K"]: lambda: "the kernel's control channel refused"},
+    jobs = JobStop(asks={ids["K"]: lambda _left_s: "the kernel's control channel refused"},
                    after={ids["K"]: frozenset({ids["A"]})})
     ticks = 0
 
@@ -493,6 +493,45 @@ def test_a_deferred_ask_that_fails_leaves_no_stale_fd_to_spin_on(holders: Holder
     assert ticks < 100, f"{ticks} looks at the clock in one second: the wait spun"
 
 
+@pytest.mark.parametrize(("save_s", "asked"), [(1.1, False), (0.3, True)],
+                         ids=["too-late", "bounded"])
+def test_a_deferred_ask_gets_what_is_left_of_the_wait_and_none_when_too_little(
+        holders: Holders, save_s: float, asked: bool) -> None:
+    # The kernel's request waits for the job its cell started (A), which saves for ``save_s``
+    # after its SIGINT, of a 1.6 s wait. With less than ASK_MIN_S left the request is not sent
+    # (it held the wait up to 5 s past its end, and the veto then blamed a busy cell); sent,
+    # it may take only what is left of the wait.
+    code = {"A": "import signal, sys, time; signal.signal(signal.SIGINT, lambda *_: (time.sleep("
+                 f"{save_s}), sys.exit(0))); print('ready', flush=True); time.sleep(60)",
+            "K": "import time; print('ready', flush=True); time.sleep(60)"}
+    procs = started(holders, code)
+    found = {name: describe_process(p.pid, []) for name, p in procs.items()}
+    ids = {name: holder_id(h) for name, h in found.items() if h is not None}
+    given: list[float] = []
+
+    def ask(left_s: float = -1.0) -> str:  # a kernel that takes the request, and takes its time
+        given.append(left_s)
+        time.sleep(max(left_s, 0))
+        return ""
+
+    started_at = time.monotonic()
+    result = drain([h for h in found.values() if h is not None], "SIGINT", 1.6,
+                   Deadline(time.monotonic() + 30), progress_every_s=60,
+                   jobs=JobStop(asks={ids["K"]: ask}, after={ids["K"]: frozenset({ids["A"]})}))
+    took = time.monotonic() - started_at
+    assert result.outcomes[ids["A"]].kind == "exited"
+    kernel = result.outcomes[ids["K"]]
+    if asked:
+        assert len(given) == 1 and ASK_MIN_S <= given[0] <= 1.6 - save_s + 0.05, given
+        assert kernel.kind == "timeout" and "after a shutdown request" in kernel.why, kernel
+    else:
+        assert given == []
+        assert kernel == Outcome("not-signalled", why="could not be signalled: not asked: no time "
+                                 "was left of the wait for a shutdown request")
+    assert took < 1.6 + 0.4, f"the drain took {took:.2f} s of its 1.6 s wait"
+    assert procs["K"].poll() is None  # never signalled
+
+
 def test_every_signal_goes_before_a_kernels_shutdown_request(holders: Holders) -> None:
     # A request runs a child and waits for its answer (up to 5 s): a job listed after the
     # kernel waited as long for its SIGINT. J blocks SIGINT, so a SIGINT sent stays pending
@@ -506,7 +545,7 @@ def test_every_signal_goes_before_a_kernels_shutdown_request(holders: Holders) -
     assert kernel is not None and job is not None
     pending_at_ask: list[bool] = []
 
-    def ask() -> str:
+    def ask(_left_s: float) -> str:
         status = Path(f"/proc/{job.pid}/status").read_text()
         pending = int(next(line for line in status.splitlines()
                            if line.startswith("ShdPnd:")).split()[1], 16)

@@ -9,22 +9,28 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers.holders import HOLDER, Holders
 from helpers.isolation import needs_root
 from helpers.kernels import SYSTEM_PYTHON, Kernel, ipykernel_missing
+from helpers.runners import guard
 
 from suspendguard.config import DevicesConfig, build
 from suspendguard.errors import ConfigError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.jupyter import (
     JupyterKernel,
+    cannot_ask,
     connection_file_arg,
     describe,
     kernel_of,
@@ -160,8 +166,9 @@ def fake_kernel(tmp_path: Path, node: str) -> Iterator[FakeKernel]:
     script.write_text(FAKE_KERNEL)
     procs: list[subprocess.Popen[str]] = []
 
-    def start(*args: str) -> Holder:
-        proc = subprocess.Popen([sys.executable, str(script), *args, node],
+    def start(*args: str, prefix: Sequence[str] = (), python: str = sys.executable) -> Holder:
+        """``prefix``: what runs the interpreter (``unshare``); ``python``: that interpreter."""
+        proc = subprocess.Popen([*prefix, python, str(script), *args, node],
                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
         procs.append(proc)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
@@ -292,3 +299,160 @@ def test_drain_jupyter_setting() -> None:
     with pytest.raises(ConfigError, match='expected one of "veto", "shutdown"'):
         build({"drain": {"jupyter": "kill"}})
 
+
+
+def test_a_kernel_that_cannot_be_asked_is_said_so_not_tried(kernel: Kernel, node: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``request_shutdown`` would answer at once, known before the drain (RunState._jupyter
+    vetoes on it before anyone is signalled): the veto's reason says why, and the way out."""
+    found = kernel_of(holder_of(node, kernel.pid), ProcFS())
+    assert found is not None and cannot_ask(found) == ""
+    assert cannot_ask(replace(found, python="")) == "its interpreter was deleted (upgraded?)"
+    away = replace(found, unreachable="it runs in another network namespace (a container?)")
+    assert cannot_ask(away) == away.unreachable
+    monkeypatch.setattr(os, "geteuid", lambda: found.uid + 4321)  # a guard run as another user
+    assert cannot_ask(found) == (f"it runs as uid {found.uid}; only root or that user can ask "
+                                 "it to shut down")
+    assert request_shutdown(found, 5) == f"Jupyter kernel pid {kernel.pid}: {cannot_ask(found)}"
+    monkeypatch.undo()
+    text = describe(away, cannot_ask(away))
+    assert text.endswith('and the guard cannot ask it to shut down ([drain] jupyter = "shutdown"): '
+                         "it runs in another network namespace (a container?); shut the kernel "
+                         "down from its notebook (Kernel > Shut Down Kernel)"), text
+    assert "\n" not in text and kernel.alive()
+
+
+@pytest.mark.parametrize("why", ["network-namespace", "deleted-interpreter"])
+def test_a_kernel_that_cannot_be_asked_vetoes_before_anyone_is_signalled(
+        fake_kernel: FakeKernel, holders: Holders, make_config: Callable[..., object], node: str,
+        tmp_path: Path, why: str) -> None:
+    """[drain] jupyter = "shutdown", and a kernel the request cannot reach, or whose interpreter
+    is gone: the ask is certain to fail, so the suspend is vetoed at once, naming why, and no
+    other job is sent SIGINT for it; check says the same."""
+    if why == "network-namespace" and os.geteuid() != 0:
+        pytest.skip("needs root (unshare --net)")
+    conn = write_connection(tmp_path / "c.json", CONNECTION)
+    if why == "network-namespace":
+        holder = fake_kernel("-f", conn, prefix=["unshare", "--net", "--"])
+        said = "it runs in another network namespace (a container?)"
+    else:  # an apt upgrade of python3.x deletes the file every kernel started before it runs
+        python = tmp_path / "old" / "python3"
+        python.parent.mkdir()
+        shutil.copy2(os.path.realpath(sys.executable), python)
+        holder = fake_kernel("-f", conn, python=str(python))
+        python.unlink()
+        said = "its interpreter was deleted (upgraded?)"
+    job, job_pid = holders.start(node)
+    cfg = make_config(drain={"jupyter": "shutdown"})
+    for report in (guard(cfg, dry_run=True, record=False), guard(cfg)):
+        assert report.verdict.kind == "veto", report.verdict.texts
+        (reason,) = [r for r in report.verdict.texts if f"pid {holder.pid} " in r]
+        assert f'cannot ask it to shut down ([drain] jupyter = "shutdown"): {said};' in reason
+        assert "Kernel > Shut Down Kernel" in reason
+        assert all(f"pid {job_pid} " not in r for r in report.verdict.texts)
+    assert holders.signals() == []  # the other job was never sent SIGINT for a certain veto
+    assert job.poll() is None and ProcFS().stat(holder.pid) is not None
+
+
+@needs_root
+def test_a_kernel_is_reached_from_a_mount_namespace_of_the_same_files(
+        kernel: Kernel, node: str, tmp_path: Path) -> None:
+    """The unit's ProtectSystem=strict gives the guard a mount namespace of its own, of the
+    same files, read-only: the kernel is reached all the same, and shuts down when asked."""
+    code = textwrap.dedent(f"""\
+        import json
+        from suspendguard.guard.describe import describe_process
+        from suspendguard.guard.jupyter import kernel_of, request_shutdown
+        from suspendguard.system.procfs import ProcFS
+        found = kernel_of(describe_process({kernel.pid}, []), ProcFS())
+        print(json.dumps({{"unreachable": found.unreachable, "error": request_shutdown(found, 10)}}))
+    """)
+    read_only = f"mount --bind {tmp_path} {tmp_path} && mount -o remount,bind,ro {tmp_path}"
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           f'{read_only} && exec "$0" -c "$1"', sys.executable, code],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"unreachable": "", "error": None}, done.stdout
+    assert kernel.wait_exit(5) == 0
+
+
+@needs_root
+def test_a_kernel_whose_connection_file_the_guard_does_not_see_is_unreachable(
+        fake_kernel: FakeKernel, tmp_path: Path) -> None:
+    """A kernel in a mount namespace of its own with another file at its connection file's
+    path (a private tmpfs over its runtime folder, as a container's): no request could reach
+    what the guard sees there."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    theirs = write_connection(tmp_path / "theirs.json", CONNECTION)
+    ours = write_connection(runtime / "c.json", CONNECTION)  # same text, not the same file
+    private = f'mount -t tmpfs tmpfs {runtime} && cp {theirs} {ours} && exec "$0" "$@"'
+    holder = fake_kernel("-f", ours, prefix=["unshare", "--mount", "--propagation", "private",
+                                              "sh", "-c", private])
+    found = kernel_of(holder, ProcFS())
+    assert found is not None and found.connection_file == ours
+    assert found.unreachable == (f"the guard does not see its connection file {ours} as the "
+                                 "kernel does (it runs in another mount namespace: a container?)")
+    same = kernel_of(fake_kernel("-f", ours), ProcFS())  # the guard's own file, its namespace
+    assert same is not None and same.unreachable == ""
+
+
+def test_an_ipc_kernel_is_reached_through_its_control_socket(fake_kernel: FakeKernel,
+                                                             tmp_path: Path) -> None:
+    """An ipc kernel is talked to through its control socket, IP-PORT (relative: in the
+    kernel's folder), not its network namespace: that file must be there for the guard."""
+    ipc = {**CONNECTION, "transport": "ipc", "ip": "kernel-ipc"}
+    socket = tmp_path / "kernel-ipc-50004"
+    socket.touch()  # stands for the socket the kernel binds
+    os.chdir(tmp_path)
+    try:
+        holder = fake_kernel("-f", write_connection(tmp_path / "c.json", ipc))
+    finally:
+        os.chdir("/")
+    found = kernel_of(holder, ProcFS())
+    assert found is not None and found.ip == str(tmp_path / "kernel-ipc") and found.unreachable == ""
+    socket.unlink()
+    gone = kernel_of(holder, ProcFS())
+    assert gone is not None and gone.unreachable.startswith(
+        f"the guard does not see its control socket {socket} as the kernel does")
+
+
+# A kernel whose cell started a job that holds the node (helpers/holder.py), saving for
+# --delay seconds after its SIGINT: the kernel is asked only once the job has left.
+SPAWNING_KERNEL = """\
+import subprocess, sys, time
+node = open(sys.argv[-1], "rb")
+job = subprocess.Popen([sys.executable, *sys.argv[3:-1]], stdout=subprocess.PIPE, text=True)
+print(job.stdout.readline().split()[1], flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_kernel_whose_cell_job_leaves_as_the_wait_ends_is_not_asked(
+        make_config: Callable[..., object], node: str, tmp_path: Path) -> None:
+    """The job leaves 0.4 s before the end of its 2 s wait: too late for the kernel's request
+    (a child started, the kernel's answer waited for), which is not sent. The drain ends with
+    its wait, and the veto says the kernel was not asked, not that a cell keeps it busy."""
+    script = tmp_path / "ipykernel_launcher.py"
+    script.write_text(SPAWNING_KERNEL)
+    marker = tmp_path / "signals.log"
+    conn = write_connection(tmp_path / "c.json", CONNECTION)
+    kernel = subprocess.Popen(
+        [sys.executable, str(script), "-f", conn, HOLDER, "--node", node, "--delay", "1.6",
+         "--marker", str(marker), node], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert kernel.stdout is not None
+        job_pid = int(kernel.stdout.readline())
+        started = time.monotonic()
+        report = guard(make_config(drain={"jupyter": "shutdown", "timeout_s": 2}))
+        took = time.monotonic() - started
+        assert report.verdict.kind == "veto", report.verdict.texts
+        (reason,) = [r for r in report.verdict.texts if f"pid {kernel.pid} " in r]
+        assert "not asked: no time was left of the wait for a Jupyter shutdown_request" in reason
+        assert "busy in a cell" not in reason and "took the shutdown request" not in reason
+        assert marker.read_text().splitlines() == [f"{job_pid} SIGINT"]
+        assert took < 2 + 0.8, f"the drain took {took:.1f} s of a 2 s wait"
+        assert kernel.poll() is None
+    finally:
+        os.killpg(kernel.pid, signal.SIGKILL)  # the job too: in the kernel's process group
+        kernel.wait()

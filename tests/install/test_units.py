@@ -95,7 +95,9 @@ def test_unit_is_the_veto_shape() -> None:
                 "ProtectKernelLogs", "ProtectControlGroups", "RestrictNamespaces",
                 "LockPersonality"):
         assert values(key) == ["yes"], key
-    assert values("RestrictAddressFamilies") == ["AF_UNIX"]
+    # IP for a Jupyter kernel's shutdown_request alone ([drain] jupyter): on loopback only
+    assert values("RestrictAddressFamilies") == ["AF_UNIX AF_INET AF_INET6"]
+    assert values("IPAddressDeny") == ["any"] and values("IPAddressAllow") == ["localhost"]
 
 
 def test_render_unit_sets_interpreter_and_timeout() -> None:
