@@ -1,19 +1,18 @@
 """The history of suspend attempts: writing them down and reading them back.
 
-An attempt row is written when the attempt begins and completed in one
-transaction at its end, so a guard killed with SIGKILL leaves a row that the
-next open marks ``interrupted``: never lost, never half-written. Whether that
-guard still runs is read through the caller's :class:`ProcFS`, the same /proc
-the guard itself sees. Failing to write history never changes a verdict; the
-caller gets the reason as a warning, and no wait for the database's lock
-runs past the deadline the caller gives. A damaged file or row makes reading
-fail with a HistoryError or skip the row, saying so in ``notes``, never a
-traceback. The file itself is :mod:`.database`'s.
+An attempt row is written when the attempt begins and completed in one transaction at its end,
+so a guard killed with SIGKILL leaves a row that the next open marks ``interrupted``: never
+lost, never half-written. Whether that guard still runs is read through the caller's
+:class:`ProcFS`, the same /proc the guard itself sees. Failing to write history never changes
+a verdict; the caller gets the reason as a warning, and no wait for the database's lock runs
+past the deadline the caller gives. A damaged file or row makes reading fail with a
+HistoryError or skip the row, saying so in ``notes``, never a traceback. The file itself is
+:mod:`.database`'s.
 
-What is written and read back are the records of suspendguard/record.py:
-this module and its reading half (:mod:`.reads`) are the only code that
-knows their columns. A record read back has only the fields the history
-keeps (each record's type says which); the others are their empty defaults.
+What is written and read back are the records of suspendguard/record.py: this module and its
+reading half (:mod:`.reads`) are the only code that knows their columns. A record read back
+has only the fields the history keeps (each record's type says which); the others are their
+empty defaults.
 """
 
 from __future__ import annotations
@@ -266,10 +265,9 @@ class History(Reads):
                        why, stop_id))
 
     def still_draining(self, stop: Stop) -> bool:
-        """Whether a holder of ``stop``'s owner that its attempt signalled and did not see exit
-        still runs (same pid and start): its outcome ``timeout``, or a row written ahead that
-        the signal reached (the guard killed in its wait). A launcher (cron) whose job left:
-        False; and where the history cannot say (a file from before those columns)."""
+        """Whether a holder of ``stop``'s owner that its attempt signalled and did not see leave
+        (``timeout``; reached, the guard killed in its wait) still runs, same pid and start.
+        False for a launcher (cron) whose job left, and where the history cannot say."""
         try:
             with self._reading():
                 rows = self.conn.execute(
