@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,23 +56,22 @@ class Ledger:
 
     def signalling(self, rows: Sequence[HolderRecord]) -> str:
         """Write down who is about to be signalled; "" or the warning that it was not."""
-        if self.history is None:
-            return ""
-        try:
-            self.history.signalling(self.attempt_id, rows)
-        except HistoryError as exc:
-            return f"history: the holders about to be signalled were not recorded: {exc}"
-        return ""
+        return self._ahead(lambda h: h.signalling(self.attempt_id, rows),
+                           "the holders about to be signalled were not recorded ({})")
 
     def reached(self, holders: Sequence[Holder]) -> str:
         """Write down that the signal reached ``holders``; "" or the warning that it was not."""
+        return self._ahead(lambda h: h.reached(self.attempt_id, holders),
+                           "the holders the signal reached were not recorded ({}): an attempt "
+                           "after a guard killed now would signal them again")
+
+    def _ahead(self, write: Callable[[History], None], unrecorded: str) -> str:
         if self.history is None:
             return ""
         try:
-            self.history.reached(self.attempt_id, holders)
+            write(self.history)
         except HistoryError as exc:
-            return (f"history: the holders the signal reached were not recorded ({exc}): "
-                    "an attempt after a guard killed now would signal them again")
+            return "history: " + unrecorded.format(exc)
         return ""
 
     def stopping(self, stops: Sequence[Stop]) -> str:

@@ -40,8 +40,7 @@ from suspendguard.system.procfs import ProcFS
 @dataclass(frozen=True, slots=True)
 class Restored:
     stop: Stop
-    # started | starting | failed | skipped | left | pending (not tried, or its job still drains)
-    result: str
+    result: str  # started | starting | failed | skipped | left | pending (untried, or it drains)
     why: str
 
     def describe(self) -> str:
