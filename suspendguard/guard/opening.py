@@ -114,8 +114,6 @@ def open_run(config: Config, options: RunOptions, deadline: Deadline,
     if open_history is not None and not options.record:
         opening.recorded = Unavailable("a dry run records nothing" if options.dry_run
                                        else "not asked to")
-        if options.dry_run:  # a job's earlier drain and signal, for check's word
-            opening.past = _read_only(open_history, state_dir, options.proc)
     elif open_history is not None:
         try:
             # The lock wait too ends inside the deadline.
@@ -131,13 +129,15 @@ def open_run(config: Config, options: RunOptions, deadline: Deadline,
             if not options.dry_run:
                 opening.said += Said.warn(f"history not recorded: {exc}")
                 opening.unwritable = str(exc)
-                # Read all the same (a full disk): whom an earlier attempt signalled is
-                # not signalled again.
-                opening.past = _read_only(open_history, state_dir, options.proc)
-                if opening.past is None and os.path.exists(_db(state_dir)):
-                    opening.said += Said.warn(
-                        "history unreadable too: a holder an earlier attempt signalled, "
-                        "still saving, gets the signal again")
+    reads_only = options.dry_run or bool(opening.unwritable)
+    if open_history is not None and opening.history is None and reads_only:
+        # Read without writing: a job's earlier drain and signal, for check's word; and,
+        # for a run that cannot write it (a full disk), whom an earlier attempt signalled,
+        # not signalled again.
+        opening.past = _read_only(open_history, state_dir, options.proc)
+        if opening.past is None and opening.unwritable and os.path.exists(_db(state_dir)):
+            opening.said += Said.warn("history unreadable too: a holder an earlier attempt "
+                                      "signalled, still saving, gets the signal again")
     if not (options.dry_run or lock.refused):
         # What a killed run left goes first: it would outlive this run otherwise. A
         # launcher left stopped goes on; drain drop-ins and restart policies set aside go.
