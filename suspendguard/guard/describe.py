@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import replace
 
-from suspendguard.model import Disposition, HeldNode, Holder, NodeKey, SignalMasks
+from suspendguard.model import (
+    Disposition,
+    HeldNode,
+    Holder,
+    HolderId,
+    NodeKey,
+    SignalMasks,
+    holder_id,
+)
 from suspendguard.system.cgroup_path import unit_and_container
 from suspendguard.system.procfs import ProcAccessError, ProcFS, Stat, parse_stat, user_name
 from suspendguard.system.sigdelivery import Delivery, delivery
@@ -153,3 +162,17 @@ def sigint_disposition(proc: ProcFS, pid: int, masks: SignalMasks,
     if found == "deliverable":  # another thread takes it, as the handler says
         return replace(masks, blocked=0).disposition(signal.SIGINT)
     return _BLOCKED_SIGINT[found]
+
+
+def stopped_since(proc: ProcFS, holders: Iterable[Holder]) -> dict[HolderId, str]:
+    """The holders stopped since the scan, by state ("T"; "t": a debugger's stop): a signal
+    would stay pending and end the job once continued, its suspend refused."""
+    found = {}
+    for h in holders:
+        try:
+            st = proc.stat(h.pid)
+            if st is not None and st.start_time == h.start_time:
+                found[holder_id(h)] = stopped_state(proc, h.pid, st)
+        except ProcAccessError:
+            continue
+    return {key: state for key, state in found.items() if state}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import select
 import signal
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from suspendguard.config import EscalationStep
 from suspendguard.guard.handles import (
@@ -23,7 +23,7 @@ from suspendguard.guard.handles import (
     take,
 )
 from suspendguard.guard.held import Held
-from suspendguard.guard.job_stop import ASK_MIN_S, NO_JOBS, JobStop
+from suspendguard.guard.job_stop import ASK_MIN_S, NO_JOBS, JobStop, forward
 from suspendguard.guard.jobs import Launcher
 from suspendguard.model import Holder, HolderId, Outcome, holder_id
 from suspendguard.system.deadline import Cancel, Deadline
@@ -55,6 +55,8 @@ class DrainResult:
     # them again.
     lingering: tuple[Launcher, ...] = ()
     warnings: tuple[str, ...] = ()  # what ``reached`` answered: the signal not written down
+    # Each launcher that took the signal to forward, and when (a start time's clock ticks).
+    forwarded_at: Mapping[HolderId, int] = field(default_factory=dict)
 
 def drain(
     holders: Sequence[Holder],
@@ -106,7 +108,8 @@ def drain(
             return watch.unsignalled(deadline.cancel_reason)
         for target in watch.targets.values():
             target.quiet = jobs.quiet.get(holder_id(target.holder), "")
-        unforwarded = _forward(jobs, watch.targets, signame, proc, opener, log)
+            target.reached = holder_id(target.holder) in jobs.reached  # an earlier forward
+        unforwarded, forwarded_at = forward(jobs, watch.targets, signame, proc, opener, log)
         watch.note_reached()
         if jobs.hold and jobs.held is not None:
             for launcher in jobs.held.hold(jobs.hold):
@@ -123,7 +126,7 @@ def drain(
         for target in watch.targets.values():
             target.close()
     return DrainResult(watch.outcomes, wait_s, shortened, unforwarded, lingering,
-                       tuple(watch.warnings))
+                       tuple(watch.warnings), forwarded_at)
 
 
 class _Drain:
@@ -362,38 +365,3 @@ def _wait(
             log(f"still waiting for {len(targets)} holder(s): {waiting}")
             next_progress = now + progress_every_s
 
-
-def _forward(jobs: JobStop, targets: dict[int, Target], signame: str, proc: ProcFS,
-             opener: Callable[[int], int], log: Log) -> frozenset[HolderId]:
-    """The signal to each forwarding launcher; where that fails, its ranks get it from the guard
-    (returned)."""
-    signum = int(signal.Signals[signame])
-    by_id = {holder_id(t.holder): t for t in targets.values()}
-    unforwarded: set[HolderId] = set()
-    for launcher, ranks in jobs.forward:
-        own = by_id.get(launcher.id)
-        if own is not None:
-            # The launcher holds a node too: this is its one signal as a holder as well.
-            refused = send(own, signum)
-            own.sent = own.reached = refused is None
-        else:
-            stand_in = Holder(launcher.pid, launcher.start_time, 0, launcher.uid, "",
-                              launcher.comm, "", (), None, None, (), (), launcher.sigint)
-            taken = take(stand_in, signame, proc, opener)
-            refused = taken if isinstance(taken, Outcome) else send(taken, signum)
-            if isinstance(taken, Target):
-                taken.close()
-        if refused is None:
-            log(f"sent {signame} to {launcher.label}, which forwards it to its "
-                f"{len(ranks)} rank(s)")
-            for rank in ranks:
-                if rank in by_id:
-                    by_id[rank].reached = True
-            continue
-        log(f"{launcher.label} could not be signalled ({refused.why}): its ranks get "
-            f"{signame} from the guard")
-        for rank in ranks:
-            if rank in by_id:
-                by_id[rank].quiet = ""
-                unforwarded.add(rank)
-    return frozenset(unforwarded)

@@ -3,13 +3,17 @@ and the workers whose own veto a plan lifts (they are never signalled)."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from suspendguard.guard.handles import Target, send, take
 from suspendguard.guard.held import Held
 from suspendguard.guard.jobs import Launcher, Plan
 from suspendguard.guard.policy import stopped_reason
-from suspendguard.model import Decision, HolderId, holder_id
+from suspendguard.model import Decision, Holder, HolderId, Outcome, holder_id
+from suspendguard.system.boot import ticks_now
+from suspendguard.system.procfs import ProcFS
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,8 @@ class JobStop:
     after: Mapping[HolderId, frozenset[HolderId]] = field(default_factory=dict)
     # Holders an earlier attempt sent the signal and left running, quiet now: by attempt.
     earlier: Mapping[HolderId, int] = field(default_factory=dict)
+    # Ranks an earlier round's forward reached (started before it): quiet, never signalled.
+    reached: Collection[HolderId] = ()
 
     def due(self, key: HolderId, running: Collection[HolderId]) -> bool:
         """Whether the ask of ``key`` may go now: none it waits for is ``running``."""
@@ -100,3 +106,44 @@ def spare_workers(decisions: Sequence[Decision],
         if found and found[0] == "worker" and not {holder_id(r) for r in found[1].roots} & spared:
             kept.add(key)
     return [t if holder_id(t.holder) in kept else d for d, t in zip(decisions, trial, strict=True)]
+
+
+def forward(jobs: JobStop, targets: dict[int, Target], signame: str, proc: ProcFS,
+            opener: Callable[[int], int], log: Callable[[str], None]
+            ) -> tuple[frozenset[HolderId], dict[HolderId, int]]:
+    """The signal to each forwarding launcher: the ranks that get it from the guard instead
+    (their launcher could not be signalled), and the tick (ticks_now) before each launcher
+    took it."""
+    signum = int(signal.Signals[signame])
+    by_id = {holder_id(t.holder): t for t in targets.values()}
+    unforwarded: set[HolderId] = set()
+    at: dict[HolderId, int] = {}
+    for launcher, ranks in jobs.forward:
+        now = ticks_now()  # a rank started in an earlier tick is one it forwards to
+        own = by_id.get(launcher.id)
+        if own is not None:
+            # The launcher holds a node too: this is its one signal as a holder as well.
+            refused = send(own, signum)
+            own.sent = own.reached = refused is None
+        else:
+            stand_in = Holder(launcher.pid, launcher.start_time, 0, launcher.uid, "",
+                              launcher.comm, "", (), None, None, (), (), launcher.sigint)
+            taken = take(stand_in, signame, proc, opener)
+            refused = taken if isinstance(taken, Outcome) else send(taken, signum)
+            if isinstance(taken, Target):
+                taken.close()
+        if refused is None:
+            at[launcher.id] = now
+            log(f"sent {signame} to {launcher.label}, which forwards it to its "
+                f"{len(ranks)} rank(s)")
+            for rank in ranks:
+                if rank in by_id:
+                    by_id[rank].reached = True
+            continue
+        log(f"{launcher.label} could not be signalled ({refused.why}): its ranks get "
+            f"{signame} from the guard")
+        for rank in ranks:
+            if rank in by_id:
+                by_id[rank].quiet = ""
+                unforwarded.add(rank)
+    return frozenset(unforwarded), at

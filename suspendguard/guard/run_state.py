@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from suspendguard.config import DrainConfig, IdleConfig, PolicyConfig
 from suspendguard.guard import advice, jobs, jupyter
-from suspendguard.guard.describe import stopped_state
+from suspendguard.guard.describe import stopped_since
 from suspendguard.guard.drain import MIN_WAIT_S, DrainResult, drain
 from suspendguard.guard.handles import UNSIGNALLABLE
 from suspendguard.guard.held import Held
@@ -32,7 +32,7 @@ from suspendguard.record import HolderRecord, Stop
 from suspendguard.supervise.owner import OwnerControl, owner_of_cgroup
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.log import Logger
-from suspendguard.system.procfs import ProcAccessError, ProcFS
+from suspendguard.system.procfs import ProcFS
 from suspendguard.verdict import Reason
 
 # How long a Jupyter kernel gets to acknowledge its shutdown_request.
@@ -95,6 +95,7 @@ class RunState:
         self._kernels: dict[HolderId, jupyter.JupyterKernel | None] = {}
         self._plans: dict[frozenset[HolderId], jobs.Plan] = {}
         self._forwarded: set[HolderId] = set()  # launchers given the signal: once a run
+        self._forwarded_at: dict[HolderId, int] = {}  # when each took it (a start time's ticks)
         self.earlier: dict[HolderId, Earlier] = {}  # signalled before, still saving: never again
 
     @property
@@ -182,6 +183,7 @@ class RunState:
         quiet: dict[HolderId, str] = {}
         forward = []
         hold = []
+        reached: list[HolderId] = []
         said = NOTHING
         for job in plan.jobs:
             for w in job.workers:
@@ -191,7 +193,14 @@ class RunState:
                 continue
             if job.forwarded and (launcher.id in self._forwarded
                                   or any(key in self.earlier for key in job.reached)):
-                continue  # a rank it started since: the guard's own signal, never a second
+                # A rank started before it forwarded (still starting, holding no node then)
+                # had that forward; one it started since gets the guard's own signal.
+                at = self._forwarded_at.get(launcher.id, -1)
+                before = [key for key in job.reached if key[1] < at]  # key: (pid, start)
+                reached += before
+                quiet.update({key: f"after the {signame} {launcher.label} forwarded"
+                              for key in before})
+                continue
             if job.forwarded and launcher.sigint not in ("ignored", "blocked"):
                 forward.append((launcher, job.reached))
                 self._forwarded.add(launcher.id)
@@ -211,7 +220,7 @@ class RunState:
         roots = [r for job in plan.jobs for r in job.roots]
         after = {holder_id(h): jupyter.started_by(h, roots, self.options.proc) for h in kernels}
         return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request", after,
-                       {key: e.attempt_id for key, e in again.items()}), said
+                       {key: e.attempt_id for key, e in again.items()}, reached), said
 
     def _confirmed(self, d: Decision) -> Decision:
         """From a shell, only the holders the operator was shown and confirmed are signalled."""
@@ -296,7 +305,7 @@ class RunState:
         True when none of them is still running; and what the drain found. One stopped
         since the scan makes the veto certain, as the policy's does: nobody is signalled.
         """
-        if stopped := self._stopped_since(decisions):
+        if stopped := stopped_since(self.options.proc, [d.holder for d in decisions]):
             return False, self._refuse_stopped(decisions, stopped, round_no, tags)
         clock = self.deadline.clock
         floor = min(clock() + MIN_WAIT_S, self.deadline.at)  # a wait, not past the run's end
@@ -325,6 +334,7 @@ class RunState:
                        keep=keep_down if keep is not None else None, jobs=stop,
                        reached=self.ledger.reached)
         said += kept + Said.warn(*result.warnings)
+        self._forwarded_at.update(result.forwarded_at)
         if stop.held is not None:
             said += Said.warn(*stop.held.warnings)
         if result.shortened:
@@ -339,19 +349,6 @@ class RunState:
                                                    result.unforwarded))
         return not any(o.kind == "timeout" or o.why.startswith(UNSIGNALLABLE)
                        for o in result.outcomes.values()), said
-
-    def _stopped_since(self, decisions: Sequence[Decision]) -> dict[HolderId, str]:
-        """The holders stopped since the scan, by state ("T"; "t": a debugger's stop): a
-        signal would stay pending and end the job once continued, its suspend refused."""
-        found = {}
-        for d in decisions:
-            try:
-                st = self.options.proc.stat(d.holder.pid)
-                if st is not None and st.start_time == d.holder.start_time:
-                    found[holder_id(d.holder)] = stopped_state(self.options.proc, d.holder.pid, st)
-            except ProcAccessError:
-                continue
-        return {key: state for key, state in found.items() if state}
 
     def _refuse_stopped(self, decisions: Sequence[Decision], stopped: Mapping[HolderId, str],
                         round_no: int, tags: Tags) -> Said:

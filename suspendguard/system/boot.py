@@ -20,6 +20,9 @@ boot when either is this boot's:
 
 from __future__ import annotations
 
+import os
+import time
+
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 
 
@@ -54,3 +57,9 @@ def kernel_boot_id(proc: ProcFS) -> str:
 def boot_ids(proc: ProcFS) -> frozenset[str]:
     """Every name of this boot, each alone: "BTIME.START" and the kernel's id."""
     return frozenset(boot_id(proc).split())
+
+
+def ticks_now() -> int:
+    """Now on the clock of a process's start time in /proc/PID/stat: clock ticks since boot,
+    a suspend included (CLOCK_BOOTTIME)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))

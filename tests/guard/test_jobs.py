@@ -341,6 +341,58 @@ def test_a_launcher_signalled_once_is_not_signalled_again_for_a_rank_it_started_
     assert f"{first} SIGINT" in ranks and len(ranks) == len(set(ranks)) == 2, signals
 
 
+
+# A launcher that forwards SIGINT to its two ranks: the first holds the node from the start,
+# the second (still starting) opens it only on its SIGINT, for its save.
+LATE_OPENING_LAUNCHER = """# a late-opening launcher
+import os, signal, subprocess, sys, time
+node, holder, marker = sys.argv[1:4]
+late = ("import os, signal, sys, time\\n"
+        "def save(*_):\\n"
+        "    open(sys.argv[2], 'a').write(f'{os.getpid()} SIGINT\\\\n')\\n"
+        "    f = open(sys.argv[1], 'rb'); time.sleep(1.5); sys.exit(0)\\n"
+        "signal.signal(signal.SIGINT, save)\\n"
+        "print('ready', flush=True)\\n"
+        "while True: time.sleep(1)\\n")
+ranks = [subprocess.Popen([sys.executable, holder, "--node", node, "--marker", marker,
+                           "--delay", "0.1"], stdout=subprocess.PIPE, text=True),
+         subprocess.Popen([sys.executable, "-c", late, node, marker], stdout=subprocess.PIPE,
+                          text=True)]
+for rank in ranks:
+    rank.stdout.readline()
+def forward(signum, _frame):
+    with open(marker, "a") as m:
+        m.write(f"{os.getpid()} launcher SIGINT\\n")
+    for rank in ranks:
+        rank.send_signal(signum)
+signal.signal(signal.SIGINT, forward)
+print(f"ready {os.getpid()} rank {ranks[0].pid} {ranks[1].pid}", flush=True)
+while any(rank.poll() is None for rank in ranks):
+    time.sleep(0.05)
+"""
+
+
+def test_a_rank_the_launcher_forwarded_to_before_it_held_a_node_gets_no_second_signal(
+        make_config: Any, node: str, holders: Holders) -> None:
+    """The rescan finds the second rank holding the node in its save: it was started before
+    the forward, so it had the launcher's SIGINT; the guard's own would cut the save."""
+    launcher = subprocess.Popen([sys.executable, "-c", LATE_OPENING_LAUNCHER, node, HOLDER,
+                                 holders.marker], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    holders.procs.append(launcher)
+    assert launcher.stdout is not None
+    _ready, pid, _rank, first, late = launcher.stdout.readline().split()
+    config = make_config(drain={"rounds": 3, "launchers": [
+        {"cmdline": "a late-opening launcher", "stop": "forward", "name": "late-launcher"}]})
+    report = guard(config)
+    assert report.verdict.kind == "allow", report.verdict.texts
+    assert launcher.wait(timeout=10) == 0
+    assert sorted(holders.signals()) == sorted(
+        [f"{pid} launcher SIGINT", f"{first} SIGINT", f"{late} SIGINT"]), holders.signals()
+    [row] = [r for r in report.holders if r.decision.holder.pid == int(late)]
+    assert row.outcome.kind == "exited" and row.outcome.signalled, row.outcome
+
+
 # A parent whose SIGINT handler saves for longer than the drain waits, and a
 # worker it forked (the node inherited), as a rank and its DataLoader worker.
 SLOW_FAMILY = """
