@@ -358,17 +358,13 @@ ranks = [subprocess.Popen([sys.executable, holder, "--node", node, "--marker", m
                            "--delay", "0.1"], stdout=subprocess.PIPE, text=True),
          subprocess.Popen([sys.executable, "-c", late, node, marker], stdout=subprocess.PIPE,
                           text=True)]
-for rank in ranks:
-    rank.stdout.readline()
-def forward(signum, _frame):
-    with open(marker, "a") as m:
-        m.write(f"{os.getpid()} launcher SIGINT\\n")
-    for rank in ranks:
-        rank.send_signal(signum)
+started = [rank.stdout.readline() for rank in ranks]
+def forward(signum, _frame):  # once to each rank, as torchrun's agent does
+    open(marker, "a").write(f"{os.getpid()} launcher SIGINT\\n")
+    [rank.send_signal(signum) for rank in ranks]
 signal.signal(signal.SIGINT, forward)
 print(f"ready {os.getpid()} rank {ranks[0].pid} {ranks[1].pid}", flush=True)
-while any(rank.poll() is None for rank in ranks):
-    time.sleep(0.05)
+codes = [rank.wait() for rank in ranks]
 """
 
 
