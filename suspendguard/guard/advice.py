@@ -168,9 +168,11 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
                 f"stuck (in a collective, a rank that left first); {raise_it}, or stop "
                 "the job yourself before suspending")
     if what == "held":  # continued at the drain's end, this rank or not
-        return (f"a rank of {launcher.label}, which was stopped while its ranks left and is "
-                f"continued now: it {launcher.kind.restarts}, so this rank may not finish its "
-                f"save; {raise_it}, or stop the job yourself before suspending")
+        now = ("stopped by its user: once continued" if launcher.stopped else
+               "was stopped while its ranks left and is continued now:")
+        return (f"a rank of {launcher.label}, which {now} it {launcher.kind.restarts}, so this "
+                f"rank may not finish its save; {raise_it}, or stop the job yourself before "
+                "suspending")
     return (f"a rank of {launcher.label}; the rank is still saving or stuck (in a "
             f"collective with a rank that left first); {raise_it}, or stop the job "
             "yourself before suspending")

@@ -15,6 +15,7 @@ exception: the history never changes a verdict.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from suspendguard.errors import HistoryError
 from suspendguard.model import Holder, HolderId
 from suspendguard.record import HolderRecord, Stop
+from suspendguard.system.boot import ticks_now
 
 if TYPE_CHECKING:
     from suspendguard.store.history import History
@@ -35,6 +37,10 @@ class Earlier:
 
     attempt_id: int
     began: float  # time.time()
+
+    def ticks(self) -> int:
+        """When the attempt began, on the clock of a process's start time (boot.ticks_now)."""
+        return ticks_now() - int(max(0.0, time.time() - self.began) * os.sysconf("SC_CLK_TCK"))
 
     def note(self, signame: str) -> str:
         ago = max(0.0, time.time() - self.began)

@@ -116,10 +116,10 @@ class RunState:
                            respawned=respawned, vouched=vouch(holders, self.options.proc,
                                                                self.token))
         decisions = [self._jupyter(self._confirmed(self._pod(d))) for d in decisions]
-        decisions = launcher_stopped(spare_workers(decisions, self.plan), self.plan)
         self.earlier.update(self.ledger.signalled_before(
             [d.holder for d in decisions if d.signals or d.kind in SIGNAL_VETOES]))
-        decisions = still_saving(decisions, self.earlier)
+        decisions = spare_workers(still_saving(decisions, self.earlier), self.plan)
+        decisions = launcher_stopped(decisions, self.plan)
         plan = self.plan(decisions)
         return [replace(d, notes=(*d.notes, *notes)) if (notes := self._notes(d, plan)) else d
                 for d in decisions]
@@ -191,11 +191,15 @@ class RunState:
             launcher = job.launcher
             if launcher is None:
                 continue
+            if job.forwarded and launcher.stopped:
+                continue  # by its user: its ranks veto (launcher_stopped), it gets nothing
             if job.forwarded and (launcher.id in self._forwarded
                                   or any(key in self.earlier for key in job.reached)):
-                # A rank started before it forwarded (still starting, holding no node then)
-                # had that forward; one it started since gets the guard's own signal.
-                at = self._forwarded_at.get(launcher.id, -1)
+                # A rank started before it forwarded (an earlier attempt's: that attempt began)
+                # had the forward; one started since gets the guard's own signal.
+                at = self._forwarded_at.get(launcher.id, min(
+                    (self.earlier[key].ticks() for key in job.reached if key in self.earlier),
+                    default=-1))
                 before = [key for key in job.reached if key[1] < at]  # key: (pid, start)
                 reached += before
                 quiet.update({key: f"after the {signame} {launcher.label} forwarded"
@@ -220,7 +224,7 @@ class RunState:
         roots = [r for job in plan.jobs for r in job.roots]
         after = {holder_id(h): jupyter.started_by(h, roots, self.options.proc) for h in kernels}
         return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request", after,
-                       {key: e.attempt_id for key, e in again.items()}, reached), said
+                       {key: e.attempt_id for key, e in self.earlier.items()}, reached), said
 
     def _confirmed(self, d: Decision) -> Decision:
         """From a shell, only the holders the operator was shown and confirmed are signalled."""

@@ -389,6 +389,35 @@ def test_a_rank_the_launcher_forwarded_to_before_it_held_a_node_gets_no_second_s
     assert row.outcome.kind == "exited" and row.outcome.signalled, row.outcome
 
 
+def test_nor_from_the_next_attempt_when_it_opens_its_node_after_that_attempt_ended(
+        make_config: Any, node: str, holders: Holders) -> None:
+    """The first rank still saving vetoes the first attempt; the second opens the node only
+    after it: the next attempt finds it, and tells by its start that the forward of the
+    first attempt, which began later, reached it."""
+    script = LATE_OPENING_LAUNCHER.replace(
+        '"--delay", "0.1"]', '"--mode", "slow"]').replace(
+        "time.sleep(1.5); sys.exit(0)", "time.sleep(1.5); f2 = open(sys.argv[1], 'rb'); "
+                                        "time.sleep(30); sys.exit(0)").replace(
+        "f = open(sys.argv[1], 'rb'); ", "")
+    launcher = subprocess.Popen([sys.executable, "-c", script, node, HOLDER, holders.marker],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+    holders.procs.append(launcher)
+    assert launcher.stdout is not None
+    _ready, pid, _rank, first, late = launcher.stdout.readline().split()
+    holders.extra_pids += [int(first), int(late)]
+    config = make_config(drain={"timeout_s": 0.5, "launchers": [
+        {"cmdline": "a late-opening launcher", "stop": "forward", "name": "late-launcher"}]})
+    assert guard(config).verdict.kind == "veto"
+    assert wait_for(lambda: any(os.path.realpath(f"/proc/{late}/fd/{fd}") == node
+                                for fd in os.listdir(f"/proc/{late}/fd")), 10)
+    second = guard(config)
+    [row] = [r for r in second.holders if r.decision.holder.pid == int(late)]
+    assert row.outcome.kind == "timeout", row.outcome
+    assert sorted(holders.signals()) == sorted(
+        [f"{pid} launcher SIGINT", f"{first} SIGINT", f"{late} SIGINT"]), holders.signals()
+
+
+
 # A parent whose SIGINT handler saves for longer than the drain waits, and a
 # worker it forked (the node inherited), as a rank and its DataLoader worker.
 SLOW_FAMILY = """
@@ -549,6 +578,29 @@ def test_a_root_below_a_rank_is_signalled_where_the_forward_misses_it(
     assert found[1].launcher.pid == launcher.pid
     assert found[0] == ("forwarded" if reached else "beyond"), p
     assert [h.pid for h in p.signalled()] == ([] if reached else [job])
+
+
+
+def test_a_stopped_launcher_whose_ranks_it_cannot_reach_gets_no_signal(
+        make_config: Any, node: str, holders: Holders, tmp_path: Any) -> None:
+    """torchrun, Ctrl-Z'd, its rank a shell running the holder (out of reach of its forward):
+    the holder gets the guard's signal, the launcher none, which would stay pending and end
+    the job whenever it is continued."""
+    script = tmp_path / "torchrun"
+    script.write_text(SHELL_RANKS)
+    launcher = subprocess.Popen([sys.executable, str(script), node, HOLDER, "plain"],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+    holders.procs.append(launcher)
+    assert launcher.stdout is not None
+    holders.extra_pids.append(int(launcher.stdout.readline()))
+    launcher.send_signal(signal.SIGSTOP)
+    status = Path(f"/proc/{launcher.pid}/status")
+    assert wait_for(lambda: "\nState:\tT" in status.read_text(), 5)
+    report = guard(make_config())
+    assert report.verdict.kind == "allow", report.verdict.texts
+    [pending] = [ln for ln in status.read_text().splitlines() if ln.startswith("ShdPnd:")]
+    assert not int(pending.split()[1], 16) & (1 << (signal.SIGINT - 1)), pending
+    launcher.kill()
 
 
 # A launcher that forwards SIGINT to its one rank, which saves for longer than the drain waits.

@@ -108,6 +108,31 @@ def test_a_job_that_sets_sigint_aside_for_its_save_is_waited_for_not_vetoed_as_d
         assert any(f"attempt {first.attempt.id} (begun " in n for n in row.decision.notes)
 
 
+
+def test_the_worker_of_a_job_that_sets_sigint_aside_leaves_with_it(
+        make_config: Any, node: str, tmp_path: Path) -> None:
+    """Its worker (forked, the node inherited) ignores SIGINT as a DataLoader worker does: it
+    leaves with its parent, which the next attempt waits for; neither vetoes as deaf."""
+    family = SAVER.replace('print("ready", flush=True)', (
+        "worker = os.fork()\n"
+        "if worker == 0:\n"
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "    time.sleep(3600)\n"
+        "    os._exit(0)\n"
+        'print("ready", flush=True)')).replace(
+        "    raise KeyboardInterrupt",
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    raise KeyboardInterrupt").replace(
+        'os.rename(part, os.path.join(out, "checkpoint"))',
+        'os.rename(part, os.path.join(out, "checkpoint"))\n'
+        "os.kill(worker, signal.SIGKILL)\nos.waitpid(worker, 0)")
+    with saving_job(node, tmp_path, family):
+        first = guard(make_config(drain={"timeout_s": 1}))  # the job and its worker
+        assert {r.code for r in first.verdict.reasons} == {"timeout-after-sigint"}
+        second = guard(make_config(drain={"timeout_s": 10}))
+        assert second.verdict.kind == "allow", second.verdict
+        assert sorted(r.outcome.kind for r in second.holders) == ["exited", "exited"]
+
+
 def test_a_run_that_cannot_write_its_history_still_reads_whom_an_earlier_attempt_signalled(
         make_config: Any, node: str, tmp_path: Path) -> None:
     """A full disk refuses the attempt's row: the run reads the history all the same, and the
