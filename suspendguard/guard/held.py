@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from suspendguard.guard.describe import stopped_state
 from suspendguard.guard.jobs import Launcher
 from suspendguard.guard.launchers import LauncherKind
 from suspendguard.system import runner
@@ -80,9 +81,11 @@ class Held:
         """
         taken = []
         for launcher in launchers:
-            if launcher.stopped:  # by its user, or a debugger: left so, never continued here
+            # Stopped by its user, or a debugger, when planned or since: left so, never
+            # continued here.
+            if state := launcher.stopped or _stopped(launcher, self.proc):
                 self.warnings.append(f"{launcher.label} was stopped already (state "
-                                     f"{launcher.stopped}): left stopped, not continued")
+                                     f"{state}): left stopped, not continued")
                 continue
             fd = _pidfd(launcher, self.proc)
             if fd is None:
@@ -168,6 +171,17 @@ def _exited(pidfd: int, until: float, clock: Callable[[], float],
         if ready:
             break  # the guard was stopped
     return any(fd == pidfd for fd, _ in poller.poll(0))
+
+
+def _stopped(launcher: Launcher, proc: ProcFS) -> str:
+    """"T" or "t" where ``launcher`` is stopped now, else "" (gone or unreadable too)."""
+    try:
+        st = proc.stat(launcher.pid)
+    except ProcAccessError:
+        return ""
+    if st is None or st.start_time != launcher.start_time:
+        return ""
+    return stopped_state(proc, launcher.pid, st)
 
 
 def _pidfd(launcher: Launcher, proc: ProcFS) -> int | None:

@@ -71,20 +71,30 @@ def still_saving(decisions: Sequence[Decision],
 
 def launcher_stopped(decisions: Sequence[Decision],
                      plan_of: Callable[[Sequence[Decision]], Plan]) -> list[Decision]:
-    """``decisions``, each rank whose launcher forwards the signal and is stopped (SIGSTOP,
-    a debugger) vetoed before anyone is signalled: the signal sent it would stay pending
-    and end the job when it continues, after this suspend was refused."""
+    """``decisions``, each rank whose launcher is stopped (SIGSTOP, a debugger) vetoed before
+    anyone is signalled, where that makes the veto certain: a forwarding launcher's signal
+    would stay pending and end the job when it continues; mpirun's ranks would save and
+    then wait for it in MPI_Finalize."""
     plan = plan_of(decisions)
     out = []
     for d in decisions:
         found = plan.role(d.holder)
-        launcher = found[1].launcher if found and found[0] == "forwarded" else None
+        launcher = found[1].launcher if found and found[0] in ("forwarded", "ranks") else None
         if launcher is None or not launcher.stopped:
             out.append(d)
-            continue
-        out.append(replace(d, kind="veto-stopped", reason=stopped_reason(
-            f"pid {d.holder.pid} {d.holder.comm} is a rank of {launcher.label}, which",
-            launcher.pid, launcher.stopped)))
+        elif found and found[0] == "forwarded":
+            out.append(replace(d, kind="veto-stopped", reason=stopped_reason(
+                f"pid {d.holder.pid} {d.holder.comm} is a rank of {launcher.label}, which",
+                launcher.pid, launcher.stopped)))
+        elif launcher.kind.name == "mpirun":  # its ranks would save, then wait for it
+            out.append(replace(d, kind="veto-stopped", reason=(
+                f"pid {d.holder.pid} {d.holder.comm} is a rank of {launcher.label}, which is "
+                f"stopped (state {launcher.stopped}): signalled, its ranks would save and then "
+                "wait for it in MPI_Finalize, the job ended for a suspend refused all the same; "
+                f"continue it (kill -CONT {launcher.pid}) or stop the job yourself, then "
+                "suspend again")))
+        else:
+            out.append(d)
     return out
 
 

@@ -129,3 +129,25 @@ def test_a_rank_that_fails_on_its_sigint_makes_mpirun_end_the_other(
     assert {failed, ended} == set(ranks), signals
     assert saved(job) == [], signals  # rank 0's save was cut: rank-0.tmp is all there is
     assert wait_gone(job.pid, 10), state(job.pid)
+
+
+def test_ranks_of_a_stopped_mpirun_veto_before_any_signal(
+        tmp_path: Path, node: str, job_config: Path, jobs: list[Job]) -> None:
+    """Ctrl-Z'd mpirun: signalled, its ranks would save and then wait for it in MPI_Finalize,
+    the job ended for a suspend refused all the same. Nobody is signalled."""
+    job = mpirun(node, tmp_path / "job", save_s=1.0)
+    jobs.append(job)
+    ranks = job.wait_ready()
+    os.kill(job.pid, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: state(job.pid) == "T", 5)
+        _code, out, err = cli("--config", str(job_config), "drain", "--yes", "--json")
+        report = json.loads(out)
+        assert report["verdict"] == "veto", (report, err)
+        assert {d["code"] for d in report["reason_details"]} == {"stopped"}, report
+        assert all(f"is a rank of mpirun (pid {job.pid}), which is stopped (state T)" in r
+                   for r in report["reasons"]), report["reasons"]
+        assert len(report["reasons"]) == len(ranks)
+        assert job.signals() == []
+    finally:
+        os.kill(job.pid, signal.SIGCONT)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +50,24 @@ def test_hold_stops_and_release_continues(tmp_path: Path, sleeper: subprocess.Po
     assert [e["pid"] for e in entries] == [sleeper.pid]
     held.release()
     assert wait_state(sleeper.pid, {"S", "R"}) in ("S", "R")
+    assert not (tmp_path / HELD_FILE).exists()
+
+
+
+def test_a_launcher_its_user_stopped_since_the_plan_is_neither_held_nor_continued(
+        tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    """Ctrl-Z'd between the plan (which read it running) and the hold: left as its user left
+    it, never continued by the release."""
+    launcher = as_launcher(sleeper.pid)
+    sleeper.send_signal(signal.SIGSTOP)
+    assert wait_state(sleeper.pid, {"T"}) == "T"
+    held = Held(str(tmp_path))
+    assert held.hold([launcher]) == []
+    assert held.warnings == [f"{launcher.label} was stopped already (state T): left stopped, "
+                             "not continued"]
+    held.release()
+    time.sleep(0.1)
+    assert state(sleeper.pid) == "T"
     assert not (tmp_path / HELD_FILE).exists()
 
 
