@@ -259,8 +259,8 @@ COMMANDS: tuple[Command, ...] = (
                  "(restore --force starts them)"),
              USAGE_EXIT,
              (3, "a job failed to start, was not reached within the restore's time, or "
-                 "still drains after the guard's signal (started once it stopped), a "
-                 "systemd manager was not reloaded once the drain drop-ins went (its units "
+                 "still drains after the guard's signal (the next restore starts it once it "
+                 "stopped), a systemd manager was not reloaded once the drain drop-ins went (its units "
                  "keep the drain's settings), or the history could not be read"),
              UNTRUSTED_EXIT)),
     Command("doctor", "check this host's suspend setup (read-only); each finding with its fix",

@@ -183,7 +183,7 @@ def read_connection_file(path: str, uid: int, gids: set[int]) -> dict[str, Any] 
         os.close(fd)
     try:
         return _connection_info(json.loads(data)) if len(data) <= MAX_CONNECTION_FILE else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than a parser goes
         return None
 
 

@@ -18,7 +18,7 @@ from suspendguard.errors import HistoryError
 from suspendguard.guard.look import Look
 from suspendguard.guard.opening import Opening
 from suspendguard.guard.report import Report
-from suspendguard.guard.restore import STILL_DRAINING, earlier_boot, restore
+from suspendguard.guard.restore import STILL_DRAINING, Restored, earlier_boot, restore
 from suspendguard.guard.run_state import RunOptions, RunState
 from suspendguard.guard.said import Said
 from suspendguard.idle.base import IdleReport
@@ -101,7 +101,7 @@ def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
 
 
 def restore_at_once(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreConfig,
-                    history: History | None, log: Logger) -> None:
+                    history: History | None, log: Logger) -> list[Restored]:
     """Start again the jobs a run stopped through their supervisors when no sleep follows (a
     veto; a Slurm node that did not sleep after all), each result into the history; and,
     before them, those an earlier restore of this boot left pending while their job still
@@ -117,9 +117,9 @@ def restore_at_once(stops: Sequence[Stop], supervisors: OwnerControl, config: Re
     if history is not None and config.after_veto:  # else it would record them skipped
         stops = [*_left_draining(history, stops, log), *stops]
     with bounded(Deadline(time.monotonic() + RESTORE_AFTER_VETO_S)):
-        restore(stops, supervisors, config, enabled=config.after_veto, record=note,
-                log=log.info, warn=log.warning, journal=log.journal,
-                draining=history.still_draining if history is not None else None)
+        return restore(stops, supervisors, config, enabled=config.after_veto, record=note,
+                       log=log.info, warn=log.warning, journal=log.journal,
+                       draining=history.still_draining if history is not None else None)
 
 
 def _left_draining(history: History, stops: Sequence[Stop], log: Logger) -> list[Stop]:

@@ -106,6 +106,8 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
         elif later is not stop:
             result, why = "skipped", (f"stopped again by attempt {later.attempt_id}: that stop "
                                       "brings it back")
+        elif not enabled and draining is not None and draining(stop):
+            result, why = "pending", STILL_DRAINING  # for a restore that is on, once it left
         elif not enabled:
             result, why = "skipped", "[restore] is off for this case"
         else:

@@ -148,14 +148,14 @@ def _start_again(ctx: Caller, config: Config, attempt: int, log: Logger) -> list
     from suspendguard.guard.run import OnDemandOwnerControl
     try:
         with History.open(config.state.dir) as history:
-            stops = history.pending_stops(attempt)
-            restore_at_once(stops, OnDemandOwnerControl(ctx.environ, config.state.dir),
-                            config.restore, history, log)
+            done = restore_at_once(history.pending_stops(attempt),
+                                   OnDemandOwnerControl(ctx.environ, config.state.dir),
+                                   config.restore, history, log)
     except HistoryError as exc:
         log.warning(f"slurm node: the jobs attempt {attempt} stopped were not started "
                     f"again: {exc}")
         return None
-    return [s.owner.name for s in stops]
+    return [r.stop.owner.name for r in done if r.result in ("started", "starting")]
 
 
 def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str, Any]:

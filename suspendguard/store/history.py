@@ -265,14 +265,14 @@ class History(Reads):
                        why, stop_id))
 
     def still_draining(self, stop: Stop) -> bool:
-        """Whether a holder of ``stop``'s owner that its attempt signalled and did not see leave
-        (``timeout``; reached, the guard killed in its wait) still runs, same pid and start.
+        """Whether a holder of ``stop``'s owner that its attempt's signal reached, and that it did
+        not see leave (``timeout``; the guard killed in its wait), still runs, same pid and start.
         False for a launcher (cron) whose job left, and where the history cannot say."""
         try:
             with self._reading():
                 rows = self.conn.execute(
                     "SELECT pid, start_time FROM holders WHERE attempt_id = ? AND owner = ? AND"
-                    " (outcome = 'timeout' OR (outcome = 'signalled' AND signalled = 1))",
+                    " outcome IN ('timeout', 'signalled') AND signalled = 1",
                     (stop.attempt_id, stop.owner.key)).fetchall()
         except HistoryError:
             return False

@@ -395,14 +395,19 @@ def test_a_guard_killed_in_its_wait_leaves_a_saving_unit_to_the_next_restore(
     with contextlib.closing(sqlite3.connect(state / "history.db")) as db, db:
         db.execute("UPDATE attempts SET guard_pid = 0 WHERE id = ?", (killed,))  # it died
 
-    code, out, err = cli("--config", str(config), "restore", "--json")
-    assert not started.exists(), err
-    assert [(r["result"], "still draining" in r["why"]) for r in json.loads(out)["restored"]] \
-        == [("pending", True)], err
-    assert code == 3  # a job stays down until a restore runs again: said
-    pending, listed = _pending(state, config)
-    assert [s.attempt_id for s in pending] == [killed]
-    assert [(p["owner"], p["result"]) for p in listed] == [(SERVICE.key, "pending")]
+    for after_resume in (False, True):  # restore off after a resume leaves it all the same
+        config.write_text(config.read_text().replace("[resume]\n", (
+            f"[restore]\nafter_resume = {str(after_resume).lower()}\n[resume]\n")))
+        code, out, err = cli("--config", str(config), "restore", "--json")
+        assert not started.exists(), err
+        assert [(r["result"], "still draining" in r["why"])
+                for r in json.loads(out)["restored"]] == [("pending", True)], err
+        assert code == 3  # a job stays down until a restore runs again: said
+        pending, listed = _pending(state, config)
+        assert [s.attempt_id for s in pending] == [killed]
+        assert [(p["owner"], p["result"]) for p in listed] == [(SERVICE.key, "pending")]
+        config.write_text(config.read_text().replace(
+            f"[restore]\nafter_resume = {str(after_resume).lower()}\n", ""))
 
     _gone(saving)
     code, out, err = cli("--config", str(config), "restore", "--json")
@@ -411,13 +416,14 @@ def test_a_guard_killed_in_its_wait_leaves_a_saving_unit_to_the_next_restore(
     assert _pending(state, config) == ([], [])
 
 
-@pytest.mark.parametrize("kind", ["exited", "signalled"])
+@pytest.mark.parametrize("kind", ["exited", "signalled", "timeout"])
 def test_a_launcher_left_running_is_skipped_as_before(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any],
         saving: subprocess.Popen[bytes], kind: str) -> None:
-    """The unit's main process is no job the drain left running (a cron whose job exited,
-    or a job a killed guard wrote ahead and never signalled): its stop is done, not left
-    pending for ever while the launcher runs on."""
+    """The unit's main process is no job the drain's signal reached and left running (a
+    cron whose job exited, a job a killed guard wrote ahead and never signalled, a kernel
+    whose shutdown request was never sent): its stop is done, not left pending for ever
+    while it runs on."""
     config = configured(tmp_path, monkeypatch)
     state = tmp_path / "state"
     started = _unit(fakes, tmp_path, saving.pid)

@@ -34,6 +34,7 @@ from suspendguard.guard.jupyter import (
     connection_file_arg,
     describe,
     kernel_of,
+    read_connection_file,
     request_shutdown,
 )
 from suspendguard.guard.scan import scan_holders
@@ -456,3 +457,12 @@ def test_a_kernel_whose_cell_job_leaves_as_the_wait_ends_is_not_asked(
     finally:
         os.killpg(kernel.pid, signal.SIGKILL)  # the job too: in the kernel's process group
         kernel.wait()
+
+
+def test_a_connection_file_nested_deeper_than_the_parser_goes_is_no_kernel(
+        tmp_path: Path) -> None:
+    """JSON nested 30,000 deep fits in a connection file's 64 KiB: Python's parser gives up
+    with a RecursionError, which is the answer "not a connection file", not a traceback."""
+    deep = tmp_path / "kernel-deep.json"
+    deep.write_text("[" * 30000 + "]" * 30000)
+    assert read_connection_file(str(deep), os.getuid(), {os.getgid()}) is None
