@@ -108,9 +108,11 @@ def kernel_of(holder: Holder, proc: ProcFS) -> JupyterKernel | None:
             return None
         ip = os.path.join(cwd, ip)
     python = _interpreter(holder, proc)
+    # The request is sent by the kernel's interpreter, with the connection's info (not its
+    # file), to its control socket (ipc) or port (tcp).
     unreachable = _unreachable(proc, holder.pid, transport, {
-        "connection file": path, "control socket": f"{ip}-{info['control_port']}"
-        if transport == "ipc" else "", "interpreter": python})
+        "control socket": f"{ip}-{info['control_port']}" if transport == "ipc" else "",
+        "interpreter": python})
     st = proc.stat(holder.pid)
     if st is None or st.start_time != holder.start_time:
         return None  # another process took the pid over: what was read is not this holder's
