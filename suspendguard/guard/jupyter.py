@@ -108,8 +108,7 @@ def kernel_of(holder: Holder, proc: ProcFS) -> JupyterKernel | None:
             return None
         ip = os.path.join(cwd, ip)
     python = _interpreter(holder, proc)
-    # The request is sent by the kernel's interpreter, with the connection's info (not its
-    # file), to its control socket (ipc) or port (tcp).
+    # The request: the kernel's interpreter, the info read here, to its socket (ipc) or port.
     unreachable = _unreachable(proc, holder.pid, transport, {
         "control socket": f"{ip}-{info['control_port']}" if transport == "ipc" else "",
         "interpreter": python})
@@ -255,9 +254,8 @@ def _names_jupyter(word: str) -> bool:
 
 
 def _unreachable(proc: ProcFS, pid: int, transport: str, files: dict[str, str]) -> str:
-    """Why a child of the guard could not reach the kernel, "" when it can: the guard sees the
-    kernel's ``files`` (what: the path the kernel has it at, or "") as those very files (a mount
-    namespace of the same files, as the unit's ProtectSystem= makes, is fine); tcp: its netns."""
+    """Why a child of the guard could not reach the kernel, "" when it can: it sees ``files``
+    (what: the kernel's path, or "") as the kernel does (ProtectSystem= is fine); tcp: netns."""
     for what, path in ((w, p) for w, p in files.items() if p):
         theirs = proc.path(pid, "exe") if what == "interpreter" else proc.path(pid, "root") + path
         if not _same_file(theirs, path):
