@@ -58,6 +58,7 @@ class DrainResult:
     # Each launcher that took the signal to forward, and when (a start time's clock ticks).
     forwarded_at: Mapping[HolderId, int] = field(default_factory=dict)
 
+
 def drain(
     holders: Sequence[Holder],
     signame: str,
@@ -205,8 +206,11 @@ class _Drain:
 
     def _ask(self, key: int, target: Target, ask: Callable[[float], str], until: float) -> None:
         asked_as, left = self.jobs.asked_as, until - self.clock()  # bounds the ask (job_stop.py)
-        why = (f"not asked: no time was left of the wait for {asked_as}" if left < ASK_MIN_S
-               else (error := ask(left)) and f"{asked_as} failed: {error}")
+        if left < ASK_MIN_S:
+            why = f"not asked: no time was left of the wait for {asked_as}"
+        else:
+            error = ask(left)
+            why = f"{asked_as} failed: {error}" if error else ""
         if why:
             self._drop(key, Outcome("not-signalled", why=f"{UNSIGNALLABLE}: {why}"))
             return
