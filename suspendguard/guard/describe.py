@@ -167,12 +167,16 @@ def sigint_disposition(proc: ProcFS, pid: int, masks: SignalMasks,
 def stopped_since(proc: ProcFS, holders: Iterable[Holder]) -> dict[HolderId, str]:
     """The holders stopped since the scan, by state ("T"; "t": a debugger's stop): a signal
     would stay pending and end the job once continued, its suspend refused."""
-    found = {}
-    for h in holders:
-        try:
-            st = proc.stat(h.pid)
-            if st is not None and st.start_time == h.start_time:
-                found[holder_id(h)] = stopped_state(proc, h.pid, st)
-        except ProcAccessError:
-            continue
+    found = {holder_id(h): stopped_now(proc, h.pid, h.start_time) for h in holders}
     return {key: state for key, state in found.items() if state}
+
+
+def stopped_now(proc: ProcFS, pid: int, start_time: int) -> str:
+    """``stopped_state`` of the process ``pid`` started at ``start_time``; "" where it is gone,
+    another's by now, or cannot be read."""
+    try:
+        st = proc.stat(pid)
+        return stopped_state(proc, pid, st) if st is not None and st.start_time == start_time \
+            else ""
+    except ProcAccessError:
+        return ""

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from suspendguard.guard.describe import stopped_state
+from suspendguard.guard.describe import stopped_now
 from suspendguard.guard.jobs import Launcher
 from suspendguard.guard.launchers import LauncherKind
 from suspendguard.system import runner
@@ -83,7 +83,8 @@ class Held:
         for launcher in launchers:
             # Stopped by its user, or a debugger, when planned or since: left so, never
             # continued here.
-            if state := launcher.stopped or _stopped(launcher, self.proc):
+            if state := launcher.stopped or stopped_now(self.proc, launcher.pid,
+                                                          launcher.start_time):
                 self.warnings.append(f"{launcher.label} was stopped already (state "
                                      f"{state}): left stopped, not continued")
                 continue
@@ -171,17 +172,6 @@ def _exited(pidfd: int, until: float, clock: Callable[[], float],
         if ready:
             break  # the guard was stopped
     return any(fd == pidfd for fd, _ in poller.poll(0))
-
-
-def _stopped(launcher: Launcher, proc: ProcFS) -> str:
-    """"T" or "t" where ``launcher`` is stopped now, else "" (gone or unreadable too)."""
-    try:
-        st = proc.stat(launcher.pid)
-    except ProcAccessError:
-        return ""
-    if st is None or st.start_time != launcher.start_time:
-        return ""
-    return stopped_state(proc, launcher.pid, st)
 
 
 def _pidfd(launcher: Launcher, proc: ProcFS) -> int | None:

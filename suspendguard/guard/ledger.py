@@ -15,7 +15,6 @@ exception: the history never changes a verdict.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ class Earlier:
 
     def ticks(self) -> int:
         """When the attempt began, on the clock of a process's start time (boot.ticks_now)."""
-        return ticks_now() - int(max(0.0, time.time() - self.began) * os.sysconf("SC_CLK_TCK"))
+        return ticks_now(max(0.0, time.time() - self.began))
 
     def note(self, signame: str) -> str:
         ago = max(0.0, time.time() - self.began)

@@ -59,7 +59,7 @@ def boot_ids(proc: ProcFS) -> frozenset[str]:
     return frozenset(boot_id(proc).split())
 
 
-def ticks_now() -> int:
-    """Now on the clock of a process's start time in /proc/PID/stat: clock ticks since boot,
-    a suspend included (CLOCK_BOOTTIME)."""
-    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+def ticks_now(ago_s: float = 0.0) -> int:
+    """Now (or ``ago_s`` seconds ago) on the clock of a process's start time in
+    /proc/PID/stat: clock ticks since boot, a suspend included (CLOCK_BOOTTIME)."""
+    return int((time.clock_gettime(time.CLOCK_BOOTTIME) - ago_s) * os.sysconf("SC_CLK_TCK"))
