@@ -7,7 +7,7 @@ skip``, the unit is gone or masked, it runs already, or someone started and
 stopped it again since the guard stopped it), or left (stopped in an
 earlier boot, and ``[restore] earlier_boot = "leave"``). A stop whose turn
 comes after the budget ended gets no result: it stays pending, for the
-next ``restore``. So does a unit whose job the drain signalled and did not
+next ``restore``. So does a unit or container whose job the drain signalled and did not
 see exit, and which still runs (its save outlived ``[drain] timeout_s``, or
 the guard was killed in its wait): it is started by the first restore that
 finds that job gone, never beside it. The budget is the caller's
@@ -157,7 +157,12 @@ def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,
         return "skipped", "matches [restore] skip"
     owner = stop.owner
     if owner.kind in ("docker", "podman"):
-        return supervisors.start_container(owner, stop.stopped)
+        # Asked first: a job that ends its save after the engine saw the container running
+        # must not leave it recorded as skipped, and down for good (an on-failure policy does
+        # not start a job that exits 0). Its policy goes back all the same.
+        saving = draining(stop)
+        result, why = supervisors.start_container(owner, stop.stopped)
+        return ("pending", STILL_DRAINING) if saving and result == "skipped" else (result, why)
     if owner.kind not in UNIT_KINDS:
         return "skipped", f"a {owner.kind} cannot be started again by this version"
     now = supervisors.unit_now(owner)

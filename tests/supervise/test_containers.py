@@ -462,6 +462,36 @@ def test_a_container_whose_pid_1_outlived_its_job_stopped_by_hand_after_is_left_
     assert not c.running and c.restart == "always"  # its policy is back all the same
 
 
+def test_a_container_whose_job_still_saves_at_the_veto_stays_pending_and_starts_after(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    # Its save outlives [drain] timeout_s, and it exits 0: an on-failure policy does not
+    # bring it back. The veto's restore must neither start it beside the save nor record it
+    # skipped (down for good): it stays pending, and the next restore starts it.
+    saved = tmp_path / "saved"
+    script = ('exec 3<"$1"; trap \'echo "$$ SIGINT" >> "$2"; until [ -e "$3" ]; do sleep 0.05; '
+              'done; exit 0\' INT; echo "ready $$"; while :; do sleep 0.05 3<&-; done')
+    c = engine.create(["/bin/sh", "-c", script, "sh", node, holders.marker, str(saved)],
+                      restart="on-failure")
+    wait_for(lambda: bool(scan_holders(take_inventory(DevicesConfig((), (node,), ()))).holders),
+             10)
+    report = guard(make_config(drain={"timeout_s": 1}), supervisors=supervisors(engine, tmp_path))
+    assert report.verdict.kind == "veto", report.verdict
+    assert holders.signals() == [f"{c.pid} SIGINT"]
+    [row] = stops(tmp_path)
+    assert (row["result"], "still draining" in row["why"]) == ("pending", True), row
+    assert c.running and c.restart == "on-failure"  # its policy is back
+    assert f"/containers/{c.id}/start" not in engine.paths("POST")
+
+    saved.touch()  # the save ends
+    wait_for(lambda: not c.running, 10)
+    assert c.restarts == 0
+    code, out, err = cli("--config", conf_file(tmp_path, node), "restore", "--json",
+                         environ=env(engine))
+    assert code == 0, err
+    assert [r["result"] for r in json.loads(out)["restored"]] == ["started"]
+    assert engine.wait_running(c) and stops(tmp_path)[0]["result"] == "started"
+
+
 def test_a_restore_while_a_drain_runs_leaves_that_drain_alone(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path) -> None:
     # An operator's "suspendguard restore" (status says to run it) while the veto unit
