@@ -9,10 +9,7 @@ file is a JSON object with the kernel's ports and key. The command line is the p
 set; the file is read as its user could: owned by that user (or root), readable by them, a
 regular file, the last component not a symbolic link, and small.
 
-The request is sent by a child running the kernel's own interpreter as its user and group (no
-supplementary groups), with jupyter_client's BlockingKernelClient (ipykernel depends on it), as
-a notebook server frames and signs it: the guard needs neither pyzmq nor jupyter_client, and
-never runs a user's interpreter as root. The child is killed at the timeout.
+Asking it (guard/jupyter_ask.py) is left to the kernel's own interpreter.
 """
 
 from __future__ import annotations
@@ -20,16 +17,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pwd
 import stat
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from suspendguard.guard.python_argv import python_runs
 from suspendguard.model import Holder, HolderId, holder_id
-from suspendguard.system import runner
 from suspendguard.system.procfs import ProcAccessError, ProcFS, user_name
 
 # The ways a kernel spec or a launcher starts ipykernel.
@@ -279,102 +273,13 @@ def _same_file(a: str, b: str) -> bool:
 
 def describe(kernel: JupyterKernel, cannot: str = "") -> str:
     """The veto's reason: which kernel, why the drain signal cannot stop it, what to do;
-    ``cannot``: why ``[drain] jupyter = "shutdown"`` cannot ask it either (:func:`cannot_ask`)."""
+    ``cannot``: why ``[drain] jupyter = "shutdown"`` cannot ask it either (``jupyter_ask.cannot_ask``)."""
     server = f", server pid {kernel.parent[0]} {kernel.parent[1]}" if kernel.parent else ""
     way = (f'and the guard cannot ask it to shut down ([drain] jupyter = "shutdown"): {cannot}; '
            f"{SHUT_DOWN}" if cannot else f'{SHUT_DOWN}, or set [drain] jupyter = "shutdown"')
     return (f"pid {kernel.pid} {kernel.comm} (user {user_name(kernel.uid)}) is a Jupyter kernel "
             f"(connection file {kernel.connection_file}{server}): it never exits on SIGINT "
             f"(SIGINT only interrupts its running cell){',' if cannot else ';'} {way}")
-
-
-def cannot_ask(kernel: JupyterKernel) -> str:
-    """Why the guard cannot ask ``kernel`` to shut down, known before anyone is signalled; or ""."""
-    if kernel.unreachable:
-        return kernel.unreachable
-    if not kernel.python:
-        return "its interpreter was deleted (upgraded?)"
-    if os.geteuid() not in (0, kernel.uid):
-        return f"it runs as uid {kernel.uid}; only root or that user can ask it to shut down"
-    return ""
-
-
-# Run by the kernel's own interpreter, as the kernel's user, from /: reads
-# {"connection": ..., "until": CLOCK_MONOTONIC seconds} on stdin and prints
-# one JSON line. CLOCK_MONOTONIC is one clock for every process of the host,
-# so the child waits for the reply only as long as the guard waits for it.
-SHUTDOWN_SCRIPT = """\
-import json, sys, time
-order = json.loads(sys.stdin.read())
-try:
-    from jupyter_client.blocking import BlockingKernelClient
-except Exception as exc:
-    print(json.dumps({"error": "cannot import jupyter_client: %s" % exc}))
-    sys.exit(0)
-client = BlockingKernelClient()
-client.load_connection_info(order["connection"])
-client.start_channels(shell=False, iopub=False, stdin=False, hb=False, control=True)
-try:
-    wait = max(order["until"] - time.monotonic(), 0.05)
-    try:
-        reply = client.shutdown(restart=False, reply=True, timeout=wait)
-    except Exception as exc:
-        print(json.dumps({"error": "no shutdown_reply within %.1f s (%s)" % (wait, type(exc).__name__)}))
-    else:
-        print(json.dumps({"status": reply.get("content", {}).get("status", "")}))
-finally:
-    client.stop_channels()
-"""
-# What the child keeps for itself of the timeout: starting the interpreter
-# and its exit after the reply came.
-CHILD_MARGIN_S = 0.5
-
-
-def request_shutdown(kernel: JupyterKernel, timeout_s: float) -> str | None:
-    """Ask ``kernel`` to shut down (``shutdown_request``, restart false) on its control channel.
-
-    None once the kernel acknowledged it (its ``shutdown_reply``); else one line saying why not.
-    The kernel is never signalled: a kernel busy in a cell acknowledges at once but exits only
-    when the cell ends, which the caller waits for.
-    """
-    label = f"Jupyter kernel pid {kernel.pid}"
-    if cannot := cannot_ask(kernel):
-        return f"{label}: {cannot}"
-    as_user = (kernel.uid, kernel.gid) if os.geteuid() == 0 else None
-    try:
-        home = pwd.getpwuid(kernel.uid).pw_dir
-    except KeyError:
-        home = "/"
-    env = {"PATH": runner.DEFAULT_PATH, "LANG": "C.UTF-8", "HOME": home}
-    order = {"connection": kernel.connection_info(),
-             "until": time.monotonic() + max(timeout_s - CHILD_MARGIN_S, 0.1)}
-    # -E: no PYTHON* variable of the guard's reaches the child; "/" is its
-    # folder, so no module in the guard's folder shadows jupyter_client.
-    result = runner.run([kernel.python, "-E", "-c", f"import os; os.chdir('/')\n{SHUTDOWN_SCRIPT}"],
-                        timeout=timeout_s, env=env, stdin=json.dumps(order), as_user=as_user)
-    if not result.ok:
-        why = result.describe_failure()
-        if result.error == "permission denied" and as_user is not None:
-            why += " (switching to the kernel's user needs CAP_SETUID and CAP_SETGID)"
-        return f"{label}: {why}"
-    answer = _answer(result.stdout)
-    if answer is None:
-        tail = result.stdout.strip().splitlines()[-1][:200] if result.stdout.strip() else "nothing"
-        return f"{label}: no answer from the shutdown request (printed {tail!r})"
-    if "error" in answer:
-        return f"{label}: {answer['error']}"
-    if answer.get("status") != "ok":
-        return f"{label}: the kernel answered the shutdown request with status {answer.get('status')!r}"
-    return None
-
-
-def _answer(stdout: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(next((ln for ln in reversed(stdout.splitlines()) if ln.startswith("{")),
-                                ""))
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def started_by(kernel: Holder, holders: Iterable[Holder], proc: ProcFS,

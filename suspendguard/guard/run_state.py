@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from suspendguard.config import DrainConfig, IdleConfig, PolicyConfig
-from suspendguard.guard import advice, jobs, jupyter
+from suspendguard.guard import advice, jobs, jupyter, jupyter_ask
 from suspendguard.guard.describe import stopped_since
 from suspendguard.guard.drain import MIN_WAIT_S, DrainResult, drain
 from suspendguard.guard.handles import UNSIGNALLABLE
@@ -150,7 +150,7 @@ class RunState:
         if (kernel := self.kernel(d.holder)) is None:
             unread = jupyter.unread_kernel(d.holder, self.options.proc)
             return replace(d, kind="veto-jupyter", reason=unread) if unread else d
-        cannot = jupyter.cannot_ask(kernel) if self.drain.jupyter == "shutdown" else None
+        cannot = jupyter_ask.cannot_ask(kernel) if self.drain.jupyter == "shutdown" else None
         if cannot == "":
             return replace(d, kind="jupyter-shutdown", notes=(*d.notes, (
                 "a Jupyter kernel: asked to shut down on its own control channel "
@@ -396,5 +396,5 @@ class RunState:
 
 def _shutdown(kernel: jupyter.JupyterKernel) -> Callable[[float], str]:
     def ask(left_s: float) -> str:  # what is left of the wait: the ask is bounded by it too
-        return jupyter.request_shutdown(kernel, min(SHUTDOWN_ASK_S, left_s)) or ""
+        return jupyter_ask.request_shutdown(kernel, min(SHUTDOWN_ASK_S, left_s)) or ""
     return ask

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -30,13 +31,12 @@ from suspendguard.errors import ConfigError
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.jupyter import (
     JupyterKernel,
-    cannot_ask,
     connection_file_arg,
     describe,
     kernel_of,
     read_connection_file,
-    request_shutdown,
 )
+from suspendguard.guard.jupyter_ask import cannot_ask, request_shutdown
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Holder
 from suspendguard.system.procfs import ProcFS, Stat
@@ -323,17 +323,25 @@ def test_a_kernel_that_cannot_be_asked_is_said_so_not_tried(kernel: Kernel, node
     assert "\n" not in text and kernel.alive()
 
 
-@pytest.mark.parametrize("why", ["network-namespace", "deleted-interpreter"])
+@pytest.mark.parametrize("why", ["network-namespace", "deleted-interpreter", "control-port"])
 def test_a_kernel_that_cannot_be_asked_vetoes_before_anyone_is_signalled(
         fake_kernel: FakeKernel, holders: Holders, make_config: Callable[..., object], node: str,
         tmp_path: Path, why: str) -> None:
-    """[drain] jupyter = "shutdown", and a kernel the request cannot reach, or whose interpreter
-    is gone: the ask is certain to fail, so the suspend is vetoed at once, naming why, and no
-    other job is sent SIGINT for it; check says the same."""
+    """[drain] jupyter = "shutdown", and a kernel the request cannot reach (another network
+    namespace; a control port the guard cannot connect to, as the unit's IPAddressAllow=
+    refuses an address off loopback), or whose interpreter is gone: the ask is certain to
+    fail, so the suspend is vetoed at once, naming why, and no other job is sent SIGINT for
+    it; check says the same."""
     if why == "network-namespace" and os.geteuid() != 0:
         pytest.skip("needs root (unshare --net)")
-    conn = write_connection(tmp_path / "c.json", CONNECTION)
-    if why == "network-namespace":
+    closed = socket.socket()  # bound and not listening: a connection to it is refused
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    conn = write_connection(tmp_path / "c.json", {**CONNECTION, "control_port": port})
+    if why == "control-port":
+        holder = fake_kernel("-f", conn)
+        said = f"its control port 127.0.0.1:{port} cannot be reached from the guard (Connection refused)"
+    elif why == "network-namespace":
         holder = fake_kernel("-f", conn, prefix=["unshare", "--net", "--"])
         said = "it runs in another network namespace (a container?)"
     else:  # an apt upgrade of python3.x deletes the file every kernel started before it runs
@@ -353,6 +361,7 @@ def test_a_kernel_that_cannot_be_asked_vetoes_before_anyone_is_signalled(
         assert all(f"pid {job_pid} " not in r for r in report.verdict.texts)
     assert holders.signals() == []  # the other job was never sent SIGINT for a certain veto
     assert job.poll() is None and ProcFS().stat(holder.pid) is not None
+    closed.close()
 
 
 @needs_root
@@ -363,7 +372,8 @@ def test_a_kernel_is_reached_from_a_mount_namespace_of_the_same_files(
     code = textwrap.dedent(f"""\
         import json
         from suspendguard.guard.describe import describe_process
-        from suspendguard.guard.jupyter import kernel_of, request_shutdown
+        from suspendguard.guard.jupyter import kernel_of
+        from suspendguard.guard.jupyter_ask import request_shutdown
         from suspendguard.system.procfs import ProcFS
         found = kernel_of(describe_process({kernel.pid}, []), ProcFS())
         print(json.dumps({{"unreachable": found.unreachable, "error": request_shutdown(found, 10)}}))
@@ -386,8 +396,10 @@ def test_a_tcp_kernel_whose_connection_file_the_guard_does_not_see_is_reached_al
     interpreter, which the guard sees as the kernel does."""
     runtime = tmp_path / "runtime"
     runtime.mkdir()
-    theirs = write_connection(tmp_path / "theirs.json", CONNECTION)
-    ours = write_connection(runtime / "c.json", CONNECTION)  # same text, not the same file
+    control = socket.create_server(("127.0.0.1", 0))  # its control port, listening
+    info = {**CONNECTION, "control_port": control.getsockname()[1]}
+    theirs = write_connection(tmp_path / "theirs.json", info)
+    ours = write_connection(runtime / "c.json", info)  # same text, not the same file
     private = f'mount -t tmpfs tmpfs {runtime} && cp {theirs} {ours} && exec "$0" "$@"'
     holder = fake_kernel("-f", ours, prefix=["unshare", "--mount", "--propagation", "private",
                                               "sh", "-c", private])
@@ -395,6 +407,7 @@ def test_a_tcp_kernel_whose_connection_file_the_guard_does_not_see_is_reached_al
     assert found is not None and found.connection_file == ours
     assert found.unreachable == "", found
     assert cannot_ask(found) == ""
+    control.close()
 
 
 def test_an_ipc_kernel_is_reached_through_its_control_socket(fake_kernel: FakeKernel,
@@ -436,7 +449,9 @@ def test_a_kernel_whose_cell_job_leaves_as_the_wait_ends_is_not_asked(
     script = tmp_path / "ipykernel_launcher.py"
     script.write_text(SPAWNING_KERNEL)
     marker = tmp_path / "signals.log"
-    conn = write_connection(tmp_path / "c.json", CONNECTION)
+    control = socket.create_server(("127.0.0.1", 0))  # the guard's check connects to it
+    conn = write_connection(tmp_path / "c.json",
+                            {**CONNECTION, "control_port": control.getsockname()[1]})
     kernel = subprocess.Popen(
         [sys.executable, str(script), "-f", conn, HOLDER, "--node", node, "--delay", "1.6",
          "--marker", str(marker), node], stdout=subprocess.PIPE, text=True, start_new_session=True)
@@ -456,6 +471,7 @@ def test_a_kernel_whose_cell_job_leaves_as_the_wait_ends_is_not_asked(
     finally:
         os.killpg(kernel.pid, signal.SIGKILL)  # the job too: in the kernel's process group
         kernel.wait()
+        control.close()
 
 
 def test_a_connection_file_nested_deeper_than_the_parser_goes_is_no_kernel(
