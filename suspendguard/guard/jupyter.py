@@ -202,7 +202,8 @@ def _connection_info(value: Any) -> dict[str, Any] | None:
     ip = value.get("ip", "127.0.0.1")
     scheme = value.get("signature_scheme", "hmac-sha256")
     if (not isinstance(key, str) or transport not in ("tcp", "ipc") or not isinstance(ip, str)
-            or not ip or not isinstance(scheme, str) or not scheme.startswith("hmac-")):
+            or not ip or not isinstance(scheme, str) or not scheme.startswith("hmac-")
+            or (transport == "tcp" and not (ip.isascii() and ip.isprintable()))):
         return None
     return {"transport": transport, "ip": ip, "control_port": value["control_port"],
             "key": key, "signature_scheme": scheme}

@@ -35,15 +35,22 @@ def cannot_ask(kernel: JupyterKernel) -> str:
 
 def _port_refused(ip: str, port: int) -> str:
     """Why the guard cannot connect to a tcp kernel's control port ("" when it can: closed at
-    once, nothing sent): the installed unit reaches loopback only (``IPAddressAllow=``)."""
+    once, nothing sent): the installed unit reaches loopback only (``IPAddressAllow=``), where
+    a connection elsewhere is dropped, and the wait for it ends at ``CONNECT_S``."""
     try:
-        ip_address(ip)
+        family = socket.AF_INET6 if ip_address(ip).version == 6 else socket.AF_INET
     except ValueError:  # a name (localhost): looking it up is left to the request
         return ""
     try:
-        socket.create_connection((ip, port), timeout=CONNECT_S).close()
-    except OSError as exc:
-        return f"its control port {ip}:{port} cannot be reached from the guard ({exc.strerror or exc})"
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:  # this process may open none (the watch unit: AF_UNIX): not known here
+        return ""
+    with sock:
+        sock.settimeout(CONNECT_S)
+        try:
+            sock.connect((ip, port))
+        except OSError as exc:
+            return f"its control port {ip}:{port} cannot be reached from the guard ({exc.strerror or exc})"
     return ""
 
 

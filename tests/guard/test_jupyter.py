@@ -7,6 +7,7 @@ from a cell, as a notebook's kernel holds a device.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -203,6 +204,7 @@ def test_a_command_line_alone_does_not_make_a_kernel(fake_kernel: FakeKernel, tm
                                      {k: v for k, v in CONNECTION.items() if k != "control_port"},
                                      {**CONNECTION, "control_port": "50004"},
                                      {**CONNECTION, "transport": "udp"},
+                                     {**CONNECTION, "ip": "fe80::1%\ud800"},  # no name encodes
                                      {**CONNECTION, "signature_scheme": "none"}])
 def test_a_file_that_is_no_connection_file_makes_no_kernel(fake_kernel: FakeKernel,
                                                            tmp_path: Path, content: object) -> None:
@@ -361,6 +363,26 @@ def test_a_kernel_that_cannot_be_asked_vetoes_before_anyone_is_signalled(
         assert all(f"pid {job_pid} " not in r for r in report.verdict.texts)
     assert holders.signals() == []  # the other job was never sent SIGINT for a certain veto
     assert job.poll() is None and ProcFS().stat(holder.pid) is not None
+    closed.close()
+
+
+def test_a_guard_that_may_open_no_inet_socket_leaves_the_port_to_the_request(
+        fake_kernel: FakeKernel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch unit may open AF_UNIX sockets alone: that its dry run cannot connect says
+    nothing of the kernel, which the veto unit's request may reach. It is not a veto there."""
+    closed = socket.socket()  # bound and not listening: a connection to it is refused
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    found = kernel_of(fake_kernel("-f", write_connection(
+        tmp_path / "c.json", {**CONNECTION, "control_port": port})), ProcFS())
+    assert found is not None
+    assert cannot_ask(found).startswith(f"its control port 127.0.0.1:{port} cannot be reached")
+
+    def no_inet(*_args: object, **_kwargs: object) -> socket.socket:
+        raise OSError(errno.EAFNOSUPPORT, os.strerror(errno.EAFNOSUPPORT))
+
+    monkeypatch.setattr(socket, "socket", no_inet)  # as RestrictAddressFamilies=AF_UNIX does
+    assert cannot_ask(found) == ""
     closed.close()
 
 
