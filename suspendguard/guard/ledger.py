@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from suspendguard.errors import HistoryError
@@ -101,6 +101,12 @@ class Ledger:
         if self.history is not None and stop.seq in self._ids:
             with contextlib.suppress(HistoryError):  # the run's own error is what is said
                 self.history.record_restore(self._ids[stop.seq], result, why)
+
+    def still_draining(self, stop: Stop) -> bool:
+        """Whether the job of one of this run's stops still drains after its signal
+        (``History.still_draining``); False where nothing was written ahead."""
+        return self.history is not None and self.history.still_draining(
+            replace(stop, attempt_id=self.attempt_id))
 
     def stopped(self, stops: Sequence[Stop], answers: Mapping[str, str]) -> str:
         """Complete the stops the supervisors took; those they refused never happened."""

@@ -51,7 +51,7 @@ Record = Callable[[Stop, str, str], None]
 # Whether a job the stop's attempt signalled, and did not see exit, still runs (its save).
 Draining = Callable[[Stop], bool]
 # The why of a stop left pending while its job still drains (the history keeps it with no
-# result): the next restore, whichever runs it, starts the unit once that job has gone.
+# result): the next restore, whichever runs it, starts the owner once that job has gone.
 STILL_DRAINING = ("still draining after the guard's signal: the next restore starts it once "
                   "its job has stopped")
 # Stopped through a systemd manager: the system's, or a user's (user@UID.service).
@@ -70,7 +70,7 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
     in another is left down unless ``[restore] earlier_boot = "start"``.
     ``journal``: under journald, each failed start also goes there as one
     structured entry (:func:`failed_entry`).
-    ``draining``: whether a stop's job still drains (``History.still_draining``): such a unit
+    ``draining``: whether a stop's job still drains (``History.still_draining``): such an owner
     is not started, and its stop stays pending (recorded with result ``pending``, which the
     history keeps as none, and :data:`STILL_DRAINING`); None: no job is known to.
     An owner stopped again by a later stop in ``stops`` is brought back by that one.

@@ -76,7 +76,7 @@ def drain(r: RunState, first: list[Decision], look: ScanResult, inventory: Inven
             restore(r.stops, r.options.supervisors, restore_config,
                     enabled=restore_config.after_veto, record=r.ledger.restored,
                     log=r.options.log.info, warn=r.options.log.warning,
-                    journal=r.options.log.journal)
+                    journal=r.options.log.journal, draining=r.ledger.still_draining)
         raise
 
 

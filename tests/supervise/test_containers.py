@@ -31,6 +31,7 @@ from suspendguard.commands import restore as restore_command
 from suspendguard.config import DevicesConfig
 from suspendguard.errors import HistoryError
 from suspendguard.guard.inventory import take_inventory
+from suspendguard.guard.ledger import Ledger
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Owner
 from suspendguard.record import Stop
@@ -462,27 +463,29 @@ def test_a_container_whose_pid_1_outlived_its_job_stopped_by_hand_after_is_left_
     assert not c.running and c.restart == "always"  # its policy is back all the same
 
 
-def test_a_container_whose_job_still_saves_at_the_veto_stays_pending_and_starts_after(
-        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
-    # Its save outlives [drain] timeout_s, and it exits 0: an on-failure policy does not
-    # bring it back. The veto's restore must neither start it beside the save nor record it
-    # skipped (down for good): it stays pending, and the next restore starts it.
-    saved = tmp_path / "saved"
+def saving_container(engine: FakeEngine, node: str, holders: Holders, saved: Path) -> Any:
+    """A container (restart on-failure) whose job, on SIGINT, saves until ``saved`` exists,
+    then exits 0, once it holds the node."""
     script = ('exec 3<"$1"; trap \'echo "$$ SIGINT" >> "$2"; until [ -e "$3" ]; do sleep 0.05; '
               'done; exit 0\' INT; echo "ready $$"; while :; do sleep 0.05 3<&-; done')
     c = engine.create(["/bin/sh", "-c", script, "sh", node, holders.marker, str(saved)],
                       restart="on-failure")
     wait_for(lambda: bool(scan_holders(take_inventory(DevicesConfig((), (node,), ()))).holders),
              10)
-    report = guard(make_config(drain={"timeout_s": 1}), supervisors=supervisors(engine, tmp_path))
-    assert report.verdict.kind == "veto", report.verdict
+    return c
+
+
+def left_saving_then_started(engine: FakeEngine, c: Any, node: str, holders: Holders,
+                             tmp_path: Path) -> None:
+    """The run's restore left the container pending while its job saves, its policy back;
+    once the save ends, the next restore starts it."""
+    wait_for(lambda: bool(holders.signals()), 5)  # the shell's trap runs once its sleep ends
     assert holders.signals() == [f"{c.pid} SIGINT"]
     [row] = stops(tmp_path)
     assert (row["result"], "still draining" in row["why"]) == ("pending", True), row
     assert c.running and c.restart == "on-failure"  # its policy is back
     assert f"/containers/{c.id}/start" not in engine.paths("POST")
-
-    saved.touch()  # the save ends
+    (tmp_path / "saved").touch()  # the save ends
     wait_for(lambda: not c.running, 10)
     assert c.restarts == 0
     code, out, err = cli("--config", conf_file(tmp_path, node), "restore", "--json",
@@ -490,6 +493,17 @@ def test_a_container_whose_job_still_saves_at_the_veto_stays_pending_and_starts_
     assert code == 0, err
     assert [r["result"] for r in json.loads(out)["restored"]] == ["started"]
     assert engine.wait_running(c) and stops(tmp_path)[0]["result"] == "started"
+
+
+def test_a_container_whose_job_still_saves_at_the_veto_stays_pending_and_starts_after(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    # Its save outlives [drain] timeout_s, and it exits 0: an on-failure policy does not
+    # bring it back. The veto's restore must neither start it beside the save nor record it
+    # skipped (down for good): it stays pending, and the next restore starts it.
+    c = saving_container(engine, node, holders, tmp_path / "saved")
+    report = guard(make_config(drain={"timeout_s": 1}), supervisors=supervisors(engine, tmp_path))
+    assert report.verdict.kind == "veto", report.verdict
+    left_saving_then_started(engine, c, node, holders, tmp_path)
 
 
 def test_a_restore_while_a_drain_runs_leaves_that_drain_alone(
@@ -551,3 +565,21 @@ def test_a_drain_that_breaks_half_way_puts_the_owner_back(
     assert [s["result"] for s in stops(tmp_path)] == ["started"]
     code, out, _ = cli("--config", conf_file(tmp_path, node), "restore", environ=env(engine))
     assert (code, out) == (0, "nothing to restore\n")
+
+
+def test_a_drain_that_breaks_while_a_job_saves_leaves_its_container_pending(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The drain breaks in its wait, once its signal reached the job: the restore the broken
+    # run makes must not record the container skipped while the job saves (down for good).
+    c = saving_container(engine, node, holders, tmp_path / "saved")
+    reached = Ledger.reached
+
+    def breaks(self: Ledger, *args: Any) -> str:
+        reached(self, *args)
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(Ledger, "reached", breaks)
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        guard(make_config(), supervisors=supervisors(engine, tmp_path))
+    left_saving_then_started(engine, c, node, holders, tmp_path)
