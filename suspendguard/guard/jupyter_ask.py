@@ -19,7 +19,7 @@ from typing import Any
 from suspendguard.guard.jupyter import JupyterKernel
 from suspendguard.system import runner
 
-CONNECT_S = 0.5  # a connection on this host: made, or refused, at once
+CONNECT_S = 0.5  # made or refused at once on this host; one the IP filter drops waits this long
 
 
 def cannot_ask(kernel: JupyterKernel) -> str:
