@@ -8,6 +8,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -184,6 +186,36 @@ def test_refused_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", f"unix:path={path}")
     assert logind_info() == Unavailable(
         f"logind: unavailable: no system bus at unix:path={path} (Connection refused)")
+
+
+@pytest.mark.parametrize("answer", [b"", b"x" * 8192], ids=["closes", "no-line-end"])
+def test_a_bus_that_closes_during_authentication_is_an_answer(tmp_path: Path,
+                                                              answer: bytes) -> None:
+    """The peer reads the guard's AUTH line, then closes (a user manager that exits, a
+    dbus-daemon that drops a connection), or sends bytes with no line end: an answer, not a
+    loop that never yields, where no timeout could fire. A child, killed if it spins."""
+    path = tmp_path / "closing_socket"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    code = "from suspendguard.system.dbus.logind import logind_info; print(logind_info())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=30, env={**os.environ,
+                                           "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={path}"})
+    thread.join(5)
+    server.close()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Unavailable(reason='logind: unavailable: ") and (
+        "while it authenticated the guard" in done.stdout), done.stdout
 
 
 def test_bus_without_the_services(bus: PrivateBus) -> None:

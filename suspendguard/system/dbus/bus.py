@@ -310,6 +310,9 @@ def converse(service: str, timeout: float, body: Callable[[Session], Awaitable[T
         return pool.submit(asyncio.run, conversation()).result()
 
 
+MAX_AUTH_LINE = 4096  # an authentication line is tens of bytes (OK GUID, AGREE_UNIX_FD)
+
+
 class _Bus(MessageBus):
     """dbus-next's bus, which says when its authentication is over (after BEGIN)."""
 
@@ -318,6 +321,20 @@ class _Bus(MessageBus):
     async def _authenticate(self) -> None:
         await super()._authenticate()  # type: ignore[no-untyped-call]
         self.authenticated = True
+
+    async def _auth_readline(self) -> str:
+        """dbus-next 0.2's, but a peer that closed (an empty read) or sends no line end ends
+        it: its loop would go on without ever yielding, where no timeout or cancel can fire."""
+        buf = b""
+        while buf[-2:] != b"\r\n":
+            data = await self._loop.sock_recv(self._sock, 2)
+            if not data:
+                raise EOFError("the bus closed the connection while it authenticated the guard")
+            buf += data
+            if len(buf) > MAX_AUTH_LINE:
+                raise EOFError(f"the bus sent more than {MAX_AUTH_LINE} bytes with no line end "
+                               "while it authenticated the guard")
+        return buf[:-2].decode()
 
 
 def _new_bus(address: str) -> Any:
