@@ -187,7 +187,7 @@ class Host:
         names = set()
         for comm in glob.glob(str(self.path("proc") / "[0-9]*" / "comm")):
             try:
-                names.add(Path(comm).read_text().strip())
+                names.add(Path(comm).read_text(errors="replace").strip())
             except OSError:
                 continue
         return names

@@ -158,6 +158,12 @@ def _no_dmp_daemon(root: Path) -> None:
     (root / "proc/101/comm").unlink()
 
 
+def _comm_cut_mid_character(root: Path) -> None:
+    # The kernel keeps 15 bytes of a name: a Chinese one is cut inside a character.
+    (root / "proc/103").mkdir()
+    (root / "proc/103/comm").write_bytes("a训练任务六".encode()[:15] + b"\n")
+
+
 def _systemd_257(root: Path) -> None:
     (root / "usr/lib/x86_64-linux-gnu/systemd/libsystemd-shared-252.so").unlink()
     write(root, "usr/lib/systemd/libsystemd-shared-257.so")
@@ -168,6 +174,7 @@ CASES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "preserve-from-modprobe-d": (_modprobe_preserve_only, ["nvidia-preserve-without-units"]),
     "units-without-preserve": (_preserve_off, ["nvidia-units-without-preserve"]),
     "unit-before-sleep": (_unit_default_deps, ["unit-before-sleep-default-deps"]),
+    "comm-cut-mid-character": (_comm_cut_mid_character, []),
     "guard-unit-missing": (_guard_missing_hibernate, ["guard-unit-missing"]),
     "guard-timeout-short": (_guard_short_timeout, ["guard-timeout-short"]),
     "resume-timeout-short": (_resume_short_timeout, ["resume-timeout-short"]),
