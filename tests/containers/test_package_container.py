@@ -345,6 +345,10 @@ def test_remove_keeps_config_and_history_and_reinstall_uses_them(installed: Debi
     seen = [a["id"] for a in attempts(box)]
     assert seen
     box.run("systemctl", "enable", "--now", WATCH, SYNC_TIMER)
+    # As the unit's own comment says to: links under /etc beside the package's static ones.
+    box.run("systemctl", "enable", "suspendguard@suspend.service")
+    assert box.run("test", "-L", "/etc/systemd/system/systemd-suspend.service.requires/"
+                   "suspendguard@suspend.service", check=False).returncode == 0
     box.run("apt-get", "remove", "-y", "suspendguard", timeout=120)
     # nothing of the package runs on: no watch holding a sleep block, no timer firing
     assert not box.unit_active(WATCH) and not box.unit_active(SYNC_TIMER)
