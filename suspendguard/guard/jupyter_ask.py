@@ -24,13 +24,20 @@ CONNECT_S = 0.5  # made or refused at once on this host; one the IP filter drops
 
 def cannot_ask(kernel: JupyterKernel) -> str:
     """Why the guard cannot ask ``kernel`` to shut down, known before anyone is signalled; or ""."""
+    if cannot := _cannot_run(kernel):
+        return cannot
+    return _port_refused(kernel.ip, kernel.control_port) if kernel.transport == "tcp" else ""
+
+
+def _cannot_run(kernel: JupyterKernel) -> str:
+    """Why the request's child cannot run for ``kernel``, as the kernel was read; or ""."""
     if kernel.unreachable:
         return kernel.unreachable
     if not kernel.python:
         return "its interpreter was deleted (upgraded?)"
     if os.geteuid() not in (0, kernel.uid):
         return f"it runs as uid {kernel.uid}; only root or that user can ask it to shut down"
-    return _port_refused(kernel.ip, kernel.control_port) if kernel.transport == "tcp" else ""
+    return ""
 
 
 def _port_refused(ip: str, port: int) -> str:
@@ -93,7 +100,7 @@ def request_shutdown(kernel: JupyterKernel, timeout_s: float) -> str | None:
     when the cell ends, which the caller waits for.
     """
     label = f"Jupyter kernel pid {kernel.pid}"
-    if cannot := cannot_ask(kernel):
+    if cannot := _cannot_run(kernel):  # its port was tried before the drain (cannot_ask)
         return f"{label}: {cannot}"
     as_user = (kernel.uid, kernel.gid) if os.geteuid() == 0 else None
     try:
