@@ -202,7 +202,14 @@ def test_a_bus_that_closes_during_authentication_is_an_answer(tmp_path: Path,
     def serve() -> None:
         conn, _ = server.accept()
         with conn:
-            conn.recv(4096)
+            # The guard sends a NUL byte, then its AUTH line: closing with any of it unread
+            # would reset the connection instead of closing it.
+            got = b""
+            while not got.endswith(b"\r\n"):
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                got += chunk
             conn.sendall(answer)
 
     thread = threading.Thread(target=serve, daemon=True)
