@@ -7,7 +7,8 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from suspendguard.doctor.checks import doctor, to_fix, vram_in_use_mb
+from suspendguard.doctor.checks import doctor, vram_in_use_mb
+from suspendguard.doctor.finding import to_fix
 from suspendguard.doctor.host import Host
 from suspendguard.errors import UsageError
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,12 +118,13 @@ class Host:
             for line in text.splitlines():
                 name, _, value = line.strip().partition("=")
                 if name.strip() == key:
-                    found = found + value.split() if value.strip() else []
+                    found = found + _words(value) if value.strip() else []
         return found
 
     def _unit_texts(self, path: str, names: Sequence[str]) -> list[str]:
-        """The unit file's text, then its drop-ins' in the order systemd applies them; none
-        when the file is absent."""
+        """The [Service] section of the unit file, then of its drop-ins in the order systemd
+        applies them; none when the file is absent. A key outside it (a drop-in without its
+        section header) systemd ignores."""
         text = self.read(path)
         if text is None:
             return []
@@ -132,10 +134,10 @@ class Host:
                 for file in sorted(glob.glob(str(self.path(folder) / f"{glob.escape(name)}.d"
                                                  / "*.conf"))):
                     dropins.setdefault(os.path.basename(file), Path(file))
-        texts = [text]
+        texts = [section(text, "Service")]
         for name in sorted(dropins):
             try:
-                texts.append(dropins[name].read_text(errors="replace"))
+                texts.append(section(dropins[name].read_text(errors="replace"), "Service"))
             except OSError:
                 continue
         return texts
@@ -191,6 +193,27 @@ class Host:
             except OSError:
                 continue
         return names
+
+
+def section(text: str, name: str) -> str:
+    """The lines of a unit file's ``[name]`` sections, joined."""
+    keep, current = [], None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            current = stripped[1:-1]
+        elif current == name:
+            keep.append(line)
+    return "\n".join(keep)
+
+
+def _words(value: str) -> list[str]:
+    """A list setting's words as systemd splits them: quotes group, ``%%`` is a ``%``."""
+    try:
+        words = shlex.split(value)
+    except ValueError:  # an unclosed quote: systemd ignores the line; words are the best guess
+        words = value.split()
+    return [w.replace("%%", "%") for w in words]
 
 
 def setting(text: str, key: str | tuple[str, ...]) -> str | None:

@@ -28,6 +28,10 @@ from suspendguard.install.templates import (
 from suspendguard.install.tree import Tree
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 
+# Where a unit can be masked, in the order systemd reads them: systemctl mask writes /etc,
+# systemctl mask --runtime /run.
+MASK_DIRS = ("/etc/systemd/system", "/run/systemd/system", *UNIT_DIRS[1:])
+
 
 @dataclass(frozen=True, slots=True)
 class UnitFile:
@@ -92,16 +96,28 @@ class Installation:
     hook: Hook
     config: ConfigFile
     manifest: Manifest | Unavailable | None  # None: no manifest (install never ran here)
+    # The files that mask the veto unit, for an action each (the template's for all).
+    masks: tuple[tuple[str, str], ...] = ()
 
     @property
     def enabled(self) -> tuple[str, ...]:
         return tuple(i.action for i in self.instances if i.enabled)
 
     def refusal(self) -> str | None:
-        """Why every suspend will fail as installed (an enabled unit whose interpreter
-        cannot run the guard), or None."""
-        if self.unit is None or not self.enabled:
+        """Why every suspend will fail as installed (an enabled unit that systemd cannot
+        load, or whose interpreter cannot run the guard), or None."""
+        if not self.enabled:
             return None
+        # A sleep step requires the instance: one that cannot load fails the step itself.
+        masked = [(action, path) for action, path in self.masks if action in self.enabled]
+        if masked:
+            action, path = masked[0]
+            return (f"{path} masks {instance(action)}, which systemd-{action}.service "
+                    f"requires: systemd fails the {action} (systemctl unmask {instance(action)})")
+        if self.unit is None:
+            return (f"the veto unit {UNIT_TEMPLATE} is gone, but enable links still make "
+                    f"{', '.join(self.enabled)} require it: systemd fails each (suspendguard "
+                    "install, or remove the enable links)")
         py = self.unit.interpreter
         if py is None:
             return f"the veto unit {self.unit.path} has no ExecStart= program"
@@ -144,7 +160,36 @@ def _unit_setting(text: str, key: str) -> str | None:
     return found[-1].strip() if found else None
 
 
+def mask_of(tree: Tree, name: str) -> str | None:
+    """The file that masks ``name``: the first of systemd's unit folders to hold it, where
+    that is a link to /dev/null or an empty file. None when nothing masks it."""
+    path = _first(tree, name)
+    if path is None:
+        return None
+    at = tree.at(path)
+    try:
+        masked = os.readlink(at) == "/dev/null" if at.is_symlink() else at.stat().st_size == 0
+    except OSError:
+        return None
+    return path if masked else None
+
+
+def _first(tree: Tree, name: str) -> str | None:
+    return next((f"{d}/{name}" for d in MASK_DIRS if os.path.lexists(tree.at(f"{d}/{name}"))),
+                None)
+
+
+def masked_actions(tree: Tree) -> tuple[tuple[str, str], ...]:
+    """(action, masking file) of each action whose instance is masked, or whose instance
+    comes from the template (no file of its own) and the template is masked."""
+    found = ((action, mask_of(tree, instance(action)) if _first(tree, instance(action))
+              else mask_of(tree, UNIT_TEMPLATE)) for action in SLEEP_ACTIONS)
+    return tuple((action, path) for action, path in found if path is not None)
+
+
 def _unit(tree: Tree, root: str) -> UnitFile | None:
+    if mask_of(tree, UNIT_TEMPLATE) is not None:
+        return None
     path = next((d + "/" + UNIT_TEMPLATE for d in UNIT_DIRS
                  if tree.at(d + "/" + UNIT_TEMPLATE).is_file()), None)
     if path is None:
@@ -194,4 +239,5 @@ def read_installation(root: str = "/") -> Installation:
         hook=_hook(tree),
         config=ConfigFile(config_path, tree.at(config_path).is_file()),
         manifest=manifest,
+        masks=masked_actions(tree),
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from suspendguard import __version__
 from suspendguard.config import Config
-from suspendguard.doctor.checks import Finding, to_fix
+from suspendguard.doctor.finding import Finding, to_fix
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import INSTALL, IdleReport, family_of
 from suspendguard.install.installed import Installation

@@ -6,7 +6,7 @@ import shlex
 from typing import TextIO
 
 from suspendguard.config import Config
-from suspendguard.doctor.checks import to_fix
+from suspendguard.doctor.finding import to_fix
 from suspendguard.guard.render import device_lines, holder_lines, idle_lines, paint, verdict_lines
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable

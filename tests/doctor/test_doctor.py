@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,9 +13,11 @@ import pytest
 from helpers.runners import cli
 
 from suspendguard.config import DEFAULT_STATE_DIR, Config, build
-from suspendguard.doctor.checks import doctor, health_budget_s
+from suspendguard.doctor.checks import doctor
 from suspendguard.doctor.host import Host, timespan_s
+from suspendguard.doctor.units import health_budget_s, unusable_interpreter
 from suspendguard.install import templates
+from suspendguard.install.interpreter import probe
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 
 CONFIG = build({})
@@ -137,6 +140,44 @@ def _resume_dropin_overridden_by_a_later_name(root: Path) -> None:
           "[Service]\nTimeoutStartSec=30s\n")
 
 
+def _resume_dropin_outside_its_section(root: Path) -> None:
+    # systemd ignores an assignment before any section header: the short timeout stands.
+    _resume_short_timeout(root)
+    write(root, f"etc/systemd/system/{templates.RESUME_UNIT}.d/override.conf",
+          f"TimeoutStartSec={health_budget_s(CONFIG) + 60}\n")
+
+
+def _timeouts_of_zero(root: Path) -> None:
+    # TimeoutStartSec=0 is no limit, as TimeoutSec=0 is.
+    write(root, f"etc/systemd/system/{templates.UNIT_TEMPLATE}.d/none.conf",
+          "[Service]\nTimeoutStartSec=0\n")
+    write(root, f"etc/systemd/system/{templates.RESUME_UNIT}.d/none.conf",
+          "[Service]\nTimeoutSec=0\n")
+
+
+def _instance_masked(root: Path) -> None:
+    link(root, f"etc/systemd/system/{templates.instance('hibernate')}", "/dev/null")
+
+
+def _instance_masked_at_runtime_by_an_empty_file(root: Path) -> None:
+    write(root, f"run/systemd/system/{templates.instance('suspend')}", "")
+
+
+def _unit_gone_links_left(root: Path) -> None:
+    (root / templates.UNIT_PATH.lstrip("/")).unlink()
+
+
+def _unit_never_installed(root: Path) -> None:
+    _unit_gone_links_left(root)
+    for action in SLEEP_ACTIONS:
+        (root / templates.enable_link(action).lstrip("/")).unlink()
+
+
+def _resume_masked(root: Path) -> None:
+    (root / templates.RESUME_PATH.lstrip("/")).unlink()
+    link(root, templates.RESUME_PATH, "/dev/null")
+
+
 def _no_resume_unit(root: Path) -> None:
     (root / templates.RESUME_PATH.lstrip("/")).unlink()
 
@@ -183,6 +224,14 @@ CASES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "resume-dropin-short": (_resume_dropin_overridden_by_a_later_name,
                             ["resume-timeout-short"]),
     "resume-unit-missing": (_no_resume_unit, ["resume-unit-missing"]),
+    "resume-dropin-outside-section": (_resume_dropin_outside_its_section,
+                                      ["resume-timeout-short"]),
+    "timeouts-of-zero": (_timeouts_of_zero, []),
+    "guard-instance-masked": (_instance_masked, ["guard-unit-masked"]),
+    "guard-instance-empty": (_instance_masked_at_runtime_by_an_empty_file, ["guard-unit-masked"]),
+    "guard-unit-gone": (_unit_gone_links_left, ["guard-unit-gone"]),
+    "guard-not-installed": (_unit_never_installed, ["guard-not-installed"]),
+    "resume-unit-masked": (_resume_masked, ["resume-unit-missing"]),
     "inhibit-delay-conflict": (_delay_conflict, ["inhibit-delay-conflict"]),
     "swap-too-small": (_small_swap, ["hibernate-swap-too-small"]),
     "no-resume-device": (_no_resume_device, ["hibernate-no-resume-device"]),
@@ -442,3 +491,68 @@ def test_a_watch_unit_shorter_than_a_look_is_found(tmp_path: Path) -> None:
     assert watch(CONFIG) == []
     write(root, templates.WATCH_PATH, render(templates.timeout_start_s(longer)))
     assert watch(longer) == []  # install wrote it
+
+
+def findings(root: Path, config: Config = CONFIG) -> dict[str, tuple[str, str]]:
+    return {f.id: (f.text, f.fix) for f in doctor(Host(str(root)), config, 1.0)}
+
+
+def test_a_masked_or_gone_unit_is_said_to_fail_the_sleeps_that_require_it(tmp_path: Path) -> None:
+    """A sleep step that requires a unit systemd cannot load fails: not 'nothing to fix', nor
+    'not guarded'."""
+    root = packaged(clean_host(tmp_path))
+    link(root, f"etc/systemd/system/{templates.UNIT_TEMPLATE}", "/dev/null")  # masks /lib's
+    [(text, fix)] = findings(root).values()
+    assert text == (f"/etc/systemd/system/{templates.UNIT_TEMPLATE} masks the guard's unit for "
+                    f"{', '.join(SLEEP_ACTIONS)}, which the sleep steps require: systemd fails "
+                    f"every {', every '.join(SLEEP_ACTIONS)}")
+    assert fix.startswith(f"systemctl unmask {templates.UNIT_TEMPLATE}; ")
+    (root / "etc/systemd/system" / templates.UNIT_TEMPLATE).unlink()
+    (root / "lib/systemd/system" / templates.UNIT_TEMPLATE).unlink()  # apt remove, links left
+    [(text, fix)] = findings(root).values()
+    links = sorted(f"/lib/systemd/system/{r}.requires/{templates.instance(a)}"
+                   for a in SLEEP_ACTIONS for r in templates.required_by(a))
+    assert text == (f"the guard's unit {templates.UNIT_TEMPLATE} is gone, but {len(links)} enable "
+                    "links still require its instances: systemd fails every sleep they name")
+    assert fix == ("suspendguard install, or reinstall the package; to stop guarding, rm "
+                   + " ".join(links))
+
+
+def test_the_resume_fix_is_a_drop_in_systemd_reads(tmp_path: Path) -> None:
+    root = clean_host(tmp_path)
+    _resume_short_timeout(root)
+    [(_, fix)] = findings(root).values()
+    budget = health_budget_s(CONFIG) + 60
+    assert fix == f"systemctl edit {templates.RESUME_UNIT}: [Service] TimeoutStartSec={budget}"
+    write(root, f"etc/systemd/system/{templates.RESUME_UNIT}.d/override.conf",
+          fix.split(": ", 1)[1].replace("] ", "]\n") + "\n")
+    assert findings(root) == {}
+
+
+def test_a_watch_without_limits_is_not_short(tmp_path: Path) -> None:
+    root = clean_host(tmp_path)
+    write(root, templates.WATCH_PATH, "[Service]\nTimeoutStartSec=30\nWatchdogSec=30\n")
+    assert list(findings(root)) == ["watch-timeout-short"]
+    write(root, f"etc/systemd/system/{templates.WATCH_UNIT}.d/off.conf",
+          "[Service]\nTimeoutSec=0\nWatchdogSec=0\n")
+    assert findings(root) == {}
+
+
+@pytest.mark.parametrize("state_dir", ["/srv/suspend guard", "/srv/100%"])
+def test_a_state_folder_install_had_to_quote_is_writable(tmp_path: Path, state_dir: str) -> None:
+    root = clean_host(tmp_path)
+    shipped_units(root, "etc/systemd/system", state_dir)
+    assert findings(root, build({"state": {"dir": state_dir}})) == {}
+    assert set(findings(root, build({"state": {"dir": "/srv/suspend"}}))) == {
+        "state-dir-read-only"}
+
+
+def test_an_interpreter_that_cannot_run_the_guard_is_an_error(tmp_path: Path) -> None:
+    """Probed for real, as doctor does on '/': the venv the unit names was deleted."""
+    gone = probe(str(tmp_path / "venv/bin/python"))
+    [found] = unusable_interpreter(gone, packaged=False)
+    assert (found.id, found.severity) == ("guard-interpreter-unusable", "error")
+    assert found.text == (f"the veto unit's interpreter {tmp_path}/venv/bin/python is missing: "
+                          "every suspend it guards fails")
+    assert unusable_interpreter(gone, packaged=True)[0].fix == "reinstall the package"
+    assert unusable_interpreter(probe(sys.executable), packaged=False) == []

@@ -13,7 +13,7 @@ from helpers.records import finding
 from test_checks import gpu_config, npu_config
 
 from suspendguard.config import defaults
-from suspendguard.doctor.checks import health_budget_s
+from suspendguard.doctor.units import health_budget_s
 from suspendguard.health import resume
 from suspendguard.health.resume import AfterResume, Tools, after_resume
 from suspendguard.record import FindingRecord

@@ -366,6 +366,36 @@ def test_read_installation_sees_a_packaged_unit(tmp_path: Path) -> None:
     assert state["enabled"] == ["suspend"]
 
 
+def test_a_masked_or_gone_veto_unit_fails_each_sleep_that_requires_it(tmp_path: Path) -> None:
+    """A sleep step that requires an instance systemd cannot load fails: status must not
+    say the suspend would go ahead."""
+    lib, etc = tmp_path / "usr/lib/systemd/system", tmp_path / "etc/systemd/system"
+    unit_folder(lib, {"suspendguard@.service": "[Service]\nExecStart=/bin/true\n"},
+                {"suspendguard@suspend.service": "../suspendguard@.service"})
+    assert read_installation(str(tmp_path)).refusal() is None
+    etc.mkdir(parents=True)
+    # systemctl mask suspendguard@hibernate.service: not enabled, so no sleep fails for it
+    (etc / "suspendguard@hibernate.service").symlink_to("/dev/null")
+    assert read_installation(str(tmp_path)).refusal() is None
+    (etc / "suspendguard@suspend.service").symlink_to("/dev/null")
+    assert read_installation(str(tmp_path)).refusal() == (
+        "/etc/systemd/system/suspendguard@suspend.service masks suspendguard@suspend.service, "
+        "which systemd-suspend.service requires: systemd fails the suspend "
+        "(systemctl unmask suspendguard@suspend.service)")
+    (etc / "suspendguard@suspend.service").unlink()
+    (etc / "suspendguard@.service").write_text("")  # an empty file masks too: the template
+    state = read_installation(str(tmp_path))
+    assert state.unit is None and state.refusal() == (
+        "/etc/systemd/system/suspendguard@.service masks suspendguard@suspend.service, "
+        "which systemd-suspend.service requires: systemd fails the suspend "
+        "(systemctl unmask suspendguard@suspend.service)")
+    (etc / "suspendguard@.service").unlink()
+    (lib / "suspendguard@.service").unlink()  # the unit removed, its enable link left
+    assert read_installation(str(tmp_path)).refusal() == (
+        "the veto unit suspendguard@.service is gone, but enable links still make suspend "
+        "require it: systemd fails each (suspendguard install, or remove the enable links)")
+
+
 def test_check_live_system(tmp_path: Path) -> None:
     with pytest.raises(NotRootError, match="needs root"):
         check_live_system(euid=1000, run_dir=str(tmp_path))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers.isolation import needs_root
 
-from suspendguard.doctor.checks import untrusted_interpreter
+from suspendguard.doctor.units import untrusted_interpreter
 from suspendguard.errors import EXIT_UNTRUSTED, InstallError
 from suspendguard.install.interpreter import Interpreter, probe, refuse_untrusted, untrusted
 
