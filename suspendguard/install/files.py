@@ -314,7 +314,14 @@ def uninstall(
     removed, lines = tree.remove_files(manifest.files, lambda line: say(err, line))
     # A unit enabled by hand (after install --no-enable) has links the manifest does not
     # list: a Requires= left on a unit that is gone fails the whole sleep.
-    lines += tree.remove_links_to(UNIT_DIR, {p for p in removed if p.startswith(UNIT_DIR + "/")})
+    units = {p for p in manifest.files if p.startswith(UNIT_DIR + "/")}
+    lines += tree.remove_links_to(UNIT_DIR, units & set(removed))
+    # A unit left in place (changed since install) keeps the links made by hand: it is
+    # the operator's now, but each sleep they name still requires it.
+    for link in tree.links_to(UNIT_DIR, units - set(removed)):
+        say(err, f"suspendguard: warning: {link}: {link.parent.name.rsplit('.', 1)[0]} still "
+                 f"requires {os.readlink(link)} (enabled by hand, left with the unit): remove "
+                 "the link, or that sleep fails once the guard is gone")
     for line in lines:
         say(out, line)
     if purge:

@@ -121,14 +121,21 @@ class Tree:
         """Remove every enable link in ``unit_dir``'s .requires/ and .wants/ folders that
         leads to one of ``units``; a line for each."""
         said: list[str] = []
+        for link in self.links_to(unit_dir, units):
+            remove(link)
+            said.append(f"removed {link}")
+        return said
+
+    def links_to(self, unit_dir: str, units: Collection[str]) -> list[Path]:
+        """The enable links in ``unit_dir``'s .requires/ and .wants/ folders that lead to one
+        of ``units``."""
+        found: list[Path] = []
         for folder in sorted(self.at(unit_dir).glob("*")) if units else ():
             if not folder.name.endswith((".requires", ".wants")) or not folder.is_dir():
                 continue
-            for link in sorted(folder.iterdir()):
-                if link.is_symlink() and os.readlink(link) in units:
-                    remove(link)
-                    said.append(f"removed {link}")
-        return said
+            found += [link for link in sorted(folder.iterdir())
+                      if link.is_symlink() and os.readlink(link) in units]
+        return found
 
     def save_manifest(self, manifest: Manifest) -> None:
         """The manifest, 0600 in a folder kept 0700: root's alone, as the state folder's files."""
