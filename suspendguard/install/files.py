@@ -318,9 +318,9 @@ def uninstall(
     lines += tree.remove_links_to(UNIT_DIR, units & set(removed))
     # A unit left in place (changed since install) keeps the links made by hand: it is
     # the operator's now, but each sleep they name still requires it.
-    for link in tree.links_to(UNIT_DIR, units - set(removed)):
-        say(err, f"suspendguard: warning: {link}: {link.parent.name.rsplit('.', 1)[0]} still "
-                 f"requires {os.readlink(link)} (enabled by hand, left with the unit): remove "
+    for left in tree.links_to(UNIT_DIR, units - set(removed)):
+        say(err, f"suspendguard: warning: {left}: {left.parent.name.rsplit('.', 1)[0]} still "
+                 f"requires {os.readlink(left)} (enabled by hand, left with the unit): remove "
                  "the link, or that sleep fails once the guard is gone")
     for line in lines:
         say(out, line)
