@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from suspendguard.config import Config
 from suspendguard.doctor.finding import Finding
-from suspendguard.doctor.host import Host, setting
+from suspendguard.doctor.host import Host
 from suspendguard.doctor.units import (
     guard_interpreter,
     guard_units,
@@ -25,6 +25,7 @@ from suspendguard.doctor.units import (
 )
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
+from suspendguard.install.unit_files import setting
 
 NVIDIA_UNITS = ("nvidia-suspend.service", "nvidia-resume.service", "nvidia-hibernate.service")
 # NVIDIA's default for NVreg_TemporaryFilePath when none is set.

@@ -5,17 +5,16 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from suspendguard.install import unit_files
+from suspendguard.install.unit_files import UNIT_DIRS
 from suspendguard.model import Unavailable
 from suspendguard.system import runner
 
 MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/lib/modprobe.d", "lib/modprobe.d")
-UNIT_DIRS = ("etc/systemd/system", "run/systemd/system", "usr/lib/systemd/system",
-             "lib/systemd/system")
 # logind.conf and its drop-ins, in the order systemd reads them (the last one wins).
 LOGIND_CONF = ("etc/systemd/logind.conf",)
 LOGIND_DROPINS = ("usr/lib/systemd/logind.conf.d", "run/systemd/logind.conf.d",
@@ -99,48 +98,10 @@ class Host:
 
     def unit_setting(self, path: str, key: str | tuple[str, ...], names: Sequence[str]
                      ) -> str | None:
-        """``key`` (the last of the keys given, where several set it: ``TimeoutSec=`` sets
-        ``TimeoutStartSec=`` too) as systemd reads it for the unit file at ``path``: the file's last value,
-        then each drop-in's (``NAME.d/*.conf`` for each of ``names``, in every unit
-        folder; a drop-in's file name in an earlier folder hides it in a later one;
-        applied in file-name order). None when the file is absent or nothing sets it."""
-        found = None
-        for text in self._unit_texts(path, names):
-            value = setting(text, key)
-            found = value if value is not None else found
-        return found
+        return unit_files.unit_setting(self.root, path, key, names)
 
     def unit_list(self, path: str, key: str, names: Sequence[str]) -> list[str]:
-        """A list setting (``ReadWritePaths=``) as systemd reads it, the file and its drop-ins
-        as for ``unit_setting``: each assignment adds its words, an empty one empties it."""
-        found: list[str] = []
-        for text in self._unit_texts(path, names):
-            for line in text.splitlines():
-                name, _, value = line.strip().partition("=")
-                if name.strip() == key:
-                    found = found + _words(value) if value.strip() else []
-        return found
-
-    def _unit_texts(self, path: str, names: Sequence[str]) -> list[str]:
-        """The [Service] section of the unit file, then of its drop-ins in the order systemd
-        applies them; none when the file is absent. A key outside it (a drop-in without its
-        section header) systemd ignores."""
-        text = self.read(path)
-        if text is None:
-            return []
-        dropins: dict[str, Path] = {}
-        for folder in UNIT_DIRS:
-            for name in names:
-                for file in sorted(glob.glob(str(self.path(folder) / f"{glob.escape(name)}.d"
-                                                 / "*.conf"))):
-                    dropins.setdefault(os.path.basename(file), Path(file))
-        texts = [section(text, "Service")]
-        for name in sorted(dropins):
-            try:
-                texts.append(section(dropins[name].read_text(errors="replace"), "Service"))
-            except OSError:
-                continue
-        return texts
+        return unit_files.unit_list(self.root, path, key, names)
 
     def logind_settings(self, key: str) -> list[tuple[str, str]]:
         """(file, value) for each file that sets ``key`` in [Login], in the order read."""
@@ -193,39 +154,6 @@ class Host:
             except OSError:
                 continue
         return names
-
-
-def section(text: str, name: str) -> str:
-    """The lines of a unit file's ``[name]`` sections, joined."""
-    keep, current = [], None
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("[") and stripped.endswith("]"):
-            current = stripped[1:-1]
-        elif current == name:
-            keep.append(line)
-    return "\n".join(keep)
-
-
-def _words(value: str) -> list[str]:
-    """A list setting's words as systemd splits them: quotes group, ``%%`` is a ``%``."""
-    try:
-        words = shlex.split(value)
-    except ValueError:  # an unclosed quote: systemd ignores the line; words are the best guess
-        words = value.split()
-    return [w.replace("%%", "%") for w in words]
-
-
-def setting(text: str, key: str | tuple[str, ...]) -> str | None:
-    """The last ``KEY=value`` of a unit file's text (of any of the keys given); None when it
-    sets none."""
-    keys = (key,) if isinstance(key, str) else key
-    found = None
-    for line in text.splitlines():
-        name, _, value = line.strip().partition("=")
-        if name.strip() in keys:
-            found = value.strip()
-    return found
 
 
 def timespan_s(value: str) -> float | Unavailable | None:

@@ -12,9 +12,10 @@ from suspendguard.doctor.finding import Finding
 from suspendguard.doctor.host import Host, timespan_s
 from suspendguard.health.resume import plan as resume_plan
 from suspendguard.install import templates
-from suspendguard.install.installed import mask_of, masked_actions
+from suspendguard.install.installed import masked_actions
 from suspendguard.install.interpreter import Interpreter, probe, program
 from suspendguard.install.tree import Tree
+from suspendguard.install.unit_files import mask_of
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
 from suspendguard.system.deadline import RESTORE_AFTER_RESUME_S
 
@@ -135,7 +136,7 @@ def guard_units(host: Host, config: Config) -> list[Finding]:
     have, unreadable = (None, None) if resume is None else _timeout_start(
         host, resume, (templates.RESUME_UNIT,))
     out += [unreadable] if unreadable is not None else []
-    masked = mask_of(Tree(host.root), templates.RESUME_UNIT)
+    masked = mask_of(host.root, templates.RESUME_UNIT)
     if resume is None or masked:
         out.append(Finding("resume-unit-missing", "warning",
                            f"{templates.RESUME_UNIT} is "

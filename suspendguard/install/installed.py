@@ -9,7 +9,6 @@ A unit shipped by a package in /usr/lib/systemd/system counts too.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +25,8 @@ from suspendguard.install.templates import (
     required_by,
 )
 from suspendguard.install.tree import Tree
+from suspendguard.install.unit_files import first_of, mask_of, unit_setting
 from suspendguard.model import SLEEP_ACTIONS, Unavailable
-
-# Where a unit can be masked, in the order systemd reads them: systemctl mask writes /etc,
-# systemctl mask --runtime /run.
-MASK_DIRS = ("/etc/systemd/system", "/run/systemd/system", *UNIT_DIRS[1:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,51 +151,27 @@ class Installation:
         }
 
 
-def _unit_setting(text: str, key: str) -> str | None:
-    found = re.findall(rf"^{re.escape(key)}=(.*)$", text, re.MULTILINE)
-    return found[-1].strip() if found else None
-
-
-def mask_of(tree: Tree, name: str) -> str | None:
-    """The file that masks ``name``: the first of systemd's unit folders to hold it, where
-    that is a link to /dev/null or an empty file. None when nothing masks it."""
-    path = _first(tree, name)
-    if path is None:
-        return None
-    at = tree.at(path)
-    try:
-        masked = os.readlink(at) == "/dev/null" if at.is_symlink() else at.stat().st_size == 0
-    except OSError:
-        return None
-    return path if masked else None
-
-
-def _first(tree: Tree, name: str) -> str | None:
-    return next((f"{d}/{name}" for d in MASK_DIRS if os.path.lexists(tree.at(f"{d}/{name}"))),
-                None)
-
-
 def masked_actions(tree: Tree) -> tuple[tuple[str, str], ...]:
     """(action, masking file) of each action whose instance is masked, or whose instance
     comes from the template (no file of its own) and the template is masked."""
-    found = ((action, mask_of(tree, instance(action)) if _first(tree, instance(action))
-              else mask_of(tree, UNIT_TEMPLATE)) for action in SLEEP_ACTIONS)
+    root = str(tree.root)
+    found = ((action, mask_of(root, instance(action)) if first_of(root, instance(action))
+              else mask_of(root, UNIT_TEMPLATE)) for action in SLEEP_ACTIONS)
     return tuple((action, path) for action, path in found if path is not None)
 
 
 def _unit(tree: Tree, root: str) -> UnitFile | None:
-    if mask_of(tree, UNIT_TEMPLATE) is not None:
+    if mask_of(root, UNIT_TEMPLATE) is not None:
         return None
     path = next((d + "/" + UNIT_TEMPLATE for d in UNIT_DIRS
                  if tree.at(d + "/" + UNIT_TEMPLATE).is_file()), None)
     if path is None:
         return None
-    try:
-        text = tree.at(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    timeout = _unit_setting(text, "TimeoutStartSec")
-    exec_start = _unit_setting(text, "ExecStart")
+    # As systemd runs the sleep's instance: drop-ins included (doctor's fix for a package's
+    # unit is one).
+    names = (instance("suspend"), UNIT_TEMPLATE)
+    timeout = unit_setting(root, path, ("TimeoutSec", "TimeoutStartSec"), names)
+    exec_start = unit_setting(root, path, "ExecStart", names) or None
     python = program(exec_start) if exec_start else None
     return UnitFile(path, exec_start, int(timeout) if timeout and timeout.isdigit() else timeout,
                     probe(python, root) if python else None)

@@ -372,6 +372,15 @@ def test_read_installation_sees_a_packaged_unit(tmp_path: Path) -> None:
     assert state["unit"]["path"] == "/usr/lib/systemd/system/suspendguard@.service"
     assert state["unit"]["timeout_start_s"] == "5min"
     assert state["enabled"] == ["suspend"]
+    # doctor's fix for a package's unit is a drop-in: status shows what systemd runs
+    dropin = tmp_path / "etc/systemd/system/suspendguard@.service.d/override.conf"
+    dropin.parent.mkdir(parents=True)
+    dropin.write_text("[Service]\nTimeoutStartSec=300\nExecStart=\n"
+                      "ExecStart=/opt/sg/bin/python -I -m suspendguard pre-sleep %i\n")
+    unit = read_installation(str(tmp_path)).to_json()["unit"]
+    assert unit["timeout_start_s"] == 300
+    assert unit["exec_start"] == "/opt/sg/bin/python -I -m suspendguard pre-sleep %i"
+    assert unit["interpreter"]["path"] == "/opt/sg/bin/python"
 
 
 def test_a_masked_or_gone_veto_unit_fails_each_sleep_that_requires_it(tmp_path: Path) -> None:
