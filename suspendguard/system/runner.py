@@ -8,7 +8,9 @@ never reports the guard's own probes.
 from __future__ import annotations
 
 import contextlib
+import locale
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -72,6 +74,8 @@ class RunResult:
             return f"{cmd}: {self.error}"
         if self.timed_out:
             return f"{cmd}: no answer within the timeout (killed)"
+        if self.truncated:
+            return f"{cmd}: more output than is kept (killed)"
         if self.returncode is not None and self.returncode < 0:
             try:
                 name = signal.Signals(-self.returncode).name
@@ -81,6 +85,11 @@ class RunResult:
         err = self.stderr.strip().splitlines()
         tail = f": {err[-1][:200]}" if err else ""
         return f"{cmd}: exit status {self.returncode}{tail}"
+
+
+# What is kept of a run's stdout: far past any answer of a tool run here. A child that writes
+# without end (a wedged tool printing errors in a loop) is killed there, not kept in memory.
+MAX_OUTPUT = 16 * 1024 * 1024
 
 
 def run(
@@ -94,6 +103,8 @@ def run(
 
     ``as_user`` (uid, gid): the child drops to that user, with no
     supplementary groups, before it executes (needs CAP_SETUID, CAP_SETGID).
+    Its output is read as a text-mode pipe reads it; past MAX_OUTPUT bytes of
+    stdout the child is killed and ``truncated`` set, as by :func:`run_bounded`.
     """
     args = tuple(argv)
     proc = _spawn(
@@ -103,28 +114,26 @@ def run(
         stderr=subprocess.PIPE,
         env=dict(env) if env is not None else None,
         start_new_session=True,
-        text=True,
-        errors="replace",
         user=as_user[0] if as_user else None,
         group=as_user[1] if as_user else None,
         extra_groups=[] if as_user else None,
     )
     if isinstance(proc, RunResult):
         return proc
-    _started(proc.pid)
-    try:
-        out, err = _communicate(proc, stdin, timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        out, err = _killed_output(proc)
-        if deadline.cancelled():
-            return RunResult(args, None, out, err, error=deadline.current().cancel_reason)
-        return RunResult(args, None, out, err, timed_out=True)
-    except BaseException:
-        _ended(proc.pid)
-        raise
-    _ended(proc.pid)
-    return RunResult(args, proc.returncode, out, err)
+    bound = deadline.current()
+    coding = locale.getpreferredencoding(False)  # subprocess's text mode's, on 3.10 and 3.11
+    sent = None if stdin is None else stdin.encode(coding, "replace")
+    out, err, timed_out, truncated = _collect(proc, bound.cap(timeout), MAX_OUTPUT, sent, bound)
+    said, complained = _text(out, coding), _text(err, coding)
+    if timed_out and bound.cancelled:
+        return RunResult(args, None, said, complained, error=bound.cancel_reason)
+    code = None if timed_out or truncated else proc.returncode
+    return RunResult(args, code, said, complained, timed_out=timed_out, truncated=truncated)
+
+
+def _text(data: bytes, coding: str) -> str:
+    """``data`` as a text-mode pipe reads it: bad bytes replaced, universal newlines."""
+    return data.decode(coding, "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 # How long a child killed at its timeout may take to go and close its output.
@@ -132,17 +141,6 @@ def run(
 # process it started in a session of its own keeps the pipes open: neither
 # may hold up the guard, whose timeout would mean nothing then.
 KILLED_GRACE_S = 1.0
-
-
-def _killed_output(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    """What a killed child wrote, once it is gone; nothing if it does not go in time."""
-    try:
-        out, err = proc.communicate(timeout=KILLED_GRACE_S)
-    except subprocess.TimeoutExpired:
-        _abandon(proc)
-        return "", ""
-    _ended(proc.pid)
-    return out, err
 
 
 def _abandon(proc: subprocess.Popen[Any]) -> None:
@@ -155,28 +153,8 @@ def _abandon(proc: subprocess.Popen[Any]) -> None:
         _abandoned.append(proc)
 
 
-# How often a child's wait looks whether the guard was cancelled.
+# How often the wait for a child whose output closed looks whether the guard was cancelled.
 CANCEL_POLL_S = 0.05
-
-
-def _communicate(proc: subprocess.Popen[str], stdin: str | None,
-                 timeout: float) -> tuple[str, str]:
-    """The child's output; TimeoutExpired past ``timeout``, the guard's deadline or its cancel."""
-    bound = deadline.current()
-    until = time.monotonic() + max(bound.cap(timeout), 0.001)
-    if bound.cancel is None:
-        return proc.communicate(stdin, timeout=until - time.monotonic())
-    first = True
-    while True:
-        left = until - time.monotonic()
-        if bound.cancelled or left <= 0:
-            raise subprocess.TimeoutExpired(proc.args, timeout)
-        try:
-            # communicate() may be called again after a timeout: no output is lost.
-            return proc.communicate(stdin if first else None, timeout=min(left, CANCEL_POLL_S))
-        except subprocess.TimeoutExpired:
-            first = False
-
 
 # What is kept of a bounded command's stderr: enough for its last lines.
 STDERR_KEEP = 64 * 1024
@@ -195,59 +173,101 @@ def run_bounded(argv: Sequence[str], timeout: float, max_output: int) -> RunResu
                   stderr=subprocess.PIPE, start_new_session=True)
     if isinstance(proc, RunResult):
         return proc
+    out, err, timed_out, truncated = _collect(proc, timeout, max_output)
+    code = None if timed_out or truncated else proc.returncode
+    return RunResult(args, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                     timed_out=timed_out, truncated=truncated)
+
+
+def _collect(proc: subprocess.Popen[bytes], timeout: float, max_output: int,
+             stdin: bytes | None = None, bound: deadline.Deadline = deadline.UNBOUNDED
+             ) -> tuple[bytes, bytes, bool, bool]:
+    """(stdout, stderr, timed out, truncated) of a started child, which is gone after (or,
+    killed and not going, given up on). ``bound``'s cancel ends it as the timeout does."""
     _started(proc.pid)
-    timed_out = truncated = True  # until it is read to the end: killed on the way out
+    until = time.monotonic() + max(timeout, 0.001)
+    out = err = b""
+    finished = truncated = False
     try:
-        out, err, timed_out, truncated = _read_bounded(proc, timeout, max_output)
+        out, err, truncated = _read_bounded(proc, until, max_output, stdin, bound.cancel_fd)
+        finished = not truncated and _exited(proc, until, bound)
     finally:
-        if not (timed_out or truncated):
-            try:
-                proc.wait(timeout=1.0)  # its output closed: it is exiting
-            except subprocess.TimeoutExpired:
-                timed_out = True
-        if timed_out or truncated:
+        if not finished:  # timed out, cancelled, truncated, or an error here: killed
             _kill_group(proc.pid)
         try:
             proc.wait(timeout=KILLED_GRACE_S)
         except subprocess.TimeoutExpired:
             _abandon(proc)
         else:
-            for pipe in (proc.stdout, proc.stderr):
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 if pipe is not None:
-                    pipe.close()
+                    with contextlib.suppress(OSError):
+                        pipe.close()
             _ended(proc.pid)
     if truncated:
         out = out[:max_output]
         out = out[:out.rfind(b"\n") + 1]
-    code = None if timed_out or truncated else proc.returncode
-    return RunResult(args, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
-                     timed_out=timed_out, truncated=truncated)
+    return out, err, not (finished or truncated), truncated
 
 
-def _read_bounded(proc: subprocess.Popen[bytes], timeout: float, max_output: int
-                  ) -> tuple[bytes, bytes, bool, bool]:
-    """stdout and stderr until both close, the timeout passes or stdout passes its bound."""
+def _exited(proc: subprocess.Popen[bytes], until: float, bound: deadline.Deadline) -> bool:
+    """Whether a child whose output closed exits by ``until``, before the guard is cancelled."""
+    while not bound.cancelled:
+        left = until - time.monotonic()
+        if left <= 0:
+            return False
+        try:
+            proc.wait(timeout=min(left, CANCEL_POLL_S))
+            return True
+        except subprocess.TimeoutExpired:
+            continue
+    return False
+
+
+def _read_bounded(proc: subprocess.Popen[bytes], until: float, max_output: int,
+                  stdin: bytes | None = None, cancel_fd: int | None = None
+                  ) -> tuple[bytes, bytes, bool]:
+    """stdout and stderr (``stdin`` written meanwhile) until both close, ``until`` passes,
+    ``cancel_fd`` can be read or stdout passes its bound: (stdout, stderr, truncated)."""
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
-    deadline = time.monotonic() + max(timeout, 0.001)
+    pending = memoryview(stdin or b"")
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
-        while sel.get_map():
-            left = deadline - time.monotonic()
+        if proc.stdin is not None:
+            sel.register(proc.stdin, selectors.EVENT_WRITE)
+        if cancel_fd is not None:
+            sel.register(cancel_fd, selectors.EVENT_READ)
+        reading = 2
+        while reading:
+            left = until - time.monotonic()
             if left <= 0:
-                return bytes(out), bytes(err), True, False
+                return bytes(out), bytes(err), False
             for key, _ in sel.select(left):
+                if key.fd == cancel_fd:
+                    return bytes(out), bytes(err), False
+                if key.fileobj is proc.stdin:
+                    try:  # a pipe that can be written takes PIPE_BUF bytes without blocking
+                        pending = pending[os.write(key.fd, pending[:select.PIPE_BUF]):]
+                    except BrokenPipeError:  # the child reads no more of it
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(proc.stdin)
+                        with contextlib.suppress(BrokenPipeError):
+                            proc.stdin.close()
+                    continue
                 chunk = os.read(key.fd, 1024 * 1024)
                 if not chunk:
                     sel.unregister(key.fileobj)
+                    reading -= 1
                     continue
                 key.data.extend(chunk)
                 if key.data is err and len(err) > STDERR_KEEP:
                     del err[:len(err) - STDERR_KEEP]
                 if len(out) > max_output:
-                    return bytes(out), bytes(err), False, True
-    return bytes(out), bytes(err), False, False
+                    return bytes(out), bytes(err), True
+    return bytes(out), bytes(err), False
 
 
 def _kill_group(pid: int) -> None:

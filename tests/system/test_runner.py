@@ -58,3 +58,23 @@ def test_a_bounded_run_still_reads_a_tool_that_ends_on_time() -> None:
     result = runner.run([sys.executable, "-c", "print('answer')"], 10.0)
     assert result.ok and result.stdout == "answer\n"
     assert not runner.active_children()
+
+
+def test_a_run_keeps_a_bounded_part_of_an_output_without_end() -> None:
+    # A child writing without end until its timeout (a wedged tool printing errors in a loop)
+    # was kept whole in memory, at pipe speed: gigabytes within a tool's timeout.
+    result = runner.run(["yes"], 1.0)
+    assert result.truncated and not result.timed_out and result.returncode is None
+    assert 0 < len(result.stdout) <= runner.MAX_OUTPUT and result.stdout.endswith("y\n")
+    assert set(result.stdout.split("\n")) == {"y", ""}  # cut after its last whole line
+    assert result.describe_failure() == "yes: more output than is kept (killed)"
+    assert not runner.active_children()
+
+
+def test_a_run_writes_its_input_while_it_reads_the_output() -> None:
+    # More input than a pipe holds, echoed back as it is read: written all at once before
+    # the output was read, the child and the guard would each wait on the other.
+    text = "ä line\r\n" * 40_000
+    result = runner.run(["cat"], 10.0, stdin=text)
+    assert result.ok and result.stdout == "ä line\n" * 40_000  # as a text-mode pipe reads it
+    assert not runner.active_children()
