@@ -24,6 +24,11 @@ from suspendguard.system.workers import run_shares
 
 _GONE = (errno.ENOENT, errno.ESRCH)
 _FLAGS = re.compile(rb"^flags:\s*([0-7]+)$", re.M)  # an fd's open flags, in its fdinfo
+# Shared anonymous memory (MAP_SHARED of /dev/zero, or MAP_ANONYMOUS) as maps names it: the
+# kernel's own shmem file, in almost every process, and no node. Any other deleted /dev
+# mapping may be a node removed or recreated since (a driver reset, udev, a container's own
+# /dev): map_files still reaches its device.
+_SHARED_ZERO = b"/dev/zero (deleted)"
 
 
 class _Scanner:
@@ -199,7 +204,7 @@ class _Scanner:
             if len(parts) < 6 or parts[4] == b"0":
                 continue
             path = parts[5]
-            if path.startswith(b"/dev/shm/") or path.endswith(b" (deleted)"):
+            if path.startswith(b"/dev/shm/") or path == _SHARED_ZERO:
                 continue
             ident = parts[3] + b" " + parts[4]
             if b" " + ident + b" " in self.map_sigs:
@@ -285,7 +290,6 @@ _Share = tuple[_Found, list[int], list[int]]
 def _held_in(scanner: _Scanner, pids: Sequence[int], maps_known: frozenset[int]) -> _Share:
     found: _Found = {}
     unreadable: list[int] = []
-    scanner.maps_refused = set()
     for pid in pids:
         try:
             held = scanner.held_by(pid, pid not in maps_known)
@@ -298,7 +302,8 @@ def _held_in(scanner: _Scanner, pids: Sequence[int], maps_known: frozenset[int])
             raise
         if held:
             found[pid] = held
-    return found, unreadable, sorted(scanner.maps_refused)
+    # Shares may run side by side in threads (system/workers.py): each takes its own pids'.
+    return found, unreadable, sorted(scanner.maps_refused.intersection(pids))
 
 
 def _held_parallel(scanner: _Scanner, pids: list[int], workers: int,

@@ -4,7 +4,8 @@ Used where one core is the bottleneck on a big input (the /proc scan of a
 busy host, a large set of device logs): the Python side of the work is not
 serialised by the GIL as it would be in threads. Results cross back as JSON
 through a pipe. A worker that fails has its share done in-process, so the
-answer never depends on a fork having worked.
+answer never depends on a fork having worked. Where forking is not safe, a
+bounded run keeps its bound in threads (:func:`_threaded`).
 """
 
 from __future__ import annotations
@@ -44,10 +45,13 @@ def run_shares(
     With ``until`` (a time.monotonic() time) and ``late``, every share is forked and
     waited for until then at most: a worker that has not answered by then (a read of
     /proc that blocks, behind a process stuck in a driver with its memory's lock held)
-    is killed, and its share is ``late(share)``.
+    is killed, and its share is ``late(share)``. Where no fork is safe, each share runs
+    in a thread instead, waited for as long.
     """
-    if until is not None and late is not None and can_fork():
-        return _bounded(shares, work, to_wire, from_wire, until, late)
+    if until is not None and late is not None:
+        if can_fork():
+            return _bounded(shares, work, to_wire, from_wire, until, late)
+        return _threaded(shares, work, until, late)
     if len(shares) <= 1 or not can_fork():
         return [work(share) for share in shares]
     children: list[tuple[int, int, int]] = []  # (pid, read end, share index)
@@ -157,6 +161,46 @@ def _bounded(shares: Sequence[S], work: Callable[[S], R], to_wire: Callable[[R],
             done[index] = late(shares[index])
         _reap([child for child, _index, _data in running.values()])
     return [done[i] for i in range(len(shares))]
+
+
+def _threaded(shares: Sequence[S], work: Callable[[S], R], until: float,
+              late: Callable[[S], R]) -> list[R]:
+    """Every share in a daemon thread, each waited for until ``until``; a late one left behind.
+
+    A hung NVML or DCMI call stays in a thread of its own (idle/base.py), and from then on
+    nothing forks; yet the wedged driver that hung it is what blocks a read of /proc too.
+    A thread cannot be killed: one not done by then is abandoned, as that call's is.
+    """
+    boxes: list[dict[str, Any]] = [{} for _ in shares]
+    running: dict[int, threading.Thread] = {}
+    for index, share in enumerate(shares):
+        thread = threading.Thread(target=_into, args=(boxes[index], work, share),
+                                  name="suspendguard-share", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had: here, as without a bound
+            _into(boxes[index], work, share)
+            continue
+        running[index] = thread
+    for thread in running.values():
+        thread.join(max(0.0, until - time.monotonic()))
+    done: list[R] = []
+    for index, (share, box) in enumerate(zip(shares, boxes, strict=True)):
+        if index in running and running[index].is_alive():
+            done.append(late(share))
+        elif "error" in box:
+            raise box["error"]
+        else:
+            done.append(box["value"])
+    return done
+
+
+def _into(box: dict[str, Any], work: Callable[[S], R], share: S) -> None:
+    """``work(share)`` into ``box``: its value, or the error to raise in the caller's thread."""
+    try:
+        box["value"] = work(share)
+    except BaseException as exc:
+        box["error"] = exc
 
 
 # How long the killed workers are waited for: a SIGKILL ends a wait the kernel lets be

@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -520,6 +521,39 @@ def test_map_files_refusal_is_a_counted_warning(tmp_path: Path, holders: Holders
     assert report["reasons"][0].startswith(f"1 process could not be inspected as root (pids {pid})")
 
 
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare")
+def test_a_mapping_of_a_node_deleted_since_still_holds_it(tmp_path: Path, holders: Holders) -> None:
+    # The job closed its fd and kept the mapping; its node was removed and made again since
+    # (a driver reset, udev): maps names "/dev/davinci0 (deleted)", a line that was skipped.
+    zero = tmp_path / "zero0"
+    os.mknod(zero, 0o666 | 0o020000, os.makedev(1, 5))
+    pid = _map_only_in_own_dev(holders, str(zero))
+    own = f"/proc/{pid}/root/dev/davinci0"  # in the job's mount namespace alone
+    os.unlink(own)
+    os.mknod(own, 0o666 | 0o020000, os.makedev(1, 5))
+    assert " /dev/davinci0 (deleted)\n" in Path(f"/proc/{pid}/maps").read_text()
+    [h] = [h for h in scan_holders(inventory(str(zero))).holders if h.pid == pid]
+    assert [(hn.via, hn.seen_as) for hn in h.nodes] == [("map", "/dev/davinci0 (deleted)")]
+
+
+def test_shared_anonymous_memory_is_no_mapping_of_a_node(tmp_path: Path, node: str) -> None:
+    # Every process with MAP_SHARED anonymous memory shows "/dev/zero (deleted)": the kernel's
+    # shmem file, not a node, and not stat-ed (map_files refused would be a warning for each).
+    # Here its map_files link leads to the node: only what the line is keeps it out.
+    fake = tmp_path / "proc" / "101"
+    (fake / "fd").mkdir(parents=True)
+    (fake / "map_files").mkdir()
+    (fake / "stat").write_bytes(Path("/proc/self/stat").read_bytes())
+    spans = ["7f0000000000-7f0000001000", "7f0000001000-7f0000002000"]
+    (fake / "maps").write_text(f"{spans[0]} rw-s 00000000 00:01 999 /dev/zero (deleted)\n"
+                               f"{spans[1]} rw-s 00000000 00:1a 998 /dev/shm/x (deleted)\n")
+    for span in spans:
+        os.symlink(node, fake / "map_files" / span)
+    scanner = scan._Scanner(inventory(node), ProcFS(str(tmp_path / "proc")))
+    assert scan._held_in(scanner, [101], frozenset()) == ({}, [], [])
+
+
 class StuckMaps(ProcFS):
     """/proc as it is, but reading one process's maps never returns: what a read does behind
     a process stuck in a driver call with its memory's lock taken (a hung kernel path no
@@ -528,10 +562,11 @@ class StuckMaps(ProcFS):
     def __init__(self, pid: int) -> None:
         super().__init__()
         self.stuck = pid
+        self.release = threading.Event()  # for a read left behind in a thread of this process
 
     def read(self, pid: int | str, name: str, at: int | None = None) -> bytes | None:
         if pid == self.stuck and name.endswith("maps"):
-            time.sleep(3600)
+            self.release.wait(3600)
         return super().read(pid, name, at)
 
 
@@ -552,6 +587,29 @@ def test_a_scan_that_blocks_is_ended_by_its_bound_and_counts_as_not_inspected(
     # The share of the scan that blocked is lost whole; without a bound it never returns.
     assert held in {h.pid for h in result.holders} | set(result.late)
     assert scan_holders(inventory(node)).holders  # unbounded, nothing stuck: found
+
+
+def test_a_scan_that_blocks_in_a_threaded_process_is_ended_by_its_bound_all_the_same(
+        node: str, holders: Holders, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Once a hung NVML or DCMI call is left in a thread (idle/base.py), nothing forks: the
+    # bounded scan ran in-process with no bound, held up by the same wedged driver.
+    _, held = holders.start(node)
+    _, stuck = holders.start(node)
+    proc = StuckMaps(stuck)
+    monkeypatch.setattr(scan, "PIDS_PER_WORKER", 1)  # several shares on this small host too
+    # Another thread alive (that, unbounded, would end the stuck read in the end).
+    alive = threading.Timer(10.0, proc.release.set)
+    alive.start()
+    try:
+        started = time.monotonic()
+        result = scan_holders(inventory(node), proc, until=started + 1.0)
+        assert time.monotonic() - started < 5
+        assert stuck in result.late and set(result.late) <= set(result.unreadable_pids)
+        assert held in {h.pid for h in result.holders} | set(result.late)
+    finally:
+        proc.release.set()
+        alive.cancel()
+        alive.join()
 
 
 def test_a_run_whose_scan_blocks_answers_unknown_by_its_deadline(

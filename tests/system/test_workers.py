@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 from suspendguard.system.workers import run_shares
 
@@ -63,6 +64,29 @@ def test_no_fork_from_a_threaded_process() -> None:
 
         assert run_shares([[1], [2]], work, lambda r: r, lambda w: int(w)) == [1, 1]
         assert seen == [parent, parent]
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_a_bounded_run_keeps_its_bound_in_a_threaded_process() -> None:
+    # A hung NVML or DCMI call stays in a thread (idle/base.py), and nothing forks from then
+    # on: the bounded rescan ran in-process, unbounded, behind a /proc read that blocks.
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        def work(share: str) -> str:
+            if share == "stuck":
+                stop.wait(1.0)  # a read blocked behind a process stuck in the driver
+            return share
+
+        began = time.monotonic()
+        done = run_shares(["quick", "stuck", "also quick"], work, lambda r: r, str,
+                          until=began + 0.2, late=lambda share: f"late: {share}")
+        took = time.monotonic() - began
+        assert done == ["quick", "late: stuck", "also quick"]
+        assert 0.15 < took < 0.8, took
     finally:
         stop.set()
         t.join()
