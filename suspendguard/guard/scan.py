@@ -51,6 +51,9 @@ class _Scanner:
         # Processes with a /dev mapping whose map_files link the kernel
         # refused to follow: a node held only so is missed for them.
         self.maps_refused: set[int] = set()
+        # The kernel's release, as the /proc read says it: how a ring lists its files.
+        release = proc.read("sys", "kernel/osrelease")
+        self.release = release.decode("ascii", "replace").strip() if release else None
 
     def held_by(self, pid: int, maps: bool) -> tuple[int, list[HeldNode]] | None:
         """(start time, nodes held) of the process that has ``pid`` now; None when it holds none.
@@ -156,7 +159,7 @@ class _Scanner:
         """The nodes an io_uring of ``pid`` holds as registered files (system/io_uring.py)."""
         for attempt in range(3):  # the list is left out while the ring's lock is taken
             data = self.proc.read(pid, fdinfo, at) or b""
-            if not unlisted(data):
+            if not unlisted(data, self.release):
                 break
             time.sleep(0.01 * (attempt + 1))
         else:

@@ -35,19 +35,25 @@ def _user_files(fdinfo: bytes) -> tuple[int | None, list[bytes]]:
     return int(m.group(1)), listed
 
 
-def unlisted(fdinfo: bytes) -> bool:
-    """Whether a ring's fdinfo may leave out files registered with it: it has no
-    ``UserFiles:`` (from Linux 6.15 a ring whose lock is taken shows nothing), lists none of
-    a count over 0 (the lock taken before that), or lists fewer than it counts where every
-    slot is listed (before 6.14, ``<none>`` for an empty one; from 6.14 those are left out)."""
+def unlisted(fdinfo: bytes, release: str | None = None) -> bool:
+    """Whether a ring's fdinfo may leave out files registered with it (``release``: the
+    kernel's, this one's when None). A list that is there is whole in every kernel: each slot
+    before 6.14 (``<none>`` for an empty one), each slot in use from 6.14. So it is unlisted
+    where there is no ``UserFiles:`` (from 6.15 a ring whose lock is taken shows nothing), or
+    where a count over 0 lists nothing: before 6.15 the lock was taken; from 6.15 that is a
+    sparse table with nothing in it yet."""
     count, listed = _user_files(fdinfo)
     if count is None:
         return True
-    if count == 0:
+    if count == 0 or listed:
         return False
-    if not listed:
-        return True
-    return not any(b"/" in slot for slot in listed) and count > len(listed)
+    return _version(release or os.uname().release) < (6, 15)
+
+
+def _version(release: str) -> tuple[int, int]:
+    """(major, minor) of a kernel release (``6.18.44-fc-v1252``); (0, 0) when unreadable."""
+    m = re.match(r"(\d+)\.(\d+)", release)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 def registered_files(fdinfo: bytes) -> list[str]:

@@ -16,7 +16,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--node", required=True)
 p.add_argument("--mode", default="graceful",
                choices=["graceful", "deaf", "slow", "inherit", "stubborn", "map", "supervisor",
-                        "segv-handler", "faulthandler", "io_uring", "o_path"])
+                        "segv-handler", "faulthandler", "io_uring", "o_path", "ring-sockets",
+                        "ring-empty"])
 p.add_argument("--delay", type=float, default=0.3)
 p.add_argument("--marker", default="")
 p.add_argument("--exit", type=int, default=0, help="exit status after a graceful SIGINT")
@@ -69,7 +70,20 @@ if args.mode == "io_uring":
     assert libc.syscall(427, ring, 2, registered, 1) == 0, os.strerror(ctypes.get_errno())
     f.close()
 
-if args.mode in ("graceful", "slow", "map", "io_uring"):
+if args.mode in ("ring-sockets", "ring-empty"):
+    # Beside its fd on the node, a ring with a sparse table (-1: a free slot), which holds a
+    # socket alone (a loader's network reads) or nothing yet.
+    import socket
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = ctypes.create_string_buffer(120)
+    ring = libc.syscall(425, 4, params)
+    assert ring >= 0, os.strerror(ctypes.get_errno())
+    sock = socket.socket()
+    slots = (ctypes.c_int * 3)(-1, sock.fileno() if args.mode == "ring-sockets" else -1, -1)
+    assert libc.syscall(427, ring, 2, slots, 3) == 0, os.strerror(ctypes.get_errno())
+
+if args.mode in ("graceful", "slow", "map", "io_uring", "ring-sockets", "ring-empty"):
     # Explicitly: a supervisor that ignores SIGINT must not pass that on.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 elif args.mode == "segv-handler":
