@@ -22,7 +22,7 @@ from suspendguard.guard.said import NOTHING, Said
 from suspendguard.idle.base import IdleReport, family_of
 from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Decision, Holder, ScanResult
-from suspendguard.system.deadline import Deadline, nap
+from suspendguard.system.deadline import Deadline, granted, nap
 from suspendguard.system.procfs import ProcAccessError, ProcFS
 from suspendguard.verdict import Reason
 
@@ -31,8 +31,10 @@ HZ = os.sysconf("SC_CLK_TCK")  # the unit of a process's start time (/proc/PID/s
 
 def default_idle_check(config: IdleConfig, families: Sequence[str], deadline: Deadline) -> IdleReport:
     """The device asked through the built-in backends; its pauses between readings end at
-    SIGTERM too (system/deadline.py)."""
-    return check_idle(config, families, deadline, sleep=nap)
+    SIGTERM too (system/deadline.py). Its tools get the time ``deadline`` gives, which the
+    run may have moved past its own end (at_least): not cut to the run's bound again."""
+    with granted(deadline):
+        return check_idle(config, families, deadline, sleep=nap)
 
 
 def pid_list(pids: Sequence[int], most: int = 10) -> str:

@@ -113,11 +113,22 @@ def nap(seconds: float) -> None:
         select.select([fd], [], [], wait)
 
 
-@contextlib.contextmanager
-def bounded(deadline: Deadline) -> Iterator[Deadline]:
+def bounded(deadline: Deadline) -> contextlib.AbstractContextManager[Deadline]:
     """Every wait inside ends by ``deadline`` (and an inner bound never extends an outer one)."""
+    return _within(deadline, extend=False)
+
+
+def granted(deadline: Deadline) -> contextlib.AbstractContextManager[Deadline]:
+    """Every wait inside ends by ``deadline``, even past the outer bound: a step the run
+    gives more time on purpose (:meth:`Deadline.at_least`: the device asked once more after
+    the run's own time is used up). The outer cancel still ends it."""
+    return _within(deadline, extend=True)
+
+
+@contextlib.contextmanager
+def _within(deadline: Deadline, extend: bool) -> Iterator[Deadline]:
     outer = current()
-    if outer.at < deadline.at:
+    if outer.at < deadline.at and not extend:
         deadline = Deadline(outer.at, deadline.cancel or outer.cancel, deadline.clock)
     elif deadline.cancel is None and outer.cancel is not None:
         deadline = Deadline(deadline.at, outer.cancel, deadline.clock)

@@ -19,6 +19,7 @@ from helpers import TESTS
 
 from suspendguard.config import IDLE_BACKENDS, IdleConfig, defaults, trust
 from suspendguard.config.schema import SCHEMA
+from suspendguard.guard.device_view import default_idle_check
 from suspendguard.idle.base import (
     Backend,
     DeviceProcess,
@@ -29,7 +30,7 @@ from suspendguard.idle.base import (
 )
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.idle.sampler import BACKEND_TYPES, check_idle, make_backends
-from suspendguard.system.deadline import Cancel, Deadline
+from suspendguard.system.deadline import Cancel, Deadline, bounded
 
 HERE = TESTS
 RECORDED = HERE / "fixtures" / "npu-smi"
@@ -428,6 +429,19 @@ def test_hung_npu_smi_never_outlives_the_deadline(npu_smi: Path,
     assert "no answer within the timeout" in report.warnings[0]
     assert not report.backends[0].available
     assert "no answer within the timeout" in report.backends[0].reason
+
+
+def test_the_device_asked_past_the_runs_end_gets_the_time_it_was_given(npu_smi: Path) -> None:
+    """The run's time is used up, and the device is asked once more with time of its own
+    (Deadline.at_least): npu-smi runs in that time, not killed as soon as it starts."""
+    shutil.copy(RECORDED / "310-atlas300i-idle.txt", npu_smi)
+    used_up = Deadline(time.monotonic())
+    with bounded(used_up):
+        report = default_idle_check(npu_config(), ["ascend"], used_up.at_least(10.0))
+    assert report.state == "idle", report.warnings
+    with bounded(used_up):  # what the run's own bound alone leaves it
+        report = default_idle_check(npu_config(), ["ascend"], used_up)
+    assert report.state == "unknown"
 
 
 def test_default_backends_come_from_the_config(npu_smi: Path, tmp_path: Path) -> None:
