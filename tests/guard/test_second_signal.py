@@ -63,7 +63,7 @@ def saving_job(node: str, out: Path, script: str = SAVER) -> Iterator[subprocess
     try:
         assert job.stdout is not None and job.stdout.readline() == "ready\n"
         yield job
-        assert job.wait(timeout=10) == 0
+        assert job.wait(timeout=20) == 0
     finally:
         job.kill()
         job.wait()
@@ -73,7 +73,8 @@ def saving_job(node: str, out: Path, script: str = SAVER) -> Iterator[subprocess
 
 def test_a_job_still_saving_after_one_attempt_gets_no_second_sigint_from_the_next(
         make_config: Any, node: str, tmp_path: Path) -> None:
-    with saving_job(node, tmp_path) as job:
+    # A 7.5 s save: past two guard runs and a dry run, each with its 1 s wait, on a loaded machine.
+    with saving_job(node, tmp_path, SAVER.replace("time.sleep(0.1)", "time.sleep(0.25)")) as job:
         config = make_config(drain={"timeout_s": 1})
         first = guard(config)
         assert [r.code for r in first.verdict.reasons] == ["timeout-after-sigint"]

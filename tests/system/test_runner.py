@@ -30,14 +30,19 @@ ESCAPING_TOOL = textwrap.dedent("""
 
 
 def _escaped_pid(pid_file: Path) -> int:
-    return int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), timeout=10.0))
+    """The escaped process's pid; never 0, which os.kill would read as this process group."""
+    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), timeout=10.0,
+                       message=f"the tool never wrote {pid_file}: it did not fork in time"))
+    assert pid > 1
+    return pid
 
 
 def test_timeout_holds_when_a_process_the_tool_started_keeps_its_output_open(tmp_path: Path) -> None:
     pid_file = tmp_path / "escaped.pid"
     results: list[runner.RunResult] = []
     call = threading.Thread(target=lambda: results.append(
-        runner.run([sys.executable, "-c", ESCAPING_TOOL, str(pid_file)], 0.5)), daemon=True)
+        # 2 s: time for the tool's interpreter to start and fork on a loaded machine
+        runner.run([sys.executable, "-c", ESCAPING_TOOL, str(pid_file)], 2.0)), daemon=True)
     call.start()
     escaped = _escaped_pid(pid_file)
     try:
