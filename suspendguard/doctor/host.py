@@ -19,7 +19,9 @@ MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/lib/modprobe.d", "lib/
 LOGIND_CONF = ("etc/systemd/logind.conf",)
 LOGIND_DROPINS = ("usr/lib/systemd/logind.conf.d", "run/systemd/logind.conf.d",
                   "etc/systemd/logind.conf.d")
-_OPTION = re.compile(r"^\s*options\s+nvidia\s+(.*)$")
+# The module's options: Debian's packaged driver loads it as nvidia-current (modprobe reads
+# a dash and an underscore in a module's name alike).
+_OPTION = re.compile(r"^\s*options\s+nvidia(?:[-_]current)?\s+(.*)$")
 
 
 @dataclass(frozen=True, slots=True)

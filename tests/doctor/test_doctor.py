@@ -88,6 +88,13 @@ def _modprobe_preserve_only(root: Path) -> None:
     (root / "etc/systemd/system/systemd-suspend.service.wants/nvidia-resume.service").unlink()
 
 
+def _modprobe_preserve_for_nvidia_current(root: Path) -> None:
+    # Debian's driver: the module is nvidia-current, and its options file names it so.
+    _modprobe_preserve_only(root)
+    write(root, "etc/modprobe.d/nvidia-power.conf",
+          "options nvidia-current NVreg_PreserveVideoMemoryAllocations=1\n")
+
+
 def test_an_unreadable_modprobe_file_is_passed_over(tmp_path: Path) -> None:
     # A dangling link or a folder in modprobe.d, as modprobe itself passes them over:
     # the other files are still read, and doctor (and status, which runs it) go on.
@@ -213,6 +220,8 @@ def _systemd_257(root: Path) -> None:
 CASES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "preserve-without-units": (_no_units, ["nvidia-preserve-without-units"]),
     "preserve-from-modprobe-d": (_modprobe_preserve_only, ["nvidia-preserve-without-units"]),
+    "preserve-from-debians-module": (_modprobe_preserve_for_nvidia_current,
+                                     ["nvidia-preserve-without-units"]),
     "units-without-preserve": (_preserve_off, ["nvidia-units-without-preserve"]),
     "unit-before-sleep": (_unit_default_deps, ["unit-before-sleep-default-deps"]),
     "comm-cut-mid-character": (_comm_cut_mid_character, []),
