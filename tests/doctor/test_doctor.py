@@ -218,29 +218,35 @@ def _systemd_257(root: Path) -> None:
 
 
 CASES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
+    # NVIDIA's preservation and its units
     "preserve-without-units": (_no_units, ["nvidia-preserve-without-units"]),
     "preserve-from-modprobe-d": (_modprobe_preserve_only, ["nvidia-preserve-without-units"]),
     "preserve-from-debians-module": (_modprobe_preserve_for_nvidia_current,
                                      ["nvidia-preserve-without-units"]),
     "units-without-preserve": (_preserve_off, ["nvidia-units-without-preserve"]),
+    # the host's other units and processes
     "unit-before-sleep": (_unit_default_deps, ["unit-before-sleep-default-deps"]),
     "comm-cut-mid-character": (_comm_cut_mid_character, []),
+    # the guard's veto unit: enabled, given its time
     "guard-unit-missing": (_guard_missing_hibernate, ["guard-unit-missing"]),
     "guard-timeout-short": (_guard_short_timeout, ["guard-timeout-short"]),
-    "resume-timeout-short": (_resume_short_timeout, ["resume-timeout-short"]),
     "guard-dropin-short": (_guard_dropin_shortens_one_instance, ["guard-timeout-short"]),
     "guard-dropin-timeout-sec": (_guard_dropin_timeout_sec, ["guard-timeout-short"]),
-    "resume-dropin-short": (_resume_dropin_overridden_by_a_later_name,
-                            ["resume-timeout-short"]),
-    "resume-unit-missing": (_no_resume_unit, ["resume-unit-missing"]),
-    "resume-dropin-outside-section": (_resume_dropin_outside_its_section,
-                                      ["resume-timeout-short"]),
     "timeouts-of-zero": (_timeouts_of_zero, []),
+    # the veto unit as systemd loads it: a sleep that requires one it cannot load fails
     "guard-instance-masked": (_instance_masked, ["guard-unit-masked"]),
     "guard-instance-empty": (_instance_masked_at_runtime_by_an_empty_file, ["guard-unit-masked"]),
     "guard-unit-gone": (_unit_gone_links_left, ["guard-unit-gone"]),
     "guard-not-installed": (_unit_never_installed, ["guard-not-installed"]),
+    # the resume unit
+    "resume-timeout-short": (_resume_short_timeout, ["resume-timeout-short"]),
+    "resume-dropin-short": (_resume_dropin_overridden_by_a_later_name,
+                            ["resume-timeout-short"]),
+    "resume-dropin-outside-section": (_resume_dropin_outside_its_section,
+                                      ["resume-timeout-short"]),
+    "resume-unit-missing": (_no_resume_unit, ["resume-unit-missing"]),
     "resume-unit-masked": (_resume_masked, ["resume-unit-missing"]),
+    # logind, hibernation, Ascend, systemd's version
     "inhibit-delay-conflict": (_delay_conflict, ["inhibit-delay-conflict"]),
     "swap-too-small": (_small_swap, ["hibernate-swap-too-small"]),
     "no-resume-device": (_no_resume_device, ["hibernate-no-resume-device"]),
