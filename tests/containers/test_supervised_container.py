@@ -12,6 +12,8 @@ after), whether anything holds the node and whether the service runs.
 from __future__ import annotations
 
 import json
+import re
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -257,10 +259,21 @@ def test_a_user_service_of_two_holders_with_kill_mode_mixed_is_drained_whole(
                        "true").stdout
         return sorted({int(p) for p in procs.split()}) if cgroup else []
 
-    wait_for(lambda: len(pids()) >= 2, 15.0, interval=0.1)
-    time.sleep(0.5)  # both past "ready": their SIGINT handlers are set
-    before = pids()
-    assert len(before) == 2, before
+    def ready(pid: int) -> bool:
+        """``pid`` holds the node and catches SIGINT: past holder.py's open and its handler
+        (the one the shell started with ``&`` begins with SIGINT ignored)."""
+        out = box.sh(f"readlink /proc/{pid}/fd/*; grep '^SigCgt:' /proc/{pid}/status; true",
+                     check=False).stdout
+        caught = re.search(r"^SigCgt:\s*([0-9a-f]+)$", out, re.M)
+        return (NODE in out.splitlines() and caught is not None
+                and int(caught.group(1), 16) >> (signal.SIGINT - 1) & 1 == 1)
+
+    def both_ready() -> list[int]:
+        now = pids()
+        return now if len(now) == 2 and all(ready(pid) for pid in now) else []
+
+    before = wait_for(both_ready, 15.0, interval=0.1,
+                      message=lambda: f"{USER_UNIT}: not two holders of {NODE} ready: {pids()}")
     journal = box.suspend()
     assert box.power_state().startswith("mem"), journal
     assert box.run("cat", SEEN).stdout.split()[0] == "held=0", journal  # both drained

@@ -93,9 +93,11 @@ if sys.argv[2] == "fork":
         time.sleep(60)
         os._exit(0)
 else:
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1]); "
-                              "time.sleep(60)", sys.argv[1]]).pid
-    time.sleep(0.5)
+    opened = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1]); "
+                               "print('open', flush=True); time.sleep(60)", sys.argv[1]],
+                              stdout=subprocess.PIPE, text=True)
+    assert opened.stdout.readline() == "open\\n"  # it holds the node now
+    child = opened.pid
 print(os.getpid(), child, flush=True)
 time.sleep(60)
 """
@@ -302,26 +304,45 @@ def test_a_stopped_launcher_holding_a_node_is_continued_unsignalled_while_its_ra
 
 
 # A launcher that forwards SIGINT to its rank and then starts another (an elastic restart):
-# the new rank holds the node when the drain rescans.
+# the new rank holds the node when the drain rescans. The new one is a fork that holds the
+# node at once and leaves on SIGINT as helpers/holder.py does: a fresh interpreter's start-up
+# on a loaded machine can outlast the guard's respawn grace before its rescan.
 RESTARTING_LAUNCHER = """# a restarting launcher
-import os, signal, subprocess, sys, time
+import os, signal, subprocess, sys, time, traceback
 node, holder, marker = sys.argv[1:4]
-def start():
-    rank = subprocess.Popen([sys.executable, holder, "--node", node, "--marker", marker,
-                             "--delay", "0.2"], stdout=subprocess.PIPE, text=True)
-    rank.stdout.readline()
-    return rank
-ranks = [start()]
-def forward(signum, _frame):
+rank = subprocess.Popen([sys.executable, holder, "--node", node, "--marker", marker,
+                         "--delay", "0.2"], stdout=subprocess.PIPE, text=True)
+rank.stdout.readline()
+again = []  # the pid of the rank started after the forward
+def mark(what):
     with open(marker, "a") as m:
-        m.write(f"{os.getpid()} launcher SIGINT\\n")
-    for rank in ranks:
-        rank.send_signal(signum)
-    if len(ranks) == 1:
-        ranks.append(start())
+        m.write(f"{os.getpid()} {what}\\n")
+def leave(_signum, _frame):
+    mark("SIGINT")
+    time.sleep(0.2)  # its save, as the first rank's --delay
+    os._exit(0)
+def rank_again():
+    signal.signal(signal.SIGINT, leave)  # before it holds the node
+    try:
+        held = open(node, "rb")
+    except OSError:
+        traceback.print_exc()
+        os._exit(1)  # never on into the launcher's own code
+    while held:
+        signal.pause()
+def forward(signum, _frame):
+    mark("launcher SIGINT")
+    rank.send_signal(signum)
+    if not again:
+        pid = os.fork()
+        if pid == 0:
+            rank_again()
+        again.append(pid)
 signal.signal(signal.SIGINT, forward)
-print(f"ready {os.getpid()} rank {ranks[0].pid}", flush=True)
-while any(rank.poll() is None for rank in ranks):
+print(f"ready {os.getpid()} rank {rank.pid}", flush=True)
+while rank.poll() is None:
+    time.sleep(0.05)
+while again and os.waitpid(again[0], os.WNOHANG)[0] == 0:
     time.sleep(0.05)
 """
 

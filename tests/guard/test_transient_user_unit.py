@@ -117,16 +117,21 @@ def test_a_unit_whose_restart_could_not_be_read_may_restart_its_job(
     import textwrap
 
     proc, pid = holders.start(node)
-    # systemd's part: 0.1 s after the job exits, it runs again (Restart=always).
+    # systemd's part: once the job exits, it runs again (Restart=always). Its watch is set
+    # before the guard starts ("watching"), and it waits 0.02 s, not systemd's 0.1 s: the
+    # guard's grace is the same either way, and a loaded machine's scheduling delay before
+    # the open must still fit in it.
     again = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, select, time
         fd = os.pidfd_open({pid})
+        print("watching", flush=True)
         select.select([fd], [], [])
-        time.sleep(0.1)
+        time.sleep(0.02)
         node = open({node!r}, "rb")
         time.sleep(60)
-    """)])
+    """)], stdout=subprocess.PIPE, text=True)
     try:
+        assert again.stdout is not None and again.stdout.readline() == "watching\n"
         report = guard(make_config(drain={"rounds": 1}), supervisors=UnreadUnit())
         assert f"{pid} SIGINT" in holders.signals() and proc.wait(timeout=5) == 0
         assert report.verdict.kind == "veto", report.verdict

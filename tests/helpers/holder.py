@@ -37,15 +37,37 @@ if args.mode == "supervisor":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     child_args = [sys.executable, __file__, "--node", args.node, "--mode", "graceful",
                   "--delay", "0", "--marker", args.marker]
-    first = True
+    child = subprocess.Popen(child_args, stdout=subprocess.PIPE, text=True)
+    line = child.stdout.readline()
+    print(f"ready {os.getpid()} child {line.split()[1]}", flush=True)
+    child.wait()
+
+    def hold_again() -> None:
+        """A restarted child: holds the node, and leaves on SIGINT as a graceful one does."""
+        # Its handler before its open: the guard signals only a process that holds the node.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            with open(args.node, "rb"):
+                while True:
+                    time.sleep(3600)
+        except KeyboardInterrupt:
+            mark("SIGINT")
+            os._exit(0)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            os._exit(1)
+
     while True:
-        child = subprocess.Popen(child_args, stdout=subprocess.PIPE, text=True)
-        line = child.stdout.readline()
-        if first:
-            print(f"ready {os.getpid()} child {line.split()[1]}", flush=True)
-            first = False
-        child.wait()
         mark("restarted")
+        # A fork, no fresh interpreter: it holds the node at once, where a Python start-up on
+        # a loaded machine can outlast the guard's respawn grace before its rescan.
+        pid = os.fork()
+        if pid == 0:
+            hold_again()
+        if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 1:  # hold_again's failure
+            sys.exit("holder.py: a restarted child could not hold the node")  # no loop of forks
 
 if args.mode == "o_path":
     # Names the node, never opens it (as udevd sets a node's mode): no holder of it.

@@ -102,7 +102,10 @@ def test_the_fake_restarts_a_container_signalled_around_it(
     c = engine.create(job(node, holders), restart="always")
     first = c.pid
     engine.kill_around(c)
-    time.sleep(SLEEP_S)
+    # Restarted once its new job said "ready": a Python start-up, which a loaded machine
+    # can stretch past any fixed sleep.
+    wait_for(lambda: c.restarts == 1 and c.pid != first, 10.0,
+             message=lambda: f"not restarted: restarts {c.restarts}, pid {c.pid} (first {first})")
     assert c.running and c.pid != first and c.restarts == 1
 
 
