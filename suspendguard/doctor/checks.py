@@ -25,7 +25,7 @@ from suspendguard.doctor.units import (
 )
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
-from suspendguard.install.unit_files import setting
+from suspendguard.install.unit_files import logical_lines, setting
 
 NVIDIA_UNITS = ("nvidia-suspend.service", "nvidia-resume.service", "nvidia-hibernate.service")
 # NVIDIA's default for NVreg_TemporaryFilePath when none is set.
@@ -110,7 +110,7 @@ def units_before_sleep(host: Host) -> list[Finding]:
     out = []
     for name, text in sorted(host.unit_files().items()):
         before = " ".join(v for k, v in (line.strip().partition("=")[::2]
-                                         for line in text.splitlines()) if k.strip() == "Before")
+                                         for line in logical_lines(text)) if k.strip() == "Before")
         if "sleep.target" not in before.split():
             continue
         if (setting(text, "DefaultDependencies") or "yes").lower() in ("no", "false", "0"):

@@ -107,7 +107,7 @@ def unit_cannot_load(host: Host) -> list[Finding]:
 def guard_units(host: Host, config: Config) -> list[Finding]:
     unit_path = _unit_path(host, templates.UNIT_TEMPLATE)
     out = unit_cannot_load(host)
-    if unit_path is None or out:
+    if unit_path is None:
         return out
     packaged = unit_path != templates.UNIT_PATH  # install refuses beside a package's unit
     for action in SLEEP_ACTIONS:

@@ -105,11 +105,12 @@ class Installation:
         if not self.enabled:
             return None
         # A sleep step requires the instance: one that cannot load fails the step itself.
-        masked = [(action, path) for action, path in self.masks if action in self.enabled]
+        # Suspend's, as every refusal here (doctor names a mask of any sleep kind).
+        masked = dict(self.masks).get("suspend") if "suspend" in self.enabled else None
         if masked:
-            action, path = masked[0]
-            return (f"{path} masks {instance(action)}, which systemd-{action}.service "
-                    f"requires: systemd fails the {action} (systemctl unmask {instance(action)})")
+            return (f"{masked} masks {instance('suspend')}, which systemd-suspend.service "
+                    f"requires: systemd fails the suspend (systemctl unmask "
+                    f"{os.path.basename(masked)})")
         if self.unit is None:
             return (f"the veto unit {UNIT_TEMPLATE} is gone, but enable links still make "
                     f"{', '.join(self.enabled)} require it: systemd fails each (suspendguard "

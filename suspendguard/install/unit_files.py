@@ -85,7 +85,7 @@ def first_of(root: str, name: str) -> str | None:
 def section(text: str, name: str) -> str:
     """The lines of a unit file's ``[name]`` sections, joined."""
     keep, current = [], None
-    for line in text.splitlines():
+    for line in logical_lines(text):
         stripped = line.strip()
         if stripped.startswith("[") and stripped.endswith("]"):
             current = stripped[1:-1]
@@ -94,12 +94,30 @@ def section(text: str, name: str) -> str:
     return "\n".join(keep)
 
 
+def logical_lines(text: str) -> list[str]:
+    """A unit file's lines as systemd reads them: a line that ends in a backslash goes on in
+    the next (the backslash read as a space), comment lines inside it dropped."""
+    out: list[str] = []
+    pending: str | None = None
+    for line in text.splitlines():
+        if line.lstrip().startswith(("#", ";")):
+            continue  # a comment, also one inside a continued line
+        if line.endswith("\\"):
+            pending = (pending or "") + line[:-1] + " "
+            continue
+        out.append((pending or "") + line)
+        pending = None
+    if pending is not None:
+        out.append(pending)
+    return out
+
+
 def setting(text: str, key: str | tuple[str, ...]) -> str | None:
     """The last ``KEY=value`` of a unit file's text (of any of the keys given); None when it
     sets none."""
     keys = (key,) if isinstance(key, str) else key
     found = None
-    for line in text.splitlines():
+    for line in logical_lines(text):
         name, _, value = line.strip().partition("=")
         if name.strip() in keys:
             found = value.strip()

@@ -571,3 +571,22 @@ def test_an_interpreter_that_cannot_run_the_guard_is_an_error(tmp_path: Path) ->
                           "every suspend it guards fails")
     assert unusable_interpreter(gone, packaged=True)[0].fix == "reinstall the package"
     assert unusable_interpreter(probe(sys.executable), packaged=False) == []
+
+
+def test_a_mask_of_one_kind_hides_no_other_finding(tmp_path: Path) -> None:
+    root = clean_host(tmp_path)
+    _instance_masked(root)  # hibernate's
+    _guard_short_timeout(root)  # every kind's
+    assert ids(root) == ["guard-unit-masked", "guard-timeout-short"]
+
+
+def test_lines_continued_as_systemd_continues_them(tmp_path: Path) -> None:
+    root = clean_host(tmp_path)
+    shipped_units(root, "etc/systemd/system", "/srv/guard-state")
+    write(root, f"etc/systemd/system/{templates.UNIT_TEMPLATE}.d/override.conf",
+          "[Service]\nReadWritePaths=-/var/log/npu \\\n  -/srv/guard-state\n")
+    assert findings(root, build({"state": {"dir": "/srv/guard-state"}})) == {}
+    write(root, "usr/lib/systemd/system/late.service",
+          "[Unit]\nBefore=network.target \\\n sleep.target\n[Service]\nType=oneshot\n")
+    assert list(findings(root, build({"state": {"dir": "/srv/guard-state"}}))) == [
+        "unit-before-sleep-default-deps"]

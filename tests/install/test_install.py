@@ -323,6 +323,24 @@ def test_a_unit_left_in_place_keeps_the_links_made_by_hand(root: Path) -> None:
     assert not any((root / link).is_symlink() for link in links() if "wants" in link)
 
 
+def test_a_resume_unit_left_in_place_is_said_to_be_wanted_not_required(root: Path) -> None:
+    # A Wants= fails no sleep: its link left is named for what it does.
+    assert run("install", "--root", str(root), "--no-enable")[0] == 0
+    wants = {link: target for link, target in links().items() if "wants" in link}
+    for link, target in wants.items():
+        (root / link).parent.mkdir(parents=True, exist_ok=True)
+        (root / link).symlink_to(target)
+    with (root / RESUME).open("a") as f:
+        f.write("# local change\n")
+    status, _, err = run("uninstall", "--root", str(root))
+    assert status == 0 and all((root / link).is_symlink() for link in wants)
+    for link in wants:
+        sleep = Path(link).parent.name.removesuffix(".wants")
+        assert (f"suspendguard: warning: {root / link}: {sleep} still wants /{RESUME} (enabled "
+                "by hand, left with the unit): remove the link, or it goes on starting the "
+                "unit") in err.splitlines()
+
+
 def test_a_file_changed_since_install_is_left_in_place(root: Path) -> None:
     assert run("install", "--root", str(root))[0] == 0
     with (root / UNIT).open("a") as f:
@@ -381,6 +399,12 @@ def test_read_installation_sees_a_packaged_unit(tmp_path: Path) -> None:
     assert unit["timeout_start_s"] == 300
     assert unit["exec_start"] == "/opt/sg/bin/python -I -m suspendguard pre-sleep %i"
     assert unit["interpreter"]["path"] == "/opt/sg/bin/python"
+    # a line continued with a backslash, as systemd reads it; a comment inside it is dropped
+    dropin.write_text("[Service]\nExecStart=\nExecStart=/opt/sg/bin/python -I -m \\\n"
+                      "# the guard's module\n    suspendguard pre-sleep %i\n")
+    unit = read_installation(str(tmp_path)).to_json()["unit"]
+    assert unit["exec_start"] == "/opt/sg/bin/python -I -m      suspendguard pre-sleep %i"
+    assert unit["interpreter"]["path"] == "/opt/sg/bin/python"
 
 
 def test_a_masked_or_gone_veto_unit_fails_each_sleep_that_requires_it(tmp_path: Path) -> None:
@@ -391,9 +415,12 @@ def test_a_masked_or_gone_veto_unit_fails_each_sleep_that_requires_it(tmp_path: 
                 {"suspendguard@suspend.service": "../suspendguard@.service"})
     assert read_installation(str(tmp_path)).refusal() is None
     etc.mkdir(parents=True)
-    # systemctl mask suspendguard@hibernate.service: not enabled, so no sleep fails for it
+    # systemctl mask suspendguard@hibernate.service: no suspend fails for it (doctor says
+    # what a hibernation then does)
     (etc / "suspendguard@hibernate.service").symlink_to("/dev/null")
-    assert read_installation(str(tmp_path)).refusal() is None
+    state = read_installation(str(tmp_path))
+    assert state.refusal() is None and ("hibernate", "/etc/systemd/system/"
+                                        "suspendguard@hibernate.service") in state.masks
     (etc / "suspendguard@suspend.service").symlink_to("/dev/null")
     assert read_installation(str(tmp_path)).refusal() == (
         "/etc/systemd/system/suspendguard@suspend.service masks suspendguard@suspend.service, "
@@ -402,10 +429,10 @@ def test_a_masked_or_gone_veto_unit_fails_each_sleep_that_requires_it(tmp_path: 
     (etc / "suspendguard@suspend.service").unlink()
     (etc / "suspendguard@.service").write_text("")  # an empty file masks too: the template
     state = read_installation(str(tmp_path))
-    assert state.unit is None and state.refusal() == (
+    assert state.unit is None and state.refusal() == (  # the template's mask is what to lift
         "/etc/systemd/system/suspendguard@.service masks suspendguard@suspend.service, "
         "which systemd-suspend.service requires: systemd fails the suspend "
-        "(systemctl unmask suspendguard@suspend.service)")
+        "(systemctl unmask suspendguard@.service)")
     (etc / "suspendguard@.service").unlink()
     (lib / "suspendguard@.service").unlink()  # the unit removed, its enable link left
     assert read_installation(str(tmp_path)).refusal() == (
