@@ -319,9 +319,12 @@ def uninstall(
     # A unit left in place (changed since install) keeps the links made by hand: it is
     # the operator's now, but each sleep they name still requires it.
     for left in tree.links_to(UNIT_DIR, units - set(removed)):
-        say(err, f"suspendguard: warning: {left}: {left.parent.name.rsplit('.', 1)[0]} still "
-                 f"requires {os.readlink(left)} (enabled by hand, left with the unit): remove "
-                 "the link, or that sleep fails once the guard is gone")
+        wanting, kind = left.parent.name.rsplit(".", 1)
+        say(err, f"suspendguard: warning: {left}: {wanting} still "
+                 + (f"requires {os.readlink(left)} (enabled by hand, left with the unit): remove "
+                    "the link, or that sleep fails once the guard is gone" if kind == "requires"
+                    else f"wants {os.readlink(left)} (enabled by hand, left with the unit): "
+                    "remove the link, or it goes on starting the unit"))
     for line in lines:
         say(out, line)
     if purge:
