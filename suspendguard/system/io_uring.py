@@ -39,21 +39,21 @@ def unlisted(fdinfo: bytes, release: str | None = None) -> bool:
     """Whether a ring's fdinfo may leave out files registered with it (``release``: the
     kernel's, this one's when None). A list that is there is whole in every kernel: each slot
     before 6.14 (``<none>`` for an empty one), each slot in use from 6.14. So it is unlisted
-    where there is no ``UserFiles:`` (from 6.15 a ring whose lock is taken shows nothing), or
-    where a count over 0 lists nothing: before 6.15 the lock was taken; from 6.15 that is a
-    sparse table with nothing in it yet."""
+    where there is no ``UserFiles:`` (from 6.15, and 6.14.8, a ring whose lock is taken shows
+    nothing), or where a count over 0 lists nothing: before those the lock was taken; from
+    them that is a sparse table with nothing in it yet."""
     count, listed = _user_files(fdinfo)
     if count is None:
         return True
     if count == 0 or listed:
         return False
-    return _version(release or os.uname().release) < (6, 15)
+    return kernel_version(release or os.uname().release) < (6, 14, 8)
 
 
-def _version(release: str) -> tuple[int, int]:
-    """(major, minor) of a kernel release (``6.18.44-fc-v1252``); (0, 0) when unreadable."""
-    m = re.match(r"(\d+)\.(\d+)", release)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+def kernel_version(release: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of a kernel release (``6.18.44-fc-v1252``); 0s where unreadable."""
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", release)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else (0, 0, 0)
 
 
 def registered_files(fdinfo: bytes) -> list[str]:

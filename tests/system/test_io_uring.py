@@ -10,7 +10,7 @@ from helpers.holders import Holders
 from suspendguard.config import DevicesConfig
 from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.scan import scan_holders
-from suspendguard.system.io_uring import unlisted
+from suspendguard.system.io_uring import kernel_version, unlisted
 
 
 def _ring_fdinfo(pid: int) -> bytes:
@@ -27,8 +27,8 @@ def test_a_sparse_ring_that_holds_no_node_is_read_whole(node: str, holders: Hold
     """From Linux 6.14 a ring lists the slots in use alone: a socket (no path) or nothing of a
     count over 0 is its whole table, not a list left out. The job holds the node by its fd:
     a holder, never an unreadable pid (which vetoes where no device view covers the node)."""
-    if tuple(int(x) for x in os.uname().release.split(".")[:2]) < (6, 15):
-        pytest.skip("a kernel before 6.15 lists no slot of a sparse table that is empty")
+    if kernel_version(os.uname().release) < (6, 14, 8):
+        pytest.skip("a kernel before 6.14.8 lists no slot of a sparse table that is empty")
     _, pid = holders.start(node, mode=mode)
     fdinfo = _ring_fdinfo(pid)
     assert b"UserFiles:\t3\n" in fdinfo
@@ -39,8 +39,10 @@ def test_a_sparse_ring_that_holds_no_node_is_read_whole(node: str, holders: Hold
 
 
 def test_an_older_kernels_count_with_no_list_is_unlisted() -> None:
-    """Before 6.15 a count over 0 with no slot listed is a ring whose lock was taken."""
+    """Before 6.15 (and 6.14.8, which took its locking) a count over 0 with no slot listed is
+    a ring whose lock was taken."""
     busy = b"SqThread:\t4242\nUserFiles:\t2\nUserBufs:\t0\nPollList:\n"
     assert unlisted(busy, "5.15.0-91-generic") and unlisted(busy, "6.14.2")
+    assert not unlisted(busy, "6.14.8") and not unlisted(busy, "6.15")
     assert not unlisted(busy, "6.15.0") and not unlisted(busy, "6.18.44-fc-v1252")
     assert unlisted(busy, "not a release")  # unknown: the careful reading
