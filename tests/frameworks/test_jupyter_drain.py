@@ -47,7 +47,7 @@ def test_a_kernel_vetoes_at_once_and_its_cell_runs_on(kernel: Kernel, tmp_path: 
     took = time.monotonic() - started
     report = json.loads(out)
     assert code == 1 and report["verdict"] == "veto", (report, err)
-    assert took < 2.0, f"the veto took {took:.1f} s"  # at once, not after [drain] timeout_s
+    assert took < 8.0, f"the veto took {took:.1f} s"  # at once, not after [drain] timeout_s (20)
     reason = report["reasons"][0]
     assert reason == predicted["reasons"][0]
     assert f"pid {kernel.pid} " in reason and "is a Jupyter kernel" in reason
