@@ -36,10 +36,14 @@ class Earlier:
 
     attempt_id: int
     began: float  # time.time()
+    guard_start: int = 0  # its guard process's start, on the clock below (0: not known)
 
     def ticks(self) -> int:
-        """When the attempt began, on the clock of a process's start time (boot.ticks_now)."""
-        return ticks_now(max(0.0, time.time() - self.began))
+        """When the attempt began, on the clock of a process's start time (boot.ticks_now):
+        from the wall clock, never before its guard started. A wall clock stepped forward
+        since (time synced after boot, an RTC read at resume) would put it earlier, and a
+        rank that had the forward would be taken for one started since, and signalled twice."""
+        return max(ticks_now(max(0.0, time.time() - self.began)), self.guard_start)
 
     def note(self, signame: str) -> str:
         ago = max(0.0, time.time() - self.began)

@@ -321,10 +321,10 @@ class History(Reads):
     # -- reading what earlier attempts did -----------------------------------
 
     def signalled_since(self, holders: Sequence[Holder], but: int = 0
-                        ) -> dict[HolderId, tuple[int, float]]:
+                        ) -> dict[HolderId, tuple[int, float, int]]:
         """Of ``holders``, each that a real attempt of this boot (``but`` that one) sent the
         drain signal and left running (its wait ran out, or the guard was killed in it): each
-        with the newest such attempt and when it began;
+        with the newest such attempt, when it began, and its guard's start (process ticks);
         empty where the history cannot say (a file from before it kept who was signalled).
         An attempt is of this boot by the boot's names kept with it, else (one written
         before they were kept) by its start on the wall clock."""
@@ -334,14 +334,14 @@ class History(Reads):
         try:
             with self._reading():
                 rows = self.conn.execute(
-                    "SELECT h.pid, h.start_time, a.id, a.started, a.boot_id FROM holders h"
+                    "SELECT h.pid, h.start_time, a.id, a.started, a.guard_start, a.boot_id FROM holders h"
                     " JOIN attempts a ON a.id = h.attempt_id WHERE a.dry_run = 0 AND a.id != ?"
                     " AND h.outcome IN ('timeout', 'signalled') AND h.signalled = 1"
                     " ORDER BY a.id",
                     (but,)).fetchall()
         except (sqlite3.Error, HistoryError):
             return {}
-        return {(pid, start): (attempt, began) for pid, start, attempt, began, boot in rows
+        return {(pid, start): (attempt, began, guard) for pid, start, attempt, began, guard, boot in rows
                 if (pid, start) in wanted
                 and (set(boot.split()) & this if boot and this else began >= booted)}
 

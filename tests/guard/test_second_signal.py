@@ -8,10 +8,12 @@ the device: a second SIGINT would raise inside its save and lose the checkpoint.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,9 +24,12 @@ from helpers.runners import guard
 from test_policy import holder
 
 from suspendguard.errors import HistoryError
+from suspendguard.guard.ledger import Earlier
 from suspendguard.model import Decision, Holder, Outcome
 from suspendguard.record import HolderRecord
 from suspendguard.store.history import History
+from suspendguard.system.boot import ticks_now
+from suspendguard.system.procfs import ProcFS
 
 # Counts every SIGINT it gets; the first starts a 3 s save, which a second one interrupts
 # (Python's own KeyboardInterrupt inside it): the checkpoint is then never written.
@@ -191,14 +196,30 @@ def test_only_a_holder_the_signal_reached_in_this_boot_counts_as_signalled(
                        holders=[_timed_out(rank, True), _timed_out(worker, False)]))
         kept = h.attempt(attempt)
         assert kept is not None
+        me = ProcFS().stat(os.getpid())  # the guard that began it: this process
+        assert me is not None
         assert h.signalled_since([rank, worker], but=attempt + 1) == {
-            (11, 5): (attempt, kept.started)}
+            (11, 5): (attempt, kept.started, me.start_time)}
         assert h.signalled_since([rank, worker], but=attempt) == {}  # the run's own attempt
     with contextlib.closing(sqlite3.connect(tmp_path / "history.db")) as db, db:
         db.execute("UPDATE attempts SET boot_id = '1700000000.42 "
                    "d0b3f8a4-0000-4000-8000-000000000000'")
     with History.open(str(tmp_path)) as h:
         assert h.signalled_since([rank, worker], but=attempt + 1) == {}
+
+
+def test_an_earlier_attempt_begins_no_sooner_than_its_guard_after_the_clock_is_set_on() -> None:
+    """The wall clock set forward an hour since (time synced after boot, an RTC read at
+    resume): read through it alone, the attempt began an hour before its guard even started,
+    and every rank the launcher's forward reached would look started since, and get a second
+    SIGINT."""
+    guard_start = ticks_now(2.0)  # its guard started 2 s ago
+    began = time.time() - 1.5 - 3600  # it began 1.5 s ago, a step of an hour ago
+    stepped = Earlier(7, began, guard_start)
+    assert stepped.ticks() == guard_start
+    # unstepped, the wall clock says it, after its guard's start
+    assert guard_start < Earlier(7, time.time() - 1.5, guard_start).ticks() <= ticks_now()
+    assert Earlier(7, began).ticks() < guard_start  # what the wall clock alone said
 
 
 def test_a_killed_attempts_rows_say_whom_the_signal_reached(tmp_path: Path) -> None:
