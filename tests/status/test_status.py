@@ -526,6 +526,25 @@ def test_missing_unit_interpreter_leads_status(conf: Path, tmp_path: Path, no_bu
     assert data["installation"]["unit"]["interpreter"]["usable"] is False
 
 
+def test_a_masked_veto_unit_leads_status(conf: Path, tmp_path: Path, no_bus: str) -> None:
+    """systemd fails a suspend that requires a unit it cannot load: not 'would go ahead'."""
+    from suspendguard.status.collect import collect
+    from suspendguard.status.text import render
+
+    stage = tmp_path / "stage"
+    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
+                environ={}) == 0
+    (stage / "etc/systemd/system/suspendguard@suspend.service").symlink_to("/dev/null")
+    s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
+    out = io.StringIO()
+    render(s, out)
+    refusal = ("/etc/systemd/system/suspendguard@suspend.service masks "
+               "suspendguard@suspend.service, which systemd-suspend.service requires: systemd "
+               "fails the suspend (systemctl unmask suspendguard@suspend.service)")
+    assert out.getvalue().splitlines()[0] == f"every suspend will be refused: {refusal}"
+    assert s.to_json()["installation"]["refusal"] == refusal
+
+
 # --- not root ---------------------------------------------------------------------------
 
 def nobody_suspendguard(bus: str) -> tuple[list[str], dict[str, str]]:
