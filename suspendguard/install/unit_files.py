@@ -23,7 +23,7 @@ def service_texts(root: str, path: str, names: Sequence[str]) -> list[str]:
     """The [Service] section of the unit file at ``path``, then of its drop-ins
     (``NAME.d/*.conf`` for each of ``names``, in every unit folder; a drop-in's file name in
     an earlier folder hides it in a later one) in file-name order, as systemd applies them.
-    None when the file is absent. A key outside the section (a drop-in without its header)
+    None of them when the file is absent. A key outside the section (a drop-in without its header)
     systemd ignores."""
     text = _read(Path(root) / path.lstrip("/"))
     if text is None:
