@@ -162,7 +162,9 @@ def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,
         # not start a job that exits 0). Its policy goes back all the same.
         saving = draining(stop)
         result, why = supervisors.start_container(owner, stop.stopped)
-        return ("pending", STILL_DRAINING) if saving and result == "skipped" else (result, why)
+        if saving and result == "skipped":  # with what became of its policy, where it failed
+            return "pending", STILL_DRAINING + "".join(why.partition("; its restart policy")[1:])
+        return result, why
     if owner.kind not in UNIT_KINDS:
         return "skipped", f"a {owner.kind} cannot be started again by this version"
     now = supervisors.unit_now(owner)

@@ -509,6 +509,29 @@ def test_a_container_whose_job_still_saves_at_the_veto_stays_pending_and_starts_
     left_saving_then_started(engine, c, node, holders, tmp_path)
 
 
+def test_a_pending_container_says_its_policy_could_not_be_put_back(
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+    c = saving_container(engine, node, holders, tmp_path / "saved")
+
+    def refuse_once_set_aside() -> None:  # the engine refuses from the drain's update on
+        wait_for(lambda: f"/containers/{c.id}/update" in engine.paths("POST"), 10,
+                 interval=0.01, message="the drain never set the policy aside")
+        engine.refuse_update = True
+
+    refusing = threading.Thread(target=refuse_once_set_aside, daemon=True)
+    refusing.start()
+    report = guard(make_config(drain={"timeout_s": 1}), supervisors=supervisors(engine, tmp_path))
+    refusing.join(10)
+    assert report.verdict.kind == "veto", report.verdict
+    [row] = stops(tmp_path)
+    assert row["result"] == "pending", row
+    assert row["why"].startswith("still draining") and (
+        "its restart policy on-failure could not be put back" in row["why"]), row
+    engine.refuse_update = False
+    (tmp_path / "saved").touch()  # the save ends
+    wait_for(lambda: not c.running, 10)
+
+
 def test_a_restore_while_a_drain_runs_leaves_that_drain_alone(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path) -> None:
     # An operator's "suspendguard restore" (status says to run it) while the veto unit
