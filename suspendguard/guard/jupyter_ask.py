@@ -13,11 +13,16 @@ import os
 import pwd
 import socket
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from ipaddress import ip_address
 from typing import Any
 
-from suspendguard.guard.jupyter import JupyterKernel
+from suspendguard.guard.jobs import Plan
+from suspendguard.guard.jupyter import JupyterKernel, describe
+from suspendguard.model import Decision, Holder
 from suspendguard.system import runner
+from suspendguard.system.procfs import ProcAccessError, ProcFS, Stat
 
 CONNECT_S = 0.5  # made or refused at once on this host; one the IP filter drops waits this long
 
@@ -27,6 +32,53 @@ def cannot_ask(kernel: JupyterKernel) -> str:
     if cannot := _cannot_run(kernel):
         return cannot
     return _port_refused(kernel.ip, kernel.control_port) if kernel.transport == "tcp" else ""
+
+
+def busy_cells(decisions: Sequence[Decision], plan_of: Callable[[Sequence[Decision]], Plan],
+               kernel_of: Callable[[Holder], JupyterKernel | None], proc: ProcFS
+               ) -> list[Decision]:
+    """``decisions``, each kernel to be asked whose cell runs (it catches SIGINT only then)
+    vetoed before anyone is signalled where that cell started processes in the kernel's group
+    that the drain does not stop first: ipykernel's shutdown SIGTERMs them at once, while the
+    cell still runs (a DataLoader's forked workers), and the cell loses its work."""
+    busy = [d for d in decisions if d.kind == "jupyter-shutdown" and d.holder.sigint == "caught"]
+    if not busy:
+        return list(decisions)
+    plan = plan_of(decisions)
+    stats = {pid: st for pid in proc.pids() if (st := _stat(proc, pid)) is not None}
+    # The jobs the drain stops before it asks (a kernel's workers are not), and the
+    # processes between them and the kernel (a shell a cell ran them through).
+    first = set()
+    for d in decisions:
+        pid = d.holder.pid
+        if d.signals and d.kind != "jupyter-shutdown" and (plan.role(d.holder) or ("",))[0] != "worker":
+            while pid in stats and pid > 1 and pid not in first:
+                first.add(pid)
+                pid = stats[pid].ppid
+    out = []
+    for d in decisions:
+        at_risk = _started_in_group(d.holder, stats, first) if d in busy else []
+        kernel = kernel_of(d.holder) if at_risk else None
+        out.append(d if kernel is None else replace(d, kind="veto-jupyter", reason=describe(
+            kernel, f"its cell runs, and a shutdown would SIGTERM at once what the cell started in "
+            f"its process group (pid {', '.join(map(str, at_risk))}), mid-cell")))
+    return out
+
+
+def _started_in_group(kernel: Holder, stats: dict[int, Stat], first: set[int]) -> list[int]:
+    """The kernel's children in its process group, but those the drain stops first."""
+    own = stats.get(kernel.pid)
+    if own is None or own.start_time != kernel.start_time:  # gone, or its pid taken since
+        return []
+    return sorted(pid for pid, st in stats.items()
+                  if st.ppid == kernel.pid and st.pgrp == own.pgrp and pid not in first)
+
+
+def _stat(proc: ProcFS, pid: int) -> Stat | None:
+    try:
+        return proc.stat(pid)
+    except ProcAccessError:
+        return None
 
 
 def _cannot_run(kernel: JupyterKernel) -> str:

@@ -119,7 +119,8 @@ class RunState:
         self.earlier.update(self.ledger.signalled_before(
             [d.holder for d in decisions if d.signals or d.kind in SIGNAL_VETOES]))
         decisions = spare_workers(still_saving(decisions, self.earlier), self.plan)
-        decisions = launcher_stopped(decisions, self.plan)
+        decisions = jupyter_ask.busy_cells(launcher_stopped(decisions, self.plan), self.plan,
+                                           self.kernel, self.options.proc)
         plan = self.plan(decisions)
         return [replace(d, notes=(*d.notes, *notes)) if (notes := self._notes(d, plan)) else d
                 for d in decisions]
@@ -158,11 +159,9 @@ class RunState:
         return replace(d, kind="veto-jupyter", reason=jupyter.describe(kernel, cannot or ""))
 
     def plan(self, decisions: Sequence[Decision]) -> jobs.Plan:
-        """The jobs behind the holders these decisions signal (guard/jobs.py).
-
-        Made once per batch: the decision, the dry run's word and the drain
-        read the same plan, and the walk up /proc is not made again.
-        """
+        """The jobs behind the holders these decisions signal (guard/jobs.py). Made once per
+        batch: the decision, the dry run's word and the drain read the same plan, and the walk
+        up /proc is not made again."""
         holders = [d.holder for d in decisions if d.signals]
         # A kernel asked to shut down is no rank of a launcher, but its forked
         # children are its workers: they leave with it.

@@ -179,6 +179,39 @@ def test_a_kernels_forked_child_is_its_worker_not_a_kernel(kernel: Kernel, tmp_p
     assert not mark.exists()  # no SIGINT reached the child
 
 
+def test_a_busy_cells_forked_worker_is_never_left_to_the_kernels_shutdown(
+        kernel: Kernel, tmp_path: Path, node: str) -> None:
+    """ipykernel's shutdown SIGTERMs the children in its process group at once, while the
+    cell still runs: a busy cell's forked worker (a DataLoader's) would die mid-cell. With
+    [drain] jupyter = "shutdown", the guard vetoes before anyone is signalled, and the worker
+    and the cell run on."""
+    mark = tmp_path / "child"
+    kernel.command(f"fork {mark}")
+    pidfile = tmp_path / "child.pid"
+    wait_for(lambda: pidfile.exists() and pidfile.read_text() != "", 30, interval=0.05)
+    child = int(pidfile.read_text())
+    progress = tmp_path / "progress"
+    steps = 60
+    kernel.command(f"busy {progress} {steps}")
+    conf = config(tmp_path, node, "shutdown")
+    _code, out, _err = cli("--config", str(conf), "check", "--json")
+    predicted = json.loads(out)
+    code, out, err = cli("--config", str(conf), "drain", "--yes", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["verdict"] == "veto", (report, err)
+    assert report["reasons"] == predicted["reasons"]
+    (reason,) = report["reasons"]
+    assert f"pid {kernel.pid} " in reason and "is a Jupyter kernel" in reason
+    assert f"what the cell started in its process group (pid {child}), mid-cell" in reason
+    assert all(h["outcome"]["kind"] == "not-signalled" for h in report["holders"]), report
+    seen = len(progress.read_text().splitlines())
+    assert seen < steps and kernel.alive()
+    assert Path(f"/proc/{child}").exists()  # the worker runs on
+    wait_for(lambda: len(progress.read_text().splitlines()) > seen, 5, interval=0.1,
+             message="the cell stopped progressing")
+    assert not mark.exists()  # no SIGINT reached the worker
+
+
 def test_a_refused_shutdown_request_vetoes_with_the_kernels_way_out(kernel: Kernel,
                                                                      tmp_path: Path,
                                                                      node: str) -> None:
