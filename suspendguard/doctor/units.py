@@ -78,10 +78,11 @@ def _links(host: Host) -> list[str]:
                   if host.exists(link := f"{d}/{wanting}.requires/{templates.instance(action)}"))
 
 
-def unit_cannot_load(host: Host) -> list[Finding]:
+def unit_cannot_load(host: Host, unit_path: str | None) -> list[Finding]:
     """A sleep step that requires an instance systemd cannot load fails: every one of them,
-    while the unit is masked, or gone with its enable links left."""
-    if _unit_path(host, templates.UNIT_TEMPLATE) is None:
+    while the unit (at ``unit_path``, None: no file) is masked, or gone with its enable links
+    left."""
+    if unit_path is None:
         links = _links(host)
         return [Finding(
             "guard-unit-gone", "error",
@@ -106,7 +107,7 @@ def unit_cannot_load(host: Host) -> list[Finding]:
 
 def guard_units(host: Host, config: Config) -> list[Finding]:
     unit_path = _unit_path(host, templates.UNIT_TEMPLATE)
-    out = unit_cannot_load(host)
+    out = unit_cannot_load(host, unit_path)
     if unit_path is None:
         return out
     packaged = unit_path != templates.UNIT_PATH  # install refuses beside a package's unit

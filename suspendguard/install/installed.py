@@ -156,8 +156,9 @@ def masked_actions(tree: Tree) -> tuple[tuple[str, str], ...]:
     """(action, masking file) of each action whose instance is masked, or whose instance
     comes from the template (no file of its own) and the template is masked."""
     root = str(tree.root)
+    template = mask_of(root, UNIT_TEMPLATE)  # read once, for every action without its own file
     found = ((action, mask_of(root, instance(action)) if first_of(root, instance(action))
-              else mask_of(root, UNIT_TEMPLATE)) for action in SLEEP_ACTIONS)
+              else template) for action in SLEEP_ACTIONS)
     return tuple((action, path) for action, path in found if path is not None)
 
 
