@@ -9,13 +9,17 @@ command gets a timeout and its output a bound (``MAX_ENTRIES`` entries:
 with ``--since``, journalctl's ``-n`` keeps the first from that time on
 before systemd 254, the last from 254 on, and reaching it is a note;
 ``MAX_BYTES`` bytes), and no journalctl, no journal or a failing one is
-"not available" (``Unavailable``), never an error.
+"not available" (``Unavailable``), never an error. No journal at all
+(journald's ``Storage=none``, or none this user may read) reads as an empty
+one, without a word under ``-o json`` (systemd 252), so an empty answer is
+told from it by asking for the journal's last entry.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -181,15 +185,33 @@ def parse_journal(text: str, unit: str, rules: Sequence[Rule] = RULES
     return findings, entries, notes
 
 
+def _no_journal(journalctl: str, timeout: float, run: Runner) -> Unavailable | None:
+    """Why an empty answer is no journal read: none kept, none this user may read, or the
+    question of its last entry failing. None where the journal holds an entry."""
+    if timeout <= 0:
+        return Unavailable(f"{journalctl} answered nothing, and no time was left to ask "
+                           "whether it keeps a journal at all")
+    last = run([journalctl, "-o", "json", "--quiet", "--no-pager", "--output-fields=MESSAGE",
+                "-n", "1"], timeout, 1024 * 1024)
+    if not last.ok and not last.truncated:
+        return Unavailable(last.describe_failure())
+    if not last.stdout.strip():
+        return Unavailable(f"{journalctl}: the journal holds no entry at all (journald keeps "
+                           "none here, Storage=none, or none this user may read)")
+    return None
+
+
 def read_unit(unit: str, since: datetime | None, until: datetime | None = None, *,
               timeout: float = TIMEOUT_S, journalctl: str = JOURNALCTL,
               run: Runner = runner.run_bounded, rules: Sequence[Rule] = RULES) -> UnitJournal:
     """One unit's journal between ``since`` and ``until``; never raises for a missing journal."""
+    asked = time.monotonic()
     result = run(journal_argv(unit, since, until, journalctl), timeout, MAX_BYTES)
     if not result.ok and not result.truncated:
         return UnitJournal(unit, unavailable=Unavailable(result.describe_failure()))
-    if not result.stdout and "No journal files were found" in result.stderr:
-        return UnitJournal(unit, unavailable=Unavailable(f"{journalctl}: no journal files found"))
+    if not result.stdout.strip() and (
+            gone := _no_journal(journalctl, timeout - (time.monotonic() - asked), run)):
+        return UnitJournal(unit, unavailable=gone)
     findings, entries, notes = parse_journal(result.stdout, unit, rules)
     if entries >= MAX_ENTRIES:
         # journalctl stops at -n without a word; before systemd 254 it keeps the first
@@ -210,11 +232,13 @@ def kernel_argv(since: datetime, journalctl: str = JOURNALCTL) -> list[str]:
 def read_kernel(since: datetime, *, timeout: float = TIMEOUT_S, journalctl: str = JOURNALCTL,
                 run: Runner = runner.run_bounded) -> list[str] | Unavailable:
     """The kernel's messages since ``since`` (this boot), one string each; never raises."""
+    asked = time.monotonic()
     result = run(kernel_argv(since, journalctl), timeout, MAX_BYTES)
     if not result.ok and not result.truncated:
         return Unavailable(result.describe_failure())
-    if not result.stdout and "No journal files were found" in result.stderr:
-        return Unavailable(f"{journalctl}: no journal files found")
+    if not result.stdout.strip() and (
+            gone := _no_journal(journalctl, timeout - (time.monotonic() - asked), run)):
+        return gone
     out = []
     for raw in result.stdout.split("\n"):
         try:

@@ -18,6 +18,7 @@ from suspendguard.logs.journal import (
     read_unit,
     unit_name,
 )
+from suspendguard.model import Unavailable
 from suspendguard.system import runner
 from suspendguard.system.runner import RunResult
 
@@ -144,10 +145,51 @@ def test_a_failing_journalctl_is_not_available() -> None:
         "journalctl: exit status 1: --since= must be before --until=.")
 
 
-def test_real_journalctl_on_a_unit_without_entries() -> None:
-    journal = read_unit("sg-test-no-such-unit.service", datetime.now() - timedelta(minutes=1))
+def journalctl_of(tmp_path: Path, directory: Path) -> str:
+    """The real journalctl, reading the journal files of ``directory`` only."""
+    wrapper = tmp_path / "journalctl"
+    wrapper.write_text(f'#!/bin/sh\nexec journalctl --directory="{directory}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_real_journalctl_with_no_journal_is_not_available(tmp_path: Path) -> None:
+    """journald keeping none (Storage=none): journalctl -o json answers nothing and exit 0,
+    as for a unit without entries; no entry read is then no "0 entries, nothing found"."""
+    (tmp_path / "journal").mkdir()
+    journalctl = journalctl_of(tmp_path, tmp_path / "journal")
+    journal = read_unit("sg-test-no-such-unit.service", datetime.now() - timedelta(minutes=1),
+                        journalctl=journalctl)
+    assert journal.unavailable is not None, journal
+    assert journal.unavailable.reason == (
+        f"{journalctl}: the journal holds no entry at all (journald keeps none here, "
+        "Storage=none, or none this user may read)")
+    assert journal.to_json()["available"] is False
+    # -k asks for this boot, which journalctl says it does not hold (exit status 1)
+    kernel = read_kernel(datetime.now() - timedelta(minutes=1), journalctl=journalctl)
+    assert isinstance(kernel, Unavailable) and "No such boot ID" in kernel.reason, kernel
+
+
+def test_an_empty_kernel_log_of_no_journal_is_not_available() -> None:
+    def nothing(argv: Sequence[str], timeout: float, max_output: int) -> RunResult:
+        return RunResult(tuple(argv), 0, "", "")
+
+    kernel = read_kernel(datetime.now() - timedelta(minutes=1), run=nothing)
+    assert isinstance(kernel, Unavailable) and "holds no entry at all" in kernel.reason
+
+
+def last_entry_only(argv: Sequence[str], timeout: float, max_output: int) -> RunResult:
+    """A journal with entries, none of them the ones asked for (a real one: the container
+    tests of test_journal_container.py)."""
+    entry = json.dumps({"MESSAGE": "systemd[1]: Started x.", "__REALTIME_TIMESTAMP": "1"})
+    return RunResult(tuple(argv), 0, entry + "\n" if argv[-2:] == ["-n", "1"] else "", "")
+
+
+def test_no_entries_of_a_journal_that_holds_some_are_read_as_none() -> None:
+    journal = read_unit(UNIT, datetime.now() - timedelta(minutes=1), run=last_entry_only)
     assert journal.unavailable is None, journal
     assert (journal.entries_read, journal.findings) == (0, ())
+    assert read_kernel(datetime.now() - timedelta(minutes=1), run=last_entry_only) == []
 
 
 def test_output_over_the_bound_is_cut_at_a_whole_entry() -> None:
