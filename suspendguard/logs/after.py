@@ -122,16 +122,25 @@ class AfterResult:
             notes += [f"journal of {j.unit}: {note}" for note in j.notes]
         return notes
 
+    def unread(self) -> list[str]:
+        """Each device log path and journal not read, or read only in part: what it holds is
+        unknown. Failures stamped before the attempt were read: they are no part of it."""
+        files = [f"device log {s.path}: {s.reason}" for s in self.skipped
+                 if STAMPED_BEFORE not in s.reason]
+        journals = [f"journal of {j.unit}: "
+                    + (f"not available: {j.unavailable.reason}" if j.unavailable is not None
+                       else "; ".join(j.notes))
+                    for j in self.journals if j.unavailable is not None or j.notes]
+        return files + journals
+
     def nothing_found(self) -> str:
         """The line for no finding: what was read, and, where something was not, that for it
         the answer is unknown; failures stamped before the attempt are no clean bill either."""
         read = f"{self.files_read} device log file(s)"
         read += "".join(f", the journal of {j.unit}" for j in self.journals
                         if j.unavailable is None)
-        notes_early = [s for s in self.skipped if STAMPED_BEFORE in s.reason]
-        early = len({s.path for s in notes_early})  # a note a rule: the files, once each
-        unread = len(self.skipped) - len(notes_early) + sum(
-            j.unavailable is not None or bool(j.notes) for j in self.journals)
+        early = len({s.path for s in self.skipped if STAMPED_BEFORE in s.reason})
+        unread = len(self.unread())
         line = f"no documented device failure in {read}"
         if early:
             line = (f"documented device failure(s) stamped before the attempt in {early} "

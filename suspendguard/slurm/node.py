@@ -173,7 +173,7 @@ def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str,
     held, unsure = (held_outside_slurm(config, inventory, time.monotonic() + SCAN_BOUND_S)
                     if mode.enforcing else ([], []))
     attempt, words = _slept_after(config)
-    when, findings = datetime.fromtimestamp(since), []
+    when, findings, logs_unread = datetime.fromtimestamp(since), [], []
     if attempt is not None and mode.name != "off":  # off: prepare recorded no attempt
         # The device logs since the suspend began, as the check after resume counts them:
         # a chip that reset while asleep (heartbeat-lost) may read healthy to npu-smi.
@@ -181,11 +181,18 @@ def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str,
         found = after_attempt(config, when, holder_homes(attempt), until=datetime.now(),
                               units=job_units(attempt), log_dirs=holder_log_dirs(attempt))
         findings = [f.record() for f in found.findings]
+        logs_unread = found.unread()
     report = check(config, when, findings, before=words)
     bad, unread = _health_reasons(report, "", inventory)
     if held or bad:
         return answer(node, "veto", held + bad, summary=report.summary())
     unread += unsure
+    if logs_unread:
+        # What they hold is unknown: a chip that reset while asleep may be in them.
+        more = f" and {len(logs_unread) - 1} more" if len(logs_unread) > 1 else ""
+        unread.append(Reason("health-unknown", "device logs since the suspend not read "
+                             f"whole ({logs_unread[0]}{more}): a failure while asleep "
+                             "would be missed"))
     return answer(node, "unknown" if unread else "allow", unread, summary=report.summary())
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.fake_slurm import FakeSlurm
@@ -107,6 +108,34 @@ def test_the_controller_says_what_an_observing_node_would_have_refused(tmp_path:
     assert seen.read_text() == "gpu3"  # observe mode refuses nothing
     assert ("gpu3: observe mode (suspendguard mode): its guard only looked and would have "
             "refused (veto): pid 7 python3 ignores SIGINT") in err.getvalue()
+
+
+def awake(conf: Path) -> tuple[int, dict[str, Any]]:
+    code, out, err = cli("--config", str(conf), "slurm", "node", "awake")
+    assert "Traceback" not in err, err
+    return code, json.loads(out)
+
+
+def test_a_node_awake_whose_device_logs_were_not_read_whole_is_unknown(
+        conf: Path, tmp_path: Path) -> None:
+    """A log the wake's read did not follow may hold the failure of a chip that reset while
+    asleep, which npu-smi may not show: the answer is unknown, not allow."""
+    slog = tmp_path / "slog"
+    slog.mkdir()
+    (slog / "device-0.log").write_text("[INFO] TSCH(-1,null):2024-01-01-00:00:00.000.000 up\n")
+    (slog / "device-1.log").symlink_to(tmp_path / "elsewhere.log")
+    conf.write_text(conf.read_text() + f'[logs]\npaths = ["{slog}/*.log"]\n')
+    assert prepare(conf)["verdict"] == "allow"
+    code, doc = awake(conf)
+    assert (code, doc["verdict"]) == (5, "unknown"), doc
+    [why] = doc["reason_details"]
+    assert why["code"] == "health-unknown", doc
+    assert why["text"] == (f"device logs since the suspend not read whole (device log {slog}/"
+                           "device-1.log: symbolic link, not followed): a failure while asleep "
+                           "would be missed")
+    (slog / "device-1.log").unlink()
+    assert awake(conf) == (0, {**doc, "verdict": "allow", "reasons": [],
+                               "reason_details": []})
 
 
 def test_health_drains_for_a_holder_outside_slurm_only_when_enforced(
