@@ -30,6 +30,8 @@ ENV_VAR = "SUSPENDGUARD_CONFIG"
 MAX_BYTES = 1024 * 1024
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?")
+# An array-of-tables header, [[policy.protect]]: each starts one entry of the array.
+_TABLES_HEADER = re.compile(r"^\s*\[\[\s*([A-Za-z0-9_.-]+)\s*\]\]\s*(?:#.*)?$")
 _ASSIGN = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*=")
 # A user name as useradd and systemd take it (a trailing $ for a machine account).
 _USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")
@@ -66,19 +68,19 @@ def load(cli_path: str | None = None, environ: Mapping[str, str] | None = None, 
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise ConfigError(f"{path}: not UTF-8 text") from None
+            raise ConfigError(f"{safe(path)}: not UTF-8 text") from None
         if text.startswith("\ufeff"):  # an editor's byte-order mark, which TOML does not allow
-            raise ConfigError(f"{path}: starts with a byte-order mark (BOM), which TOML does "
+            raise ConfigError(f"{safe(path)}: starts with a byte-order mark (BOM), which TOML does "
                               "not allow: save it as UTF-8 without one")
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: TOML syntax error: {exc}") from None
+            raise ConfigError(f"{safe(path)}: TOML syntax error: {exc}") from None
         except RecursionError:
-            raise ConfigError(f"{path}: TOML nested too deeply") from None
+            raise ConfigError(f"{safe(path)}: TOML nested too deeply") from None
         except ValueError:
             # A decimal integer past Python's limit on integer text (4300 digits).
-            raise ConfigError(f"{path}: {_too_long(text)}") from None
+            raise ConfigError(f"{safe(path)}: {_too_long(text)}") from None
         config = build(data, path, text)
     if os.geteuid() == 0 if as_root is None else as_root:
         trust = untrusted(config, env)
@@ -95,22 +97,22 @@ def _read(path: str, explicit: bool) -> tuple[bytes, os.stat_result] | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         if explicit:
-            raise ConfigError(f"{path}: configuration file not found") from None
+            raise ConfigError(f"{safe(path)}: configuration file not found") from None
         return None
     except PermissionError:
-        raise ConfigError(f"{path}: permission denied reading the configuration") from None
+        raise ConfigError(f"{safe(path)}: permission denied reading the configuration") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot open the configuration: {exc.strerror}") from None
+        raise ConfigError(f"{safe(path)}: cannot open the configuration: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise ConfigError(f"{path}: is a directory, expected a TOML file")
+            raise ConfigError(f"{safe(path)}: is a directory, expected a TOML file")
         # A device (/dev/zero) could be read for ever. Kernel files (/proc/self/mem)
         # pass as regular with size 0: the bounded read below keeps them in check.
         if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{path}: not a regular file, expected a TOML file")
+            raise ConfigError(f"{safe(path)}: not a regular file, expected a TOML file")
         if st.st_size > MAX_BYTES:
-            raise ConfigError(f"{path}: {st.st_size} bytes, more than a configuration's "
+            raise ConfigError(f"{safe(path)}: {st.st_size} bytes, more than a configuration's "
                               f"limit of {MAX_BYTES}")
         chunks: list[bytes] = []
         size = 0
@@ -121,10 +123,10 @@ def _read(path: str, explicit: bool) -> tuple[bytes, os.stat_result] | None:
             chunks.append(chunk)
             size += len(chunk)
         if size > MAX_BYTES:
-            raise ConfigError(f"{path}: more than a configuration's limit of {MAX_BYTES} bytes")
+            raise ConfigError(f"{safe(path)}: more than a configuration's limit of {MAX_BYTES} bytes")
         return b"".join(chunks), st
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from None
+        raise ConfigError(f"{safe(path)}: cannot read the configuration: {exc.strerror}") from None
     finally:
         os.close(fd)
 
@@ -145,11 +147,11 @@ def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> 
     for section in data:
         if section not in SCHEMA:
             raise ConfigError(
-                f"{path}: unknown section [{safe(section)}]; expected one of "
+                f"{safe(path)}: unknown section [{safe(section)}]; expected one of "
                 + ", ".join(f"[{s}]" for s in SCHEMA)
             )
         if not isinstance(data[section], dict):
-            raise ConfigError(f"{path}: {section} must be a table [{section}]")
+            raise ConfigError(f"{safe(path)}: {section} must be a table [{section}]")
     values: dict[str, dict[str, Any]] = {}
     for section, specs in SCHEMA.items():
         given = data.get(section, {})
@@ -164,7 +166,8 @@ def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> 
             try:
                 out[key] = validate(spec, given.get(key, spec.default))
             except InvalidEntry as exc:
-                raise ConfigError(f"{_where(path, section, key, text)}: {exc}") from None
+                at = _where(path, section, key, text, (exc.index, exc.count))
+                raise ConfigError(f"{at}: {exc}") from None
             except Invalid as exc:
                 raise ConfigError(f"{_where(path, section, key, text)}: expected {exc}") from None
         values[section] = out
@@ -220,11 +223,15 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
                 f"node[01-04,07], joined by commas; no spaces), got {safe(entry)!r}")
 
 
-def _where(path: str, section: str, key: str, text: str) -> str:
-    line = _line_of(text, section, key)
+def _where(path: str, section: str, key: str, text: str,
+           entry: tuple[int, int] | None = None) -> str:
+    """Where an error is: the file, the key and its line (an array entry's own line, given
+    ``entry``, the entry's index and the array's length)."""
+    line = _entry_line(text, section, key, *entry) if entry else _line_of(text, section, key)
     at = f" (line {line})" if line else ""
-    # A quoted key may hold a newline or ESC: shown escaped, the error stays one line.
-    return f"{path}: [{safe(section)}] {safe(key)}{at}"
+    # A path (from --config or $SUSPENDGUARD_CONFIG) or a quoted key may hold a newline or
+    # ESC: shown escaped, the error stays one line and moves no terminal's cursor.
+    return f"{safe(path)}: [{safe(section)}] {safe(key)}{at}"
 
 
 def _line_of(text: str, section: str, key: str) -> int | None:
@@ -241,3 +248,18 @@ def _line_of(text: str, section: str, key: str) -> int | None:
         if m and current == section and m.group(1) == key:
             return number
     return None
+
+
+def _entry_line(text: str, section: str, key: str, index: int, count: int) -> int | None:
+    """The line of the ``[[section.key]]`` header that starts entry ``index``, or None.
+
+    Only when the headers found are as many as the entries: a header spelled otherwise
+    (quoted, spaced) would shift the count, and no line beats a wrong one. An inline
+    array (``protect = [...]``) has no headers: its key's line is the one there is.
+    """
+    name = f"{section}.{key}"
+    headers = [number for number, line in enumerate(text.splitlines(), 1)
+               if (m := _TABLES_HEADER.match(line)) and m.group(1) == name]
+    if not headers:
+        return _line_of(text, section, key)
+    return headers[index] if len(headers) == count else None

@@ -29,10 +29,16 @@ class Invalid(Exception):
 
 
 class InvalidEntry(Invalid):
-    """What is wrong with one table of an array of tables, which the message names."""
+    """What is wrong with one table of an array of tables, which the message names.
 
-    def __init__(self, index: int, why: str) -> None:
+    ``index`` is the entry's place and ``count`` the array's length: the loader finds
+    the entry's own line from them.
+    """
+
+    def __init__(self, index: int, count: int, why: str) -> None:
         super().__init__(f"entry {index + 1}: {why}")
+        self.index = index
+        self.count = count
 
 
 def validate(spec: Spec, value: Any) -> Any:
@@ -96,7 +102,7 @@ def _tables(value: Any, example: str, what: str, read: Callable[[Any], Any]
         try:
             out.append(read(v))
         except Invalid as exc:
-            raise InvalidEntry(i, str(exc)) from None
+            raise InvalidEntry(i, len(value), str(exc)) from None
     return tuple(out)
 
 
@@ -116,14 +122,21 @@ def signal_name(name: str) -> str:
 # Signals whose default action stops a process: a holder sent one stays stopped, holding its
 # node (SIGSTOP cannot even be caught), and the suspend it was sent for is vetoed.
 STOP_SIGNALS = ("SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU")
+# Signals whose default action is to ignore them: a holder without a handler runs on, and
+# the drain waits its whole timeout to veto, while `check` would foresee the holder end.
+IGNORED_SIGNALS = ("SIGCHLD", "SIGCONT", "SIGURG", "SIGWINCH")
 
 
 def _ending_signal(name: str) -> str:
-    """A signal that asks a holder to end: never one that stops it."""
+    """A signal that asks a holder to end: never one that stops it or that it ignores."""
     if name in STOP_SIGNALS:
-        raise Invalid(f"a signal that ends a process, such as \"SIGINT\" or \"SIGTERM\", got "
-                      f"{name!r} (it stops the holder, which keeps its node and stays stopped)")
-    return name
+        why = "it stops the holder, which keeps its node and stays stopped"
+    elif name in IGNORED_SIGNALS:
+        why = "its default action is to ignore it: a holder without a handler would not exit"
+    else:
+        return name
+    raise Invalid(f"a signal that ends a process, such as \"SIGINT\" or \"SIGTERM\", got "
+                  f"{name!r} ({why})")
 
 
 def _check_glob(pattern: str) -> None:

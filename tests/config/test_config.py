@@ -78,6 +78,16 @@ def test_effective_config_round_trips_characters_above_the_bmp() -> None:
         ('[drain]\nsignal = "tstp"\n', "got 'SIGTSTP' (it stops the holder"),
         ('[drain]\nescalate = ["SIGTERM:1", "SIGSTOP:1"]\n',
          "[drain] escalate (line 2): expected a signal that ends a process"),
+        # A signal ignored by default ends no holder without a handler: the drain would wait
+        # its whole timeout and veto, while check foresaw the holder end.
+        ('[drain]\nsignal = "SIGCHLD"\n', "[drain] signal (line 2): expected a signal that ends "
+         "a process, such as \"SIGINT\" or \"SIGTERM\", got 'SIGCHLD' (its default action is to "
+         "ignore it: a holder without a handler would not exit)"),
+        ('[drain]\nsignal = "cld"\n', "got 'SIGCHLD' (its default action is to ignore it"),
+        ('[drain]\nsignal = "cont"\n', "got 'SIGCONT' (its default action is to ignore it"),
+        ('[drain]\nsignal = "SIGURG"\n', "got 'SIGURG' (its default action is to ignore it"),
+        ('[drain]\nescalate = ["SIGTERM:1", "winch:1"]\n', "[drain] escalate (line 2): expected "
+         "a signal that ends a process, such as \"SIGINT\" or \"SIGTERM\", got 'SIGWINCH' (its"),
         ('[devices]\nnodes = ["/dev/npu[0-9"]\n', "unclosed '['"),
         ('[devices]\nnodes = ["npu0"]\n', "expected an absolute path glob"),
         ('[devices]\nfamilies = ["amd"]\n',
@@ -92,7 +102,7 @@ def test_effective_config_round_trips_characters_above_the_bmp() -> None:
          "[drain] launchers (line 1): entry 1: stop must be one of \"forward\", \"hold\", "
          "\"ranks\", got 'pause'"),
         ('[[policy.drain]]\nuid = 0\ntimeout_s = 5\n[[policy.drain]]\nuid = 1\n',
-         "[policy] drain (line 1): entry 2: needs timeout_s, the wait for the holders it "
+         "[policy] drain (line 4): entry 2: needs timeout_s, the wait for the holders it "
          "matches, as in { uid = 1000, timeout_s = 90 }"),
         ('[policy]\ndrain = [3]\n',
          "[policy] drain (line 2): entry 1: must be a table such as { uid = 1000, timeout_s = 90 }"),
