@@ -27,7 +27,7 @@ from suspendguard.config import Config
 from suspendguard.errors import EXIT_USAGE, HistoryError, UsageError
 from suspendguard.logs import codes
 from suspendguard.logs.after import holder_homes, holder_log_dirs, job_units
-from suspendguard.logs.finding import Finding, Skipped
+from suspendguard.logs.finding import NOT_FOLLOWED, Finding, Skipped
 from suspendguard.logs.journal import unit_name
 from suspendguard.logs.report import LogsReport, logs_report
 from suspendguard.logs.rules import BY_ID
@@ -244,10 +244,17 @@ def _partly_read(skipped: Skipped) -> bool:
 
 def exit_status(report: SearchReport, findings: Sequence[Finding], paths: Sequence[str],
                 ctx: Context) -> int:
-    """2 when a PATH typed on the command line was not read; else 1 with findings, 0 without."""
+    """2 when a PATH typed on the command line, or a file in a folder typed, was not read
+    (as ``grep -r``); else 1 with findings, 0 without."""
     # The search names a PATH as it opened it: made absolute (``logs/walk.py``).
     typed = {os.path.abspath(p) for p in paths}
-    unread = [s for s in report.skipped if s.path in typed and not _partly_read(s)]
+    folders = tuple(t.rstrip("/") + "/" for t in typed)
+
+    def asked(path: str) -> bool:
+        return path in typed or path.startswith(folders)
+
+    unread = [s for s in report.skipped if asked(s.path) and not _partly_read(s)
+              and not s.reason.endswith(NOT_FOLLOWED)]
     for s in unread:
         ctx.err.write(f"suspendguard: logs: {s.path}: {s.reason}\n")
     if unread:

@@ -113,6 +113,8 @@ class Finding:
 TIME_RAN_OUT = "the time for reading logs ran out"
 # Lines of a documented failure left out by their stamps, in a file written to since.
 STAMPED_BEFORE = "stamped before the time asked"
+# A link met inside a folder walked, which is not followed (as grep -r does not).
+NOT_FOLLOWED = "symbolic link, not followed"
 
 
 @dataclass(frozen=True, slots=True)

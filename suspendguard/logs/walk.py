@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from suspendguard.logs.finding import Skipped
+from suspendguard.logs.finding import NOT_FOLLOWED, Skipped
 from suspendguard.logs.globs import START, accepts, ends_here, expand, split_glob, step
 from suspendguard.logs.safe_open import Refused, describe, open_base, open_dir
 
@@ -182,7 +182,7 @@ def _walk(found: Plan, base: Base, parts: tuple[str, ...], since_ts: float | Non
                 except OSError:
                     continue  # vanished between listing and stat: rotation
                 if stat.S_ISLNK(st.st_mode):
-                    found.skipped.append(Skipped(shown, "symbolic link, not followed"))
+                    found.skipped.append(Skipped(shown, NOT_FOLLOWED))
                     continue
                 if stat.S_ISDIR(st.st_mode):
                     if len(rel) + 1 >= MAX_DEPTH:

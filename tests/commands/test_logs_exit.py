@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from helpers import FIXTURES as ALL_FIXTURES
+from helpers.users import nobody_prefix, python_for_nobody
 
 from suspendguard.cli import main
 
@@ -84,3 +87,36 @@ def test_a_journal_that_could_not_be_read_is_no_none_found(
     code, out, _ = logs("--unit", "job", str(tmp_path / "empty"))
     assert "No documented failure found" not in out and "Nothing was read." in out, out
     assert code == 2
+
+
+def test_a_file_in_a_folder_typed_that_cannot_be_read_is_2(tmp_path: Path) -> None:
+    """As grep -r: a log in the folder that this user may not read is no "none found"; a
+    link met in the walk, which is not followed, is no error."""
+    prefix = nobody_prefix()
+    if prefix is None:
+        pytest.skip("needs root, to run as user nobody")
+    python = python_for_nobody(prefix, {"PYTHONPATH": str(Path(__file__).parents[2])})
+    if python is None:
+        pytest.skip("no interpreter user nobody can run")
+    slog = Path(tempfile.mkdtemp(prefix="sg-logs-"))
+    try:
+        slog.chmod(0o755)
+        (slog / "device-0.log").write_text("[INFO] TSCH(-1,null):2024-01-01-00:00:00.000.000 up\n")
+        (slog / "device-0.log").chmod(0o644)
+        (slog / "device-1.log").symlink_to("/etc/hostname")
+
+        def run() -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*prefix, python, "-m", "suspendguard", "logs", str(slog)],
+                                  capture_output=True, text=True, timeout=60, cwd="/",
+                                  env={"PYTHONPATH": str(Path(__file__).parents[2])})
+
+        read = run()
+        assert (read.returncode, read.stderr) == (0, ""), read
+        assert "No documented failure found." in read.stdout
+        (slog / "device-0.log").chmod(0o600)
+        refused = run()
+        assert "Nothing was read." in refused.stdout, refused
+        assert (refused.returncode, refused.stderr) == (
+            2, f"suspendguard: logs: {slog}/device-0.log: Permission denied\n")
+    finally:
+        shutil.rmtree(slog)
