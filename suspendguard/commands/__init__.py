@@ -289,7 +289,9 @@ COMMANDS: tuple[Command, ...] = (
             ((0, "no documented failure found; with --explain: the code is known"),
              (1, "documented failures found (like grep); with --explain: the code is not in "
                  "the vendor code table"),
-             (2, "bad usage, or a PATH that does not exist or cannot be read (it says which)"),
+             (2, "bad usage, or a PATH that does not exist or cannot be read, or a file in a folder "
+                 "typed that cannot be read (it says which; a link met in a folder is not "
+                 "followed, and is no error)"),
              (3, "--since last-attempt: the history cannot be read"),
              UNTRUSTED_EXIT)),
     Command("status", "accelerators, holders, verdict, installation, logind, history",
