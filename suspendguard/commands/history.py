@@ -35,6 +35,8 @@ def history(args: argparse.Namespace, ctx: Context) -> int:
                 attempts = [] if one is None else [one]
             notes = list(h.notes)
     except NoHistory as exc:
+        if args.id is not None:  # no attempt at all, so not that one: as for any ID not recorded
+            raise UsageError(f"history: no attempt {args.id} in {config.state.dir}: {exc}") from None
         if args.json:
             json.dump({"attempts": [], "note": str(exc)}, ctx.out, indent=2)
             ctx.out.write("\n")

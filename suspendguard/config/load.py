@@ -28,6 +28,8 @@ ENV_VAR = "SUSPENDGUARD_CONFIG"
 # A configuration is a few dozen lines; anything near this is a mistake or
 # an attack, and reading it must stay far inside the guard's deadline.
 MAX_BYTES = 1024 * 1024
+# Why a file this user may not open is no configuration (status tells it from an invalid one).
+DENIED = "permission denied reading the configuration"
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?")
 # An array-of-tables header, [[policy.protect]]: each starts one entry of the array.
@@ -100,7 +102,7 @@ def _read(path: str, explicit: bool) -> tuple[bytes, os.stat_result] | None:
             raise ConfigError(f"{safe(path)}: configuration file not found") from None
         return None
     except PermissionError:
-        raise ConfigError(f"{safe(path)}: permission denied reading the configuration") from None
+        raise ConfigError(f"{safe(path)}: {DENIED}") from None
     except OSError as exc:
         raise ConfigError(f"{safe(path)}: cannot open the configuration: {exc.strerror}") from None
     try:

@@ -8,6 +8,7 @@ stable keys.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 from suspendguard import __version__
 from suspendguard.config import Config
+from suspendguard.config.load import DENIED
 from suspendguard.doctor.finding import Finding, to_fix
 from suspendguard.guard.report import Report
 from suspendguard.idle.base import INSTALL, IdleReport, family_of
@@ -27,6 +29,10 @@ from suspendguard.supervise import usermanager
 from suspendguard.system.dbus.logind import Inhibitor, LogindInfo, sleep_blockers
 from suspendguard.system.dbus.systemd import UnitInfo
 from suspendguard.verdict import Reason, Verdict
+
+# Why such a user cannot tell what the veto unit, which runs as root, will do.
+ONLY_ROOT = ("only root can read the config the veto unit runs by: permission denied "
+             "(sudo suspendguard status)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +59,15 @@ class ConfigStatus:
             return ""
         return self.config.reason.removeprefix(f"{self.path}: ")
 
-    def describe(self) -> str:
+    def denied(self, root: bool) -> bool:
+        """This user may not read the file. Root's own denial (NFS) is the unit's too: invalid."""
+        reason = self.config.reason if isinstance(self.config, Unavailable) else ""
+        return not root and reason.endswith(f": {DENIED}")  # after the path, shown safe
+
+    def describe(self, root: bool | None = None) -> str:
+        """``root``: whether status runs as root (default: whether this process does)."""
+        if self.denied(os.geteuid() == 0 if root is None else root):
+            return f"not readable by this user: {ONLY_ROOT} (status uses the built-in defaults)"
         if isinstance(self.config, Unavailable):
             return f"invalid: {self.error} (status uses the built-in defaults)"
         if not self.loaded:
@@ -228,9 +242,13 @@ class Status:
         """Why every suspend will be refused whatever runs now, or None."""
         return self.setup_refusal() or self.no_backend()
 
+    def config_denied(self) -> bool:
+        """The config is root's alone: the unit reads it, this user cannot tell what it says."""
+        return self.config.denied(self.root)
+
     def setup_refusal(self) -> str | None:
         """Why the guard cannot run as set up (its config, the unit's interpreter), or None."""
-        if not self.config.valid:
+        if not self.config.valid and not self.config_denied():
             return f"the config is invalid: {self.config.error}"
         if isinstance(self.config.config, Config) and self.config.config.trust:
             more = len(self.config.config.trust) - 1
@@ -267,15 +285,16 @@ class Status:
 
     def verdict(self) -> Verdict | Unavailable:
         """What the guard would answer now: the dry run's verdict, unless the guard
-        cannot run as configured (then unknown, never the defaults' allow). A missing
-        backend is the dry run's own veto."""
+        cannot run as configured, or this user may not read its config (then unknown,
+        never the defaults' allow). A missing backend is the dry run's own veto."""
         refusal = self.setup_refusal()
+        reason = (Reason("setup-refused", refusal) if refusal else
+                  Reason("uninspected", ONLY_ROOT) if self.config_denied() else None)
         if isinstance(self.report, Unavailable):
-            return (Verdict("unknown", (Reason("setup-refused", refusal),)) if refusal
-                    else self.report)
+            return Verdict("unknown", (reason,)) if reason else self.report
         v = self.report.verdict
-        if refusal:
-            return Verdict("unknown", (Reason("setup-refused", refusal),), (*v.texts, *v.warnings))
+        if reason:
+            return Verdict("unknown", (reason,), (*v.texts, *v.warnings))
         return v
 
     def next_suspend(self) -> str:
@@ -294,6 +313,10 @@ class Status:
             return f"{unguarded}; once it is, every suspend will be refused: {refusal}"
         if refused := self.refused_now():
             return f"every suspend will be refused: {refused}"
+        if self.config_denied():
+            # The mode and the state folder are the config's too: nothing more can be told.
+            return (f"{unguarded}; what the guard would say is unknown to this user: {ONLY_ROOT}"
+                    if not guarded else f"the next suspend: unknown to this user: {ONLY_ROOT}")
         v = self.verdict()
         if isinstance(v, Unavailable):
             return f"the next suspend: unknown: {v.reason}"

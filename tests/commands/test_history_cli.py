@@ -143,3 +143,24 @@ def test_an_owner_kind_a_newer_version_wrote_is_shown_by_its_word(
     code, out, err = cli(conf, "1")
     assert (code, err) == (0, ""), err
     assert any(line.endswith("run by lxc box1") for line in out.splitlines()), out
+
+
+def test_an_attempt_asked_for_before_any_history_is_one_line_and_exit_2(conf: Path) -> None:
+    import sqlite3
+
+    state = conf.parent / "state"
+    db = state / "history.db"
+    # No history.db at all, then one the first guard made without its tables yet.
+    for made, why in ((False, f"({db} does not exist)"), (True, f"({db} has no attempts table yet)")):
+        if made:
+            state.mkdir()
+            sqlite3.connect(db).close()
+        for argv in (["7"], ["7", "--json"]):
+            code, out, err = cli(conf, *argv)
+            assert (code, out) == (2, ""), (argv, out)
+            assert err == f"suspendguard: history: no attempt 7 in {state}: no history yet {why}\n"
+        # The list with no history is an answer, not a mistake.
+        code, out, err = cli(conf)
+        assert (code, out, err) == (0, f"history: no history yet {why}\n", "")
+        code, out, _ = cli(conf, "--json")
+        assert code == 0 and json.loads(out)["attempts"] == []
