@@ -28,7 +28,7 @@ from suspendguard.errors import (
     SuspendGuardError,
     UsageError,
 )
-from suspendguard.system.terminal import discard
+from suspendguard.system.terminal import discard, safe
 
 Handler = Callable[[argparse.Namespace, Context], int]
 
@@ -258,7 +258,9 @@ def main(
     except OutputLost as exc:
         return _lost(exc, raw_out, raw_err)
     except SuspendGuardError as exc:
-        _say(raw_err, f"suspendguard: {exc}")
+        # A path or a name from the command line, the environment or a config file may hold
+        # a newline or an ESC: the error stays one line and moves no terminal's cursor.
+        _say(raw_err, f"suspendguard: {safe(str(exc))}")
         return exc.exit_status
     except ModuleNotFoundError as exc:
         missing = DEPENDENCIES.get((exc.name or "").partition(".")[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,16 @@ def test_an_entry_whose_header_is_spelled_otherwise_gets_no_line(tmp_path: Path)
     assert (code, out) == (2, ""), err
     assert one_escaped_line(err).startswith(
         f"suspendguard: {path}: [policy] protect: entry 2: uid must be an integer"), err
+
+
+def test_an_untrusted_file_with_control_characters_in_its_path_is_named_escaped(
+        tmp_path: Path) -> None:
+    """The trust rule's refusal (root, a file others may change) names the path too."""
+    if os.geteuid() != 0:
+        pytest.skip("the trust rule is root's")
+    path = tmp_path / ODD_NAME
+    path.write_text("")
+    path.chmod(0o666)
+    code, out, err = cli("--config", str(path), "config")
+    assert (code, out) == (4, ""), err
+    assert f"{ODD_SHOWN}: group- and world-writable (mode 0666)" in one_escaped_line(err), err
