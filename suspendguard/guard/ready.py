@@ -127,6 +127,7 @@ class Ready:
     report: Report
     waited_s: float
     why: str  # when not ready: what ended the wait, in words
+    stopped: bool = False  # ``stop`` ended it: its last answer, after the last look
 
 
 def wait_ready(look: Look, bound_s: float, say: Callable[[str], None],
@@ -137,8 +138,11 @@ def wait_ready(look: Look, bound_s: float, say: Callable[[str], None],
 
     ``say``: one line of progress (what is waited for, each holder that left).
     ``stop``: asked after each look that vetoes and about once a second while
-    waiting; a string ends the wait (not ready) with that as its why. ``starts``: the start time of pids
-    known from earlier (to confirm a pidfd names the same process).
+    waiting; a string ends the wait (not ready, ``stopped``) with that as its why. Said
+    while waiting, it only cuts the wait short: the look that follows asks it again, and
+    that answer counts (the lid opened and closed again within a second ends nothing).
+    ``starts``: the start time of pids known from earlier (to confirm a pidfd names the
+    same process).
     """
     proc = proc or ProcFS()
     begun = time.monotonic()
@@ -158,7 +162,7 @@ def wait_ready(look: Look, bound_s: float, say: Callable[[str], None],
                          f"the guard {word}, and waiting cannot change it: {still_there(verdict)}")
         why = stop() if stop is not None else None
         if why:
-            return Ready(False, report, waited, why)
+            return Ready(False, report, waited, why, stopped=True)
         left = until - time.monotonic()
         if left <= 0:
             return Ready(False, report, waited,

@@ -135,25 +135,24 @@ class _Stop:
     wish: Wish
     action: str
     vetoed_at: float
-    failed: list[str] = field(default_factory=list)  # logind could not be asked
-    stopped: list[str] = field(default_factory=list)  # ... or no longer wants the sleep
+    # The last answer only: logind could not be asked. One that failed while waiting and
+    # answered at the next look is no failure of the retry.
+    failed: bool = False
     missed: list[str] = field(default_factory=list)  # answers missed in a row while waiting
 
     def __call__(self, got: LogindWish | Unavailable | None = None) -> str | None:
         polled, got = got is None, self.wish() if got is None else got
+        self.failed = False
         if isinstance(got, Unavailable) and polled and len(self.missed) + 1 < MISSES:
             self.missed.append(got.reason)  # logind busy a moment (another sleep's fan-out)
             return None
         self.missed.clear()
         if isinstance(got, Unavailable):
-            self.failed.append(got.reason)
-            self.stopped.append(got.reason)
+            self.failed = True
             return f"logind cannot be asked: {got.reason}"
         if still_wants(got, self.action, self.vetoed_at) is None:
-            self.stopped.append("no longer")
             return f"logind no longer wants to sleep: {no_longer(got, self.action)}"
         if got.blockers:  # asked as root, the sleep would pass them
-            self.stopped.append("blocked")
             return (f"{got.blockers[0]} holds a lock on sleep, which logind's own "
                     f"{self.action} obeys")
         return None
@@ -195,7 +194,9 @@ def retry(attempt: Attempt, action: str, bound_s: float, *, look: Look, wish: Wi
         ready = wait_ready(look, max(0.0, until - time.monotonic()), say, proc=proc,
                            rescan_s=rescan_s, stop=stop)
         if not ready.ready:
-            if stop.stopped:
+            # Only logind's answer after the last look ends it as no retry: one it gave while
+            # waiting (the lid opened and closed again) was asked again at that look.
+            if ready.stopped:
                 return ended(f"no retry: {ready.why}")
             return Retried(EXIT_VETO, f"gave up: {ready.why}")
         got = _settled(wish)

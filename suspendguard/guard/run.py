@@ -214,15 +214,18 @@ def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger,
     RESTORE_AFTER_VETO_S, so telling by deadline_s + RESTORE_AFTER_VETO_S
     leaves the unit 5 s to end. The run's signal handlers are gone by now:
     a SIGTERM to the guard ends it, and the telling, at once. A refusal told already
-    in the state folder (store/told.py) is not told again.
+    in the state folder (store/told.py) is not told again; one told to nobody is not
+    kept as told.
     """
     from suspendguard.notify.tell import tell
     from suspendguard.store import told
-    if not told.first_time(config.state.dir, _told_key(action, verdict)):
+    note = told.first_time(config.state.dir, _told_key(action, verdict))
+    if note is None:
         log.info(f"notify: the same refusal of the {action} was told less than "
                  f"{told.AGAIN_S:g} s ago: not told again")
         return
     until = begun + config.drain.deadline_s + RESTORE_AFTER_VETO_S
     with bounded(Deadline(until)):
-        tell(config.notify, verdict, action, log, until, attempt=attempt)
+        if not tell(config.notify, verdict, action, log, until, attempt=attempt):
+            told.untold(note)
 

@@ -73,15 +73,22 @@ def message(verdict: Verdict, action: str, attempt: int | None = None) -> Messag
     """The summary and body: the first reason's words, and where the whole refusal is.
 
     The users told are seldom root, and the history is root's alone: the body
-    names the attempt (``attempt``; None: the history lists it first) for
-    ``sudo``, and the veto unit's journal, whose line has every reason.
+    names the attempt (``attempt``; None: the history lists it first; 0: the history
+    could not record it, so the journal alone) for ``sudo``, and the veto unit's journal,
+    whose line has every reason.
     """
     # The reason's text made printable before it is joined: its line breaks are not the
     # body's (a process name is its owner's to choose).
     first = _printable(verdict.reasons[0].text) if verdict.reasons else "the guard could not tell"
     more = len(verdict.reasons) - 1
-    one = f" {attempt}" if attempt is not None else ""
-    where = f"sudo suspendguard history{one} (or journalctl -u suspendguard@{action}.service)"
+    journal = f"journalctl -u suspendguard@{action}.service"
+    if attempt == 0:
+        # Ids start at 1: 0 is an attempt the history could not record, which neither
+        # `history 0` nor `history` (it lists another attempt first) shows.
+        where = journal
+    else:
+        one = f" {attempt}" if attempt is not None else ""
+        where = f"sudo suspendguard history{one} (or {journal})"
     rest = f"{more} more reason{'s' if more > 1 else ''}: {where}" if more else f"details: {where}"
     return Message(f"{action.capitalize()} refused by suspendguard", f"{first}\n{rest}")
 
@@ -127,30 +134,32 @@ def tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, until
          attempt: int | None = None,
          sessions: Sessions = lambda timeout: list_sessions(timeout),
          python: str = sys.executable,
-         bus_address: Callable[[int], str] = session_bus_address) -> None:
-    """Tell the users of the refused ``action`` (the history's ``attempt``); never raises,
-    never waits past the bound.
+         bus_address: Callable[[int], str] = session_bus_address) -> bool:
+    """Tell the users of the refused ``action`` (the history's ``attempt``); whether anyone
+    was told (a terminal written, a notification shown). Never raises, never waits past
+    the bound.
 
     ``sessions``, ``python`` and ``bus_address`` (a uid's session bus) are
     logind's sessions, this interpreter and /run/user/UID/bus but in tests.
     """
     try:
-        _tell(config, message(verdict, action, attempt), log, until, sessions, python,
-              bus_address)
+        return _tell(config, message(verdict, action, attempt), log, until, sessions, python,
+                     bus_address)
     except Exception as exc:  # the telling is never worth a traceback in the sleep path
         log.warning(f"notify: not told: {type(exc).__name__}: {exc}")
+        return False
 
 
 def _tell(config: NotifyConfig, msg: Message, log: Logger, until: float,
-          sessions: Sessions, python: str, bus_address: Callable[[int], str]) -> None:
+          sessions: Sessions, python: str, bus_address: Callable[[int], str]) -> bool:
     start = time.monotonic()
     end = min(until, start + config.timeout_s)
     if end <= start or not (config.desktop or config.wall):
-        return
+        return False
     found = sessions(end - start)
     if isinstance(found, Unavailable):
         log.warning(f"notify: told no one: {found.reason}")
-        return
+        return False
     terminals, desktops = told_sessions(found, config.users)
     told: list[str] = []
     missed: list[str] = []
@@ -173,6 +182,7 @@ def _tell(config: NotifyConfig, msg: Message, log: Logger, until: float,
         log.info("notify: told " + ", ".join(told))
     if missed:
         log.warning("notify: not told " + "; ".join(missed))
+    return bool(told)
 
 
 def _note(told: list[str], missed: list[str], who: str, why: str | None) -> None:

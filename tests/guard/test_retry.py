@@ -360,3 +360,30 @@ def test_a_sleep_logind_keeps_in_progress_is_given_up_not_failed(
 
     result = _cleared(never, never, lambda: wish(lid_closed=True, preparing_for_sleep=True))
     assert result == Retried(1, "gave up: logind kept a sleep in progress for 0 s"), result
+
+
+@pytest.mark.parametrize("blip", [
+    [wish(lid_closed=False)],  # the lid opened and closed again within a second
+    [Unavailable("logind did not answer within 2 s")] * 3,  # logind busy three asks in a row
+], ids=["lid flapped", "logind missed three answers"])
+def test_what_logind_said_while_waiting_and_took_back_ends_in_giving_up_at_the_bound(
+        blip: list[LogindWish | Unavailable]) -> None:
+    """The wait's once-a-second ask saw the sleep not wanted (or logind not answering); the
+    look after it asked again and logind wanted it after all. The device still busy at the
+    bound is a retry that gave up (exit 1), not one with nothing left to retry (0) nor one
+    logind could not be asked for (3)."""
+    busy = Verdict("veto", (Reason("device-busy", "npu 0 (npu-smi): AI Core 37% > 0%"),))
+    closed = wish(lid_closed=True)
+    answers = iter([closed, *blip])
+    said: list[str] = []
+
+    def never(*_: Any) -> Any:
+        raise AssertionError("asked")
+
+    bound = 1.5 + len(blip)  # the blip's asks come about once a second while waiting
+    result = retry(attempt("device-busy"), "suspend", bound, look=lambda: looked(busy),
+                   wish=lambda: next(answers, closed), request=never, latest=lambda since: None,
+                   say=said.append)
+    assert next(answers, None) is None, "the blip was never asked"
+    assert result.status == 1 and result.line.startswith("gave up: still there after "), result
+    assert result.line.endswith(" s: npu 0 (npu-smi): AI Core 37% > 0%"), result

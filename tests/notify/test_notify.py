@@ -126,6 +126,10 @@ def test_the_words() -> None:
     assert msg.body == ("pid 4242 (trainer) ignores SIGINT: the guard cannot stop it\n"
                         "1 more reason: sudo suspendguard history 18 "
                         "(or journalctl -u suspendguard@suspend.service)")
+    # Attempt 0: the history could not record it, and `history 0` shows nothing: the journal.
+    unrecorded = message(VETO, "suspend", 0)
+    assert unrecorded.body.split("\n")[1] == (
+        "1 more reason: journalctl -u suspendguard@suspend.service"), unrecorded.body
     text = message(Verdict("veto", (Reason("protected", "pid 1 (\x1b]0;pwned\x07) is held"),)),
                    "suspend").terminal_text(0.0)
     assert "\x1b" not in text and "pid 1 (?]0;pwned?) is held" in text
@@ -269,13 +273,14 @@ def test_one_user_s_silent_desktop_does_not_cost_another_user_s_notification(
 def test_no_session_bus_and_no_logind_are_one_warning_each(tmp_path: Path,
                                                            no_bus: str) -> None:
     out = io.StringIO()
-    tell(_config(wall=False), VETO, "suspend", Logger(out, {}), time.monotonic() + 5,
-         sessions=_sessions([_desktop_session()]),
-         bus_address=lambda uid: f"unix:path={tmp_path}/bus")
+    # Told to no one: said so, for the veto unit not to keep the refusal as told.
+    assert not tell(_config(wall=False), VETO, "suspend", Logger(out, {}), time.monotonic() + 5,
+                    sessions=_sessions([_desktop_session()]),
+                    bus_address=lambda uid: f"unix:path={tmp_path}/bus")
     assert out.getvalue() == (f"suspendguard: warning: notify: not told alice's desktop: "
                               f"no session bus ({tmp_path}/bus)\n")
     out = io.StringIO()
-    tell(_config(), VETO, "suspend", Logger(out, {}), time.monotonic() + 5)
+    assert not tell(_config(), VETO, "suspend", Logger(out, {}), time.monotonic() + 5)
     assert out.getvalue().startswith("suspendguard: warning: notify: told no one: logind: "
                                      "unavailable: no system bus at ")
     assert out.getvalue().count("\n") == 1
@@ -287,8 +292,8 @@ def test_timeout_zero_tells_no_one() -> None:
     def never(_timeout: float) -> tuple[LoginSession, ...]:
         raise AssertionError("asked logind")
 
-    tell(_config(timeout_s=0.0), VETO, "suspend", Logger(out, {}), time.monotonic() + 5,
-         sessions=never)
+    assert not tell(_config(timeout_s=0.0), VETO, "suspend", Logger(out, {}),
+                    time.monotonic() + 5, sessions=never)
     assert out.getvalue() == ""
 
 
@@ -336,8 +341,8 @@ def test_the_terminal_gets_the_message(terminal: tuple[int, str]) -> None:
     master, tty = terminal
     out = io.StringIO()
     tty_session = LoginSession("4", ME, "alice", "tty", "user", True, True, "active", tty, "")
-    tell(_config(desktop=False), VETO, "suspend", Logger(out, {}), time.monotonic() + 5,
-         attempt=18, sessions=_sessions([tty_session]))
+    assert tell(_config(desktop=False), VETO, "suspend", Logger(out, {}), time.monotonic() + 5,
+                attempt=18, sessions=_sessions([tty_session]))
     assert out.getvalue() == f"suspendguard: notify: told alice on /dev/{tty}\n"
     seen = _read(master)
     assert "Message from suspendguard" in seen
