@@ -198,6 +198,11 @@ def _slurm(p: argparse.ArgumentParser) -> None:
         q = sub.add_parser(name, help=help_, description=help_)
         q.add_argument("hostlist", metavar="HOSTLIST",
                        help="the nodes, as a Slurm hostlist expression (node[1-4])")
+        if name == "resume":  # Slurm passes them after the hostlist (power_job_reboot)
+            q.add_argument("features", nargs="?", metavar="FEATURES",
+                           help="the features Slurm's node_features plugins ask the nodes "
+                           "to boot with: not applied (said at WARNING), the nodes wake as "
+                           "they are")
     sub.add_parser("sync", help="on the controller: SuspendExcNodes made to name the nodes the "
                    "guard drained (slurmctld re-reads its configuration when that changed)")
     sub.add_parser("health", help="HealthCheckProgram, on a node: drain it when its accelerator "

@@ -28,9 +28,9 @@ from suspendguard.errors import (
 )
 from suspendguard.slurm.controller import Controller
 from suspendguard.slurm.remote import slurm_reason, this_node
-from suspendguard.slurm.scontrol import Scontrol, SlurmError
+from suspendguard.slurm.scontrol import HostlistError, Scontrol, SlurmError
 from suspendguard.system import runner
-from suspendguard.system.log import ERR, Logger
+from suspendguard.system.log import ERR, WARNING, Logger
 from suspendguard.verdict import VERDICT_EXIT_STATUS, Reason, VerdictKind
 
 
@@ -44,10 +44,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     if what == "health":
         from suspendguard.slurm.node import health
         doc = health(config, ctx.environ, log)
-        details = [Reason.from_json(d) for d in doc["reason_details"]]
-        line = f"{doc['node']}: {doc['action']}" + (
-            f": {slurm_reason(details[0])}" if details else ": accelerator free and healthy")
-        ctx.out.write(line + "\n")
+        ctx.out.write(f"{doc['node']}: {doc['action']}: {_health_said(doc)}\n")
         return EXIT_ERROR if "error" in doc else _exit_status(doc)
     controller = Controller(config.slurm, log, this_node(config.slurm, ctx.environ))
     if what == "sync":
@@ -59,15 +56,39 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         # scontrol reads $SLURM_JOB_NODELIST for an empty expression: never another list.
         if args.hostlist.strip(" ,"):
             nodes = Scontrol(config.slurm.scontrol).hostnames(args.hostlist)
+    except HostlistError as exc:  # n[3-1], nid[10-20]:4: Slurm passes none such
+        controller.journal(ERR, f"slurm {what}: {exc}")
+        raise UsageError(f"slurm {what}: HOSTLIST {args.hostlist!r}: {exc}") from None
     except SlurmError as exc:
         controller.journal(ERR, f"slurm {what}: {exc}")  # the error below is stderr's one line
         raise OperationalError(f"slurm {what}: {exc}") from None
     if not nodes:
         controller.journal(ERR, f"slurm {what}: HOSTLIST {args.hostlist!r} names no node")
         raise UsageError(f"slurm {what}: HOSTLIST {args.hostlist!r} names no node")
+    if features := getattr(args, "features", None):
+        # What a job asks its nodes to boot into (node_features plugins: power_save.c's
+        # power_job_reboot passes it after the hostlist); the guard wakes them as they are.
+        controller.say(WARNING, f"slurm {what}: FEATURES {features!r} not applied: the nodes "
+                       "wake as they are")
     done = controller.suspend(nodes) if what == "suspend" else controller.resume(nodes)
-    # A held node missing from SuspendExcNodes is powered down again at the next cycle.
-    return EXIT_ERROR if not controller.synced else 0 if done else EXIT_VETO
+    # A held node missing from SuspendExcNodes is powered down again at the next cycle, and
+    # one scontrol did not drain is not held at all: scontrol failed, whatever the rest did.
+    return EXIT_ERROR if not (controller.synced and controller.drained) else 0 if done else EXIT_VETO
+
+
+def _health_said(doc: dict[str, Any]) -> str:
+    """What ``slurm health`` found, on its line: the first reason, what observe or off mode
+    did not act on, and the scontrol error that stopped it. Healthy only when it knows."""
+    details = [Reason.from_json(d) for d in doc["reason_details"]]
+    looked = doc.get("observed")
+    said = (slurm_reason(details[0]) if details
+            else "accelerator healthy" if looked else "accelerator free and healthy")
+    if looked:
+        first = Reason.from_json(looked["reason_details"][0])
+        said += f"; {doc['mode']} mode (suspendguard mode), not acted on: {slurm_reason(first)}"
+    if "error" in doc:
+        said += f"; nothing done: {doc['error']}"
+    return said
 
 
 def _default_path(environ: dict[str, str]) -> None:

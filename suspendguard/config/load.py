@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from suspendguard.config.cluster import HOSTLIST
+from suspendguard.config.cluster import exclude_problem
 from suspendguard.config.schema import SCHEMA, SECTIONS, Config
 from suspendguard.config.trust import replaced, state_dir_problem, untrusted
 from suspendguard.config.validate import Invalid, InvalidEntry, validate
@@ -218,11 +218,8 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
     if not slurm["guard"]:
         raise ConfigError(f"{_where(path, 'slurm', 'guard', text)}: expected a command")
     for entry in slurm["exclude"]:
-        if not HOSTLIST.fullmatch(entry):
-            raise ConfigError(
-                f"{_where(path, 'slurm', 'exclude', text)}: expected one Slurm hostlist "
-                "expression per entry (names of letters, digits, . _ -, ranges such as "
-                f"node[01-04,07], joined by commas; no spaces), got {safe(entry)!r}")
+        if problem := exclude_problem(entry):
+            raise ConfigError(f"{_where(path, 'slurm', 'exclude', text)}: {problem}")
 
 
 def _where(path: str, section: str, key: str, text: str,

@@ -79,6 +79,7 @@ class Controller:
     log: Logger
     local: str  # this host's node name: asked directly
     synced: bool = True  # False once a sync of the exclusion file failed (said at ERR)
+    drained: bool = True  # False once scontrol did not take a drain (said at ERR)
 
     @property
     def scontrol(self) -> Scontrol:
@@ -239,6 +240,7 @@ class Controller:
         except SlurmError as exc:
             self.say(ERR, f"{node}: could not be drained: {exc}; drain it by hand: scontrol "
                      f"update NodeName={node} State=DRAIN Reason={shlex.quote(text)}")
+            self.drained = False
             return False
         return True
 

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from suspendguard.config.cluster import exclude_sets
 from suspendguard.slurm.remote import held_by_guard
 from suspendguard.slurm.scontrol import Node, Scontrol, SlurmError
 from suspendguard.system.log import ERR, INFO, WARNING
@@ -101,6 +102,16 @@ def held_nodes(nodes: Sequence[Node], record: dict[str, str],
     return held
 
 
+def exclude_names(exclude: Sequence[str]) -> list[str]:
+    """``[slurm] exclude`` in the order SuspendExcNodes needs: each set with a count first,
+    then the names with none, the held nodes' place. Slurm takes a count for every name
+    since the count before it: ``a,n[1-4]:2`` keeps two of a and n1 to n4 up, and a, or a
+    held node, written before a count may be powered down."""
+    sets = [s for entry in exclude for s in exclude_sets(entry)]
+    return ([f"{names}:{count}" for names, count in sets if count is not None]
+            + [names for names, count in sets if count is None])
+
+
 def sync_file(path: Path, exclude: Sequence[str], also: Sequence[str],
               scontrol: Scontrol, say: Say) -> bool:
     """The file made to name ``exclude``, the nodes the guard holds and ``also``, the record
@@ -113,7 +124,7 @@ def sync_file(path: Path, exclude: Sequence[str], also: Sequence[str],
         say(ERR, f"the drained nodes could not be listed: {exc}")
         return False
     write_if_changed(record_path, json.dumps(held, sort_keys=True) + "\n")
-    names = list(dict.fromkeys([*exclude, *held, *also]))
+    names = list(dict.fromkeys([*exclude_names(exclude), *held, *also]))
     text = EXCLUDE_HEAD + (f"SuspendExcNodes={','.join(names)}\n" if names else "")
     # Owed until slurmctld re-read the file: a failed or killed re-read is asked again
     # at the next sync, which finds the file already as it should be.

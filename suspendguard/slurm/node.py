@@ -14,6 +14,7 @@ only nodes the guard drained itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -243,9 +244,15 @@ def rejoin(config: Config, environ: Mapping[str, str], boot: bool) -> dict[str, 
         if argv is None:
             notes.append(f"{unit}: its ExecStart could not be read: restarted without -b")
         else:
-            dropin.parent.mkdir(parents=True, exist_ok=True)
-            dropin.write_text("# suspendguard slurm rejoin: one start that reports a boot\n"
-                              f"[Service]\nExecStart=\nExecStart={argv} -b\n")
+            try:
+                dropin.parent.mkdir(parents=True, exist_ok=True)
+                dropin.write_text("# suspendguard slurm rejoin: one start that reports a "
+                                  f"boot\n[Service]\nExecStart=\nExecStart={argv} -b\n")
+            except OSError as exc:  # not root: the remote runs the node's guard as root
+                with contextlib.suppress(OSError):
+                    dropin.unlink(missing_ok=True)  # a part written must not claim a boot later
+                said = f"{dropin}: not written ({exc.strerror or exc}): {unit} not restarted"
+                return answer(node, "veto", [Reason("power-action-failed", said)], notes=notes)
             _systemctl("daemon-reload")
     try:
         result = _systemctl("restart", unit)
@@ -342,17 +349,20 @@ def _health(config: Config, node: str, log: Logger) -> dict[str, Any]:
     inventory = take_inventory(config.devices)
     problems, unsure = held_outside_slurm(config, inventory, time.monotonic() + SCAN_BOUND_S)
     mode = guard_mode.read(config.state.dir)
+    observed: dict[str, Any] = {}
     if not mode.enforcing:
         # Such a drain keeps the node from a suspend its guard would refuse; in observe or
         # off mode it refuses none, and the drain would only take the node out of use.
+        if seen := problems or unsure:  # kept in the answer, as in prepare's
+            observed = {"mode": mode.name,
+                        "observed": answer(node, "veto" if problems else "unknown", seen)}
         if problems:
             log.info(f"slurm health: {node}: the guard's mode is {mode.name} (suspendguard "
                      f"mode): not drained for {problems[0].text}")
         problems, unsure = [], []
     report = check(config, datetime.now(timezone.utc) - timedelta(minutes=10))
     bad, unread = _health_reasons(report, " (health check)", inventory)
-    problems += bad
-    unread += unsure
+    problems, unread = problems + bad, unread + unsure
     scontrol = Scontrol(config.slurm.scontrol)
     try:
         now = scontrol.node(node)
@@ -362,14 +372,14 @@ def _health(config: Config, node: str, log: Logger) -> dict[str, Any]:
         elif action == "resume":
             scontrol.update(node, "RESUME")
     except SlurmError as exc:
-        log.warning(f"slurm health: {exc}")
-        return answer(node, "unknown", problems, action="none", error=str(exc))
+        log.warning(f"slurm health: {exc}")  # what was found, and what is unknown, kept:
+        return answer(node, "unknown", problems + unread, action="none", error=str(exc),
+                      **observed)
     if action == "leave" and problems:
         whose = repr(now.reason) if now.reason else "no reason: Slurm dropped it"
         log.info(f"slurm health: {node} is drained by someone else ({whose}): left alone")
-    if problems:
-        return answer(node, "veto", problems, action=action)
-    return answer(node, "unknown" if unread else "allow", unread, action=action)
+    kind = "veto" if problems else "unknown" if unread else "allow"
+    return answer(node, kind, problems or unread, action=action, **observed)
 
 
 def _health_action(drained: bool, reason: str, problems: list[Reason],

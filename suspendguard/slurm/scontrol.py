@@ -32,6 +32,10 @@ class SlurmError(RuntimeError):
     """scontrol failed or slurmctld refused; the message says which call and why."""
 
 
+class HostlistError(SlurmError):
+    """scontrol ran, and could not read the hostlist expression it was given: bad usage."""
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """One node as ``scontrol show node -o`` tells it."""
@@ -117,7 +121,7 @@ class Scontrol:
         names = [n for n in result.stdout.split() if n]
         if "Invalid hostlist" in result.stderr or any(set(n) & set("[]") for n in names):
             said = result.stderr.strip().splitlines()
-            raise SlurmError(f"{what}: {said[-1] if said else 'not a hostlist'}")
+            raise HostlistError(f"{what}: {said[-1] if said else 'not a hostlist'}")
         return names
 
     def nodes(self, name: str | None = None) -> list[Node]:

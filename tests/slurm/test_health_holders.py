@@ -194,6 +194,22 @@ def test_a_family_here_that_no_tool_answers_for_keeps_the_guards_drain(
     assert not [c for c in fake.calls() if c[0] == "update"]
 
 
+def test_a_failing_scontrol_still_says_what_health_could_not_read(
+        tmp_path: Path, conf: Path, ascend_here: str) -> None:
+    # scontrol failed, nothing was drained or resumed: the line says so, and what the check
+    # found, never "accelerator free and healthy" for a chip no tool answered for.
+    fake = FakeSlurm(tmp_path, {"node1": slurm_node()})
+    fake.fail("show", "slurm_load_node error: Unable to contact slurm controller")
+    with_ascend(conf, str(tmp_path / "npu-smi"))  # no tool can ask its chips
+    code, out = health(conf, fake)
+    assert code == 3, out
+    assert out.startswith("node1: none: suspendguard: health-unknown: ascend: no device "
+                          "checked, though its device nodes are here (npu-smi not asked: "), out
+    assert out.endswith(f"; nothing done: scontrol show node -o node1: {fake.path}: exit "
+                        "status 1: slurm_load_node error: Unable to contact slurm controller\n")
+    assert "healthy" not in out, out
+
+
 def test_health_run_with_no_path_finds_npu_smi_in_the_system_folders(
         tmp_path: Path, conf: Path, ascend_here: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # slurmd gives HealthCheckProgram SLURMD_NODENAME alone; the Ascend driver installs

@@ -150,6 +150,9 @@ def test_health_drains_for_a_holder_outside_slurm_only_when_enforced(
     code, out, err = cli("--config", str(conf), "slurm", "health")
     assert (code, fake.node("node1")) == (0, slurm_node()), (out, err)
     assert "the guard's mode is observe (suspendguard mode): not drained for pid " in err, err
+    # Its one line says what it found, never that the accelerator is free.
+    assert out.startswith("node1: leave: accelerator healthy; observe mode (suspendguard mode), "
+                          "not acted on: suspendguard: held-outside-slurm: pid "), out
     assert cli("--config", str(conf), "mode", "enforce")[0] == 0
     code, out, err = cli("--config", str(conf), "slurm", "health")
     assert code == 1 and out.startswith("node1: drain: suspendguard: held-outside-slurm: pid "), err

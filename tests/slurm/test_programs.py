@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -69,13 +70,13 @@ TIMED_OUT = "slurm_load_node error: Socket timed out on send/recv operation"
 
 
 def suspend_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                    fake: FakeSlurm) -> tuple[str, str]:
+                    fake: FakeSlurm, exit_status: int = 1) -> tuple[str, str]:
     """``slurm suspend node1`` refused by its guard: the node's reason after, and what was said."""
     monkeypatch.setattr(controller, "REGISTER_S", 0.1)
     monkeypatch.setattr(controller, "SCONTROL_PAUSE_S", 0.0)
     status, _, err = cli("--config", str(config_file(tmp_path, fake, "veto")), "slurm",
                          "suspend", "node1")
-    assert status == 1, err
+    assert status == exit_status, err
     reason: str = fake.node("node1")["reason"]
     return reason, err
 
@@ -174,7 +175,8 @@ def test_a_drain_never_taken_is_said_with_the_command_that_restores_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN", "POWERING_DOWN"), MAINTENANCE)})
     fake.fail(DRAIN_NODE1, TIMED_OUT)
-    _, err = suspend_refused(tmp_path, monkeypatch, fake)
+    # Not held at all: scontrol failed (3), not a node its guard held up (1).
+    _, err = suspend_refused(tmp_path, monkeypatch, fake, exit_status=3)
     [said] = [line for line in err.splitlines() if "could not be drained" in line]
     assert said.endswith(f"drain it by hand: scontrol update NodeName=node1 State=DRAIN "
                          f"Reason='{MAINTENANCE} (suspendguard: sigint-ignored: pid 7 "
@@ -225,7 +227,7 @@ def test_a_node_woken_unhealthy_that_cannot_be_drained_is_not_let_rejoin(
                                                 "text": "gpu 0: CUDA init error 999"}]})
     path, asked = recording_guard(tmp_path, fake, unhealthy)
     status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
-    assert status == 1, err
+    assert status == 3, err  # scontrol failed
     assert asked.read_text() == "slurm node awake\n"  # never: rejoin --boot
     assert ("node1: unfit after its wake (unhealthy-after-resume) and not drained: slurmd "
             "not restarted; Slurm marks it DOWN at ResumeTimeout") in err
@@ -354,3 +356,35 @@ def test_a_hostlist_of_no_node_is_bad_usage_and_scontrol_is_not_asked_to_expand_
     assert (status, out) == (2, ""), err
     assert err == f"suspendguard: slurm {program}: HOSTLIST {hostlist!r} names no node\n"
     assert not [c for c in fake.calls() if c[:2] == ["show", "hostnames"]]
+
+
+@pytest.mark.parametrize("program", ["suspend", "resume"])
+@pytest.mark.parametrize("hostlist", ["n[3-1]", "nid[10-20]:4", "n[1-2"])
+def test_a_hostlist_slurm_cannot_read_is_bad_usage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, program: str, hostlist: str) -> None:
+    # Slurm's own scontrol reads it (it exits 0 on one it cannot): bad usage, as "," is,
+    # not a failure of scontrol or slurmctld.
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        pytest.skip("scontrol is not installed")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=n[1-2] CPUs=1\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    path = tmp_path / "config.toml"
+    path.write_text(f"[slurm]\nscontrol = {json.dumps(scontrol)}\nexclude_file = \"\"\n")
+    status, out, err = cli("--config", str(path), "slurm", program, hostlist)
+    assert (status, out) == (2, ""), err
+    assert err.startswith(f"suspendguard: slurm {program}: HOSTLIST {hostlist!r}: scontrol show "
+                          f"hostnames {hostlist}: ") and err.count("\n") == 1, err
+
+
+def test_the_resume_program_takes_the_features_slurm_passes_after_the_hostlist(
+        tmp_path: Path) -> None:
+    # Slurm's node_features plugins (power_save.c, power_job_reboot) run ResumeProgram with
+    # the features a job asks for after the hostlist: the nodes are woken all the same.
+    fake = FakeSlurm(tmp_path, {"node1": node(state="ALLOCATED")})
+    path, asked = recording_guard(tmp_path, fake)
+    status, out, err = cli("--config", str(path), "slurm", "resume", "node1", "cache,quad")
+    assert (status, out) == (0, ""), err
+    assert asked.read_text() == "slurm node awake\n"
+    assert "slurm resume: FEATURES 'cache,quad' not applied: the nodes wake as they are" in err

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from suspendguard.config.cluster import exclude_problem
 from suspendguard.slurm.exclusion import EXCLUDE_HEAD, exclusion_lock, write_if_changed
 from suspendguard.slurm.node import _health_action
-from suspendguard.slurm.scontrol import Scontrol, SlurmError, parse_nodes
+from suspendguard.slurm.scontrol import HostlistError, Scontrol, SlurmError, parse_nodes
 from suspendguard.verdict import Reason
 
 HELD = Reason("held-outside-slurm", "pid 9 python3 holds /dev/davinci0, outside Slurm")
@@ -142,3 +143,18 @@ def test_a_hostlist_scontrol_cannot_read_is_an_error_though_it_exits_0(
         real_scontrol: Scontrol, hostlist: str, said: str) -> None:
     with pytest.raises(SlurmError, match=re.escape(f"scontrol show hostnames {hostlist}: {said}")):
         real_scontrol.hostnames(hostlist)
+
+
+@pytest.mark.parametrize("hostlist", ["n[3-1]", "n[1--2]", "n[,]", "n[1,,2]", "n[-1]",
+                                      "n[0-65536]", "n[1-]", "n[0-65535]", "a[1-2]b[3-4]",
+                                      "n[01-04,07],gpu5", "[1-2]"])
+def test_the_ranges_refused_are_those_slurm_refuses(real_scontrol: Scontrol,
+                                                    hostlist: str) -> None:
+    # Slurm's own hostlist reader (scontrol's is slurmctld's): what it cannot read in
+    # SuspendExcNodes has it ignore the line.
+    try:
+        real_scontrol.hostnames(hostlist)
+        slurm_reads = True
+    except HostlistError:
+        slurm_reads = False
+    assert (exclude_problem(hostlist) is None) == slurm_reads

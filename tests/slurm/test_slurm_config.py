@@ -79,3 +79,40 @@ def test_a_failing_scontrol_is_one_line_and_exit_3(tmp_path: Path, verb: str,
     assert status == 3 and out == "", err
     assert err == f"suspendguard: {line}\n", err  # once, though the journal has it too
     assert [(e["MESSAGE"], e["PRIORITY"]) for e in said] == [(line, "3")]
+
+
+IGNORED = "Slurm would ignore the whole SuspendExcNodes line, the nodes the guard holds with it"
+
+
+@pytest.mark.parametrize(("entry", "why"), [
+    ("gpu[1-2]:0", "expected each count from 1 to the number of names in its set (2 in gpu[1-2])"),
+    ("gpu[1-2]:4", "expected each count from 1 to the number of names in its set (2 in gpu[1-2])"),
+    ("n:99999999999999999999", "expected each count from 1 to the number of names in its set "
+     "(1 in n)"),
+    # A count is for every name since the count before it; a name repeated counts once.
+    ("a,n[1-4]:6", "expected each count from 1 to the number of names in its set (5 in a,n[1-4])"),
+    ("x:1,n[1-2],n2:3", "expected each count from 1 to the number of names in its set (2 in "
+     "n[1-2],n2)"),
+    ("n[3-1]", "expected each bracketed range as low-high, low no more than high and at most "
+     "65536 hosts, got 'n[3-1]' (the range '3-1')"),
+    ("n[0-65536]:1", "expected each bracketed range as low-high, low no more than high and at "
+     "most 65536 hosts, got 'n[0-65536]:1' (the range '0-65536')"),
+])
+def test_an_exclude_entry_slurm_would_ignore_the_line_for_is_refused(
+        tmp_path: Path, entry: str, why: str) -> None:
+    # Slurm 22.05 reads SuspendExcNodes whole: one count below 1 or above its set's size, or
+    # one range it cannot read, and it ignores the line, the nodes the guard wrote into it
+    # with it (power_save.c, _parse_exc_nodes): they would be powered down under their holder.
+    path = tmp_path / "config.toml"
+    status, out, err = config_cli(path, f"[slurm]\nexclude = [{json.dumps(entry)}]\n")
+    assert (status, out) == (2, ""), err
+    assert err.startswith(f"suspendguard: {path}: [slurm] exclude (line 2): {why}"), err
+    assert err.endswith(f": {IGNORED}\n") and err.count("\n") == 1, err
+
+
+def test_exclude_takes_counts_up_to_the_size_of_their_set(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    entries = ["nid[10-20]:11", "a,n[1-4]:5", "n[1-2,5]:3", "rack[1-2]n[01-02]:4", "n[1-]:1"]
+    status, _, err = config_cli(path, f"[slurm]\nexclude = {json.dumps(entries)}\n")
+    assert status == 0, err
+

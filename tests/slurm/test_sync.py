@@ -160,3 +160,16 @@ def test_under_systemd_a_failure_is_one_line_in_the_journal(
     assert status == 3
     assert err.count("\n") == 1 and err.startswith("<3>the drained nodes could not be listed")
     assert said == []
+
+
+def test_the_sets_with_a_count_go_first_so_no_name_joins_one(tmp_path: Path) -> None:
+    # Slurm takes a count for every name since the count before it: "login1,n[1-4]:2,node1"
+    # would keep two of login1, n1-n4 up, and power down login1 or the held node1.
+    held = "suspendguard: sigint-ignored: pid 7 ignores SIGINT"
+    fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN",), held)})
+    path = config_file(tmp_path, fake, "veto")
+    path.write_text(path.read_text() + 'exclude = ["login1", "n[1-4]:2,gpu[1-3]", "nid[1-9]:1"]\n')
+    status, _, err = cli("--config", str(path), "slurm", "sync")
+    assert status == 0, err
+    assert (tmp_path / "exclude.conf").read_text().endswith(
+        "SuspendExcNodes=n[1-4]:2,nid[1-9]:1,login1,gpu[1-3],node1\n")
