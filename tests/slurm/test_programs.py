@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from suspendguard.slurm import controller
 from suspendguard.slurm.controller import UNSAID
 from suspendguard.slurm.node import _health_action
 from suspendguard.slurm.remote import held_by_guard, ours
+from suspendguard.slurm.scontrol import Scontrol
 
 
 def config_file(tmp_path: Path, fake: FakeSlurm, verdict: str) -> Path:
@@ -361,17 +361,12 @@ def test_a_hostlist_of_no_node_is_bad_usage_and_scontrol_is_not_asked_to_expand_
 @pytest.mark.parametrize("program", ["suspend", "resume"])
 @pytest.mark.parametrize("hostlist", ["n[3-1]", "nid[10-20]:4", "n[1-2"])
 def test_a_hostlist_slurm_cannot_read_is_bad_usage(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, program: str, hostlist: str) -> None:
+        tmp_path: Path, real_scontrol: Scontrol, program: str, hostlist: str) -> None:
     # Slurm's own scontrol reads it (it exits 0 on one it cannot): bad usage, as "," is,
     # not a failure of scontrol or slurmctld.
-    scontrol = shutil.which("scontrol")
-    if scontrol is None:
-        pytest.skip("scontrol is not installed")
-    conf = tmp_path / "slurm.conf"
-    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=n[1-2] CPUs=1\n")
-    monkeypatch.setenv("SLURM_CONF", str(conf))
     path = tmp_path / "config.toml"
-    path.write_text(f"[slurm]\nscontrol = {json.dumps(scontrol)}\nexclude_file = \"\"\n")
+    path.write_text(f"[slurm]\nscontrol = {json.dumps(real_scontrol.path)}\n"
+                    'exclude_file = ""\n')
     status, out, err = cli("--config", str(path), "slurm", program, hostlist)
     assert (status, out) == (2, ""), err
     assert err.startswith(f"suspendguard: slurm {program}: HOSTLIST {hostlist!r}: scontrol show "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -115,19 +114,6 @@ def test_a_multi_line_reason_is_read_on_one_line_without_its_stamp() -> None:
     n1, n2 = parse_nodes(text)
     assert n1.reason == "PSU swap ticket 4411 rack=4"
     assert n2.reason == "disk swap see RMA" and n2.drained
-
-
-@pytest.fixture
-def real_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Scontrol:
-    """Debian's scontrol, reading a configuration of the test's own (show hostnames asks no
-    slurmctld)."""
-    path = shutil.which("scontrol")
-    if path is None:
-        pytest.skip("scontrol is not installed")
-    conf = tmp_path / "slurm.conf"
-    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=n[1-2] CPUs=1\n")
-    monkeypatch.setenv("SLURM_CONF", str(conf))
-    return Scontrol(path)
 
 
 def test_a_hostlist_is_expanded_as_slurm_expands_it(real_scontrol: Scontrol) -> None:
