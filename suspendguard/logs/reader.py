@@ -81,6 +81,9 @@ def _is_blank_start(buf: Data, start: int, hi: int) -> bool:
 
 
 def _decode(raw: Data) -> str | None:
+    # NULs before the text are a file's padding after a power loss (the size written, the
+    # data not): the line the boot appended after them is read. NULs inside it: binary.
+    raw = raw.lstrip(b"\0")
     if b"\0" in raw:
         return None
     try:
@@ -146,7 +149,7 @@ class _Window:
             except UnicodeDecodeError:
                 pass
         for raw in buf[lo:hi].split(b"\n"):
-            if b"\0" in raw:
+            if b"\0" in raw.lstrip(b"\0"):
                 self.nul_lines += 1
             else:
                 try:

@@ -250,6 +250,19 @@ def test_junk_bytes_are_skipped_line_by_line(tmp_path: Path) -> None:
     assert "1 line(s) not UTF-8" in reasons and "1 line(s) with NUL" in reasons
 
 
+def test_a_line_after_a_power_loss_padding_of_nuls_is_read(tmp_path: Path) -> None:
+    """A file whose size reached the disk and whose data did not reads as NULs up to its
+    end, and what the next boot appends follows them on the same line."""
+    log = tmp_path / "device-0.log"
+    log.write_bytes(b"[INFO] TSCH(-1,null):2023-01-01-00:00:00.000.000 1 up\n" + b"\0" * 4096
+                    + HWTS.format(t="2023-01-01-00:00:02.000.000").encode()
+                    + b"\0" * 10 + b"\n")
+    report = search([str(log)])
+    assert rules_of(report) == [("hwts-busy-suspend", 2)]
+    assert report.findings[0].text == HWTS.format(t="2023-01-01-00:00:02.000.000").rstrip("\n")
+    assert report.skipped == ()  # padding only: nothing of the file left out
+
+
 def test_pathological_megabyte_line_in_a_file(tmp_path: Path) -> None:
     log = tmp_path / "evil.log"
     chunk = "hwts is bus" + "unbin" + "EventIdAllo" + "Code=0x7020" + " ("
