@@ -169,6 +169,28 @@ def ascend(host: Host) -> list[Finding]:
         for daemon in ASCEND_DAEMONS if daemon not in running]
 
 
+def policy_users(host: Host, config: Config) -> list[Finding]:
+    """A rule naming a user this host does not know matches no process: a protect rule so
+    misspelt leaves its job to be drained at the next suspend."""
+    policy = config.policy
+    rules = [*(("protect", i, r) for i, r in enumerate(policy.protect)),
+             *(("ignore", i, r) for i, r in enumerate(policy.ignore)),
+             *(("drain", i, d.match) for i, d in enumerate(policy.drain))]
+    return [Finding(
+        "policy-user-unknown", "warning",
+        f"[policy] {kind} #{i + 1} ({rule.describe()}) names a user this host does not know: "
+        f"it matches no process, {_UNMATCHED[kind]}",
+        f"correct the name (getent passwd {rule.user} finds it once it is right), or match "
+        "on uid") for kind, i, rule in rules
+        if rule.user is not None and not rule.user.isdigit() and not host.knows_user(rule.user)]
+
+
+# What a rule that matches nothing leaves to happen.
+_UNMATCHED = {"protect": "so the job it should protect is signalled at the next suspend",
+              "ignore": "so what it should leave alone is signalled at the next suspend",
+              "drain": "so its jobs get [drain] timeout_s, not the rule's own"}
+
+
 Check = Callable[[Host, Config, "float | None"], list[Finding]]
 CHECKS: Sequence[tuple[str, Check]] = (
     ("nvidia", lambda h, c, v: nvidia_preserve(h, v)),
@@ -181,6 +203,7 @@ CHECKS: Sequence[tuple[str, Check]] = (
     ("logind", lambda h, c, v: logind_delay(h)),
     ("systemd", lambda h, c, v: systemd_version(h)),
     ("ascend", lambda h, c, v: ascend(h)),
+    ("policy", lambda h, c, v: policy_users(h, c)),
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import pwd
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +40,18 @@ class Host:
 
     def exists(self, relative: str) -> bool:
         return os.path.lexists(self.path(relative))
+
+    def knows_user(self, name: str) -> bool:
+        """Whether a user of that name is known: through NSS on this host (LDAP, sssd), from
+        ``etc/passwd`` under another root."""
+        if self.root == "/":
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                return False
+            return True
+        return any(line.split(":", 1)[0] == name
+                   for line in (self.read("etc/passwd") or "").splitlines())
 
     def nvidia_param(self, name: str) -> tuple[str | None, str]:
         """(value, where it was read) of the nvidia module's NVreg_``name``.

@@ -264,6 +264,35 @@ def test_each_finding_on_a_host_that_has_it(tmp_path: Path, case: str) -> None:
     assert ids(root) == expected
 
 
+RULES = build({"policy": {"protect": [{"user": "trainer"}, {"user": "trianer"}],
+                          "ignore": [{"user": "1000"}],
+                          "drain": [{"user": "ckpt", "timeout_s": 60}]}})
+
+
+def test_a_rule_naming_a_user_the_host_does_not_know_is_a_finding(tmp_path: Path) -> None:
+    """A misspelt protect rule matches no process: its job is drained at the next suspend."""
+    root = clean_host(tmp_path)
+    write(root, "etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"
+          "trainer:x:1001:1001::/home/trainer:/bin/sh\n")
+    found = doctor(Host(str(root)), RULES, 1.0)
+    assert [(f.id, f.severity, f.text) for f in found] == [
+        ("policy-user-unknown", "warning", "[policy] protect #2 (user='trianer') names a user "
+         "this host does not know: it matches no process, so the job it should protect is "
+         "signalled at the next suspend"),
+        ("policy-user-unknown", "warning", "[policy] drain #1 (user='ckpt') names a user this "
+         "host does not know: it matches no process, so its jobs get [drain] timeout_s, not "
+         "the rule's own")]
+    assert found[0].fix.startswith("correct the name (getent passwd trianer finds it")
+    write(root, "etc/passwd", "trainer:x:1001:1001::/:/bin/sh\ntrianer:x:1:1::/:/bin/sh\n"
+          "ckpt:x:1002:1002::/:/bin/sh\n")
+    assert doctor(Host(str(root)), RULES, 1.0) == []
+
+
+def test_on_this_host_users_are_asked_of_nss() -> None:
+    assert Host("/").knows_user("root")
+    assert not Host("/").knows_user("sg-no-such-user-x")
+
+
 def packaged(root: Path, unit_dir: str = "lib/systemd/system") -> Path:
     """The guard as the .deb (debian/rules, suspendguard.links) or the RPM lays it out: the
     units in the distribution's unit folder, the instances enabled by links beside them."""
