@@ -246,34 +246,35 @@ def _own_files(path: str) -> int:
     find an empty file where the database will be), inside the folder that
     only we can write. Returns the database file's inode (0: none yet), to
     tell later whether it is still the same file.
+
+    Looked at by path, never opened: closing any descriptor of a file drops
+    every POSIX lock this process holds on it, SQLite's own included, and the
+    next process to open the database would take itself for its only user
+    (it rebuilds the -shm under a live connection: rows lost, SIGBUS).
     """
     inode = 0
     for suffix in SUFFIXES:
-        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         name = path + suffix
         try:
-            fd = os.open(name, flags)
+            st = os.lstat(name)
         except FileNotFoundError:
             continue
         except OSError as exc:
-            why = ("is a symlink; refusing to follow it" if exc.errno == errno.ELOOP
-                   else exc.strerror)
-            raise HistoryError(f"cannot open {name}: {why}") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise HistoryError(f"cannot open {name}: not a regular file")
-            if st.st_uid != os.geteuid() or st.st_nlink != 1:
-                raise HistoryError(f"cannot open {name}: owned by uid {st.st_uid} or linked "
-                                   f"elsewhere ({st.st_nlink} links); refusing to write it")
-            if stat.S_IMODE(st.st_mode) != 0o600:
-                os.fchmod(fd, 0o600)
-            if not suffix:
-                inode = st.st_ino
-        except OSError as exc:
             raise HistoryError(f"cannot open {name}: {exc.strerror}") from None
-        finally:
-            os.close(fd)
+        if stat.S_ISLNK(st.st_mode):
+            raise HistoryError(f"cannot open {name}: is a symlink; refusing to follow it")
+        if not stat.S_ISREG(st.st_mode):
+            raise HistoryError(f"cannot open {name}: not a regular file")
+        if st.st_uid != os.geteuid() or st.st_nlink != 1:
+            raise HistoryError(f"cannot open {name}: owned by uid {st.st_uid} or linked "
+                               f"elsewhere ({st.st_nlink} links); refusing to write it")
+        if stat.S_IMODE(st.st_mode) != 0o600:
+            try:  # a regular file of ours, in a folder only we can write: still that file
+                os.chmod(name, 0o600)
+            except OSError as exc:
+                raise HistoryError(f"cannot open {name}: {exc.strerror}") from None
+        if not suffix:
+            inode = st.st_ino
     return inode
 
 
