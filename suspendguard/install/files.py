@@ -115,6 +115,10 @@ def check_root(root: str | None) -> None:
                          "running system: leave --root out for that)")
     if root is not None and os.path.lexists(root) and not os.path.isdir(root):
         raise UsageError(f"--root {root}: not a folder")
+    if root is not None and os.path.realpath(root) == "/":
+        # Staged there, the live units would skip the checks a live install makes (root,
+        # systemd, an interpreter that can run the guard): every suspend could fail.
+        raise UsageError(f"--root {root} is the running system: leave --root out for that")
 
 
 def install(

@@ -46,6 +46,9 @@ class Tree:
         for folder in reversed(missing):
             try:
                 self.at(folder).mkdir(mode=0o755)
+                # mkdir's mode is cut by the umask (077 would hide the config, the man
+                # pages and the completion from every other user): the folder gets 0755.
+                self.at(folder).chmod(0o755)
             except FileExistsError:
                 continue
             except OSError as exc:

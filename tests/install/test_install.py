@@ -187,6 +187,28 @@ def test_uninstall_without_install(root: Path) -> None:
     assert snapshot(root) == before
 
 
+@pytest.mark.parametrize("command", ["install", "uninstall"])
+@pytest.mark.parametrize("given", ["/", "//", "/.", "/usr/.."])
+def test_a_root_that_is_the_running_system_is_refused(command: str, given: str) -> None:
+    """Staged into /, the live units would skip a live install's checks (root, systemd, an
+    interpreter that runs the guard), and an uninstall its watch's stop and reload."""
+    status, out, err = run(command, "--root", given)
+    assert (status, out) == (2, ""), err
+    assert err == (f"suspendguard: --root {given} is the running system: leave --root out "
+                   "for that\n")
+
+
+def test_folders_made_are_readable_whatever_the_umask(root: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        status, _, err = run("install", "--root", str(root))
+    finally:
+        os.umask(old)
+    assert status == 0, err
+    for folder in ("etc/suspendguard", "usr/local/share/man/man8"):
+        assert stat.S_IMODE((root / folder).stat().st_mode) == 0o755, folder
+
+
 def test_never_overwrites_an_existing_config(root: Path) -> None:
     (root / "etc/suspendguard").mkdir(parents=True)
     mine = "[drain]\ntimeout_s = 10\ndeadline_s = 50\n"
