@@ -87,6 +87,10 @@ class NpuSmiInfo:
     chips: tuple[NpuChip, ...]
     processes: tuple[NpuProcess, ...]
     process_table: bool  # False on boards that print none (RC/edge)
+    # Rows that name no process this parser can read: in the process table (a pid of
+    # N/A), or in a table after the chips under a header it does not know (with that
+    # header). Where there are any, the process lists are not whole.
+    unread: int = 0
 
 
 def _cells(line: str) -> list[str]:
@@ -122,6 +126,7 @@ def parse_info(text: str) -> NpuSmiInfo:
     usage_labels: list[str] = []
     pending: list[str] | None = None  # first row of a device's two-row entry
     process_at = 1
+    unread = 0
 
     for line in text.splitlines():
         if not line.lstrip().startswith("|"):
@@ -152,16 +157,26 @@ def parse_info(text: str) -> NpuSmiInfo:
             if pending is None:
                 if _ints(cells[:health_at]):
                     pending = cells
+                elif chips:
+                    # A row after the chips that starts none is the next table's header
+                    # (a process table under a header not known here): its rows are
+                    # no chips, and what they list is not read.
+                    mode, unread = "other", unread + 1
                 continue
-            chips.append(_chip(pending, cells, health_at, top_labels, util_label, usage_labels))
+            chip = _chip(pending, cells, health_at, top_labels, util_label, usage_labels)
+            if any((c.npu, c.chip) == (chip.npu, chip.chip) for c in chips):
+                # One chip twice: rows were paired that are not one chip's, so no
+                # row of this table can be trusted (the backend then asks `-l`).
+                return NpuSmiInfo((), (), False, unread=1)
+            chips.append(chip)
             pending = None
-        elif mode == "proc":
-            if _NO_PROCESSES.search(line):
-                continue
-            proc = _process(cells, process_at)
+        elif mode in ("proc", "other") and not _NO_PROCESSES.search(line):
+            proc = _process(cells, process_at) if mode == "proc" else None
             if proc is not None:
                 processes.append(proc)
-    return NpuSmiInfo(tuple(chips), tuple(processes), process_table)
+            elif any(cells):
+                unread += 1
+    return NpuSmiInfo(tuple(chips), tuple(processes), process_table, unread)
 
 
 def _chip(
@@ -297,9 +312,17 @@ class NpuSmiBackend(Backend):
                 for p in info.processes if (p.npu, p.chip) == (chip.npu, chip.chip)
             )
             if not info.process_table:
-                notes.append("npu-smi lists no processes on this board")
-            # Some products list at most eight device-side processes per chip.
-            complete = info.process_table and len(procs) < LISTED_AT_MOST
+                notes.append("npu-smi prints a table that is not read here: "
+                             "its processes are unknown" if info.unread
+                             else "npu-smi lists no processes on this board")
+            elif info.unread:
+                notes.append(f"npu-smi process table: {info.unread} row(s) name no process "
+                             "read here: the list is not whole")
+            # An empty list proves nothing: npu-smi prints "No running processes found"
+            # whenever its count is 0, which it also is where reading the processes failed
+            # or is not supported. Some products list at most eight per chip.
+            complete = (info.process_table and not info.unread
+                        and 0 < len(procs) < LISTED_AT_MOST)
             out.append(replace(self.reading(ident, readings, procs, "; ".join(notes),
                                             lists_processes=complete), health=chip.health))
         return out + self._off_table(info.processes, {(c.npu, c.chip) for c in chips}, per_npu)

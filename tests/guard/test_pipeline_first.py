@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from helpers.holders import Holders
 from helpers.nvidia import IDLE_GPUS, Checks, FakeNvidiaSmi, busy_gpus
+from helpers.refusing import RefusingFds
 from helpers.runners import guard
 
 from suspendguard.config import IdleConfig
@@ -27,20 +28,6 @@ from suspendguard.guard.inventory import FAMILY_NODES
 from suspendguard.idle.base import DeviceReading, IdleReport
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.procfs import ProcAccessError, ProcFS
-
-
-class RefusingFds(ProcFS):
-    """/proc as it is, but one process's fd table refuses even root (EACCES), as the
-    kernel does for some processes (PID 1 of some containers, a Yama or LSM rule)."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__()
-        self.refused = pid
-
-    def open_paths(self, pid: int, *args: Any, **kw: Any) -> list[tuple[str, str]]:
-        if pid == self.refused:
-            raise ProcAccessError(f"/proc/{pid}/fd: Permission denied")
-        return super().open_paths(pid, *args, **kw)
 
 
 @pytest.fixture
