@@ -301,6 +301,7 @@ def uninstall(
             stream.write(line + "\n")
 
     if manifest is None:
+        tree.refuse_unlisted((UNIT_PATH, RESUME_PATH, WATCH_PATH))
         say(out, f"nothing to uninstall: no manifest at {tree.show(MANIFEST_PATH)}")
         return False
     if not manifest.files and not manifest.links and not purge:

@@ -140,6 +140,20 @@ class Tree:
                       if link.is_symlink() and os.readlink(link) in units]
         return found
 
+    def refuse_unlisted(self, units: Collection[str]) -> None:
+        """With no manifest (the history's folder removed), those of the guard's ``units``
+        still here are no "nothing to uninstall": each sleep that requires them fails once
+        they name an interpreter or a guard that is gone."""
+        left = sorted(u for u in units if self.at(u).exists())
+        if not left:
+            return
+        links = self.links_to(os.path.dirname(left[0]), left)
+        raise InstallError(
+            f"no manifest at {self.show(MANIFEST_PATH)}, yet the guard's units are here "
+            f"({', '.join(self.show(u) for u in left)}; {len(links)} link(s) to them): install "
+            "again, which records what it writes, then uninstall; or remove them and their "
+            "links by hand, then systemctl daemon-reload")
+
     def save_manifest(self, manifest: Manifest) -> None:
         """The manifest, 0600 in a folder kept 0700: root's alone, as the state folder's files."""
         self.private_dir(os.path.dirname(MANIFEST_PATH), manifest)

@@ -24,6 +24,7 @@ from suspendguard.install.files import (
     check_live_system,
 )
 from suspendguard.install.installed import read_installation
+from suspendguard.install.manifest import MANIFEST_PATH
 from suspendguard.model import SLEEP_ACTIONS
 
 ACTIONS = SLEEP_ACTIONS
@@ -207,6 +208,23 @@ def test_folders_made_are_readable_whatever_the_umask(root: Path) -> None:
     assert status == 0, err
     for folder in ("etc/suspendguard", "usr/local/share/man/man8"):
         assert stat.S_IMODE((root / folder).stat().st_mode) == 0o755, folder
+
+
+def test_units_left_without_a_manifest_are_no_nothing_to_uninstall(root: Path) -> None:
+    """The manifest lives in the history's folder: removed with it, the units and their
+    Requires= links stay, and each sleep fails once the guard they name is gone."""
+    assert run("install", "--root", str(root))[0] == 0
+    (root / MANIFEST_PATH.lstrip("/")).unlink()
+    before = snapshot(root)
+    status, out, err = run("uninstall", "--root", str(root), "--purge")
+    assert (status, out) == (EXIT_ERROR, ""), err
+    assert err.startswith(f"suspendguard: no manifest at {root}{MANIFEST_PATH}, yet the "
+                          f"guard's units are here ({root}/etc/systemd/system/suspendguard"
+                          "-resume.service, ") and "install again" in err, err
+    assert err.count("\n") == 1 and snapshot(root) == before
+    assert run("install", "--root", str(root))[0] == 0  # the way out it names
+    assert run("uninstall", "--root", str(root), "--purge")[0] == 0
+    assert not (root / "etc/systemd/system/suspendguard@.service").exists()
 
 
 def test_never_overwrites_an_existing_config(root: Path) -> None:
