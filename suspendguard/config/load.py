@@ -12,6 +12,7 @@ from typing import Any
 
 from suspendguard.config.cluster import exclude_problem
 from suspendguard.config.schema import SCHEMA, SECTIONS, Config
+from suspendguard.config.spec import DAY_S
 from suspendguard.config.trust import replaced, state_dir_problem, untrusted
 from suspendguard.config.validate import Invalid, InvalidEntry, validate
 from suspendguard.errors import ConfigError
@@ -199,10 +200,12 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
                          f"set: a reading before the drain and the settle after it; "
                          f"+{IDLE_MARGIN_S:g} s)")
         parts.append(f"{ANSWER_MARGIN_S:g} s to answer")
+        # deadline_s cannot pass a day: past it, only the parts can be lowered.
+        fix = ("lower those parts (deadline_s is at most "
+               f"{DAY_S})" if needed > DAY_S else "raise deadline_s or lower timeout_s")
         raise ConfigError(
             f"{_where(path, 'drain', 'deadline_s', text)}: expected at least {needed:g} "
-            f"({' + '.join(parts)}), got {drain['deadline_s']:g}: raise deadline_s or "
-            "lower timeout_s"
+            f"({' + '.join(parts)}), got {drain['deadline_s']:g}: {fix}"
         )
     problem = state_dir_problem(values["state"]["dir"])
     if problem:

@@ -119,6 +119,11 @@ def test_effective_config_round_trips_characters_above_the_bmp() -> None:
          "expected at least 19 ([drain] timeout_s + [idle] settle_s and twice command_timeout_s"),
         ('[drain]\ntimeout_s = 3\ndeadline_s = 10\nescalate = ["SIGTERM:6"]\n[idle]\nbackends = []\n',
          "expected at least 11 ([drain] timeout_s + the [drain] escalate waits + 2 s to answer)"),
+        # deadline_s cannot be raised past a day: the advice is the one that can be followed
+        ('[[policy.drain]]\ncomm = "python"\ntimeout_s = 86400\n',
+         "expected at least 86416 (the longest [[policy.drain]] timeout_s + [idle] settle_s and "),
+        ('[[policy.drain]]\ncomm = "python"\ntimeout_s = 86400\n',
+         ", got 100: lower those parts (deadline_s is at most 86400)"),
     ],
 )
 def test_bad_config_is_one_line_exit_2(tmp_path: Path, text: str, expected: str) -> None:
