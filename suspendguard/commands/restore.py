@@ -152,12 +152,25 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         lock.release()
 
 
-def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger) -> int:
+def _open(config: Config, log: Logger) -> History | None:
+    """The history, its warnings said; None (said) when it cannot be opened."""
     try:
         history = History.open(config.state.dir)
     except HistoryError as exc:
         log.error(f"restore: cannot read what was stopped: {exc}")
+        return None
+    for line in history.warnings:
+        log.warning(line)
+    return history
+
+
+def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger) -> int:
+    history = _open(config, log)
+    if history is None:
         return EXIT_ERROR
+    # Exit 3 on each warning: a damaged history moved aside took its stops with it (its
+    # warning names the jobs), and a manager not reloaded keeps the drain's settings.
+    warned = list(history.warnings)
     # A launcher a killed run left stopped (SIGSTOP) goes on first, whatever
     # the device's health: nothing may stay frozen because a guard died.
     for line in continue_left(config.state.dir):
@@ -183,7 +196,6 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
 
         supervisors = ManagersAndEngines(environ=ctx.environ, state_dir=config.state.dir)
         done = []
-        warned: list[str] = []  # a manager not reloaded: its units keep the drain's settings
 
         def warn(line: str) -> None:
             warned.append(line)

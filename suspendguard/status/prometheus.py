@@ -14,6 +14,7 @@ Each metric is one line in the function of its part of the report, e.g.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ VERDICTS = ("allow", "veto", "unknown")
 # so the counter never goes down.
 ATTEMPT_VERDICTS = ("allow", "veto", "unknown", "interrupted")
 CAN_ANSWERS = ("yes", "no", "challenge", "na")
+# Health answers, best to worst; one not known here (a damaged row) ranks as unknown.
+HEALTH_RANK = {"healthy": 0, "unknown": 1, "unhealthy": 2}
 PARTS = ("config", "accelerators", "installation", "logind", "systemd", "history")
 
 Labels = Mapping[str, str]
@@ -275,12 +278,21 @@ def _systemd(m: Metrics, s: Status) -> None:
                 1, unit=u.name, action=action, result=u.result)
 
 
+def _absent(path: str) -> bool:
+    """Nothing at ``path``; a folder this user may not enter (EACCES) hides what is there."""
+    try:
+        os.lstat(path)
+    except OSError as exc:
+        return exc.errno in (errno.ENOENT, errno.ENOTDIR)
+    return False
+
+
 def _history(m: Metrics, s: Status) -> None:
     h = s.history.recent
     if isinstance(h, Unavailable):
-        if os.path.lexists(s.history.path):
-            # Unreadable now (locked, EIO): left out, as a 0 would read as a counter reset,
-            # and the next scrape's whole history as new attempts. The part says why.
+        if not _absent(s.history.path):
+            # Unreadable (locked, EIO, a folder this user may not enter): left out, as a 0 would
+            # read as a counter reset, and the next scrape's whole history as new attempts.
             return
         h = RecentHistory((), {}, {})  # no history yet: none recorded
     attempts = m.counter("suspendguard_attempts_total",
@@ -327,11 +339,15 @@ def _after_resume(m: Metrics, s: Status) -> None:
                     "suspendguard doctor's findings on this host, by severity")
     for severity in ("error", "warning", "note"):
         found.add(sum(1 for f in s.doctor if f.severity == severity), severity=severity)
+    # Several sources answer for one device (CUDA and NVML, npu-smi and pyACL): its worst state.
+    worst: dict[tuple[str, str], str] = {}
     for row in s.health():
+        key = (row.device, row.family)
+        worst[key] = max(worst.get(key, row.state), row.state, key=lambda v: HEALTH_RANK.get(v, 1))
+    for (device, family), state in worst.items():
         m.one_of("suspendguard_device_health",
                  "Each device's state at the last health check after resume (1 for the state)",
-                 "state", row.state, ("healthy", "unhealthy", "unknown"), device=row.device,
-                 family=row.family)
+                 "state", state, ("healthy", "unhealthy", "unknown"), device=device, family=family)
 
 
 def _parts(s: Status) -> dict[str, bool]:

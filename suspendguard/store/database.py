@@ -162,14 +162,28 @@ def _open_writable(path: str, warnings: list[str], wait_s: float) -> sqlite3.Con
         if isinstance(exc, sqlite3.OperationalError) and not _looks_corrupt(exc):
             raise HistoryError(f"cannot open {path}: {exc}") from None
         aside = _move_aside(path, inode)
-        if aside:
-            warnings.append(f"history database {path} was unreadable ({exc}); moved to {aside}, "
-                            "started a new one")
+        if aside:  # one line, though SQLite's check answers in several
+            why = "; ".join(str(exc).splitlines())
+            warnings.append(f"history database {path} was unreadable ({why[:300]}); moved to "
+                            f"{aside}, started a new one; {_stopped_in(aside)}")
     _own_files(path)
     try:
         return _connect_rw(path, wait_s)
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"cannot open {path}: {exc}") from None
+
+
+def _stopped_in(aside: str) -> str:
+    """The jobs a moved-aside file still names as stopped: the new file cannot start them."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{_uri(aside)}?mode=ro", uri=True)) as conn:
+            owners = [str(o) for (o,) in conn.execute(
+                "SELECT DISTINCT owner FROM stops WHERE result IS NULL OR result = 'held'")]
+    except sqlite3.Error:
+        return "a job it recorded as stopped is not started again (its stops are unreadable)"
+    if not owners:
+        return "it recorded no job left stopped"
+    return f"the jobs it recorded as stopped are not started again: {', '.join(owners)}"
 
 
 def _uri(path: str) -> str:

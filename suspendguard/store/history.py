@@ -33,7 +33,6 @@ from suspendguard.model import Holder, HolderId, holder_id
 from suspendguard.record import (
     Attempt,
     DeviceHealth,
-    Event,
     FindingRecord,
     HolderRecord,
     KeptRecord,
@@ -94,9 +93,15 @@ class History(Reads):
                       deadline)
         try:
             history._mark_interrupted()
-        except (HistoryError, sqlite3.Error) as exc:
-            history.close()
-            raise HistoryError(f"cannot write {path}: {exc}") from None
+        except HistoryError as exc:
+            if "full" not in str(exc):
+                history.close()
+                raise
+            # A full disk: restore must still read the stops it acts on, and the room kept
+            # is the verdict's (:meth:`finish`). Read back as interrupted all the same
+            # (their guard is gone), they are marked at the next open.
+            warnings.append(f"{exc}: an attempt whose guard was killed is not marked "
+                            "interrupted yet (the next open marks it)")
         return history
 
     def close(self) -> None:
@@ -121,9 +126,9 @@ class History(Reads):
             raise HistoryError(f"cannot write {self.path}: {exc}") from None
 
     def _mark_interrupted(self) -> None:
-        rows = self.conn.execute(
-            "SELECT id, guard_pid, guard_start FROM attempts WHERE verdict IS NULL"
-        ).fetchall()
+        with self._reading():
+            rows = self.conn.execute(
+                "SELECT id, guard_pid, guard_start FROM attempts WHERE verdict IS NULL").fetchall()
         dead = [r[0] for r in rows if not self._alive(r[1], r[2])]
         if dead:
             with self._tx() as c:
@@ -180,13 +185,8 @@ class History(Reads):
     def finish(self, attempt: Attempt) -> None:
         """Write the attempt as the guard ended it: its verdict, reasons, warnings, end,
         holders, and the stops whose rows are not in yet (:meth:`stopping` wrote the others)."""
-        try:
-            self._finish(attempt)
-        except HistoryError as exc:
-            # The disk filled during the run: write the verdict in the room kept for it.
-            if "full" not in str(exc) or not reserve.release(os.path.dirname(self.path)):
-                raise
-            self._finish(attempt)
+        # The disk filled during the run: the verdict is written in the room kept for it.
+        reserve.in_reserve(os.path.dirname(self.path), lambda: self._finish(attempt))
 
     def _finish(self, attempt: Attempt) -> None:
         with self._tx() as c:
@@ -344,17 +344,6 @@ class History(Reads):
         return {(pid, start): (attempt, began, guard) for pid, start, attempt, began, guard, boot in rows
                 if (pid, start) in wanted
                 and (set(boot.split()) & this if boot and this else began >= booted)}
-
-    # -- reading what the sleep hook wrote ------------------------------------
-
-    def last_event(self, phase: str, action: str | None = None) -> Event | None:
-        """The newest event of ``phase`` (of ``action`` when given), of any attempt or none."""
-        sql = "SELECT time, phase, action, note, attempt_id FROM events WHERE phase = ?"
-        params = [phase] if action is None else [phase, action]
-        with self._reading():
-            row = self.conn.execute(sql + (" AND action = ?" if action is not None else "")
-                                    + " ORDER BY id DESC LIMIT 1", params).fetchone()
-        return Event(row[0], row[1], row[2], row[3] or "", row[4]) if row else None
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,9 @@ def _paths(column: Any) -> tuple[str, ...]:
 
 
 LAST_TIME = 32503680000  # 3000-01-01 UTC: shown as a local date in any time zone
+# The rows whose time is a number: SQLite keeps text in a REAL column (a damaged row) and
+# sorts it above every number, so MAX(time) would pick that row for ever.
+A_TIME = f"typeof(time) IN ('integer', 'real') AND time BETWEEN 0 AND {LAST_TIME}"
 
 
 def _seconds(value: Any, column: str) -> float | None:
@@ -148,7 +151,7 @@ class Reads:
         The same job: the same unit (a service, not a login's scope), else the
         same uid and executable. Empty when the history has none, or cannot say.
         """
-        if not self._holder_columns() >= {"uid", "exe"}:
+        if not self._columns("holders") >= {"uid", "exe"}:
             return ()
         args: list[object]
         if holder.unit and not holder.unit.endswith(".scope"):
@@ -184,7 +187,7 @@ class Reads:
         """The answers of the last health check (none before the first)."""
         rows = self._rows_if_kept(
             "SELECT device, family, state, reason, time, attempt_id FROM health"
-            " WHERE time = (SELECT MAX(time) FROM health) ORDER BY id")
+            f" WHERE time = (SELECT MAX(time) FROM health WHERE {A_TIME}) ORDER BY id")
         return [DeviceHealth(r[0], r[1], cast(HealthState, r[2]), r[3], time=r[4], attempt_id=r[5])
                 for r in rows]
 
@@ -220,7 +223,7 @@ class Reads:
     def _stops(self, where: str, args: Sequence[Any]) -> list[Stop]:
         # A locked or unreadable file is a HistoryError: "no stops" would leave jobs down.
         with self._reading():
-            have = self._stop_columns()
+            have = self._columns("stops")
             if not have:
                 return []  # a file from before stops were recorded, opened read-only
             columns = "boot_id, issued" if have >= {"boot_id", "issued"} else "'', stopped"
@@ -246,11 +249,6 @@ class Reads:
             if note not in self.notes:
                 self.notes.append(note)
             return damaged
-
-    def _stop_columns(self) -> set[str]:
-        if not hasattr(self, "_stops_columns"):
-            self._stops_columns = {str(c[1]) for c in self.conn.execute("PRAGMA table_info(stops)")}
-        return self._stops_columns
 
     def attempts(self, n: int = 20, include_dry_run: bool = True) -> list[Attempt]:
         where = "" if include_dry_run else "WHERE dry_run = 0"
@@ -285,7 +283,7 @@ class Reads:
             state = "running" if self._alive(r[10], r[11]) else "interrupted"
         elif r[6] == "interrupted":
             state = "interrupted"
-        have = self._holder_columns()
+        have = self._columns("holders")
         owner = "owner" if "owner" in have else "'plain'"
         who = "uid, exe" if have >= {"uid", "exe"} else "NULL, NULL"
         dirs = "log_dirs" if "log_dirs" in have else "NULL"
@@ -321,25 +319,32 @@ class Reads:
 
     def _attempt_columns(self) -> str:
         """The attempt row's columns; a file from before reason_details reads NULL for them."""
-        if not hasattr(self, "_attempts_columns"):
-            have = {str(c[1]) for c in self.conn.execute("PRAGMA table_info(attempts)")}
-            self._attempts_columns = ATTEMPT_COLUMNS + (
-                ", reason_details" if "reason_details" in have else ", NULL")
-        return self._attempts_columns
+        have = self._columns("attempts")
+        return ATTEMPT_COLUMNS + (", reason_details" if "reason_details" in have else ", NULL")
 
-    def _holder_columns(self) -> set[str]:
-        if not hasattr(self, "_columns"):
-            self._columns = {str(c[1]) for c in self.conn.execute("PRAGMA table_info(holders)")}
-        return self._columns
+    def _columns(self, table: str) -> set[str]:
+        """A table's columns, read once: a file from an older version lacks some."""
+        known: dict[str, set[str]] = self.__dict__.setdefault("_known_columns", {})
+        if table not in known:
+            known[table] = {str(c[1]) for c in self.conn.execute(f"PRAGMA table_info({table})")}
+        return known[table]
 
-    def events(self, n: int = 20) -> list[Event]:
-        """The newest events of every attempt, newest first."""
+    def events(self, n: int = 20, phase: str | None = None,
+               action: str | None = None) -> list[Event]:
+        """The newest events of every attempt (of ``phase``, of ``action``: those given),
+        newest first; one whose time is damaged (no number) is left out."""
+        asked = {"phase": phase, "action": action}
+        where = "".join(f" AND {column} = ?" for column, v in asked.items() if v is not None)
         with self._reading():
             rows = self.conn.execute(
-                "SELECT time, attempt_id, phase, action, note FROM events ORDER BY id DESC LIMIT ?",
-                (min(n, _MAX_ROWS),),
-            ).fetchall()
+                f"SELECT time, attempt_id, phase, action, note FROM events WHERE {A_TIME}{where}"
+                " ORDER BY id DESC LIMIT ?",
+                (*(v for v in asked.values() if v is not None), min(n, _MAX_ROWS))).fetchall()
         return [Event(e[0], e[2], e[3], e[4] or "", e[1]) for e in rows]
+
+    def last_event(self, phase: str, action: str | None = None) -> Event | None:
+        """The newest event of ``phase`` (of ``action`` when given), of any attempt or none."""
+        return next(iter(self.events(1, phase, action)), None)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -12,6 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
+from typing import TypeVar
+
+from suspendguard.errors import HistoryError
+
+T = TypeVar("T")
 
 RESERVE_NAME = "history.reserve"
 RESERVE_BYTES = 1 << 20  # a verdict with its holder rows needs a few pages of the WAL
@@ -41,3 +47,14 @@ def release(state_dir: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def in_reserve(state_dir: str, write: Callable[[], T]) -> T:
+    """``write()``; when it finds the disk full, tried once more in the reserve's room (the
+    HistoryError stands where there is no reserve left to give)."""
+    try:
+        return write()
+    except HistoryError as exc:
+        if "full" not in str(exc) or not release(state_dir):
+            raise
+    return write()

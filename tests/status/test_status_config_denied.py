@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from suspendguard.cli import main
 from suspendguard.model import Unavailable
 from suspendguard.status.model import ONLY_ROOT, ConfigStatus
+from suspendguard.store.history import History
 
 UNGUARDED = "suspends are not guarded (the veto unit is not enabled: suspendguard install)"
 # What status as user nobody gathers from a staged installation enabled for every sleep.
@@ -128,3 +129,23 @@ def test_root_denied_the_config_is_still_a_refusal(conf: Path, tmp_path: Path,
     assert s.refused_now() == refusal
     assert s.next_suspend() == f"every suspend will be refused: {refusal}"
     assert s.config.describe(root=True).startswith("invalid: permission denied")
+
+
+def test_a_history_in_a_folder_this_user_may_not_enter_leaves_its_counters_out(
+        root_only: tuple[Path, Path]) -> None:
+    """Root's state folder (0700) hides a history that is there: counters written as 0 would
+    read as a reset, and the next scrape's whole history as new attempts."""
+    folder, conf = root_only
+    conf.chmod(0o644)
+    History.open(str(folder / "state")).close()  # the folder made 0700, as the guard makes it
+    python, env = as_nobody()
+    env["DBUS_SYSTEM_BUS_ADDRESS"] = f"unix:path={folder / 'no-bus'}"
+    done = subprocess.run([*python, "-m", "suspendguard", "status", "--prometheus", "--config",
+                           str(conf)], env=env, capture_output=True, text=True, cwd="/",
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    names = {s.name: s for family in text_string_to_metric_families(done.stdout)
+             for s in family.samples if s.labels.get("part", "history") == "history"}
+    assert names["suspendguard_status_part_available"].value == 0
+    assert not any(name.startswith(("suspendguard_attempts", "suspendguard_findings"))
+                   for name in names)
