@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import CollectorRegistry
 
 from suspendguard.idle.base import IdleReport
 from suspendguard.install.templates import instance
@@ -72,7 +72,7 @@ class Family:
         return family
 
 
-class Metrics(Collector):
+class Metrics:
     """The families of one report, in the order they are first added."""
 
     def __init__(self) -> None:
@@ -361,7 +361,7 @@ def _parts(s: Status) -> dict[str, bool]:
     }
 
 
-class StatusCollector(Collector):
+class StatusCollector:
     """The metrics of one status report, for a prometheus-client registry."""
 
     def __init__(self, status: Status) -> None:
@@ -389,7 +389,7 @@ class StatusCollector(Collector):
         return m.collect()
 
 
-def render(collector: Collector) -> str:
+def render(collector: Metrics | StatusCollector) -> str:
     registry = CollectorRegistry()
     registry.register(collector)
     return generate_latest(registry).decode()
