@@ -3,14 +3,15 @@
 Exactly what was stopped, in the order it was stopped, through the same
 owner; each gets a result: started, starting (its start job still ran when
 the restore's budget ended), failed (with the reason), skipped (``[restore]
-skip``, the unit is gone or masked, it runs already, or someone started and
-stopped it again since the guard stopped it), or left (stopped in an
-earlier boot, and ``[restore] earlier_boot = "leave"``). A stop whose turn
-comes after the budget ended gets no result: it stays pending, for the
-next ``restore``. So does a unit or container whose job the drain signalled and did not
-see exit, and which still runs (its save outlived ``[drain] timeout_s``, or
-the guard was killed in its wait): it is started by the first restore that
-finds that job gone, never beside it. The budget is the caller's
+skip``, the unit is gone or masked, it runs already, someone started and
+stopped it again since the guard stopped it, or stopped a launcher the drain
+left running), or left (stopped in an earlier boot, and ``[restore]
+earlier_boot = "leave"``). A stop whose turn comes after the budget ended
+gets no result: it stays pending, for the next ``restore``; so does a
+transient unit systemd did not make again, and a unit or container whose
+job the drain signalled and did not see exit, and which still runs (its
+save outlived ``[drain] timeout_s``, or the guard was killed in its wait):
+it is started by the first restore that finds that job gone, never beside it. The budget is the caller's
 (system/deadline.py).
 
 Before a restore after resume, the health check asks :class:`Blocker`
@@ -32,7 +33,7 @@ from suspendguard.guard.policy import ancestors, decide
 from suspendguard.guard.scan import scan_holders
 from suspendguard.model import Inventory, Owner, Unavailable
 from suspendguard.record import Stop
-from suspendguard.supervise.owner import OwnerControl
+from suspendguard.supervise.owner import STOPPED_LATER, NotMade, OwnerControl, UnitNow
 from suspendguard.system import deadline, journal_ids, journald
 from suspendguard.system.procfs import ProcFS
 
@@ -56,6 +57,10 @@ STILL_DRAINING = ("still draining after the guard's signal: the next restore sta
                   "its job has stopped")
 # Stopped through a systemd manager: the system's, or a user's (user@UID.service).
 UNIT_KINDS = ("systemd-service", "user-service")
+# How long after the end of a drain a launcher unit it left running may still go down on its
+# own once it noticed its job's end (torchrun's --monitor-interval was 5 s by default in older
+# PyTorch releases); one that went down later was stopped by someone else.
+LAUNCHER_EXIT_S = 30.0
 
 
 def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreConfig, *,
@@ -186,6 +191,8 @@ def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,
                            "or outlived [drain] timeout_s")
     if up:
         return "skipped", f"already {now.active_state} (started meanwhile)"
+    if started_meanwhile:  # and stopped again, or being stopped: by whoever started it
+        return "skipped", "started and stopped again by someone else after the guard stopped it"
     if now.active_state == "deactivating" or now.job == "stop":
         # Still stopping (it outlived [drain] timeout_s): systemd starts it
         # once its stop has ended, which may take up to its TimeoutStopSec=.
@@ -193,9 +200,19 @@ def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,
         if isinstance(queued, Unavailable):
             return "failed", queued.reason
         return "started", "queued: it starts once its stop has ended"
-    if started_meanwhile:
-        return "skipped", "started and stopped again by someone else after the guard stopped it"
+    if _stopped_later(stop, now):
+        return "skipped", STOPPED_LATER
     return _answered(supervisors.start(owner))
+
+
+def _stopped_later(stop: Stop, now: UnitNow) -> bool:
+    """Whether the end of this stop's drain saw the unit still running (a launcher that
+    outlived its job), and it went down later than a launcher noticing its job's end would:
+    someone else stopped it (the marker tells a start, not a stop)."""
+    if now.up_after_drain is None or stop.stopped is None:
+        return False
+    stop_time, seen_at = now.up_after_drain
+    return stop_time == stop.stopped and now.inactive_since > seen_at + LAUNCHER_EXIT_S
 
 
 def _recreate(owner: Owner, supervisors: OwnerControl) -> tuple[str, str]:
@@ -203,6 +220,9 @@ def _recreate(owner: Owner, supervisors: OwnerControl) -> tuple[str, str]:
     made = supervisors.recreate(owner)
     if made is None:
         return "skipped", "the unit no longer exists"
+    if isinstance(made, NotMade):  # its record kept: systemctl start cannot make it
+        return "pending", (f"it could not be made again as a transient unit ({made.reason}): "
+                           "its recorded settings are kept, and suspendguard restore tries again")
     return _answered(made, "made again as a transient unit from what was recorded before the "
                      "drain")
 

@@ -14,6 +14,7 @@ signalled all the same, and a container its policy brings back vetoes.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
@@ -21,6 +22,7 @@ from typing import Any
 
 from suspendguard.model import CONTAINER_KINDS, Owner, Unavailable
 from suspendguard.record import Stop
+from suspendguard.supervise.owner import STOPPED_LATER
 from suspendguard.supervise.setaside import SetAside
 from suspendguard.system.engine import Container, Engine, Refused, socket_path
 
@@ -32,8 +34,6 @@ POLICIES_FILE = "container-restart-policies.json"
 # How long after the end of the drain a PID 1 it left running may still exit on its
 # own, once it noticed its job's end; one that exited later was stopped by someone else.
 LATE_EXIT_S = 5.0
-STOPPED_LATER = ("it stayed up through the drain (only its job was drained) and was stopped "
-                 "by someone else after the drain")
 # The containers the end of a drain saw still running, their PID 1 not the job, by
 # owner key: [the stop's time, when seen]. One stopped after that was stopped by someone
 # else, and restore leaves it down.
@@ -154,16 +154,7 @@ class Engines:
         outlived = self.outlived.take(owner.key)
         if seen is None:
             return "skipped", "the container no longer exists"
-        note = ""
-        if policy is not None:
-            name, maximum = str(policy[0]), int(policy[1])
-            put = engine.set_restart(owner.name, name, maximum)
-            if isinstance(put, Unavailable) or put:
-                note = (f"; its restart policy {name} could not be put back: " +
-                        (put.reason if isinstance(put, Unavailable) else put))
-                if put != "gone":  # kept: the next restore or guard run puts it back
-                    self.policies.put(owner.key, policy)
-                    note += " (tried again by the next restore or guard run)"
+        note = self._put_back(engine, owner, seen, policy)
         if seen.running and stopped_at is not None and 0 < seen.started_at <= stopped_at:
             return "skipped", f"still running: only its job was drained{note}"
         if seen.running:
@@ -183,6 +174,39 @@ class Engines:
             return "skipped", f"{started} (started meanwhile){note}"
         return "started", note[2:]  # a policy not put back is said; the container runs
 
+    def _put_back(self, engine: Engine, owner: Owner, seen: Container, policy: Any) -> str:
+        """Put the restart policy set aside for ``owner`` back; a note ("; its restart
+        policy ...") when it was not, else ""."""
+        if policy is None:
+            return ""
+        if not _is_policy(policy):
+            return f"; its restart policy could not be put back: {self._bad(owner.key, policy)}"
+        name, maximum = policy
+        if (seen.restart, seen.restart_max) == (name, maximum):
+            return ""  # never set aside (the engine's answer came too late to tell): as it was
+        if seen.restart not in ("", "no"):
+            # Set while it was drained (docker update): the operator's, not the guard's "no".
+            now = (f"{seen.restart}:{seen.restart_max}" if seen.restart_max else seen.restart)
+            return (f"; its restart policy was set to {now} while it was drained: kept, not "
+                    f"the {name} the guard had set aside")
+        put = engine.set_restart(owner.name, name, maximum)
+        if not (isinstance(put, Unavailable) or put):
+            return ""
+        note = (f"; its restart policy {name} could not be put back: " +
+                (put.reason if isinstance(put, Unavailable) else put))
+        if put != "gone":  # kept: the next restore or guard run puts it back
+            self.policies.put(owner.key, policy)
+            note += " (tried again by the next restore or guard run)"
+        return note
+
+    def _bad(self, key: str, record: Any) -> str:
+        """Why a record of the policies' file is dropped: the file, the key, what is there."""
+        kind, _, cid = key.partition(":")
+        return (f"{self.policies.path or POLICIES_FILE}: the record of {key}, "
+                f"{json.dumps(record)}, is not a restart policy [name, retries]: dropped; put "
+                f"the container's policy back by hand ({kind} update --restart=POLICY "
+                f"{cid[:12]})")
+
     def put_back_policies(self, keep: Collection[str] = ()) -> list[str]:
         """Put back the restart policies a killed run set aside, or a restore could not put
         back, but those of ``keep`` (the next restore's); a line for each."""
@@ -195,17 +219,29 @@ class Engines:
             saved = self.policies.take(key)
             if saved is None:
                 continue
-            name, maximum = str(saved[0]), int(saved[1])
+            if not _is_policy(saved):
+                notes.append(self._bad(key, saved))
+                continue
+            name, maximum = saved
             put = engine.set_restart(cid, name, maximum)
             if isinstance(put, Unavailable) or (put and put != "gone"):
                 self.policies.put(key, saved)
                 why = put.reason if isinstance(put, Unavailable) else put
                 notes.append(f"{kind} container {cid[:12]}: the restart policy {name} a "
                              f"guard run set aside could not be put back ({why})")
+            elif put == "gone":
+                notes.append(f"{kind} container {cid[:12]} no longer exists: the restart "
+                             f"policy {name} a guard run had set aside for it was dropped")
             else:
                 notes.append(f"{kind} container {cid[:12]}: put back the restart policy "
                              f"{name} a guard run had set aside and not put back")
         return notes
+
+
+def _is_policy(record: Any) -> bool:
+    """Whether a record of the policies' file is a restart policy: [name, retries]."""
+    return (isinstance(record, list) and len(record) == 2 and isinstance(record[0], str)
+            and bool(record[0]) and type(record[1]) is int and record[1] >= 0)
 
 
 def _stopped_later(outlived: Any, stopped_at: float | None, seen: Container) -> bool:

@@ -44,9 +44,9 @@ from suspendguard.supervise.dropin import (
     stop_timeout,
     unanswered_reload,
 )
-from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
+from suspendguard.supervise.owner import NotMade, UnitNow, owner_of_cgroup
 from suspendguard.supervise.setaside import SetAside
-from suspendguard.supervise.user_services import UserServices, by_uid
+from suspendguard.supervise.user_services import UserServices, by_uid, inactive_since
 from suspendguard.system import deadline
 from suspendguard.system.dbus import systemd
 from suspendguard.system.dbus.transient import TransientSpec, start_transient, transient_spec
@@ -60,7 +60,10 @@ STOP_SETTLE_S = 2.0
 TIMER_WINDOW_S = 5.0
 # What transient units were made of, by owner key: what restore makes again.
 TRANSIENT_FILE = "transient-units.json"
-
+# The units the end of a drain saw still running, their main process not the job, by owner
+# key: [the stop's time, when seen]. One that went down later than a launcher noticing its
+# job's end would was stopped by someone else, and restore leaves it down.
+LEFT_RUNNING_FILE = "units-up-after-drain.json"
 
 
 class ManagersAndEngines:
@@ -88,6 +91,8 @@ class ManagersAndEngines:
         self.users = UserServices(clock)
         self.warnings: list[str] = []
         self.transient = SetAside(state_dir, TRANSIENT_FILE, "the transient units' settings")
+        self.left_running = SetAside(state_dir, LEFT_RUNNING_FILE, "the units left running")
+        self.left_running.warnings = self.transient.warnings
         self._owners: dict[str, Owner] = {}
 
     # -- who ---------------------------------------------------------------
@@ -167,16 +172,22 @@ class ManagersAndEngines:
     def recreate(self, owner: Owner) -> str | Unavailable | None:
         """Make a transient unit recorded before the drain again, and start it.
 
-        Its ActiveState once started; None when nothing was recorded for it.
+        Its ActiveState once started; None when nothing was recorded for it. The record goes
+        once the unit is made: a start refused keeps it for the next restore (:class:`NotMade`).
         """
-        record = self.transient.take(owner.key)
+        record = self.transient.get(owner.key)
         if record is None:
             return None
         try:
             spec = TransientSpec.from_json(record)
         except (KeyError, TypeError, ValueError):
+            self.transient.take(owner.key)
             return Unavailable(f"the record of {owner.name} in {self.transient.path} is unreadable")
-        return start_transient(owner.name, spec, address=self.bus_address)
+        made = start_transient(owner.name, spec, address=self.bus_address)
+        if isinstance(made, Unavailable):
+            return NotMade(made.reason)
+        self.transient.take(owner.key)
+        return made
 
     def settle(self, stops: Sequence[Stop], deadline: Deadline) -> list[str]:
         """After the exits: wait for the units to finish stopping and for timers due soon; who came back.
@@ -188,7 +199,8 @@ class ManagersAndEngines:
         return back + self._settle_units(stops, deadline)
 
     def _settle_units(self, stops: Sequence[Stop], deadline: Deadline) -> list[str]:
-        units = [s.owner for s in stops if s.owner.kind in SYSTEMD_KINDS]
+        ours = {s.owner.key: s for s in stops if s.owner.kind in SYSTEMD_KINDS}
+        units = [s.owner for s in ours.values()]
         if not units:
             return []
         states = self._after_stop(units, deadline.cap(STOP_SETTLE_S))
@@ -217,6 +229,8 @@ class ManagersAndEngines:
                 by = f" (triggered by {', '.join(st.triggered_by)})" if st.triggered_by else ""
                 reasons.append(f"{o.name} was started again during the drain{by}: "
                                "it would hold the accelerator while the machine sleeps")
+            elif st.active_state in ("active", "reloading"):  # restore tells a stop after
+                self.left_running.put(o.key, [ours[o.key].stopped, time.time()])
         return reasons
 
     def _after_stop(self, owners: Sequence[Owner], wait_s: float
@@ -251,14 +265,19 @@ class ManagersAndEngines:
         units = [o for u in leftovers.system_dropins(self.dropin_root)
                  if (o := Owner("systemd-service", u)).key not in keep]
         users = [o for o in leftovers.user_dropins() if o.key not in keep]
-        if not units and not users:
-            return notes
-        self.remove_dropins([*units, *users])
-        failed = self.reload([*units, *users])
-        names = ", ".join(o.name if o.uid is None else f"{o.name} (uid {o.uid})"
-                          for o in [*units, *users])
-        notes.append(f"removed the drain drop-in a killed guard run left on {names}; "
-                     + ("its manager was reloaded" if failed is None else failed.reason))
+        said = len(self.users.warnings)
+        removed = {os.path.dirname(p) for p in self.remove_dropins([*units, *users])}
+        gone = [o for o in units if os.path.dirname(self._dropin(o.name)) in removed]
+        gone += [o for o in users if self.users.folder(o) in removed]
+        # Only those removed are said removed: a user's that could not be (its account gone)
+        # is said by the users' warning, with why and the file to remove by hand.
+        notes += self.users.warnings[said:]
+        del self.users.warnings[said:]
+        if gone:
+            failed = self.reload(gone)
+            names = ", ".join(o.name if o.uid is None else f"{o.name} (uid {o.uid})" for o in gone)
+            notes.append(f"removed the drain drop-in a killed guard run left on {names}; "
+                         + ("its manager was reloaded" if failed is None else failed.reason))
         return notes
 
     def _dropin(self, unit: str) -> str:
@@ -309,7 +328,15 @@ class ManagersAndEngines:
         if isinstance(states, Unavailable):
             return states
         st = states[owner.name]
-        return UnitNow(st.load_state, st.active_state, st.job)
+        now = UnitNow(st.load_state, st.active_state, st.job)
+        seen = self.left_running.get(owner.key)
+        if st.active_state not in ("inactive", "failed") or not (
+                isinstance(seen, list) and len(seen) == 2 and isinstance(seen[1], (int, float))):
+            return now
+        address = (self.bus_address if owner.kind == "systemd-service" else
+                   usermanager.manager_address(owner.uid) if owner.uid is not None else None)
+        since = inactive_since(owner.name, address) if isinstance(address, str | None) else 0.0
+        return replace(now, up_after_drain=(seen[0], seen[1]), inactive_since=since)
 
     def reload(self, owners: Sequence[Owner]) -> Unavailable | None:
         """Reload the managers of these owners (once each), after their drop-ins went.

@@ -30,6 +30,10 @@ _POD = (re.compile(r"kubepods(?:-[a-z]+)?-pod([0-9a-f_]{36})\.slice"),
         re.compile(r"/kubepods(?:/[a-z]+)?/pod([0-9a-f-]{36})(?:/|$)"))
 _POD_CONTAINER = re.compile(r"(?:cri-containerd-|crio-|docker-)?([0-9a-f]{64})(?:\.scope)?$")
 _USER_MANAGER = re.compile(r"/user@(\d+)\.service(?:/|$)")
+# A launcher the drain left running (a unit's main process, a container's PID 1), down at
+# restore, and later than it would have exited on its own once it noticed its job's end.
+STOPPED_LATER = ("it stayed up through the drain (only its job was drained) and was stopped "
+                 "by someone else after the drain")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,16 @@ class UnitNow:
     load_state: str
     active_state: str
     job: str  # the type of the job queued for it, "" when none
+    # Down now, and the end of a drain saw it running, its main process not the job: (that
+    # stop's time, when seen); and when it went down (InactiveEnterTimestamp, 0: unknown).
+    up_after_drain: tuple[float | None, float] | None = None
+    inactive_since: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NotMade(Unavailable):
+    """A transient unit that could not be made again (StartTransientUnit refused, or not
+    answered): its record is kept, for the next restore to try again."""
 
 
 class OwnerControl(Protocol):

@@ -52,6 +52,11 @@ class SetAside:
         """Every record kept in the file now, by key (what a killed run left, too)."""
         return self._read()
 
+    def get(self, key: str) -> Any:
+        """The record kept for ``key`` (None when none), still kept."""
+        saved = self._read().get(key)
+        return self._memory.get(key) if saved is None else saved
+
     def put(self, key: str, record: Any) -> None:
         self._memory[key] = record
         data = self._read()

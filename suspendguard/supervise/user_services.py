@@ -26,6 +26,7 @@ from suspendguard.supervise.dropin import (
     unanswered_reload,
 )
 from suspendguard.system.dbus import systemd
+from suspendguard.system.dbus.bus import DEFAULT_TIMEOUT, Session, converse, optional
 from suspendguard.system.dbus.systemd import AfterStop, ServiceState
 
 
@@ -33,6 +34,20 @@ def by_uid(owners: Sequence[Owner]) -> list[tuple[int, list[Owner]]]:
     """The owners by their manager's uid (one whose uid is not known has none to ask)."""
     known = sorted((o for o in owners if o.uid is not None), key=lambda o: o.uid or 0)
     return [(uid, list(group)) for uid, group in groupby(known, key=lambda o: o.uid or 0)]
+
+
+def inactive_since(name: str, address: str | None) -> float:
+    """When the unit last went down (its InactiveEnterTimestamp, a Unix time), asked of the
+    manager at ``address`` (a user's, or the system's: None); 0 when unknown."""
+    async def body(session: Session) -> float:
+        unit = await session.call(systemd.SYSTEMD_NAME, systemd.SYSTEMD_PATH,
+                                  systemd.SYSTEMD_MANAGER, "LoadUnit", "s", [name], expect="o")
+        props = await session.get_all(systemd.SYSTEMD_NAME, str(unit.body[0]),
+                                      systemd.SYSTEMD_UNIT)
+        return (optional(props, "InactiveEnterTimestamp", int) or 0) / 1e6
+
+    since = converse("systemd", DEFAULT_TIMEOUT, body, address)
+    return 0.0 if isinstance(since, Unavailable) else since
 
 
 def _address(uid: int | None) -> str | Unavailable:
@@ -46,7 +61,8 @@ class UserServices:
         self.clock = clock
         self.warnings: list[str] = []
 
-    def _folder(self, owner: Owner) -> str:
+    def folder(self, owner: Owner) -> str:
+        """The owner's drop-in folder in its user's runtime unit folder."""
         return os.path.join(usermanager.unit_dir(owner.uid or 0), f"{owner.name}.d")
 
     def states(self, owner: Owner) -> dict[str, ServiceState] | Unavailable:
@@ -61,7 +77,7 @@ class UserServices:
         for uid, group in by_uid(owners):
             queued = []
             for o in group:
-                folder = self._folder(o)
+                folder = self.folder(o)
                 marker = os.path.join(folder, MARKER_NAME)
                 text = dropin_text(signame, marker, stop_timeout(o.timeout_stop_s, timeout_s))
                 failed = usermanager.write_file(uid, marker, "") or usermanager.write_file(
@@ -101,7 +117,7 @@ class UserServices:
         """Whether the unit was started since the guard stopped it (its marker is gone)."""
         if owner.uid is None:
             return False
-        folder = self._folder(owner)
+        folder = self.folder(owner)
         dropin, marker = os.path.join(folder, DROPIN_NAME), os.path.join(folder, MARKER_NAME)
         found = usermanager.existing(owner.uid, [dropin, marker])
         return not isinstance(found, Unavailable) and dropin in found and marker not in found
@@ -109,11 +125,16 @@ class UserServices:
     def remove_dropins(self, owners: Sequence[Owner]) -> list[str]:
         removed = []
         for uid, group in by_uid(owners):
-            dropins = [os.path.join(self._folder(o), name) for o in group
+            dropins = [os.path.join(self.folder(o), name) for o in group
                        for name in (DROPIN_NAME, *FORMER_NAMES)]
-            markers = [os.path.join(self._folder(o), MARKER_NAME) for o in group]
+            markers = [os.path.join(self.folder(o), MARKER_NAME) for o in group]
             gone = usermanager.remove_files(uid, [*dropins, *markers])
-            if not isinstance(gone, Unavailable):
+            if isinstance(gone, Unavailable):
+                self.warnings.append(
+                    f"the drain drop-in of {', '.join(dict.fromkeys(o.name for o in group))} "
+                    f"(uid {uid}) could not be removed ({gone.reason}): remove "
+                    f"{usermanager.unit_dir(uid)}/UNIT.d/{DROPIN_NAME} by hand")
+            else:
                 removed += [p for p in dropins if p in gone]
         return removed
 

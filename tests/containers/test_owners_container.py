@@ -30,6 +30,8 @@ from helpers import REPO
 from helpers.systemd_harness import Container, at_sleep_hook, guard_config, unavailable_reason
 from helpers.wait import wait_for
 
+from suspendguard.supervise.managers import LEFT_RUNNING_FILE
+
 pytestmark = [
     pytest.mark.systemd,
     pytest.mark.root,
@@ -152,6 +154,46 @@ def wait_all_active(box: Container, units: tuple[str, ...], timeout: float = 20.
     return down()
 
 
+def test_a_launcher_left_running_and_stopped_by_hand_after_the_drain_stays_down(
+        box: Container) -> None:
+    """The drain leaves a cron-like launcher running, its marker in place; an operator's
+    ``systemctl stop`` after that removes no marker (no start ran), and systemd keeps no
+    trace of who stopped it but when: its ``InactiveEnterTimestamp``, kept while the unit
+    is loaded (enabled, as cron.service is), which restore asks for."""
+    unit = "sv-cron-kept.service"
+    box.write(f"/etc/systemd/system/{unit}", launcher_unit(unit, "cron", "process", "on-failure")
+              + "[Install]\nWantedBy=multi-user.target\n")
+    box.run("systemctl", "daemon-reload")
+    box.run("systemctl", "enable", unit)
+    try:
+        cursor = box.cursor()
+        box.run("systemctl", "start", unit)
+        box.wait_journal(cursor, r"\bready\b", args=("-u", unit, "-o", "cat"))
+        pid = box.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip()
+        drained = box.suspendguard("drain", "--yes", "--json", check=False)
+        assert json.loads(drained.stdout)["verdict"] == "allow", drained.stdout
+        box.wait_journal(cursor, r"job ended", args=("-u", unit, "-o", "cat"))
+        assert box.unit_active(unit)  # the launcher, left running
+        assert box.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip() == pid
+        # The drain's end saw it running; the stop below comes a minute after that, not as a
+        # launcher that noticed its job's end would go down.
+        left = f"{STATE_DIR}/{LEFT_RUNNING_FILE}"
+        [(key, [stopped, seen])] = json.loads(box.run("cat", left).stdout).items()
+        assert key == f"systemd-service:{unit}"
+        box.write(left, json.dumps({key: [stopped, seen - 60]}))
+        box.run("systemctl", "stop", unit)  # the operator's, before restore
+        wait_for(lambda: not box.unit_active(unit), 10)
+
+        restored = box.suspendguard("restore", "--json", check=False)
+        [done] = json.loads(restored.stdout)["restored"]
+        assert restored.returncode == 0, restored.stderr
+        assert done["result"] == "skipped", done
+        assert "was stopped by someone else after the drain" in done["why"], done
+        assert not box.unit_active(unit)  # as the operator left it
+    finally:
+        box.run("systemctl", "disable", "--now", unit, check=False)
+
+
 def test_every_holder_is_signalled_the_launcher_kept_and_all_back_after_resume(
         matrix: Container) -> None:
     box = matrix
@@ -236,3 +278,4 @@ def test_a_hardened_unit_started_by_an_operator_meanwhile_is_not_started_again(
     [stop] = attempt(box)["stopped"]
     assert stop["result"] == "skipped" and "someone else" in stop["why"], stop
     assert not box.unit_active(HARD)
+

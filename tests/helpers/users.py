@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -59,3 +60,15 @@ def shared_with_nobody(node: str, holders: Holders, prefix: str) -> Iterator[tup
         yield folder, conf, pid
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def unknown_uid() -> int:
+    """A uid no account of this host has."""
+    def known(uid: int) -> bool:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return False
+        return True
+
+    return next(u for u in range(60000, 65000) if not known(u))

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 from helpers.dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
+from helpers.users import unknown_uid
 
 from suspendguard.model import Owner, Unavailable
-from suspendguard.supervise import usermanager
+from suspendguard.supervise import leftovers, usermanager
+from suspendguard.supervise.dropin import DROPIN_NAME
 from suspendguard.supervise.managers import ManagersAndEngines
 from suspendguard.supervise.user_services import UserServices
 
@@ -85,3 +87,24 @@ def test_a_user_manager_not_reloaded_is_named_with_its_units_and_its_fix(
     assert "not enough space" in failed.reason and "Restart=no" in failed.reason
     assert failed.reason.endswith(f"env XDG_RUNTIME_DIR={bus.folder} systemctl --user "
                                   "daemon-reload")
+
+
+def test_a_leftover_drop_in_that_could_not_be_removed_is_said_so_not_said_removed(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A killed run left drop-ins for a system unit and for a user whose account is gone since:
+    # the user's cannot be removed as that user, and no line may say it was.
+    uid = unknown_uid()
+    monkeypatch.setattr(leftovers, "user_dropins",
+                        lambda: [Owner("user-service", UNIT, uid=uid)])  # /run/user/UID/...
+    system = tmp_path / "run" / "infer.service.d"
+    system.mkdir(parents=True)
+    (system / DROPIN_NAME).write_text("[Service]\nRestart=no\n")
+    with private_system_bus() as bus, fake_service(bus, {}, services=["systemd"]):
+        notes = ManagersAndEngines(dropin_root=str(tmp_path / "run"), bus_address=bus.address,
+                                   environ={}).clean_leftovers()
+    assert notes == [
+        f"the drain drop-in of {UNIT} (uid {uid}) could not be removed (uid {uid} has no user "
+        f"account): remove /run/user/{uid}/systemd/user/UNIT.d/{DROPIN_NAME} by hand",
+        "removed the drain drop-in a killed guard run left on infer.service; its manager was "
+        "reloaded"]
+    assert not system.exists()

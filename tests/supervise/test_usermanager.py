@@ -7,6 +7,7 @@ import pwd
 from pathlib import Path
 
 import pytest
+from helpers.users import unknown_uid
 
 from suspendguard.model import Unavailable
 from suspendguard.supervise import usermanager
@@ -38,16 +39,8 @@ def test_a_user_without_a_running_manager_is_unavailable_with_why() -> None:
 
 
 def test_an_unknown_uid_is_unavailable() -> None:
-    uid = next(u for u in range(60000, 65000) if not _exists(u))
+    uid = unknown_uid()
     answer = usermanager.manager_address(uid)
     assert isinstance(answer, Unavailable) and answer.reason == f"uid {uid} has no user account"
     written = usermanager.write_file(uid, "/nonexistent/x", "")
     assert isinstance(written, Unavailable) and written.reason == f"uid {uid} has no user account"
-
-
-def _exists(uid: int) -> bool:
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return True
