@@ -67,9 +67,13 @@ def unit_attempt(history: History, action: str) -> Attempt | None:
     """The veto unit's attempt of this sleep cycle, if it ran (its look, in observe mode): one
     that ended at most LOOK_BACK_S ago (from its end: a long drain is no older attempt).
     A real attempt that refused is no sleep's: the unit failed, and nothing slept after it;
-    a sleep that follows it soon after (the guard switched off meanwhile) has none."""
+    a sleep that follows it soon after (the guard switched off meanwhile) has none. Nor is
+    one whose sleep resumed already: a sleep soon after that resume had no unit's attempt
+    (or is a later step of the same suspend-then-hibernate: earlier_step tells)."""
     attempt = history.last_slept_on(action=action, ended_since=time.time() - LOOK_BACK_S)
     if attempt is None or attempt.origin != "unit":
+        return None
+    if any(e.phase == "post" for e in attempt.events):
         return None
     return attempt if attempt.dry_run or attempt.result == "allow" else None
 

@@ -3,7 +3,8 @@
 A device not ready yet after resume answers ``Resource_Busy(EL0005)`` or
 ``halDeviceOpen failed`` (the catalog's device-busy finding, from the logs
 read when the system woke): the repair for that is to wait. A lost
-heartbeat means the device reset. npu-smi's Health column reads OK,
+heartbeat means the device reset, which no wait undoes: npu-smi may read
+the chip healthy again, and the logs still say it. npu-smi's Health column reads OK,
 Warning, Alarm, Critical (or a code while the chip is not up).
 """
 
@@ -30,6 +31,9 @@ CATALOG: Mapping[str, str] = {
     "heartbeat-lost": "the host lost the device's heartbeat (the device reset)",
     "device-busy": "the device answered busy (not ready after resume)",
 }
+# The rules the wait answers: a device busy because it was not ready yet is ready once
+# npu-smi and pyACL read it healthy. The others stay: the logs recorded what happened.
+WAITED_FOR = frozenset({"device-busy"})
 
 
 def npu_smi_check(config: Config, timeout_s: float,
@@ -110,6 +114,11 @@ def catalog_check(findings: Iterable[FindingRecord],
     seen = dict.fromkeys(f.rule for f in findings if since is None or not _before(f, since))
     return [DeviceHealth(FAMILY, FAMILY, "unhealthy", f"{CATALOG[rule]} (the {rule} finding)",
                          "catalog") for rule in seen if rule in CATALOG]
+
+
+def lasting(findings: Iterable[FindingRecord]) -> list[FindingRecord]:
+    """Of ``findings``, those a wait for the device cannot answer (the wait's checks keep them)."""
+    return [f for f in findings if f.rule not in WAITED_FOR]
 
 
 def _before(finding: FindingRecord, since: datetime) -> bool:

@@ -34,6 +34,7 @@ class HealthReport:
 
     @property
     def healthy(self) -> bool:
+        """Nothing holds the jobs back (no device unhealthy); true of a check of no device."""
         return not self.unhealthy()
 
     def summary(self) -> str:
@@ -45,8 +46,9 @@ class HealthReport:
         return ", ".join(d.describe() for d in self.devices)
 
     def to_json(self) -> dict[str, Any]:
-        return {"healthy": self.healthy, "devices": [d.to_json() for d in self.devices],
-                "notes": list(self.notes)}
+        # A check that reached no device (no tool answered) is no clean bill: null, not known.
+        return {"healthy": self.healthy if self.devices else None,
+                "devices": [d.to_json() for d in self.devices], "notes": list(self.notes)}
 
 
 def merge(answers: Sequence[DeviceHealth]) -> tuple[DeviceHealth, ...]:

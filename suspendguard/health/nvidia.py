@@ -72,6 +72,10 @@ NO_DEVICE = 100
 GPU_NODES = "/dev/nvidia[0-9]*"
 # What NVML answers for a GPU it lost (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED).
 NVML_LOST = ("GPU is lost", "GPU requires reset")
+# The NVML backend's words for a GPU it counts and cannot open (idle/nvml.py): "NVML handle:
+# Unknown Error", the usual answer after a bad resume. Unhealthy as a GPU whose CUDA device
+# or context fails is: NVML's init and count answered, so this is the GPU's answer.
+NVML_UNOPENED = "NVML handle: "
 
 
 def cuda_error(ret: int) -> str:
@@ -138,9 +142,9 @@ def _devices(answer: dict[str, Any]) -> list[DeviceHealth]:
 
 def nvml_check(config: Config, timeout_s: float,
                before: Mapping[str, str] | None = None) -> Answer:
-    """NVML's view, else nvidia-smi's (the Debian package has no pynvml): a lost GPU is
-    unhealthy, and so is one read before the suspend (``before``) and not listed now;
-    neither here, or failing otherwise, says nothing."""
+    """NVML's view, else nvidia-smi's (the Debian package has no pynvml): a GPU lost, or
+    one NVML counts and cannot open, is unhealthy, and so is one read before the suspend
+    (``before``) and not listed now; neither here, or failing otherwise, says nothing."""
     nvml = NvmlBackend(config.idle)
     if nvml.probe()[0]:
         return _management(nvml, "NVML", timeout_s, before)
@@ -153,8 +157,10 @@ def _management(backend: Backend, what: str, timeout_s: float,
         out = []
         for reading in backend.query(timeout_s):
             lost = any(words in reading.reason for words in NVML_LOST)
-            out.append(DeviceHealth(reading.id, FAMILY, "unhealthy" if lost else "healthy",
-                                    reading.reason if lost else "", backend.name))
+            unopened = [p for p in reading.reason.split("; ") if p.startswith(NVML_UNOPENED)]
+            why = reading.reason if lost else "; ".join(unopened)
+            out.append(DeviceHealth(reading.id, FAMILY, "unhealthy" if why else "healthy", why,
+                                    backend.name))
         # NVML's and nvidia-smi's GPUs are "gpu INDEX" alike; CUDA's order may differ.
         return out + not_listed(before, "gpu ", (d.device for d in out), FAMILY, backend.name,
                                 "NVML" if backend.name == "nvml" else backend.name)

@@ -164,8 +164,9 @@ def after_resume(config: Config, since: datetime, findings: Sequence[FindingReco
                 f"{', '.join(held[:5])}, which the guard did not stop")
             continue
         if family == "ascend":
-            report = _wait_for_ascend(config, since, report, tools, say, before)
-            repairs.append(f"waiting {config.resume.ready_timeout_s:g} s for the device")
+            report, waited = _wait_for_ascend(config, since, report, findings, tools, say,
+                                              before)
+            repairs.append(f"waiting {waited} for the device")
         elif family == "nvidia":
             if not any(d.signature == UVM_SIGNATURE for d in report.unhealthy("nvidia")):
                 say("repair", "nvidia: no repair known for "
@@ -190,9 +191,13 @@ def _replace(report: HealthReport, family: str, new: HealthReport) -> HealthRepo
     return HealthReport((*kept, *new.devices), notes)
 
 
-def _wait_for_ascend(config: Config, since: datetime, report: HealthReport, tools: Tools,
-                     say: Step, before: Mapping[str, str] | None) -> HealthReport:
-    """Ask again, pausing 0.5 s, 1 s, 2 s ... (at most 8 s), until healthy or ready_timeout_s."""
+def _wait_for_ascend(config: Config, since: datetime, report: HealthReport,
+                     findings: Sequence[FindingRecord], tools: Tools, say: Step,
+                     before: Mapping[str, str] | None) -> tuple[HealthReport, str]:
+    """Ask again, pausing 0.5 s, 1 s, 2 s ... (at most 8 s), until healthy or ready_timeout_s;
+    the report, and how long it waited, in words. Each check keeps the logs' findings no wait
+    answers (a reset the logs recorded): once they alone are left, waiting ends."""
+    kept = ascend.lasting(findings)
     started = time.monotonic()
     deadline = started + config.resume.ready_timeout_s
     pause, tries = FIRST_PAUSE_S, 0
@@ -206,14 +211,15 @@ def _wait_for_ascend(config: Config, since: datetime, report: HealthReport, tool
         # Its two probes within what is left of the wait: the last check ends with it.
         left = deadline - time.monotonic()
         probe = max(LAST_PROBE_S, min(config.resume.health_timeout_s, left / 2))
-        report = _replace(report, "ascend", check(config, since, families=("ascend",),
+        report = _replace(report, "ascend", check(config, since, kept, families=("ascend",),
                                                   tools=tools, before=before, timeout_s=probe))
-        if not report.unhealthy("ascend"):
+        if all(d.source == "catalog" for d in report.unhealthy("ascend")):
             break
     waited = time.monotonic() - started
     say("repair", f"ascend: waited {waited:.1f} s ({tries} checks): "
         f"{_family_summary(report, 'ascend')}")
-    return report
+    ran_out = time.monotonic() >= deadline
+    return report, f"{config.resume.ready_timeout_s:g} s" if ran_out else f"{waited:.1f} s"
 
 
 def _reload_uvm(config: Config, tools: Tools, say: Step) -> bool:

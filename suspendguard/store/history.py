@@ -285,13 +285,15 @@ class History(Reads):
                       (why, stop_id))
 
     def record_health(self, attempt_id: int | None, rows: Sequence[DeviceHealth]) -> None:
-        """One health check's answers, stamped with one time."""
+        """One health check's answers, stamped with one time. A check that reached no device
+        is one row of none, unknown: the last check is this one, not an earlier one's."""
         now = time.time()
+        kept = [(r.device, r.family, r.state, r.reason) for r in rows] or [
+            ("none", "", "unknown", "no device checked: no tool answered (restore says why)")]
         with self._tx() as c:
             c.executemany(
                 "INSERT INTO health (time, attempt_id, device, family, state, reason)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [(now, attempt_id, r.device, r.family, r.state, r.reason) for r in rows])
+                " VALUES (?, ?, ?, ?, ?, ?)", [(now, attempt_id, *r) for r in kept])
 
     def record_health_before(self, attempt_id: int,
                              words: Sequence[tuple[str, str, str]]) -> None:

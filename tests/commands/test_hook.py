@@ -445,11 +445,13 @@ def test_bad_config_in_the_hook_is_one_line(tmp_path: Path) -> None:
 
 
 
+@pytest.mark.parametrize("hours", [2, 0], ids=["hours-on", "within-the-look-back"])
 def test_suspend_then_hibernate_s_later_step_is_kept_with_the_first_steps_attempt(
-        conf: Path, tmp_path: Path) -> None:
+        conf: Path, tmp_path: Path, hours: int) -> None:
     """One systemd-sleep runs both steps, the hooks at each; the veto unit ran once, hours
-    before the hibernate step. That step's pre is the attempt's, with no "did not run"; its
-    post reads the logs of the attempt again, and each finding is kept once."""
+    before the hibernate step (or seconds: a low battery). That step's pre is the attempt's
+    later step, with no "did not run"; its post reads the logs of the attempt again, and each
+    finding is kept once."""
     import os
     import shutil
     import sqlite3
@@ -492,7 +494,8 @@ def test_suspend_then_hibernate_s_later_step_is_kept_with_the_first_steps_attemp
             time.sleep(0.05)
         # The timer's wake, hours on: the unit's attempt is long over.
         with sqlite3.connect(Path(state(conf)) / "history.db") as db:
-            db.execute("UPDATE attempts SET started = started - 7200, finished = finished - 7200")
+            db.execute("UPDATE attempts SET started = started - ?, finished = finished - ?",
+                       (hours * 3600, hours * 3600))
         time.sleep(1.1)  # a second on: the second step's line is stamped after the resume
         with plog.open("a") as f:
             f.write(busy_line())  # the hibernate step's failure

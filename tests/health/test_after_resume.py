@@ -187,13 +187,30 @@ def test_ascend_alarm_as_before_the_suspend_holds_nothing_back(npu: Any, tmp_pat
         "device npu 1 unhealthy: npu-smi health Alarm (before the suspend: OK)")
 
 
-def test_ascend_heartbeat_finding_waits_then_asks_the_device_again(npu: Any,
-                                                                   tmp_path: Path) -> None:
-    outcome, _steps = run(npu_config(npu), tmp_path, findings=(finding("heartbeat-lost"),))
+def test_ascend_busy_finding_waits_then_asks_the_device_again(npu: Any, tmp_path: Path) -> None:
+    # Not ready yet when the logs were read: the wait is what answers it.
+    outcome, _steps = run(npu_config(npu), tmp_path, findings=(finding("device-busy"),))
     assert [d.source for d in outcome.first.unhealthy()] == ["catalog"]
     assert outcome.final.healthy
     assert [d.describe() for d in outcome.final.devices] == [
         "npu 0 healthy", "npu 1 healthy", "device 0 healthy", "device 1 healthy"]
+
+
+def test_a_lost_heartbeat_stays_after_the_wait_though_the_chips_read_healthy(
+        npu: Any, tmp_path: Path) -> None:
+    """The chip reset while asleep, and npu-smi and pyACL read it healthy again: no wait undoes
+    what the logs recorded. The wait ends once the finding alone is left."""
+    pauses: list[float] = []
+    outcome, steps = run(npu_config(npu, ready_timeout_s=30), tmp_path, pauses=pauses,
+                         findings=(finding("device-busy"), finding("heartbeat-lost")))
+    assert [d.reason for d in outcome.first.unhealthy()] == [
+        "the device answered busy (not ready after resume) (the device-busy finding)"]
+    assert [d.reason for d in outcome.final.unhealthy()] == [
+        "the host lost the device's heartbeat (the device reset) (the heartbeat-lost finding)"]
+    assert pauses == [0.5], steps.taken  # one check: the chips answered
+    reason = outcome.held_reason()
+    assert reason.startswith("device ascend unhealthy: the host lost the device's heartbeat")
+    assert reason.endswith(" s for the device") and "after waiting 30 s" not in reason
 
 
 def test_healthy_host_takes_no_step_but_the_check(gpu: Gpu, tmp_path: Path,

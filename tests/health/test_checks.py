@@ -15,7 +15,7 @@ from helpers.records import finding
 from suspendguard.config import Config, build
 from suspendguard.errors import ConfigError
 from suspendguard.health import ascend, nvidia
-from suspendguard.health.model import UVM_SIGNATURE
+from suspendguard.health.model import UVM_SIGNATURE, HealthReport, merge
 from suspendguard.health.resume import check
 from suspendguard.record import DeviceHealth
 
@@ -145,6 +145,45 @@ def test_nvml_lost_gpu_is_unhealthy(monkeypatch: pytest.MonkeyPatch) -> None:
     found, note = nvidia.nvml_check(build({}), 5.0)
     assert [(d.device, d.state) for d in found] == [("gpu 0", "healthy"), ("gpu 1", "unhealthy")]
     assert "GPU is lost" in found[1].reason and not note
+
+
+def test_nvml_gpu_it_counts_and_cannot_open_is_unhealthy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML's init and count answered, and it has no handle for a GPU ("Unknown Error", the
+    usual answer after a bad resume): unhealthy as a GPU whose CUDA device or context fails,
+    with NVML's words. CUDA's numbering may differ, so CUDA healthy does not outvote it."""
+    import sys
+
+    from helpers import FAKES
+    monkeypatch.syspath_prepend(str(FAKES / "idle" / "nvml"))
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    del sys.modules["pynvml"]
+    import pynvml
+    monkeypatch.setattr(pynvml, "SCRIPT", [{"gpu": 0, "memory": 0}, {"gpu": 0, "memory": 0}])
+    opens = pynvml.nvmlDeviceGetHandleByIndex
+
+    def handle(index: int) -> Any:
+        if index == 1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return opens(index)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", handle)
+    found, note = nvidia.nvml_check(build({}), 5.0, {"gpu 0": "", "gpu 1": ""})
+    assert [(d.device, d.state, d.reason) for d in found] == [
+        ("gpu 0", "healthy", ""), ("gpu 1", "unhealthy", "NVML handle: Unknown Error")], note
+    cuda = [DeviceHealth("gpu 0", "nvidia", "healthy", "", "cuda")]
+    report = HealthReport(merge(cuda + found))
+    assert not report.healthy and report.to_json()["healthy"] is False
+
+
+def test_a_check_of_no_device_is_not_reported_healthy(tmp_path: Path) -> None:
+    """No tool answered (no npu-smi, no CANN): nothing holds the jobs back, and nothing says
+    the devices are healthy either."""
+    config = build({"devices": {"families": ["ascend"]},
+                    "idle": {"npu_smi": str(tmp_path / "none"),
+                             "ascend_env": str(tmp_path / "none.sh")}})
+    report = check(config, SINCE, before={"npu 0": "OK"})
+    assert report.devices == () and report.healthy and len(report.notes) == 2
+    assert report.to_json()["healthy"] is None
 
 
 def npu_config(npu: Any, **resume: Any) -> Config:
