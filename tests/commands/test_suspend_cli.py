@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -300,3 +301,43 @@ def test_when_ready_waits_for_a_job_still_saving_after_an_earlier_attempts_sigin
     assert f"for: pid {pid} " in err and "(timeout-after-sigint)" in err and " has left (" in err, err
     assert out.startswith("suspended at "), out
     assert proc.wait(timeout=5) == 0 and holders.signals() == [f"{pid} SIGINT"]
+
+
+# Another client of the bus: sends systemd's JobRemoved for suspend.target, "done", to every
+# connection by its unique name, as any user of the system bus may send a signal.
+FORGER = """
+import asyncio, sys
+from dbus_next.aio import MessageBus
+from dbus_next.constants import MessageType
+from dbus_next.message import Message
+async def main():
+    bus = await MessageBus(bus_address=sys.argv[1]).connect()
+    while True:
+        names = await bus.call(Message(destination="org.freedesktop.DBus",
+                                       path="/org/freedesktop/DBus",
+                                       interface="org.freedesktop.DBus", member="ListNames"))
+        for name in names.body[0]:
+            if name.startswith(":") and name != bus.unique_name:
+                await bus.send(Message(
+                    destination=name, path="/org/freedesktop/systemd1",
+                    interface="org.freedesktop.systemd1.Manager", member="JobRemoved",
+                    message_type=MessageType.SIGNAL, signature="uoss",
+                    body=[4242, "/org/freedesktop/systemd1/job/4242", "suspend.target", "done"]))
+        await asyncio.sleep(0.05)
+asyncio.run(main())
+"""
+
+
+def test_a_job_end_another_client_sends_is_no_sleep(bus: PrivateBus) -> None:
+    """Only systemd's own JobRemoved ends the wait: a forged one would read as a sleep done."""
+    from suspendguard.system.dbus.logind import SleepJob, request_sleep
+
+    forger = subprocess.Popen([sys.executable, "-c", FORGER, bus.address])
+    try:
+        with fake_service(bus, {"jobs": {"suspend.target": [["sleep", "30"]]}}):
+            answer = request_sleep("suspend", 3.0, bus.address)
+    finally:
+        forger.kill()
+        forger.wait()
+    assert not isinstance(answer, SleepJob), answer
+    assert answer.reason.endswith("waiting for Manager.JobRemoved timed out after 3 s"), answer

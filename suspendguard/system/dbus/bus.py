@@ -110,7 +110,8 @@ class Session:
         self._received: set[int] = set()
         self._kept: set[int] = set()
         self._waiting: set[int] = set()  # serials of calls still expecting a reply
-        self._watched: set[tuple[str, str]] = set()
+        # Each watched signal and the unique name of the one connection it is heard from.
+        self._watched: dict[tuple[str, str], str] = {}
         self._signals: asyncio.Queue[Signal] | None = None
 
     async def connect(self) -> None:
@@ -179,7 +180,13 @@ class Session:
         """Hear this signal from now on: queued in arrival order, read with :meth:`next_signal`."""
         if self._signals is None:
             self._signals = asyncio.Queue()
-        self._watched.add((interface, member))
+        # Any client of the system bus may send a signal to this connection by its unique
+        # name, whatever its sender: only the one the well-known name belongs to now counts
+        # (a JobRemoved of suspend.target forged by a user would read as a sleep done).
+        owner = await self.call("org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                "org.freedesktop.DBus", "GetNameOwner", "s", [sender],
+                                expect="s")
+        self._watched[(interface, member)] = str(owner.body[0])
         rule = f"type='signal',sender='{sender}',interface='{interface}',member='{member}'"
         await self.call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
                         "AddMatch", "s", [rule], expect="")
@@ -212,7 +219,7 @@ class Session:
         # closed now.
         fds = list(msg.unix_fds or ())
         if (msg.message_type == MessageType.SIGNAL and self._signals is not None
-                and (msg.interface, msg.member) in self._watched):
+                and self._watched.get((msg.interface, msg.member)) == msg.sender):
             self._signals.put_nowait(Signal(msg.interface, msg.member, tuple(msg.body or ())))
         if (msg.message_type in (MessageType.METHOD_RETURN, MessageType.ERROR)
                 and msg.reply_serial in self._waiting):
