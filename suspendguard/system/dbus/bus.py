@@ -44,6 +44,7 @@ from dbus_next.signature import Variant
 
 from suspendguard.model import NoAnswer, Unavailable
 from suspendguard.system import deadline
+from suspendguard.system.dbus.peer import stranger
 
 DEFAULT_TIMEOUT = 2.0
 DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"
@@ -122,6 +123,9 @@ class Session:
         except OSError as e:
             raise Failure(f"cannot connect to the {self.noun} at {self.address} "
                           f"({e.strerror or e})") from None
+        if self.peer and (refused := stranger(self._bus._sock, self.address)):
+            _drop_bus(self._bus)
+            raise Failure(f"the {self.noun} at {self.address} {refused}: refused")
         self._bus.add_message_handler(self._note_fds)
         self.step = f"authenticating to the {self.noun} at {self.address}"
         connecting = asyncio.ensure_future(self._bus.connect())
