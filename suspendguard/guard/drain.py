@@ -122,8 +122,8 @@ def drain(
         watch.escalate(escalate, jobs)
         watch.time_out()
         lingering = watch.continued(jobs.held)
-    finally:
-        _release(jobs.held, log)
+    finally:  # said once where they were continued early (first_wait)
+        _release(jobs.held, log if watch.resumed_at is None else lambda _msg: None)
         for target in watch.targets.values():
             target.close()
     return DrainResult(watch.outcomes, wait_s, shortened, unforwarded, lingering,
@@ -148,6 +148,7 @@ class _Drain:
         self.deferred: dict[int, Callable[[float], str]] = {}  # asks waiting for others to leave
         self.jobs = NO_JOBS
         self.until = deadline.at  # the end of the wait after the signal
+        self.resumed_at: float | None = None  # when the held launchers were continued early
 
     def unsignalled(self, why: str) -> DrainResult:
         """The drain ended before any signal: each holder it watched, not signalled."""
@@ -178,6 +179,8 @@ class _Drain:
             target.signalled_at = self.clock()
             if holder_id(target.holder) in jobs.earlier:
                 target.last_signal = "this drain began"  # its signal was an earlier attempt's
+            elif holder_id(target.holder) in jobs.forwarded:
+                target.last_signal = "this round began"  # its signal was an earlier round's
             if target.quiet or target.sent:
                 continue
             ask = jobs.asks.get(holder_id(target.holder))
@@ -228,7 +231,9 @@ class _Drain:
         """Wait up to ``timeout_s`` after the signal, cut to the deadline: (the wait, whether cut).
 
         A held launcher that holds a node itself leaves only once continued, its
-        signal pending meanwhile: it is continued as soon as it is all that is left.
+        signal pending meanwhile: it is continued as soon as it is all that is left. One
+        the hold could not stop (no pidfd: a kernel before 5.3) is signalled then too: its
+        one signal, after its ranks' (sent beside them, it would kill them mid-save).
         """
         now = self.clock()
         until = self.until = min(now + timeout_s, self.deadline.at)
@@ -240,17 +245,24 @@ class _Drain:
             cut = f" (cut from {timeout_s:g} s to end within the deadline)" if shortened else ""
             self.log(f"sent {signame} to {len(sent)} holder(s): {names}; "
                      f"waiting up to {wait_s:.1f} s{cut}")
-        launchers = {lr.id for lr, _fd in held.launchers} if held is not None else set()
+        launchers = {lr.id for lr in self.jobs.hold} if held is not None else set()
         self.wait(until, launchers)
-        if self.targets and {holder_id(t.holder) for t in self.targets.values()} <= launchers:
+        if (held is not None and self.targets
+                and {holder_id(t.holder) for t in self.targets.values()} <= launchers):
             self._signal_held(signame)
-            _release(held, self.log)  # continued a moment ago: CONTINUED_S to leave, at least
-            self.wait(max(until, min(self.clock() + CONTINUED_S, self.deadline.at)))
+            # Continued, not released: ``continued`` still waits for each held launcher, the
+            # ones holding no node too (msrun, left running once its ranks left, vetoes).
+            held.resume()
+            self.resumed_at = self.clock()
+            if held.launchers:
+                self.log("continued " + ", ".join(lr.label for lr, _fd in held.launchers))
+            self.wait(max(until, min(self.resumed_at + CONTINUED_S, self.deadline.at)))
         return wait_s, shortened
 
     def _signal_held(self, signame: str) -> None:
-        """Each stopped launcher left, that holds a node itself, its ranks gone: its own
-        signal now, which it acts on once continued (never while a rank still saves)."""
+        """Each held launcher left, that holds a node itself, its ranks gone: its own
+        signal now, which it acts on once continued (never while a rank still saves), or at
+        once where the hold could not stop it."""
         signum = int(signal.Signals[signame])
         for key, target in list(self.targets.items()):
             if holder_id(target.holder) in self.jobs.earlier:
@@ -285,10 +297,12 @@ class _Drain:
         if held is None or not held.launchers or self.targets:
             return ()
         names = ", ".join(lr.label for lr, _fd in held.launchers)
-        until = max(self.until, min(self.clock() + CONTINUED_S, self.deadline.at))
+        since = self.resumed_at if self.resumed_at is not None else self.clock()
+        until = max(self.until, min(since + CONTINUED_S, self.deadline.at))
         cancel = self.deadline.cancel
         running = held.release(until, self.clock, cancel.fd if cancel is not None else None)
-        self.log(f"continued {names}")
+        if self.resumed_at is None:
+            self.log(f"continued {names}")
         return tuple(running)
 
     def time_out(self) -> None:

@@ -122,9 +122,7 @@ class Held:
         does not exit may start them again (an elastic one restarts them after its
         monitor's interval, past any rescan).
         """
-        for _launcher, fd in self.launchers:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(fd, signal.SIGCONT)
+        self.resume()
         running = [lr for lr, fd in self.launchers
                    if until is not None and not _exited(fd, until, clock, cancel)]
         for _launcher, fd in self.launchers:
@@ -139,6 +137,14 @@ class Held:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.state_dir, HELD_FILE))
         return running
+
+    def resume(self) -> None:
+        """Continue every launcher stopped here, each kept (its pidfd, the watchdog, the
+        file) for ``release`` to wait for: one continued early, to act on its own signal,
+        must not take the others out of the wait for those still running."""
+        for _launcher, fd in self.launchers:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGCONT)
 
     def _start_watchdog(self, fds: list[int]) -> None:
         if self._pipe >= 0:  # one watchdog per run: the new one covers every launcher

@@ -40,8 +40,11 @@ class JobStop:
     after: Mapping[HolderId, frozenset[HolderId]] = field(default_factory=dict)
     # Holders an earlier attempt sent the signal and left running, quiet now: by attempt.
     earlier: Mapping[HolderId, int] = field(default_factory=dict)
-    # Ranks an earlier round's forward reached (started before it): quiet, never signalled.
+    # Ranks an earlier round's forward reached (started before it), and launchers this run
+    # sent the signal to forward (``forwarded``): quiet, never signalled.
     reached: Collection[HolderId] = ()
+    # Launchers an earlier round sent the signal to forward that hold a node since.
+    forwarded: Collection[HolderId] = ()
 
     def due(self, key: HolderId, running: Collection[HolderId]) -> bool:
         """Whether the ask of ``key`` may go now: none it waits for is ``running``."""

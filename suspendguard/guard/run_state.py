@@ -18,22 +18,22 @@ from types import MappingProxyType
 from suspendguard.config import DrainConfig, IdleConfig, PolicyConfig
 from suspendguard.guard import advice, jobs, jupyter, jupyter_ask
 from suspendguard.guard.describe import stopped_since
-from suspendguard.guard.drain import MIN_WAIT_S, DrainResult, drain
+from suspendguard.guard.drain import MIN_WAIT_S, drain
 from suspendguard.guard.handles import UNSIGNALLABLE
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
 from suspendguard.guard.job_stop import SIGNAL_VETOES, JobStop, launcher_stopped, spare_workers, still_saving
 from suspendguard.guard.ledger import NO_LEDGER, Earlier, Ledger
-from suspendguard.guard.policy import decide, stopped_reason
+from suspendguard.guard.left_running import left_running, stopped_veto
+from suspendguard.guard.policy import decide
 from suspendguard.guard.said import NOTHING, Said
 from suspendguard.idle.base import IdleReport
-from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id, reason_about
+from suspendguard.model import Decision, Holder, HolderId, Outcome, Owner, holder_id
 from suspendguard.record import HolderRecord, Stop
 from suspendguard.supervise.owner import OwnerControl, owner_of_cgroup
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.log import Logger
 from suspendguard.system.procfs import ProcFS
-from suspendguard.verdict import Reason
 
 # How long a Jupyter kernel gets to acknowledge its shutdown_request.
 SHUTDOWN_ASK_S = 5.0
@@ -118,7 +118,8 @@ class RunState:
         decisions = [self._jupyter(self._confirmed(self._pod(d))) for d in decisions]
         self.earlier.update(self.ledger.signalled_before(
             [d.holder for d in decisions if d.signals or d.kind in SIGNAL_VETOES]))
-        decisions = spare_workers(still_saving(decisions, self.earlier), self.plan)
+        decisions = spare_workers(still_saving(decisions, self.earlier.keys()
+                                               | self._forwarded_at.keys()), self.plan)
         decisions = jupyter_ask.busy_cells(launcher_stopped(decisions, self.plan), self.plan,
                                            self.kernel, self.options.proc)
         plan = self.plan(decisions)
@@ -216,6 +217,12 @@ class RunState:
             else:  # one holding a node itself (mpirun; one stopped) leaves after its ranks
                 hold += [launcher] if job.held and held is not None else []
                 quiet[launcher.id] = plan.note_of(launcher.id)
+        # A launcher this run sent the signal to forward that holds a node since (a device
+        # query while it shuts down): that was its one signal; it is waited for.
+        again_held = self._forwarded_at.keys() & {holder_id(r) for j in plan.jobs for r in j.roots}
+        for key in again_held - quiet.keys():
+            quiet[key] = f"sent {signame} earlier in this run, to forward: none is sent again"
+            reached.append(key)
         again = {key: e for key, e in self.earlier.items() if key not in quiet}  # no worker
         quiet.update({key: e.note(signame) for key, e in again.items()})
         asks = {holder_id(h): _shutdown(kernel) for h in kernels
@@ -223,7 +230,8 @@ class RunState:
         roots = [r for job in plan.jobs for r in job.roots]
         after = {holder_id(h): jupyter.started_by(h, roots, self.options.proc) for h in kernels}
         return JobStop(quiet, forward, hold, held, asks, "a Jupyter shutdown_request", after,
-                       {key: e.attempt_id for key, e in self.earlier.items()}, reached), said
+                       {key: e.attempt_id for key, e in self.earlier.items()}, reached,
+                       frozenset(again_held)), said
 
     def _confirmed(self, d: Decision) -> Decision:
         """From a shell, only the holders the operator was shown and confirmed are signalled."""
@@ -346,7 +354,9 @@ class RunState:
                 f"{timeout_s:g}) to end within [drain] deadline_s = {cfg.deadline_s:g}")
         for d in decisions:
             self.record(d, result.outcomes[holder_id(d.holder)], round_no, tags)
-            said += Said.veto(*self._left_running(d, result, plan, stop))
+            said += Said.veto(*left_running(d, result, plan, stop, self.owner(d.holder),
+                                            holder_id(d.holder) in self.through,
+                                            self.took_before(d)))
         said += Said.veto(*map(advice.still_launching, result.lingering))
         said += Said.warn(*advice.killed_by_agent(decisions, plan, result.outcomes, stop,
                                                    result.unforwarded))
@@ -357,40 +367,11 @@ class RunState:
                         round_no: int, tags: Tags) -> Said:
         said = NOTHING
         for d in decisions:
-            h, state = d.holder, stopped.get(holder_id(d.holder), "")
-            if state:
-                said += Said.veto(reason_about("stopped", stopped_reason(
-                    f"pid {h.pid} {h.comm}", h.pid, state, "when the signal was due"), h,
-                    self.owner(h).key))
+            if state := stopped.get(holder_id(d.holder), ""):
+                said += Said.veto(stopped_veto(d, state, self.owner(d.holder)))
             self.record(d, Outcome("not-signalled", why=f"stopped (state {state}) since the scan"
                                    if state else "veto anyway: nobody is signalled"), round_no, tags)
         return said
-
-    def _left_running(self, d: Decision, result: DrainResult, plan: jobs.Plan,
-                      stop: JobStop) -> tuple[Reason, ...]:
-        """The veto of a holder the drain left running: one it could not signal, or a timeout."""
-        h = d.holder
-        outcome = result.outcomes[holder_id(h)]
-        owner = self.owner(h)
-        if outcome.kind == "not-signalled" and outcome.why.startswith(UNSIGNALLABLE):
-            way = (jupyter.SHUT_DOWN if holder_id(h) in stop.asks  # SIGINT never ends a kernel
-                   else f"stop it yourself (kill -INT {h.pid})")
-            return (reason_about("unsignallable", (
-                f"pid {h.pid} {h.comm} {outcome.why}: it still holds the device; {way}"), h,
-                owner.key),)
-        if outcome.kind != "timeout":
-            return ()
-        by = f" (reported by {h.source})" if h.source != "proc" else ""
-        if holder_id(h) in self.through:
-            by += f" ({owner.short_name}, kept from restarting by {advice.via(owner)})"
-        cut = " (the wait was cut short by the deadline)" if result.shortened else ""
-        took = self.took_before(d)
-        remedy = advice.timeout_remedy(d, plan, stop, {
-            key for key, o in result.outcomes.items() if o.kind == "timeout"}, result.unforwarded,
-            result.wait_s)
-        return (reason_about("timeout-after-sigint", (
-            f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}" + (f" ({took})" if took else "")
-            + f": {remedy}"), h, owner.key),)
 
 
 def _shutdown(kernel: jupyter.JupyterKernel) -> Callable[[float], str]:
