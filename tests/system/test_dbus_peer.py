@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,3 +71,30 @@ def test_the_guard_asks_nothing_of_a_stranger(runtime: tuple[Path, socket.socket
         f"uid 65534's manager: unavailable: the systemd private socket at {address(folder)} "
         f"is answered by pid {os.getpid()} as uid 0, not by {folder}'s owner (uid {NOBODY}): "
         "refused")
+
+
+# Asked in a child: a connect that blocks for ever would hold the test itself.
+ASK = """
+import sys
+from suspendguard.system.dbus.bus import converse
+async def body(session):
+    return "asked"
+print(converse("a manager", 1.0, body, "unix:path=" + sys.argv[1], "system bus"))
+"""
+
+
+def test_a_socket_that_never_accepts_is_no_answer_within_the_timeout(tmp_path: Path) -> None:
+    """A listener whose backlog is full holds a blocking connect: bounded, not for ever."""
+    path = tmp_path / "private"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as filler:
+        server.bind(str(path))
+        server.listen(0)
+        filler.setblocking(False)
+        filler.connect(str(path))  # the one place in its backlog, never accepted
+        asked = subprocess.run([sys.executable, "-c", ASK, str(path)], capture_output=True,
+                               text=True, timeout=30)
+    # Linux answers a connect to a full backlog at once where it may not block (EAGAIN)
+    assert asked.stdout == (f"Unavailable(reason='a manager: unavailable: cannot connect to the "
+                            f"system bus at unix:path={path} (Resource temporarily "
+                            "unavailable)')\n"), asked.stderr

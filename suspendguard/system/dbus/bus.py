@@ -1,30 +1,21 @@
 """One bounded conversation with the system bus: the only module that imports dbus-next.
 
-The rest of the program sees a synchronous API. Each conversation runs its
-own event loop (``asyncio.run``), because dbus-next must build its bus inside
-a running loop, and is bounded by a timeout: a missing bus, a missing
-service, a refused connection or a service that never answers comes back as
-an :class:`Unavailable` value with a one-line reason, never as an exception.
+The rest of the program sees a synchronous API. Each conversation runs its own
+event loop (dbus-next builds its bus inside one) and is bounded by a timeout:
+a missing bus or service, a refused connection or a service that never answers
+is an :class:`Unavailable` value with a one-line reason, never an exception.
 
-The bus is made with ``negotiate_unix_fd=True``: without it dbus-next cannot
-receive the fd that logind's ``Inhibit`` returns and the call hangs. With it,
-dbus-next leaves every received fd open, so a :class:`Session` closes every
-fd it receives except those its caller keeps.
+The bus is made with ``negotiate_unix_fd=True`` (else logind's ``Inhibit``
+fd cannot be received and the call hangs); dbus-next then leaves every fd
+open, so a :class:`Session` closes each one its caller does not keep.
 
 The address may also be a systemd manager's private socket
-(``/run/user/UID/systemd/private``, a user's manager): a peer connection
-with no bus driver behind it, which answers the ``Hello`` every
-:class:`MessageBus` sends with an UnknownObject error. dbus-next keeps that
-error's text as the unique name; nothing here uses the name, and every
-call after it is answered. systemd 252's server leaves a message that
-reached it in the same read as the client's ``BEGIN`` unread until more
-bytes come, so the ``Hello`` may wait for ever (docs/development.md,
-"systemd's private socket"). So on a private socket,
-while the ``Hello`` is unanswered, :class:`Session` writes a ``Peer.Ping``
-that wants no reply, after 2 ms and then at doubling intervals up to
-:data:`NUDGE_S`: new bytes, which make the server read what it holds. A
-nudge that arrives before the server has read the Hello is read with it and
-left too; the next one is not.
+(``/run/user/UID/systemd/private``): a peer with no bus driver, which answers
+the ``Hello`` with an error dbus-next keeps as the unique name (unused here).
+systemd 252 leaves a message that came with the client's ``BEGIN`` unread
+until more bytes come (docs/development.md, "systemd's private socket"), so
+while the ``Hello`` is unanswered :class:`Session` writes a ``Peer.Ping`` that
+wants no reply, after 2 ms and at doubling intervals up to :data:`NUDGE_S`.
 """
 
 from __future__ import annotations
@@ -33,6 +24,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -101,8 +93,10 @@ class Session:
     """One connection to a bus (the system bus unless ``noun`` names another) for one
     synchronous call."""
 
-    def __init__(self, address: str, noun: str = "system bus") -> None:
+    def __init__(self, address: str, noun: str = "system bus",
+                 connect_s: float | None = None) -> None:
         self.address = address
+        self.connect_s = connect_s  # the socket's connect, which no event loop bounds
         # A manager's private socket is a peer, not a bus: it gets the nudge (module doc).
         self.peer = address.endswith(PRIVATE_SOCKET)
         self.noun = "systemd private socket" if self.peer else noun
@@ -117,9 +111,12 @@ class Session:
 
     async def connect(self) -> None:
         try:
-            self._bus = _new_bus(self.address)
+            self._bus = _new_bus(self.address, self.connect_s)
         except (FileNotFoundError, ConnectionRefusedError) as e:
             raise Failure(f"no {self.noun} at {self.address} ({e.strerror})") from None
+        except TimeoutError:
+            raise Failure(f"the {self.noun} at {self.address} did not accept the connection "
+                          f"within {self.connect_s:g} s") from None
         except OSError as e:
             raise Failure(f"cannot connect to the {self.noun} at {self.address} "
                           f"({e.strerror or e})") from None
@@ -277,7 +274,7 @@ def converse(service: str, timeout: float, body: Callable[[Session], Awaitable[T
     timeout = bound.cap(timeout)
 
     async def conversation() -> T | Unavailable:
-        session = Session(address or system_bus_address(), noun)
+        session = Session(address or system_bus_address(), noun, max(timeout, 0.001))
         ok = False
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
@@ -329,9 +326,21 @@ class _Bus(MessageBus):
 
     authenticated = False
 
+    connect_s: float | None = None  # set before MessageBus.__init__ connects
+
     async def _authenticate(self) -> None:
         await super()._authenticate()  # type: ignore[no-untyped-call]
         self.authenticated = True
+
+    def _setup_socket(self) -> None:
+        """dbus-next 0.2's, with a timeout on its blocking connect, which no timeout of the
+        event loop nor cancel can end (a listener that never accepts, its backlog full)."""
+        timeout = socket.getdefaulttimeout()
+        socket.setdefaulttimeout(self.connect_s)
+        try:
+            super()._setup_socket()  # type: ignore[no-untyped-call]
+        finally:
+            socket.setdefaulttimeout(timeout)
 
     async def _auth_readline(self) -> str:
         """dbus-next 0.2's, but a peer that closed (an empty read) or sends no line end ends
@@ -348,10 +357,11 @@ class _Bus(MessageBus):
         return buf[:-2].decode()
 
 
-def _new_bus(address: str) -> Any:
+def _new_bus(address: str, connect_s: float | None = None) -> Any:
     # MessageBus.__init__ connects the socket; when that fails dbus-next keeps
     # no reference we could close, so build the object first and clean up here.
     bus = _Bus.__new__(_Bus)
+    bus.connect_s = connect_s
     try:
         MessageBus.__init__(bus, bus_address=address, negotiate_unix_fd=True)
     except BaseException:
