@@ -112,6 +112,11 @@ def take(holder: Holder, signame: str, proc: ProcFS,
     except ProcAccessError:
         target.close()
         return _unconfirmed(holder, "/stat")
+    except OSError as exc:  # EMFILE: the pidfd took the last descriptor the limit allows
+        target.close()
+        return Outcome("not-signalled", why=(
+            f"{UNSIGNALLABLE}: its start time could not be read ({exc.strerror}: more holders "
+            "than the guard's limit on open files, ulimit -n)"))
     if st is None:
         target.close()
         return GONE

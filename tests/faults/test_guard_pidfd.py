@@ -42,6 +42,42 @@ def test_pidfd_open_failure_vetoes_with_the_holder_named(
     assert proc.poll() is None and holders.signals() == []
 
 
+# In a child of its own: the limit on open files is the process's. Every descriptor but one
+# is taken, so pidfd_open takes the last and the start time's read of /proc finds none.
+LAST_FD = """
+import os, resource, sys
+from suspendguard.guard.handles import pidfd_open, take
+from suspendguard.model import Holder
+from suspendguard.system.procfs import ProcFS
+pid = int(sys.argv[1])
+holder = Holder(pid=pid, start_time=ProcFS().stat(pid).start_time, ppid=os.getppid(), uid=0,
+                user="root", comm="python3", exe=sys.executable, cmdline=("python3",),
+                unit=None, container=None, nspid=(pid,), nodes=(), sigint="caught")
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+taken = []
+try:
+    while True:
+        taken.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+os.close(taken.pop())
+print(take(holder, "SIGINT", ProcFS(), pidfd_open))
+"""
+
+
+def test_the_last_descriptor_taken_by_the_pidfd_is_a_holder_not_signalled(
+        node: str, holders: Holders) -> None:
+    proc, pid = holders.start(node)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", LAST_FD, str(pid)], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.startswith("Outcome(kind='not-signalled'"), done.stdout
+    assert ("its start time could not be read (Too many open files: more holders than the "
+            "guard's limit on open files, ulimit -n)") in done.stdout
+    assert proc.poll() is None and holders.signals() == []
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
 def test_signal_refused_by_the_kernel_vetoes(holders: Holders) -> None:
     prefix = nobody_prefix()
