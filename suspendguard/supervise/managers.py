@@ -61,7 +61,7 @@ TIMER_WINDOW_S = 5.0
 # What transient units were made of, by owner key: what restore makes again.
 TRANSIENT_FILE = "transient-units.json"
 # The units the end of a drain saw still running, their main process not the job, by owner
-# key: [the stop's time, when seen]. One that went down later than a launcher noticing its
+# key: [the stop's time, when seen (monotonic)]. One that went down later than a launcher noticing its
 # job's end would was stopped by someone else, and restore leaves it down.
 LEFT_RUNNING_FILE = "units-up-after-drain.json"
 
@@ -230,7 +230,9 @@ class ManagersAndEngines:
                 reasons.append(f"{o.name} was started again during the drain{by}: "
                                "it would hold the accelerator while the machine sleeps")
             elif st.active_state in ("active", "reloading"):  # restore tells a stop after
-                self.left_running.put(o.key, [ours[o.key].stopped, time.time()])
+                # On the monotonic clock, as systemd's InactiveEnterTimestampMonotonic:
+                # it stops while the machine sleeps, which the wall clock does not.
+                self.left_running.put(o.key, [ours[o.key].stopped, time.monotonic()])
         return reasons
 
     def _after_stop(self, owners: Sequence[Owner], wait_s: float

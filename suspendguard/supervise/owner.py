@@ -44,7 +44,8 @@ class UnitNow:
     active_state: str
     job: str  # the type of the job queued for it, "" when none
     # Down now, and the end of a drain saw it running, its main process not the job: (that
-    # stop's time, when seen); and when it went down (InactiveEnterTimestamp, 0: unknown).
+    # stop's time, when seen); and when it went down (InactiveEnterTimestampMonotonic, 0:
+    # unknown). Both on the monotonic clock: hours asleep are no time for a launcher to notice.
     up_after_drain: tuple[float | None, float] | None = None
     inactive_since: float = 0.0
 

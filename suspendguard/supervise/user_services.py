@@ -37,14 +37,15 @@ def by_uid(owners: Sequence[Owner]) -> list[tuple[int, list[Owner]]]:
 
 
 def inactive_since(name: str, address: str | None) -> float:
-    """When the unit last went down (its InactiveEnterTimestamp, a Unix time), asked of the
+    """When the unit last went down (its InactiveEnterTimestampMonotonic, on the monotonic
+    clock, which stops while the machine sleeps), asked of the
     manager at ``address`` (a user's, or the system's: None); 0 when unknown."""
     async def body(session: Session) -> float:
         unit = await session.call(systemd.SYSTEMD_NAME, systemd.SYSTEMD_PATH,
                                   systemd.SYSTEMD_MANAGER, "LoadUnit", "s", [name], expect="o")
         props = await session.get_all(systemd.SYSTEMD_NAME, str(unit.body[0]),
                                       systemd.SYSTEMD_UNIT)
-        return (optional(props, "InactiveEnterTimestamp", int) or 0) / 1e6
+        return (optional(props, "InactiveEnterTimestampMonotonic", int) or 0) / 1e6
 
     since = converse("systemd", DEFAULT_TIMEOUT, body, address)
     return 0.0 if isinstance(since, Unavailable) else since

@@ -158,7 +158,7 @@ def test_a_launcher_left_running_and_stopped_by_hand_after_the_drain_stays_down(
         box: Container) -> None:
     """The drain leaves a cron-like launcher running, its marker in place; an operator's
     ``systemctl stop`` after that removes no marker (no start ran), and systemd keeps no
-    trace of who stopped it but when: its ``InactiveEnterTimestamp``, kept while the unit
+    trace of who stopped it but when: its ``InactiveEnterTimestampMonotonic``, kept while the unit
     is loaded (enabled, as cron.service is), which restore asks for."""
     unit = "sv-cron-kept.service"
     box.write(f"/etc/systemd/system/{unit}", launcher_unit(unit, "cron", "process", "on-failure")

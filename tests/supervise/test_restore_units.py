@@ -2,7 +2,7 @@
 to a unit since the drain is theirs, and a transient unit not made again stays to be made.
 
 A real dbus-daemon, and the fake systemd1 of tests/fakes/dbus run as it is but for one property
-systemd has and the fake lacks: ``InactiveEnterTimestamp`` (from the state's unit, as systemd
+systemd has and the fake lacks: ``InactiveEnterTimestampMonotonic`` (from the state's unit, as systemd
 reports when the unit last went down). A launcher left running by the drain is a real process
 (the unit's MainPID: active while it runs), which the test itself ends as an operator's stop.
 """
@@ -31,7 +31,8 @@ from suspendguard.system.deadline import Deadline
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
 
-# fake_systemd's Unit with systemd's InactiveEnterTimestamp (microseconds of CLOCK_REALTIME).
+# fake_systemd's Unit with systemd's InactiveEnterTimestampMonotonic (microseconds of
+# CLOCK_MONOTONIC).
 # No `from __future__ import annotations`: dbus-next reads the signature from the annotation.
 SERVE = """
 import sys
@@ -41,8 +42,8 @@ from dbus_next.service import PropertyAccess, dbus_property
 
 class Unit(fake_systemd.Unit):
     @dbus_property(access=PropertyAccess.READ)
-    def InactiveEnterTimestamp(self) -> "t":
-        return int(self.props.get("InactiveEnterTimestamp", 0))
+    def InactiveEnterTimestampMonotonic(self) -> "t":
+        return int(self.props.get("InactiveEnterTimestampMonotonic", 0))
 
 fake_systemd.Unit = Unit
 serve.main()
@@ -111,9 +112,9 @@ def test_a_launcher_left_running_that_someone_stopped_after_the_drain_stays_down
     owner = Owner("systemd-service", "cron.service")
     stop = Stop(owner, 1, STOP_TIME)
     drained(tmp_path, owner.name)
-    down_at = time.time() + down_after_s
+    down_at = time.monotonic() + down_after_s
     units = {owner.name: {"ActiveState": "active", "MainPID": launcher.pid,
-                          "InactiveEnterTimestamp": int(down_at * 1e6)}}
+                          "InactiveEnterTimestampMonotonic": int(down_at * 1e6)}}
     with systemd(tmp_path, units, jobs={owner.name: [["touch", str(started)]]},
                  stop_jobs={owner.name: []}) as bus:
         control = supervisors(tmp_path, bus)
