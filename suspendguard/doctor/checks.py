@@ -26,6 +26,7 @@ from suspendguard.doctor.units import (
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
 from suspendguard.install.unit_files import logical_lines, setting
+from suspendguard.system.terminal import safe
 
 NVIDIA_UNITS = ("nvidia-suspend.service", "nvidia-resume.service", "nvidia-hibernate.service")
 # NVIDIA's default for NVreg_TemporaryFilePath when none is set.
@@ -180,8 +181,8 @@ def policy_users(host: Host, config: Config) -> list[Finding]:
         "policy-user-unknown", "warning",
         f"[policy] {kind} #{i + 1} ({rule.describe()}) names a user this host does not know: "
         f"it matches no process, {_UNMATCHED[kind]}",
-        f"correct the name (getent passwd {rule.user} finds it once it is right), or match "
-        "on uid") for kind, i, rule in rules
+        f"correct the name (getent passwd {safe(rule.user)} finds it once it is right), or "
+        "match on uid") for kind, i, rule in rules
         if rule.user is not None and not rule.user.isdigit() and not host.knows_user(rule.user)]
 
 

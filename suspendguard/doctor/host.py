@@ -47,7 +47,7 @@ class Host:
         if self.root == "/":
             try:
                 pwd.getpwnam(name)
-            except KeyError:
+            except (KeyError, ValueError):  # ValueError: a NUL in the name, no user's
                 return False
             return True
         return any(line.split(":", 1)[0] == name

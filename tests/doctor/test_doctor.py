@@ -291,6 +291,13 @@ def test_a_rule_naming_a_user_the_host_does_not_know_is_a_finding(tmp_path: Path
 def test_on_this_host_users_are_asked_of_nss() -> None:
     assert Host("/").knows_user("root")
     assert not Host("/").knows_user("sg-no-such-user-x")
+    assert not Host("/").knows_user("ro\0ot")  # no user's: never a traceback
+
+
+def test_a_user_name_with_control_characters_is_shown_escaped(tmp_path: Path) -> None:
+    odd = build({"policy": {"protect": [{"user": "x\n\x1b[2Jy"}]}})
+    [found] = doctor(Host(str(clean_host(tmp_path))), odd, 1.0)
+    assert "\x1b" not in found.text + found.fix and "\n" not in found.text + found.fix, found
 
 
 def packaged(root: Path, unit_dir: str = "lib/systemd/system") -> Path:
