@@ -47,8 +47,14 @@ class Tree:
             try:
                 self.at(folder).mkdir(mode=0o755)
                 # mkdir's mode is cut by the umask (077 would hide the config, the man
-                # pages and the completion from every other user): the folder gets 0755.
-                self.at(folder).chmod(0o755)
+                # pages and the completion from every other user): the folder gets 0755,
+                # through a descriptor of it (a link put in its place is not followed).
+                fd = os.open(self.at(folder), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                             | os.O_CLOEXEC)
+                try:
+                    os.fchmod(fd, 0o755)
+                finally:
+                    os.close(fd)
             except FileExistsError:
                 continue
             except OSError as exc:
