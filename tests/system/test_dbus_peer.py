@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,28 +74,54 @@ def test_the_guard_asks_nothing_of_a_stranger(runtime: tuple[Path, socket.socket
         "refused")
 
 
-# Asked in a child: a connect that blocks for ever would hold the test itself.
+# Asked in a child: a connect that blocks for ever would hold the test itself. It prints
+# the answer and how long it took.
 ASK = """
-import sys
+import sys, time
 from suspendguard.system.dbus.bus import converse
 async def body(session):
     return "asked"
+begun = time.monotonic()
 print(converse("a manager", 1.0, body, "unix:path=" + sys.argv[1], "system bus"))
+print(round(time.monotonic() - begun, 1))
 """
 
 
+def full_backlog(path: Path) -> tuple[socket.socket, socket.socket]:
+    """A listener that never accepts, and the connection that fills its backlog (listen(0))."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(0)
+    filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    filler.setblocking(False)
+    filler.connect(str(path))
+    return server, filler
+
+
 def test_a_socket_that_never_accepts_is_no_answer_within_the_timeout(tmp_path: Path) -> None:
-    """A listener whose backlog is full holds a blocking connect: bounded, not for ever."""
+    """A listener whose backlog stays full held a blocking connect: bounded, not for ever.
+    Linux answers such a connect at once where it may not block (EAGAIN): it is tried
+    again until the conversation's time is up."""
     path = tmp_path / "private"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server, \
-            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as filler:
-        server.bind(str(path))
-        server.listen(0)
-        filler.setblocking(False)
-        filler.connect(str(path))  # the one place in its backlog, never accepted
+    server, filler = full_backlog(path)
+    with server, filler:
         asked = subprocess.run([sys.executable, "-c", ASK, str(path)], capture_output=True,
                                text=True, timeout=30)
-    # Linux answers a connect to a full backlog at once where it may not block (EAGAIN)
-    assert asked.stdout == (f"Unavailable(reason='a manager: unavailable: cannot connect to the "
-                            f"system bus at unix:path={path} (Resource temporarily "
-                            "unavailable)')\n"), asked.stderr
+    answer, took = asked.stdout.splitlines()
+    assert answer == (f"Unavailable(reason='a manager: unavailable: cannot connect to the "
+                      f"system bus at unix:path={path} (Resource temporarily unavailable)')"), \
+        asked.stderr
+    assert 0.9 <= float(took) < 10, took
+
+
+def test_a_backlog_full_for_a_moment_is_waited_for(tmp_path: Path) -> None:
+    path = tmp_path / "private"
+    server, filler = full_backlog(path)
+    with server, filler:
+        child = subprocess.Popen([sys.executable, "-c", ASK, str(path)], text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.3)
+        server.accept()[0].close()  # the filler's place freed: the guard's connect goes in
+        out, err = child.communicate(timeout=30)
+    # It connected: what ends the conversation is this listener not speaking D-Bus.
+    assert "cannot connect" not in out, out + err

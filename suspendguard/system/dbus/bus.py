@@ -25,6 +25,7 @@ import concurrent.futures
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -73,11 +74,8 @@ class CallError(Failure):
 
     def __init__(self, name: str, text: str, step: str, destination: str, bus: str) -> None:
         self.name = name
-        if name in _ABSENT:
-            reason = f"{destination} is not on the {bus} ({name})"
-        else:
-            reason = f"{step} failed: {name}: {text}"
-        super().__init__(reason)
+        super().__init__(f"{destination} is not on the {bus} ({name})" if name in _ABSENT
+                         else f"{step} failed: {name}: {text}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +88,7 @@ class Signal:
 
 
 class Session:
-    """One connection to a bus (the system bus unless ``noun`` names another) for one
-    synchronous call."""
+    """One connection to a bus (the system bus unless ``noun`` names another), one call."""
 
     def __init__(self, address: str, noun: str = "system bus",
                  connect_s: float | None = None) -> None:
@@ -114,9 +111,6 @@ class Session:
             self._bus = _new_bus(self.address, self.connect_s)
         except (FileNotFoundError, ConnectionRefusedError) as e:
             raise Failure(f"no {self.noun} at {self.address} ({e.strerror})") from None
-        except TimeoutError:
-            raise Failure(f"the {self.noun} at {self.address} did not accept the connection "
-                          f"within {self.connect_s:g} s") from None
         except OSError as e:
             raise Failure(f"cannot connect to the {self.noun} at {self.address} "
                           f"({e.strerror or e})") from None
@@ -214,10 +208,8 @@ class Session:
         return fd
 
     def _note_fds(self, msg: Any) -> bool:
-        # dbus-next never closes the fds that come with a message. Those of a reply
-        # we wait for are noted here, before any await can be cancelled, and closed
-        # with the session unless kept; anything else (signals, late replies) is
-        # closed now.
+        # dbus-next never closes a message's fds: a reply's awaited are noted here, before
+        # any await can be cancelled, and closed with the session unless kept; others now.
         fds = list(msg.unix_fds or ())
         if (msg.message_type == MessageType.SIGNAL and self._signals is not None
                 and self._watched.get((msg.interface, msg.member)) == msg.sender):
@@ -263,11 +255,10 @@ def converse(service: str, timeout: float, body: Callable[[Session], Awaitable[T
              address: str | None = None, noun: str = "system bus") -> T | Unavailable:
     """Run one bounded D-Bus conversation in a fresh event loop.
 
-    ``service`` names the answer's source in an Unavailable reason;
-    ``address``: the bus to ask (default: :func:`system_bus_address`), which
-    the reasons call ``noun``.
-    Inside a guard run the timeout is cut to what is left of its deadline,
-    and the guard's cancel (SIGTERM) ends the conversation at once.
+    ``service`` names the answer's source in an Unavailable reason; ``address``: the bus
+    to ask (default: :func:`system_bus_address`), which the reasons call ``noun``. Inside
+    a guard run the timeout is cut to what is left of its deadline, and the guard's cancel
+    (SIGTERM) ends the conversation at once.
     """
     bound = deadline.current()
     wanted = timeout
@@ -325,7 +316,6 @@ class _Bus(MessageBus):
     """dbus-next's bus, which says when its authentication is over (after BEGIN)."""
 
     authenticated = False
-
     connect_s: float | None = None  # set before MessageBus.__init__ connects
 
     async def _authenticate(self) -> None:
@@ -333,12 +323,22 @@ class _Bus(MessageBus):
         self.authenticated = True
 
     def _setup_socket(self) -> None:
-        """dbus-next 0.2's, with a timeout on its blocking connect, which no timeout of the
-        event loop nor cancel can end (a listener that never accepts, its backlog full)."""
-        timeout = socket.getdefaulttimeout()
-        socket.setdefaulttimeout(self.connect_s)
+        """dbus-next 0.2's, its blocking connect (which no timeout of the event loop nor
+        cancel can end) tried without blocking until ``connect_s``: Linux answers EAGAIN
+        at once while a listener's backlog is full."""
+        until, timeout = time.monotonic() + (self.connect_s or 0.0), socket.getdefaulttimeout()
+        unix = all(transport == "unix" for transport, _ in self._bus_address)
+        socket.setdefaulttimeout(0.0 if unix else self.connect_s)  # tcp: EINPROGRESS
         try:
-            super()._setup_socket()  # type: ignore[no-untyped-call]
+            while True:
+                try:
+                    super()._setup_socket()  # type: ignore[no-untyped-call]
+                    return
+                except BlockingIOError:
+                    _close_socket(self)
+                    if not unix or time.monotonic() >= until:
+                        raise
+                    time.sleep(0.02)
         finally:
             socket.setdefaulttimeout(timeout)
 
