@@ -7,7 +7,9 @@ import sys
 from typing import TextIO
 
 from suspendguard.config import Config, load
-from suspendguard.errors import ConfigUntrusted
+from suspendguard.errors import ConfigUntrusted, HistoryError
+from suspendguard.store.history import History
+from suspendguard.system.log import Logger
 
 
 class Context:
@@ -33,3 +35,17 @@ class Context:
         if self._config.trust and not untrusted_ok:
             raise ConfigUntrusted(self._config.trust)
         return self._config
+
+
+def open_history(state_dir: str, log: Logger, failed: str, *, error: bool = False
+                 ) -> History | None:
+    """The history, opened to write, its warnings said (a damaged file moved aside names
+    the jobs it leaves stopped); None, said after ``failed``, when it cannot be opened."""
+    try:
+        history = History.open(state_dir)
+    except HistoryError as exc:
+        (log.error if error else log.warning)(f"{failed}: {exc}")
+        return None
+    for line in history.warnings:
+        log.warning(line)
+    return history

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from suspendguard.commands.context import open_history
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_ERROR, HistoryError
 from suspendguard.guard.held import continue_left
@@ -152,20 +153,9 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         lock.release()
 
 
-def _open(config: Config, log: Logger) -> History | None:
-    """The history, its warnings said; None (said) when it cannot be opened."""
-    try:
-        history = History.open(config.state.dir)
-    except HistoryError as exc:
-        log.error(f"restore: cannot read what was stopped: {exc}")
-        return None
-    for line in history.warnings:
-        log.warning(line)
-    return history
-
-
 def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger) -> int:
-    history = _open(config, log)
+    history = open_history(config.state.dir, log, "restore: cannot read what was stopped",
+                           error=True)
     if history is None:
         return EXIT_ERROR
     # Exit 3 on each warning: a damaged history moved aside took its stops with it (its

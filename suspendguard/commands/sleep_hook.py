@@ -29,7 +29,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from suspendguard.commands.context import Context
+from suspendguard.commands.context import Context, open_history
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
 from suspendguard.install.templates import RESUME_UNIT
@@ -50,17 +50,6 @@ LOOK_BACK_S = 120.0
 SYSTEMCTL_S = 2.0
 # What systemctl is-enabled says of a unit it was told not to start on its own.
 DISABLED = frozenset({"disabled", "masked", "masked-runtime"})
-
-
-def _open(config: Config, log: Logger) -> History | None:
-    try:
-        history = History.open(config.state.dir)
-    except HistoryError as exc:
-        log.warning(f"history not recorded: {exc}")
-        return None
-    for w in history.warnings:
-        log.warning(w)
-    return history
 
 
 def unit_attempt(history: History, action: str) -> Attempt | None:
@@ -119,7 +108,7 @@ NO_UNIT = ("the veto unit did not run before this {action}: nothing was drained 
 def pre(config: Config, action: str, log: Logger, step: str = "",
         proc: ProcFS | None = None) -> int:
     """``step``: systemd-sleep's SYSTEMD_SLEEP_ACTION (suspend-then-hibernate's steps)."""
-    history = _open(config, log)
+    history = open_history(config.state.dir, log, "history not recorded")
     if history is None:
         _unit_not_found(config, action, log)
         return 0
@@ -192,7 +181,7 @@ def post(config: Config, action: str, log: Logger, queue: bool = False) -> int:
     if queue:
         queue_restore(log)
     resumed = datetime.now()
-    history = _open(config, log)
+    history = open_history(config.state.dir, log, "history not recorded")
     if history is None:
         return 0
     try:

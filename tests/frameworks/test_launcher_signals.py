@@ -9,7 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,21 +65,12 @@ time.sleep(30)
 """
 
 
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        p.kill()
-        p.wait()
-
-
-def start(tmp_path: Path, started: list[subprocess.Popen[bytes]], name: str, text: str,
+def start(tmp_path: Path, children: list[subprocess.Popen[bytes]], name: str, text: str,
           *args: str) -> subprocess.Popen[bytes]:
     (tmp_path / name).write_text(text)
     (tmp_path / "rank.py").write_text(RANK)
     p = subprocess.Popen([sys.executable, str(tmp_path / name), *args], start_new_session=True)
-    started.append(p)
+    children.append(p)
     return p
 
 
@@ -93,13 +83,13 @@ def wait_ready(out: Path, *tags: str) -> None:
 
 @pytest.mark.parametrize("holds", ["1", "0"], ids=["deepspeed-holds-a-node", "neither-holds"])
 def test_a_held_launcher_still_running_vetoes_beside_one_that_holds_a_node(
-        make_config: Any, node: str, tmp_path: Path, started: list[subprocess.Popen[bytes]],
+        make_config: Any, node: str, tmp_path: Path, children: list[subprocess.Popen[bytes]],
         holds: str) -> None:
     """DeepSpeed's launcher holding a node is continued early to act on its own signal: msrun,
     held beside it and still running once continued, vetoes all the same."""
     rank = str(tmp_path / "rank.py")
-    start(tmp_path, started, "deepspeed", DEEPSPEED, node, rank, str(tmp_path), holds)
-    msrun = start(tmp_path, started, "msrun", MSRUN, node, rank, str(tmp_path))
+    start(tmp_path, children, "deepspeed", DEEPSPEED, node, rank, str(tmp_path), holds)
+    msrun = start(tmp_path, children, "msrun", MSRUN, node, rank, str(tmp_path))
     wait_ready(tmp_path, "ds", "ms")
     report = guard(make_config(drain={"timeout_s": 5}))
     assert msrun.poll() is None
@@ -109,11 +99,11 @@ def test_a_held_launcher_still_running_vetoes_beside_one_that_holds_a_node(
 
 
 def test_a_launcher_that_forwarded_and_holds_a_node_since_gets_no_second_sigint(
-        make_config: Any, node: str, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+        make_config: Any, node: str, tmp_path: Path, children: list[subprocess.Popen[bytes]]
         ) -> None:
     """Found holding a node at the rescan after it forwarded, it is waited for, never
     signalled again as a new holder; still running, it vetoes."""
-    launcher = start(tmp_path, started, "torchrun", TORCHRUN, node, str(tmp_path / "rank.py"),
+    launcher = start(tmp_path, children, "torchrun", TORCHRUN, node, str(tmp_path / "rank.py"),
                      str(tmp_path))
     wait_ready(tmp_path, "tr")
     report = guard(make_config(drain={"timeout_s": 2}))
@@ -130,13 +120,13 @@ def test_a_launcher_that_forwarded_and_holds_a_node_since_gets_no_second_sigint(
 
 
 def test_a_launcher_the_hold_could_not_stop_gets_its_one_sigint_once_its_ranks_left(
-        make_config: Any, node: str, tmp_path: Path, started: list[subprocess.Popen[bytes]],
+        make_config: Any, node: str, tmp_path: Path, children: list[subprocess.Popen[bytes]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """No pidfd to stop it by (a kernel before 5.3, which this one is not): DeepSpeed's launcher,
     holding a node, gets its SIGINT once its rank left, as a held one does, and leaves."""
     monkeypatch.setattr(held_module, "_pidfd", lambda _launcher, _proc: None)
     rank = str(tmp_path / "rank.py")
-    launcher = start(tmp_path, started, "deepspeed", DEEPSPEED, node, rank, str(tmp_path), "1")
+    launcher = start(tmp_path, children, "deepspeed", DEEPSPEED, node, rank, str(tmp_path), "1")
     wait_ready(tmp_path, "ds")
     report = guard(make_config(drain={"timeout_s": 3}))
     assert report.verdict.kind == "allow", report.verdict

@@ -12,7 +12,7 @@ import importlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -64,15 +64,6 @@ def nvidia(tmp_path: Path) -> Inventory:
     return Inventory(tuple(nodes))
 
 
-@pytest.fixture
-def hold() -> Iterator[list[subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for proc in procs:
-        proc.kill()
-        proc.wait()
-
-
 def start(procs: list[subprocess.Popen[str]], paths: list[str]) -> int:
     proc = subprocess.Popen([sys.executable, "-c", HOLD, *paths], stdout=subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -89,10 +80,10 @@ def test_the_roles_are_nvidias_own_names() -> None:
 
 
 def test_display_servers_nodes_are_kept_and_uvm_is_drained(
-        nvidia: Inventory, hold: list[subprocess.Popen[str]]) -> None:
+        nvidia: Inventory, children: list[subprocess.Popen[str]]) -> None:
     paths = {Path(n.path).name: n.path for n in nvidia.nodes}
-    display = start(hold, [paths[n] for n in DISPLAY_SERVER])
-    cuda = start(hold, [paths[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
+    display = start(children, [paths[n] for n in DISPLAY_SERVER])
+    cuda = start(children, [paths[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
     scan = scan_holders(nvidia)
     config = defaults()
     decisions = {d.holder.pid: d for d in decide(scan.holders, config.policy, config.drain)}
@@ -139,23 +130,23 @@ def nvml_check(monkeypatch: pytest.MonkeyPatch, compute: list[int],
 
 
 def test_the_guard_never_signals_a_graphics_client_and_drains_cuda(
-        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]]) -> None:
-    display = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
-    cuda = start(hold, [as_nvidia[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
+        make_config: Any, as_nvidia: dict[str, str], children: list[subprocess.Popen[str]]) -> None:
+    display = start(children, [as_nvidia[n] for n in DISPLAY_SERVER])
+    cuda = start(children, [as_nvidia[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
     report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}))
     assert report.verdict.kind == "allow", report.verdict.texts
     by_pid = {h.decision.holder.pid: h for h in report.holders}
     assert (by_pid[display].decision.action, by_pid[display].outcome.kind) == \
         ("keep", "not-signalled")
-    assert hold[0].poll() is None  # the display server runs on
-    assert by_pid[cuda].outcome.kind == "exited" and hold[1].wait(timeout=5) != 0
+    assert children[0].poll() is None  # the display server runs on
+    assert by_pid[cuda].outcome.kind == "exited" and children[1].wait(timeout=5) != 0
 
 
 def test_a_kept_process_the_device_lists_as_compute_is_drained(
-        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
+        make_config: Any, as_nvidia: dict[str, str], children: list[subprocess.Popen[str]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Vulkan compute, say: no /dev/nvidia-uvm, but NVML lists it among compute processes.
-    job = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
+    job = start(children, [as_nvidia[n] for n in DISPLAY_SERVER])
     report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}),
                    idle_check=nvml_check(monkeypatch, [job]))
     [hr] = [h for h in report.holders if h.decision.holder.pid == job]
@@ -177,12 +168,12 @@ class Reused(ProcFS):
 
 
 def test_a_kept_pid_another_process_took_is_decided_as_that_process(
-        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
+        make_config: Any, as_nvidia: dict[str, str], children: list[subprocess.Popen[str]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The display client the look kept is gone; a CUDA job has its pid when NVML lists it
     # as compute. That job is someone the run never saw: decided and drained as itself, not
     # taken for the kept client (whose start time its drain would find changed, and skip).
-    job = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
+    job = start(children, [as_nvidia[n] for n in DISPLAY_SERVER])
     proc = Reused()
     check = nvml_check(monkeypatch, [job])
 
@@ -200,17 +191,17 @@ def test_a_kept_pid_another_process_took_is_decided_as_that_process(
     assert [(h.decision.action, h.outcome.kind) for h in records] == [
         ("keep", "not-signalled"), ("drain", "exited")], records
     assert records[1].decision.holder.start_time == records[0].decision.holder.start_time + 1
-    assert hold[0].wait(timeout=5) != 0  # the process with the pid now got the signal
+    assert children[0].wait(timeout=5) != 0  # the process with the pid now got the signal
     assert report.verdict.kind == "allow", report.verdict.texts
 
 
 def test_a_compute_process_the_device_lists_only_after_that_drain_vetoes_unsignalled(
-        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
+        make_config: Any, as_nvidia: dict[str, str], children: list[subprocess.Popen[str]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The kept Vulkan job is drained for NVML's word; NVML read again then lists another
     # compute process (a job its loop started again, one that started meanwhile) at 0 %.
-    job = start(hold, [as_nvidia[n] for n in DISPLAY_SERVER])
-    late = start(hold, [])  # seen by the device only: the scan finds it holding nothing
+    job = start(children, [as_nvidia[n] for n in DISPLAY_SERVER])
+    late = start(children, [])  # seen by the device only: the scan finds it holding nothing
     check = nvml_check(monkeypatch, [job])
     pynvml = sys.modules["pynvml"]
     calls: list[int] = []
@@ -232,15 +223,15 @@ def test_a_compute_process_the_device_lists_only_after_that_drain_vetoes_unsigna
         "appeared after the drain" in reason.text, reason.text
     assert (by_pid[late].outcome.kind, by_pid[late].outcome.why) == \
         ("not-signalled", "appeared after the drain")
-    assert hold[1].poll() is None  # never signalled
+    assert children[1].poll() is None  # never signalled
 
 
 def test_a_graphics_process_only_the_device_reports_is_named_not_signalled(
-        make_config: Any, as_nvidia: dict[str, str], hold: list[subprocess.Popen[str]],
+        make_config: Any, as_nvidia: dict[str, str], children: list[subprocess.Popen[str]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Seen by NVML as a graphics process, by the scan not at all (think: another PID
     # namespace): it holds none of the nodes here.
-    unseen = start(hold, [])
+    unseen = start(children, [])
     check = nvml_check(monkeypatch, [], graphics=[unseen])
     report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}), idle_check=check)
     assert report.verdict.kind == "allow", report.verdict.texts
@@ -248,12 +239,12 @@ def test_a_graphics_process_only_the_device_reports_is_named_not_signalled(
     assert any(w.startswith(f"the device (nvml) reports pid {unseen} ") and
                w.endswith("as a graphics process, which the scan did not see: kept, not "
                           "signalled") for w in report.verdict.warnings), report.verdict.warnings
-    assert hold[0].poll() is None
+    assert children[0].poll() is None
 
 
 def test_a_device_view_that_lists_fewer_gpus_than_the_host_has_is_no_idle(
         make_config: Any, as_nvidia: dict[str, str], tmp_path: Path,
-        hold: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+        children: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     # A second GPU's node, which NVML does not list (fallen off the bus, say): the one it
     # lists reads idle, and says nothing of the other.
     second = tmp_path / "nvidia1"
@@ -261,7 +252,7 @@ def test_a_device_view_that_lists_fewer_gpus_than_the_host_has_is_no_idle(
         os.mknod(second, 0o666 | 0o020000, os.makedev(1, 4))
     else:
         second.write_bytes(b"\0")
-    job = start(hold, [as_nvidia[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
+    job = start(children, [as_nvidia[n] for n in (*DISPLAY_SERVER, "nvidia-uvm")])
     report = guard(make_config(devices={"families": ["nvidia"], "nodes": []}),
                    idle_check=nvml_check(monkeypatch, []))
     assert report.verdict.kind == "veto", report.verdict.texts
@@ -269,7 +260,7 @@ def test_a_device_view_that_lists_fewer_gpus_than_the_host_has_is_no_idle(
     assert reason.code == "device-unknown"
     assert "nvml reports 1 of the 2 devices found" in reason.text, reason.text
     # Known before anyone was signalled: the job was spared.
-    assert hold[0].poll() is None
+    assert children[0].poll() is None
     [hr] = [h for h in report.holders if h.decision.holder.pid == job]
     assert hr.outcome.kind == "not-signalled", hr.outcome
 

@@ -63,6 +63,16 @@ def conf(tmp_path: Path, node: str) -> Path:
 
 
 @pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[Any]]]:
+    """Processes a test starts by hand: killed and reaped after it."""
+    procs: list[subprocess.Popen[Any]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
 def holders(tmp_path: Path) -> Iterator[Holders]:
     h = Holders(tmp_path)
     yield h

@@ -28,6 +28,14 @@ def config_cli(path: Path, text: str) -> tuple[int, str, str]:
     return cli("--config", str(path), "config")
 
 
+def staged(tmp_path: Path) -> Path:
+    """The guard installed into ``tmp_path``/stage, as ``install --root`` lays it out."""
+    stage = tmp_path / "stage"
+    code, out, err = cli("install", "--root", str(stage))
+    assert code == 0, out + err
+    return stage
+
+
 def guard(config: Any, dry_run: bool = False, *, action: str | None = "suspend",
           origin: str = "test", idle_check: Any = None, **kw: Any) -> Report:
     """One run of the pipeline, its log lines dropped (unless ``log`` is given); recorded in the

@@ -21,6 +21,7 @@ from helpers import REPO
 from helpers.dbus import dbus_daemon
 from helpers.holders import Holders
 from helpers.records import ended
+from helpers.runners import staged
 from helpers.users import nobody_prefix, python_for_nobody, shared_with_nobody
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -470,9 +471,7 @@ def test_invalid_config_still_gives_a_report(tmp_path: Path, no_bus: str,
     # the host's, which a test never writes.
     state = replace(defaults().state, dir=str(tmp_path / "state"))
     monkeypatch.setattr(collecting, "defaults", lambda: replace(defaults(), state=state))
-    stage = tmp_path / "stage"
-    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
-                environ={}) == 0
+    stage = staged(tmp_path)
     s = collect(str(bad), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
     assert s.state_dir.path == state.dir
     assert s.mode.name == "enforce" and s.next_suspend() == refusal
@@ -503,9 +502,7 @@ def test_missing_unit_interpreter_leads_status(conf: Path, tmp_path: Path, no_bu
     from suspendguard.status.collect import collect
     from suspendguard.status.text import render
 
-    stage = tmp_path / "stage"
-    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
-                environ={}) == 0
+    stage = staged(tmp_path)
     s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
     assert s.installation.refusal() is None and s.installation.installed
     # The venv the unit names was deleted: probed for real, as status does on "/".
@@ -531,9 +528,7 @@ def test_a_masked_veto_unit_leads_status(conf: Path, tmp_path: Path, no_bus: str
     from suspendguard.status.collect import collect
     from suspendguard.status.text import render
 
-    stage = tmp_path / "stage"
-    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
-                environ={}) == 0
+    stage = staged(tmp_path)
     (stage / "etc/systemd/system/suspendguard@suspend.service").symlink_to("/dev/null")
     s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
     out = io.StringIO()
@@ -652,9 +647,7 @@ def test_an_unknown_mode_leads_status_as_unknown(conf: Path, tmp_path: Path,
     from suspendguard.status.collect import collect
     from suspendguard.store import mode
 
-    stage = tmp_path / "stage"
-    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
-                environ={}) == 0
+    stage = staged(tmp_path)
     s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
     assert s.next_suspend() == "the next suspend would go ahead now"
     s = replace(s, mode=mode.UNKNOWN)
@@ -666,9 +659,7 @@ def test_a_unit_enabled_for_hibernate_alone_leaves_suspend_unguarded(conf: Path,
                                                                    no_bus: str) -> None:
     from suspendguard.status.collect import collect
 
-    stage = tmp_path / "stage"
-    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
-                environ={}) == 0
+    stage = staged(tmp_path)
     for by in ("systemd", "nvidia"):
         (stage / f"etc/systemd/system/{by}-suspend.service.requires/"
                   "suspendguard@suspend.service").unlink()
@@ -697,9 +688,7 @@ def test_no_backend_for_a_family_leads_status(conf: Path, tmp_path: Path, no_bus
 
     FakeNvidiaSmi(tmp_path, monkeypatch)
     env = {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}
-    stage = tmp_path / "stage"
-    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
-                environ={}) == 0
+    stage = staged(tmp_path)
     lead = ("every suspend will be refused: no backend can answer for nvidia (install the "
             "NVIDIA driver's nvidia-smi, or nvidia-ml-py for NVML)")
     none = Checks(tool=str(tmp_path / "no-nvidia-smi"))

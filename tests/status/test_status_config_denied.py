@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO
+from helpers.runners import staged
 from helpers.users import nobody_prefix, python_for_nobody
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -118,9 +119,7 @@ def test_root_denied_the_config_is_still_a_refusal(conf: Path, tmp_path: Path,
     # such mount here, so the denial is put in the report root's own run made.
     from suspendguard.status.collect import collect
 
-    stage = tmp_path / "stage"
-    assert main(["install", "--root", str(stage)], out=io.StringIO(), err=io.StringIO(),
-                environ={}) == 0
+    stage = staged(tmp_path)
     s = collect(str(conf), {"DBUS_SYSTEM_BUS_ADDRESS": no_bus}, root=str(stage))
     assert s.root and s.next_suspend() == "the next suspend would go ahead now"
     denied = Unavailable(f"{conf}: permission denied reading the configuration")
