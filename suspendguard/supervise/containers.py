@@ -24,6 +24,7 @@ from suspendguard.model import CONTAINER_KINDS, Owner, Unavailable
 from suspendguard.record import Stop
 from suspendguard.supervise.owner import STOPPED_LATER
 from suspendguard.supervise.setaside import SetAside
+from suspendguard.system.boot import slept_s
 from suspendguard.system.engine import Container, Engine, Refused, socket_path
 
 # Docker restarts an exited container after 100 ms, doubling each time.
@@ -135,7 +136,9 @@ class Engines:
                 reasons.append(f"{s.owner.describe()} was started again during the drain: it "
                                "would hold the accelerator while the machine sleeps")
             elif isinstance(seen, Container) and seen.running:
-                self.outlived.put(s.owner.key, [s.stopped, time.time()])
+                # The engine's times are the wall clock's, which runs on while the machine
+                # sleeps: what it has slept so far is kept, to take the sleep out after.
+                self.outlived.put(s.owner.key, [s.stopped, time.time(), slept_s()])
             elif isinstance(seen, Container) or seen is None:
                 self.outlived.take(s.owner.key)
         return reasons
@@ -246,10 +249,12 @@ def _is_policy(record: Any) -> bool:
 
 def _stopped_later(outlived: Any, stopped_at: float | None, seen: Container) -> bool:
     """Whether the end of the drain of this stop (``stopped_at``) saw the container running,
-    its PID 1 outliving its job (``outlived``: [the stop's time, when seen]), and it exited
-    later than a launcher noticing its job's end would: someone else stopped it."""
-    if not isinstance(outlived, list) or len(outlived) != 2 or stopped_at is None:
+    its PID 1 outliving its job (``outlived``: [the stop's time, when seen, the sleep before
+    it]), and it exited later than a launcher noticing its job's end would, hours asleep
+    not counted: someone else stopped it."""
+    if not isinstance(outlived, list) or len(outlived) not in (2, 3) or stopped_at is None:
         return False
-    stop_time, seen_at = outlived
+    stop_time, seen_at, *slept = outlived
+    asleep = slept_s() - slept[0] if slept and isinstance(slept[0], (int, float)) else 0.0
     return (stop_time == stopped_at and isinstance(seen_at, (int, float)) and
-            seen.finished_at > seen_at + LATE_EXIT_S)
+            seen.finished_at - asleep > seen_at + LATE_EXIT_S)

@@ -63,3 +63,9 @@ def ticks_now(ago_s: float = 0.0) -> int:
     """Now (or ``ago_s`` seconds ago) on the clock of a process's start time in
     /proc/PID/stat: clock ticks since boot, a suspend included (CLOCK_BOOTTIME)."""
     return int((time.clock_gettime(time.CLOCK_BOOTTIME) - ago_s) * os.sysconf("SC_CLK_TCK"))
+
+
+def slept_s() -> float:
+    """How long this machine has been asleep since it booted: CLOCK_BOOTTIME counts the
+    sleeps, CLOCK_MONOTONIC does not. Taken twice, the difference is the sleep between."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - time.monotonic()

@@ -439,31 +439,39 @@ def test_a_job_respawned_inside_its_container_is_kept_down_once(
             if m == "POST" and p == f"/containers/{c.id}/update"] == ["no", "always"]
 
 
+@pytest.mark.parametrize(("asleep_s", "awake_s", "result"), [
+    (0, 60, "skipped"), (8 * 3600, 60, "skipped"), (8 * 3600, 2, "started")])
 def test_a_container_whose_pid_1_outlived_its_job_stopped_by_hand_after_is_left_down(
-        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any) -> None:
+        engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any,
+        asleep_s: int, awake_s: int, result: str) -> None:
     # Its PID 1 outlives its job: the drain leaves the container running. An operator's
     # "docker stop" between the drain and the restore is theirs: restore must not undo it.
+    # One that exits seconds after the resume noticed its job's end: hours asleep between
+    # (the engine's times are the wall clock's) make it no operator's.
     c = shell_container(engine, node, holders,
                         'echo "ready $$"; {job} > /dev/null; while :; do sleep 0.05; done')
     report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
     assert report.verdict.kind == "allow", report.verdict
     assert c.running and holders.signals(), holders.signals()  # only its job was drained
-    # The end of the drain saw it running; the stop below comes a minute after it, not
-    # as the PID 1 of a job just drained would exit.
+    # The end of the drain saw it running; the stop below comes asleep_s + awake_s after
+    # that on the wall clock, as if the machine had slept asleep_s in between.
     outlived = tmp_path / "state" / OUTLIVED_FILE
-    [(key, [stopped, seen])] = json.loads(outlived.read_text()).items()
+    [(key, [stopped, seen, slept])] = json.loads(outlived.read_text()).items()
     assert key == f"docker:{c.id}"
-    outlived.write_text(json.dumps({key: [stopped, seen - 60]}))
+    outlived.write_text(json.dumps({key: [stopped, seen - asleep_s - awake_s,
+                                          slept - asleep_s]}))
     engine.handle("POST", f"/v1.43/containers/{c.id}/stop", b"")
     wait_for(lambda: not c.running and not c.finished_at.startswith("0001-"), 5)
     code, out, err = cli("--config", conf_file(tmp_path, node), "restore", "--json",
                          environ=env(engine))
     assert code == 0, err
     [done] = json.loads(out)["restored"]
-    assert done["result"] == "skipped" and "stopped by someone else after the drain" in \
-        done["why"], done
-    assert f"/containers/{c.id}/start" not in engine.paths("POST")
-    assert not c.running and c.restart == "always"  # its policy is back all the same
+    assert done["result"] == result, done
+    if result == "skipped":
+        assert "stopped by someone else after the drain" in done["why"], done
+        assert f"/containers/{c.id}/start" not in engine.paths("POST")
+        assert not c.running
+    assert c.restart == "always"  # its policy is back all the same
 
 
 def saving_container(engine: FakeEngine, node: str, holders: Holders, saved: Path) -> Any:
