@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from suspendguard.config import Config, load
 from suspendguard.errors import ConfigUntrusted, HistoryError
-from suspendguard.store.history import History
 from suspendguard.system.log import Logger
+
+if TYPE_CHECKING:  # SQLite is loaded by the commands that open the history, not by every one
+    from suspendguard.store.history import History
 
 
 class Context:
@@ -41,6 +43,7 @@ def open_history(state_dir: str, log: Logger, failed: str, *, error: bool = Fals
                  ) -> History | None:
     """The history, opened to write, its warnings said (a damaged file moved aside names
     the jobs it leaves stopped); None, said after ``failed``, when it cannot be opened."""
+    from suspendguard.store.history import History
     try:
         history = History.open(state_dir)
     except HistoryError as exc:

@@ -114,9 +114,10 @@ def take(holder: Holder, signame: str, proc: ProcFS,
         return _unconfirmed(holder, "/stat")
     except OSError as exc:  # EMFILE: the pidfd took the last descriptor the limit allows
         target.close()
+        why = (": more holders than the guard's limit on open files, ulimit -n"
+               if exc.errno == errno.EMFILE else "")
         return Outcome("not-signalled", why=(
-            f"{UNSIGNALLABLE}: its start time could not be read ({exc.strerror}: more holders "
-            "than the guard's limit on open files, ulimit -n)"))
+            f"{UNSIGNALLABLE}: its start time could not be read ({exc.strerror}{why})"))
     if st is None:
         target.close()
         return GONE

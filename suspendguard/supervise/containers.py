@@ -255,6 +255,10 @@ def _stopped_later(outlived: Any, stopped_at: float | None, seen: Container) -> 
     if not isinstance(outlived, list) or len(outlived) not in (2, 3) or stopped_at is None:
         return False
     stop_time, seen_at, *slept = outlived
+    if stop_time != stopped_at or not isinstance(seen_at, (int, float)):
+        return False
     asleep = slept_s() - slept[0] if slept and isinstance(slept[0], (int, float)) else 0.0
-    return (stop_time == stopped_at and isinstance(seen_at, (int, float)) and
-            seen.finished_at - asleep > seen_at + LATE_EXIT_S)
+    # An exit no later than the sleep's length after it was seen came before that sleep
+    # (an operator's stop ahead of a later suspend): no sleep to take out of it.
+    after = seen.finished_at - seen_at
+    return (after - asleep if after > asleep else after) > LATE_EXIT_S

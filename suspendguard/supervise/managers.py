@@ -48,9 +48,11 @@ from suspendguard.supervise.owner import NotMade, UnitNow, owner_of_cgroup
 from suspendguard.supervise.setaside import SetAside
 from suspendguard.supervise.user_services import UserServices, by_uid, inactive_since
 from suspendguard.system import deadline
+from suspendguard.system.boot import boot_id
 from suspendguard.system.dbus import systemd
 from suspendguard.system.dbus.transient import TransientSpec, start_transient, transient_spec
 from suspendguard.system.deadline import Deadline
+from suspendguard.system.procfs import ProcFS
 
 DROPIN_ROOT = "/run/systemd/system"
 # How long the manager gets to finish stopping a unit once the processes exited
@@ -230,9 +232,9 @@ class ManagersAndEngines:
                 reasons.append(f"{o.name} was started again during the drain{by}: "
                                "it would hold the accelerator while the machine sleeps")
             elif st.active_state in ("active", "reloading"):  # restore tells a stop after
-                # On the monotonic clock, as systemd's InactiveEnterTimestampMonotonic:
-                # it stops while the machine sleeps, which the wall clock does not.
-                self.left_running.put(o.key, [ours[o.key].stopped, time.monotonic()])
+                # Monotonic, as InactiveEnterTimestampMonotonic: no sleep counted, one boot's.
+                self.left_running.put(o.key, [ours[o.key].stopped, time.monotonic(),
+                                              boot_id(ProcFS())])
         return reasons
 
     def _after_stop(self, owners: Sequence[Owner], wait_s: float
@@ -333,7 +335,8 @@ class ManagersAndEngines:
         now = UnitNow(st.load_state, st.active_state, st.job)
         seen = self.left_running.get(owner.key)
         if st.active_state not in ("inactive", "failed") or not (
-                isinstance(seen, list) and len(seen) == 2 and isinstance(seen[1], (int, float))):
+                isinstance(seen, list) and len(seen) == 3 and isinstance(seen[1], (int, float))
+                and seen[2] == boot_id(ProcFS())):  # a monotonic time of this boot's
             return now
         address = (self.bus_address if owner.kind == "systemd-service" else
                    usermanager.manager_address(owner.uid) if owner.uid is not None else None)

@@ -178,9 +178,9 @@ def test_a_launcher_left_running_and_stopped_by_hand_after_the_drain_stays_down(
         # The drain's end saw it running; the stop below comes a minute after that, not as a
         # launcher that noticed its job's end would go down.
         left = f"{STATE_DIR}/{LEFT_RUNNING_FILE}"
-        [(key, [stopped, seen])] = json.loads(box.run("cat", left).stdout).items()
+        [(key, [stopped, seen, boot])] = json.loads(box.run("cat", left).stdout).items()
         assert key == f"systemd-service:{unit}"
-        box.write(left, json.dumps({key: [stopped, seen - 60]}))
+        box.write(left, json.dumps({key: [stopped, seen - 60, boot]}))
         box.run("systemctl", "stop", unit)  # the operator's, before restore
         wait_for(lambda: not box.unit_active(unit), 10)
 

@@ -439,11 +439,18 @@ def test_a_job_respawned_inside_its_container_is_kept_down_once(
             if m == "POST" and p == f"/containers/{c.id}/update"] == ["no", "always"]
 
 
-@pytest.mark.parametrize(("asleep_s", "awake_s", "result"), [
-    (0, 60, "skipped"), (8 * 3600, 60, "skipped"), (8 * 3600, 2, "started")])
+NIGHT = 8 * 3600
+
+
+@pytest.mark.parametrize(("wall_s", "asleep_s", "result"), [
+    (60, 0, "skipped"),  # stopped a minute after the drain
+    (NIGHT + 60, NIGHT, "skipped"),  # a minute after the resume
+    (NIGHT + 2, NIGHT, "started"),  # its PID 1 noticed its job's end just after the resume
+    (300, NIGHT, "skipped"),  # stopped five minutes after a drain from a shell, then a night
+])
 def test_a_container_whose_pid_1_outlived_its_job_stopped_by_hand_after_is_left_down(
         engine: FakeEngine, node: str, holders: Holders, tmp_path: Path, make_config: Any,
-        asleep_s: int, awake_s: int, result: str) -> None:
+        wall_s: int, asleep_s: int, result: str) -> None:
     # Its PID 1 outlives its job: the drain leaves the container running. An operator's
     # "docker stop" between the drain and the restore is theirs: restore must not undo it.
     # One that exits seconds after the resume noticed its job's end: hours asleep between
@@ -453,13 +460,12 @@ def test_a_container_whose_pid_1_outlived_its_job_stopped_by_hand_after_is_left_
     report = guard(make_config(), supervisors=supervisors(engine, tmp_path))
     assert report.verdict.kind == "allow", report.verdict
     assert c.running and holders.signals(), holders.signals()  # only its job was drained
-    # The end of the drain saw it running; the stop below comes asleep_s + awake_s after
-    # that on the wall clock, as if the machine had slept asleep_s in between.
+    # The end of the drain saw it running; the stop below comes wall_s after that on the
+    # wall clock, and the machine has slept asleep_s since.
     outlived = tmp_path / "state" / OUTLIVED_FILE
     [(key, [stopped, seen, slept])] = json.loads(outlived.read_text()).items()
     assert key == f"docker:{c.id}"
-    outlived.write_text(json.dumps({key: [stopped, seen - asleep_s - awake_s,
-                                          slept - asleep_s]}))
+    outlived.write_text(json.dumps({key: [stopped, seen - wall_s, slept - asleep_s]}))
     engine.handle("POST", f"/v1.43/containers/{c.id}/stop", b"")
     wait_for(lambda: not c.running and not c.finished_at.startswith("0001-"), 5)
     code, out, err = cli("--config", conf_file(tmp_path, node), "restore", "--json",

@@ -99,14 +99,16 @@ def launcher() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
-@pytest.mark.parametrize(("down_after_s", "result"),
-                         [(60.0, "skipped"), (0.0, "started"), (20.0, "started")])
+@pytest.mark.parametrize(("down_after_s", "boot", "result"), [
+    (60.0, None, "skipped"), (0.0, None, "started"), (20.0, None, "started"),
+    (60.0, "an earlier boot", "started")])
 def test_a_launcher_left_running_that_someone_stopped_after_the_drain_stays_down(
         tmp_path: Path, launcher: subprocess.Popen[bytes], down_after_s: float,
-        result: str) -> None:
+        boot: str | None, result: str) -> None:
     """Left running through the drain (its marker in place), then stopped by an operator
     before restore: theirs. One that went down as its job ended, or a slow launcher that
-    noticed it seconds later, is started again."""
+    noticed it seconds later, is started again; so is one seen in an earlier boot, whose
+    monotonic time says nothing of this one's."""
     (tmp_path / "state").mkdir()
     started = tmp_path / "started"
     owner = Owner("systemd-service", "cron.service")
@@ -119,9 +121,11 @@ def test_a_launcher_left_running_that_someone_stopped_after_the_drain_stays_down
                  stop_jobs={owner.name: []}) as bus:
         control = supervisors(tmp_path, bus)
         assert control.settle([stop], Deadline(time.monotonic() + 10)) == []
-        [(key, [stopped, _seen])] = json.loads(
-            (tmp_path / "state" / LEFT_RUNNING_FILE).read_text()).items()
-        assert (key, stopped) == (owner.key, STOP_TIME)
+        left = tmp_path / "state" / LEFT_RUNNING_FILE
+        [(key, [stopped, seen, this_boot])] = json.loads(left.read_text()).items()
+        assert (key, stopped) == (owner.key, STOP_TIME) and this_boot
+        if boot is not None:
+            left.write_text(json.dumps({key: [stopped, seen, boot]}))
         launcher.kill()  # systemctl stop cron.service, by someone else
         launcher.wait()
         done = restored(stop, control)

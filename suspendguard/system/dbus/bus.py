@@ -25,6 +25,7 @@ import concurrent.futures
 import contextlib
 import os
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ _ABSENT = frozenset({
 })
 
 T = TypeVar("T")
+_DEFAULT_TIMEOUT = threading.Lock()  # socket.setdefaulttimeout is the process's
 
 
 def system_bus_address(environ: Mapping[str, str] | None = None) -> str:
@@ -102,8 +104,7 @@ class Session:
         self._received: set[int] = set()
         self._kept: set[int] = set()
         self._waiting: set[int] = set()  # serials of calls still expecting a reply
-        # Each watched signal and the unique name of the one connection it is heard from.
-        self._watched: dict[tuple[str, str], str] = {}
+        self._watched: dict[tuple[str, str], str] = {}  # signal: the unique name it comes from
         self._signals: asyncio.Queue[Signal] | None = None
 
     async def connect(self) -> None:
@@ -175,16 +176,16 @@ class Session:
         """Hear this signal from now on: queued in arrival order, read with :meth:`next_signal`."""
         if self._signals is None:
             self._signals = asyncio.Queue()
-        # Any client of the system bus may send a signal to this connection by its unique
-        # name, whatever its sender: only the one the well-known name belongs to now counts
-        # (a JobRemoved of suspend.target forged by a user would read as a sleep done).
-        owner = await self.call("org.freedesktop.DBus", "/org/freedesktop/DBus",
-                                "org.freedesktop.DBus", "GetNameOwner", "s", [sender],
-                                expect="s")
+        # Any client may send a signal to this connection by its unique name: only the one
+        # ``sender`` names now counts (a user's JobRemoved of suspend.target: no sleep done).
+        bus = ("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus")
+        try:
+            owner = await self.call(*bus, "GetNameOwner", "s", [sender], expect="s")
+        except CallError as e:  # no owner: the sender's absence, not the bus driver's
+            raise CallError(e.name, str(e), self.step, sender, self.noun) from None
         self._watched[(interface, member)] = str(owner.body[0])
         rule = f"type='signal',sender='{sender}',interface='{interface}',member='{member}'"
-        await self.call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
-                        "AddMatch", "s", [rule], expect="")
+        await self.call(*bus, "AddMatch", "s", [rule], expect="")
 
     async def next_signal(self) -> Signal:
         """The next watched signal, waiting for it (the conversation's timeout bounds the wait)."""
@@ -222,8 +223,7 @@ class Session:
         return False  # not handled: dbus-next goes on to deliver the message
 
     def close(self, *, keep_kept: bool) -> None:
-        bus = self._bus
-        self._bus = None
+        bus, self._bus = self._bus, None
         if bus is not None:
             _drop_bus(bus)
         _close_all(self._received - (self._kept if keep_kept else set()))
@@ -323,24 +323,25 @@ class _Bus(MessageBus):
         self.authenticated = True
 
     def _setup_socket(self) -> None:
-        """dbus-next 0.2's, its blocking connect (which no timeout of the event loop nor
-        cancel can end) tried without blocking until ``connect_s``: Linux answers EAGAIN
-        at once while a listener's backlog is full."""
-        until, timeout = time.monotonic() + (self.connect_s or 0.0), socket.getdefaulttimeout()
+        """dbus-next 0.2's blocking connect (no loop timeout nor cancel ends it) tried without
+        blocking until ``connect_s`` (EAGAIN while a backlog is full); the default timeout a
+        socket takes is the process's: set by one connect at a time (status has two threads)."""
+        until = time.monotonic() + (self.connect_s or 0.0)
         unix = all(transport == "unix" for transport, _ in self._bus_address)
-        socket.setdefaulttimeout(0.0 if unix else self.connect_s)  # tcp: EINPROGRESS
-        try:
-            while True:
+        while True:
+            with _DEFAULT_TIMEOUT:
+                timeout = socket.getdefaulttimeout()
+                socket.setdefaulttimeout(0.0 if unix else self.connect_s)  # tcp: EINPROGRESS
                 try:
                     super()._setup_socket()  # type: ignore[no-untyped-call]
                     return
                 except BlockingIOError:
                     _close_socket(self)
-                    if not unix or time.monotonic() >= until:
+                    if not unix or time.monotonic() >= until or deadline.current().cancelled:
                         raise
-                    time.sleep(0.02)
-        finally:
-            socket.setdefaulttimeout(timeout)
+                finally:
+                    socket.setdefaulttimeout(timeout)
+            time.sleep(0.02)
 
     async def _auth_readline(self) -> str:
         """dbus-next 0.2's, but a peer that closed (an empty read) or sends no line end ends
@@ -358,8 +359,7 @@ class _Bus(MessageBus):
 
 
 def _new_bus(address: str, connect_s: float | None = None) -> Any:
-    # MessageBus.__init__ connects the socket; when that fails dbus-next keeps
-    # no reference we could close, so build the object first and clean up here.
+    # MessageBus.__init__ connects; failing, it keeps no reference to close: made here first.
     bus = _Bus.__new__(_Bus)
     bus.connect_s = connect_s
     try:
