@@ -25,7 +25,6 @@ import concurrent.futures
 import contextlib
 import os
 import socket
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,7 +54,6 @@ _ABSENT = frozenset({
 })
 
 T = TypeVar("T")
-_DEFAULT_TIMEOUT = threading.Lock()  # socket.setdefaulttimeout is the process's
 
 
 def system_bus_address(environ: Mapping[str, str] | None = None) -> str:
@@ -323,24 +321,26 @@ class _Bus(MessageBus):
         self.authenticated = True
 
     def _setup_socket(self) -> None:
-        """dbus-next 0.2's blocking connect (no loop timeout nor cancel ends it) tried without
-        blocking until ``connect_s`` (EAGAIN while a backlog is full); the default timeout a
-        socket takes is the process's: set by one connect at a time (status has two threads)."""
+        """dbus-next 0.2's for one unix address, its connect (blocking there, where no loop
+        timeout nor cancel ends it) made without blocking and tried again until
+        ``connect_s``: Linux answers EAGAIN while a listener's backlog is full."""
+        [(transport, options), *more] = self._bus_address
+        name = options.get("path") or ("\0" + options["abstract"] if "abstract" in options else "")
+        if transport != "unix" or more or not name:
+            super()._setup_socket()  # type: ignore[no-untyped-call]
+            return
         until = time.monotonic() + (self.connect_s or 0.0)
-        unix = all(transport == "unix" for transport, _ in self._bus_address)
         while True:
-            with _DEFAULT_TIMEOUT:
-                timeout = socket.getdefaulttimeout()
-                socket.setdefaulttimeout(0.0 if unix else self.connect_s)  # tcp: EINPROGRESS
-                try:
-                    super()._setup_socket()  # type: ignore[no-untyped-call]
-                    return
-                except BlockingIOError:
-                    _close_socket(self)
-                    if not unix or time.monotonic() >= until or deadline.current().cancelled:
-                        raise
-                finally:
-                    socket.setdefaulttimeout(timeout)
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._sock.setblocking(False)  # as dbus-next leaves it once connected
+            self._stream, self._fd = self._sock.makefile("rwb"), self._sock.fileno()
+            try:
+                self._sock.connect(name)
+                return
+            except BlockingIOError:  # any other error: _new_bus closes the socket
+                _close_socket(self)
+                if time.monotonic() >= until or deadline.current().cancelled:
+                    raise
             time.sleep(0.02)
 
     async def _auth_readline(self) -> str:
