@@ -121,8 +121,11 @@ def test_a_configuration_that_cannot_be_loaded_is_told_once_where_the_unit_keeps
 
 
 def test_a_configuration_that_cannot_be_loaded_is_told_as_the_refusal_it_is(
-        conf: Path, terminal_session: int) -> None:
-    # The unit fails at every sleep while it cannot be loaded: whoever asked is told why.
+        conf: Path, tmp_path: Path, terminal_session: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The unit fails at every sleep while it cannot be loaded: whoever asked is told why. The
+    # note of it goes to the unit's own folder: a stand-in here, never the host's.
+    monkeypatch.setattr(guard_mode, "UNIT_STATE_DIR", str(tmp_path / "unit-state"))
     conf.write_text(conf.read_text() + "[drain]\ntimeout_s = 'soon'\n")
     code, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
     assert code == 2 and "Traceback" not in err, err
