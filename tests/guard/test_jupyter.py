@@ -106,13 +106,16 @@ def test_describe_names_the_kernel_its_server_and_the_way_out(kernel: Kernel, no
     assert "server pid" not in alone and f"(connection file {kernel.connection_file}):" in alone
 
 
-def test_request_shutdown_ends_an_idle_kernel(kernel: Kernel, node: str) -> None:
+def test_request_shutdown_ends_an_idle_kernel(kernel: Kernel, node: str, tmp_path: Path) -> None:
     found = kernel_of(holder_of(node, kernel.pid), ProcFS())
     assert found is not None
     started = time.monotonic()
     assert request_shutdown(found, 10.0) is None
     assert kernel.wait_exit(5.0) == 0, "the kernel did not exit on its own within 5 s"
     assert time.monotonic() - started < 8
+    # Its history went to the test's own IPython folder: a kernel of another test holding a
+    # shared ~/.ipython's history.sqlite would hold this one's exit for sqlite's 5 s.
+    assert (tmp_path / "ipython-kernel-test" / "profile_default" / "history.sqlite").is_file()
 
 
 def test_a_wrongly_signed_request_is_refused_and_the_kernel_lives(kernel: Kernel, node: str) -> None:

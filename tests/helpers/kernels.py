@@ -36,7 +36,10 @@ class Kernel:
                  argv: list[str] | None = None) -> None:
         """``argv``: the kernel's command line, as a kernel spec gives it (its
         ``{connection_file}`` filled in by the manager); ipykernel_launcher's when None."""
-        env = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1")
+        # An IPython folder of its own: kernels sharing ~/.ipython wait on each other's lock of
+        # history.sqlite at exit (sqlite's 5 s), and a test writes nothing outside its folder.
+        env = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1",
+                   IPYTHONDIR=str(tmp_path / f"ipython-{Path(name).stem}"))
         spec: list[str] = []
         if argv is not None:  # a kernel spec of its own, found on JUPYTER_PATH
             folder = tmp_path / "jupyter" / "kernels" / "own"
