@@ -76,6 +76,11 @@ def exclude_problem(entry: str) -> str | None:
         except ValueError as exc:
             return (f"expected each bracketed range as low-high, low no more than high and at "
                     f"most {MAX_RANGE} hosts, got {entry!r} (the range {str(exc)!r}): {_IGNORED}")
+        if trailing := [name for name, parts in zip(names, pieces, strict=True)
+                        if len(parts) > 1 and isinstance(parts[-1], str)]:
+            return (f"expected each name with a bracketed range to end with one (Slurm 22.05 "
+                    f"reads no text after its last: n[1-2].ib[1], not n[1-2].ib), got "
+                    f"{entry!r} (the name {trailing[0]!r}): {_IGNORED}")
         if count is None:
             continue
         size = _set_size(pieces)

@@ -133,7 +133,9 @@ def test_a_hostlist_scontrol_cannot_read_is_an_error_though_it_exits_0(
 
 @pytest.mark.parametrize("hostlist", ["n[3-1]", "n[1--2]", "n[,]", "n[1,,2]", "n[-1]",
                                       "n[0-65536]", "n[1-]", "n[0-65535]", "a[1-2]b[3-4]",
-                                      "n[01-04,07],gpu5", "[1-2]"])
+                                      "n[01-04,07],gpu5", "[1-2]", "n[1-2].ib", "n[1-2]a",
+                                      "n[1-2].ib[1]", "a[1-2]b[3-4]c", "x.ib,n[1-2]",
+                                      "n[1-2],m[3]a:1", "n[1-2]-"])
 def test_the_ranges_refused_are_those_slurm_refuses(real_scontrol: Scontrol,
                                                     hostlist: str) -> None:
     # Slurm's own hostlist reader (scontrol's is slurmctld's): what it cannot read in

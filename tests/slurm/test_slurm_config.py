@@ -97,6 +97,10 @@ IGNORED = "Slurm would ignore the whole SuspendExcNodes line, the nodes the guar
      "65536 hosts, got 'n[3-1]' (the range '3-1')"),
     ("n[0-65536]:1", "expected each bracketed range as low-high, low no more than high and at "
      "most 65536 hosts, got 'n[0-65536]:1' (the range '0-65536')"),
+    # Slurm's hostlist reads no text after a name's last bracket ("Invalid hostlist").
+    ("n[1-2].ib", "expected each name with a bracketed range to end with one (Slurm 22.05 "
+     "reads no text after its last: n[1-2].ib[1], not n[1-2].ib), got 'n[1-2].ib' (the name "
+     "'n[1-2].ib')"),
 ])
 def test_an_exclude_entry_slurm_would_ignore_the_line_for_is_refused(
         tmp_path: Path, entry: str, why: str) -> None:
