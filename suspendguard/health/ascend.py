@@ -78,9 +78,11 @@ def _chip(ident: str) -> str:
 
 
 def _no_worse(now: str, then: str | None) -> bool:
-    """Whether npu-smi's word ``now`` is a known one, no more severe than ``then``."""
+    """Whether npu-smi's word ``now`` is a known one, no more severe than ``then``, and short of
+    Critical: a critical alarm is no board's plain use, and jobs are not started on it because
+    it read so before the suspend too (``[resume] ascend_healthy`` may still list it)."""
     words = [w.strip().lower() for w in (now, then or "")]
-    if not all(w in SEVERITY for w in words):
+    if not all(w in SEVERITY for w in words) or words[0] == "critical":
         return False  # a code while the chip is not up, or no word before: as today
     return SEVERITY.index(words[0]) <= SEVERITY.index(words[1])
 

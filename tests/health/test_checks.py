@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Gpu, journalctl
+from conftest import NPU_INFO, Gpu, journalctl
 from helpers.records import finding
+from helpers.slurm_cluster import critical
 
 from suspendguard.config import Config, build
 from suspendguard.errors import ConfigError
@@ -210,6 +211,23 @@ def test_npu_smi_health_is_judged_against_the_word_before_the_suspend(npu: Any) 
     npu.alarms(1)
     found, _ = ascend.npu_smi_check(npu_config(npu), 10.0, {"npu 0": "Critical", "npu 1": "0x4"})
     assert [(d.device, d.state) for d in found] == [("npu 0", "healthy"), ("npu 1", "unhealthy")]
+
+
+def test_a_chip_critical_before_and_after_the_suspend_is_unhealthy(
+        npu: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No worse than before, yet a critical alarm: its jobs are held, unless the site's
+    # ascend_healthy lists Critical.
+    info = tmp_path / "info.txt"
+    info.write_text(critical(NPU_INFO.read_text()))
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(info))
+    before = {"npu 0": "Critical", "npu 1": "OK"}
+    found, _ = ascend.npu_smi_check(npu_config(npu), 10.0, before)
+    assert [(d.device, d.state, d.reason) for d in found] == [
+        ("npu 0", "unhealthy", "npu-smi health Critical (before the suspend: Critical)"),
+        ("npu 1", "unhealthy", "npu-smi health Critical (before the suspend: OK)")]
+    taken = npu_config(npu, ascend_healthy=["OK", "Warning", "Critical"])
+    found, _ = ascend.npu_smi_check(taken, 10.0, before)
+    assert [(d.device, d.state) for d in found] == [("npu 0", "healthy"), ("npu 1", "healthy")]
 
 
 def test_a_chip_listed_before_the_suspend_and_gone_after_it_is_unhealthy(npu: Any) -> None:
