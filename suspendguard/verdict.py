@@ -28,6 +28,7 @@ ReasonCode = Literal[
     "unhealthy-after-resume", "unrecorded",
     # a cluster's node (suspendguard slurm)
     "node-unreachable", "held-outside-slurm", "power-action-failed", "health-unknown",
+    "device-unhealthy",
 ]
 REASON_CODES: tuple[ReasonCode, ...] = get_args(ReasonCode)
 

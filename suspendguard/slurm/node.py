@@ -184,7 +184,7 @@ def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str,
         findings = [f.record() for f in found.findings]
         logs_unread = found.unread()
     report = check(config, when, findings, before=words)
-    bad, unread = _health_reasons(report, "", inventory)
+    bad, unread = _health_reasons(report, "", inventory, "unhealthy-after-resume")
     if held or bad:
         return answer(node, "veto", held + bad, summary=report.summary())
     unread += unsure
@@ -197,9 +197,10 @@ def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str,
     return answer(node, "unknown" if unread else "allow", unread, summary=report.summary())
 
 
-def _health_reasons(report: HealthReport, note: str,
-                    inventory: Inventory) -> tuple[list[Reason], list[Reason]]:
-    """The unhealthy devices, and those whose health could not be read, as reasons: a
+def _health_reasons(report: HealthReport, note: str, inventory: Inventory,
+                    unhealthy: ReasonCode) -> tuple[list[Reason], list[Reason]]:
+    """The unhealthy devices (as ``unhealthy``: after a wake, or at any time), and those whose
+    health could not be read, as reasons: a
     family whose devices are here and for which no tool answered (none installed, none on
     PATH) is one whose health could not be read; one found by its management nodes alone
     (a driver with no device here) is not."""
@@ -212,7 +213,7 @@ def _health_reasons(report: HealthReport, note: str,
                       f"nodes are here ({why}){note}", device=family)
                for family in families_with_devices(inventory)
                if family in FAMILIES and family not in report.families()]
-    return said("unhealthy-after-resume", "unhealthy"), said("health-unknown", "unknown") + unasked
+    return said(unhealthy, "unhealthy"), said("health-unknown", "unknown") + unasked
 
 
 def _slept_after(config: Config) -> tuple[Attempt | None, dict[str, str] | None]:
@@ -361,7 +362,7 @@ def _health(config: Config, node: str, log: Logger) -> dict[str, Any]:
                      f"mode): not drained for {problems[0].text}")
         problems, unsure = [], []
     report = check(config, datetime.now(timezone.utc) - timedelta(minutes=10))
-    bad, unread = _health_reasons(report, " (health check)", inventory)
+    bad, unread = _health_reasons(report, " (health check)", inventory, "device-unhealthy")
     problems, unread = problems + bad, unread + unsure
     scontrol = Scontrol(config.slurm.scontrol)
     try:

@@ -26,6 +26,7 @@ from helpers.fake_slurm import FakeSlurm
 from helpers.fake_slurm import node as slurm_node
 from helpers.holders import Holders
 from helpers.runners import cli
+from helpers.slurm_cluster import critical
 from helpers.wait import wait_for
 
 from suspendguard.guard.inventory import FAMILY_NODES
@@ -232,6 +233,22 @@ def test_health_run_with_no_path_finds_npu_smi_in_the_system_folders(
     assert (code, out) == (0, "node1: resume: accelerator free and healthy\n")
     assert fake.node("node1") == slurm_node()
     assert default.split(":")[:2] == ["/usr/local/sbin", "/usr/local/bin"]
+
+
+def test_an_unhealthy_device_drains_the_node_with_a_code_of_its_own(
+        tmp_path: Path, conf: Path, ascend_here: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The health check runs at any time: its drain names no wake ("unhealthy-after-resume" is
+    # the check after a wake's), and a code is never reused for another meaning.
+    info = tmp_path / "info.txt"
+    info.write_text(critical((FIXTURES / "npu-smi" / "910b2c-hbm-one-process.txt").read_text()))
+    monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(info))
+    fake = FakeSlurm(tmp_path, {"node1": slurm_node()})
+    with_ascend(conf, str(FAKES / "idle" / "npu-smi"))
+    code, out = health(conf, fake)
+    reason = ("suspendguard: device-unhealthy: device npu 0 unhealthy: npu-smi health Critical "
+              "(health check)")
+    assert (code, out.startswith(f"node1: drain: {reason}")) == (1, True), out
+    assert fake.node("node1")["reason"] == reason
 
 
 @pytest.mark.parametrize("late", [False, True])
