@@ -18,6 +18,7 @@ from suspendguard.health.model import Answer, ask, not_listed
 from suspendguard.idle.acl import AclBackend
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
+from suspendguard.logs.journal import from_journal
 from suspendguard.record import DeviceHealth, FindingRecord, HealthState
 
 FAMILY = "ascend"
@@ -110,9 +111,11 @@ def acl_check(config: Config, timeout_s: float,
 
 def catalog_check(findings: Iterable[FindingRecord],
                   since: datetime | None = None) -> list[DeviceHealth]:
-    """The catalog's findings in the logs since the attempt began (``since``). The logs are
-    read from a little before it, for a device clock that runs behind: a line stamped
-    before the attempt is not the suspend's doing."""
+    """The catalog's findings in the logs since the attempt began (``since``). The device
+    logs are read from a little before it, for a device clock that runs behind: a line
+    stamped before the attempt is not the suspend's doing. A unit's journal is read from
+    the attempt's start by its own epoch, so none of its findings is before it; its stamp,
+    naive local time, would read so in the hour the clocks go back."""
     seen = dict.fromkeys(f.rule for f in findings if since is None or not _before(f, since))
     return [DeviceHealth(FAMILY, FAMILY, "unhealthy", f"{CATALOG[rule]} (the {rule} finding)",
                          "catalog") for rule in seen if rule in CATALOG]
@@ -124,9 +127,10 @@ def lasting(findings: Iterable[FindingRecord]) -> list[FindingRecord]:
 
 
 def _before(finding: FindingRecord, since: datetime) -> bool:
-    """Whether ``finding``'s own stamp (naive local time, or the journal's) is before ``since``
-    (naive local time); one without a stamp is not."""
-    if finding.time is None:
+    """Whether ``finding``'s own stamp (a device log's, naive local time, or one with its
+    offset) is before ``since`` (naive local time); one without a stamp, or from a unit's
+    journal, is not."""
+    if finding.time is None or from_journal(finding.file):
         return False
     try:
         when = datetime.fromisoformat(finding.time)

@@ -175,17 +175,21 @@ def _management(backend: Backend, what: str, timeout_s: float,
 
 def kernel_check(since: datetime, timeout_s: float,
                  journalctl: str = JOURNALCTL) -> Answer:
-    """The kernel's log since the attempt began: Xid 79, fallen off the bus, nv_pmops_* errors."""
-    lines = read_kernel(since, timeout=timeout_s, journalctl=journalctl)
-    if isinstance(lines, Unavailable):
-        return [], f"kernel log not read: {lines.reason}"
+    """The kernel's log since the attempt began: Xid 79, fallen off the bus, nv_pmops_* errors.
+    A log read only in part (a bound of journalctl's reached) says so in the note: what the
+    rest holds is unknown."""
+    log = read_kernel(since, timeout=timeout_s, journalctl=journalctl)
+    if isinstance(log, Unavailable):
+        return [], f"kernel log not read: {log.reason}"
+    unread = [f"kernel log: {note}" for note in log.notes]
     notes = []
-    for line in lines:
+    for line in log.lines:
         for pattern, words, lost in KERNEL_SIGNS:
             if not pattern.search(line):
                 continue
             if lost:
-                return [DeviceHealth(FAMILY, FAMILY, "unhealthy",
-                                     f"{words}: {line.strip()[:160]}", "kernel-log")], ""
+                lost_gpu = DeviceHealth(FAMILY, FAMILY, "unhealthy",
+                                        f"{words}: {line.strip()[:160]}", "kernel-log")
+                return [lost_gpu], "; ".join(unread)
             notes.append(f"{words}: {line.strip()[:160]}")
-    return [], "; ".join(dict.fromkeys(notes))
+    return [], "; ".join([*dict.fromkeys(notes), *unread])

@@ -12,7 +12,8 @@ before systemd 254, the last from 254 on, and reaching it is a note;
 "not available" (``Unavailable``), never an error. No journal at all
 (journald's ``Storage=none``, or none this user may read) reads as an empty
 one, without a word under ``-o json`` (systemd 252), so an empty answer is
-told from it by asking for the journal's last entry.
+told from it by asking for the journal's last entry. The kernel's log is
+read within the same bounds, and reaching one is a note there too.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ JOURNALCTL = "journalctl"
 MAX_ENTRIES = 20000
 MAX_BYTES = 16 * 1024 * 1024
 TIMEOUT_S = 10.0
+# What a finding from a unit's journal has for its file: "journal:UNIT".
+SOURCE_PREFIX = "journal:"
 # __REALTIME_TIMESTAMP comes with every entry of -o json whatever is asked.
 FIELDS = ("MESSAGE", "_PID")
 # What systemd accepts in a unit name (unit_name_is_valid), and its types.
@@ -46,6 +49,12 @@ _UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "tar
                "timer", "slice", "scope")
 
 Runner = Callable[[Sequence[str], float, int], RunResult]
+
+
+def from_journal(file: str) -> bool:
+    """Whether a finding's ``file`` is a unit's journal (read from the attempt's start on,
+    by the journal's own epoch) rather than a device log."""
+    return file.startswith(SOURCE_PREFIX)
 
 
 def unit_name(text: str) -> str:
@@ -72,7 +81,7 @@ class UnitJournal:
 
     @property
     def source(self) -> str:
-        return f"journal:{self.unit}"
+        return SOURCE_PREFIX + self.unit
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"unit": self.unit, "available": self.unavailable is None}
@@ -113,6 +122,9 @@ def _message(value: Any) -> str | None:
 
 
 def _time(value: Any) -> datetime | None:
+    """The entry's epoch as naive local time, the device logs' kind of stamp. In the hour the
+    clocks go back it is ambiguous, so it is not compared with the attempt's start: the
+    journal was read from that start on (``--since=@EPOCH``)."""
     try:
         usec = int(value)
     except (TypeError, ValueError):
@@ -167,7 +179,7 @@ def parse_journal(text: str, unit: str, rules: Sequence[Rule] = RULES
                 last.lines.append(line)
             else:
                 groups.append(_Group(entries, pid, when, [line.rstrip("\r")]))
-    source = f"journal:{unit}"
+    source = SOURCE_PREFIX + unit
     findings = []
     for g in groups:
         joined = "\n".join(g.lines)
@@ -213,14 +225,21 @@ def read_unit(unit: str, since: datetime | None, until: datetime | None = None, 
             gone := _no_journal(journalctl, timeout - (time.monotonic() - asked), run)):
         return UnitJournal(unit, unavailable=gone)
     findings, entries, notes = parse_journal(result.stdout, unit, rules)
+    notes += _bounds_reached(entries, result.truncated)
+    return UnitJournal(unit, tuple(findings), entries, len(result.stdout.encode()), tuple(notes))
+
+
+def _bounds_reached(entries: int, truncated: bool) -> list[str]:
+    """What was left unread by a bound: ``entries`` read of ``-n``'s, output cut at MAX_BYTES."""
+    notes = []
     if entries >= MAX_ENTRIES:
         # journalctl stops at -n without a word; before systemd 254 it keeps the first
         # entries from --since on, from 254 the last ones before --until.
         notes.append(f"the bound of {MAX_ENTRIES} entries reached (journalctl -n): entries "
                      "of the time asked beyond it not read")
-    if result.truncated:
+    if truncated:
         notes.append(f"only the first {MAX_BYTES} bytes of journalctl's output read")
-    return UnitJournal(unit, tuple(findings), entries, len(result.stdout.encode()), tuple(notes))
+    return notes
 
 
 def kernel_argv(since: datetime, journalctl: str = JOURNALCTL) -> list[str]:
@@ -229,9 +248,17 @@ def kernel_argv(since: datetime, journalctl: str = JOURNALCTL) -> list[str]:
             "--output-fields=MESSAGE", "-n", str(MAX_ENTRIES), f"--since=@{since.timestamp():.6f}"]
 
 
+@dataclass(frozen=True, slots=True)
+class KernelLog:
+    """The kernel's messages read, one string each, and what a bound left unread (``notes``)."""
+
+    lines: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 def read_kernel(since: datetime, *, timeout: float = TIMEOUT_S, journalctl: str = JOURNALCTL,
-                run: Runner = runner.run_bounded) -> list[str] | Unavailable:
-    """The kernel's messages since ``since`` (this boot), one string each; never raises."""
+                run: Runner = runner.run_bounded) -> KernelLog | Unavailable:
+    """The kernel's messages since ``since`` (this boot); never raises."""
     asked = time.monotonic()
     result = run(kernel_argv(since, journalctl), timeout, MAX_BYTES)
     if not result.ok and not result.truncated:
@@ -239,8 +266,11 @@ def read_kernel(since: datetime, *, timeout: float = TIMEOUT_S, journalctl: str 
     if not result.stdout.strip() and (
             gone := _no_journal(journalctl, timeout - (time.monotonic() - asked), run)):
         return gone
-    out = []
+    out, entries = [], 0
     for raw in result.stdout.split("\n"):
+        if not raw.strip():
+            continue
+        entries += 1  # one a line, each counted by -n, read or not
         try:
             doc = json.loads(raw)
         except ValueError:
@@ -248,4 +278,4 @@ def read_kernel(since: datetime, *, timeout: float = TIMEOUT_S, journalctl: str 
         message = _message(doc.get("MESSAGE")) if isinstance(doc, dict) else None
         if message is not None:
             out.append(message)
-    return out
+    return KernelLog(tuple(out), tuple(_bounds_reached(entries, result.truncated)))

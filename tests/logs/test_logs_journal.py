@@ -12,6 +12,7 @@ from helpers import FIXTURES as ALL_FIXTURES
 
 from suspendguard.logs.journal import (
     MAX_ENTRIES,
+    KernelLog,
     journal_argv,
     parse_journal,
     read_kernel,
@@ -99,7 +100,7 @@ def test_an_entry_with_a_unicode_line_separator_is_one_entry() -> None:
     def kernel(argv: Sequence[str], timeout: float, max_output: int) -> RunResult:
         return RunResult(tuple(argv), 0, text, "")
 
-    assert read_kernel(datetime.now(), run=kernel) == [message]
+    assert read_kernel(datetime.now(), run=kernel) == KernelLog((message,))
 
 
 def test_argv_matches_the_units_own_output() -> None:
@@ -189,7 +190,7 @@ def test_no_entries_of_a_journal_that_holds_some_are_read_as_none() -> None:
     journal = read_unit(UNIT, datetime.now() - timedelta(minutes=1), run=last_entry_only)
     assert journal.unavailable is None, journal
     assert (journal.entries_read, journal.findings) == (0, ())
-    assert read_kernel(datetime.now() - timedelta(minutes=1), run=last_entry_only) == []
+    assert read_kernel(datetime.now() - timedelta(minutes=1), run=last_entry_only) == KernelLog()
 
 
 def test_output_over_the_bound_is_cut_at_a_whole_entry() -> None:
