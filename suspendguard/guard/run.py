@@ -182,8 +182,10 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
         log.warning(f"the report was not written ({exc}); the verdict stands")
         discard(ctx.out)
     if not dry_run and origin == "unit" and report.verdict.kind != "allow":
-        tell_refused(config, report.verdict, action or "suspend", log, begun,
-                     report.attempt.id)
+        # An attempt whose verdict the history did not store reads "interrupted" there:
+        # the users are pointed at the journal alone (attempt 0), as for one never begun.
+        attempt = 0 if isinstance(report.history, Unavailable) else report.attempt.id
+        tell_refused(config, report.verdict, action or "suspend", log, begun, attempt)
     return report.verdict.exit_status
 
 
@@ -216,7 +218,20 @@ def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger,
     a SIGTERM to the guard ends it, and the telling, at once. A refusal told already
     in the state folder (store/told.py) is not told again; one told to nobody is not
     kept as told.
+
+    Never raises: the verdict is the unit's answer whoever was told, so a telling that
+    broke (its modules, the D-Bus client among them, that would not import) is one
+    warning, and the exit status and the retry offer are the verdict's.
     """
+    try:
+        _tell_once(config, verdict, action, log, begun, attempt)
+    except Exception as exc:
+        log.warning(f"notify: not told: {type(exc).__name__}: {exc}")
+
+
+def _tell_once(config: Config, verdict: Verdict, action: str, log: Logger,
+               begun: float, attempt: int | None) -> None:
+    # Imported here: the D-Bus client comes with them, and only a refusal needs it.
     from suspendguard.notify.tell import tell
     from suspendguard.store import told
     note = told.first_time(config.state.dir, _told_key(action, verdict))

@@ -153,14 +153,20 @@ def tell(config: NotifyConfig, verdict: Verdict, action: str, log: Logger, until
 def _tell(config: NotifyConfig, msg: Message, log: Logger, until: float,
           sessions: Sessions, python: str, bus_address: Callable[[int], str]) -> bool:
     start = time.monotonic()
+    if config.timeout_s <= 0 or not (config.desktop or config.wall):
+        return False  # the configuration tells no one: nothing to warn of
     end = min(until, start + config.timeout_s)
-    if end <= start or not (config.desktop or config.wall):
+    if end <= start:
+        log.warning("notify: told no one: no time left before the unit's limit")
         return False
     found = sessions(end - start)
     if isinstance(found, Unavailable):
         log.warning(f"notify: told no one: {found.reason}")
         return False
     terminals, desktops = told_sessions(found, config.users)
+    if not ((config.wall and terminals) or (config.desktop and desktops)):
+        log.warning(f"notify: told no one: {_nobody(config, bool(terminals), bool(desktops))}")
+        return False
     told: list[str] = []
     missed: list[str] = []
     if not config.desktop:
@@ -183,6 +189,18 @@ def _tell(config: NotifyConfig, msg: Message, log: Logger, until: float,
     if missed:
         log.warning("notify: not told " + "; ".join(missed))
     return bool(told)
+
+
+def _nobody(config: NotifyConfig, text: bool, graphical: bool) -> str:
+    """Why logind's sessions leave no one to tell: a headless host, the users of ``[notify]
+    users`` not logged in, or only the kind of session the configuration does not tell."""
+    if text:
+        return "no graphical login session, and [notify] wall = false"
+    if graphical:
+        return "no text login session, and [notify] desktop = false"
+    if config.users:
+        return f"no active login session of {', '.join(config.users)} ([notify] users)"
+    return "no active login session"
 
 
 def _note(told: list[str], missed: list[str], who: str, why: str | None) -> None:

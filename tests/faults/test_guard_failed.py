@@ -8,8 +8,6 @@ bus, its terminal a real pseudo-terminal that the test reads.
 
 from __future__ import annotations
 
-import os
-import pty
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 from helpers.dbus import PrivateBus
 from helpers.runners import cli
+from helpers.ttys import tty_session, written
 
 from suspendguard.guard import pipeline
 from suspendguard.store import mode as guard_mode
@@ -38,24 +37,9 @@ def broken_look(monkeypatch: pytest.MonkeyPatch) -> None:
 def terminal_session(bus: PrivateBus, fakes: Callable[..., subprocess.Popen[str]]
                      ) -> Iterator[int]:
     """A text session of this user on a real pseudo-terminal (mesg y): its master fd."""
-    master, slave = pty.openpty()
-    name = os.ttyname(slave)
-    os.chmod(name, 0o620)
-    fakes({"sessions": [{"id": "4", "uid": os.getuid(), "name": "alice", "type": "tty",
-                         "tty": name.removeprefix("/dev/")}]}, services=["logind"])
-    try:
+    with tty_session() as (master, session):
+        fakes({"sessions": [session]}, services=["logind"])
         yield master
-    finally:
-        os.close(slave)
-        os.close(master)
-
-
-def _read(master: int) -> str:
-    os.set_blocking(master, False)
-    try:
-        return os.read(master, 65536).decode()
-    except BlockingIOError:
-        return ""
 
 
 def _attempt(state_dir: Path) -> tuple[str, list[str], list[str]]:
@@ -69,7 +53,7 @@ def test_an_enforced_run_that_breaks_tells_the_user_and_ends_its_attempt_with_th
         tmp_path: Path, conf: Path, terminal_session: int) -> None:
     with pytest.raises(RuntimeError, match="the look broke"):
         cli("--config", str(conf), "pre-sleep", "suspend")
-    told = _read(terminal_session)
+    told = written(terminal_session)
     assert "Message from suspendguard" in told, told
     assert f"Suspend refused by suspendguard: {INJECTED}" in told, told
     assert _attempt(tmp_path / "state") == ("interrupted", ["guard-failed"], [INJECTED])
@@ -83,13 +67,13 @@ def test_the_same_refusal_asked_again_at_once_is_told_once(
     for _ in range(2):
         with pytest.raises(RuntimeError):
             cli("--config", str(conf), "pre-sleep", "suspend")
-    assert _read(terminal_session).count("Suspend refused by suspendguard") == 1
+    assert written(terminal_session).count("Suspend refused by suspendguard") == 1
     with History.open(str(tmp_path / "state"), readonly=True) as h:
         assert [a.result for a in h.attempts(5)] == ["interrupted", "interrupted"]
     # Another refusal is told at once.
     with pytest.raises(RuntimeError):
         cli("--config", str(conf), "pre-sleep", "hibernate")
-    assert "Hibernate refused by suspendguard" in _read(terminal_session)
+    assert "Hibernate refused by suspendguard" in written(terminal_session)
 
 
 @pytest.mark.usefixtures("broken_look")
@@ -100,7 +84,7 @@ def test_an_observed_look_that_breaks_lets_the_sleep_go_on_and_tells_nobody(
     status, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
     assert status == 0, err
     assert f"observe mode (suspendguard mode): {INJECTED}; the suspend goes on" in err, err
-    assert _read(terminal_session) == ""
+    assert written(terminal_session) == ""
     assert _attempt(tmp_path / "state") == ("interrupted", ["guard-failed"], [INJECTED])
 
 
@@ -116,7 +100,7 @@ def test_a_configuration_that_cannot_be_loaded_is_told_once_where_the_unit_keeps
     for _ in range(2):
         code, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
         assert code == 2, err
-    assert _read(terminal_session).count("Suspend refused by suspendguard") == 1
+    assert written(terminal_session).count("Suspend refused by suspendguard") == 1
     assert (state / "told.json").exists()
 
 
@@ -130,7 +114,7 @@ def test_a_configuration_that_cannot_be_loaded_is_told_as_the_refusal_it_is(
     code, _, err = cli("--config", str(conf), "pre-sleep", "suspend")
     assert code == 2 and "Traceback" not in err, err
     assert err.splitlines()[-1].startswith(f"suspendguard: {conf}"), err
-    told = _read(terminal_session)
+    told = written(terminal_session)
     assert "Suspend refused by suspendguard: the guard failed before it gave a verdict: " in told
     assert str(conf) in told, told
 

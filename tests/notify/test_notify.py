@@ -297,6 +297,44 @@ def test_timeout_zero_tells_no_one() -> None:
     assert out.getvalue() == ""
 
 
+def test_no_time_left_is_one_warning() -> None:
+    """The unit's own limit passed before the telling began: no one told, and the log says
+    why (a refusal that reached no one is not kept as told)."""
+    out = io.StringIO()
+
+    def never(_timeout: float) -> tuple[LoginSession, ...]:
+        raise AssertionError("asked logind")
+
+    assert not tell(_config(), VETO, "suspend", Logger(out, {}), time.monotonic() - 1,
+                    sessions=never)
+    assert out.getvalue() == ("suspendguard: warning: notify: told no one: no time left before "
+                              "the unit's limit\n")
+
+
+@pytest.mark.parametrize(("sessions", "config", "why"), [
+    # A headless host: logind answers, and lists nobody (or only a greeter).
+    ([], {}, "no active login session"),
+    ([session("3", type="x11", **{"class": "greeter"}, name="lightdm")], {},
+     "no active login session"),
+    # [notify] users names nobody logged in.
+    ([session("4", type="tty", tty="pts/3")], {"users": ("bob", "carol")},
+     "no active login session of bob, carol ([notify] users)"),
+    # Sessions of only the kind the configuration does not tell.
+    ([session("1", type="x11", display=":0", seat="seat0")], {"desktop": False},
+     "no text login session, and [notify] desktop = false"),
+    ([session("4", type="tty", tty="pts/3")], {"wall": False},
+     "no graphical login session, and [notify] wall = false"),
+], ids=["nobody", "greeter-only", "users-not-logged-in", "desktop-off", "wall-off"])
+def test_logind_listing_no_one_to_tell_is_one_warning(
+        bus: PrivateBus, fakes: Callable[..., subprocess.Popen[str]],
+        sessions: list[dict[str, Any]], config: dict[str, Any], why: str) -> None:
+    fakes({"sessions": sessions}, services=["logind"])
+    out = io.StringIO()
+    assert not tell(_config(**config), VETO, "suspend", Logger(out, {}), time.monotonic() + 5,
+                    bus_address=lambda uid: bus.address)
+    assert out.getvalue() == f"suspendguard: warning: notify: told no one: {why}\n"
+
+
 @contextlib.contextmanager
 def _pty() -> Iterator[tuple[int, str]]:
     master, slave = pty.openpty()

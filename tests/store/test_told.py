@@ -127,7 +127,7 @@ def test_a_refusal_told_to_nobody_leaves_the_one_told_before_as_told(
         assert TOLD in terminal.read()
         # [notify] users names nobody logged in: npu 1's refusal reaches no one.
         said = tell(tmp_path, busy("npu 1", 37), users=("bob",))
-        assert terminal.read() == "" and "told" not in said, said
+        assert terminal.read() == "" and "told no one: no active login session of bob" in said, said
         # npu 0's, told a moment ago, is still not told again.
         said = tell(tmp_path, busy("npu 0", 41))
     assert terminal.read() == "" and "not told again" in said, said
