@@ -127,9 +127,8 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
         return ("the Jupyter kernel took the shutdown request but had not exited by the end of "
                 "the wait: a kernel busy in a cell exits only once the cell ends; interrupt or "
                 "finish the cell from its notebook, then suspend again")
-    if (attempt := stop.earlier.get(holder_id(h))) is not None:
-        return (f"attempt {attempt} sent it {signame}, and none is sent again: it is still "
-                "saving or stuck; wait for it to exit, or stop it yourself, then suspend again")
+    if said := _settled(d, plan, stop, running):
+        return said
     found = plan.role(h)
     raise_it = ("or give this job a longer wait ([[policy.drain]] with its uid and exe, and "
                 "timeout_s)")
@@ -139,20 +138,12 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
     if what == "launcher":
         return (f"the launcher of ranks the guard signalled, still running after them: stop it "
                 f"yourself (kill -TERM {h.pid}) once they have saved, then suspend again")
-    if what == "worker":
-        parent = next((p for p in (*job.roots, *job.workers) if p.pid == h.ppid), None)
-        if parent is not None and holder_id(parent) in running:
-            return (f"it is a worker of pid {h.ppid} {parent.comm}, which is still running "
-                    "too: it leaves with its parent, never signalled; see the parent's reason")
-        return (f"it is a worker of pid {h.ppid} and did not leave with it: its parent "
-                f"left it behind; stop it yourself (kill -TERM {h.pid})")
     launcher = job.launcher
     assert launcher is not None
     if what == "forwarded" and holder_id(h) in unforwarded:
         return (f"{launcher.label} could not be signalled, so the guard sent {signame} to "
                 f"this rank itself; the rank is still saving or stuck, and the launcher still "
-                f"runs; stop the job yourself (kill -{signame.removeprefix('SIG')} "
-                f"{launcher.pid}), then suspend again")
+                f"runs; {_stop_job(launcher, signame)}")
     if what == "forwarded" and holder_id(h) in stop.quiet:
         if launcher.kind in AGENTS and (d.wait_s if waited is None else waited) >= AGENT_KILL_S:
             return (f"{launcher.label} forwarded {signame} and SIGKILLs its ranks "
@@ -176,6 +167,76 @@ def timeout_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
     return (f"a rank of {launcher.label}; the rank is still saving or stuck (in a "
             f"collective with a rank that left first); {raise_it}, or stop the job "
             "yourself before suspending")
+
+
+def unsignalled_remedy(d: Decision, plan: jobs.Plan, stop: JobStop,
+                       running: Collection[HolderId] = (),
+                       forwarded: Collection[HolderId] = ()) -> str:
+    """What to do about a holder the drain could not signal (no time was left, a refusal), by
+    the shape of its job: the signal the drain would have sent, where it would have sent it,
+    and none to one that had it already.
+
+    ``running``: the holders this drain left running (a worker's parent among them);
+    ``forwarded``: the launchers that took the signal to forward in this drain.
+    """
+    h, signame = d.holder, d.signal
+    if said := _settled(d, plan, stop, running):
+        return said
+    kill = f"kill -{signame.removeprefix('SIG')}"
+    if holder_id(h) in stop.reached:  # an earlier round's forward, or the launcher's own
+        return (f"it had its {signame} earlier in this run, and none is sent again: wait for "
+                "it to exit, or stop it yourself, then suspend again")
+    found = plan.role(h)
+    if found is None:
+        return f"stop it yourself ({kill} {h.pid}), then suspend again"
+    what, job = found
+    launcher = job.launcher
+    assert launcher is not None
+    if what == "launcher":
+        return (f"the launcher of ranks the guard signals itself, never signalled: stop its "
+                f"ranks first, then it (kill -TERM {h.pid}) once they have saved, then suspend "
+                "again")
+    if what == "forwarded" and launcher.id in forwarded:
+        return (f"{launcher.label} took {signame} to forward to its ranks, and none is sent "
+                "again: wait for it to exit, or stop it yourself, then suspend again")
+    if what == "forwarded" and launcher.sigint not in ("ignored", "blocked"):
+        return (f"a rank of {launcher.label}, which forwards {signame} to each rank, this one "
+                f"never signalled beside it: {_stop_job(launcher, signame)}")
+    if what == "held":
+        return (f"a rank of {launcher.label}, which {launcher.kind.restarts}: stop the job "
+                f"yourself, the launcher stopped meanwhile (kill -STOP {launcher.pid}, {kill} "
+                f"to each rank, kill -CONT {launcher.pid} once they left), then suspend again")
+    # Those the guard signals itself, the launcher left alone: mpirun's, or out of reach of
+    # the launcher's forward.
+    whose = (f"below a rank of {launcher.label}, out of reach of the signal it forwards"
+             if what == "beyond" else f"a rank of {launcher.label}, which "
+             + (launcher.kind.restarts if what == "ranks" else f"{launcher.sigint} {signame}"))
+    return f"{whose}: stop this rank yourself ({kill} {h.pid}), then suspend again"
+
+
+def _settled(d: Decision, plan: jobs.Plan, stop: JobStop, running: Collection[HolderId]) -> str:
+    """The advice for a holder that a signal of its own would not help, timed out or never
+    signalled: one an earlier attempt signalled, a worker; "" for any other."""
+    h = d.holder
+    if (attempt := stop.earlier.get(holder_id(h))) is not None:
+        return (f"attempt {attempt} sent it {d.signal}, and none is sent again: it is still "
+                "saving or stuck; wait for it to exit, or stop it yourself, then suspend again")
+    found = plan.role(h)
+    if found is None or found[0] != "worker":
+        return ""
+    job = found[1]
+    parent = next((p for p in (*job.roots, *job.workers) if p.pid == h.ppid), None)
+    if parent is not None and holder_id(parent) in running:
+        return (f"it is a worker of pid {h.ppid} {parent.comm}, which is still running "
+                "too: it leaves with its parent, never signalled; see the parent's reason")
+    return (f"it is a worker of pid {h.ppid} and did not leave with it: its parent "
+            f"left it behind; stop it yourself (kill -TERM {h.pid})")
+
+
+def _stop_job(launcher: jobs.Launcher, signame: str) -> str:
+    """The job stopped through its launcher, which passes the signal on to its ranks."""
+    return (f"stop the job yourself (kill -{signame.removeprefix('SIG')} {launcher.pid}), "
+            "then suspend again")
 
 
 def killed_by_agent(decisions: Sequence[Decision], plan: jobs.Plan,

@@ -14,14 +14,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from suspendguard.config import EscalationStep
-from suspendguard.guard.handles import (
-    POLL_S,
-    UNSIGNALLABLE,
-    Target,
-    pidfd_open,
-    send,
-    take,
-)
+from suspendguard.guard.handles import POLL_S, UNSIGNALLABLE, Target, pidfd_open, send, take
 from suspendguard.guard.held import Held
 from suspendguard.guard.job_stop import ASK_MIN_S, NO_JOBS, JobStop, forward
 from suspendguard.guard.jobs import Launcher
@@ -43,6 +36,8 @@ NO_WAIT_S = 0.1
 # end: it was stopped a moment ago, and DeepSpeed's and msrun's poll their ranks about once
 # a second.
 CONTINUED_S = 3.0
+
+VETO_ANYWAY = "veto anyway: nobody is signalled"  # another's veto is certain (run_state.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +81,7 @@ def drain(
     waited for. ``reached`` is handed the holders each signal reached before
     the wait after it (the history's note: a guard killed in that wait leaves
     who got the signal, and the next attempt sends none again); it answers a
-    warning, or "".
+    warning, or "". One holder that cannot be taken (pidfd, start time): nobody is signalled.
     """
     proc = proc or ProcFS()
     watch = _Drain(deadline, log, progress_every_s, reached)
@@ -97,6 +92,9 @@ def drain(
         else:
             watch.targets[taken.pidfd if taken.pidfd >= 0 else -1 - len(watch.targets)] = taken
     try:
+        # One that cannot be signalled vetoes (left_running.py): a signal would end jobs for nothing.
+        if watch.targets and any(o.why.startswith(UNSIGNALLABLE) for o in watch.outcomes.values()):
+            return watch.unsignalled(VETO_ANYWAY)
         if keep is not None and watch.targets:
             keep([t.holder for t in watch.targets.values()])
         # The run's time spent (the supervisors' keep-down, a daemon-reload, an engine's
@@ -119,7 +117,7 @@ def drain(
         watch.send_all(signame, jobs)
         watch.note_reached()
         wait_s, shortened = watch.first_wait(signame, timeout_s, jobs.held)
-        watch.escalate(escalate, jobs)
+        watch.escalate(escalate, signame, jobs.held)
         watch.time_out()
         lingering = watch.continued(jobs.held)
     finally:  # said once where they were continued early (first_wait)
@@ -245,19 +243,29 @@ class _Drain:
             cut = f" (cut from {timeout_s:g} s to end within the deadline)" if shortened else ""
             self.log(f"sent {signame} to {len(sent)} holder(s): {names}; "
                      f"waiting up to {wait_s:.1f} s{cut}")
-        launchers = {lr.id for lr in self.jobs.hold} if held is not None else set()
-        self.wait(until, launchers)
-        if (held is not None and self.targets
-                and {holder_id(t.holder) for t in self.targets.values()} <= launchers):
-            self._signal_held(signame)
-            # Continued, not released: ``continued`` still waits for each held launcher, the
-            # ones holding no node too (msrun, left running once its ranks left, vetoes).
-            held.resume()
-            self.resumed_at = self.clock()
-            if held.launchers:
-                self.log("continued " + ", ".join(lr.label for lr, _fd in held.launchers))
-            self.wait(max(until, min(self.resumed_at + CONTINUED_S, self.deadline.at)))
+        self.wait(until, self._held(held))
+        self._continue_held(signame, held, until)
         return wait_s, shortened
+
+    def _held(self, held: Held | None) -> set[HolderId]:
+        """The held launchers not continued yet: none gets a signal before its ranks left."""
+        if held is None or self.resumed_at is not None:
+            return set()
+        return {lr.id for lr in self.jobs.hold}
+
+    def _continue_held(self, signame: str, held: Held | None, until: float) -> None:
+        """The held launchers continued and sent their one signal, once they are all that is
+        left of the holders; then waited for until ``until``, CONTINUED_S at least."""
+        if held is None or not self.targets or not self.running() <= self._held(held):
+            return
+        self._signal_held(signame)
+        # Continued, not released: ``continued`` still waits for each held launcher, the
+        # ones holding no node too (msrun, left running once its ranks left, vetoes).
+        held.resume()
+        self.resumed_at = self.clock()
+        if held.launchers:
+            self.log("continued " + ", ".join(lr.label for lr, _fd in held.launchers))
+        self.wait(max(until, min(self.resumed_at + CONTINUED_S, self.deadline.at)))
 
     def _signal_held(self, signame: str) -> None:
         """Each held launcher left, that holds a node itself, its ranks gone: its own
@@ -274,21 +282,27 @@ class _Drain:
             target.signalled_at = self.clock()
         self.note_reached()
 
-    def escalate(self, steps: Sequence[EscalationStep], jobs: JobStop) -> None:
+    def escalate(self, steps: Sequence[EscalationStep], signame: str,
+                 held: Held | None = None) -> None:
+        """Each step's signal, then its wait. A held launcher gets none while its ranks run
+        (stopped, it would act on it once continued: after the veto), and its one ``signame``
+        once they left, as in ``first_wait``; the steps after reach it as any holder."""
         for step in steps:
             if not self.targets or self.deadline.cancelled or self.clock() >= self.deadline.at:
                 break
             stepnum = int(signal.Signals[step.signal])
-            for target in self.targets.values():
-                if holder_id(target.holder) in jobs.asks:
-                    continue  # asked its own way: never signalled
+            launchers = self._held(held)
+            skip = launchers.union(self.jobs.asks)  # asked their own way, or held: not yet
+            aimed = [t for t in self.targets.values() if holder_id(t.holder) not in skip]
+            for target in aimed:
                 target.last_signal = step.signal
                 target.escalated = True
                 target.reached |= send(target, stepnum) is None
             self.note_reached()
-            self.log(f"escalating: sent {step.signal} to {len(self.targets)} holder(s) still "
-                     "running")
-            self.wait(min(self.clock() + step.wait_s, self.deadline.at))
+            self.log(f"escalating: sent {step.signal} to {len(aimed)} holder(s) still running")
+            until = min(self.clock() + step.wait_s, self.deadline.at)
+            self.wait(until, launchers)
+            self._continue_held(signame, held, until)
 
     def continued(self, held: Held | None) -> tuple[Launcher, ...]:
         """Once every holder left, the held launchers continued and waited for until the

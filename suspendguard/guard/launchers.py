@@ -101,33 +101,47 @@ def builtin_kind(cmdline: Sequence[str], exe: str) -> LauncherKind | None:
     return None
 
 
-_ACCELERATE_MULTI = ("--multi_gpu", "--multi-gpu", "--use_deepspeed", "--use-deepspeed",
-                     "--use_fsdp", "--use-fsdp", "--use_megatron_lm", "--num_machines",
-                     "--num-machines")
+# The options that put ``accelerate launch`` on torchrun's agent, besides --num_processes above
+# 1. Not --num_machines: accelerate picks its launcher without it, so one process per machine
+# is still the bare wait (a multi-GPU host's processes, its default, are told by the job).
+_ACCELERATE_MULTI = frozenset(("--multi_gpu", "--use_deepspeed", "--use_fsdp",
+                               "--use_megatron_lm"))
 
 
 # accelerate launch's options that take no value; any other takes the next word unless
 # given as --key=value. Its first other word is the script, whose own options are its own.
-_ACCELERATE_FLAGS = frozenset((
-    "--cpu", "--tpu", "--ipex", "--use_xpu", "--use-xpu", "-m", "--module", "--no_python",
-    "--no-python", "-q", "--quiet", "--debug", "-h", "--help", "--same_network",
-    "--same-network", "--tpu_use_cluster", "--tpu_use_sudo", "--downcast_bf16",
-    "--enable_cpu_affinity",
+# Spelled with underscores: accelerate takes each with hyphens too (_option).
+_ACCELERATE_FLAGS = _ACCELERATE_MULTI | frozenset((
+    "--cpu", "--tpu", "--ipex", "--use_xpu", "-m", "--module", "--no_python", "-q", "--quiet",
+    "--debug", "-h", "--help", "--same_network", "--tpu_cluster", "--no_tpu_cluster",
+    "--tpu_use_cluster", "--tpu_use_sudo", "--downcast_bf16", "--enable_cpu_affinity",
+    "--dynamo_use_fullgraph", "--dynamo_use_dynamic", "--fp8_use_autocast_during_eval",
 ))
+
+
+def _option(word: str) -> tuple[str, bool, str]:
+    """An option of accelerate launch: its name with underscores, whether ``=`` gave its value,
+    and that value."""
+    key, eq, value = word.partition("=")
+    if key.startswith("--"):
+        key = "--" + key[2:].replace("-", "_")
+    return key, bool(eq), value
 
 
 def _accelerate(args: Sequence[str]) -> LauncherKind:
     """torchrun's agent in-process for several processes; a bare wait for one. ``args``:
     those after ``launch``, the script's own included."""
+    multi = cpu = False
     i = 0
     while i < len(args) and args[i].startswith("-"):
-        key, eq, value = args[i].partition("=")
-        if key in _ACCELERATE_MULTI:
-            return BUILTIN["accelerate"]
+        key, eq, value = _option(args[i])
         if not eq and key not in _ACCELERATE_FLAGS:
             value = args[i + 1] if i + 1 < len(args) else ""
             i += 1
-        if key in ("--num_processes", "--num-processes") and value.isdigit() and int(value) > 1:
-            return BUILTIN["accelerate"]
+        multi = multi or key in _ACCELERATE_MULTI or (
+            key == "--num_processes" and value.isdigit() and int(value) > 1)
+        cpu = cpu or key == "--cpu"
         i += 1
-    return BUILTIN["accelerate-single"]
+    # Each of accelerate's multi-process paths is taken only without --cpu: with it, whatever
+    # else is asked, the bare wait.
+    return BUILTIN["accelerate" if multi and not cpu else "accelerate-single"]

@@ -27,9 +27,12 @@ def left_running(d: Decision, result: DrainResult, plan: jobs.Plan, stop: JobSto
     in words ("" where none)."""
     h = d.holder
     outcome = result.outcomes[holder_id(h)]
+    running = {key for key, o in result.outcomes.items() if o.kind in ("timeout", "not-signalled")}
     if outcome.kind == "not-signalled" and outcome.why.startswith(UNSIGNALLABLE):
+        # By the job's shape: a second signal, or one to a rank beside its launcher's, would
+        # cost the job the save the drain was for.
         way = (jupyter.SHUT_DOWN if holder_id(h) in stop.asks  # SIGINT never ends a kernel
-               else f"stop it yourself (kill -INT {h.pid})")
+               else advice.unsignalled_remedy(d, plan, stop, running, result.forwarded_at.keys()))
         return (reason_about("unsignallable", (
             f"pid {h.pid} {h.comm} {outcome.why}: it still holds the device; {way}"), h,
             owner.key),)
@@ -39,9 +42,7 @@ def left_running(d: Decision, result: DrainResult, plan: jobs.Plan, stop: JobSto
     if kept_down:
         by += f" ({owner.short_name}, kept from restarting by {advice.via(owner)})"
     cut = " (the wait was cut short by the deadline)" if result.shortened else ""
-    remedy = advice.timeout_remedy(d, plan, stop, {
-        key for key, o in result.outcomes.items() if o.kind == "timeout"}, result.unforwarded,
-        result.wait_s)
+    remedy = advice.timeout_remedy(d, plan, stop, running, result.unforwarded, result.wait_s)
     return (reason_about("timeout-after-sigint", (
         f"pid {h.pid} {h.comm}{by} {outcome.why}{cut}" + (f" ({took})" if took else "")
         + f": {remedy}"), h, owner.key),)

@@ -18,6 +18,7 @@ import sys
 
 import pytest
 from helpers.holders import Holders
+from helpers.refusing import descriptors_left
 from helpers.runners import guard
 from helpers.users import nobody_prefix, python_for_nobody
 
@@ -45,7 +46,7 @@ def test_pidfd_open_failure_vetoes_with_the_holder_named(
 # In a child of its own: the limit on open files is the process's. Every descriptor but one
 # is taken, so pidfd_open takes the last and the start time's read of /proc finds none.
 LAST_FD = """
-import os, resource, sys
+import os, sys
 from suspendguard.guard.handles import pidfd_open, take
 from suspendguard.model import Holder
 from suspendguard.system.procfs import ProcFS
@@ -53,14 +54,7 @@ pid = int(sys.argv[1])
 holder = Holder(pid=pid, start_time=ProcFS().stat(pid).start_time, ppid=os.getppid(), uid=0,
                 user="root", comm="python3", exe=sys.executable, cmdline=("python3",),
                 unit=None, container=None, nspid=(pid,), nodes=(), sigint="caught")
-resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-taken = []
-try:
-    while True:
-        taken.append(os.open("/dev/null", os.O_RDONLY))
-except OSError:
-    pass
-os.close(taken.pop())
+""" + descriptors_left(1) + """
 print(take(holder, "SIGINT", ProcFS(), pidfd_open))
 """
 

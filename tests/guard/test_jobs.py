@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.holders import HOLDER, Holders
+from helpers.holders import HOLDER, SLOW_FAMILY, Holders
 from helpers.isolation import ROOT
 from helpers.runners import guard
 from helpers.wait import wait_for
@@ -60,6 +60,20 @@ from suspendguard.system.procfs import ProcFS
      "/usr/bin/python3.10", "accelerate", "ranks"),
     (["accelerate", "launch", "-m", "--num_processes=2", "trainer"], "/usr/bin/python3.10",
      "accelerate", "forward"),
+    # --num_machines never picks accelerate's launcher: its value is skipped, not counted.
+    (["accelerate", "launch", "--num_processes=1", "--num_machines=1", "--machine_rank=0",
+      "trainable.py"], "/usr/bin/python3.10", "accelerate", "ranks"),
+    (["accelerate", "launch", "--num_machines", "1", "trainable.py"], "/usr/bin/python3.10",
+     "accelerate", "ranks"),
+    (["accelerate", "launch", "--num-machines=2", "trainable.py"], "/usr/bin/python3.10",
+     "accelerate", "ranks"),
+    (["accelerate", "launch", "--num_machines", "2", "--num-processes", "8", "t.py"],
+     "/usr/bin/python3.10", "accelerate", "forward"),
+    (["accelerate", "launch", "--use-fsdp", "t.py", "--cpu"], "/usr/bin/python3.10",
+     "accelerate", "forward"),
+    # Each multi-process path is taken only without --cpu.
+    (["accelerate", "launch", "--cpu", "--num_processes", "4", "--multi_gpu", "t.py"],
+     "/usr/bin/python3.10", "accelerate", "ranks"),
     (["python3", "-m", "deepspeed.launcher.launch", "t.py"], "/usr/bin/python3.10",
      "deepspeed", "hold"),
     (["/usr/bin/python3", "/usr/local/bin/msrun", "--worker_num", "8", "t.py"],
@@ -436,22 +450,6 @@ def test_nor_from_the_next_attempt_when_it_opens_its_node_after_that_attempt_end
     assert row.outcome.kind == "timeout", row.outcome
     assert sorted(holders.signals()) == sorted(
         [f"{pid} launcher SIGINT", f"{first} SIGINT", f"{late} SIGINT"]), holders.signals()
-
-
-
-# A parent whose SIGINT handler saves for longer than the drain waits, and a
-# worker it forked (the node inherited), as a rank and its DataLoader worker.
-SLOW_FAMILY = """
-import os, signal, sys, time
-node = open(sys.argv[1], "rb")
-signal.signal(signal.SIGINT, lambda *_: time.sleep(30))
-child = os.fork()
-if child == 0:
-    time.sleep(60)
-    os._exit(0)
-print(os.getpid(), child, flush=True)
-time.sleep(60)
-"""
 
 
 def test_a_worker_whose_parent_still_runs_is_not_said_left_behind(make_config: Any,

@@ -10,6 +10,20 @@ import sys
 from pathlib import Path
 
 HOLDER = str(Path(__file__).parent / "holder.py")
+# A parent that holds the node (argv[1]) and a worker it forked after the open, the node
+# inherited, as a rank and its DataLoader worker; it prints "PARENT WORKER". Its SIGINT
+# handler saves for longer than a drain waits.
+SLOW_FAMILY = """
+import os, signal, sys, time
+node = open(sys.argv[1], "rb")
+signal.signal(signal.SIGINT, lambda *_: time.sleep(30))
+child = os.fork()
+if child == 0:
+    time.sleep(60)
+    os._exit(0)
+print(os.getpid(), child, flush=True)
+time.sleep(60)
+"""
 
 
 class Holders:

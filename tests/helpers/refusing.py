@@ -1,4 +1,5 @@
-"""/proc as it is, but one process's fd table refused even to root."""
+"""/proc as it is, but one process's fd table refused even to root; a process's own fd table
+full but for a few descriptors."""
 
 from __future__ import annotations
 
@@ -20,3 +21,21 @@ class RefusingFds(ProcFS):
         if pid == self.refused:
             raise ProcAccessError(f"/proc/{pid}/fd: Permission denied")
         return super().open_paths(pid, *args, **kw)
+
+
+def descriptors_left(free: int) -> str:
+    """Python lines that take every descriptor this process may open but ``free`` of them
+    (its limit lowered to 64 first): for a child of its own, the limit being the process's,
+    whose next open past those ``free`` fails with EMFILE, for real."""
+    return f"""
+import os, resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+_taken = []
+try:
+    while True:
+        _taken.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+for _ in range({free}):
+    os.close(_taken.pop())
+"""
