@@ -234,7 +234,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
         ctx.out.write("\n")
     else:
         _human(logs, ctx.out, since, args.verbose)
-    return exit_status(logs.files, logs.findings, list(args.paths or ()), ctx)
+    read = logs.files.files_read > 0 or any(j.unavailable is None for j in logs.journals)
+    return exit_status(logs.files, logs.findings, list(args.paths or ()), ctx, read)
 
 
 def _partly_read(skipped: Skipped) -> bool:
@@ -243,9 +244,11 @@ def _partly_read(skipped: Skipped) -> bool:
 
 
 def exit_status(report: SearchReport, findings: Sequence[Finding], paths: Sequence[str],
-                ctx: Context) -> int:
+                ctx: Context, read: bool = True) -> int:
     """2 when a PATH typed on the command line, or a file in a folder typed, was not read
-    (as ``grep -r``); else 1 with findings, 0 without."""
+    (as ``grep -r``), or when nothing was ``read`` and a log found was refused (``[logs]
+    paths`` under a folder this user may not read: never "none found" to a cron check);
+    else 1 with findings, 0 without."""
     # The search names a PATH as it opened it: made absolute (``logs/walk.py``).
     typed = {os.path.abspath(p) for p in paths}
     folders = tuple(t.rstrip("/") + "/" for t in typed)
@@ -253,10 +256,10 @@ def exit_status(report: SearchReport, findings: Sequence[Finding], paths: Sequen
     def asked(path: str) -> bool:
         return path in typed or path.startswith(folders)
 
-    unread = [s for s in report.skipped if asked(s.path) and not _partly_read(s)
-              and not s.reason.endswith(NOT_FOLLOWED)]
+    unread = [s for s in report.skipped if (asked(s.path) or not read)
+              and not _partly_read(s) and not s.reason.endswith(NOT_FOLLOWED)]
     for s in unread:
-        ctx.err.write(f"suspendguard: logs: {s.path}: {s.reason}\n")
+        ctx.err.write(f"suspendguard: logs: {safe(s.path)}: {safe(s.reason)}\n")
     if unread:
         return EXIT_USAGE
     return 1 if findings else 0

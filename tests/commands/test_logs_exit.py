@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -120,3 +121,35 @@ def test_a_file_in_a_folder_typed_that_cannot_be_read_is_2(tmp_path: Path) -> No
             2, f"suspendguard: logs: {slog}/device-0.log: Permission denied\n")
     finally:
         shutil.rmtree(slog)
+
+
+def test_a_file_not_read_is_named_on_stderr_with_its_control_characters_escaped(
+        tmp_path: Path) -> None:
+    # Any user who may write in a folder the operator scans names the file: its ESC and
+    # newline neither reach the terminal nor forge a second line.
+    os.mkfifo(tmp_path / "pipe\x1b[2J\nsuspendguard: all clear.log")
+    code, _out, err = logs(str(tmp_path))
+    assert code == 2, err
+    assert err.startswith(f"suspendguard: logs: {tmp_path}/pipe\\e[2J\\nsuspendguard: all clear.log: ")
+    assert "\x1b" not in err and err.count("\n") == 1, err
+
+
+def test_configured_logs_all_refused_are_2_and_never_none_found(tmp_path: Path) -> None:
+    # [logs] paths, not typed: a cron check reading 0 would take "nothing read" for "clean".
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    os.mkfifo(folder / "device-0.log")
+    conf = tmp_path / "config.toml"
+    conf.write_text(f'[logs]\npaths = ["{folder}/**"]\n[state]\ndir = "{tmp_path / "state"}"\n')
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--config", str(conf), "logs"], out=out, err=err, environ={})
+    assert "Nothing was read." in out.getvalue(), out.getvalue()
+    assert code == 2 and err.getvalue().startswith(
+        f"suspendguard: logs: {folder}/device-0.log: "), err.getvalue()
+    # One log read: what was refused is listed on stdout, as before, and the search is whole
+    # enough to say none found.
+    (folder / "device-1.log").write_text("[INFO] TSCH(-1,null):2024-01-01-00:00:00.000.000 up\n")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--config", str(conf), "logs"], out=out, err=err, environ={})
+    assert (code, err.getvalue()) == (0, ""), err.getvalue()
+    assert "No documented failure found" in out.getvalue(), out.getvalue()
