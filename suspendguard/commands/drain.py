@@ -9,18 +9,22 @@ again; a holder that appeared while the question was open is asked about
 too. The real run then signals only the holders confirmed: one that
 appears after the last look (or a respawn in a later round) is not
 signalled and vetoes, named, so nobody is signalled who was not shown.
+A look that refuses the suspend already (a veto, or unknown) asks nothing:
+the real run would signal nobody, so that look's report is the answer.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_VETO, UsageError
 from suspendguard.guard.pipeline import default_idle_check, run
-from suspendguard.guard.render import short_command
-from suspendguard.guard.run import run_guard
+from suspendguard.guard.render import render, short_command
+from suspendguard.guard.report import Report
+from suspendguard.guard.run import OnDemandOwnerControl, open_history, run_guard
 from suspendguard.guard.run_state import IdleCheck
 from suspendguard.model import HolderId, holder_id
 from suspendguard.record import HolderRecord
@@ -28,19 +32,49 @@ from suspendguard.system.log import Logger
 from suspendguard.system.terminal import table, terminal_width
 
 
-def to_signal(config: Config, ctx: Context,
-              idle_check: IdleCheck | None = default_idle_check) -> dict[HolderId, HolderRecord]:
-    """Who a real run would signal now, by a dry run that records nothing.
+def look(config: Config, ctx: Context,
+         idle_check: IdleCheck | None = default_idle_check) -> Report:
+    """The dry run a real run is predicted by: it records nothing.
 
-    The device is asked as the real run asks it: a process it reports that the
-    scan missed (in a container the guard cannot read) is signalled by the real
-    run, so it is listed; left off, the real run would veto it as unconfirmed.
+    It is made as ``check`` makes it: the owners read through their supervisors (a
+    transient user unit vetoes), the history read (a holder an earlier attempt signalled
+    is not signalled again), the device asked. A process the device reports that the
+    scan missed (in a container the guard cannot read) is signalled by the real run, so
+    it is listed; left off, the real run would veto it as unconfirmed.
     """
     log = Logger(ctx.err, ctx.environ, quiet=True)
-    report = run(config, dry_run=True, origin="cli", log=log, record=False,
-                 idle_check=idle_check)
+    return run(config, dry_run=True, origin="cli", log=log, record=False,
+               idle_check=idle_check, history=open_history,
+               supervisors=OnDemandOwnerControl(ctx.environ, config.state.dir))
+
+
+def signalled_by(report: Report) -> dict[HolderId, HolderRecord]:
+    """Who the real run would signal, as the dry run ``report`` predicts it."""
     return {holder_id(hr.decision.holder): hr for hr in report.holders
             if hr.outcome.kind == "would-signal"}
+
+
+def to_signal(config: Config, ctx: Context,
+              idle_check: IdleCheck | None = default_idle_check) -> dict[HolderId, HolderRecord]:
+    """Who a real run would signal now, by a dry run that records nothing."""
+    return signalled_by(look(config, ctx, idle_check))
+
+
+def _refused(report: Report, args: argparse.Namespace, ctx: Context) -> int:
+    """A look that refuses the suspend already: its report, as ``check`` prints it, and its
+    exit status. The real run would signal nobody (a certain veto, or a verdict it cannot
+    know), so there is nothing to ask about; the holders it would have stopped are named
+    in the report as not signalled, and why."""
+    if args.json:
+        json.dump(report.to_json(), ctx.out, indent=2)
+        ctx.out.write("\n")
+    else:
+        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
+               width=None if getattr(args, "wide", False) else terminal_width(ctx.environ, ctx.out))
+    ctx.out.flush()
+    ctx.err.write(f"drain: the suspend is refused already ({report.verdict.kind}): "
+                  "nobody was signalled, nothing to confirm\n")
+    return report.verdict.exit_status
 
 
 def _list(holders: list[HolderRecord], ctx: Context) -> None:
@@ -74,7 +108,10 @@ def drain(args: argparse.Namespace, ctx: Context) -> int:
     shown: dict[HolderId, HolderRecord] = {}
     if not args.yes:
         while True:
-            new = {k: v for k, v in to_signal(config, ctx).items() if k not in shown}
+            report = look(config, ctx)
+            if report.verdict.kind != "allow":
+                return _refused(report, args, ctx)
+            new = {k: v for k, v in signalled_by(report).items() if k not in shown}
             if not new:
                 break
             what = "also " if shown else ""

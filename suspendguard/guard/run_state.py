@@ -115,7 +115,7 @@ class RunState:
         decisions = decide(holders, self.policy, self.drain, never_pids=self.never,
                            respawned=respawned, vouched=vouch(holders, self.options.proc,
                                                                self.token))
-        decisions = [self._jupyter(self._confirmed(self._pod(d))) for d in decisions]
+        decisions = [self._by_run(d) for d in decisions]
         self.earlier.update(self.ledger.signalled_before(
             [d.holder for d in decisions if d.signals or d.kind in SIGNAL_VETOES]))
         decisions = spare_workers(still_saving(decisions, self.earlier.keys()
@@ -125,6 +125,14 @@ class RunState:
         plan = self.plan(decisions)
         return [replace(d, notes=(*d.notes, *notes)) if (notes := self._notes(d, plan)) else d
                 for d in decisions]
+
+    def _by_run(self, d: Decision) -> Decision:
+        """What only the run can tell of one decision, in this order. The owner first: a
+        pod's veto names the pod, not the kernel in it. Then a Jupyter kernel, which may turn
+        a veto (an idle kernel ignores SIGINT) into a shutdown request that acts: the owner
+        is asked again of that one. The confirmed list last, so that nothing that acts,
+        however it acts, passes without the operator's yes."""
+        return self._confirmed(self._pod(self._jupyter(self._pod(d))))
 
     def _notes(self, d: Decision, plan: jobs.Plan) -> list[str]:
         """The notes the job's plan, and an earlier attempt's signal, add to ``d`` (a worker

@@ -22,6 +22,7 @@ from suspendguard.doctor.host import Host
 from suspendguard.errors import ConfigError, HistoryError, SuspendGuardError
 from suspendguard.guard.pipeline import default_idle_check, run
 from suspendguard.guard.report import Report
+from suspendguard.guard.run import OnDemandOwnerControl, open_history
 from suspendguard.idle.base import IdleReport
 from suspendguard.install.installed import read_installation
 from suspendguard.install.templates import instance
@@ -86,10 +87,17 @@ def _units(timeout: float, address: str) -> Mapping[str, UnitInfo] | Unavailable
     return unit_info([instance(a) for a in SLEEP_ACTIONS], timeout, address)
 
 
-def _pipeline(config: Config, proc: ProcFS | None, idle_check: IdleCheck | None) -> Report | Unavailable:
+def _pipeline(config: Config, environ: Mapping[str, str], proc: ProcFS | None,
+              idle_check: IdleCheck | None) -> Report | Unavailable:
+    """The verdict ``check`` gives now: its dry run, made as ``check`` makes it. The owners
+    are read through their supervisors (a holder in a transient user unit vetoes, which its
+    cgroup's name does not tell), and the history is read, never written (a holder an
+    earlier attempt signalled, still saving, is not signalled again)."""
     try:
         return run(config, dry_run=True, record=False, origin="status", proc=proc,
-                   idle_check=idle_check, log=Logger(io.StringIO(), {}, quiet=True))
+                   idle_check=idle_check, log=Logger(io.StringIO(), {}, quiet=True),
+                   supervisors=OnDemandOwnerControl(environ, config.state.dir),
+                   history=open_history)
     except (SuspendGuardError, OSError) as exc:
         return Unavailable(f"the dry run could not be made: {exc}")
 
@@ -121,7 +129,7 @@ def collect(
         units_f = pool.submit(_units, dbus_timeout, bus)
         # An untrusted config may name the programs the idle backends run:
         # status reports on it, and runs none of them.
-        report = _pipeline(config, proc, None if config.trust else idle_check)
+        report = _pipeline(config, environ, proc, None if config.trust else idle_check)
         installation = read_installation(root)
         state_dir = _state_dir(config.state.dir)
         history = _history(config.state.dir, history_attempts,

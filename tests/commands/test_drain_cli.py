@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import select
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from helpers.holders import Holders
+from helpers.ttys import on_a_terminal
 
 from suspendguard.cli import main
 from suspendguard.store.history import History
@@ -28,46 +27,6 @@ def attempts(conf: Path) -> list[object]:
         return []
     with History.open(str(conf.parent / "state"), readonly=True) as h:
         return list(h.attempts(5))
-
-
-def on_a_terminal(argv: list[str], answer: bytes | None, timeout: float = 30.0
-                  ) -> tuple[int, str]:
-    """Run argv with stdin, stdout and stderr on a new pseudo-terminal; answer the question.
-
-    Returns the exit status and everything the terminal showed.
-    """
-    master, slave = os.openpty()
-    env = {**os.environ, "NO_COLOR": "1"}
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                            env=env)
-    os.close(slave)
-    shown = b""
-    answered = answer is None
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:  # EIO: every copy of the slave side is closed
-                    break
-                if not chunk:
-                    break
-                shown += chunk
-            if not answered and b"[y/N]" in shown:
-                assert answer is not None
-                os.write(master, answer)
-                answered = True
-            if proc.poll() is not None and not ready:
-                break
-        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-    return code, shown.decode(errors="replace").replace("\r\n", "\n")
 
 
 def drain_argv(conf: Path, *args: str) -> list[str]:
