@@ -5,7 +5,7 @@ A holder in a transient user unit (``systemd-run --user``) vetoes under the defa
 cgroup's name does not), so status asks the supervisors as check does. The holder is real,
 in a cgroup named as a user manager names it; the manager is the suite's fake systemd1 on
 a private bus at the manager's private socket (no user manager runs here), its unit
-``Transient=yes`` (transient_systemd.py). A job an earlier drain signalled, still saving,
+``Transient=yes``. A job an earlier drain signalled, still saving,
 is read from the real history, as check reads it: not signalled again.
 """
 
@@ -15,16 +15,13 @@ import contextlib
 import io
 import json
 import os
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.engine.fake_engine import cgroup_root
-from helpers.dbus import PrivateBus, dbus_daemon, private_system_bus
+from helpers.dbus import PrivateBus, dbus_daemon, fake_service, private_system_bus
 from helpers.holders import Holders
 from helpers.runners import cli
 
@@ -34,29 +31,13 @@ from suspendguard.supervise import usermanager
 
 UNIT = "run-u7.service"
 NOBODY = 65534
-FAKE = Path(__file__).resolve().parent / "transient_systemd.py"
 
 
-@contextlib.contextmanager
-def transient_user_manager(bus: PrivateBus) -> Iterator[None]:
+def transient_user_manager(bus: PrivateBus) -> contextlib.AbstractContextManager[Any]:
     """The fake systemd1 on ``bus``, answering for UNIT as a transient unit, running."""
-    state = {"units": {UNIT: {"LoadState": "loaded", "ActiveState": "active",
-                              "SubState": "running", "Restart": "no", "Transient": True}}}
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen([sys.executable, str(FAKE), "--address", bus.address, "--state",
-                                 json.dumps(state), "--service", "systemd"],
-                                stdout=subprocess.PIPE, stderr=log, text=True)
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline().strip()
-            log.seek(0)
-            assert line == "READY", log.read()
-            yield
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-            assert proc.stdout is not None
-            proc.stdout.close()
+    return fake_service(bus, {"units": {UNIT: {
+        "LoadState": "loaded", "ActiveState": "active", "SubState": "running", "Restart": "no",
+        "Transient": True}}}, services=["systemd"])
 
 
 @contextlib.contextmanager

@@ -86,6 +86,11 @@ class Unit(ServiceInterface):
     def UnitFileState(self) -> "s":
         return str(self.props.get("UnitFileState", ""))
 
+    @dbus_property(access=PropertyAccess.READ)
+    def Transient(self) -> "b":
+        # Made by StartTransientUnit (systemd-run): a unit's "Transient" in --state.
+        return bool(self.props.get("Transient", False))
+
 
 class Service(ServiceInterface):
     def __init__(self, props: dict[str, object]) -> None:
