@@ -4,7 +4,8 @@ A process the device reports but the scan missed (a container the guard
 could not read) goes through the same policy and drain; the device is then
 asked again, and a process it reports only then vetoes, unsignalled (it
 appeared after the drain). A dry run's device is still busy with the jobs a real run
-would drain first: that is said, not vetoed.
+would drain first: that is said, not vetoed; a family no backend can answer for vetoes
+as in a real run.
 """
 
 from __future__ import annotations
@@ -49,14 +50,16 @@ def confirm_idle(r: RunState, look: Look, certain_veto: bool, config: IdleConfig
             idle = look.idle_check(config, families, r.deadline.at_least(0.5))
             said += appeared_after(r, idle, drained)
     said += reported
-    if r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values()):
-        said += Said.warn(*(f"(expected before the drain) {w}" for w in idle.veto_reasons))
-    else:
-        unknown = {why: family for family, why in idle.unknown}
-        busy = {why: device for device, why in idle.busy}
-        said += Said.veto(*(Reason("device-unknown", why, device=unknown[why]) if why in unknown
-                            else Reason("device-busy", why, device=busy.get(why))
-                            for why in idle.veto_reasons))
+    unknown = {why: family for family, why in idle.unknown}
+    busy = {why: device for device, why in idle.busy}
+    # A dry run's devices still compute for the jobs a real run would drain first: their load
+    # is expected. A family no backend can answer for stays so whatever is drained.
+    expected = r.options.dry_run and any(hr.decision.action == "drain" for hr in r.results.values())
+    said += Said.warn(*(f"(expected before the drain) {why}" for why in idle.veto_reasons
+                        if expected and why not in unknown))
+    said += Said.veto(*(Reason("device-unknown", why, device=unknown[why]) if why in unknown
+                        else Reason("device-busy", why, device=busy.get(why))
+                        for why in idle.veto_reasons if not expected or why in unknown))
     return idle, said + Said.warn(*idle.warnings)
 
 

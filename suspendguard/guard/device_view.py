@@ -171,6 +171,11 @@ def device_holders(r: RunState, idle: IdleReport,
                                if not _reused(pid, starts, r.options.proc)}
     kept = {pid: hr.decision.holder for (pid, start), hr in r.results.items()
             if by_its_nodes(hr.decision) and not _reused(pid, {start}, r.options.proc)}
+    # When each pid was first listed, by any device: the earliest sample that named it.
+    listed: dict[int, float] = {}
+    for p in idle.processes():
+        if p.listed_at:
+            listed[p.pid] = min(listed.get(p.pid, p.listed_at), p.listed_at)
     extra: list[Holder] = []
     said = NOTHING
     for p in idle.processes():
@@ -190,8 +195,8 @@ def device_holders(r: RunState, idle: IdleReport,
             holder = describe_process(pid, [], r.options.proc, source=str(p.source))
         except ProcAccessError:
             holder = None
-        if holder is not None and idle.asked_at and holder.start_time > idle.asked_at * HZ + 1:
-            holder = None  # started after the device was read: the pid is another's now
+        if holder is not None and pid in listed and holder.start_time > listed[pid] * HZ + 1:
+            holder = None  # started after the device listed it: the pid is another's now
         if holder is None:
             said += Said.veto(Reason(
                 "device-hidden-holder", f"the device ({p.source}) reports pid {pid} "

@@ -59,6 +59,9 @@ class DeviceProcess:
     source: str  # the backend that reported it
     # NVML lists compute (CUDA) and graphics processes apart; the others list compute work.
     kind: str = "compute"
+    # When the query that first listed it began (CLOCK_BOOTTIME, s; 0.0: not known): a
+    # process with its pid that started later is another, which took the pid since.
+    listed_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "name": self.name, "memory_mb": self.memory_mb,
@@ -124,15 +127,14 @@ class IdleReport:
     veto_reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     # (family, the veto it makes under [idle] on_unknown = veto) for each
-    # family no backend could answer for; also among veto_reasons or warnings.
+    # family no backend could answer for; also among veto_reasons or warnings, unless a
+    # device of the family read busy: its veto stands for the family then.
     unknown: tuple[tuple[str, str], ...] = ()
     # (device, the veto it makes) for each device read busy; also among veto_reasons.
     busy: tuple[tuple[str, str], ...] = ()
-    # The backends the deadline (or a stop) came before they were asked at all.
+    # The backends the deadline (or a stop) came before they were asked at all, and
+    # those it left too little time to answer (sampler._sample).
     unasked: tuple[str, ...] = ()
-    # When the first query began (CLOCK_BOOTTIME, s; 0.0: not known): a process the
-    # devices report that started later took a reported one's pid.
-    asked_at: float = 0.0
 
     def process_view(self, family: str, found: int = 1) -> str:
         """The backend whose process lists cover every device of ``family`` it reported, and

@@ -100,7 +100,6 @@ def check_idle(
         return IdleReport("none", (), (), (), ("no accelerator found",))
     candidates = make_backends(config) if backends is None else list(backends)
     statuses, used = _probe(candidates, wanted)
-    asked_at = time.clock_gettime(time.CLOCK_BOOTTIME)
     start = deadline.clock()
     tracks, failed, unasked = _sample(config, used, start, deadline, sleep)
     _close(tracks, failed, config.samples, deadline.clock() - start)
@@ -109,7 +108,7 @@ def check_idle(
     families_of = {b.name: b.family for b in candidates}
     report = _verdict(config, Counter(f for f in families if f in FAMILIES), families_of,
                       used, tracks, failed, tuple(statuses.values()))
-    return dataclasses.replace(report, unasked=unasked, asked_at=asked_at)
+    return dataclasses.replace(report, unasked=unasked)
 
 
 def _probe(candidates: Sequence[Backend], wanted: tuple[str, ...],
@@ -152,13 +151,18 @@ def _sample(
 
     Returns every device's track; for each backend that stopped answering
     (or never answered), why; and the backends the deadline came before
-    they were asked at all.
+    they were asked at all, or that it left too little time to answer.
     """
     settle_end = start + config.settle_s
     interval = config.interval_ms / 1000.0
+    # The time the first backend asked gets. One given less than half of it, that ran out of
+    # it, lost more to the backends asked before it than it had: its timeout says nothing of
+    # it (it was not asked, in effect). One that had most of it and hung has answered.
+    full = min(config.command_timeout_s, deadline.left())
     tracks: Tracks = {}
     failed: dict[str, str] = {}
     answered: set[str] = set()
+    cut: list[str] = []
     active = list(backends)
     clock = deadline.clock
     while active and deadline.left() > 0 and not deadline.cancelled:
@@ -166,13 +170,20 @@ def _sample(
             left = deadline.left()
             if left <= 0 or deadline.cancelled:
                 break
-            readings, why = _ask(backend, min(config.command_timeout_s, left))
+            given = min(config.command_timeout_s, left)
+            # Before the query: a process it lists started by then (DeviceProcess.listed_at).
+            asked_at = time.clock_gettime(time.CLOCK_BOOTTIME)
+            readings, why = _ask(backend, given)
             if why:
-                failed[backend.name] = why
                 active.remove(backend)
+                if backend.name not in answered and given < full / 2 and deadline.left() <= 0:
+                    cut.append(backend.name)
+                    why += (f" (it had {given:.1f} s of [idle] command_timeout_s = "
+                            f"{config.command_timeout_s:g} s: the backends asked before it took the rest)")
+                failed[backend.name] = why
                 continue
             answered.add(backend.name)
-            if _take(tracks, backend.name, readings, clock() >= settle_end, config):
+            if _take(tracks, backend.name, readings, asked_at, clock() >= settle_end, config):
                 active.remove(backend)  # nothing left for it to settle
         if active:
             pause = min(interval, deadline.left())
@@ -183,7 +194,7 @@ def _sample(
         failed[name] = f"{name}: " + (
             f"no answer: {deadline.cancel_reason}" if deadline.cancelled
             else "no answer before the deadline")
-    return tracks, failed, unasked
+    return tracks, failed, (*cut, *unasked)
 
 
 def _ask(backend: Backend, timeout_s: float) -> tuple[list[DeviceReading], str]:
@@ -199,11 +210,12 @@ def _ask(backend: Backend, timeout_s: float) -> tuple[list[DeviceReading], str]:
     return readings, ""
 
 
-def _take(tracks: Tracks, name: str, readings: Sequence[DeviceReading], settled: bool,
-          config: IdleConfig) -> bool:
-    """Add backend ``name``'s readings to ``tracks``; True once all its devices are decided."""
+def _take(tracks: Tracks, name: str, readings: Sequence[DeviceReading], asked_at: float,
+          settled: bool, config: IdleConfig) -> bool:
+    """Add backend ``name``'s readings, of a query begun at ``asked_at`` (CLOCK_BOOTTIME), to
+    ``tracks``; True once all its devices are decided."""
     for reading in readings:
-        _update(tracks, reading, settled, config)
+        _update(tracks, reading, asked_at, settled, config)
     present = {r.id for r in readings}
     for (source, ident), track in tracks.items():
         if source == name and ident not in present and track.decided in (None, "idle"):
@@ -230,7 +242,7 @@ def _fall_silent(track: _Track, busy_why: str, unknown_why: str) -> None:
         track.decided, track.why = "unknown", unknown_why
 
 
-def _update(tracks: Tracks, reading: DeviceReading,
+def _update(tracks: Tracks, reading: DeviceReading, asked_at: float,
             settled: bool, config: IdleConfig) -> None:
     if reading.state != "unknown":
         # One threshold for the whole run: this config's, whatever the
@@ -239,7 +251,11 @@ def _update(tracks: Tracks, reading: DeviceReading,
             reading, state=judge(reading.readings, config.busy_threshold)[0])
     track = tracks.setdefault((reading.source, reading.id), _Track(reading))
     for proc in reading.processes:
-        track.processes[proc.pid] = proc
+        # The latest words about it, and when it was first listed: a job that opened the
+        # device between two samples is listed from the later one on.
+        seen = track.processes.get(proc.pid)
+        track.processes[proc.pid] = dataclasses.replace(
+            proc, listed_at=seen.listed_at if seen else asked_at)
     if track.decided == "idle" and reading.state != "idle":
         track.decided, track.why = None, ""  # asked on for another device: later words count
     elif track.decided:
@@ -298,27 +314,26 @@ def _verdict(
     for family in families:
         mine = {key: t for key, t in tracks.items() if sources.get(key[0]) == family}
         busy = [t for t in mine.values() if t.decided == "busy"]
-        if busy:
-            said = [((t.busy or t.latest).id, _busy_reason(t, config)) for t in busy]
-            busy_ones += said
-            vetoes += [why for _, why in said]
-            states.append("busy")
-            continue
-        # Idle needs one backend that answered for every device it knows, and
-        # knows as many as were found.
+        said = [((t.busy or t.latest).id, _busy_reason(t, config)) for t in busy]
+        busy_ones += said
+        vetoes += [why for _, why in said]
+        # Known needs one backend that read every device it knows, and knows as many as
+        # were found. A busy device does not answer for the others: one no backend read
+        # stays unknown, which the look before the drain vetoes on (guard/device_view.py).
+        read = ("idle", "busy") if busy else ("idle",)
         listed = Counter(src for src, _ in mine)
-        all_idle = [
+        whole = [
             name for name, fam in sources.items()
             if fam == family and name not in failed and listed[name]
-            and all(t.decided == "idle" for (src, _), t in mine.items() if src == name)
+            and all(t.decided in read for (src, _), t in mine.items() if src == name)
         ]
-        if any(listed[name] >= families[family] for name in all_idle):
-            states.append("idle")
+        if any(listed[name] >= families[family] for name in whole):
+            states.append("busy" if busy else "idle")
             continue
-        states.append("unknown")
+        states.append("busy" if busy else "unknown")
         why = [failed[b.name] for b in used if b.family == family and b.name in failed]
         why += [f"{name} reports {listed[name]} of the {families[family]} devices found"
-                for name in all_idle]
+                for name in whole]
         why += [f"{t.latest.id} ({t.latest.source}): {t.why}"
                 for t in mine.values() if t.decided == "unknown"]
         if not any(b.family == family for b in used):
@@ -326,6 +341,8 @@ def _verdict(
                     if not s.available and families_of.get(s.name) == family]
         text = f"{family}: no idle backend could answer ({'; '.join(why) or 'none configured'})"
         unknown.append((family, f"{text}; vetoed by [idle] on_unknown = veto"))
+        if busy:
+            continue  # its busy devices veto already; a second text would say no more
         if config.on_unknown == "veto":
             vetoes.append(unknown[-1][1])
         else:
