@@ -235,7 +235,8 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
     else:
         _human(logs, ctx.out, since, args.verbose)
     read = logs.files.files_read > 0 or any(j.unavailable is None for j in logs.journals)
-    return exit_status(logs.files, logs.findings, list(args.paths or ()), ctx, read)
+    return exit_status(logs.files, logs.findings, list(args.paths or ()), ctx, read,
+                       ctx.config().logs.paths)
 
 
 def _partly_read(skipped: Skipped) -> bool:
@@ -244,10 +245,11 @@ def _partly_read(skipped: Skipped) -> bool:
 
 
 def exit_status(report: SearchReport, findings: Sequence[Finding], paths: Sequence[str],
-                ctx: Context, read: bool = True) -> int:
+                ctx: Context, read: bool = True, patterns: Sequence[str] = ()) -> int:
     """2 when a PATH typed on the command line, or a file in a folder typed, was not read
     (as ``grep -r``), or when nothing was ``read`` and a log found was refused (``[logs]
-    paths`` under a folder this user may not read: never "none found" to a cron check);
+    paths`` under a folder this user may not read: never "none found" to a cron check; one
+    of ``patterns`` that names no log here, its variable not set, is no log refused);
     else 1 with findings, 0 without."""
     # The search names a PATH as it opened it: made absolute (``logs/walk.py``).
     typed = {os.path.abspath(p) for p in paths}
@@ -256,7 +258,7 @@ def exit_status(report: SearchReport, findings: Sequence[Finding], paths: Sequen
     def asked(path: str) -> bool:
         return path in typed or path.startswith(folders)
 
-    unread = [s for s in report.skipped if (asked(s.path) or not read)
+    unread = [s for s in report.skipped if (asked(s.path) or not (read or s.path in patterns))
               and not _partly_read(s) and not s.reason.endswith(NOT_FOLLOWED)]
     for s in unread:
         ctx.err.write(f"suspendguard: logs: {safe(s.path)}: {safe(s.reason)}\n")

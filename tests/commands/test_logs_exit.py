@@ -140,12 +140,20 @@ def test_configured_logs_all_refused_are_2_and_never_none_found(tmp_path: Path) 
     folder.mkdir()
     os.mkfifo(folder / "device-0.log")
     conf = tmp_path / "config.toml"
-    conf.write_text(f'[logs]\npaths = ["{folder}/**"]\n[state]\ndir = "{tmp_path / "state"}"\n')
+    # A pattern whose variable is not set names no log here: no refusal, whatever else is.
+    conf.write_text(f'[logs]\npaths = ["{folder}/**", "$SG_UNSET_LOG_PATH/**"]\n'
+                    f'[state]\ndir = "{tmp_path / "state"}"\n')
     out, err = io.StringIO(), io.StringIO()
     code = main(["--config", str(conf), "logs"], out=out, err=err, environ={})
     assert "Nothing was read." in out.getvalue(), out.getvalue()
     assert code == 2 and err.getvalue().startswith(
         f"suspendguard: logs: {folder}/device-0.log: "), err.getvalue()
+    assert "SG_UNSET_LOG_PATH" not in err.getvalue() and err.getvalue().count("\n") == 1
+    folder.joinpath("device-0.log").unlink()
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--config", str(conf), "logs"], out=out, err=err, environ={})
+    assert (code, err.getvalue()) == (0, ""), err.getvalue()
+    os.mkfifo(folder / "device-0.log")
     # One log read: what was refused is listed on stdout, as before, and the search is whole
     # enough to say none found.
     (folder / "device-1.log").write_text("[INFO] TSCH(-1,null):2024-01-01-00:00:00.000.000 up\n")
