@@ -210,8 +210,9 @@ def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger
                                warn=warn, boot_ids=boot_ids(ProcFS()), journal=log.journal,
                                draining=history.still_draining)
                 # Whatever is still set aside (a killed run's drop-in, the restart
-                # policy of a container left down) goes back now.
-                for line in supervisors.clean_leftovers():
+                # policy of a container left down) goes back now; a manager not reloaded
+                # after that keeps the drain's settings, and is one of the warnings.
+                for line in supervisors.clean_leftovers(warn=warn):
                     log.warning(line)
     if args.json:
         doc = {"restored": [{**d.stop.to_json(), "result": d.result, "why": d.why}

@@ -7,7 +7,9 @@ skip``, the unit is gone or masked, it runs already, someone started and
 stopped it again since the guard stopped it, or stopped a launcher the drain
 left running), or left (stopped in an earlier boot, and ``[restore]
 earlier_boot = "leave"``). A stop whose turn comes after the budget ended
-gets no result: it stays pending, for the next ``restore``; so does a
+gets no result: it stays pending, for the next ``restore`` (but a unit
+someone else started since the guard stopped it, which that restore could
+no longer tell once the drop-ins went: skipped); so does a
 transient unit systemd did not make again, and a unit or container whose
 job the drain signalled and did not see exit, and which still runs (its
 save outlived ``[drain] timeout_s``, or the guard was killed in its wait):
@@ -61,6 +63,11 @@ UNIT_KINDS = ("systemd-service", "user-service")
 # own once it noticed its job's end (torchrun's --monitor-interval was 5 s by default in older
 # PyTorch releases); one that went down later was stopped by someone else.
 LAUNCHER_EXIT_S = 30.0
+STARTED_AND_STOPPED = "started and stopped again by someone else after the guard stopped it"
+# A stop whose turn came after the budget, its unit started by someone else since (its
+# marker gone): recorded, not left pending, for its marker went with this restore's drop-ins.
+STARTED_MEANWHILE_LATE = ("started by someone else after the guard stopped it, and the restore's "
+                          "budget ended before its turn: theirs to run or keep stopped")
 
 
 def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreConfig, *,
@@ -100,8 +107,14 @@ def restore(stops: Sequence[Stop], supervisors: OwnerControl, config: RestoreCon
     for stop in stops:
         later = newest[stop.owner.key]
         if deadline.current().left() <= 0:
-            done = Restored(stop, "pending", "the restore's budget ended before its turn: "
-                            "suspendguard restore starts it")
+            if stop.owner.key in meanwhile:
+                # Its marker went with the drop-ins above: a next restore could not tell
+                # that someone else started it, and would start it over their stop.
+                done = Restored(stop, "skipped", STARTED_MEANWHILE_LATE)
+                record(stop, done.result, done.why)
+            else:
+                done = Restored(stop, "pending", "the restore's budget ended before its turn: "
+                                "suspendguard restore starts it")
             log(f"restore: {done.describe()}")
             out.append(done)
             continue
@@ -182,6 +195,10 @@ def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,
         # Its job still saves: whatever the unit's state (active, or inactive with the job
         # left in its cgroup), a start now would run a second job beside it.
         return "pending", STILL_DRAINING
+    if started_meanwhile and not up:  # and stopped again, or being stopped, or it ended
+        # Before a transient unit that is gone is made again: whoever started it since (a
+        # systemd-run of their own) has had it end, and it is theirs to run again.
+        return "skipped", STARTED_AND_STOPPED
     if now.load_state in ("not-found", ""):
         return _recreate(owner, supervisors)
     if now.active_state == "active" and not started_meanwhile:
@@ -191,8 +208,6 @@ def _one(stop: Stop, supervisors: OwnerControl, config: RestoreConfig,
                            "or outlived [drain] timeout_s")
     if up:
         return "skipped", f"already {now.active_state} (started meanwhile)"
-    if started_meanwhile:  # and stopped again, or being stopped: by whoever started it
-        return "skipped", "started and stopped again by someone else after the guard stopped it"
     if now.active_state == "deactivating" or now.job == "stop":
         # Still stopping (it outlived [drain] timeout_s): systemd starts it
         # once its stop has ended, which may take up to its TimeoutStopSec=.

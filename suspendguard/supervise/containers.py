@@ -8,8 +8,11 @@ sees it. Before the signal the container's restart policy is set to ``no``
 (``POST /containers/ID/update``, as ``docker update --restart=no``) so that
 the job's exit ends the container for good; restore puts the policy back
 (kept in the state folder across the sleep) and starts the container again.
-A policy that cannot be set aside is said in a warning: the holders are
-signalled all the same, and a container its policy brings back vetoes.
+A policy the engine refuses to set aside is said in a warning: the holders
+are signalled all the same, and a container its policy brings back vetoes.
+One that cannot be written down first is not set aside at all: the engine
+is not asked, and the container is not kept down by the guard (its holders
+are signalled directly, as when the history cannot write the stop ahead).
 """
 
 from __future__ import annotations
@@ -103,8 +106,13 @@ class Engines:
             if seen.restart in ("", "no"):
                 continue
             # Written ahead, as the stop's row: a guard killed before the engine's
-            # answer leaves the policy for restore (and the next run) to put back.
-            self.policies.put(o.key, [seen.restart, seen.restart_max])
+            # answer leaves the policy for restore (and the next run) to put back. One
+            # that cannot be written is not set aside: restore after resume would not
+            # find it, and the container would stay "no" for good.
+            failed = self.policies.put(o.key, [seen.restart, seen.restart_max], ahead=True)
+            if failed:
+                out[o.key] = f"{failed}; restore could not put its policy back"
+                continue
             changed = engine.set_restart(o.name, "no")
             if isinstance(changed, Unavailable) or changed:
                 # Kept unless the engine surely did nothing (the container gone, an error

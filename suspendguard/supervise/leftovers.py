@@ -48,7 +48,9 @@ def restores_own(state_dir: str | None) -> frozenset[str]:
     """The owners the next restore puts back, by key: those of the stops the history has held
     (after resume, a device unhealthy), or pending in an attempt that ended with its verdict
     (a restore's budget ended before their turn). Their drop-ins, markers and policies set
-    aside are not a killed run's: they stay until that restore.
+    aside are not a killed run's: they stay until that restore. (That restore took the
+    drop-ins and markers of its own units away before its first start, and recorded as
+    skipped those it did not reach whose marker said someone else had started them.)
 
     A killed run's stops (its attempt interrupted) are pending too, and theirs go as before;
     and all go when the history cannot be read, for a restore that cannot read it either

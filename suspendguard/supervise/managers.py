@@ -44,13 +44,12 @@ from suspendguard.supervise.dropin import (
     stop_timeout,
     unanswered_reload,
 )
-from suspendguard.supervise.owner import NotMade, UnitNow, owner_of_cgroup
-from suspendguard.supervise.setaside import SetAside
+from suspendguard.supervise.owner import UnitNow, owner_of_cgroup
+from suspendguard.supervise.setaside import SetAside, TransientUnits
 from suspendguard.supervise.user_services import UserServices, by_uid, inactive_since
 from suspendguard.system import deadline
 from suspendguard.system.boot import boot_id
 from suspendguard.system.dbus import systemd
-from suspendguard.system.dbus.transient import TransientSpec, start_transient, transient_spec
 from suspendguard.system.deadline import Deadline
 from suspendguard.system.procfs import ProcFS
 
@@ -60,8 +59,6 @@ DROPIN_ROOT = "/run/systemd/system"
 STOP_SETTLE_S = 2.0
 # A timer due later than this after the stop is the next sleep's business.
 TIMER_WINDOW_S = 5.0
-# What transient units were made of, by owner key: what restore makes again.
-TRANSIENT_FILE = "transient-units.json"
 # The units the end of a drain saw still running, their main process not the job, by owner
 # key: [the stop's time, when seen (monotonic)]. One that went down later than a launcher noticing its
 # job's end would was stopped by someone else, and restore leaves it down.
@@ -92,7 +89,7 @@ class ManagersAndEngines:
         self.sleep = sleep
         self.users = UserServices(clock)
         self.warnings: list[str] = []
-        self.transient = SetAside(state_dir, TRANSIENT_FILE, "the transient units' settings")
+        self.transient = TransientUnits(state_dir)
         self.left_running = SetAside(state_dir, LEFT_RUNNING_FILE, "the units left running")
         self.left_running.warnings = self.transient.warnings
         self._owners: dict[str, Owner] = {}
@@ -135,8 +132,9 @@ class ManagersAndEngines:
         out.update(self.users.stop([o for o in owners if o.kind == "user-service"], signame,
                                    timeout_s))
         for o in units:
-            if o.transient:
-                self._record_transient(o)
+            if o.transient and (unrecorded := self.transient.record(o, self.bus_address)):
+                out[o.key] = unrecorded  # restore after resume could not make it again
+                continue
             try:
                 self._write_dropin(o.name, signame, stop_timeout(o.timeout_stop_s, timeout_s))
             except OSError as exc:
@@ -157,39 +155,9 @@ class ManagersAndEngines:
                           f"the daemon-reload before the drain failed: {reloaded.reason}")
         return out
 
-    def _record_transient(self, owner: Owner) -> None:
-        """A transient unit is unloaded once its job ended: write down how to make it again.
-
-        Read before the drop-in's ``Restart=no`` and ``KillSignal=`` are in force.
-        """
-        spec = transient_spec(owner.name, address=self.bus_address)
-        if isinstance(spec, Unavailable):
-            self.transient.warnings.append(
-                f"{owner.name} is a transient unit whose settings could not be read "
-                f"({spec.reason}): it cannot be made again after resume")
-            self.transient.take(owner.key)  # an older record would make another unit
-            return
-        self.transient.put(owner.key, spec.to_json())
-
     def recreate(self, owner: Owner) -> str | Unavailable | None:
-        """Make a transient unit recorded before the drain again, and start it.
-
-        Its ActiveState once started; None when nothing was recorded for it. The record goes
-        once the unit is made: a start refused keeps it for the next restore (:class:`NotMade`).
-        """
-        record = self.transient.get(owner.key)
-        if record is None:
-            return None
-        try:
-            spec = TransientSpec.from_json(record)
-        except (KeyError, TypeError, ValueError):
-            self.transient.take(owner.key)
-            return Unavailable(f"the record of {owner.name} in {self.transient.path} is unreadable")
-        made = start_transient(owner.name, spec, address=self.bus_address)
-        if isinstance(made, Unavailable):
-            return NotMade(made.reason)
-        self.transient.take(owner.key)
-        return made
+        """Make a transient unit recorded before the drain again (supervise/setaside.py)."""
+        return self.transient.make_again(owner, self.bus_address)
 
     def settle(self, stops: Sequence[Stop], deadline: Deadline) -> list[str]:
         """After the exits: wait for the units to finish stopping and for timers due soon; who came back.
@@ -257,12 +225,16 @@ class ManagersAndEngines:
 
     # -- drop-ins ----------------------------------------------------------
 
-    def clean_leftovers(self) -> list[str]:
+    def clean_leftovers(self, warn: Callable[[str], None] | None = None) -> list[str]:
         """Put back what a killed run left (supervise/leftovers.py); a line for each thing put back.
+
+        ``warn``: where a line goes instead whose manager was not reloaded once its drop-ins
+        went (its units keep the drain's settings): restore's exit status counts it.
 
         What keeps down the owner of a stop the history has held, or pending after a
         finished attempt, stays (:func:`leftovers.restores_own`): the next restore puts it
-        back, and needs the marker to tell an operator's start.
+        back, and needs a held unit's marker to tell an operator's start (a restore whose
+        budget ended took its own units' markers, and recorded those it told started).
         """
         keep = leftovers.restores_own(self.state_dir)
         notes = self.engines.put_back_policies(keep)
@@ -280,8 +252,12 @@ class ManagersAndEngines:
         if gone:
             failed = self.reload(gone)
             names = ", ".join(o.name if o.uid is None else f"{o.name} (uid {o.uid})" for o in gone)
-            notes.append(f"removed the drain drop-in a killed guard run left on {names}; "
-                         + ("its manager was reloaded" if failed is None else failed.reason))
+            line = (f"removed the drain drop-in a killed guard run left on {names}; "
+                    + ("its manager was reloaded" if failed is None else failed.reason))
+            if failed is not None and warn is not None:
+                warn(line)
+            else:
+                notes.append(line)
         return notes
 
     def _dropin(self, unit: str) -> str:
@@ -307,11 +283,18 @@ class ManagersAndEngines:
                 not os.path.exists(os.path.join(d, MARKER_NAME)))
 
     def remove_dropins(self, owners: Sequence[Owner]) -> list[str]:
-        """Remove the drain drop-ins of these units; the paths removed."""
+        """Remove the drain drop-ins of these units; the paths removed.
+
+        A transient unit someone else started since the drain (its marker gone) loses its
+        record with them: restore never makes it again, and once they are gone no later
+        restore could tell that it was started.
+        """
         removed = self.users.remove_dropins([o for o in owners if o.kind == "user-service"])
         for unit in dict.fromkeys(o.name for o in owners if o.kind == "systemd-service"):
             path = self._dropin(unit)
             folder = os.path.dirname(path)
+            if self.started_meanwhile(owner := Owner("systemd-service", unit)):
+                self.transient.take(owner.key)
             for name in (DROPIN_NAME, *FORMER_NAMES):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(folder, name))

@@ -98,9 +98,11 @@ def private_system_bus(socket_name: str = "system_bus_socket") -> Iterator[Priva
 @contextmanager
 def fake_service(bus: PrivateBus, state: dict[str, Any] | None = None,
                  services: Sequence[str] = ("logind", "systemd"),
-                 silent: bool = False) -> Iterator[subprocess.Popen[str]]:
-    """Run fake logind/systemd1 until the block ends; READY means the names are owned."""
-    argv = [sys.executable, str(FAKES / "serve.py"), "--address", bus.address,
+                 silent: bool = False, serve: Path | None = None
+                 ) -> Iterator[subprocess.Popen[str]]:
+    """Run fake logind/systemd1 until the block ends; READY means the names are owned.
+    ``serve``: a script of the test's own that runs serve.py's main with a fake extended."""
+    argv = [sys.executable, str(serve or FAKES / "serve.py"), "--address", bus.address,
             "--state", json.dumps(state or {})]
     for service in services:
         argv += ["--service", service]

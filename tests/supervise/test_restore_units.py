@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.dbus import FAKES, PrivateBus, _read_line, _stop, dbus_daemon, private_system_bus
+from helpers.dbus import FAKES, PrivateBus, dbus_daemon, fake_service, private_system_bus
+from helpers.dropins import drained, supervisors
 
 from suspendguard.config import defaults
 from suspendguard.guard.restore import Restored, restore
 from suspendguard.model import Owner
 from suspendguard.record import Stop
-from suspendguard.supervise.dropin import DROPIN_NAME, MARKER_NAME
-from suspendguard.supervise.managers import LEFT_RUNNING_FILE, TRANSIENT_FILE, ManagersAndEngines
+from suspendguard.supervise.managers import LEFT_RUNNING_FILE, ManagersAndEngines
+from suspendguard.supervise.setaside import TRANSIENT_FILE
 from suspendguard.system.deadline import Deadline
 
 pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
@@ -56,32 +56,9 @@ def systemd(tmp_path: Path, units: dict[str, dict[str, Any]],
             **state: Any) -> Iterator[PrivateBus]:
     script = tmp_path / "serve_systemd.py"
     script.write_text(SERVE.format(fakes=str(FAKES)))
-    with private_system_bus() as bus:
-        log = bus.folder / "fake-systemd.log"
-        with open(log, "w") as err:
-            proc = subprocess.Popen(
-                [sys.executable, str(script), "--address", bus.address, "--state",
-                 json.dumps({"units": units, **state}), "--service", "systemd"],
-                stdout=subprocess.PIPE, stderr=err, text=True)
-        try:
-            assert _read_line(proc, "the fake systemd", log) == "READY"
-            yield bus
-        finally:
-            _stop(proc)
-
-
-def drained(tmp_path: Path, unit: str, *, started_since: bool = False) -> None:
-    """The drain drop-in as the guard wrote it; its marker gone once someone started the unit."""
-    folder = tmp_path / "run" / f"{unit}.d"
-    folder.mkdir(parents=True)
-    (folder / DROPIN_NAME).write_text("[Service]\nRestart=no\n")
-    if not started_since:
-        (folder / MARKER_NAME).touch()
-
-
-def supervisors(tmp_path: Path, bus: PrivateBus) -> ManagersAndEngines:
-    return ManagersAndEngines(dropin_root=str(tmp_path / "run"), bus_address=bus.address,
-                              environ={}, state_dir=str(tmp_path / "state"))
+    with private_system_bus() as bus, fake_service(bus, {"units": units, **state},
+                                                   services=["systemd"], serve=script):
+        yield bus
 
 
 def restored(stop: Stop, control: ManagersAndEngines) -> Restored:
