@@ -110,7 +110,11 @@ def pre(config: Config, action: str, log: Logger, step: str = "",
     """``step``: systemd-sleep's SYSTEMD_SLEEP_ACTION (suspend-then-hibernate's steps)."""
     history = open_history(config.state.dir, log, "history not recorded")
     if history is None:
-        _unit_not_found(config, action, log)
+        # The unit's attempt is in the history: whether it ran, and whom it drained, is not
+        # known here (never "it did not run": it may have signalled every job).
+        log.warning(f"the veto unit's attempt of this {action} cannot be looked up (the "
+                    "history did not open, above): whether it ran and what it drained is "
+                    "unknown here; suspendguard history says once it opens")
         return 0
     # A history that cannot be read or written (damaged, a full disk, locked) is a warning,
     # as in post: the hook only records, and the sleep goes on whatever it says.

@@ -89,6 +89,21 @@ def test_pre_with_a_history_it_cannot_use_warns_and_still_ends_0(
     assert len(closed) == 1
 
 
+def test_pre_with_a_history_it_cannot_open_never_says_the_unit_did_not_run(
+        conf: Path, tmp_path: Path) -> None:
+    # The state folder a symlink, which the guard refuses: the unit's attempt cannot be
+    # looked up, so the hook cannot tell whether the unit ran and drained.
+    real = tmp_path / "real-state"
+    real.mkdir()
+    Path(state(conf)).symlink_to(real)
+    code, err = hook(conf, "pre", "suspend")
+    assert code == 0, err
+    assert "did not run" not in err and "nothing was drained" not in err, err
+    assert "history not recorded: " in err, err
+    assert ("the veto unit's attempt of this suspend cannot be looked up (the history did not "
+            "open, above): whether it ran and what it drained is unknown here") in err, err
+
+
 def test_pre_without_the_unit_drains_nothing_and_says_so(conf: Path, node: str,
                                                          holders: Holders) -> None:
     proc, _pid = holders.start(node)
