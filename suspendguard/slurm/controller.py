@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from suspendguard.slurm.remote import (
     reasons_of,
     slurm_reason,
     template,
+    unenforced,
 )
 from suspendguard.slurm.scontrol import Node, Scontrol, SlurmError
 from suspendguard.system import journald, runner
@@ -60,6 +61,7 @@ UNSAID = "drained already, its reason dropped by Slurm"
 POWER_SAVING = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "NOT_RESPONDING"})
 # What slurmctld says of a node by itself, and takes back by itself when the node answers.
 SLURMCTLD_OWN = ("Not responding",)
+REFUSED = "Invalid node state specified"  # to RESUME a node not powering down, drained nor DOWN
 
 
 def going_down(node: Node) -> bool:
@@ -106,11 +108,11 @@ class Controller:
         return ask(self.config, node, args, local=local, timeout=timeout)
 
     def each(self, nodes: Sequence[str], step: Callable[[str], bool]) -> bool:
-        """``step`` for every node at once (a node's wait is its own); True when all were.
+        """``step`` for every node, AT_ONCE at a time (a child each, its pipes); True when all were.
 
-        Each node is asked within Slurm's SuspendTimeout or ResumeTimeout, not once
-        others are done: a call names at most SuspendRate or ResumeRate nodes (60 and
-        300 a minute by default), and AT_ONCE bounds only the children (a few fds each)."""
+        A call names up to SuspendRate or ResumeRate nodes (60 and 300 a minute by default,
+        0 no bound): one past the first AT_ONCE waits for a step to end, and may be asked
+        past SuspendTimeout or ResumeTimeout. A node to suspend is read again first."""
         if not nodes:
             return True
         with ThreadPoolExecutor(max_workers=min(AT_ONCE, len(nodes))) as pool:
@@ -124,6 +126,13 @@ class Controller:
 
     def _suspend_one(self, node: str) -> bool:
         by_itself = not self.config.power_off
+        # Read first: past SuspendTimeout (the sync's lock, a wait behind AT_ONCE others) a job
+        # Slurm placed on the node would be drained by prepare as outside Slurm.
+        now = self._node(node)
+        if now is not None and not going_down(now):
+            self.say(WARNING, f"{node}: left to Slurm: no longer powering down "
+                     f"({'+'.join([now.state, *sorted(now.flags)])}); its guard not asked")
+            return False
         got = self.ask(node, "prepare", *(["--suspend"] if by_itself else []))
         if isinstance(got, NoAnswer):
             return self.hold(node, got.reason(), reachable=False)
@@ -131,7 +140,8 @@ class Controller:
             reasons = reasons_of(got) or [Reason("node-unreachable",
                                                  f"{node} gave no reason with its verdict")]
             return self.hold(node, reasons[0])
-        self._said_observed(node, got)
+        if said := unenforced(node, got):
+            self.say(*said)
         if by_itself:
             self.say(INFO, f"{node}: the guard allowed; the node suspends itself")
             return True
@@ -169,25 +179,18 @@ class Controller:
             self.say(INFO, f"{node}: started again what its drain stopped: "
                      f"{', '.join(map(str, got['started']))}")
 
-    def _said_observed(self, node: str, got: Mapping[str, Any]) -> None:
-        """A node in observe or off mode (suspendguard mode) allows whatever it holds: said."""
-        mode = got.get("mode")
-        observed = got.get("observed")
-        if mode == "off":
-            self.say(INFO, f"{node}: its guard is off (suspendguard mode): not looked at")
-        elif isinstance(observed, dict) and observed.get("verdict") != "allow":
-            why = "; ".join(str(r) for r in observed.get("reasons") or ()) or "no reason given"
-            self.say(WARNING, f"{node}: observe mode (suspendguard mode): its guard only looked "
-                     f"and would have refused ({observed.get('verdict')}): {why}")
-
     def hold(self, node: str, reason: Reason, reachable: bool = True) -> bool:
         """The node kept up, drained with the guard's reason, out of Slurm's choice."""
         self.say(WARNING, f"{node}: not powered down: {slurm_reason(reason)}")
         text = self._drain_reason(node, reason)
-        try:
-            self.scontrol.update(node, "RESUME")  # POWERING_DOWN -> POWERED_DOWN at once
+        try:  # POWERING_DOWN -> POWERED_DOWN at once
+            self._tried(node, lambda: self.scontrol.update(node, "RESUME"), settled=REFUSED)
         except SlurmError as exc:
-            self.say(INFO, f"{node}: not set RESUME ({exc}): it was not powering down")
+            if REFUSED in str(exc):
+                self.say(INFO, f"{node}: not set RESUME ({exc}): it was not powering down")
+            else:
+                self.say(ERR, f"{node}: not set RESUME: {exc}; Slurm counts it powering down "
+                         "until SuspendTimeout")
         if not self.drain(node, text):
             return False
         # The file names the node before its drain reason is certain (below).
@@ -244,13 +247,15 @@ class Controller:
             return False
         return True
 
-    def _tried(self, node: str, call: Callable[[], T]) -> T:
+    def _tried(self, node: str, call: Callable[[], T], settled: str = "") -> T:
         """``call``'s value, asked up to SCONTROL_TRIES times, each failure but the last
-        said; the last one raised."""
+        said; the last one raised, and at once one whose words hold ``settled``."""
         for _ in range(SCONTROL_TRIES - 1):
             try:
                 return call()
             except SlurmError as exc:
+                if settled and settled in str(exc):
+                    raise
                 self.say(ERR, f"{node}: {exc}; asked again")
             time.sleep(SCONTROL_PAUSE_S)
         return call()

@@ -2,8 +2,9 @@
 
 The node answers with one JSON object on its standard output (the
 ``suspendguard slurm node`` commands print nothing else there). No answer,
-an answer that is not one, or a call past ``[slurm] timeout_s`` is a
-:class:`NoAnswer`: the caller holds the node up rather than guess.
+an answer that is not one, one from another node's guard, or a call past
+``[slurm] timeout_s`` is a :class:`NoAnswer`: the caller holds the node up
+rather than guess.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from suspendguard.config.cluster import SlurmConfig
 from suspendguard.system import runner
+from suspendguard.system.log import INFO, WARNING
 from suspendguard.verdict import Reason
 
 PREFIX = "suspendguard:"  # of every reason the guard gives Slurm (NHC's is "NHC:")
@@ -86,8 +88,10 @@ def ask(config: SlurmConfig, node: str, args: Sequence[str], *, local: bool,
     # A node's guard reads its own configuration; SUSPENDGUARD_CONFIG goes along
     # only to a local one (ssh passes no environment).
     env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8"}
-    if local and "SUSPENDGUARD_CONFIG" in os.environ:
-        env["SUSPENDGUARD_CONFIG"] = os.environ["SUSPENDGUARD_CONFIG"]
+    # SLURMD_NODENAME too: the local guard must name itself as this host's controller does.
+    for key in ("SUSPENDGUARD_CONFIG", "SLURMD_NODENAME") if local else ():
+        if key in os.environ:
+            env[key] = os.environ[key]
     result = runner.run(argv, config.timeout_s if timeout is None else timeout, env=env)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if not lines:
@@ -100,8 +104,15 @@ def ask(config: SlurmConfig, node: str, args: Sequence[str], *, local: bool,
     if not isinstance(doc, dict):
         return NoAnswer(node, "its answer is not a JSON object")
     wrong = _misshapen(doc) or _misshapen(doc.get("observed") or {"verdict": "allow"})
+    if not wrong and not isinstance(doc.get("node"), str):  # every guard's answer names it
+        wrong = f"node {doc.get('node')!r:.40}"
     if wrong:  # a login banner's JSON, another program's: never read as a verdict
         return NoAnswer(node, f"its answer is not a guard's ({wrong})")
+    if doc["node"] != node:
+        # Another host's guard (a wrong ~/.ssh/config entry, a DNS alias, an address
+        # reused): its verdict is on its own holders, never on the node asked.
+        return NoAnswer(node, f"answered as {doc['node']!r:.40} (another host, or its host "
+                        "name is not its NodeName: set [slurm] node_name there)")
     return doc
 
 
@@ -117,6 +128,19 @@ def _misshapen(doc: Any) -> str:
                                            and not all(isinstance(r, str) for r in value)):
             return f"{key} {value!r:.40}"
     return ""
+
+
+def unenforced(node: str, doc: Mapping[str, Any]) -> tuple[int, str] | None:
+    """What a node in observe or off mode (suspendguard mode), which allows whatever it
+    holds, is said with: the priority and the line; None for a node that enforces."""
+    observed = doc.get("observed")
+    if doc.get("mode") == "off":
+        return INFO, f"{node}: its guard is off (suspendguard mode): not looked at"
+    if isinstance(observed, dict) and observed.get("verdict") != "allow":
+        why = "; ".join(str(r) for r in observed.get("reasons") or ()) or "no reason given"
+        return WARNING, (f"{node}: observe mode (suspendguard mode): its guard only looked "
+                         f"and would have refused ({observed.get('verdict')}): {why}")
+    return None
 
 
 def reasons_of(doc: Mapping[str, Any]) -> list[Reason]:

@@ -29,16 +29,22 @@ from suspendguard.slurm.controller import Controller
 from suspendguard.slurm.exclusion import write_if_changed
 from suspendguard.system.log import Logger
 
+# The remote's stand-in: it runs the rest of its command line, as ssh does on the node, and
+# tells the stand-in guard which node it was asked for.
+REMOTE = ("/usr/bin/env", "SG_NODE={node}")
+
 
 def answering(verdict: str) -> tuple[str, ...]:
+    """A node's guard answering ``verdict``, as the node it was asked for (through REMOTE)."""
     why = [] if verdict == "allow" else [{"code": "sigint-ignored", "text": "pid 7 ignores SIGINT"}]
     doc = {"verdict": verdict, "reasons": [w["text"] for w in why], "reason_details": why}
-    return (sys.executable, "-c", f"print({json.dumps(json.dumps(doc))})")
+    return (sys.executable, "-c", f"import json, os; print(json.dumps({{**{doc!r}, "
+            "'node': os.environ['SG_NODE']}))")
 
 
 def controller(tmp_path: Path, verdict: str, power_off: tuple[str, ...],
                scontrol: str = "/nonexistent/scontrol") -> tuple[Controller, io.StringIO]:
-    config = replace(defaults().slurm, remote=("/usr/bin/env",), guard=answering(verdict),
+    config = replace(defaults().slurm, remote=REMOTE, guard=answering(verdict),
                      power_off=power_off, scontrol=scontrol,
                      exclude_file=str(tmp_path / "exclude.conf"))
     err = io.StringIO()
@@ -80,7 +86,8 @@ if sys.argv[3] == "prepare":  # slurmctld places a job while the node drains
     doc["nodes"]["gpu3"].update(state={state!r}, flags={list(flags)!r})
     with open({str(fake.state)!r}, "w") as f:
         json.dump(doc, f)
-print(json.dumps({{"verdict": "allow", "reasons": [], "reason_details": [], "attempt": 7}}))""")
+print(json.dumps({{"node": "gpu3", "verdict": "allow", "reasons": [], "reason_details": [],
+                  "attempt": 7}}))""")
     c, err = controller(tmp_path, "allow", (sys.executable, "-c", f"open({str(seen)!r}, 'a')"),
                         str(fake.path))
     c.config = replace(c.config, guard=guard)
@@ -181,8 +188,8 @@ def test_the_exclusion_file_mode_is_set_through_its_descriptor(tmp_path: Path,
     assert secret.read_text() == "root:$6$hash\n"
 
 
-WHERE = ("import json, os; print(json.dumps({'verdict': 'allow', "
-         "'via': os.environ.get('SG_VIA', 'directly')}))")
+WHERE = ("import json, os; print(json.dumps({'verdict': 'allow', 'node': os.environ.get("
+         "'SG_NODE', 'ctl'), 'via': os.environ.get('SG_VIA', 'directly')}))")
 
 
 @pytest.mark.parametrize(("euid", "via"), [(0, "directly"), (64030, "remote")])
@@ -191,9 +198,9 @@ def test_the_controller_s_own_node_is_asked_directly_only_as_root(
     # slurmctld runs SuspendProgram and ResumeProgram as SlurmUser: this host's guard,
     # run directly, would be SlurmUser's (blind to other users' processes, unable to
     # drain them or to restart slurmd). Through the remote it is root's, as on any node.
-    config = replace(defaults().slurm, remote=("/usr/bin/env", "SG_VIA=remote"),
+    config = replace(defaults().slurm, remote=(*REMOTE, "SG_VIA=remote"),
                      guard=(sys.executable, "-c", WHERE))
     monkeypatch.setattr(os, "geteuid", lambda: euid)
     c = Controller(config, Logger(io.StringIO(), {}), local="ctl")
-    assert c.ask("ctl", "awake") == {"verdict": "allow", "via": via}
-    assert c.ask("node2", "awake") == {"verdict": "allow", "via": "remote"}
+    assert c.ask("ctl", "awake") == {"verdict": "allow", "node": "ctl", "via": via}
+    assert c.ask("node2", "awake") == {"verdict": "allow", "node": "node2", "via": "remote"}

@@ -95,7 +95,7 @@ def test_off_the_node_does_not_look(conf: Path, node: str, holders: Holders) -> 
 
 
 def test_the_controller_says_what_an_observing_node_would_have_refused(tmp_path: Path) -> None:
-    doc = {"verdict": "allow", "reasons": [], "reason_details": [], "mode": "observe",
+    doc = {"node": "gpu3", "verdict": "allow", "reasons": [], "reason_details": [], "mode": "observe",
            "observed": {"verdict": "veto", "reasons": ["pid 7 python3 ignores SIGINT"]}}
     seen = tmp_path / "powered-off"
     config = replace(defaults().slurm, remote=("/usr/bin/env",),

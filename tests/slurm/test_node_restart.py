@@ -66,7 +66,7 @@ def test_the_controller_asks_a_node_it_could_not_power_off_to_start_its_jobs_aga
     guard = (sys.executable, "-c", f"""
 import json, sys
 open({str(asked)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
-doc = {{"verdict": "allow", "reasons": [], "reason_details": []}}
+doc = {{"node": "gpu3", "verdict": "allow", "reasons": [], "reason_details": []}}
 if sys.argv[3] == "prepare":
     doc["attempt"] = 7
 else:

@@ -13,7 +13,7 @@ from helpers.fake_slurm import FakeSlurm, node
 from helpers.journal import entries, standing_in
 from helpers.runners import cli
 
-from slurm.test_controller import answering
+from slurm.test_controller import REMOTE, answering
 from suspendguard.cli import main
 from suspendguard.slurm import controller
 from suspendguard.slurm.controller import UNSAID
@@ -25,7 +25,7 @@ from suspendguard.slurm.scontrol import Scontrol
 def config_file(tmp_path: Path, fake: FakeSlurm, verdict: str) -> Path:
     path = tmp_path / "config.toml"
     path.write_text("[slurm]\n"
-                    f'remote = {json.dumps(["/usr/bin/env"])}\n'
+                    f"remote = {json.dumps(REMOTE)}\n"
                     f"guard = {json.dumps(list(answering(verdict)))}\n"
                     f"scontrol = {json.dumps(str(fake.path))}\n"
                     f"exclude_file = {json.dumps(str(tmp_path / 'exclude.conf'))}\n")
@@ -84,7 +84,9 @@ def suspend_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_a_maintenance_reason_read_late_is_kept_before_the_guards(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeSlurm(tmp_path, {"node1": node(("DRAIN", "POWERING_DOWN"), MAINTENANCE)})
-    fake.fail("show node -o node1", TIMED_OUT, times=2)
+    # The read before the question fails all its tries (the node is asked as before), the
+    # hold's read twice.
+    fake.fail("show node -o node1", TIMED_OUT, times=controller.SCONTROL_TRIES + 2)
     reason, _ = suspend_refused(tmp_path, monkeypatch, fake)
     assert reason == f"{MAINTENANCE} (suspendguard: sigint-ignored: pid 7 ignores SIGINT)"
     assert _health_action(True, reason, []) == "leave"  # the admin's drain is theirs to lift
@@ -236,14 +238,15 @@ def test_a_node_woken_unhealthy_that_cannot_be_drained_is_not_let_rejoin(
 def recording_guard(tmp_path: Path, fake: FakeSlurm,
                     doc: str = json.dumps({"verdict": "allow", "reasons": [],
                                            "reason_details": []})) -> tuple[Path, Path]:
-    """A config whose nodes' guard answers ``doc`` to every step and notes each one; the
-    notes' file."""
+    """A config whose nodes' guard answers ``doc`` to every step, as the node asked, and
+    notes each one; the notes' file."""
     asked = tmp_path / "asked"
-    guard = [sys.executable, "-c", f"import sys; open({str(asked)!r}, 'a').write("
-             f"' '.join(sys.argv[1:]) + '\\n'); print({doc!r})"]
+    guard = [sys.executable, "-c", f"import json, os, sys; open({str(asked)!r}, 'a').write("
+             f"' '.join(sys.argv[1:]) + '\\n'); print(json.dumps({{**json.loads({doc!r}), "
+             "'node': os.environ['SG_NODE']}))"]
     path = tmp_path / "config.toml"
     path.write_text("[slurm]\n"
-                    f'remote = {json.dumps(["/usr/bin/env"])}\n'
+                    f"remote = {json.dumps(REMOTE)}\n"
                     f"guard = {json.dumps(guard)}\n"
                     f"scontrol = {json.dumps(str(fake.path))}\n"
                     f"exclude_file = {json.dumps(str(tmp_path / 'exclude.conf'))}\n")

@@ -17,8 +17,8 @@ from suspendguard.config.load import defaults
 from suspendguard.slurm import remote
 from suspendguard.verdict import Reason
 
-ECHO = ("import json, os, sys; print('a banner'); "
-        "print(json.dumps({'verdict': 'veto', 'argv': sys.argv[1:], 'node': os.environ.get('SG_NODE'), "
+ECHO = ("import json, os, sys; print('a banner'); print(json.dumps({'verdict': 'veto', "
+        "'argv': sys.argv[1:], 'node': os.environ.get('SG_NODE', os.environ.get('SLURMD_NODENAME')), "
         "'reason_details': [{'code': 'sigint-ignored', 'text': 'pid 7 ignores SIGINT', 'pid': 7}]}))")
 
 
@@ -35,7 +35,9 @@ def test_the_remote_runs_the_guard_with_the_node_named_and_its_answer_is_the_jso
     assert remote.reasons_of(doc) == [Reason("sigint-ignored", "pid 7 ignores SIGINT", pid=7)]
 
 
-def test_a_local_node_is_asked_without_the_remote() -> None:
+def test_a_local_node_is_asked_without_the_remote(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its guard is given the controller's SLURMD_NODENAME: it names itself as the controller does.
+    monkeypatch.setenv("SLURMD_NODENAME", "node7")
     config = slurm(remote=("/nonexistent/ssh", "{node}"), guard=(sys.executable, "-c", ECHO))
     doc = remote.ask(config, "node7", ["awake"], local=True)
     assert not isinstance(doc, remote.NoAnswer), doc
@@ -66,6 +68,8 @@ def test_no_answer_says_why_and_becomes_a_node_unreachable_reason() -> None:
     ({"motd": "welcome"}, "verdict None"),
     ({"verdict": "allow", "observed": {"verdict": "veto", "reasons": 5}}, "reasons 5"),
     ({"verdict": "allow", "observed": ["veto"]}, "['veto'] where an object belongs"),
+    ({"verdict": "allow"}, "node None"),  # every guard's answer names its node
+    ({"verdict": "allow", "node": ["node7"]}, "node ['node7']"),
 ])
 def test_an_answer_not_shaped_as_a_guard_s_is_none(answer: dict[str, object], said: str) -> None:
     # The last line that starts with "{": a login banner's JSON or another program's may be it.
@@ -74,6 +78,20 @@ def test_an_answer_not_shaped_as_a_guard_s_is_none(answer: dict[str, object], sa
     got = remote.ask(odd, "node7", ["prepare"], local=False)
     assert isinstance(got, remote.NoAnswer), got
     assert got.why == f"its answer is not a guard's ({said})"
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_an_answer_another_node_s_guard_gives_is_none(
+        monkeypatch: pytest.MonkeyPatch, local: bool) -> None:
+    # A wrong ~/.ssh/config entry, a DNS alias, an address reused: node12's guard answers for
+    # its own holders, never for node7's. Asked directly: this host is node12 to Slurm.
+    monkeypatch.setenv("SLURMD_NODENAME", "node12")
+    config = slurm(remote=("/usr/bin/env", "SG_NODE=node12"), guard=(sys.executable, "-c", ECHO))
+    got = remote.ask(config, "node7", ["prepare"], local=local)
+    assert isinstance(got, remote.NoAnswer), got
+    assert got.why == ("answered as 'node12' (another host, or its host name is not its "
+                       "NodeName: set [slurm] node_name there)")
+    assert got.reason().code == "node-unreachable"
 
 
 def test_a_node_that_does_not_answer_in_time_is_given_up() -> None:
