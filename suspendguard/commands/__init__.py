@@ -210,15 +210,24 @@ def _slurm(p: argparse.ArgumentParser) -> None:
                    "and neither is so any more")
     node = sub.add_parser("node", help="a node's answers to the controller (one JSON object)")
     steps = node.add_subparsers(dest="node_command", metavar="STEP", required=True)
-    steps.add_parser("prepare", help="drain the holders and give the verdict").add_argument(
-        "--suspend", action="store_true", help="then, if allowed, ask logind to suspend")
-    steps.add_parser("awake", help="after a wake: the accelerators' health, and holders "
-                     "outside Slurm")
-    steps.add_parser("restart", help="start again the jobs an attempt's drain stopped: the "
-                     "node was not powered off").add_argument(
-        "--attempt", type=int, required=True, help="the attempt prepare answered with")
-    steps.add_parser("rejoin", help="restart slurmd so that the node registers").add_argument(
-        "--boot", action="store_true", help="with -b: report a boot (after a sleep)")
+    prepare = steps.add_parser("prepare", help="drain the holders and give the verdict")
+    prepare.add_argument("--suspend", action="store_true",
+                         help="then, if allowed, ask logind to suspend")
+    awake = steps.add_parser("awake", help="after a wake: the accelerators' health, and holders "
+                             "outside Slurm")
+    restart = steps.add_parser("restart", help="start again the jobs an attempt's drain stopped: "
+                               "the node was not powered off")
+    restart.add_argument("--attempt", type=int, required=True,
+                         help="the attempt prepare answered with")
+    rejoin = steps.add_parser("rejoin", help="restart slurmd so that the node registers")
+    rejoin.add_argument("--boot", action="store_true",
+                        help="with -b: report a boot (after a sleep)")
+    for step in (prepare, awake, restart, rejoin):
+        # The controller names the node it means: a wrong ssh mapping reaches another host,
+        # whose guard must not drain, start jobs or restart slurmd there on that host's behalf.
+        step.add_argument("--as", dest="as_node", metavar="NODE",
+                          help="the node the controller asked for: a host that is another node "
+                          "does nothing and answers unknown (exit 5)")
 
 
 def _sleep_hook(p: argparse.ArgumentParser) -> None:

@@ -106,6 +106,18 @@ def _node(args: argparse.Namespace, ctx: Context) -> int:
     from suspendguard.slurm import node
     config = ctx.config()
     step = args.node_command
+    me = this_node(config.slurm, ctx.environ)
+    if args.as_node is not None and args.as_node != me:
+        # The controller reached another host (a wrong ssh mapping, a DNS alias, a reused
+        # address): a step here would drain, start or restart this host's own work on another
+        # node's behalf. Nothing is done; the answer names this host, which the controller
+        # holds its node for (node-unreachable: the node it meant was not reached).
+        why = Reason("node-unreachable", f"asked as {args.as_node!r:.60} but this is {me!r:.60}: "
+                     f"slurm node {step} not run; fix the controller's [slurm] remote mapping, "
+                     "or set [slurm] node_name on this host if its host name is not its NodeName")
+        doc = node.answer(me, "unknown", [why])
+        ctx.out.write(json.dumps(doc) + "\n")
+        return _exit_status(doc)
     if step == "prepare":
         doc = node.prepare(ctx, args.suspend)
     elif step == "awake":

@@ -4,7 +4,8 @@ The node answers with one JSON object on its standard output (the
 ``suspendguard slurm node`` commands print nothing else there). No answer,
 an answer that is not one, one from another node's guard, or a call past
 ``[slurm] timeout_s`` is a :class:`NoAnswer`: the caller holds the node up
-rather than guess.
+rather than guess. Each question names the node meant (``--as NODE``): the
+guard of a host reached by mistake runs no step and answers for itself.
 """
 
 from __future__ import annotations
@@ -82,9 +83,10 @@ def template(argv: Sequence[str], node: str) -> list[str]:
 
 def ask(config: SlurmConfig, node: str, args: Sequence[str], *, local: bool,
         timeout: float | None = None) -> dict[str, Any] | NoAnswer:
-    """The node's ``suspendguard slurm node ARGS``, its JSON answer or why there is none."""
+    """The node's ``suspendguard slurm node ARGS --as NODE``, its JSON answer or why there is
+    none. ``--as`` names the node meant: a host reached by mistake does nothing."""
     argv = [*(() if local else template(config.remote, node)), *config.guard,
-            "slurm", "node", *args]
+            "slurm", "node", *args, "--as", node]
     # A node's guard reads its own configuration; SUSPENDGUARD_CONFIG goes along
     # only to a local one (ssh passes no environment).
     env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8"}
@@ -110,7 +112,8 @@ def ask(config: SlurmConfig, node: str, args: Sequence[str], *, local: bool,
         return NoAnswer(node, f"its answer is not a guard's ({wrong})")
     if doc["node"] != node:
         # Another host's guard (a wrong ~/.ssh/config entry, a DNS alias, an address
-        # reused): its verdict is on its own holders, never on the node asked.
+        # reused): its verdict is on its own holders, never on the node asked. Given --as, that
+        # guard ran no step and this answer is its refusal.
         return NoAnswer(node, f"answered as {doc['node']!r:.40} (another host, or its host "
                         "name is not its NodeName: set [slurm] node_name there)")
     return doc

@@ -93,8 +93,8 @@ print(json.dumps({{"node": "gpu3", "verdict": "allow", "reasons": [], "reason_de
     c.config = replace(c.config, guard=guard)
     assert not c._suspend_one("gpu3")
     assert not seen.exists()
-    assert asked.read_text().splitlines() == ["slurm node prepare",
-                                              "slurm node restart --attempt 7"]
+    assert asked.read_text().splitlines() == ["slurm node prepare --as gpu3",
+                                              "slurm node restart --attempt 7 --as gpu3"]
     assert ("gpu3: not powered off: Slurm no longer counts it going down "
             f"({'+'.join([state, *flags])}); left to Slurm") in err.getvalue(), err.getvalue()
     assert fake.node("gpu3") == slurm_node(flags, state=state)  # not drained: no hold

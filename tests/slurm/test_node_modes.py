@@ -157,3 +157,38 @@ def test_health_drains_for_a_holder_outside_slurm_only_when_enforced(
     code, out, err = cli("--config", str(conf), "slurm", "health")
     assert code == 1 and out.startswith("node1: drain: suspendguard: held-outside-slurm: pid "), err
     assert fake.node("node1")["reason"].startswith("suspendguard: held-outside-slurm: pid ")
+
+
+def test_a_node_asked_as_another_does_nothing_and_answers_for_itself(
+        conf: Path, node: str, holders: Holders) -> None:
+    # A wrong ssh mapping reaches this host (node7) for node12: its own job is not drained
+    # on node12's behalf, and the answer names this host, which the controller refuses.
+    conf.write_text(conf.read_text() + '[slurm]\nnode_name = "node7"\n')
+    proc, pid = holders.start(node)
+    code, out, err = cli("--config", str(conf), "slurm", "node", "prepare", "--as", "node12")
+    assert code == 5, (out, err)
+    doc = json.loads(out)
+    assert (doc["node"], doc["verdict"]) == ("node7", "unknown"), doc
+    [why] = doc["reason_details"]
+    assert why["code"] == "node-unreachable", doc
+    assert why["text"] == ("asked as 'node12' but this is 'node7': slurm node prepare not run; "
+                           "fix the controller's [slurm] remote mapping, or set [slurm] node_name "
+                           "on this host if its host name is not its NodeName"), why
+    assert doc["reasons"] == [why["text"]]
+    assert holders.signals() == [] and proc.poll() is None
+    assert not (conf.parent / "state" / "history.db").exists()  # not even looked
+    # Asked as itself, it drains as before.
+    code, out, err = cli("--config", str(conf), "slurm", "node", "prepare", "--as", "node7")
+    assert (code, json.loads(out)["verdict"]) == (0, "allow"), (out, err)
+    assert proc.wait(timeout=10) == 0 and holders.signals() == [f"{pid} SIGINT"]
+
+
+@pytest.mark.parametrize("step", [["awake"], ["restart", "--attempt", "1"], ["rejoin", "--boot"]])
+def test_every_node_step_asked_as_another_node_is_not_run(conf: Path, step: list[str]) -> None:
+    # restart would start this host's stopped jobs, rejoin restart its slurmd.
+    conf.write_text(conf.read_text() + '[slurm]\nnode_name = "node7"\n')
+    code, out, err = cli("--config", str(conf), "slurm", "node", *step, "--as", "node12")
+    assert (code, err) == (5, ""), out
+    doc = json.loads(out)
+    assert (doc["node"], doc["verdict"]) == ("node7", "unknown"), doc
+    assert f"slurm node {step[0]} not run" in doc["reasons"][0], doc

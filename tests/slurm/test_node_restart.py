@@ -76,8 +76,8 @@ print(json.dumps(doc))""")
                         str(going_down(tmp_path).path))
     c.config = replace(c.config, guard=guard)
     assert not c._suspend_one("gpu3")
-    assert asked.read_text().splitlines()[:2] == ["slurm node prepare",
-                                                  "slurm node restart --attempt 7"]
+    assert asked.read_text().splitlines()[:2] == ["slurm node prepare --as gpu3",
+                                                  "slurm node restart --attempt 7 --as gpu3"]
     assert "gpu3: started again what its drain stopped: train.service" in err.getvalue()
     assert "gpu3: not powered down: suspendguard: power-action-failed" in err.getvalue()
 

@@ -230,7 +230,7 @@ def test_a_node_woken_unhealthy_that_cannot_be_drained_is_not_let_rejoin(
     path, asked = recording_guard(tmp_path, fake, unhealthy)
     status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
     assert status == 3, err  # scontrol failed
-    assert asked.read_text() == "slurm node awake\n"  # never: rejoin --boot
+    assert asked.read_text() == "slurm node awake --as node1\n"  # never: rejoin --boot
     assert ("node1: unfit after its wake (unhealthy-after-resume) and not drained: slurmd "
             "not restarted; Slurm marks it DOWN at ResumeTimeout") in err
 
@@ -262,7 +262,7 @@ def test_a_node_whose_slurmd_registered_by_itself_is_not_restarted_with_b(
     path, asked = recording_guard(tmp_path, fake)
     status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
     assert status == 0, err
-    assert asked.read_text() == "slurm node awake\n"
+    assert asked.read_text() == "slurm node awake --as node1\n"
     assert "node1: slurmd registered by itself: not restarted" in err
 
 
@@ -276,7 +276,7 @@ def test_a_node_whose_state_read_failed_once_is_not_restarted_with_b(
     path, asked = recording_guard(tmp_path, fake)
     status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
     assert status == 0, err
-    assert asked.read_text() == "slurm node awake\n"
+    assert asked.read_text() == "slurm node awake --as node1\n"
     assert "node1: slurmd registered by itself: not restarted" in err
 
 
@@ -300,7 +300,7 @@ def test_a_node_powered_off_or_whose_state_is_unknown_is_waited_for_not_restarte
         f.write(f"{setting}resume_wait_s = 0.5\n")
     status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
     assert status == 1, err  # never seen registered
-    assert asked.read_text() == "slurm node awake\n"
+    assert asked.read_text() == "slurm node awake --as node1\n"
     assert ("node1: its state could not be read (" in err) == (not setting), err
 
 
@@ -312,7 +312,7 @@ def test_a_node_slurmctld_still_counts_powering_up_is_restarted_with_b(
     path, asked = recording_guard(tmp_path, fake)
     status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
     assert status == 1, err  # the fake never registers it
-    assert asked.read_text() == "slurm node awake\nslurm node rejoin --boot\n"
+    assert asked.read_text() == "slurm node awake --as node1\nslurm node rejoin --boot --as node1\n"
 
 
 def test_every_node_is_woken_before_any_is_waited_for(tmp_path: Path) -> None:
@@ -328,7 +328,7 @@ def test_every_node_is_woken_before_any_is_waited_for(tmp_path: Path) -> None:
     assert status == 0, err
     lines = asked.read_text().splitlines()
     assert sorted(lines[:20]) == sorted(f"on {n}" for n in names), lines
-    assert lines[20:] == ["slurm node awake"] * 20, lines
+    assert sorted(lines[20:]) == sorted(f"slurm node awake --as {n}" for n in names), lines
 
 
 def test_a_node_whose_health_is_unknown_after_its_wake_rejoins_and_it_is_said(
@@ -342,7 +342,7 @@ def test_a_node_whose_health_is_unknown_after_its_wake_rejoins_and_it_is_said(
     path, asked = recording_guard(tmp_path, fake, doc)
     status, _, err = cli("--config", str(path), "slurm", "resume", "node1")
     assert status == 0, err
-    assert asked.read_text() == "slurm node awake\n"
+    assert asked.read_text() == "slurm node awake --as node1\n"
     assert fake.node("node1") == node(state="ALLOCATED")
     assert f"node1: its accelerator's health after the wake is unknown: {why}" in err
     assert "node1: awake and its health unknown; slurmd registered" in err, err
@@ -384,5 +384,5 @@ def test_the_resume_program_takes_the_features_slurm_passes_after_the_hostlist(
     path, asked = recording_guard(tmp_path, fake)
     status, out, err = cli("--config", str(path), "slurm", "resume", "node1", "cache,quad")
     assert (status, out) == (0, ""), err
-    assert asked.read_text() == "slurm node awake\n"
+    assert asked.read_text() == "slurm node awake --as node1\n"
     assert "slurm resume: FEATURES 'cache,quad' not applied: the nodes wake as they are" in err

@@ -31,7 +31,7 @@ def test_the_remote_runs_the_guard_with_the_node_named_and_its_answer_is_the_jso
     doc = remote.ask(config, "node7", ["prepare", "--suspend"], local=False)
     assert not isinstance(doc, remote.NoAnswer), doc
     assert doc["node"] == "node7"
-    assert doc["argv"] == ["slurm", "node", "prepare", "--suspend"]
+    assert doc["argv"] == ["slurm", "node", "prepare", "--suspend", "--as", "node7"]
     assert remote.reasons_of(doc) == [Reason("sigint-ignored", "pid 7 ignores SIGINT", pid=7)]
 
 
@@ -41,7 +41,7 @@ def test_a_local_node_is_asked_without_the_remote(monkeypatch: pytest.MonkeyPatc
     config = slurm(remote=("/nonexistent/ssh", "{node}"), guard=(sys.executable, "-c", ECHO))
     doc = remote.ask(config, "node7", ["awake"], local=True)
     assert not isinstance(doc, remote.NoAnswer), doc
-    assert doc["argv"] == ["slurm", "node", "awake"]
+    assert doc["argv"] == ["slurm", "node", "awake", "--as", "node7"]
 
 
 def test_no_answer_says_why_and_becomes_a_node_unreachable_reason() -> None:

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 from helpers.fake_slurm import FakeSlurm, node
+from helpers.fake_slurm import node as slurm_node  # where a test's device node is `node`
+from helpers.holders import Holders
+from helpers.isolation import needs_root
 from helpers.runners import cli
 
 from slurm.test_controller import REMOTE
@@ -61,7 +64,35 @@ def test_an_answer_from_another_host_holds_the_node_up_as_unreachable(
     assert fake.node("node12") == node(("POWERED_DOWN", "DRAIN"), held)
     assert (tmp_path / "exclude.conf").read_text().endswith("SuspendExcNodes=node12\n")
     # Nothing more asked of the host that answered: neither restart nor rejoin.
-    assert asked.read_text() == "slurm node prepare\n"
+    assert asked.read_text() == "slurm node prepare --as node12\n"
+
+
+@needs_root
+def test_a_host_reached_for_another_node_drains_nothing_and_the_node_is_held(
+        tmp_path: Path, conf: Path, node: str, holders: Holders,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The remote reaches node7 (SLURMD_NODENAME there) for node12, and runs node7's real
+    # guard: asked as node12, it leaves node7's own job alone, and node12 is held.
+    monkeypatch.setattr(controller, "REGISTER_S", 0.1)
+    fake = FakeSlurm(tmp_path, {"node12": slurm_node(("POWERING_DOWN",))})
+    off = tmp_path / "powered-off"
+    guard = [sys.executable, "-m", "suspendguard", "--config", str(conf)]
+    power_off = [sys.executable, "-c", f"open({str(off)!r}, 'a').write('{{node}}\\n')"]
+    path = tmp_path / "controller.toml"
+    path.write_text("[slurm]\nnode_name = \"ctl\"\n"
+                    f"remote = {json.dumps(['/usr/bin/env', 'SLURMD_NODENAME=node7'])}\n"
+                    f"guard = {json.dumps(guard)}\n"
+                    f"power_off = {json.dumps(power_off)}\n"
+                    f"scontrol = {json.dumps(str(fake.path))}\n"
+                    f"exclude_file = {json.dumps(str(tmp_path / 'exclude.conf'))}\n")
+    proc, _ = holders.start(node)
+    status, _, err = cli("--config", str(path), "slurm", "suspend", "node12")
+    assert status == 1, err
+    assert holders.signals() == [] and proc.poll() is None  # node7's job never drained
+    assert not (tmp_path / "state" / "history.db").exists()  # nor even looked at
+    assert not off.exists()
+    held = f"suspendguard: node-unreachable: {ANSWERED_AS}"
+    assert fake.node("node12") == slurm_node(("POWERED_DOWN", "DRAIN"), held), err
 
 
 def test_a_woken_node_another_host_answers_for_is_not_taken_for_awake(
@@ -72,7 +103,7 @@ def test_a_woken_node_another_host_answers_for_is_not_taken_for_awake(
     status, _, err = cli("--config", str(path), "slurm", "resume", "node12")
     assert status == 1, err
     assert "node12: not awake within [slurm] resume_wait_s (0.5 s): answered as 'node7'" in err
-    assert set(asked.read_text().splitlines()) == {"slurm node awake"}  # never: rejoin --boot
+    assert set(asked.read_text().splitlines()) == {"slurm node awake --as node12"}  # never: rejoin --boot
 
 
 @pytest.mark.parametrize(("flags", "state"), [
