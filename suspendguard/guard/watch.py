@@ -11,10 +11,12 @@ off. Never ``shutdown``. An ``unknown`` verdict holds nothing.
 A look is a full dry run (the /proc scan: 0.1-1 s of CPU on 3,000 processes), so it runs only when
 something may have changed, and on a bound (docs/watch.md has the figures):
 
-- inotify on every accelerator node: a job that opens one, a holder that lets go (the kernel
-  reports the close when the last fd and mapping go); and on the state folder;
-- a pidfd for each holder (at most :data:`MAX_PIDFDS`): readable when it exits, also when it
-  holds the node through a path inotify does not see;
+- inotify on every accelerator node, watched before each look so that what happens during one
+  is read after it: a job that opens one, a holder that lets go (the kernel reports the close
+  when the last fd and mapping go); and on the state folder;
+- a pidfd for each holder whose decision counts (drained, protected, vetoing; not one the policy
+  leaves alone, as a monitoring tool run anew each time) (at most :data:`MAX_PIDFDS`): readable
+  when it exits, also when it holds the node through a path inotify does not see;
 - a look every ``recheck_s`` for what neither sees (a container's own copy of a node, a changed
   SIGINT disposition, a new node), stretched so that these looks stay under :data:`BOUND_SHARE`
   of one core (at most :data:`MAX_BOUND_S`): the watch measures each look's CPU.
@@ -22,14 +24,15 @@ something may have changed, and on a bound (docs/watch.md has the figures):
 Events wait ``debounce_s``; looks are at least :data:`MIN_GAP_S` apart. For opens and closes the
 gap doubles while their looks find nothing new (an agent opening the nodes every second), up to
 :data:`MAX_GAP_S` or :data:`STORM_SHARE` of a core, back at the first change. An exit or a switched
-mode waits only :data:`MIN_GAP_S`, also one during a look; opens and closes then may be the look's
-own (an idle backend opens the nodes): one more look, whose own are dropped. poll(2) between.
+mode waits only :data:`MIN_GAP_S`, also one during a look. Opens and closes during a look may be
+its own (an idle backend opens the nodes) or a job's that its scan had passed: one more look,
+:data:`MIN_GAP_S` after it (the grown gap in a storm); after that one, only opens and closes that
+do not balance (a node kept open or let go, one gone) look again. poll(2) between.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import select
 import signal
@@ -40,15 +43,18 @@ from types import FrameType
 from typing import TextIO
 
 from suspendguard.config import Config
+from suspendguard.guard.inventory import take_inventory
 from suspendguard.guard.pipeline import run
 from suspendguard.guard.run import OnDemandOwnerControl
+from suspendguard.guard.watch_fds import Seen, node_events
+from suspendguard.guard.watch_fds import pidfd_of as pidfd_of  # guard/ready.py's too
 from suspendguard.model import Unavailable
 from suspendguard.store import mode as guard_mode
 from suspendguard.system.dbus.logind import GUARD_WHO, take_inhibitor
 from suspendguard.system.deadline import Cancel
 from suspendguard.system.inotify import FOLDER_EVENTS, Inotify
 from suspendguard.system.log import Logger
-from suspendguard.system.procfs import ProcAccessError, ProcFS
+from suspendguard.system.procfs import ProcFS
 from suspendguard.system.sdnotify import Notifier
 from suspendguard.verdict import Verdict
 
@@ -67,7 +73,8 @@ MAX_PIDFDS = 256
 
 @dataclass(frozen=True, slots=True)
 class Sight:
-    """What one look found: the verdict, the nodes to watch, the holders (pid, start time)."""
+    """What one look found: the verdict, the nodes to watch, the holders (pid, start time)
+    whose exit may change the verdict."""
 
     verdict: Verdict
     nodes: tuple[str, ...]
@@ -98,8 +105,11 @@ def dry_look(config: Config, environ: Mapping[str, str], proc: ProcFS) -> Look:
         report = run(config, dry_run=True, record=False, origin="watch", proc=proc,
                      log=sink, cancel=cancel,
                      supervisors=OnDemandOwnerControl(environ, config.state.dir))
+        # A holder the policy leaves alone (a monitoring tool, a new process at each run)
+        # changes no verdict: neither a pidfd nor a reason to reset the back-off.
         return Sight(report.verdict, tuple(n.path for n in report.inventory.nodes),
-                     tuple((h.holder.pid, h.holder.start_time) for h in report.holders))
+                     tuple((h.holder.pid, h.holder.start_time) for h in report.holders
+                           if h.decision.kind != "leave"))
 
     return look
 
@@ -133,6 +143,7 @@ class Watch:
     state_dir: str | None = None  # whose mode file (suspendguard mode) it obeys; None: enforce
     mode: guard_mode.Mode = guard_mode.ENFORCE
     switches: Inotify | None = None  # the state folder's changes: the mode switched
+    known: Callable[[], tuple[str, ...]] | None = None  # the nodes now; None: the last look's
 
     @property
     def bound(self) -> float:
@@ -154,11 +165,10 @@ class Watch:
 
     def run(self, cancel: Cancel) -> None:
         self.start()
-        due = self.step(cancel, by_event=False)
+        due, pending, again = self._look(cancel, by_event=False, again=False)
         self.notifier.send(READY="1", STATUS=self.status())
         watchdog = self.notifier.watchdog_s
         ping_at = self.clock() + watchdog / 2 if watchdog else None
-        pending: float | None = None  # when an event-driven look is due
         while not cancel.cancelled:
             now = self.clock()
             wake = min(x for x in (due, pending, ping_at) if x is not None)
@@ -174,34 +184,46 @@ class Watch:
             if ping_at is not None and watchdog and now >= ping_at:
                 self.notifier.send(WATCHDOG="1")
                 ping_at = now + watchdog / 2
-            opened, exited = self._events(ready)
-            if opened or exited:
+            seen = self._events(ready)
+            if seen.nodes or seen.exited:
                 if now - self.last_end >= self.max_gap:
                     self.gap = MIN_GAP_S  # quiet for a while: the storm, if any, is over
                 # A holder's exit, or the mode switched, is what ends a block: it waits for no
                 # grown gap.
-                gap = MIN_GAP_S if exited else self.gap
-                soon = max(now + self.debounce_s, (self.last_end if self.looks else now) + gap)
+                gap = MIN_GAP_S if seen.exited else self.gap
+                soon = max(now + self.debounce_s, self.last_end + gap)
                 pending = soon if pending is None else min(pending, soon)
             if (pending is not None and now >= pending) or now >= due:
                 by_event = pending is not None and now >= pending
-                pending = None
-                due = self.step(cancel, by_event=by_event)
-                # Opens and closes during the look: perhaps its own (module doc).
-                opened, exited = self._events(None)
-                if opened and self.gap == MIN_GAP_S:
-                    due = min(due, self.step(cancel, by_event=True))
-                    _, exited = self._events(None)
-                if exited:  # never the look's own: looked at as soon as any exit is
-                    pending = max(self.clock() + self.debounce_s, self.last_end + MIN_GAP_S)
+                due, pending, again = self._look(cancel, by_event, again)
                 self.notifier.send(STATUS=self.status())
 
-    def _events(self, ready: set[int] | None) -> tuple[bool, bool]:
-        """Whether a node was opened or closed, and whether a holder exited or the mode file
-        changed; ``ready`` None: look without waiting."""
-        opened = exited = False
+    def _look(self, cancel: Cancel, by_event: bool, again: bool) -> tuple[float, float | None, bool]:
+        """One look, then what happened during it: when the next bounded look is due, when an
+        event-driven one is (None: none), and whether that one looks again (module doc)."""
+        storm = self.gap > MIN_GAP_S  # as it was before this look, which may double it
+        due = self.step(cancel, by_event)
+        if cancel.cancelled:
+            return due, None, False
+        seen = self._events(None)
+        times: list[float] = []
+        if seen.exited:  # never the look's own: looked at as soon as any exit is
+            times.append(max(self.clock() + self.debounce_s, self.last_end + MIN_GAP_S))
+        # Opens and closes during the look: perhaps its own, perhaps a job's after the scan
+        # passed it. Another look, its gap as for any open; after that one, only what its own
+        # opens cannot be (a node left open or closed on balance, one gone) looks again.
+        if seen.nodes and not (again and seen.balanced):
+            gap = self.gap if storm else MIN_GAP_S
+            times.append(max(self.clock() + self.debounce_s, self.last_end + gap))
+            return due, min(times), True
+        return due, min(times, default=None), False
+
+    def _events(self, ready: set[int] | None) -> Seen:
+        """What happened since the last read; ``ready`` None: look without waiting."""
+        nodes, balanced = False, True
         if self.inotify is not None and (ready is None or self.inotify.fd in ready):
-            opened = bool(self.inotify.read())
+            nodes, balanced = node_events(self.inotify.read())
+        exited = False
         if self.switches is not None and (ready is None or self.switches.fd in ready):
             # The mode file, or the state folder made (by the first switch) where there was none.
             wanted = {self.state_dir, os.path.join(self.state_dir or "", guard_mode.MODE_NAME)}
@@ -215,7 +237,7 @@ class Watch:
                 os.close(fd)
             del self.pidfds[fd]
             exited = True
-        return opened, exited
+        return Seen(nodes, balanced, exited)
 
     def step(self, cancel: Cancel, by_event: bool) -> float:
         """One look and what follows from it; when the next bounded look is due (the watchdog
@@ -223,6 +245,7 @@ class Watch:
         if self.notifier.watchdog_s:
             self.notifier.send(WATCHDOG="1")
         before = self.last
+        self.prepare()
         cpu = _cpu_s()
         sight = self.look(cancel)
         self.look_cpu = _cpu_s() - cpu
@@ -243,7 +266,7 @@ class Watch:
                                else "no sleep is blocked"))
         # Observe and off refuse no suspend: no block in their name either.
         self.hold(sight.why if mode.enforcing else None, sight.cause)
-        self.follow(sight)
+        self.follow(sight.nodes, sight.holders)
         retry = self.failed and sight.why is not None
         return self.last_end + (min(RETRY_S, self.bound) if retry else self.bound)
 
@@ -274,17 +297,26 @@ class Watch:
             os.close(old_held[0])
         self.log.notice(f"watch: sleep blocked while the guard would veto: {why}")
 
-    def follow(self, sight: Sight) -> None:
-        """Watch the nodes and the holders this look found, and the state folder."""
-        if self.inotify is not None:
-            failed = set(self.inotify.watch(sight.nodes))
-            for line in sorted(failed - self.unwatched):
-                self.log.info(f"watch: not watched: {line}")
-            self.unwatched = failed
+    def prepare(self) -> None:
+        """Watch the nodes known now and the state folder before a look, so that an open or a
+        switch during it is read after it."""
+        self.follow(self.known() if self.known is not None
+                    else self.last.nodes if self.last is not None else ())
         if self.switches is not None and self.state_dir is not None:
             there = os.path.isdir(self.state_dir)
             self.switches.watch([self.state_dir if there else os.path.dirname(self.state_dir)])
-        wanted = set(sight.holders[:MAX_PIDFDS])
+
+    def follow(self, nodes: tuple[str, ...],
+               holders: tuple[tuple[int, int], ...] | None = None) -> None:
+        """Watch these nodes, and these holders' exits (None: the holders followed stay)."""
+        if self.inotify is not None:
+            failed = set(self.inotify.watch(nodes))
+            for line in sorted(failed - self.unwatched):
+                self.log.info(f"watch: not watched: {line}")
+            self.unwatched = failed
+        if holders is None:
+            return
+        wanted = set(holders[:MAX_PIDFDS])
         for fd, holder in list(self.pidfds.items()):
             if holder not in wanted:
                 os.close(fd)
@@ -331,40 +363,6 @@ def _cpu_s() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def pidfd_of(proc: ProcFS, pid: int, start: int) -> int | None:
-    """A pidfd on the holder that was seen, None when there is none (then the bound covers it).
-
-    Taken first and the start time confirmed after, so it names that process
-    and no later one with its pid. A holder already gone gets a pidfd too: an
-    exited process's pidfd is readable at once, so the next poll looks again.
-    """
-    if not hasattr(os, "pidfd_open"):
-        return None
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return _gone()
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
-            raise
-        return None
-    try:
-        st = proc.stat(pid)
-    except ProcAccessError:
-        st = None
-    if st is None or st.start_time != start:
-        os.close(fd)
-        return _gone()
-    return fd
-
-
-def _gone() -> int:
-    """A readable fd (a pipe's read end, its write end closed): stands in for an exit."""
-    r, w = os.pipe2(os.O_CLOEXEC)
-    os.close(w)
-    return r
-
-
 def watch(config: Config, environ: Mapping[str, str], err: TextIO,
           recheck_s: float = RECHECK_S, debounce_s: float = DEBOUNCE_S,
           proc: ProcFS | None = None, take: Take = logind_take,
@@ -374,7 +372,8 @@ def watch(config: Config, environ: Mapping[str, str], err: TextIO,
     cancel = Cancel()
     w = Watch(look or dry_look(config, environ, proc), take, Notifier(environ),
               Logger(err, environ), proc, recheck_s=recheck_s, debounce_s=debounce_s,
-              state_dir=config.state.dir)
+              state_dir=config.state.dir,
+              known=lambda: tuple(n.path for n in take_inventory(config.devices).nodes))
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         cancel.cancel(f"watch received {signal.Signals(signum).name}")
