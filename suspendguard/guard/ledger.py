@@ -53,7 +53,8 @@ class Earlier:
 
 class Ledger:
     """The history of one run: ``history`` to write ahead in (None: a run that records
-    nothing), ``past`` to read earlier drain times from (the same, or a read-only copy)."""
+    nothing), ``past`` to read earlier drain times from (the same, or a read-only copy);
+    and the order of the run's stops, which names each stop's row. One per run."""
 
     def __init__(self, history: History | None = None, attempt_id: int | None = None,
                  past: History | None = None, unwritable: str = "") -> None:
@@ -62,6 +63,15 @@ class Ledger:
         self.past = past
         self.unwritable = unwritable  # why a run that records could not open its history
         self._ids: dict[int, int] = {}  # a stop's seq -> its row
+        self._orders = 0  # the stop order numbers given out in this run
+
+    def orders(self, n: int) -> range:
+        """The next ``n`` stop order numbers (``Stop.seq``) of this run, from 1. None is given
+        twice in a run, a refused stop's included: a job whose supervisor refused, started
+        again and kept down in a later round is a stop of its own, with its own row."""
+        first = self._orders + 1
+        self._orders += n
+        return range(first, first + n)
 
     def signalling(self, rows: Sequence[HolderRecord]) -> str:
         """Write down who is about to be signalled; "" or the warning that it was not."""
@@ -76,7 +86,10 @@ class Ledger:
 
     def _ahead(self, write: Callable[[History], None], unrecorded: str) -> str:
         if self.history is None:
-            return ""
+            # Nothing of this run is written, its verdict neither: no later attempt can tell.
+            return (f"history: whom this run signals is not recorded ({self.unwritable}): a "
+                    "holder still saving when it ends gets the signal again from the next "
+                    "attempt" if self.unwritable else "")
         try:
             write(self.history)
         except HistoryError as exc:

@@ -70,7 +70,7 @@ def attempt(r: RunState, opening: Opening, look: Look, said: Said, unknown_said:
 def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
            report: Report) -> Report:
     """The attempt into the history; a refused one (veto or unknown) then leaves the host
-    as it found it, its stopped jobs started again."""
+    as it found it, its stopped jobs started again: only under the guard lock."""
     history, attempt = opening.history, report.attempt
     log = options.log
     stops: Sequence[Stop] = attempt.stops
@@ -93,9 +93,12 @@ def record(restore_config: RestoreConfig, options: RunOptions, opening: Opening,
             report = replace(report, history=Unavailable(str(exc)),
                              attempt=replace(attempt, verdict=verdict))
     if ((stops or history is not None) and report.verdict.kind != "allow"
-            and options.supervisors is not None and not options.dry_run):
+            and options.supervisors is not None and not options.dry_run
+            and not opening.lock.refused):
         # Inside the unit's TimeoutStartSec (deadline_s + 20 s): the verdict
-        # came by deadline_s - ANSWER_MARGIN_S.
+        # came by deadline_s - ANSWER_MARGIN_S. A run refused the guard lock stopped
+        # nothing, and the stops an earlier restore left pending are the lock holder's
+        # (a drain, or the resume unit's restore acting on them now).
         restore_at_once(stops, options.supervisors, restore_config, history, log)
     return report
 

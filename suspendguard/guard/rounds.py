@@ -193,8 +193,9 @@ def keep_down(r: RunState, holders: Sequence[Holder]) -> Said:
                 said += Said.warn(warning)
     if not owners:
         return said
-    planned = {o.key: Stop(o, len(r.stops) + i, time.time())
-               for i, o in enumerate(owners.values(), 1)}
+    # Numbered for the whole run: a refused stop is not in r.stops, but its number is taken.
+    planned = {o.key: Stop(o, seq, time.time())
+               for seq, o in zip(r.ledger.orders(len(owners)), owners.values(), strict=True)}
     unwritten = r.ledger.stopping(list(planned.values()))
     if unwritten:
         # A stop restore cannot read would leave the job down after resume, unsaid.

@@ -23,9 +23,10 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from suspendguard.config import Config, to_toml
 from suspendguard.errors import HistoryError, NoHistory
@@ -46,6 +47,7 @@ from suspendguard.system.procfs import ProcFS
 from suspendguard.verdict import Reason
 
 DB_NAME = "history.db"
+T = TypeVar("T")
 
 
 # The why of a row written ahead once the signal reached its holder; :meth:`History.finish`
@@ -89,8 +91,9 @@ class History(Reads):
             return cls(database.open_readonly(path), path, warnings, proc)
         database.prepare_dir(state_dir)
         wait = database.LOCK_WAIT_S if deadline is None else _left(deadline)
-        history = cls(database.open_writable(path, warnings, wait), path, warnings, proc,
-                      deadline)
+        # A full disk where SQLite has no shared-memory file yet: opened in the room kept.
+        history = cls(reserve.in_reserve(state_dir, lambda: database.open_writable(
+            path, warnings, wait)), path, warnings, proc, deadline)
         try:
             history._mark_interrupted()
         except HistoryError as exc:
@@ -98,7 +101,7 @@ class History(Reads):
                 history.close()
                 raise
             # A full disk: restore must still read the stops it acts on, and the room kept
-            # is the verdict's (:meth:`finish`). Read back as interrupted all the same
+            # is the next attempt's (:meth:`begin`). Read back as interrupted all the same
             # (their guard is gone), they are marked at the next open.
             warnings.append(f"{exc}: an attempt whose guard was killed is not marked "
                             "interrupted yet (the next open marks it)")
@@ -131,9 +134,11 @@ class History(Reads):
                 "SELECT id, guard_pid, guard_start FROM attempts WHERE verdict IS NULL").fetchall()
         dead = [r[0] for r in rows if not self._alive(r[1], r[2])]
         if dead:
+            # Read outside the write: a verdict committed since (its guard just ended) stands.
             with self._tx() as c:
                 c.executemany(
-                    "UPDATE attempts SET verdict='interrupted', reasons=?, reason_details=? WHERE id=?",
+                    "UPDATE attempts SET verdict='interrupted', reasons=?, reason_details=?"
+                    " WHERE id=? AND verdict IS NULL",
                     [(json.dumps([INTERRUPTED.text]), json.dumps([INTERRUPTED.to_json()]), i)
                      for i in dead],
                 )
@@ -145,18 +150,23 @@ class History(Reads):
         """A short fingerprint of the effective values: the attempt's ``config_digest``."""
         return hashlib.sha256(to_toml(config).encode()).hexdigest()[:16]
 
+    def _kept(self, write: Callable[[sqlite3.Connection], T]) -> T:
+        """``write`` in one transaction; on a full disk, once more in the room kept (.reserve)."""
+        def once() -> T:
+            with self._tx() as c:
+                return write(c)
+        return reserve.in_reserve(os.path.dirname(self.path), once)
+
     def begin(self, action: str | None, origin: str, dry_run: bool, digest: str,
               started: float | None = None) -> int:
         me = self.proc.stat(os.getpid())
-        with self._tx() as c:
-            cur = c.execute(
-                "INSERT INTO attempts (started, action, origin, dry_run, config_digest, guard_pid,"
-                " guard_start, boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (started or time.time(), action, origin, int(dry_run), digest, os.getpid(),
-                 me.start_time if me else 0, boot_id(self.proc)),
-            )
-            attempt_id = int(cur.lastrowid or 0)
-        # While there is room: keep some for this attempt's verdict (see .reserve).
+        # A full disk: begun in the room kept, or whom it signals goes unrecorded (.reserve).
+        attempt_id = self._kept(lambda c: int(c.execute(
+            "INSERT INTO attempts (started, action, origin, dry_run, config_digest, guard_pid,"
+            " guard_start, boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (started or time.time(), action, origin, int(dry_run), digest, os.getpid(),
+             me.start_time if me else 0, boot_id(self.proc))).lastrowid or 0))
+        # While there is room: keep some for this attempt (see .reserve).
         reserve.keep(os.path.dirname(self.path))
         return attempt_id
 
@@ -171,39 +181,36 @@ class History(Reads):
     def signalling(self, attempt_id: int, holders: Sequence[HolderRecord]) -> None:
         """Write down who is about to be signalled, before the signal: a guard killed
         mid-drain leaves these rows; :meth:`finish` replaces them with the outcomes."""
-        with self._tx() as c:
-            self._insert_holders(c, attempt_id, holders)
+        self._kept(lambda c: self._insert_holders(c, attempt_id, holders))
 
     def reached(self, attempt_id: int, holders: Sequence[Holder]) -> None:
         """Mark the rows :meth:`signalling` wrote for ``holders``: the signal reached them. A
         guard killed in the wait after it leaves them so, and the next attempt sends none again."""
-        with self._tx() as c:
-            c.executemany("UPDATE holders SET signalled = 1, why = ?"
-                          " WHERE attempt_id = ? AND pid = ? AND start_time = ?",
-                          [(REACHED, attempt_id, h.pid, h.start_time) for h in holders])
+        self._kept(lambda c: c.executemany(
+            "UPDATE holders SET signalled = 1, why = ? WHERE attempt_id = ? AND pid = ?"
+            " AND start_time = ?", [(REACHED, attempt_id, h.pid, h.start_time) for h in holders]))
 
     def finish(self, attempt: Attempt) -> None:
         """Write the attempt as the guard ended it: its verdict, reasons, warnings, end,
         holders, and the stops whose rows are not in yet (:meth:`stopping` wrote the others)."""
         # The disk filled during the run: the verdict is written in the room kept for it.
-        reserve.in_reserve(os.path.dirname(self.path), lambda: self._finish(attempt))
+        self._kept(lambda c: self._finish(c, attempt))
 
-    def _finish(self, attempt: Attempt) -> None:
-        with self._tx() as c:
-            c.execute("DELETE FROM holders WHERE attempt_id = ?", (attempt.id,))
-            c.execute(
-                "UPDATE attempts SET finished=?, verdict=?, reasons=?, reason_details=?, warnings=?"
-                " WHERE id=?",
-                (attempt.finished or time.time(), attempt.result,
-                 json.dumps(list(attempt.reasons)),
-                 json.dumps([r.to_json() for r in attempt.verdict.reasons]),
-                 json.dumps(list(attempt.warnings)), attempt.id),
-            )
-            self._insert_holders(c, attempt.id, attempt.holders)
-            written = {int(seq) for (seq,) in c.execute(
-                "SELECT seq FROM stops WHERE attempt_id = ?", (attempt.id,))}
-            self._insert_stops(c, attempt.id, [s for s in attempt.stops if s.seq not in written],
-                               issued=True)
+    def _finish(self, c: sqlite3.Connection, attempt: Attempt) -> None:
+        c.execute("DELETE FROM holders WHERE attempt_id = ?", (attempt.id,))
+        c.execute(
+            "UPDATE attempts SET finished=?, verdict=?, reasons=?, reason_details=?, warnings=?"
+            " WHERE id=?",
+            (attempt.finished or time.time(), attempt.result,
+             json.dumps(list(attempt.reasons)),
+             json.dumps([r.to_json() for r in attempt.verdict.reasons]),
+             json.dumps(list(attempt.warnings)), attempt.id),
+        )
+        self._insert_holders(c, attempt.id, attempt.holders)
+        written = {int(seq) for (seq,) in c.execute(
+            "SELECT seq FROM stops WHERE attempt_id = ?", (attempt.id,))}
+        self._insert_stops(c, attempt.id, [s for s in attempt.stops if s.seq not in written],
+                           issued=True)
 
     def _insert_stops(self, c: sqlite3.Connection, attempt_id: int,
                       stops: Sequence[Stop], *, issued: bool) -> list[int]:

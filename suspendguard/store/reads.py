@@ -184,10 +184,11 @@ class Reads:
                 return []
 
     def last_health(self) -> list[DeviceHealth]:
-        """The answers of the last health check (none before the first)."""
+        """The answers of the last health check (none before the first): the check written
+        last, not the one stamped latest (a wall clock stepped back between two checks)."""
         rows = self._rows_if_kept(
-            "SELECT device, family, state, reason, time, attempt_id FROM health"
-            f" WHERE time = (SELECT MAX(time) FROM health WHERE {A_TIME}) ORDER BY id")
+            "SELECT device, family, state, reason, time, attempt_id FROM health WHERE time ="
+            f" (SELECT time FROM health WHERE {A_TIME} ORDER BY id DESC LIMIT 1) ORDER BY id")
         return [DeviceHealth(r[0], r[1], cast(HealthState, r[2]), r[3], time=r[4], attempt_id=r[5])
                 for r in rows]
 

@@ -1,11 +1,16 @@
-"""Room kept for the verdict: a small file in the state folder, given up when the disk fills.
+"""Room kept for an attempt: a small file in the state folder, given up when the disk fills.
 
 A job that writes its checkpoint while it exits can fill the disk between
 the attempt's first row and its verdict; SQLite then cannot write the
 verdict, and the attempt later reads as a guard killed before it gave one.
-While there is room, each attempt makes sure this file exists (allocated,
-not sparse); when the verdict finds the disk full, the file is removed and
-the write tried once more in the room it leaves.
+A disk already full when the attempt begins would keep it from writing
+down whom it signals, and the next attempt would signal them again. While
+there is room, each attempt makes sure this file exists (allocated, not
+sparse); when the history's open (a disk full while the history was
+closed), the attempt's first row, whom it signals or its verdict finds the
+disk full, the file is removed and the write tried once more in the room it
+leaves. The room is given once: what finds the disk full after it is not
+written.
 """
 
 from __future__ import annotations
@@ -49,12 +54,28 @@ def release(state_dir: str) -> bool:
     return True
 
 
+def full(state_dir: str, exc: HistoryError) -> bool:
+    """Whether ``exc`` came of a full disk: SQLite says so; or, failing to grow its
+    shared-memory file (a history opened with none left by the last close), it says "disk
+    I/O error", and the filesystem has less room left for this user than the reserve."""
+    if "full" in str(exc):
+        return True
+    if "disk I/O error" not in str(exc):
+        return False
+    try:
+        fs = os.statvfs(state_dir)
+    except OSError:
+        return False
+    free = fs.f_bfree if os.geteuid() == 0 else fs.f_bavail  # root has ext4's reserved blocks
+    return free * fs.f_frsize < RESERVE_BYTES
+
+
 def in_reserve(state_dir: str, write: Callable[[], T]) -> T:
     """``write()``; when it finds the disk full, tried once more in the reserve's room (the
     HistoryError stands where there is no reserve left to give)."""
     try:
         return write()
     except HistoryError as exc:
-        if "full" not in str(exc) or not release(state_dir):
+        if not full(state_dir, exc) or not release(state_dir):
             raise
     return write()
