@@ -24,6 +24,7 @@ from suspendguard.idle.sampler import check_idle
 from suspendguard.model import Decision, Holder, ScanResult
 from suspendguard.system.deadline import Deadline, granted, nap
 from suspendguard.system.procfs import ProcAccessError, ProcFS
+from suspendguard.system.runner import Abandoned
 from suspendguard.verdict import Reason
 
 HZ = os.sysconf("SC_CLK_TCK")  # the unit of a process's start time (/proc/PID/stat)
@@ -131,6 +132,23 @@ def uninspected(refused: Sequence[int], first: IdleReport | None,
               " (no idle backend for these nodes)"))
     return Said.veto(Reason("uninspected", f"{some} could not be inspected as root (pids "
                             f"{pids}), and {why}: any of them may hold an accelerator node"))
+
+
+def stuck_children(stuck: Sequence[Abandoned], now: float) -> Said:
+    """A certain veto (device-busy) for each of the guard's own children killed at its timeout
+    that is still there (system/runner.py ``abandoned``; ``now``: time.monotonic()).
+
+    SIGKILL ends a process once it leaves the kernel: one still there is in a driver call that
+    does not return, on a device that is not idle then (its query hung), and a freezer that
+    cannot freeze it fails the suspend, or a driver's suspend runs beside the call. A
+    veto, not unknown: the guard knows it is there; device-busy, since a later try may find the
+    call returned and the child gone (``[notify] retry`` asks again for it).
+    """
+    return Said.veto(*(Reason(
+        "device-busy", f"the guard's own {a.command} (pid {a.pid}) did not exit after SIGKILL "
+        f"({max(0.0, now - a.since):.0f} s ago): stuck in the driver, in a call that does not "
+        f"return; suspend once it has exited (ps -o stat= -p {a.pid} reads D while it is stuck)",
+        pid=a.pid) for a in stuck))
 
 
 def by_its_nodes(d: Decision) -> bool:

@@ -13,7 +13,8 @@ So a built-in exemption holds only once these say so:
 - the guard's own pyACL probe: its parent is a suspendguard run on the same
   state folder, proven by an open fd on that folder's guard.lock (a file of
   the guard's user alone, mode 0600), which every run keeps open while it
-  may start a probe.
+  may start a probe; and it is not in uninterruptible sleep (state D): a
+  probe stuck in the driver does not exit by itself, as the exemption assumes.
 
 What fails is said in words ("named slogd, but run by nobody from /tmp/x"),
 and the holder is drained like any other.
@@ -45,11 +46,13 @@ class Vouched:
 
     ``daemons``: each holder named like a driver daemon, with "" when it is
     the daemon and otherwise why not. ``probes``: holders proven to be a
-    suspendguard run's pyACL probe.
+    suspendguard run's pyACL probe. ``stuck_probes``: a run's probe, by its parent's
+    lock, that is not exempt all the same, with why (stuck in the driver).
     """
 
     daemons: Mapping[HolderId, str] = field(default_factory=dict)
     probes: frozenset[HolderId] = frozenset()
+    stuck_probes: Mapping[HolderId, str] = field(default_factory=dict)
 
 
 NOTHING_VOUCHED = Vouched()
@@ -74,6 +77,7 @@ def vouch(holders: Iterable[Holder], proc: ProcFS, token: Token | None) -> Vouch
     """Check each holder that claims an exemption; the others are not read again."""
     daemons: dict[HolderId, str] = {}
     probes: set[HolderId] = set()
+    stuck: dict[HolderId, str] = {}
     for holder in holders:
         if holder.source != "proc":
             continue
@@ -81,8 +85,27 @@ def vouch(holders: Iterable[Holder], proc: ProcFS, token: Token | None) -> Vouch
         if named is not None:
             daemons[holder_id(holder)] = daemon_doubt(holder, proc, *named)
         if token is not None and names_probe(holder) and holds_token(proc, holder.ppid, token):
-            probes.add(holder_id(holder))
-    return Vouched(daemons, frozenset(probes))
+            why = probe_doubt(proc, holder.pid)
+            if why:
+                stuck[holder_id(holder)] = why
+            else:
+                probes.add(holder_id(holder))
+    return Vouched(daemons, frozenset(probes), stuck)
+
+
+def probe_doubt(proc: ProcFS, pid: int) -> str:
+    """Why a run's own probe is not the short-lived child its exemption takes it for; "" when
+    it is. One in state D (a driver call that does not return) outlives even SIGKILL."""
+    try:
+        st = proc.stat(pid)
+    except ProcAccessError:
+        st = None
+    if st is None:
+        return "its /proc/PID/stat cannot be read: not exempt"
+    if st.state == "D":
+        return ("it is in uninterruptible sleep (state D): stuck in the driver, it does not exit "
+                "by itself, so not exempt")
+    return ""
 
 
 def daemon_doubt(holder: Holder, proc: ProcFS, name: str, family: str) -> str:

@@ -8,6 +8,7 @@ certain veto found here, before the drain would stop any job.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 from suspendguard.config import FAMILIES, DevicesConfig, IdleConfig
@@ -62,6 +63,9 @@ def look(devices: DevicesConfig, idle: IdleConfig, r: RunState, lock: GuardLock)
         extra, hidden = device_view.device_holders(r, first, {h.pid for h in scan.holders})
         decisions += extra
         said += asked + hidden
+    # The guard's own probe killed at its timeout (here or by an earlier run of this process)
+    # that is still there: stuck in the driver. The scan sees it as the holder it is.
+    said += device_view.stuck_children(runner.abandoned(), time.monotonic())
     hidepid = r.options.proc.hidepid() if os.geteuid() != 0 and inventory.nodes else ""
     unknown = device_view.uninspected(refused, first, found, hidepid)
     return Look(inventory, found, scan, decisions, first, idle_check,

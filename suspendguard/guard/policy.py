@@ -286,7 +286,9 @@ def _action(
         if key in vouched.probes:
             return "ignore", ("suspendguard's own short-lived pyACL probe (its parent, "
                               "another guard run, holds this state folder's guard.lock)"), ""
-        doubt = (f"its command line names {PROBE_MODULE}, but its parent (pid {holder.ppid}) "
+        doubt = (f"suspendguard's own pyACL probe, but {vouched.stuck_probes[key]}"
+                 if key in vouched.stuck_probes else
+                 f"its command line names {PROBE_MODULE}, but its parent (pid {holder.ppid}) "
                  "is no suspendguard run on this state folder: not exempt")
     named = daemon_named(holder)
     if named is not None:

@@ -15,11 +15,11 @@ from datetime import datetime
 
 from suspendguard.config import Config
 from suspendguard.health.model import Answer, ask, not_listed
-from suspendguard.idle.acl import AclBackend
+from suspendguard.idle.acl import AclBackend, RuntimeFailed
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.npusmi import NpuSmiBackend
 from suspendguard.logs.journal import from_journal
-from suspendguard.record import DeviceHealth, FindingRecord, HealthState
+from suspendguard.record import DeviceHealth, FindingRecord
 
 FAMILY = "ascend"
 # npu-smi's words from the least to the most severe (a minor, a major, a critical alarm).
@@ -91,7 +91,8 @@ def _no_worse(now: str, then: str | None) -> bool:
 def acl_check(config: Config, timeout_s: float,
               before: Mapping[str, str] | None = None) -> Answer:
     """aclrtSetDevice and aclrtResetDevice on each device, in a child; ([], why) without CANN.
-    A device pyACL read before the suspend (``before``) and does not count now is unhealthy."""
+    A device pyACL read before the suspend (``before``) and does not count now is unhealthy,
+    as is each of them when the runtime fails; an ``acl`` that cannot be imported is unknown."""
     backend = AclBackend(config.idle)
 
     def opened() -> list[DeviceHealth]:
@@ -102,9 +103,12 @@ def acl_check(config: Config, timeout_s: float,
                                   "pyACL")
 
     def failed(exc: QueryFailed) -> Answer:
-        # A child that hung after resume is a device that does not answer.
-        state: HealthState = "unhealthy" if "within the timeout" in str(exc) else "unknown"
-        return [DeviceHealth(FAMILY, FAMILY, state, str(exc), "acl")], ""
+        if not isinstance(exc, RuntimeFailed):  # no CANN here, or the guard was stopped
+            return [DeviceHealth(FAMILY, FAMILY, "unknown", str(exc), "acl")], ""
+        # The runtime there and failing after resume (acl.init() or the count an error, the
+        # child crashed or hung) is a device that does not answer: none of its devices opens.
+        return [DeviceHealth(FAMILY, FAMILY, "unhealthy", str(exc), "acl"),
+                *not_listed(before, "device ", (), FAMILY, "acl", "pyACL")], ""
 
     return ask(backend, "pyACL", opened, failed)
 

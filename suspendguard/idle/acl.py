@@ -42,6 +42,13 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 VISIBLE_DEVICES = ("ASCEND_RT_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES")
 
 
+class RuntimeFailed(QueryFailed):
+    """pyACL was there and failed: acl.init() or the device count returned an error, or the
+    child died of a signal, exited with an error or did not answer in time. Not a missing
+    CANN (``acl`` that cannot be imported), a child that could not start, nor the guard's
+    own stop, which say nothing of the device."""
+
+
 class AclBackend(Backend):
     declared = IDLE_BACKENDS["acl"]
 
@@ -80,12 +87,17 @@ class AclBackend(Backend):
         env["SUSPENDGUARD_ACL_ENV"] = script
         env["SUSPENDGUARD_PYTHON"] = sys.executable
         env["SUSPENDGUARD_ACL_MODE"] = mode
-        result = runner.run(["bash", "-c", CHILD_SCRIPT], timeout=timeout_s, env=env)
+        result = runner.run(["bash", "-c", CHILD_SCRIPT], timeout=timeout_s, env=env,
+                            name="pyACL probe")
         if not result.ok:
-            raise QueryFailed(f"pyACL probe: {_failure(result)}")
+            # result.error: it did not start, or the guard was stopped; anything else is the
+            # child's end: killed at the timeout, by a signal, or a failing exit.
+            failed = QueryFailed if result.error else RuntimeFailed
+            raise failed(f"pyACL probe: {_failure(result)}")
         answer = parse_probe_output(result.stdout)
         if "error" in answer:
-            raise QueryFailed(f"pyACL probe: {answer['error']}")
+            failed = QueryFailed if answer.get("unavailable") else RuntimeFailed
+            raise failed(f"pyACL probe: {answer['error']}")
         devices: list[dict[str, Any]] = answer.get("devices", [])
         return devices
 

@@ -7,7 +7,8 @@ By default it only reads: it never calls acl.rt.set_device, which would
 create a context ON the device. With SUSPENDGUARD_ACL_MODE=open (the health
 check after resume, while the drained jobs are still stopped) it opens each
 device and resets it again, as a job starting would. Prints one JSON object on stdout and exits 0 when it
-could ask at all; stdlib only apart from ``acl``.
+could ask at all; stdlib only apart from ``acl``. An ``error`` is the runtime's (acl.init(), the
+device count) unless ``unavailable`` is true: then ``acl`` could not be imported (no CANN).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def _each_device(ask: Callable[[Any, int], dict[str, Any]]) -> dict[str, Any]:
         # toolkit on the path, and importing it registers with the runtime.
         import acl
     except ImportError as exc:
-        return {"error": f"cannot import acl ({exc}); is [idle] ascend_env the CANN set_env.sh?"}
+        # No CANN here: nothing is said of the device, apart from a runtime that fails.
+        return {"error": f"cannot import acl ({exc}); is [idle] ascend_env the CANN set_env.sh?",
+                "unavailable": True}
     ret = acl.init()
     if ret != 0:
         return {"error": f"acl.init() returned {ret}"}

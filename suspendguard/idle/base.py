@@ -11,12 +11,14 @@ import math
 import os
 import shutil
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
 from suspendguard.config import IDLE_BACKENDS, Family, IdleBackend, IdleConfig, trust
+from suspendguard.system import deadline
 
 DeviceState = Literal["busy", "idle", "unknown"]
 ReportState = Literal["idle", "busy", "unknown", "none"]
@@ -293,7 +295,8 @@ _stuck_lock = threading.Lock()
 
 
 def call_with_timeout(fn: Callable[[], T], timeout_s: float, what: str) -> T:
-    """Run an in-process library call, giving up on it after ``timeout_s``.
+    """Run an in-process library call, giving up on it after ``timeout_s``, or sooner when
+    the run's deadline (system/deadline.py) ends first or the guard is stopped.
 
     DCMI and NVML are C libraries called in this process; a driver that
     hangs would hang the guard, and with it the suspend. The call runs in a
@@ -313,11 +316,15 @@ def call_with_timeout(fn: Callable[[], T], timeout_s: float, what: str) -> T:
         except BaseException as exc:  # handed back to the caller's thread
             box["error"] = exc
 
+    bound = deadline.current()
+    wait = bound.cap(timeout_s)  # as runner.run cuts a child's timeout
     worker = threading.Thread(target=target, name=f"suspendguard-{what}", daemon=True)
     worker.start()
-    worker.join(max(timeout_s, 0.001))
+    _join(worker, wait, bound)
     if worker.is_alive():
-        why = f"{what}: no answer within {timeout_s:.1f} s (abandoned)"
+        why = (f"{what}: {bound.cancel_reason} (abandoned)" if bound.cancelled else
+               f"{what}: no answer within {wait:.1f} s"
+               + (" (the run's deadline)" if wait < timeout_s else "") + " (abandoned)")
         with _stuck_lock:
             _stuck[what] = (worker, why)
         raise QueryFailed(why)
@@ -325,3 +332,17 @@ def call_with_timeout(fn: Callable[[], T], timeout_s: float, what: str) -> T:
         raise box["error"]
     value: T = box["value"]
     return value
+
+
+# How often the wait for a library call looks whether the guard was stopped.
+CANCEL_POLL_S = 0.05
+
+
+def _join(worker: threading.Thread, wait: float, bound: deadline.Deadline) -> None:
+    """Wait ``wait`` seconds at most for ``worker``, less when ``bound`` is cancelled."""
+    until = time.monotonic() + max(wait, 0.001)
+    while worker.is_alive() and not bound.cancelled:
+        left = until - time.monotonic()
+        if left <= 0:
+            return
+        worker.join(left if bound.cancel is None else min(left, CANCEL_POLL_S))

@@ -1,8 +1,10 @@
 """The one place that starts other programs.
 
 Children are started in their own session so a timeout kills the whole
-group, and their pids are registered while they run so the holder scan
-never reports the guard's own probes.
+group, and their pids are registered while a call waits for them so the
+holder scan never reports the guard's own probes. One killed that does not
+go (stuck in a driver call) is given up on and kept apart (``abandoned``):
+the scan sees it again, and the run says why it cannot suspend.
 """
 
 from __future__ import annotations
@@ -26,22 +28,42 @@ from suspendguard.system import deadline
 # programs with none, and a child run as a user gets a clean environment.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# The pids of the children started here, while they run: the scan leaves them out.
+# The pids of the children started here while a call here waits for them: the scan leaves
+# them out, since each ends (or is killed) within its call's timeout.
 _children_lock = threading.Lock()
 _children: set[int] = set()
-# Children killed at their timeout that did not go (see KILLED_GRACE_S): still
-# the guard's own, and left out of the scan until they are reaped here.
-_abandoned: list[subprocess.Popen[Any]] = []
+# Children killed at their timeout that did not go (see KILLED_GRACE_S), with what they
+# were and when they were given up on, until they are reaped here.
+_abandoned: list[tuple[subprocess.Popen[Any], str, float]] = []
+
+
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    """A child killed at its timeout that had not exited a moment later (stuck in the kernel)."""
+
+    pid: int
+    command: str  # what it is, in words (the ``name`` it was run with, else its program)
+    since: float  # when it was given up on (time.monotonic())
 
 
 def active_children() -> frozenset[int]:
-    """The guard's own children (probes) running now."""
+    """The guard's own children (probes) a call here is waiting for now.
+
+    Not those killed and given up on (:func:`abandoned`): such a child is
+    stuck in a driver call that does not return, and holds what it holds
+    as long as any job would; the scan must see it.
+    """
     with _children_lock:
-        for proc in list(_abandoned):
-            if proc.poll() is not None:  # reaped here: its pid is free for others now
-                _abandoned.remove(proc)
-                _children.discard(proc.pid)
         return frozenset(_children)
+
+
+def abandoned() -> tuple[Abandoned, ...]:
+    """The children killed at their timeout that are still there; those gone are reaped now."""
+    with _children_lock:
+        for entry in list(_abandoned):
+            if entry[0].poll() is not None:  # reaped here: its pid is free for others now
+                _abandoned.remove(entry)
+        return tuple(Abandoned(proc.pid, command, since) for proc, command, since in _abandoned)
 
 
 def _started(pid: int) -> None:
@@ -98,6 +120,7 @@ def run(
     env: Mapping[str, str] | None = None,
     stdin: str | None = None,
     as_user: tuple[int, int] | None = None,
+    name: str = "",
 ) -> RunResult:
     """Run ``argv`` with a hard timeout; never raises for a missing or failing tool.
 
@@ -105,6 +128,8 @@ def run(
     supplementary groups, before it executes (needs CAP_SETUID, CAP_SETGID).
     Its output is read as a text-mode pipe reads it; past MAX_OUTPUT bytes of
     stdout the child is killed and ``truncated`` set, as by :func:`run_bounded`.
+    ``name``: what the child is, in words, should it not go when killed (:func:`abandoned`);
+    its program's name by default.
     """
     args = tuple(argv)
     proc = _spawn(
@@ -123,7 +148,8 @@ def run(
     bound = deadline.current()
     coding = locale.getpreferredencoding(False)  # subprocess's text mode's, on 3.10 and 3.11
     sent = None if stdin is None else stdin.encode(coding, "replace")
-    out, err, timed_out, truncated = _collect(proc, bound.cap(timeout), MAX_OUTPUT, sent, bound)
+    out, err, timed_out, truncated = _collect(proc, bound.cap(timeout), MAX_OUTPUT, sent, bound,
+                                                name or os.path.basename(args[0]))
     said, complained = _text(out, coding), _text(err, coding)
     if timed_out and bound.cancelled:
         return RunResult(args, None, said, complained, error=bound.cancel_reason)
@@ -143,14 +169,16 @@ def _text(data: bytes, coding: str) -> str:
 KILLED_GRACE_S = 1.0
 
 
-def _abandon(proc: subprocess.Popen[Any]) -> None:
-    """Give up on a killed child: its pipes are closed, and it stays the guard's until reaped."""
+def _abandon(proc: subprocess.Popen[Any], name: str) -> None:
+    """Give up on a killed child: its pipes are closed, and it is kept (``abandoned``) until
+    reaped, no longer left out of the scan."""
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
             with contextlib.suppress(OSError):
                 pipe.close()
     with _children_lock:
-        _abandoned.append(proc)
+        _children.discard(proc.pid)
+        _abandoned.append((proc, name, time.monotonic()))
 
 
 # How often the wait for a child whose output closed looks whether the guard was cancelled.
@@ -173,15 +201,16 @@ def run_bounded(argv: Sequence[str], timeout: float, max_output: int) -> RunResu
                   stderr=subprocess.PIPE, start_new_session=True)
     if isinstance(proc, RunResult):
         return proc
-    out, err, timed_out, truncated = _collect(proc, timeout, max_output)
+    out, err, timed_out, truncated = _collect(proc, timeout, max_output,
+                                                name=os.path.basename(args[0]))
     code = None if timed_out or truncated else proc.returncode
     return RunResult(args, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                      timed_out=timed_out, truncated=truncated)
 
 
 def _collect(proc: subprocess.Popen[bytes], timeout: float, max_output: int,
-             stdin: bytes | None = None, bound: deadline.Deadline = deadline.UNBOUNDED
-             ) -> tuple[bytes, bytes, bool, bool]:
+             stdin: bytes | None = None, bound: deadline.Deadline = deadline.UNBOUNDED,
+             name: str = "") -> tuple[bytes, bytes, bool, bool]:
     """(stdout, stderr, timed out, truncated) of a started child, which is gone after (or,
     killed and not going, given up on). ``bound``'s cancel ends it as the timeout does."""
     _started(proc.pid)
@@ -197,7 +226,7 @@ def _collect(proc: subprocess.Popen[bytes], timeout: float, max_output: int,
         try:
             proc.wait(timeout=KILLED_GRACE_S)
         except subprocess.TimeoutExpired:
-            _abandon(proc)
+            _abandon(proc, name or "a command")
         else:
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 if pipe is not None:

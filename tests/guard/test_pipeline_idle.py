@@ -246,25 +246,35 @@ def test_a_slurm_node_awake_judges_npu_smi_health_against_the_word_before_the_su
 
 def test_a_slurm_node_awake_whose_npu_smi_fails_answers_unknown_never_allow(
         make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No npu-smi, and pyACL's child dies: nothing said whether the chip is fit, so the answer
-    is unknown with its code, not the allow a device with no answer used to get."""
+    """No npu-smi, and pyACL's ``acl`` cannot be imported: nothing said whether the chip is
+    fit, so the answer is unknown with its code, not the allow a device with no answer used
+    to get. A pyACL child that dies says the device does not open: a veto."""
     import json
     import time
 
     from suspendguard.slurm import node
 
+    no_cann = tmp_path / "set_env.sh"
+    no_cann.write_text("export SOMETHING=1\n")
     acl_state = tmp_path / "acl.json"
     acl_state.write_text(json.dumps({"mode": "crash", "devices": []}))
     monkeypatch.setenv("FAKE_ACL_STATE", str(acl_state))
-    awake = make_config(idle={"npu_smi": str(tmp_path / "no-npu-smi"),
-                              "ascend_env": str(FAKES / "idle" / "acl_site" / "set_env.sh")},
-                        devices={"families": ["ascend"]})
-    doc = node.awake(awake, {}, time.time())
+
+    def awake(ascend_env: Path) -> dict[str, Any]:
+        config = make_config(idle={"npu_smi": str(tmp_path / "no-npu-smi"),
+                                   "ascend_env": str(ascend_env)},
+                             devices={"families": ["ascend"]})
+        return node.awake(config, {}, time.time())
+
+    doc = awake(no_cann)
     assert doc["verdict"] == "unknown", doc
     assert [d["code"] for d in doc["reason_details"]] == ["health-unknown"], doc
     assert doc["reasons"][0].startswith("device ascend unknown: "), doc
+    doc = awake(FAKES / "idle" / "acl_site" / "set_env.sh")
+    assert doc["verdict"] == "veto", doc
+    assert doc["reasons"][0] == "device ascend unhealthy: pyACL probe: killed by SIGSEGV", doc
     acl_state.write_text(json.dumps({"devices": [{"ret": 0}], "open": [0]}))
-    assert node.awake(awake, {}, time.time())["verdict"] == "allow"  # the same check, answered
+    assert awake(FAKES / "idle" / "acl_site" / "set_env.sh")["verdict"] == "allow"  # answered
 
 
 def test_no_health_word_is_kept_for_a_suspend_that_did_not_happen(

@@ -286,6 +286,38 @@ def test_a_device_pyacl_counted_before_the_suspend_and_not_now_is_unhealthy(npu:
     assert [d.device for d in ascend.acl_check(npu_config(npu), 20.0)[0]] == ["device 0"]
 
 
+BEFORE = {"device 0": "", "device 1": "", "npu 0": "OK"}
+NOT_LISTED = [(f"device {n}", "unhealthy", "not listed by pyACL after resume (before the suspend: "
+               "listed)") for n in (0, 1)]
+
+
+@pytest.mark.parametrize(("state", "why"), [
+    ({"mode": "crash"}, "pyACL probe: killed by SIGSEGV"),
+    ({"init": 507033}, "pyACL probe: acl.init() returned 507033"),
+    ({"count_ret": 507033}, "pyACL probe: acl.rt.get_device_count() returned 507033"),
+])
+def test_a_pyacl_runtime_failing_after_resume_is_unhealthy(
+        npu: Any, state: dict[str, Any], why: str) -> None:
+    # A runtime that crashes in acl.init() or answers with an error after resume was
+    # "unknown", and the held jobs were started on a device that does not open.
+    npu.acl(count=2, open=[0, 0], **state)
+    found, _ = ascend.acl_check(npu_config(npu), 20.0, BEFORE)
+    assert [(d.device, d.state, d.reason) for d in found] == [
+        ("ascend", "unhealthy", why), *NOT_LISTED]
+    assert {d.source for d in found} == {"acl"}
+
+
+def test_pyacl_that_cannot_be_imported_is_unknown(npu: Any, tmp_path: Path) -> None:
+    # A set_env.sh that puts no acl on the path (no CANN toolkit) says nothing of the device.
+    no_cann = tmp_path / "set_env.sh"
+    no_cann.write_text("export SOMETHING=1\n")
+    config = build({"devices": {"families": ["ascend"]},
+                    "idle": {"backends": [], "ascend_env": str(no_cann)}})
+    found, _ = ascend.acl_check(config, 20.0, BEFORE)
+    assert [(d.device, d.state) for d in found] == [("ascend", "unknown")]
+    assert found[0].reason.startswith("pyACL probe: cannot import acl")
+
+
 def test_catalog_findings_since_the_attempt() -> None:
     found = ascend.catalog_check([finding("heartbeat-lost"), finding("hwts-busy-suspend"),
                                   finding("heartbeat-lost")])

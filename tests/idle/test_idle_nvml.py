@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +18,7 @@ from helpers.wait import wait_for
 from suspendguard.config import IdleConfig, defaults
 from suspendguard.idle.base import QueryFailed
 from suspendguard.idle.nvml import NvmlBackend
-from suspendguard.system.deadline import UNBOUNDED
+from suspendguard.system.deadline import UNBOUNDED, Deadline, bounded
 
 FAKES = FAKES / "idle" / "nvml"
 MiB = 1024 * 1024
@@ -91,6 +92,14 @@ def test_driver_not_loaded_fails_the_query(pynvml: ModuleType) -> None:
         pynvml.STATE["init_error"] = None
 
 
+def nvml_answers() -> bool:
+    """Whether a fresh backend gets an answer from NVML (no call of its stuck any more)."""
+    try:
+        return bool(NvmlBackend(config()).query(5.0))
+    except QueryFailed:
+        return False
+
+
 def test_hung_nvml_is_abandoned_and_not_asked_again(pynvml: ModuleType) -> None:
     pynvml.SCRIPT[:] = [H200_IDLE]
     pynvml.STATE["hang_s"] = 2.0
@@ -108,14 +117,25 @@ def test_hung_nvml_is_abandoned_and_not_asked_again(pynvml: ModuleType) -> None:
     finally:
         pynvml.STATE["hang_s"] = 0.0
 
-    def answers() -> bool:
-        try:
-            return bool(NvmlBackend(config()).query(5.0))
-        except QueryFailed:
-            return False
-
     # Once the stuck call has returned, NVML is asked again.
-    wait_for(answers, timeout=10.0, interval=0.1, message="NVML was never asked again")
+    wait_for(nvml_answers, timeout=10.0, interval=0.1, message="NVML was never asked again")
+
+
+def test_hung_nvml_is_given_up_by_the_runs_deadline(pynvml: ModuleType) -> None:
+    # `slurm health` bounds its checks by a Deadline (45 s); the NVML call, asked with a
+    # longer timeout of its own, was waited for past it, as long as the driver hung.
+    pynvml.SCRIPT[:] = [H200_IDLE]
+    pynvml.STATE["hang_s"] = 8.0
+    try:
+        with bounded(Deadline(time.monotonic() + 1.0)), pytest.raises(
+                QueryFailed, match=r"^nvml: no answer within [01]\.\d s \(the run's deadline\) "
+                                   r"\(abandoned\)$"):
+            NvmlBackend(config()).query(60.0)
+    finally:
+        pynvml.STATE["hang_s"] = 0.0
+
+    # The abandoned call returns at the end of its hang; the next test's NVML is free then.
+    wait_for(nvml_answers, timeout=20.0, interval=0.1, message="NVML was never asked again")
 
 
 def test_without_nvidia_ml_py(monkeypatch: pytest.MonkeyPatch) -> None:
