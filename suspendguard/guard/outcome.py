@@ -24,6 +24,7 @@ from suspendguard.guard.said import Said
 from suspendguard.idle.base import IdleReport
 from suspendguard.model import Unavailable, holder_id
 from suspendguard.record import Attempt, Stop
+from suspendguard.store import lock as guard_lock
 from suspendguard.system.boot import boot_ids
 from suspendguard.system.deadline import RESTORE_AFTER_VETO_S, Deadline, bounded
 from suspendguard.system.log import Logger
@@ -123,6 +124,30 @@ def restore_at_once(stops: Sequence[Stop], supervisors: OwnerControl, config: Re
         return restore(stops, supervisors, config, enabled=config.after_veto, record=note,
                        log=log.info, warn=log.warning, journal=log.journal,
                        draining=history.still_draining if history is not None else None)
+
+
+def restore_attempt(state_dir: str, attempt: int, supervisors: OwnerControl,
+                    config: RestoreConfig, log: Logger) -> list[Restored] | None:
+    """The jobs attempt ``attempt`` stopped through their supervisors, started again as after
+    a veto (a Slurm node that did not sleep after all), under the guard lock: a drain or a
+    restore in progress owns the stops meanwhile. None when the lock was refused or the
+    history could not say (a warning names why)."""
+    from suspendguard.store.history import History
+    lock = guard_lock.take(state_dir, guard_lock.LOCK_WAIT_S)
+    if lock.refused:
+        log.warning(f"the jobs attempt {attempt} stopped were not started again: {lock.refused}")
+        return None
+    if lock.warning:
+        log.warning(lock.warning)
+    try:
+        with History.open(state_dir) as history:
+            return restore_at_once(history.pending_stops(attempt), supervisors, config,
+                                   history, log)
+    except HistoryError as exc:
+        log.warning(f"the jobs attempt {attempt} stopped were not started again: {exc}")
+        return None
+    finally:
+        lock.release()
 
 
 def _left_draining(history: History, stops: Sequence[Stop], log: Logger) -> list[Stop]:

@@ -143,20 +143,15 @@ def restart(ctx: Caller, attempt: int) -> dict[str, Any]:
 
 
 def _start_again(ctx: Caller, config: Config, attempt: int, log: Logger) -> list[str] | None:
-    """The jobs ``attempt`` stopped through their supervisors, started as after a veto: no
-    resume will come to do it. The owners' names; None when the history could not say."""
-    from suspendguard.guard.outcome import restore_at_once
+    """The jobs ``attempt`` stopped through their supervisors, started as after a veto, under
+    the guard lock: no resume will come to do it. The owners' names; None when the lock was
+    refused or the history could not say."""
+    from suspendguard.guard.outcome import restore_attempt
     from suspendguard.guard.run import OnDemandOwnerControl
-    try:
-        with History.open(config.state.dir) as history:
-            done = restore_at_once(history.pending_stops(attempt),
-                                   OnDemandOwnerControl(ctx.environ, config.state.dir),
-                                   config.restore, history, log)
-    except HistoryError as exc:
-        log.warning(f"slurm node: the jobs attempt {attempt} stopped were not started "
-                    f"again: {exc}")
-        return None
-    return [r.stop.owner.name for r in done if r.result in ("started", "starting")]
+    done = restore_attempt(config.state.dir, attempt, OnDemandOwnerControl(
+        ctx.environ, config.state.dir), config.restore, log)
+    return None if done is None else [
+        r.stop.owner.name for r in done if r.result in ("started", "starting")]
 
 
 def awake(config: Config, environ: Mapping[str, str], since: float) -> dict[str, Any]:

@@ -8,7 +8,6 @@ The lock is the real one, held by another process; the unit is the fake systemd1
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 from helpers.dbus import dbus_daemon
 from helpers.holders import Holders
+from helpers.locks import hold_guard_lock
 from helpers.records import ended
 from helpers.runners import guard
 
@@ -31,9 +31,6 @@ pytestmark = pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is no
 
 UNIT = "train.service"
 SERVICE = Owner("systemd-service", UNIT)
-TAKE = ("import sys, time\nfrom suspendguard.store import lock\n"
-        "held = lock.take(sys.argv[1], 0.0)\nassert not held.refused, held.refused\n"
-        "print('held', flush=True)\ntime.sleep(60)\n")
 
 
 def test_a_run_refused_the_lock_starts_no_job_an_earlier_restore_left_pending(
@@ -54,10 +51,7 @@ def test_a_run_refused_the_lock_starts_no_job_an_earlier_restore_left_pending(
     dropin.mkdir(parents=True)
     (dropin / DROPIN_NAME).write_text("[Service]\nRestart=no\n")
     (dropin / MARKER_NAME).write_text("")
-    holder = subprocess.Popen([sys.executable, "-c", TAKE, str(state)],
-                              stdout=subprocess.PIPE, text=True)
-    children.append(holder)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    holder = hold_guard_lock(state, children)
 
     supervisors = ManagersAndEngines(environ={}, state_dir=str(state), dropin_root=str(run))
     report = guard(make_config(drain={"timeout_s": 1, "deadline_s": 3}), supervisors=supervisors)

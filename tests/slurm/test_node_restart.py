@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -17,11 +18,13 @@ from typing import Any
 
 import pytest
 from helpers.dbus import dbus_daemon
+from helpers.locks import hold_guard_lock
 from helpers.records import drained_unit
 from helpers.runners import cli
 
 from slurm.test_controller import controller, going_down
 from suspendguard.slurm import controller as controller_module
+from suspendguard.store import lock as guard_lock
 from suspendguard.store.history import History
 from suspendguard.supervise import managers
 from suspendguard.supervise.dropin import DROPIN_NAME
@@ -56,6 +59,35 @@ def test_the_jobs_a_drain_stopped_are_started_again(
     assert started.exists() == (result == "started") and not (dropin / DROPIN_NAME).exists()
     with History.open(str(state), readonly=True) as h:
         assert [s.result for s in h.attempts(1)[0].stops] == [result]
+
+
+@pytest.mark.skipif(dbus_daemon() is None, reason="dbus-daemon is not installed")
+def test_no_job_is_started_again_while_another_run_holds_the_guard_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakes: Callable[..., Any],
+        children: list[subprocess.Popen[str]]) -> None:
+    """A drain or a restore in progress owns the stops meanwhile: restart starts nothing,
+    answers unknown, and the stop stays pending for that run or the next restore."""
+    state = tmp_path / "state"
+    attempt = drained_unit(tmp_path, UNIT, origin="slurm")
+    monkeypatch.setattr(managers, "ManagersAndEngines", functools.partial(
+        managers.ManagersAndEngines, dropin_root=str(tmp_path / "run")))
+    monkeypatch.setattr(guard_lock, "LOCK_WAIT_S", 0.2)
+    started = tmp_path / "started"
+    fakes({"units": {UNIT: {"LoadState": "loaded", "ActiveState": "inactive"}},
+           "jobs": {UNIT: [["touch", str(started)]]}, "stop_jobs": {UNIT: []}},
+          services=["systemd"])
+    config = tmp_path / "config.toml"
+    config.write_text(f'[devices]\nfamilies = []\n[state]\ndir = "{state}"\n'
+                      '[idle]\nbackends = []\n[slurm]\nnode_name = "gpu3"\n')
+    hold_guard_lock(state, children)
+    code, out, err = cli("--config", str(config), "slurm", "node", "restart", "--attempt",
+                         str(attempt))
+    assert (code, json.loads(out)["verdict"]) == (5, "unknown"), err
+    assert "not started again: another suspendguard run (pid " in err, err
+    assert not started.exists()
+    assert (tmp_path / "run" / f"{UNIT}.d" / DROPIN_NAME).exists()
+    with History.open(str(state), readonly=True) as h:
+        assert [s.result for s in h.attempts(1)[0].stops] == [None]
 
 
 def test_the_controller_asks_a_node_it_could_not_power_off_to_start_its_jobs_again(
