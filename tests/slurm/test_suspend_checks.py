@@ -26,10 +26,12 @@ ELSEWHERE = json.dumps({"node": "node7", "verdict": "allow", "reasons": [],
                         "reason_details": [], "attempt": 3})
 
 
-def another_host(tmp_path: Path, fake: FakeSlurm) -> tuple[Path, Path, Path]:
-    """A config whose remote reaches node7 whatever node it is asked for (a wrong
-    ~/.ssh/config entry): node7's guard answers allow as itself, and notes each question.
-    The config, the notes, and where the power action notes the nodes it powered off."""
+def another_host(tmp_path: Path, flags: tuple[str, ...]) -> tuple[FakeSlurm, Path, Path, Path]:
+    """node12 (its state ``flags``), and a config whose remote reaches node7 whatever node it
+    is asked for (a wrong ~/.ssh/config entry): node7's guard answers allow as itself, and
+    notes each question. The fake scontrol, the config, the notes, and where the power
+    action notes the nodes it powered off."""
+    fake = FakeSlurm(tmp_path, {"node12": node(flags)})
     asked, off = tmp_path / "asked", tmp_path / "powered-off"
     guard = [sys.executable, "-c", f"import sys; open({str(asked)!r}, 'a').write("
              f"' '.join(sys.argv[1:]) + '\\n'); print({ELSEWHERE!r})"]
@@ -42,7 +44,7 @@ def another_host(tmp_path: Path, fake: FakeSlurm) -> tuple[Path, Path, Path]:
                     f"scontrol = {json.dumps(str(fake.path))}\n"
                     f"exclude_file = {json.dumps(str(tmp_path / 'exclude.conf'))}\n"
                     "resume_wait_s = 0.5\n")
-    return path, asked, off
+    return fake, path, asked, off
 
 
 ANSWERED_AS = ("the guard on node12 did not answer: answered as 'node7' (another host, or its "
@@ -54,8 +56,7 @@ def test_an_answer_from_another_host_holds_the_node_up_as_unreachable(
     # node7's guard allowed for its own holders: node12's were never asked, and powered off
     # node12 would take them down.
     monkeypatch.setattr(controller, "REGISTER_S", 0.1)
-    fake = FakeSlurm(tmp_path, {"node12": node(("POWERING_DOWN",))})
-    path, asked, off = another_host(tmp_path, fake)
+    fake, path, asked, off = another_host(tmp_path, ("POWERING_DOWN",))
     status, _, err = cli("--config", str(path), "slurm", "suspend", "node12")
     assert status == 1, err
     assert not off.exists()
@@ -98,8 +99,7 @@ def test_a_host_reached_for_another_node_drains_nothing_and_the_node_is_held(
 def test_a_woken_node_another_host_answers_for_is_not_taken_for_awake(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(controller, "RETRY_PAUSE_S", 0.1)
-    fake = FakeSlurm(tmp_path, {"node12": node(("POWERING_UP",))})
-    path, asked, _ = another_host(tmp_path, fake)
+    _, path, asked, _ = another_host(tmp_path, ("POWERING_UP",))
     status, _, err = cli("--config", str(path), "slurm", "resume", "node12")
     assert status == 1, err
     assert "node12: not awake within [slurm] resume_wait_s (0.5 s): answered as 'node7'" in err
