@@ -70,7 +70,14 @@ def exclude_problem(entry: str) -> str | None:
         return ("expected one Slurm hostlist expression per entry (names of letters, digits, "
                 ". _ -, ranges such as node[01-04,07], joined by commas; no spaces), got "
                 f"{safe(entry)!r}")
-    for names, count in _sets(entry):
+    try:
+        sets = _sets(entry)
+    except ValueError:
+        # A count of more digits than Python makes a number of (4300): none is that small.
+        digits = max(len(term.group(2) or "") for term in _TERM.finditer(entry))
+        return (f"expected each count from 1 to the number of names in its set, got a count "
+                f"of {digits} digits: {_IGNORED}")
+    for names, count in sets:
         try:
             pieces = [_pieces(name) for name in names]
         except ValueError as exc:

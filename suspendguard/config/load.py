@@ -101,6 +101,12 @@ def _read(path: str, explicit: bool) -> tuple[bytes, os.stat_result] | None:
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"{safe(path)}: configuration file not found") from None
+        if link := _dangling(path):
+            # The site's file was there and its target is lost: the defaults would drop
+            # its protect rules and state folder, and signal what it protects.
+            raise ConfigError(f"{safe(path)}: the symlink {safe(link)} leads nowhere: the "
+                              "configuration it named is lost (remove the link for the "
+                              "built-in defaults)") from None
         return None
     except PermissionError:
         raise ConfigError(f"{safe(path)}: {DENIED}") from None
@@ -132,6 +138,18 @@ def _read(path: str, explicit: bool) -> tuple[bytes, os.stat_result] | None:
         raise ConfigError(f"{safe(path)}: cannot read the configuration: {exc.strerror}") from None
     finally:
         os.close(fd)
+
+
+def _dangling(path: str) -> str | None:
+    """The symlink on ``path`` (itself or a folder above it) that leads nowhere, if any."""
+    here = path
+    while True:
+        if os.path.islink(here) and not os.path.exists(here):
+            return here
+        above = os.path.dirname(here)
+        if above == here:
+            return None
+        here = above
 
 
 def _too_long(text: str) -> str:
@@ -173,6 +191,11 @@ def build(data: Mapping[str, Any], path: str = "<defaults>", text: str = "") -> 
                 raise ConfigError(f"{at}: {exc}") from None
             except Invalid as exc:
                 raise ConfigError(f"{_where(path, section, key, text)}: expected {exc}") from None
+            except ValueError as exc:
+                # What a check did not foresee, such as an integer too long for text:
+                # still one line naming the key, never a traceback.
+                raise ConfigError(f"{_where(path, section, key, text)}: cannot be read "
+                                  f"({safe(str(exc))})") from None
         values[section] = out
     _check_together(values, path, text)
     return Config(
@@ -218,6 +241,11 @@ def _check_together(values: Mapping[str, Mapping[str, Any]], path: str, text: st
     if slurm["exclude_file"] and not slurm["exclude_file"].startswith("/"):
         raise ConfigError(f"{_where(path, 'slurm', 'exclude_file', text)}: expected an absolute "
                           f"path or \"\" (none kept), got {slurm['exclude_file']!r}")
+    for key in ("ascend_env", "dcmi_library"):
+        # Sourced or loaded by a child that starts in /, never in this process's folder.
+        if idle[key] and not idle[key].startswith("/"):
+            raise ConfigError(f"{_where(path, 'idle', key, text)}: expected an absolute path "
+                              f"or \"\" (the default places), got {idle[key]!r}")
     if not slurm["guard"]:
         raise ConfigError(f"{_where(path, 'slurm', 'guard', text)}: expected a command")
     for entry in slurm["exclude"]:
@@ -239,7 +267,9 @@ def _where(path: str, section: str, key: str, text: str,
 def _line_of(text: str, section: str, key: str) -> int | None:
     """Best-effort line number of ``key`` inside ``[section]`` of a TOML text."""
     current = None
-    for number, line in enumerate(text.splitlines(), 1):
+    # Lines end at "\n" alone, as TOML's do: splitlines() would also end one at a U+2028
+    # or U+0085 in a comment.
+    for number, line in enumerate(text.split("\n"), 1):
         m = _HEADER.match(line)
         if m:
             current = m.group(1)
@@ -260,7 +290,7 @@ def _entry_line(text: str, section: str, key: str, index: int, count: int) -> in
     array (``protect = [...]``) has no headers: its key's line is the one there is.
     """
     name = f"{section}.{key}"
-    headers = [number for number, line in enumerate(text.splitlines(), 1)
+    headers = [number for number, line in enumerate(text.split("\n"), 1)
                if (m := _TABLES_HEADER.match(line)) and m.group(1) == name]
     if not headers:
         return _line_of(text, section, key)

@@ -202,10 +202,11 @@ class IdleConfig:
     command_timeout_s: float = setting(5.0, "float", "Timeout for each backend query.",
                                        bounds=TIMEOUT)
     ascend_env: str = setting(
-        "", "str", "set_env.sh sourced for the pyACL probe; empty: first of the CANN defaults.",
+        "", "str", "Absolute path of the set_env.sh sourced for the pyACL probe; empty: first "
+        "of the CANN defaults.",
     )
     dcmi_library: str = setting(
-        "", "str", "Path of libdcmi.so; empty: search the driver's default places.",
+        "", "str", "Absolute path of libdcmi.so; empty: search the driver's default places.",
     )
 
 

@@ -5,8 +5,9 @@ configuration names, so a file anyone else can change must not steer it.
 
 The rule (:func:`problems`), for a path root is about to read, execute,
 source or load: each component from ``/`` down (the file included, symlinks
-included, and then every component of the path the symlinks lead to) is
-owned by root, and none but a sticky directory is group- or other-writable.
+included, and then every component of the path the symlinks lead to, a
+``..`` stepping up from where they led) is owned by root, and none but a
+sticky directory is group- or other-writable.
 A sticky directory (``/tmp``) may be writable by all, because in it only an
 entry's owner can rename or remove that entry, and its entry on the path
 must be root's too. A path that does not exist yet is judged by the part
@@ -60,7 +61,7 @@ def untrusted(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
     """Every reason root should not act on ``config`` (empty: it may)."""
     out: list[str] = []
     if config.path is not None:
-        out += problems(os.path.abspath(config.path), "configuration file")
+        out += problems(absolute(config.path), "configuration file")
     programs = [("idle", key) for key in PROGRAM_KEYS]
     programs += [("resume", key) for key in RESUME_PROGRAM_KEYS]
     programs += [("slurm", key) for key in SLURM_PROGRAM_KEYS]
@@ -87,7 +88,7 @@ def _programs(named: list[tuple[str, str]], environ: Mapping[str, str]) -> list[
             # folders, never on PATH.
             continue
         if "/" in value:
-            out += problems(os.path.abspath(value), what)
+            out += problems(absolute(value), what)
         else:
             out += _on_path(value, what, environ.get("PATH", os.defpath))
     return out
@@ -101,12 +102,21 @@ def replaced(path: str, read: os.stat_result, what: str) -> tuple[str, ...]:
     may remove it at will), and one put in its place would be judged instead.
     """
     try:
-        now = os.stat(os.path.abspath(path))
+        now = os.stat(path)  # resolved as the kernel opened it: relative to this folder
     except OSError:
         now = None
     if now is None or (now.st_dev, now.st_ino) != (read.st_dev, read.st_ino):
         return (f"{what} {path}: replaced or removed while it was read",)
     return ()
+
+
+def absolute(path: str) -> str:
+    """``path`` from ``/`` as the kernel finds it: a relative one after the working folder.
+
+    Never normalized as text (os.path.abspath): ``link/..`` is the folder above the
+    link's target, not the folder that holds the link.
+    """
+    return os.path.join(os.getcwd(), path)
 
 
 def _on_path(name: str, what: str, path: str) -> list[str]:
@@ -133,56 +143,77 @@ def state_dir_problem(directory: str) -> str | None:
     return None
 
 
-_MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
-
-
 def problems(path: str, what: str) -> list[str]:
     """Why root should not trust ``path`` (``what`` names it: "config file", "[idle] npu_smi")."""
     if not os.path.isabs(path):
         return [f"{what} {path}: not an absolute path"]
     out: list[str] = []
-    _walk(path, what, path, out, 0)
+    _walk(path, what, out)
     return list(dict.fromkeys(out))
 
 
-def _walk(path: str, what: str, shown: str, out: list[str], links: int) -> None:
-    parts = [p for p in path.split("/") if p]
-    current = "/"
-    st = os.lstat(current)
-    if _judge(current, st, what, shown, out):
+def _walk(path: str, what: str, out: list[str]) -> None:
+    """Judge each component as the kernel's lookup meets it, recording what is wrong.
+
+    A symlink's target is walked in its place, and ``..`` steps up from the folder
+    reached so far, after the symlinks that led there: the text before a ``..`` says
+    nothing of where it leads once a symlink is in it.
+    """
+    todo = _parts(path)  # the components still to look up, the next one last
+    current = "/"  # the folder reached: never a symlink, nor a ``..`` in it
+    root = st = os.lstat(current)
+    if _judge(current, st, what, path, out):
         return
-    for i, part in enumerate(parts):
-        current = os.path.join(current, part)
+    links = 0
+    while todo:
+        part = todo.pop()
+        if not stat.S_ISDIR(st.st_mode):
+            return  # a file used as a folder: the lookup fails, nothing to trust
+        if part == ".":
+            continue
+        if part == "..":
+            # Its folders were all judged on the way down: the one above is trusted.
+            current = os.path.dirname(current)
+            entry = current
+        else:
+            entry = os.path.join(current, part)
         parent = st
         try:
-            st = os.lstat(current)
+            st = os.lstat(entry)
         except FileNotFoundError:
             # The rest does not exist: its parent is trusted, so only root can make it,
             # unless it is a sticky folder, where anyone may.
             if parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                out.append(f"{what} {shown}: {current} does not exist, and any user may "
-                           f"create it in the sticky folder {os.path.dirname(current)}")
+                out.append(f"{what} {path}: {entry} does not exist, and any user may "
+                           f"create it in the sticky folder {current}")
             return
         except OSError as exc:
-            out.append(f"{what} {shown}: cannot inspect {current}: {exc.strerror}")
+            out.append(f"{what} {path}: cannot inspect {entry}: {exc.strerror}")
             return
-        if _judge(current, st, what, shown, out):
+        if part == "..":
+            continue
+        if _judge(entry, st, what, path, out):
             return
-        if stat.S_ISLNK(st.st_mode):
-            if links >= _MAX_LINKS:
-                out.append(f"{what} {shown}: too many symlinks")
-                return
-            try:
-                target = os.readlink(current)
-            except OSError as exc:
-                out.append(f"{what} {shown}: cannot read symlink {current}: {exc.strerror}")
-                return
-            rest = "/".join(parts[i + 1:])
-            resolved = os.path.normpath(os.path.join(os.path.dirname(current), target, rest))
-            _walk(resolved, what, shown, out, links + 1)
+        if not stat.S_ISLNK(st.st_mode):
+            current = entry
+            continue
+        links += 1
+        if links > _MAX_LINKS:
+            out.append(f"{what} {path}: too many symlinks")
             return
-        if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
-            return  # a file used as a folder: the lookup fails, nothing to trust
+        try:
+            target = os.readlink(entry)
+        except OSError as exc:
+            out.append(f"{what} {path}: cannot read symlink {entry}: {exc.strerror}")
+            return
+        # The target's components come next, from / or from the folder holding the link.
+        todo += _parts(target)
+        current, st = ("/", root) if target.startswith("/") else (current, parent)
+
+
+def _parts(path: str) -> list[str]:
+    """The components of ``path`` as a stack: the first one last."""
+    return [part for part in reversed(path.split("/")) if part]
 
 
 def _judge(path: str, st: os.stat_result, what: str, shown: str, out: list[str]) -> bool:

@@ -60,7 +60,7 @@ def validate(spec: Spec, value: Any) -> Any:
         return value
     if kind == "choice":
         if value not in spec.choices:
-            raise Invalid("one of " + ", ".join(f'"{c}"' for c in spec.choices) + f", got {value!r}")
+            raise Invalid("one of " + ", ".join(f'"{c}"' for c in spec.choices) + f", got {got(value)}")
         return value
     if kind == "choices":
         items = _str_list(value)
@@ -200,6 +200,17 @@ def shown(value: float) -> str:
     return text
 
 
+def got(value: Any) -> str:
+    """Any TOML value as an error line gives it: a number by :func:`shown`, the rest by repr,
+    which fails on an integer too long for text (in a list, say)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return shown(value)
+    try:
+        return repr(value)
+    except ValueError:
+        return f"a {type(value).__name__} holding an integer too long to show"
+
+
 def _step(item: str) -> EscalationStep:
     name, sep, secs = item.partition(":")
     try:
@@ -244,7 +255,7 @@ def _launcher(value: Any) -> LauncherRule:
     stop = value.get("stop")
     if stop not in LAUNCHER_STOPS:
         raise Invalid("stop must be one of " + ", ".join(
-            f'"{s}"' for s in LAUNCHER_STOPS) + f", got {stop!r}")
+            f'"{s}"' for s in LAUNCHER_STOPS) + f", got {got(stop)}")
     for k in ("name", "restarts"):
         if k in value and not isinstance(value[k], str):
             raise Invalid(f"{k} must be a string")
@@ -267,7 +278,6 @@ def _drain_rule(value: Any) -> DrainRule:
     timeout = value["timeout_s"]
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
             or not TIMEOUT.holds(timeout)):
-        got = shown(timeout) if isinstance(timeout, (int, float)) else repr(timeout)
-        raise Invalid(f"timeout_s must be a number {TIMEOUT.words()}, got {got}")
+        raise Invalid(f"timeout_s must be a number {TIMEOUT.words()}, got {got(timeout)}")
     match = {k: v for k, v in value.items() if k != "timeout_s"}
     return DrainRule(_rule(match), float(timeout))
