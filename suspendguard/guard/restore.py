@@ -31,9 +31,8 @@ from dataclasses import dataclass, replace
 from suspendguard.config import Config, RestoreConfig
 from suspendguard.guard.identity import vouch
 from suspendguard.guard.inventory import take_inventory
-from suspendguard.guard.policy import ancestors, decide
 from suspendguard.guard.scan import scan_holders
-from suspendguard.model import Inventory, Owner, Unavailable
+from suspendguard.model import Inventory, Owner, Unavailable, holder_id
 from suspendguard.record import Stop
 from suspendguard.supervise.owner import STOPPED_LATER, NotMade, OwnerControl, UnitNow
 from suspendguard.system import deadline, journal_ids, journald
@@ -259,8 +258,11 @@ class Blocker:
     """What holds a family's device now and is not the driver's own: the guard did not stop it.
 
     The family's compute nodes and the ``[devices] nodes`` the operator
-    added; a holder the policy ignores (the driver's daemons, such as
-    nvidia-persistenced) or never signals (the guard itself) does not count.
+    added. Only the driver's own daemons, vouched for as the drain's
+    built-in rule does (guard/identity.py, such as nvidia-persistenced), and
+    this process do not count. A holder a ``[policy] ignore`` rule matches
+    counts: the rule keeps the drain's signal from it, and says nothing of
+    whether a reload of the driver's module under it is safe.
     """
 
     def __init__(self, config: Config) -> None:
@@ -271,11 +273,9 @@ class Blocker:
         inventory = take_inventory(devices)
         compute = Inventory(tuple(n for n in inventory.nodes if n.role == "compute"))
         scan = scan_holders(compute)
-        decisions = decide(scan.holders, self.config.policy, self.config.drain,
-                           never_pids=ancestors(os.getpid()),
-                           vouched=vouch(scan.holders, ProcFS(), None))
-        held = [f"pid {d.holder.pid} {d.holder.comm}" for d in decisions
-                if d.action not in ("ignore", "never")]
+        vouched = vouch(scan.holders, ProcFS(), None)
+        held = [f"pid {h.pid} {h.comm}" for h in scan.holders
+                if h.pid != os.getpid() and vouched.daemons.get(holder_id(h)) != ""]
         # A process the scan could not read may hold the device: not known
         # free is not free.
         if scan.unreadable:

@@ -52,18 +52,24 @@ class HealthReport:
 
 
 def merge(answers: Sequence[DeviceHealth]) -> tuple[DeviceHealth, ...]:
-    """One answer per device: unhealthy over unknown over healthy, the first of each kind.
+    """Per device its worst state, unhealthy over unknown over healthy, the first of each kind;
+    of the unhealthy, the first of each source: CUDA's 999, NVML's lost GPU and the kernel
+    log's Xid 79 may all answer for the family as a whole, and which repair fits (or that none
+    does) depends on every one of them.
 
     A family-wide answer (device == family) that is unhealthy stands for
     every device of that family, so it is kept beside theirs.
     """
     rank = {"unhealthy": 0, "unknown": 1, "healthy": 2}
-    out: dict[str, DeviceHealth] = {}
+    out: dict[str, list[DeviceHealth]] = {}
     for answer in answers:
         have = out.get(answer.device)
-        if have is None or rank[answer.state] < rank[have.state]:
-            out[answer.device] = answer
-    return tuple(out.values())
+        if have is None or rank[answer.state] < rank[have[0].state]:
+            out[answer.device] = [answer]
+        elif (answer.state == have[0].state == "unhealthy"
+              and answer.source not in {d.source for d in have}):
+            have.append(answer)
+    return tuple(d for kept in out.values() for d in kept)
 
 
 # What one check answers: the devices' answers, and a note ("" for none).

@@ -76,11 +76,26 @@ NVML_LOST = ("GPU is lost", "GPU requires reset")
 # Unknown Error", the usual answer after a bad resume. Unhealthy as a GPU whose CUDA device
 # or context fails is: NVML's init and count answered, so this is the GPU's answer.
 NVML_UNOPENED = "NVML handle: "
+# nvidia-smi's words for a GPU whose handle it cannot open, said as it exits non-zero ("Unable
+# to determine the device handle for GPU0000:02:00.0: Unknown Error"): the same answer.
+SMI_UNOPENED = "Unable to determine the device handle"
+# The checks whose unhealthy answer with NVML_LOST's words says the GPU itself is gone, as
+# the kernel log's every answer does (Xid 79, fallen off the bus): see lost().
+MANAGEMENT_SOURCES = ("nvml", "nvidia-smi")
 
 
 def cuda_error(ret: int) -> str:
     name = CUDA_ERRORS.get(ret)
     return f"{ret}" + (f" ({name})" if name else "")
+
+
+def lost(answer: DeviceHealth) -> bool:
+    """Whether ``answer`` says an NVIDIA GPU is gone (Xid 79, fallen off the bus, NVML's lost
+    GPU or one that requires a reset): a failure a reload does not repair."""
+    if answer.family != FAMILY or answer.state != "unhealthy":
+        return False
+    return answer.source == "kernel-log" or (
+        answer.source in MANAGEMENT_SOURCES and any(w in answer.reason for w in NVML_LOST))
 
 
 def cuda_check(config: Config, timeout_s: float) -> list[DeviceHealth] | None:
@@ -166,9 +181,13 @@ def _management(backend: Backend, what: str, timeout_s: float,
                                 "NVML" if backend.name == "nvml" else backend.name)
 
     def failed(exc: QueryFailed) -> Answer:
-        if any(lost in str(exc) for lost in NVML_LOST):
-            return [DeviceHealth(FAMILY, FAMILY, "unhealthy", str(exc), backend.name)], ""
-        return [], f"{backend.name}: {exc}"
+        # Failing as a whole after resume lists no GPU: each one read before the suspend is
+        # not listed now, as when it answers without them.
+        gone = not_listed(before, "gpu ", (), FAMILY, backend.name,
+                          f"{'NVML' if backend.name == 'nvml' else backend.name} ({exc})")
+        if any(words in str(exc) for words in (*NVML_LOST, SMI_UNOPENED)):
+            return [DeviceHealth(FAMILY, FAMILY, "unhealthy", str(exc), backend.name), *gone], ""
+        return gone, "" if gone else f"{backend.name}: {exc}"
 
     return ask(backend, what, gpus, failed)
 

@@ -156,6 +156,9 @@ def after_resume(config: Config, since: datetime, findings: Sequence[FindingReco
         if not config.resume.repair:
             say("repair", f"{family}: not repaired: [resume] repair is off")
             continue
+        if family == "nvidia" and (unknown := _no_reload(report)):
+            say("repair", f"nvidia: no repair known for {unknown}")
+            continue
         # Waiting touches nothing: only a repair that acts on the device (the NVIDIA
         # reload) waits for a device nobody else holds.
         held = list(blockers(family)) if family != "ascend" else []
@@ -168,16 +171,26 @@ def after_resume(config: Config, since: datetime, findings: Sequence[FindingReco
                                               before)
             repairs.append(f"waiting {waited} for the device")
         elif family == "nvidia":
-            if not any(d.signature == UVM_SIGNATURE for d in report.unhealthy("nvidia")):
-                say("repair", "nvidia: no repair known for "
-                    + "; ".join(d.describe() for d in report.unhealthy("nvidia")))
-                continue
             if _reload_uvm(config, tools, say):
                 repairs.append("reload")
             report = _replace(report, "nvidia", check(config, since, families=("nvidia",),
                                                       tools=tools, before=before))
             say("health", f"nvidia again: {_family_summary(report, 'nvidia')}")
     return AfterResume(first, report, tuple(repairs), time.monotonic() - clock, tuple(steps))
+
+
+def _no_reload(report: HealthReport) -> str:
+    """What makes the reload of nvidia_uvm no repair for ``report``'s NVIDIA answers, in words;
+    "" when it is one: CUDA's 999, and no GPU gone. A GPU fallen off the bus (Xid 79) or lost
+    to NVML fails CUDA too (often with 999): a reload cannot bring it back, only a reboot."""
+    bad = report.unhealthy("nvidia")
+    gone = [d for d in bad if nvidia.lost(d)]
+    if gone:
+        return ("; ".join(d.describe() for d in gone) + " (a GPU lost or fallen off the bus "
+                "needs a reboot: nvidia_uvm is not reloaded)")
+    if not any(d.signature == UVM_SIGNATURE for d in bad):
+        return "; ".join(d.describe() for d in bad)
+    return ""
 
 
 def _family_summary(report: HealthReport, family: str) -> str:
