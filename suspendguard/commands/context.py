@@ -39,7 +39,7 @@ class Context:
         return self._config
 
 
-def open_history(state_dir: str, log: Logger, failed: str, *, error: bool = False
+def open_history_or_say(state_dir: str, log: Logger, failed: str, *, error: bool = False
                  ) -> History | None:
     """The history, opened to write, its warnings said (a damaged file moved aside names
     the jobs it leaves stopped); None, said after ``failed``, when it cannot be opened."""

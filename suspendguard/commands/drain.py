@@ -16,15 +16,14 @@ the real run would signal nobody, so that look's report is the answer.
 from __future__ import annotations
 
 import argparse
-import json
 
 from suspendguard.commands.context import Context
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_VETO, UsageError
 from suspendguard.guard.pipeline import default_idle_check, run
-from suspendguard.guard.render import render, short_command
+from suspendguard.guard.render import short_command
 from suspendguard.guard.report import Report
-from suspendguard.guard.run import OnDemandOwnerControl, open_history, run_guard
+from suspendguard.guard.run import OnDemandOwnerControl, open_history, print_report, run_guard
 from suspendguard.guard.run_state import IdleCheck
 from suspendguard.model import HolderId, holder_id
 from suspendguard.record import HolderRecord
@@ -65,13 +64,7 @@ def _refused(report: Report, args: argparse.Namespace, ctx: Context) -> int:
     exit status. The real run would signal nobody (a certain veto, or a verdict it cannot
     know), so there is nothing to ask about; the holders it would have stopped are named
     in the report as not signalled, and why."""
-    if args.json:
-        json.dump(report.to_json(), ctx.out, indent=2)
-        ctx.out.write("\n")
-    else:
-        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
-               width=None if getattr(args, "wide", False) else terminal_width(ctx.environ, ctx.out))
-    ctx.out.flush()
+    print_report(report, ctx, args.json, getattr(args, "wide", False))
     ctx.err.write(f"drain: the suspend is refused already ({report.verdict.kind}): "
                   "nobody was signalled, nothing to confirm\n")
     return report.verdict.exit_status

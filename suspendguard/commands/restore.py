@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from suspendguard.commands.context import open_history
+from suspendguard.commands.context import open_history_or_say
 from suspendguard.config import Config
 from suspendguard.errors import EXIT_ERROR, HistoryError
 from suspendguard.guard.held import continue_left
@@ -154,7 +154,7 @@ def command(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _restore(args: argparse.Namespace, ctx: Context, config: Config, log: Logger) -> int:
-    history = open_history(config.state.dir, log, "restore: cannot read what was stopped",
+    history = open_history_or_say(config.state.dir, log, "restore: cannot read what was stopped",
                            error=True)
     if history is None:
         return EXIT_ERROR

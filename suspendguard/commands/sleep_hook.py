@@ -29,7 +29,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from suspendguard.commands.context import Context, open_history
+from suspendguard.commands.context import Context, open_history_or_say
 from suspendguard.config import Config
 from suspendguard.errors import HistoryError
 from suspendguard.install.templates import RESUME_UNIT
@@ -108,7 +108,7 @@ NO_UNIT = ("the veto unit did not run before this {action}: nothing was drained 
 def pre(config: Config, action: str, log: Logger, step: str = "",
         proc: ProcFS | None = None) -> int:
     """``step``: systemd-sleep's SYSTEMD_SLEEP_ACTION (suspend-then-hibernate's steps)."""
-    history = open_history(config.state.dir, log, "history not recorded")
+    history = open_history_or_say(config.state.dir, log, "history not recorded")
     if history is None:
         # The unit's attempt is in the history: whether it ran, and whom it drained, is not
         # known here (never "it did not run": it may have signalled every job).
@@ -185,7 +185,7 @@ def post(config: Config, action: str, log: Logger, queue: bool = False) -> int:
     if queue:
         queue_restore(log)
     resumed = datetime.now()
-    history = open_history(config.state.dir, log, "history not recorded")
+    history = open_history_or_say(config.state.dir, log, "history not recorded")
     if history is None:
         return 0
     try:

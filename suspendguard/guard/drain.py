@@ -37,7 +37,7 @@ NO_WAIT_S = 0.1
 # a second.
 CONTINUED_S = 3.0
 
-VETO_ANYWAY = "veto anyway: nobody is signalled"  # another's veto is certain (run_state.py)
+VETO_ANYWAY = "veto anyway: nobody is signalled"  # another's veto is certain
 
 
 @dataclass(frozen=True, slots=True)

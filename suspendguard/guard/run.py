@@ -167,13 +167,7 @@ def run_guard(ctx: Caller, dry_run: bool, action: str | None, origin: str, as_js
             tell_refused(config, Verdict("unknown", (failure(exc),)), action or "suspend", log, begun)
         raise
     try:
-        if as_json:
-            json.dump(report.to_json(), ctx.out, indent=2)
-            ctx.out.write("\n")
-        else:
-            render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
-                   width=None if wide else terminal_width(ctx.environ, ctx.out))
-        ctx.out.flush()
+        print_report(report, ctx, as_json, wide)
     except OutputLost as exc:
         if origin != "unit":
             raise
@@ -205,6 +199,18 @@ def _told_key(action: str, verdict: Verdict) -> str:
     """What makes a refusal the same as one told already: its reasons' identities, not their
     words, whose figures (a busy device's load) change at every ask."""
     return "\n".join((action, *(" ".join(map(str, r.identity)) for r in verdict.reasons)))
+
+
+def print_report(report: Report, ctx: Caller, as_json: bool, wide: bool) -> None:
+    """The run's report on ``ctx.out``, as ``check`` prints it: JSON, or text fitted to the
+    terminal (coloured on one, unless $NO_COLOR)."""
+    if as_json:
+        json.dump(report.to_json(), ctx.out, indent=2)
+        ctx.out.write("\n")
+    else:
+        render(report, ctx.out, colour=ctx.out.isatty() and "NO_COLOR" not in ctx.environ,
+               width=None if wide else terminal_width(ctx.environ, ctx.out))
+    ctx.out.flush()
 
 
 def tell_refused(config: Config, verdict: Verdict, action: str, log: Logger,

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from suspendguard.config import DrainConfig, IdleConfig, PolicyConfig
 from suspendguard.guard import advice, jobs, jupyter, jupyter_ask
 from suspendguard.guard.describe import stopped_since
-from suspendguard.guard.drain import MIN_WAIT_S, drain
+from suspendguard.guard.drain import MIN_WAIT_S, VETO_ANYWAY, drain
 from suspendguard.guard.handles import UNSIGNALLABLE
 from suspendguard.guard.held import Held
 from suspendguard.guard.identity import Token, vouch
@@ -308,7 +308,7 @@ class RunState:
         if not (refused or self.options.dry_run):
             return to_signal, said
         plan = self.plan(to_signal)
-        why = ("veto anyway: nobody is signalled" if refused == "veto" else
+        why = (VETO_ANYWAY if refused == "veto" else
                "the verdict is unknown anyway: nobody is signalled")
         for d in to_signal:
             self.record(d, Outcome("not-signalled", why=why) if refused else advice.prediction(
@@ -378,7 +378,7 @@ class RunState:
             if state := stopped.get(holder_id(d.holder), ""):
                 said += Said.veto(stopped_veto(d, state, self.owner(d.holder)))
             self.record(d, Outcome("not-signalled", why=f"stopped (state {state}) since the scan"
-                                   if state else "veto anyway: nobody is signalled"), round_no, tags)
+                                   if state else VETO_ANYWAY), round_no, tags)
         return said
 
 
