@@ -168,6 +168,8 @@ def nvml_check(config: Config, timeout_s: float,
 
 def _management(backend: Backend, what: str, timeout_s: float,
                 before: Mapping[str, str] | None) -> Answer:
+    label = "NVML" if backend.name == "nvml" else backend.name  # as a reason names the tool
+
     def gpus() -> list[DeviceHealth]:
         out = []
         for reading in backend.query(timeout_s):
@@ -178,13 +180,13 @@ def _management(backend: Backend, what: str, timeout_s: float,
                                     backend.name))
         # NVML's and nvidia-smi's GPUs are "gpu INDEX" alike; CUDA's order may differ.
         return out + not_listed(before, "gpu ", (d.device for d in out), FAMILY, backend.name,
-                                "NVML" if backend.name == "nvml" else backend.name)
+                                label)
 
     def failed(exc: QueryFailed) -> Answer:
         # Failing as a whole after resume lists no GPU: each one read before the suspend is
         # not listed now, as when it answers without them.
         gone = not_listed(before, "gpu ", (), FAMILY, backend.name,
-                          f"{'NVML' if backend.name == 'nvml' else backend.name} ({exc})")
+                          f"{label} ({exc})")
         if any(words in str(exc) for words in (*NVML_LOST, SMI_UNOPENED)):
             return [DeviceHealth(FAMILY, FAMILY, "unhealthy", str(exc), backend.name), *gone], ""
         return gone, "" if gone else f"{backend.name}: {exc}"

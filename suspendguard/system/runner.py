@@ -32,9 +32,6 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # them out, since each ends (or is killed) within its call's timeout.
 _children_lock = threading.Lock()
 _children: set[int] = set()
-# Children killed at their timeout that did not go (see KILLED_GRACE_S), with what they
-# were and when they were given up on, until they are reaped here.
-_abandoned: list[tuple[subprocess.Popen[Any], str, float]] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +41,11 @@ class Abandoned:
     pid: int
     command: str  # what it is, in words (the ``name`` it was run with, else its program)
     since: float  # when it was given up on (time.monotonic())
+
+
+# Children killed at their timeout that did not go (see KILLED_GRACE_S), each with what it
+# says of itself, until they are reaped here.
+_abandoned: list[tuple[subprocess.Popen[Any], Abandoned]] = []
 
 
 def active_children() -> frozenset[int]:
@@ -63,7 +65,7 @@ def abandoned() -> tuple[Abandoned, ...]:
         for entry in list(_abandoned):
             if entry[0].poll() is not None:  # reaped here: its pid is free for others now
                 _abandoned.remove(entry)
-        return tuple(Abandoned(proc.pid, command, since) for proc, command, since in _abandoned)
+        return tuple(said for _, said in _abandoned)
 
 
 def _started(pid: int) -> None:
@@ -178,7 +180,7 @@ def _abandon(proc: subprocess.Popen[Any], name: str) -> None:
                 pipe.close()
     with _children_lock:
         _children.discard(proc.pid)
-        _abandoned.append((proc, name, time.monotonic()))
+        _abandoned.append((proc, Abandoned(proc.pid, name, time.monotonic())))
 
 
 # How often the wait for a child whose output closed looks whether the guard was cancelled.
